@@ -1,0 +1,179 @@
+"""Benchmark: Kafka v2 segment -> records, kafkastore's Arrow decoder vs the Python clients.
+
+    .venv/bin/python bench/decode.py [--records N] [--repeat R]
+
+Builds one segment of N records (default 1,000,000: 16-byte keys, 100-byte
+values, no headers, 500 records a batch, create time), once uncompressed and
+once zstd, and times in this one process:
+
+* kafkastore.arrow_decode, C kernel: one pyarrow.RecordBatch with every
+  column of Spark's Kafka schema, CRC-32C of every batch checked;
+* the same API with the pure-Python decoder (the fallback);
+* aiokafka's C record iterator (aiokafka.record._crecords MemoryRecords /
+  DefaultRecordBatch), calling validate_crc() on every batch and touching
+  key, value, offset, timestamp and headers of every record;
+* kafka-python's pure-Python iterator, the same way.
+
+Rates are records per second of the best of R runs (median in brackets).
+The segment building time is not measured. No assertion is made on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import struct
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from kafkastore import arrow_decode as ad  # noqa: E402
+from kafkastore.compression import Compression, compress  # noqa: E402
+from kafkastore.crc import crc32c  # noqa: E402
+
+KEY_SIZE = 16
+VALUE_SIZE = 100
+PER_BATCH = 500
+BASE_TS = 1_700_000_000_000
+
+
+# ------------------------------------------------------------- the data
+
+def build_segment(n: int, codec: Compression) -> bytes:
+    """n records in batches of PER_BATCH, built with aiokafka's C builder
+    (uncompressed), then compressed and re-framed with kafkastore's codecs."""
+    from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
+
+    value = bytes(range(VALUE_SIZE))
+    out = []
+    offset = 0
+    while offset < n:
+        count = min(PER_BATCH, n - offset)
+        b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+        for i in range(count):
+            o = offset + i
+            b.append(i, BASE_TS + o, b"key-%012d" % o, value, [])
+        buf = b.build()
+        struct.pack_into(">q", buf, 0, offset)  # base offset (outside the CRC)
+        if codec != Compression.NONE:
+            payload = compress(codec, bytes(buf[61:]))
+            buf = bytearray(buf[:61]) + payload
+            struct.pack_into(">i", buf, 8, len(buf) - 12)
+            struct.pack_into(">h", buf, 21, struct.unpack_from(">h", buf, 21)[0] | int(codec))
+            struct.pack_into(">I", buf, 17, crc32c(bytes(buf[21:])))
+        out.append(bytes(buf))
+        offset += count
+    return b"".join(out)
+
+
+# ------------------------------------------------------------- decoders
+
+def ours_native(seg: bytes) -> int:
+    return ad.decode_to_arrow_native(seg, topic="bench", partition=0).num_rows
+
+
+def ours_pure(seg: bytes) -> int:
+    return ad.decode_to_arrow_pure(seg, topic="bench", partition=0).num_rows
+
+
+def aiokafka_c(seg: bytes) -> int:
+    from aiokafka.record._crecords.memory_records import MemoryRecords
+
+    records = MemoryRecords(seg)
+    n = 0
+    while records.has_next():
+        batch = records.next_batch()
+        if not batch.validate_crc():
+            raise RuntimeError("CRC mismatch")
+        for r in batch:
+            r.key, r.value, r.offset, r.timestamp, r.headers  # noqa: B018 - touch every field
+            n += 1
+    return n
+
+
+def kafka_python(seg: bytes) -> int:
+    from kafka.record.memory_records import MemoryRecords
+
+    records = MemoryRecords(seg)
+    n = 0
+    while records.has_next():
+        batch = records.next_batch()
+        if not batch.validate_crc():
+            raise RuntimeError("CRC mismatch")
+        for r in batch:
+            r.key, r.value, r.offset, r.timestamp, r.headers  # noqa: B018
+            n += 1
+    return n
+
+
+def measure(fn, seg: bytes, n: int, repeat: int) -> tuple[float, float]:
+    """(best, median) records/s over `repeat` runs, after one warm-up run."""
+    assert fn(seg) == n, fn.__name__
+    rates = []
+    for _ in range(repeat):
+        gc.collect()
+        t = time.perf_counter()
+        got = fn(seg)
+        dt = time.perf_counter() - t
+        if got != n:
+            raise RuntimeError(f"{fn.__name__} decoded {got} of {n} records")
+        rates.append(n / dt)
+    return max(rates), statistics.median(rates)
+
+
+def fmt_rate(rate: float) -> str:
+    return f"{rate / 1e6:7.2f} M rec/s"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--records", type=int, default=1_000_000)
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per fast decoder")
+    p.add_argument("--slow-repeat", type=int, default=1,
+                   help="timed runs for the pure-Python decoders")
+    args = p.parse_args(argv)
+    n = args.records
+
+    native = ad.NATIVE_AVAILABLE
+    print(f"kafkastore decode benchmark: {n:,} records, {KEY_SIZE} B keys, {VALUE_SIZE} B values, "
+          f"no headers, {PER_BATCH} records/batch, CRC checked by every decoder")
+    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs; "
+          f"C kernel {'built' if native else 'NOT built'}"
+          + (f", SSE4.2 CRC {'yes' if ad._native.HAVE_SSE42 else 'no'}" if native else ""))
+    if not native:
+        print("build it with: .venv/bin/python setup.py build_ext --inplace")
+
+    for codec in (Compression.NONE, Compression.ZSTD):
+        t = time.perf_counter()
+        seg = build_segment(n, codec)
+        print()
+        print(f"== {codec.kafka_name}: segment {len(seg) / 1e6:.1f} MB "
+              f"(built in {time.perf_counter() - t:.1f} s)")
+        results = {}
+        runs = [("kafkastore Arrow, C kernel", ours_native, args.repeat)] if native else []
+        runs += [
+            ("aiokafka C iterator", aiokafka_c, args.repeat),
+            ("kafka-python pure iterator", kafka_python, args.slow_repeat),
+            ("kafkastore Arrow, pure fallback", ours_pure, args.slow_repeat),
+        ]
+        for name, fn, repeat in runs:
+            best, median = measure(fn, seg, n, repeat)
+            results[fn] = best
+            print(f"  {name:<33} {fmt_rate(best)}   (median {median / 1e6:.2f}, "
+                  f"{repeat} run{'s' if repeat > 1 else ''})")
+        ours = results.get(ours_native, results[ours_pure])
+        label = "C kernel" if native else "pure fallback"
+        print(f"  ratio ours ({label}) / aiokafka C:     {ours / results[aiokafka_c]:6.2f}x")
+        print(f"  ratio ours ({label}) / kafka-python:   {ours / results[kafka_python]:6.2f}x")
+        print(f"  ratio pure fallback / aiokafka C:        "
+              f"{results[ours_pure] / results[aiokafka_c]:6.2f}x")
+        del seg
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

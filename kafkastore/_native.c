@@ -1,0 +1,1470 @@
+/*
+ * kafkastore._native: the C kernel behind kafkastore.arrow_decode.
+ *
+ * Walks Kafka record batches (magic v2) and writes the records straight into
+ * Arrow-layout column buffers; Python wraps the finished buffers with
+ * pyarrow.Array.from_buffers (zero copy).  Plain CPython C API, C11, no
+ * dependencies beyond Python.h, so `pip install .` needs only gcc.
+ *
+ * Python API
+ * ----------
+ * crc32c(data, value=0) -> int
+ *     CRC-32C (Castagnoli) of a bytes-like object, continuing from `value`.
+ *     SSE4.2 `crc32` instructions (three interleaved streams) when the CPU
+ *     has them, slicing-by-8 tables otherwise.
+ * crc32c_sw(data, value=0) -> int      the table implementation (for tests)
+ * HAVE_SSE42: bool                     whether crc32c() uses the hardware path
+ *
+ * Decoder(start_offset, end_offset, include_headers, verify_crc, aborted)
+ *     Accumulates the rows of any number of batches.  `aborted` is a sequence
+ *     of (producer_id, first_offset, last_offset) tuples (read_committed).
+ *   .feed(buf, pos=0, end=len(buf)) -> None | (pos, codec, rec_start, rec_end)
+ *     Walks the whole batches in buf[pos:end]: framing and CRC checks, range,
+ *     control and aborted-transaction filtering, records of uncompressed
+ *     batches decoded in C.  Returns None when the region is done (or a batch
+ *     at or past end_offset was reached), or stops at a compressed batch that
+ *     has rows to give: the caller decompresses buf[rec_start:rec_end] with
+ *     `codec` and calls feed_records(buf, pos, decompressed), then resumes
+ *     feed(buf, rec_end, end).  The CRC of that batch is already checked.
+ *   .feed_records(buf, pos, records)
+ *     Decodes the (decompressed) records section `records` of the batch whose
+ *     header is at buf[pos:pos+61].
+ *   .finish() -> dict
+ *     Hands over the column buffers (objects exporting the buffer protocol)
+ *     and counts; the decoder is empty afterwards.
+ * DecodeError(kind, message, offset, position)
+ *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
+ *     Arrow batch.  offset is the batch's base offset (None if unreadable),
+ *     position the batch's byte position in buf.
+ *
+ * Safety: every length read from the input is bounds-checked against the
+ * batch (or record) it lives in before use; buffer growth is bounded by the
+ * bytes actually present in the input, never by counts read from it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define KS_X86 1
+#include <nmmintrin.h>
+#endif
+
+#if defined(__GNUC__)
+#define KS_LIKELY(x) __builtin_expect(!!(x), 1)
+#define KS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define KS_LIKELY(x) (x)
+#define KS_UNLIKELY(x) (x)
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Byte order helpers                                                  */
+/* ------------------------------------------------------------------ */
+
+static inline uint64_t ld_be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
+}
+
+static inline uint32_t ld_be32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    v = __builtin_bswap32(v);
+#endif
+    return v;
+}
+
+static inline uint16_t ld_be16(const uint8_t *p) {
+    return (uint16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+/* ------------------------------------------------------------------ */
+/* CRC-32C                                                             */
+/* ------------------------------------------------------------------ */
+
+#define CRC32C_POLY 0x82F63B78u
+#define CRC_LONG 8192
+#define CRC_SHORT 256
+
+static uint32_t crc_table[8][256];
+static uint32_t crc_zeros_long[4][256];
+static uint32_t crc_zeros_short[4][256];
+static int have_sse42 = 0;
+
+/* GF(2) 32x32 matrices as 32 columns: apply = xor of the columns of set bits. */
+static uint32_t gf2_apply(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    while (vec) {
+        if (vec & 1)
+            sum ^= *mat;
+        vec >>= 1;
+        mat++;
+    }
+    return sum;
+}
+
+static void gf2_compose(uint32_t *out, const uint32_t *a, const uint32_t *b) {
+    /* out = a after b */
+    uint32_t tmp[32];
+    for (int i = 0; i < 32; i++)
+        tmp[i] = gf2_apply(a, b[i]);
+    memcpy(out, tmp, sizeof(tmp));
+}
+
+/* Table for "append len zero bytes" to a raw CRC register. */
+static void crc_zeros_table(uint32_t zeros[4][256], size_t len) {
+    uint32_t bit[32], op[32], acc[32];
+    bit[0] = CRC32C_POLY; /* one zero bit */
+    for (int i = 1; i < 32; i++)
+        bit[i] = 1u << (i - 1);
+    /* op = bit^8 (one zero byte) */
+    memcpy(op, bit, sizeof(op));
+    for (int i = 0; i < 3; i++)
+        gf2_compose(op, op, op);
+    /* acc = op^len by square-and-multiply */
+    for (int i = 0; i < 32; i++)
+        acc[i] = 1u << i;
+    while (len) {
+        if (len & 1)
+            gf2_compose(acc, op, acc);
+        len >>= 1;
+        if (len)
+            gf2_compose(op, op, op);
+    }
+    for (int n = 0; n < 256; n++) {
+        zeros[0][n] = gf2_apply(acc, (uint32_t)n);
+        zeros[1][n] = gf2_apply(acc, (uint32_t)n << 8);
+        zeros[2][n] = gf2_apply(acc, (uint32_t)n << 16);
+        zeros[3][n] = gf2_apply(acc, (uint32_t)n << 24);
+    }
+}
+
+static inline uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^
+           zeros[2][(crc >> 16) & 0xff] ^ zeros[3][crc >> 24];
+}
+
+static void crc_init(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (int n = 0; n < 256; n++) {
+        uint32_t c = crc_table[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = crc_table[0][c & 0xff] ^ (c >> 8);
+            crc_table[k][n] = c;
+        }
+    }
+    crc_zeros_table(crc_zeros_long, CRC_LONG);
+    crc_zeros_table(crc_zeros_short, CRC_SHORT);
+#ifdef KS_X86
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#endif
+}
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        n--;
+    }
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;
+        crc = crc_table[7][w & 0xff] ^ crc_table[6][(w >> 8) & 0xff] ^
+              crc_table[5][(w >> 16) & 0xff] ^ crc_table[4][(w >> 24) & 0xff] ^
+              crc_table[3][(w >> 32) & 0xff] ^ crc_table[2][(w >> 40) & 0xff] ^
+              crc_table[1][(w >> 48) & 0xff] ^ crc_table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+#endif
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+#ifdef KS_X86
+static inline uint64_t ld64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c0 = (uint32_t)~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        n--;
+    }
+    /* Three independent streams hide the 3-cycle latency of crc32; the
+     * partial CRCs are combined with the "append N zero bytes" operator. */
+    while (n >= 3 * CRC_LONG) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + CRC_LONG;
+        do {
+            c0 = _mm_crc32_u64(c0, ld64(p));
+            c1 = _mm_crc32_u64(c1, ld64(p + CRC_LONG));
+            c2 = _mm_crc32_u64(c2, ld64(p + 2 * CRC_LONG));
+            p += 8;
+        } while (p < end);
+        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_LONG;
+        n -= 3 * CRC_LONG;
+    }
+    while (n >= 3 * CRC_SHORT) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + CRC_SHORT;
+        do {
+            c0 = _mm_crc32_u64(c0, ld64(p));
+            c1 = _mm_crc32_u64(c1, ld64(p + CRC_SHORT));
+            c2 = _mm_crc32_u64(c2, ld64(p + 2 * CRC_SHORT));
+            p += 8;
+        } while (p < end);
+        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * CRC_SHORT;
+        n -= 3 * CRC_SHORT;
+    }
+    while (n >= 8) {
+        c0 = _mm_crc32_u64(c0, ld64(p));
+        p += 8;
+        n -= 8;
+    }
+    while (n) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        n--;
+    }
+    return ~(uint32_t)c0;
+}
+#endif
+
+static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
+#ifdef KS_X86
+    if (have_sse42)
+        return crc32c_hw(crc, p, n);
+#endif
+    return crc32c_sw(crc, p, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* Memory blocks                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Column buffers of a large decode are hundreds of MB of freshly written
+ * memory, and page faults on fresh 4 KiB pages cost more than the decoding
+ * itself.  Blocks of MAP_THRESHOLD bytes and more are therefore anonymous
+ * mappings advised as transparent huge pages (MADV_HUGEPAGE; THP is usually
+ * in "madvise" mode), grown with mremap (no copy).  Smaller blocks use
+ * malloc.  Mapped memory arrives zeroed.
+ */
+#if defined(__linux__)
+#include <sys/mman.h>
+#define KS_MMAP 1
+#endif
+
+#define GB_MIN 256
+/* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE */
+static int alloc_mode = 1;
+#define MAP_THRESHOLD ((size_t)1 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+typedef struct {
+    uint8_t *p;
+    size_t len; /* bytes in use (only tracked for data buffers) */
+    size_t cap;
+    int mapped; /* p is an mmap of cap bytes */
+} gbuf;
+
+static struct { uint8_t *p; size_t cap; } xcache[32];
+static uint8_t *xcache_take(size_t cap) {
+    for (int i = 0; i < 32; i++) if (xcache[i].p && xcache[i].cap == cap) { uint8_t *p = xcache[i].p; xcache[i].p = NULL; return p; }
+    return NULL;
+}
+static void block_free(uint8_t *p, size_t cap, int mapped) {
+#ifdef KS_MMAP
+    if (mapped && getenv("XCACHE")) {
+        for (int i = 0; i < 32; i++) if (!xcache[i].p) { xcache[i].p = p; xcache[i].cap = cap; return; }
+    }
+    if (mapped) {
+        if (p)
+            munmap(p, cap);
+        return;
+    }
+#endif
+    (void)cap;
+    (void)mapped;
+    free(p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Owned buffers handed to Python (buffer protocol, zero copy)         */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t size;
+    size_t cap;
+    int mapped;
+} BufferObject;
+
+static void Buffer_dealloc(BufferObject *self) {
+    block_free(self->data, self->cap, self->mapped);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, 1, flags);
+}
+
+static Py_ssize_t Buffer_len(BufferObject *self) { return self->size; }
+
+static PyBufferProcs Buffer_as_buffer = {
+    (getbufferproc)Buffer_getbuffer,
+    NULL,
+};
+
+static PySequenceMethods Buffer_as_sequence = {
+    .sq_length = (lenfunc)Buffer_len,
+};
+
+static PyTypeObject BufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkastore._native.Buffer",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_as_buffer = &Buffer_as_buffer,
+    .tp_as_sequence = &Buffer_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column buffer produced by Decoder.finish() (read-only, zero copy).",
+};
+
+/* ------------------------------------------------------------------ */
+/* Growable byte buffers                                               */
+/* ------------------------------------------------------------------ */
+
+/* Ensure cap >= need; new bytes are zero when `zero`.  0 ok, -1 no memory. */
+static int gb_grow(gbuf *b, size_t need, int zero) {
+    size_t cap = b->cap ? b->cap : GB_MIN;
+    while (cap < need) {
+        if (cap > ((size_t)-1) / 4)
+            return -1;
+        cap *= 2;
+    }
+#ifdef KS_MMAP
+    if (cap >= MAP_THRESHOLD) {
+        cap = (cap + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+        uint8_t *np;
+        if (b->mapped && (np = xcache_take(cap)) != NULL) {
+            memcpy(np, b->p, b->cap);
+            if (zero) memset(np + b->cap, 0, cap - b->cap);
+            block_free(b->p, b->cap, 1);
+        } else if (b->mapped) {
+            np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
+            if (np == MAP_FAILED)
+                return -1;
+        } else if ((np = xcache_take(cap)) != NULL) {
+            if (b->p) { memcpy(np, b->p, b->cap); free(b->p); }
+            if (zero) memset(np + b->cap, 0, cap - b->cap);
+        } else {
+            np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (np == MAP_FAILED)
+                return -1;
+            if (b->p) {
+                memcpy(np, b->p, b->cap);
+                free(b->p);
+            }
+        }
+#ifdef MADV_HUGEPAGE
+        if (alloc_mode == 1)
+            madvise(np, cap, MADV_HUGEPAGE); /* advisory: failure is harmless */
+#endif
+#ifdef MADV_POPULATE_WRITE
+        if (alloc_mode == 2)
+            madvise(np + b->cap, cap - b->cap, MADV_POPULATE_WRITE);
+#endif
+        b->p = np;
+        b->cap = cap;
+        b->mapped = 1;
+        return 0;
+    }
+#endif
+    uint8_t *np = realloc(b->p, cap);
+    if (!np)
+        return -1;
+    if (zero)
+        memset(np + b->cap, 0, cap - b->cap);
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int gb_reserve(gbuf *b, size_t need, int zero) {
+    if (KS_LIKELY(need <= b->cap))
+        return 0;
+    return gb_grow(b, need, zero);
+}
+
+static void gb_free(gbuf *b) {
+    block_free(b->p, b->cap, b->mapped);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    b->mapped = 0;
+}
+
+/* Hand the block to a Buffer object of `size` bytes; b is empty afterwards. */
+static PyObject *gb_to_buffer(gbuf *b, size_t size) {
+    if (b->p == NULL && gb_grow(b, GB_MIN, 1) < 0)
+        return PyErr_NoMemory();
+    BufferObject *o = PyObject_New(BufferObject, &BufferType);
+    if (!o)
+        return NULL;
+    o->data = b->p;
+    o->size = (Py_ssize_t)size;
+    o->cap = b->cap;
+    o->mapped = b->mapped;
+    b->p = NULL;
+    b->len = b->cap = 0;
+    b->mapped = 0;
+    return (PyObject *)o;
+}
+
+static PyObject *new_buffer(size_t size) {
+    gbuf b = {NULL, 0, 0, 0};
+    if (gb_grow(&b, size ? size : 1, 0) < 0)
+        return PyErr_NoMemory();
+    PyObject *o = gb_to_buffer(&b, size);
+    if (!o)
+        gb_free(&b);
+    return o;
+}
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+static PyObject *DecodeError;
+
+enum { ERR_NONE = -1, ERR_CORRUPT = 0, ERR_CRC = 1, ERR_TOO_LARGE = 2, ERR_NOMEM = 3 };
+
+typedef struct {
+    int kind;
+    int has_offset;
+    int64_t offset;
+    Py_ssize_t position;
+    char msg[240];
+} kerr;
+
+#define KERR(e, k, off, hasoff, pos, ...)                                      \
+    do {                                                                       \
+        (e)->kind = (k);                                                       \
+        (e)->offset = (off);                                                   \
+        (e)->has_offset = (hasoff);                                            \
+        (e)->position = (pos);                                                 \
+        snprintf((e)->msg, sizeof((e)->msg), __VA_ARGS__);                     \
+    } while (0)
+
+static PyObject *raise_kerr(const kerr *e) {
+    if (e->kind == ERR_NOMEM)
+        return PyErr_NoMemory();
+    PyObject *off = e->has_offset ? PyLong_FromLongLong(e->offset) : (Py_INCREF(Py_None), Py_None);
+    if (!off)
+        return NULL;
+    PyObject *args = Py_BuildValue("(isNn)", e->kind, e->msg, off, e->position);
+    if (!args)
+        return NULL;
+    PyErr_SetObject(DecodeError, args);
+    Py_DECREF(args);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Varints (zig-zag; strict like kafkastore.varint)                    */
+/* ------------------------------------------------------------------ */
+
+/* 0 ok, -1 truncated, -2 too long / too large */
+static inline int rd_varint(const uint8_t **pq, const uint8_t *e, int32_t *out) {
+    const uint8_t *q = *pq;
+    if (KS_UNLIKELY(q >= e))
+        return -1;
+    uint32_t b = *q++;
+    uint32_t r;
+    if (KS_LIKELY(!(b & 0x80))) {
+        r = b;
+    } else {
+        r = b & 0x7f;
+        for (int shift = 7;; shift += 7) {
+            if (KS_UNLIKELY(q >= e))
+                return -1;
+            b = *q++;
+            if (shift == 28) {
+                if (b & 0xf0)
+                    return -2;
+                r |= b << 28;
+                break;
+            }
+            r |= (b & 0x7f) << shift;
+            if (!(b & 0x80))
+                break;
+        }
+    }
+    *out = (int32_t)((r >> 1) ^ (0u - (r & 1)));
+    *pq = q;
+    return 0;
+}
+
+static inline int rd_varlong(const uint8_t **pq, const uint8_t *e, int64_t *out) {
+    const uint8_t *q = *pq;
+    if (KS_UNLIKELY(q >= e))
+        return -1;
+    uint64_t b = *q++;
+    uint64_t r;
+    if (KS_LIKELY(!(b & 0x80))) {
+        r = b;
+    } else {
+        r = b & 0x7f;
+        for (int shift = 7;; shift += 7) {
+            if (KS_UNLIKELY(q >= e))
+                return -1;
+            b = *q++;
+            if (shift == 63) {
+                if (b & 0xfe)
+                    return -2;
+                r |= b << 63;
+                break;
+            }
+            r |= (b & 0x7f) << shift;
+            if (!(b & 0x80))
+                break;
+        }
+    }
+    *out = (int64_t)((r >> 1) ^ (0ull - (r & 1)));
+    *pq = q;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* UTF-8 validation (same acceptance as Python's strict utf-8 codec)   */
+/* ------------------------------------------------------------------ */
+
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        uint8_t lo = 0x80, hi = 0xbf;
+        size_t need;
+        if (c >= 0xc2 && c <= 0xdf) {
+            need = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            need = 2;
+            if (c == 0xe0)
+                lo = 0xa0;
+            else if (c == 0xed)
+                hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            need = 3;
+            if (c == 0xf0)
+                lo = 0x90;
+            else if (c == 0xf4)
+                hi = 0x8f;
+        } else {
+            return 0;
+        }
+        if (n - i - 1 < need)
+            return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (size_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Batch header                                                        */
+/* ------------------------------------------------------------------ */
+
+#define HEADER_SIZE 61
+#define LOG_OVERHEAD 12
+#define MIN_BATCH_LENGTH (HEADER_SIZE - LOG_OVERHEAD)
+#define MIN_RECORD_SIZE 7 /* length varint + 6 one-byte fields */
+
+#define ATTR_CODEC_MASK 0x07
+#define ATTR_LOG_APPEND_TIME 0x08
+#define ATTR_TRANSACTIONAL 0x10
+#define ATTR_CONTROL 0x20
+
+#define TS_MS_LIMIT (INT64_MAX / 1000)
+
+typedef struct {
+    int64_t base_offset;
+    int32_t batch_length;
+    uint32_t crc;
+    uint16_t attributes;
+    int32_t last_offset_delta;
+    int64_t base_timestamp;
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int32_t record_count;
+} bheader;
+
+static void parse_header(const uint8_t *p, bheader *h) {
+    h->base_offset = (int64_t)ld_be64(p);
+    h->batch_length = (int32_t)ld_be32(p + 8);
+    h->crc = ld_be32(p + 17);
+    h->attributes = ld_be16(p + 21);
+    h->last_offset_delta = (int32_t)ld_be32(p + 23);
+    h->base_timestamp = (int64_t)ld_be64(p + 27);
+    h->max_timestamp = (int64_t)ld_be64(p + 35);
+    h->producer_id = (int64_t)ld_be64(p + 43);
+    h->record_count = (int32_t)ld_be32(p + 57);
+}
+
+/* ------------------------------------------------------------------ */
+/* The decoder object                                                  */
+/* ------------------------------------------------------------------ */
+
+typedef struct {
+    int64_t pid, first, last;
+} abtxn;
+
+typedef struct {
+    PyObject_HEAD
+    int64_t start, end;
+    int include_headers, verify_crc, busy, broken;
+    abtxn *ab;
+    Py_ssize_t nab;
+    int64_t rows, nhdr;
+    int64_t knulls, vnulls, hnulls, hvnulls;
+    gbuf off, ts, tst;             /* int64, int64 (us), int32 */
+    gbuf kvalid, koff, kdata;      /* key: bitmap, int32 offsets, bytes */
+    gbuf vvalid, voff, vdata;      /* value */
+    gbuf hvalid, hoff;             /* headers list: bitmap, int32 offsets */
+    gbuf hkoff, hkdata;            /* header key (string, never null) */
+    gbuf hvvalid, hvoff, hvdata;   /* header value (binary, nullable) */
+} Decoder;
+
+static gbuf *dec_bufs(Decoder *d, int i) {
+    gbuf *all[] = {&d->off, &d->ts, &d->tst, &d->kvalid, &d->koff, &d->kdata,
+                   &d->vvalid, &d->voff, &d->vdata, &d->hvalid, &d->hoff,
+                   &d->hkoff, &d->hkdata, &d->hvvalid, &d->hvoff, &d->hvdata};
+    return (i >= 0 && i < (int)(sizeof(all) / sizeof(all[0]))) ? all[i] : NULL;
+}
+
+static void dec_free_bufs(Decoder *d) {
+    gbuf *b;
+    for (int i = 0; (b = dec_bufs(d, i)) != NULL; i++)
+        gb_free(b);
+}
+
+/* Fresh state: offset buffers start with their leading 0. */
+static int dec_reset(Decoder *d) {
+    dec_free_bufs(d);
+    d->rows = d->nhdr = 0;
+    d->knulls = d->vnulls = d->hnulls = d->hvnulls = 0;
+    gbuf *offs[] = {&d->koff, &d->voff, &d->hoff, &d->hkoff, &d->hvoff};
+    for (int i = 0; i < 5; i++) {
+        if (gb_reserve(offs[i], GB_MIN, 0) < 0)
+            return -1;
+        memset(offs[i]->p, 0, 4);
+    }
+    return 0;
+}
+
+static int abtxn_cmp(const void *a, const void *b) {
+    const abtxn *x = a, *y = b;
+    if (x->pid != y->pid)
+        return x->pid < y->pid ? -1 : 1;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return 0;
+}
+
+static int dec_is_aborted(const Decoder *d, int64_t pid, int64_t base) {
+    Py_ssize_t lo = 0, hi = d->nab;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (d->ab[mid].pid < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (Py_ssize_t i = lo; i < d->nab && d->ab[i].pid == pid && d->ab[i].first <= base; i++)
+        if (base <= d->ab[i].last)
+            return 1;
+    return 0;
+}
+
+/* Room for `k` more rows in every per-row column. */
+static int dec_reserve_rows(Decoder *d, int64_t k) {
+    size_t n = (size_t)(d->rows + k);
+    size_t bits = (n + 7) / 8 + 1;
+    if (gb_reserve(&d->off, n * 8, 0) || gb_reserve(&d->ts, n * 8, 0) ||
+        gb_reserve(&d->tst, n * 4, 0) || gb_reserve(&d->koff, (n + 1) * 4, 0) ||
+        gb_reserve(&d->voff, (n + 1) * 4, 0) || gb_reserve(&d->hoff, (n + 1) * 4, 0) ||
+        gb_reserve(&d->kvalid, bits, 1) || gb_reserve(&d->vvalid, bits, 1) ||
+        gb_reserve(&d->hvalid, bits, 1))
+        return -1;
+    return 0;
+}
+
+/* Append one header (key already validated UTF-8). */
+static int dec_add_header(Decoder *d, const uint8_t *k, int32_t klen,
+                          const uint8_t *v, int32_t vlen) {
+    size_t nh = (size_t)d->nhdr;
+    if (gb_reserve(&d->hkoff, (nh + 2) * 4, 0) || gb_reserve(&d->hvoff, (nh + 2) * 4, 0) ||
+        gb_reserve(&d->hvvalid, (nh + 1 + 7) / 8 + 1, 1) ||
+        gb_reserve(&d->hkdata, d->hkdata.len + (size_t)klen, 0) ||
+        gb_reserve(&d->hvdata, d->hvdata.len + (size_t)(vlen > 0 ? vlen : 0), 0))
+        return -1;
+    memcpy(d->hkdata.p + d->hkdata.len, k, (size_t)klen);
+    d->hkdata.len += (size_t)klen;
+    if (vlen >= 0) {
+        memcpy(d->hvdata.p + d->hvdata.len, v, (size_t)vlen);
+        d->hvdata.len += (size_t)vlen;
+        d->hvvalid.p[nh >> 3] |= (uint8_t)(1u << (nh & 7));
+    } else {
+        d->hvnulls++;
+    }
+    int32_t hk = (int32_t)d->hkdata.len, hv = (int32_t)d->hvdata.len;
+    memcpy(d->hkoff.p + (nh + 1) * 4, &hk, 4);
+    memcpy(d->hvoff.p + (nh + 1) * 4, &hv, 4);
+    d->nhdr = (int64_t)nh + 1;
+    return 0;
+}
+
+#define RERR(...) do { KERR(err, ERR_CORRUPT, h->base_offset, 1, bpos, __VA_ARGS__); goto fail; } while (0)
+
+/*
+ * Decode the records section [d0, d0+n) of one batch.  Rows with an offset
+ * in [start, end) are appended.  0 ok, -1 error (err filled).
+ */
+static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n,
+                       Py_ssize_t bpos, kerr *err) {
+    int32_t count = h->record_count;
+    if (count < 0) {
+        KERR(err, ERR_CORRUPT, h->base_offset, 1, bpos, "negative record count %d", (int)count);
+        return -1;
+    }
+    /* Rows reserved for at most what the bytes can hold, never for what a
+     * count read from the input claims. */
+    int64_t maxrows = (int64_t)(n / MIN_RECORD_SIZE) + 1;
+    if (dec_reserve_rows(d, count < maxrows ? count : maxrows) < 0 ||
+        gb_reserve(&d->kdata, d->kdata.len + n, 0) < 0 ||
+        gb_reserve(&d->vdata, d->vdata.len + n, 0) < 0) {
+        err->kind = ERR_NOMEM;
+        return -1;
+    }
+
+    const int log_append = (h->attributes & ATTR_LOG_APPEND_TIME) != 0;
+    const int32_t tstype = log_append ? 1 : 0;
+    const int64_t base = h->base_offset, base_ts = h->base_timestamp;
+    const int64_t start = d->start, end = d->end;
+    const int want_headers = d->include_headers;
+    const int32_t last_delta = h->last_offset_delta;
+    int32_t prev_delta = -1;
+
+    /* Hot state in locals: stores through uint8_t* may alias anything. */
+    int64_t rows = d->rows;
+    int64_t *o_off = (int64_t *)d->off.p;
+    int64_t *o_ts = (int64_t *)d->ts.p;
+    int32_t *o_tst = (int32_t *)d->tst.p;
+    int32_t *o_koff = (int32_t *)d->koff.p;
+    int32_t *o_voff = (int32_t *)d->voff.p;
+    int32_t *o_hoff = (int32_t *)d->hoff.p;
+    uint8_t *o_kvalid = d->kvalid.p, *o_vvalid = d->vvalid.p, *o_hvalid = d->hvalid.p;
+    uint8_t *o_kdata = d->kdata.p, *o_vdata = d->vdata.p;
+    size_t klen_tot = d->kdata.len, vlen_tot = d->vdata.len;
+    int64_t knulls = d->knulls, vnulls = d->vnulls, hnulls = d->hnulls;
+    const int64_t rows_cap = d->rows + (count < maxrows ? count : maxrows);
+
+    const uint8_t *q = d0, *e = d0 + n;
+    int rc;
+    for (int32_t i = 0; i < count; i++) {
+        int32_t rlen, offd, klen, vlen, hcount;
+        int64_t tsd;
+        if (KS_UNLIKELY(q >= e))
+            RERR("record count %d but the batch ends after %d records", (int)count, (int)i);
+        if ((rc = rd_varint(&q, e, &rlen)) < 0)
+            RERR("record %d: %s length varint", (int)i, rc == -1 ? "truncated" : "invalid");
+        if (KS_UNLIKELY(rlen < 0 || (size_t)rlen > (size_t)(e - q)))
+            RERR("record %d: length %d outside the batch (%zd bytes left)", (int)i, (int)rlen,
+                 (Py_ssize_t)(e - q));
+        const uint8_t *re = q + rlen;
+        if (KS_UNLIKELY(q >= re))
+            RERR("record %d: empty record", (int)i);
+        q++; /* attributes (unused) */
+        if ((rc = rd_varlong(&q, re, &tsd)) < 0)
+            RERR("record %d: %s timestamp delta", (int)i, rc == -1 ? "truncated" : "invalid");
+        if ((rc = rd_varint(&q, re, &offd)) < 0)
+            RERR("record %d: %s offset delta", (int)i, rc == -1 ? "truncated" : "invalid");
+        if (KS_UNLIKELY(offd <= prev_delta || offd > last_delta))
+            RERR("record %d: offset delta %d not increasing within [0, %d] (previous %d)",
+                 (int)i, (int)offd, (int)last_delta, (int)prev_delta);
+        prev_delta = offd;
+        const int64_t offset = base + offd; /* <= base + last_delta: checked per batch */
+        const int emit = offset >= start && offset < end;
+        if ((rc = rd_varint(&q, re, &klen)) < 0)
+            RERR("record %d: %s key length", (int)i, rc == -1 ? "truncated" : "invalid");
+        const uint8_t *kp = q;
+        if (KS_UNLIKELY(klen < -1))
+            RERR("record %d: invalid key length %d", (int)i, (int)klen);
+        if (klen >= 0) {
+            if (KS_UNLIKELY((size_t)klen > (size_t)(re - q)))
+                RERR("record %d: key length %d past the record end", (int)i, (int)klen);
+            q += klen;
+        }
+        if ((rc = rd_varint(&q, re, &vlen)) < 0)
+            RERR("record %d: %s value length", (int)i, rc == -1 ? "truncated" : "invalid");
+        const uint8_t *vp = q;
+        if (KS_UNLIKELY(vlen < -1))
+            RERR("record %d: invalid value length %d", (int)i, (int)vlen);
+        if (vlen >= 0) {
+            if (KS_UNLIKELY((size_t)vlen > (size_t)(re - q)))
+                RERR("record %d: value length %d past the record end", (int)i, (int)vlen);
+            q += vlen;
+        }
+        if ((rc = rd_varint(&q, re, &hcount)) < 0)
+            RERR("record %d: %s header count", (int)i, rc == -1 ? "truncated" : "invalid");
+        if (KS_UNLIKELY(hcount < 0))
+            RERR("record %d: negative header count %d", (int)i, (int)hcount);
+        const int keep_headers = emit && want_headers;
+        for (int32_t j = 0; j < hcount; j++) {
+            int32_t hkl, hvl;
+            if ((rc = rd_varint(&q, re, &hkl)) < 0)
+                RERR("record %d header %d: %s key length", (int)i, (int)j,
+                     rc == -1 ? "truncated" : "invalid");
+            if (KS_UNLIKELY(hkl < 0 || (size_t)hkl > (size_t)(re - q)))
+                RERR("record %d header %d: key length %d invalid", (int)i, (int)j, (int)hkl);
+            const uint8_t *hk = q;
+            q += hkl;
+            if ((rc = rd_varint(&q, re, &hvl)) < 0)
+                RERR("record %d header %d: %s value length", (int)i, (int)j,
+                     rc == -1 ? "truncated" : "invalid");
+            const uint8_t *hv = q;
+            if (KS_UNLIKELY(hvl < -1))
+                RERR("record %d header %d: invalid value length %d", (int)i, (int)j, (int)hvl);
+            if (hvl >= 0) {
+                if (KS_UNLIKELY((size_t)hvl > (size_t)(re - q)))
+                    RERR("record %d header %d: value length %d past the record end", (int)i,
+                         (int)j, (int)hvl);
+                q += hvl;
+            }
+            if (keep_headers) {
+                if (!utf8_valid(hk, (size_t)hkl))
+                    RERR("record %d header %d: key is not valid UTF-8", (int)i, (int)j);
+                if (dec_add_header(d, hk, hkl, hv, hvl) < 0) {
+                    err->kind = ERR_NOMEM;
+                    goto fail;
+                }
+            }
+        }
+        if (KS_UNLIKELY(q != re))
+            RERR("record %d: %zd bytes declared, %zd read", (int)i, (Py_ssize_t)rlen,
+                 (Py_ssize_t)(q - (re - rlen)));
+        if (!emit)
+            continue;
+
+        /* Emit the row. */
+        int64_t ts = h->max_timestamp;
+        int ts_overflow = 0;
+        if (!log_append)
+            ts_overflow = __builtin_add_overflow(base_ts, tsd, &ts);
+        if (KS_UNLIKELY(ts_overflow || ts > TS_MS_LIMIT || ts < -TS_MS_LIMIT))
+            RERR("record %d: timestamp %lld ms out of range", (int)i, (long long)ts);
+        if (KS_UNLIKELY(rows >= rows_cap)) /* cannot happen: bounded by bytes */
+            RERR("record %d: internal row overflow", (int)i);
+        o_off[rows] = offset;
+        o_ts[rows] = ts * 1000;
+        o_tst[rows] = tstype;
+        if (klen >= 0) {
+            memcpy(o_kdata + klen_tot, kp, (size_t)klen);
+            klen_tot += (size_t)klen;
+            o_kvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
+        } else {
+            knulls++;
+        }
+        o_koff[rows + 1] = (int32_t)klen_tot;
+        if (vlen >= 0) {
+            memcpy(o_vdata + vlen_tot, vp, (size_t)vlen);
+            vlen_tot += (size_t)vlen;
+            o_vvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
+        } else {
+            vnulls++;
+        }
+        o_voff[rows + 1] = (int32_t)vlen_tot;
+        if (keep_headers && hcount > 0) {
+            o_hvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
+        } else {
+            hnulls++;
+        }
+        o_hoff[rows + 1] = (int32_t)d->nhdr;
+        rows++;
+    }
+    if (KS_UNLIKELY(q != e)) {
+        KERR(err, ERR_CORRUPT, h->base_offset, 1, bpos,
+             "%zd bytes left in the batch after its %d records", (Py_ssize_t)(e - q), (int)count);
+        goto fail;
+    }
+    d->rows = rows;
+    d->kdata.len = klen_tot;
+    d->vdata.len = vlen_tot;
+    d->knulls = knulls;
+    d->vnulls = vnulls;
+    d->hnulls = hnulls;
+    if (klen_tot > INT32_MAX || vlen_tot > INT32_MAX || d->hkdata.len > INT32_MAX ||
+        d->hvdata.len > INT32_MAX || d->nhdr > INT32_MAX) {
+        KERR(err, ERR_TOO_LARGE, h->base_offset, 1, bpos,
+             "decoded data exceeds 2 GiB in one column of one Arrow batch; "
+             "decode a smaller byte range");
+        return -1;
+    }
+    return 0;
+fail:
+    /* Rows of this batch were not committed (locals not written back), but
+     * headers may have been: the decoder is marked broken by the caller. */
+    return -1;
+}
+
+/* Walk whole batches in buf[pos:end).  Returns 1 = done, 0 = stopped at a
+ * compressed batch (*stop = its position), -1 = error. */
+static int dec_walk(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end,
+                    Py_ssize_t *stop, kerr *err) {
+    while (pos < end) {
+        const uint8_t *p = buf + pos;
+        Py_ssize_t avail = end - pos;
+        if (avail < HEADER_SIZE) {
+            if (avail >= 8)
+                KERR(err, ERR_CORRUPT, (int64_t)ld_be64(p), 1, pos,
+                     "truncated batch header: %zd of %d bytes", avail, HEADER_SIZE);
+            else
+                KERR(err, ERR_CORRUPT, 0, 0, pos, "truncated batch header: %zd of %d bytes",
+                     avail, HEADER_SIZE);
+            return -1;
+        }
+        bheader h;
+        parse_header(p, &h);
+        if (p[16] != 2) {
+            KERR(err, ERR_CORRUPT, h.base_offset, 1, pos,
+                 "unsupported magic %d (only v2 record batches are supported)",
+                 (int)(int8_t)p[16]);
+            return -1;
+        }
+        if (h.batch_length < MIN_BATCH_LENGTH) {
+            KERR(err, ERR_CORRUPT, h.base_offset, 1, pos, "batch length %d is below the minimum %d",
+                 (int)h.batch_length, MIN_BATCH_LENGTH);
+            return -1;
+        }
+        Py_ssize_t size = (Py_ssize_t)h.batch_length + LOG_OVERHEAD;
+        if (size > avail) {
+            KERR(err, ERR_CORRUPT, h.base_offset, 1, pos,
+                 "batch length %d runs past the end of the buffer (%zd bytes left)",
+                 (int)h.batch_length, avail - LOG_OVERHEAD);
+            return -1;
+        }
+        /* Implausible CRC-covered fields: a CRC mismatch is the better
+         * diagnosis when there is one (as record_batch.parse_header). */
+        const char *problem = NULL;
+        char pbuf[160];
+        int codec = h.attributes & ATTR_CODEC_MASK;
+        if (codec > 4) {
+            snprintf(pbuf, sizeof(pbuf), "unknown compression codec %d in attributes", codec);
+            problem = pbuf;
+        } else if (h.record_count < 0) {
+            snprintf(pbuf, sizeof(pbuf), "negative record count %d", (int)h.record_count);
+            problem = pbuf;
+        } else if (h.last_offset_delta < 0) {
+            snprintf(pbuf, sizeof(pbuf), "negative last offset delta %d", (int)h.last_offset_delta);
+            problem = pbuf;
+        } else if ((int64_t)h.record_count > (int64_t)h.last_offset_delta + 1) {
+            snprintf(pbuf, sizeof(pbuf), "record count %d exceeds last offset delta %d + 1",
+                     (int)h.record_count, (int)h.last_offset_delta);
+            problem = pbuf;
+        } else if (codec == 0 &&
+                   (int64_t)h.record_count * MIN_RECORD_SIZE > (int64_t)(size - HEADER_SIZE)) {
+            snprintf(pbuf, sizeof(pbuf), "record count %d cannot fit in %zd bytes of records",
+                     (int)h.record_count, size - HEADER_SIZE);
+            problem = pbuf;
+        }
+        if (problem) {
+            uint32_t crc = ks_crc32c(0, p + 21, (size_t)(size - 21));
+            if (crc != h.crc)
+                KERR(err, ERR_CRC, h.base_offset, 1, pos,
+                     "CRC mismatch: stored 0x%08x, computed 0x%08x", h.crc, crc);
+            else
+                KERR(err, ERR_CORRUPT, h.base_offset, 1, pos, "%s", problem);
+            return -1;
+        }
+        int64_t last;
+        if (__builtin_add_overflow(h.base_offset, (int64_t)h.last_offset_delta, &last)) {
+            KERR(err, ERR_CORRUPT, h.base_offset, 1, pos, "last offset overflows int64");
+            return -1;
+        }
+        if (h.base_offset >= d->end)
+            return 1;
+        if (d->verify_crc) {
+            uint32_t crc = ks_crc32c(0, p + 21, (size_t)(size - 21));
+            if (crc != h.crc) {
+                KERR(err, ERR_CRC, h.base_offset, 1, pos,
+                     "CRC mismatch: stored 0x%08x, computed 0x%08x", h.crc, crc);
+                return -1;
+            }
+        }
+        int skip = (h.attributes & ATTR_CONTROL) || last < d->start ||
+                   ((h.attributes & ATTR_TRANSACTIONAL) && d->nab &&
+                    dec_is_aborted(d, h.producer_id, h.base_offset));
+        if (!skip) {
+            if (codec != 0) {
+                *stop = pos;
+                return 0;
+            }
+            if (dec_records(d, &h, p + HEADER_SIZE, (size_t)(size - HEADER_SIZE), pos, err) < 0)
+                return -1;
+        }
+        pos += size;
+    }
+    return 1;
+}
+
+/* Buffer argument helpers */
+static int get_view(PyObject *obj, Py_buffer *view) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    return 0;
+}
+
+#define RELEASE_GIL_BYTES (64 * 1024)
+
+static int dec_check_usable(Decoder *self) {
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Decoder used from two threads at once");
+        return -1;
+    }
+    if (self->broken) {
+        PyErr_SetString(PyExc_RuntimeError, "Decoder raised an error earlier; make a new one");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Decoder_feed(Decoder *self, PyObject *args) {
+    PyObject *obj;
+    Py_ssize_t pos = 0, end = -1;
+    if (!PyArg_ParseTuple(args, "O|nn:feed", &obj, &pos, &end))
+        return NULL;
+    if (dec_check_usable(self) < 0)
+        return NULL;
+    Py_buffer view;
+    if (get_view(obj, &view) < 0)
+        return NULL;
+    if (end < 0)
+        end = view.len;
+    if (pos < 0 || pos > end || end > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "feed: pos/end outside the buffer");
+        return NULL;
+    }
+    kerr err;
+    err.kind = ERR_NONE;
+    Py_ssize_t stop = -1;
+    int rc;
+    self->busy = 1;
+    if (end - pos >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = dec_walk(self, (const uint8_t *)view.buf, pos, end, &stop, &err);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = dec_walk(self, (const uint8_t *)view.buf, pos, end, &stop, &err);
+    }
+    self->busy = 0;
+    PyObject *result = NULL;
+    if (rc < 0) {
+        self->broken = 1;
+        raise_kerr(&err);
+    } else if (rc == 1) {
+        result = Py_None;
+        Py_INCREF(result);
+    } else {
+        const uint8_t *p = (const uint8_t *)view.buf + stop;
+        Py_ssize_t size = (Py_ssize_t)(int32_t)ld_be32(p + 8) + LOG_OVERHEAD;
+        result = Py_BuildValue("(ninn)", stop, (int)(ld_be16(p + 21) & ATTR_CODEC_MASK),
+                               stop + HEADER_SIZE, stop + size);
+    }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *Decoder_feed_records(Decoder *self, PyObject *args) {
+    PyObject *obj, *recobj;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "OnO:feed_records", &obj, &pos, &recobj))
+        return NULL;
+    if (dec_check_usable(self) < 0)
+        return NULL;
+    Py_buffer view, rec;
+    if (get_view(obj, &view) < 0)
+        return NULL;
+    if (pos < 0 || view.len - pos < HEADER_SIZE) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "feed_records: no batch header at pos");
+        return NULL;
+    }
+    bheader h;
+    parse_header((const uint8_t *)view.buf + pos, &h);
+    PyBuffer_Release(&view);
+    if (get_view(recobj, &rec) < 0)
+        return NULL;
+    kerr err;
+    err.kind = ERR_NONE;
+    int rc;
+    self->busy = 1;
+    if (rec.len >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = dec_records(self, &h, (const uint8_t *)rec.buf, (size_t)rec.len, pos, &err);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = dec_records(self, &h, (const uint8_t *)rec.buf, (size_t)rec.len, pos, &err);
+    }
+    self->busy = 0;
+    PyBuffer_Release(&rec);
+    if (rc < 0) {
+        self->broken = 1;
+        return raise_kerr(&err);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Decoder_finish(Decoder *self, PyObject *Py_UNUSED(ignored)) {
+    if (dec_check_usable(self) < 0)
+        return NULL;
+    size_t n = (size_t)self->rows, nh = (size_t)self->nhdr;
+    size_t bits = (n + 7) / 8, hbits = (nh + 7) / 8;
+    /* Make sure every buffer exists and is large enough even with 0 rows. */
+    if (dec_reserve_rows(self, 0) < 0 || gb_reserve(&self->hkoff, (nh + 1) * 4, 0) ||
+        gb_reserve(&self->hvoff, (nh + 1) * 4, 0) || gb_reserve(&self->hvvalid, hbits + 1, 1) ||
+        gb_reserve(&self->hkdata, 1, 0) || gb_reserve(&self->hvdata, 1, 0) ||
+        gb_reserve(&self->kdata, 1, 0) || gb_reserve(&self->vdata, 1, 0))
+        return PyErr_NoMemory();
+    PyObject *res = PyDict_New();
+    if (!res)
+        return NULL;
+    struct {
+        const char *name;
+        gbuf *b;
+        size_t size;
+    } items[] = {
+        {"offset", &self->off, n * 8},
+        {"timestamp", &self->ts, n * 8},
+        {"timestamp_type", &self->tst, n * 4},
+        {"key_validity", &self->kvalid, bits},
+        {"key_offsets", &self->koff, (n + 1) * 4},
+        {"key_data", &self->kdata, self->kdata.len},
+        {"value_validity", &self->vvalid, bits},
+        {"value_offsets", &self->voff, (n + 1) * 4},
+        {"value_data", &self->vdata, self->vdata.len},
+        {"headers_validity", &self->hvalid, bits},
+        {"headers_offsets", &self->hoff, (n + 1) * 4},
+        {"header_key_offsets", &self->hkoff, (nh + 1) * 4},
+        {"header_key_data", &self->hkdata, self->hkdata.len},
+        {"header_value_validity", &self->hvvalid, hbits},
+        {"header_value_offsets", &self->hvoff, (nh + 1) * 4},
+        {"header_value_data", &self->hvdata, self->hvdata.len},
+    };
+    for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
+        PyObject *b = gb_to_buffer(items[i].b, items[i].size);
+        if (!b || PyDict_SetItemString(res, items[i].name, b) < 0) {
+            Py_XDECREF(b);
+            Py_DECREF(res);
+            return NULL;
+        }
+        Py_DECREF(b);
+    }
+    struct {
+        const char *name;
+        int64_t v;
+    } counts[] = {
+        {"rows", self->rows},
+        {"headers", self->nhdr},
+        {"key_nulls", self->knulls},
+        {"value_nulls", self->vnulls},
+        {"headers_nulls", self->hnulls},
+        {"header_value_nulls", self->hvnulls},
+    };
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        PyObject *v = PyLong_FromLongLong(counts[i].v);
+        if (!v || PyDict_SetItemString(res, counts[i].name, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(res);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    if (dec_reset(self) < 0) {
+        Py_DECREF(res);
+        return PyErr_NoMemory();
+    }
+    return res;
+}
+
+static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"start_offset", "end_offset", "include_headers", "verify_crc",
+                             "aborted", NULL};
+    long long start = 0, end = INT64_MAX;
+    int include_headers = 1, verify_crc = 1;
+    PyObject *aborted = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|LLppO:Decoder", kwlist, &start, &end,
+                                     &include_headers, &verify_crc, &aborted))
+        return -1;
+    self->start = start;
+    self->end = end;
+    self->include_headers = include_headers;
+    self->verify_crc = verify_crc;
+    self->busy = 0;
+    self->broken = 0;
+    free(self->ab);
+    self->ab = NULL;
+    self->nab = 0;
+    if (aborted && aborted != Py_None) {
+        PyObject *seq = PySequence_Fast(aborted, "aborted must be a sequence");
+        if (!seq)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n > 0) {
+            self->ab = malloc((size_t)n * sizeof(abtxn));
+            if (!self->ab) {
+                Py_DECREF(seq);
+                PyErr_NoMemory();
+                return -1;
+            }
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            long long pid, first, last;
+            PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+            if (!PyArg_ParseTuple(t, "LLL:aborted", &pid, &first, &last)) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            self->ab[i].pid = pid;
+            self->ab[i].first = first;
+            self->ab[i].last = last;
+        }
+        self->nab = n;
+        Py_DECREF(seq);
+        if (n > 1)
+            qsort(self->ab, (size_t)n, sizeof(abtxn), abtxn_cmp);
+    }
+    if (dec_reset(self) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void Decoder_dealloc(Decoder *self) {
+    dec_free_bufs(self);
+    free(self->ab);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Decoder_get_rows(Decoder *self, void *Py_UNUSED(c)) {
+    return PyLong_FromLongLong(self->rows);
+}
+
+static PyMethodDef Decoder_methods[] = {
+    {"feed", (PyCFunction)Decoder_feed, METH_VARARGS,
+     "feed(buf, pos=0, end=-1) -> None | (pos, codec, rec_start, rec_end)"},
+    {"feed_records", (PyCFunction)Decoder_feed_records, METH_VARARGS,
+     "feed_records(buf, pos, records): decode the decompressed records of the batch at pos"},
+    {"finish", (PyCFunction)Decoder_finish, METH_NOARGS,
+     "finish() -> dict of column buffers and counts; resets the decoder"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Decoder_getset[] = {
+    {"rows", (getter)Decoder_get_rows, NULL, "rows decoded so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject DecoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkastore._native.Decoder",
+    .tp_basicsize = sizeof(Decoder),
+    .tp_dealloc = (destructor)Decoder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "Decoder(start_offset=0, end_offset=2**63-1, include_headers=True, "
+              "verify_crc=True, aborted=()): Kafka v2 batches into Arrow buffers.",
+    .tp_methods = Decoder_methods,
+    .tp_getset = Decoder_getset,
+    .tp_init = (initproc)Decoder_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ------------------------------------------------------------------ */
+/* Module functions                                                    */
+/* ------------------------------------------------------------------ */
+
+static PyObject *crc_common(PyObject *args, int sw) {
+    Py_buffer view;
+    unsigned long long value = 0;
+    if (!PyArg_ParseTuple(args, "y*|K", &view, &value))
+        return NULL;
+    uint32_t crc;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    size_t n = (size_t)view.len;
+    if (n >= RELEASE_GIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = sw ? crc32c_sw((uint32_t)value, p, n) : ks_crc32c((uint32_t)value, p, n);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = sw ? crc32c_sw((uint32_t)value, p, n) : ks_crc32c((uint32_t)value, p, n);
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *mod_crc32c(PyObject *Py_UNUSED(m), PyObject *args) { return crc_common(args, 0); }
+static PyObject *mod_crc32c_sw(PyObject *Py_UNUSED(m), PyObject *args) { return crc_common(args, 1); }
+
+/* Doubling memcpy: fill n*size bytes with copies of the first `size`. */
+static void fill_pattern(uint8_t *dst, size_t total, size_t size) {
+    size_t done = size;
+    while (done < total) {
+        size_t k = done < total - done ? done : total - done;
+        memcpy(dst + done, dst, k);
+        done += k;
+    }
+}
+
+static PyObject *mod_repeat_binary(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*n:repeat_binary", &view, &n))
+        return NULL;
+    size_t L = (size_t)view.len;
+    if (n < 0 || (L && (size_t)n > (size_t)INT32_MAX / L)) {
+        PyBuffer_Release(&view);
+        kerr e;
+        KERR(&e, ERR_TOO_LARGE, 0, 0, 0,
+             "repeated value exceeds 2 GiB in one Arrow column; decode a smaller byte range");
+        return raise_kerr(&e);
+    }
+    PyObject *offs = new_buffer(((size_t)n + 1) * 4);
+    PyObject *data = offs ? new_buffer(L * (size_t)n) : NULL;
+    if (!data) {
+        Py_XDECREF(offs);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int32_t *o = (int32_t *)((BufferObject *)offs)->data;
+    for (Py_ssize_t i = 0; i <= n; i++)
+        o[i] = (int32_t)((size_t)i * L);
+    if (n > 0 && L > 0) {
+        uint8_t *dst = ((BufferObject *)data)->data;
+        memcpy(dst, view.buf, L);
+        fill_pattern(dst, L * (size_t)n, L);
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NN)", offs, data);
+}
+
+static PyObject *mod_fill_int32(PyObject *Py_UNUSED(m), PyObject *args) {
+    int v;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "in:fill_int32", &v, &n))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative length");
+        return NULL;
+    }
+    PyObject *b = new_buffer((size_t)n * 4);
+    if (!b)
+        return NULL;
+    int32_t *o = (int32_t *)((BufferObject *)b)->data;
+    for (Py_ssize_t i = 0; i < n; i++)
+        o[i] = v;
+    return b;
+}
+
+static PyObject *mod_set_alloc_mode(PyObject *Py_UNUSED(m), PyObject *args) {
+    int mode;
+    if (!PyArg_ParseTuple(args, "i", &mode))
+        return NULL;
+    int old = alloc_mode;
+    alloc_mode = mode;
+    return PyLong_FromLong(old);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
+     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate (tuning)"},
+    {"repeat_binary", mod_repeat_binary, METH_VARARGS,
+     "repeat_binary(value, n) -> (int32 offsets Buffer, data Buffer) of n copies"},
+    {"fill_int32", mod_fill_int32, METH_VARARGS, "fill_int32(v, n) -> Buffer of n int32 v"},
+    {"crc32c", mod_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int (CRC-32C)"},
+    {"crc32c_sw", mod_crc32c_sw, METH_VARARGS,
+     "crc32c_sw(data, value=0) -> int (table implementation, for tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "kafkastore._native",
+    .m_doc = "C kernel of kafkastore.arrow_decode: Kafka v2 record batches into Arrow buffers.",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    crc_init();
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&DecoderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m)
+        return NULL;
+    DecodeError = PyErr_NewExceptionWithDoc(
+        "kafkastore._native.DecodeError",
+        "args = (kind, message, offset, position); kind 0 corrupt, 1 CRC, 2 too large",
+        PyExc_ValueError, NULL);
+    if (!DecodeError)
+        goto fail;
+    Py_INCREF(DecodeError);
+    if (PyModule_AddObject(m, "DecodeError", DecodeError) < 0)
+        goto fail;
+    Py_INCREF(&DecoderType);
+    if (PyModule_AddObject(m, "Decoder", (PyObject *)&DecoderType) < 0)
+        goto fail;
+    Py_INCREF(&BufferType);
+    if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0)
+        goto fail;
+    if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,643 @@
+"""Kafka record batches (magic v2) straight into Arrow, in Spark's Kafka schema.
+
+Every Spark job reads the log through :func:`decode_to_arrow`: it takes the
+bytes of a segment (or a byte range of one, aligned to batch boundaries) and
+returns one ``pyarrow.RecordBatch`` with :data:`KAFKA_SCHEMA`, the schema of
+Spark's Kafka source, so existing queries work unchanged::
+
+    key binary, value binary, topic string, partition int32, offset int64,
+    timestamp timestamp[us, UTC], timestampType int32,
+    headers list<struct<key string, value binary>>
+
+What it does, per batch (in offset order, as Kafka's consumer does):
+
+* framing and header checks (magic 2, lengths, codec, record count), then the
+  CRC-32C (``verify_crc``) on the bytes as stored (compressed);
+* stops at the first batch whose base offset is ``>= end_offset``; skips
+  batches that end before ``start_offset``; keeps only records with
+  ``start_offset <= offset < end_offset``;
+* control batches (transaction markers) never produce rows;
+* under read_committed, transactional batches of an aborted transaction are
+  dropped: ``aborted`` lists :class:`~kafkastore.transactions.AbortedTxn`
+  (or ``(producer_id, first_offset, last_offset)`` tuples) and a
+  transactional batch is dropped when its producer id matches and its base
+  offset is within ``[first_offset, last_offset]``
+  (as :func:`kafkastore.transactions.is_aborted`);
+* compressed batches (gzip, snappy, lz4, zstd) are decompressed one at a time
+  with :func:`kafkastore.compression.decompress`;
+* ``timestampType`` is 1 when the batch has the LogAppendTime bit, and then
+  every record's timestamp is the batch's max timestamp (as Kafka's readers
+  do), else 0 and the timestamp is base timestamp + delta. Timestamps are
+  milliseconds in the log and microseconds in Arrow (as Spark converts them).
+
+Columns that differ from a naive reading, chosen to mirror Spark:
+
+* ``topic`` and ``partition`` are the arguments, repeated.
+* ``headers`` is **null** for a record without headers (Spark's
+  ``KafkaRecordToRowConverter`` does the same) and null for every row when
+  ``include_headers=False``. The column is always present so the schema is
+  fixed; Spark's source drops the column instead unless ``includeHeaders``
+  is set, which the data source can do with ``batch.drop_columns``. A header
+  key that is not valid UTF-8 is a CorruptRecordError (Arrow strings must be
+  UTF-8; Kafka's Java client would substitute U+FFFD).
+
+Errors: bytes that are not valid batches raise
+:class:`~kafkastore.errors.CorruptRecordError` (a CRC failure
+:class:`~kafkastore.errors.CrcMismatchError`), with ``segment`` (the
+argument), ``offset`` (the batch's base offset) and ``position`` (the batch's
+byte position in ``buf`` plus ``base_position``, so a caller that read a byte
+range can report positions in the segment). A compressed payload that does
+not decompress is a CorruptRecordError too (the CompressionError is chained
+as ``__cause__``). Output too large for Arrow's 32-bit offsets (over 2 GiB of
+keys, values or header bytes in one call) raises
+:class:`~kafkastore.errors.KafkaStoreError`: decode a smaller byte range.
+
+Two implementations sit behind one interface, as in aiokafka's ``record``
+package: the C kernel in ``kafkastore/_native.c`` (walks the records and
+writes Arrow buffers directly; no per-record Python objects) and a
+pure-Python one (builds lists; slower, same results and errors). Both are
+driven by the same loop (:func:`_decode`) through the :class:`BatchDecoder`
+protocol. :func:`decode_to_arrow` uses the C one when it is built, unless the
+environment sets ``KAFKASTORE_NO_EXTENSIONS=1``; :func:`decode_to_arrow_pure`
+and :func:`decode_to_arrow_native` pick one explicitly (tests run both).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any, Callable, Iterable, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from .compression import MAX_DECOMPRESSED_SIZE, decompress
+from .errors import CompressionError, CorruptRecordError, CrcMismatchError, KafkaStoreError
+from .record_batch import HEADER_SIZE, check_crc, parse_header
+
+try:
+    from . import _native
+except ImportError:  # not built: the pure decoder does everything
+    _native = None
+
+__all__ = [
+    "KAFKA_SCHEMA", "HEADERS_TYPE", "IMPLEMENTATION", "NATIVE_AVAILABLE",
+    "decode_to_arrow", "decode_to_arrow_pure", "decode_to_arrow_native", "BatchDecoder",
+]
+
+# ------------------------------------------------------------------ schema
+
+HEADER_STRUCT_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_STRUCT_TYPE)
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+
+#: Spark's Kafka source schema (every field nullable, as Spark declares them).
+KAFKA_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", HEADERS_TYPE),
+])
+
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+_TS_MS_LIMIT = _INT64_MAX // 1000  # timestamps beyond this overflow microseconds
+
+NATIVE_AVAILABLE = _native is not None
+#: "native" or "pure": what decode_to_arrow uses.
+IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
+                  and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
+
+
+class BatchDecoder(Protocol):
+    """What the shared driver loop needs from an implementation.
+
+    Constructed as ``Impl(start_offset, end_offset, include_headers,
+    verify_crc, aborted)`` with ``end_offset`` an int (2**63-1 for none) and
+    ``aborted`` a list of ``(producer_id, first_offset, last_offset)``.
+    """
+
+    def feed(self, buf, pos: int = 0, end: int = -1) -> tuple[int, int, int, int] | None:
+        """Walk the whole batches of ``buf[pos:end]``.
+
+        Uncompressed batches are decoded on the spot. Returns None when the
+        region is done (or a batch at/after ``end_offset`` was reached), or
+        ``(pos, codec, rec_start, rec_end)`` for a compressed batch with rows
+        to give (its CRC already checked): the caller decompresses
+        ``buf[rec_start:rec_end]``, calls :meth:`feed_records` and resumes at
+        ``rec_end``.
+        """
+
+    def feed_records(self, buf, pos: int, records) -> None:
+        """Decode the decompressed records of the batch whose header is at ``buf[pos]``."""
+
+    def finish(self) -> dict[str, Any]:
+        """The decoded columns: ``rows`` and arrays ``key``, ``value``, ``offset``,
+        ``timestamp``, ``timestampType``, ``headers``."""
+
+
+# ------------------------------------------------------------ the driver
+
+def _view(buf) -> memoryview:
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def _aborted_tuples(aborted) -> list[tuple[int, int, int]]:
+    out = []
+    for txn in aborted or ():
+        if hasattr(txn, "producer_id"):
+            out.append((int(txn.producer_id), int(txn.first_offset), int(txn.last_offset)))
+        else:
+            pid, first, last = txn
+            out.append((int(pid), int(first), int(last)))
+    return out
+
+
+class _NoNativeError(Exception):
+    """Placeholder for _native.DecodeError when the extension is not built."""
+
+
+_DecodeError = _native.DecodeError if _native is not None else _NoNativeError
+
+
+def _located(e: CorruptRecordError, segment, base_position: int) -> CorruptRecordError:
+    pos = e.position + base_position if e.position is not None else None
+    return type(e)(e.reason, segment=e.segment if e.segment is not None else segment,
+                   offset=e.offset, position=pos)
+
+
+def _from_native(e, segment, base_position: int) -> KafkaStoreError:
+    kind, message, offset, position = e.args
+    if kind == 2:
+        return KafkaStoreError(message)
+    cls = CrcMismatchError if kind == 1 else CorruptRecordError
+    return cls(message, segment=segment, offset=offset, position=position + base_position)
+
+
+def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: int,
+            start_offset: int = 0, end_offset: int | None = None,
+            aborted: Iterable = (), include_headers: bool = True, verify_crc: bool = True,
+            segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+    if not isinstance(topic, str):
+        raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+    view = _view(buf)
+    end = _INT64_MAX if end_offset is None else int(end_offset)
+    dec = impl(int(start_offset), end, bool(include_headers), bool(verify_crc),
+               _aborted_tuples(aborted))
+    pos = 0
+    try:
+        while True:
+            pending = dec.feed(view, pos)
+            if pending is None:
+                break
+            pos, codec, rec_start, rec_end = pending
+            try:
+                records = decompress(codec, view[rec_start:rec_end], MAX_DECOMPRESSED_SIZE)
+            except CompressionError as e:
+                (base,) = struct.unpack_from(">q", view, pos)
+                raise CorruptRecordError(f"batch payload does not decompress: {e}",
+                                         offset=base, position=pos) from e
+            dec.feed_records(view, pos, records)
+            pos = rec_end
+        cols = dec.finish()
+    except CorruptRecordError as e:
+        raise _located(e, segment, base_position) from e.__cause__
+    except _DecodeError as e:
+        raise _from_native(e, segment, base_position) from None
+    n = cols["rows"]
+    topic_col, partition_col = _constant_columns(topic, int(partition), n)
+    return pa.RecordBatch.from_arrays(
+        [cols["key"], cols["value"], topic_col, partition_col, cols["offset"],
+         cols["timestamp"], cols["timestampType"], cols["headers"]],
+        schema=KAFKA_SCHEMA)
+
+
+def _constant_columns(topic: str, partition: int, n: int) -> tuple[pa.Array, pa.Array]:
+    tb = topic.encode("utf-8")
+    if _native is not None:
+        try:
+            offsets, data = _native.repeat_binary(tb, n)
+        except _native.DecodeError as e:
+            raise KafkaStoreError(e.args[1]) from None
+        topic_col = pa.Array.from_buffers(
+            pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        part = pa.Array.from_buffers(
+            pa.int32(), n, [None, pa.py_buffer(_native.fill_int32(partition, n))])
+        return topic_col, part
+    if len(tb) * n > _INT32_MAX:
+        raise KafkaStoreError("topic column exceeds 2 GiB in one Arrow batch; "
+                              "decode a smaller byte range")
+    offsets = np.arange(0, (n + 1) * len(tb), len(tb) or 1, dtype=np.int32)[:n + 1] \
+        if tb else np.zeros(n + 1, dtype=np.int32)
+    topic_col = pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(tb * n)])
+    part = pa.array(np.full(n, partition, dtype=np.int32))
+    return topic_col, part
+
+
+# --------------------------------------------------------- the C kernel
+
+if _native is not None:
+    class _NativeDecoder(_native.Decoder):
+        """The C decoder; finish() wraps its buffers as Arrow arrays (zero copy)."""
+
+        __slots__ = ()
+
+        def finish(self) -> dict[str, Any]:
+            r = super().finish()
+            n, nh = r["rows"], r["headers"]
+            buf = pa.py_buffer
+
+            def validity(name: str, nulls: int):
+                return buf(r[name]) if nulls else None
+
+            def binary(typ, length, prefix, nulls):
+                return pa.Array.from_buffers(
+                    typ, length,
+                    [validity(prefix + "_validity", nulls) if nulls is not None else None,
+                     buf(r[prefix + "_offsets"]), buf(r[prefix + "_data"])],
+                    null_count=nulls or 0)
+
+            hkeys = binary(pa.string(), nh, "header_key", None)
+            hvals = binary(pa.binary(), nh, "header_value", r["header_value_nulls"])
+            hstruct = pa.Array.from_buffers(HEADER_STRUCT_TYPE, nh, [None], null_count=0,
+                                            children=[hkeys, hvals])
+            hnulls = r["headers_nulls"]
+            headers = pa.Array.from_buffers(
+                HEADERS_TYPE, n, [validity("headers_validity", hnulls), buf(r["headers_offsets"])],
+                null_count=hnulls, children=[hstruct])
+            return {
+                "rows": n,
+                "key": binary(pa.binary(), n, "key", r["key_nulls"]),
+                "value": binary(pa.binary(), n, "value", r["value_nulls"]),
+                "offset": pa.Array.from_buffers(pa.int64(), n, [None, buf(r["offset"])]),
+                "timestamp": pa.Array.from_buffers(TIMESTAMP_TYPE, n,
+                                                   [None, buf(r["timestamp"])]),
+                "timestampType": pa.Array.from_buffers(pa.int32(), n,
+                                                       [None, buf(r["timestamp_type"])]),
+                "headers": headers,
+            }
+else:
+    _NativeDecoder = None
+
+
+# ------------------------------------------------------ the pure decoder
+
+_CODEC_MASK = 0x07
+_LOG_APPEND_TIME = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+def _varint_slow(data: bytes, pos: int, limit: int, nbytes: int, bits: int, what: str):
+    """A zig-zag varint of up to ``nbytes`` bytes ending before ``limit``."""
+    result = 0
+    shift = 0
+    for _ in range(nbytes):
+        if pos >= limit:
+            raise CorruptRecordError(f"truncated {what}")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if result >> bits:
+                raise CorruptRecordError(f"invalid {what} (too large)")
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+    raise CorruptRecordError(f"invalid {what} (longer than {nbytes} bytes)")
+
+
+def _one_chunk(values: list, typ: pa.DataType, what: str) -> pa.Array:
+    """pa.array(values), which chunks past 2 GiB of data: refused like the C kernel."""
+    arr = pa.array(values, typ)
+    if isinstance(arr, pa.ChunkedArray):
+        raise KafkaStoreError(f"decoded {what} data exceeds 2 GiB in one column of one Arrow "
+                              "batch; decode a smaller byte range")
+    return arr
+
+
+class _PureDecoder:
+    """The pure-Python implementation of :class:`BatchDecoder` (builds lists)."""
+
+    def __init__(self, start_offset: int, end_offset: int, include_headers: bool,
+                 verify_crc: bool, aborted: list[tuple[int, int, int]]):
+        self.start = start_offset
+        self.end = end_offset
+        self.include_headers = include_headers
+        self.verify_crc = verify_crc
+        self.aborted: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in aborted:
+            self.aborted.setdefault(pid, []).append((first, last))
+        self._reset()
+
+    def _reset(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int] = []
+        self.ts_types: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.h_offsets: list[int] = [0]
+        self.h_null: list[bool] = []
+        self.h_keys: list[str] = []
+        self.h_values: list[bytes | None] = []
+
+    def _is_aborted(self, pid: int, base: int) -> bool:
+        for first, last in self.aborted.get(pid, ()):
+            if first <= base <= last:
+                return True
+        return False
+
+    def feed(self, buf, pos: int = 0, end: int = -1):
+        view = _view(buf)
+        if end < 0:
+            end = len(view)
+        region = view[:end] if end != len(view) else view
+        while pos < end:
+            h = parse_header(region, pos)
+            if h.base_offset + h.last_offset_delta > _INT64_MAX:
+                raise CorruptRecordError("last offset overflows int64",
+                                         offset=h.base_offset, position=pos)
+            if h.base_offset >= self.end:
+                return None
+            if self.verify_crc:
+                check_crc(region, pos, h)
+            attrs = h.attributes
+            size = h.batch_length + 12
+            if not (attrs & _CONTROL
+                    or h.base_offset + h.last_offset_delta < self.start
+                    or (attrs & _TRANSACTIONAL and self.aborted
+                        and self._is_aborted(h.producer_id, h.base_offset))):
+                codec = attrs & _CODEC_MASK
+                if codec:
+                    return pos, codec, pos + HEADER_SIZE, pos + size
+                self._records(h, bytes(region[pos + HEADER_SIZE:pos + size]), pos)
+            pos += size
+        return None
+
+    def feed_records(self, buf, pos: int, records) -> None:
+        h = parse_header(buf, pos)
+        self._records(h, bytes(records), pos)
+
+    def _records(self, h, data: bytes, bpos: int) -> None:
+        try:
+            self._walk(h, data)
+        except CorruptRecordError as e:
+            raise e.located(offset=h.base_offset, position=bpos) from None
+        except IndexError:  # a varint ran off the end of the data
+            raise CorruptRecordError("truncated record", offset=h.base_offset,
+                                     position=bpos) from None
+
+    def _walk(self, h, data: bytes) -> None:  # noqa: C901 - one hot loop, kept flat
+        base = h.base_offset
+        count = h.record_count
+        last_delta = h.last_offset_delta
+        log_append = bool(h.attributes & _LOG_APPEND_TIME)
+        ts_type = 1 if log_append else 0
+        base_ts = h.base_timestamp
+        max_ts = h.max_timestamp
+        start, stop = self.start, self.end
+        want_headers = self.include_headers
+        slow = _varint_slow
+        # Rows of this batch go to local lists first: a corrupt record later
+        # in the batch must not leave half a batch behind.
+        offsets, timestamps, keys, values = [], [], [], []
+        h_counts: list[int] = []
+        h_keys, h_values = [], []
+        end = len(data)
+        pos = 0
+        prev = -1
+        for i in range(count):
+            if pos >= end:
+                raise CorruptRecordError(
+                    f"record count {count} but the batch ends after {i} records")
+            b = data[pos]
+            if b < 0x80:
+                rlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < end and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                rlen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                rlen, pos = slow(data, pos, end, 5, 32, f"record {i} length")
+            if rlen < 0 or rlen > end - pos:
+                raise CorruptRecordError(
+                    f"record {i}: length {rlen} outside the batch ({end - pos} bytes left)")
+            rend = pos + rlen
+            if rlen < 1:
+                raise CorruptRecordError(f"record {i}: empty record")
+            pos += 1  # attributes: unused
+            b = data[pos] if pos < rend else 0x80
+            if b < 0x80:
+                tsd = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < rend and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                tsd = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                tsd, pos = slow(data, pos, rend, 10, 64, f"record {i} timestamp delta")
+            b = data[pos] if pos < rend else 0x80
+            if b < 0x80:
+                offd = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < rend and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                offd = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                offd, pos = slow(data, pos, rend, 5, 32, f"record {i} offset delta")
+            if not prev < offd <= last_delta:
+                raise CorruptRecordError(
+                    f"record {i}: offset delta {offd} not increasing within "
+                    f"[0, {last_delta}] (previous {prev})")
+            prev = offd
+            offset = base + offd
+            emit = start <= offset < stop
+            # key
+            b = data[pos] if pos < rend else 0x80
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < rend and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                klen, pos = slow(data, pos, rend, 5, 32, f"record {i} key length")
+            if klen >= 0:
+                if klen > rend - pos:
+                    raise CorruptRecordError(f"record {i}: key length {klen} past the record end")
+                key = data[pos:pos + klen] if emit else None
+                pos += klen
+            elif klen == -1:
+                key = None
+            else:
+                raise CorruptRecordError(f"record {i}: invalid key length {klen}")
+            # value
+            b = data[pos] if pos < rend else 0x80
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < rend and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                vlen, pos = slow(data, pos, rend, 5, 32, f"record {i} value length")
+            if vlen >= 0:
+                if vlen > rend - pos:
+                    raise CorruptRecordError(
+                        f"record {i}: value length {vlen} past the record end")
+                value = data[pos:pos + vlen] if emit else None
+                pos += vlen
+            elif vlen == -1:
+                value = None
+            else:
+                raise CorruptRecordError(f"record {i}: invalid value length {vlen}")
+            # headers
+            b = data[pos] if pos < rend else 0x80
+            if b < 0x80:
+                hcount = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < rend and data[pos + 1] < 0x80:
+                b = (b & 0x7F) | (data[pos + 1] << 7)
+                hcount = (b >> 1) ^ -(b & 1)
+                pos += 2
+            else:
+                hcount, pos = slow(data, pos, rend, 5, 32, f"record {i} header count")
+            if hcount < 0:
+                raise CorruptRecordError(f"record {i}: negative header count {hcount}")
+            keep = emit and want_headers
+            for j in range(hcount) if hcount else ():
+                hkl, pos = slow(data, pos, rend, 5, 32, f"record {i} header {j} key length")
+                if hkl < 0 or hkl > rend - pos:
+                    raise CorruptRecordError(f"record {i} header {j}: key length {hkl} invalid")
+                hk = data[pos:pos + hkl]
+                pos += hkl
+                hvl, pos = slow(data, pos, rend, 5, 32, f"record {i} header {j} value length")
+                if hvl >= 0:
+                    if hvl > rend - pos:
+                        raise CorruptRecordError(
+                            f"record {i} header {j}: value length {hvl} past the record end")
+                    hv = data[pos:pos + hvl]
+                    pos += hvl
+                elif hvl == -1:
+                    hv = None
+                else:
+                    raise CorruptRecordError(f"record {i} header {j}: invalid value length {hvl}")
+                if keep:
+                    try:
+                        h_keys.append(hk.decode("utf-8"))
+                    except UnicodeDecodeError:
+                        raise CorruptRecordError(
+                            f"record {i} header {j}: key is not valid UTF-8") from None
+                    h_values.append(hv)
+            if pos != rend:
+                raise CorruptRecordError(
+                    f"record {i}: {rlen} bytes declared, {pos - (rend - rlen)} read")
+            if not emit:
+                continue
+            ts = max_ts if log_append else base_ts + tsd
+            if not -_TS_MS_LIMIT <= ts <= _TS_MS_LIMIT:
+                raise CorruptRecordError(f"record {i}: timestamp {ts} ms out of range")
+            offsets.append(offset)
+            timestamps.append(ts * 1000)
+            keys.append(key)
+            values.append(value)
+            h_counts.append(hcount if keep else -1)
+        if pos != end:
+            raise CorruptRecordError(
+                f"{end - pos} bytes left in the batch after its {count} records")
+        # Commit the batch.
+        self.offsets += offsets
+        self.timestamps += timestamps
+        self.ts_types += [ts_type] * len(offsets)
+        self.keys += keys
+        self.values += values
+        h_off = self.h_offsets
+        total = h_off[-1]
+        h_null = self.h_null
+        for c in h_counts:
+            if c > 0:
+                total += c
+                h_null.append(False)
+            else:
+                h_null.append(True)
+            h_off.append(total)
+        self.h_keys += h_keys
+        self.h_values += h_values
+
+    def finish(self) -> dict[str, Any]:
+        n = len(self.offsets)
+        hstruct = pa.StructArray.from_arrays(
+            [_one_chunk(self.h_keys, pa.string(), "header key"),
+             _one_chunk(self.h_values, pa.binary(), "header value")],
+            fields=list(HEADER_STRUCT_TYPE))
+        headers = pa.ListArray.from_arrays(
+            pa.array(self.h_offsets, pa.int32()), hstruct, type=HEADERS_TYPE,
+            mask=pa.array(self.h_null, pa.bool_()) if n else None)
+        cols = {
+            "rows": n,
+            "key": _one_chunk(self.keys, pa.binary(), "key"),
+            "value": _one_chunk(self.values, pa.binary(), "value"),
+            "offset": pa.array(self.offsets, pa.int64()),
+            "timestamp": pa.array(self.timestamps, pa.int64()).view(TIMESTAMP_TYPE),
+            "timestampType": pa.array(self.ts_types, pa.int32()),
+            "headers": headers,
+        }
+        self._reset()
+        return cols
+
+
+# ------------------------------------------------------------ public API
+
+def decode_to_arrow_pure(buf, *, topic: str, partition: int, start_offset: int = 0,
+                         end_offset: int | None = None, aborted: Iterable = (),
+                         include_headers: bool = True, verify_crc: bool = True,
+                         segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+    """:func:`decode_to_arrow` with the pure-Python decoder."""
+    return _decode(_PureDecoder, buf, topic=topic, partition=partition,
+                   start_offset=start_offset, end_offset=end_offset, aborted=aborted,
+                   include_headers=include_headers, verify_crc=verify_crc, segment=segment,
+                   base_position=base_position)
+
+
+def decode_to_arrow_native(buf, *, topic: str, partition: int, start_offset: int = 0,
+                           end_offset: int | None = None, aborted: Iterable = (),
+                           include_headers: bool = True, verify_crc: bool = True,
+                           segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+    """:func:`decode_to_arrow` with the C decoder (RuntimeError if it is not built)."""
+    if _NativeDecoder is None:
+        raise RuntimeError("kafkastore._native is not built (pip install . with a C compiler, "
+                           "or python setup.py build_ext --inplace)")
+    return _decode(_NativeDecoder, buf, topic=topic, partition=partition,
+                   start_offset=start_offset, end_offset=end_offset, aborted=aborted,
+                   include_headers=include_headers, verify_crc=verify_crc, segment=segment,
+                   base_position=base_position)
+
+
+def decode_to_arrow(buf, *, topic: str, partition: int, start_offset: int = 0,
+                    end_offset: int | None = None, aborted: Iterable = (),
+                    include_headers: bool = True, verify_crc: bool = True,
+                    segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+    """Decode whole consecutive v2 batches into one RecordBatch of :data:`KAFKA_SCHEMA`.
+
+    ``buf``: bytes-like holding a segment or a batch-aligned byte range of one
+    (``base_position``: where ``buf`` starts in the segment, for error
+    positions). Keeps records with ``start_offset <= offset < end_offset``
+    (``end_offset`` None: no upper bound), drops control batches and the
+    ``aborted`` transactions' batches, checks CRCs when ``verify_crc``.
+    See the module docstring for the column semantics and errors.
+    """
+    impl = _NativeDecoder if IMPLEMENTATION == "native" else _PureDecoder
+    return _decode(impl, buf, topic=topic, partition=partition,
+                   start_offset=start_offset, end_offset=end_offset, aborted=aborted,
+                   include_headers=include_headers, verify_crc=verify_crc, segment=segment,
+                   base_position=base_position)

@@ -1,0 +1,116 @@
+"""Every error kafkastore raises on purpose derives from :class:`KafkaStoreError`.
+
+The CLI catches that one class and prints its message on a single line; anything
+else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+
+class KafkaStoreError(Exception):
+    """Root of all errors raised by kafkastore and pipelines."""
+
+
+class ConfigError(KafkaStoreError, ValueError):
+    """A bad option, config value, URL or argument; the message shows the expected shape."""
+
+
+class CorruptRecordError(KafkaStoreError):
+    """Bytes that are not a valid Kafka record batch.
+
+    ``segment``, ``offset`` and ``position`` locate the damage when known
+    (``offset`` is the batch's base offset, ``position`` its byte position).
+    """
+
+    def __init__(self, message: str, *, segment: str | None = None,
+                 offset: int | None = None, position: int | None = None):
+        self.reason = message
+        self.segment = segment
+        self.offset = offset
+        self.position = position
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.segment is not None:
+            where.append(f"segment {self.segment}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        return f"{self.reason} ({', '.join(where)})" if where else self.reason
+
+    def located(self, *, segment: str | None = None, offset: int | None = None,
+                position: int | None = None) -> "CorruptRecordError":
+        """Return a copy of this error with the missing location fields filled in."""
+        return type(self)(
+            self.reason,
+            segment=self.segment if self.segment is not None else segment,
+            offset=self.offset if self.offset is not None else offset,
+            position=self.position if self.position is not None else position,
+        )
+
+
+class CrcMismatchError(CorruptRecordError):
+    """A batch whose stored CRC-32C does not match its bytes."""
+
+
+class CompressionError(KafkaStoreError):
+    """Unknown codec, or a compressed payload that does not decompress."""
+
+
+class RecordTooLargeError(KafkaStoreError):
+    """A record or batch over the topic's ``max.message.bytes``."""
+
+
+class OffsetOutOfRangeError(KafkaStoreError):
+    """A fetch offset outside ``[log_start_offset, high_watermark]``."""
+
+    def __init__(self, message: str, *, log_start_offset: int, high_watermark: int):
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+        super().__init__(
+            f"{message} (log start offset {log_start_offset}, high watermark {high_watermark})")
+
+
+class UnknownTopicError(KafkaStoreError):
+    """The topic (or partition) does not exist under the root."""
+
+
+class TopicExistsError(KafkaStoreError):
+    """``topics create`` for a topic that is already there."""
+
+
+class StorageError(KafkaStoreError):
+    """The object store failed (network, permissions, missing object)."""
+
+
+class CommitConflict(StorageError):
+    """Put-if-absent lost the race: the version already exists. Re-read, re-validate, retry."""
+
+
+class CommitUnknownError(StorageError):
+    """A commit whose outcome could not be decided even by reading back."""
+
+
+class FencedError(KafkaStoreError):
+    """A writer whose epoch is older than the manifest's: it must stop writing."""
+
+
+class DuplicateSequenceError(KafkaStoreError):
+    """An idempotent producer retried a batch that is already in the log."""
+
+
+class WarehouseError(KafkaStoreError):
+    """A warehouse commit that is refused (overlap, gap) or a table that is not a table."""
+
+
+class ObjectNotFoundError(StorageError, FileNotFoundError):
+    """The object does not exist in the store."""
+
+
+class InvalidRecordError(KafkaStoreError):
+    """A record the topic refuses (e.g. a null key on a compacted topic)."""
+
+
+class OutOfOrderSequenceError(KafkaStoreError):
+    """An idempotent producer batch whose sequence does not follow the last one written."""

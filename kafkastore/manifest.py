@@ -1,0 +1,938 @@
+"""The offset manifest: the commit point of one topic-partition (DESIGN.md section 3).
+
+A partition's state is a sequence of immutable, numbered manifest versions at
+``topics/<t>/<p>/_manifest/<20-digit version>.json``. Version 1 is the first
+commit; version N+1 is created with put-if-absent, so of two writers racing
+from version N exactly one wins and the other gets :class:`CommitConflict`.
+
+Every version is a full snapshot (live segments, log start offset, leader
+epoch, producer state, compaction state), so each version is its own
+checkpoint: reading the latest state costs one listing of ``_manifest/`` plus
+one GET, however long the history is. Old versions are only needed by readers
+that loaded them before they were superseded; :meth:`ManifestStore.expire_versions`
+removes them after a grace period.
+
+Commits are data, in the style of Iceberg's table updates: a list of updates
+(:class:`AppendSegments`, :class:`ReplaceSegments`, :class:`AdvanceLogStart`,
+:class:`SetLeaderEpoch`, :class:`UpdateProducerState`, :class:`SetCleanerOffset`,
+:class:`SetExtra`) plus requirements on the base (:class:`AssertVersion`,
+:class:`AssertLeaderEpoch`, :class:`AssertSegmentsPresent`,
+:class:`AssertHighWatermark`, :class:`AssertLogStartOffset`), applied by the
+one pure function :func:`apply`, which also checks every invariant.
+
+Segment checksums are CRC-32C (Castagnoli, the record-batch CRC) of the whole
+``.log`` object, stored as an unsigned 32-bit integer.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import random
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from . import layout
+from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
+                     KafkaStoreError, ObjectNotFoundError, OffsetOutOfRangeError, StorageError)
+from .storage import Storage
+
+MANIFEST_FORMAT = 1
+NO_TIMESTAMP = -1
+MAX_PRODUCER_BATCHES = 5  # as Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+_VERSION_RE = re.compile(r"^(\d{20})\.json$")
+_SEGMENT_ID_RE = re.compile(r"^[0-9a-zA-Z]+$")
+
+
+class InvalidUpdateError(KafkaStoreError, ValueError):
+    """An update that would break a manifest invariant (overlap, gap, offsets moving backwards...)."""
+
+
+class RequirementFailedError(KafkaStoreError):
+    """A commit's precondition does not hold on the current manifest: re-plan against the new state."""
+
+
+class CorruptMetadataError(KafkaStoreError):
+    """A stored manifest (or ``_topic.json``) that cannot be parsed or breaks an invariant."""
+
+
+# ---------------------------------------------------------------------------
+# value types
+# ---------------------------------------------------------------------------
+
+def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidUpdateError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InvalidUpdateError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SegmentEntry:
+    """One live segment: the objects ``<20-digit base offset>-<segment_id>.{log,index,timeindex}``.
+
+    ``[base_offset, next_offset)`` are the offsets the segment covers
+    (``record_count`` may be smaller after compaction). Timestamps are epoch
+    ms, ``-1`` when the segment holds no timestamps. ``checksum`` is CRC-32C of
+    the ``.log`` bytes. ``aborted_txns`` lists ``(producer_id, first_offset,
+    last_offset)`` of the aborted transactions whose abort marker is in this
+    segment (Kafka's ``.txnindex``). ``delete_horizon_ms`` is set by compaction
+    when it first cleans the segment (KIP-534 at segment granularity): from
+    then on, tombstones and transaction markers in it may be dropped.
+    """
+
+    base_offset: int
+    next_offset: int
+    record_count: int
+    size: int
+    min_timestamp: int
+    max_timestamp: int
+    segment_id: str
+    writer_id: int
+    leader_epoch: int
+    checksum: int
+    index_size: int = 0
+    timeindex_size: int = 0
+    aborted_txns: tuple[tuple[int, int, int], ...] = ()
+    max_timestamp_offset: int = -1
+    delete_horizon_ms: int | None = None
+
+    def __post_init__(self):
+        # Normalise AbortedTxn named tuples / lists to plain tuples so equality and JSON are stable.
+        try:
+            txns = tuple(tuple(t) for t in self.aborted_txns)
+        except TypeError:
+            raise InvalidUpdateError(f"aborted_txns must be (producer_id, first, last) tuples, "
+                                     f"got {self.aborted_txns!r}") from None
+        for t in txns:
+            if len(t) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in t):
+                raise InvalidUpdateError(f"aborted transaction {t!r} is not (producer_id, first, last)")
+        object.__setattr__(self, "aborted_txns", txns)
+
+    @property
+    def last_offset(self) -> int:
+        """The last offset the segment covers."""
+        return self.next_offset - 1
+
+    @property
+    def stem(self) -> str:
+        """``<20-digit base offset>-<segment_id>``, the file name without extension."""
+        return layout.segment_stem(self.base_offset, self.segment_id)
+
+    def paths(self, topic: str, partition: int) -> dict[str, str]:
+        """Relative paths of the segment's objects, keyed by extension."""
+        return {ext: layout.segment_path(topic, partition, self.base_offset, self.segment_id, ext)
+                for ext in layout.SEGMENT_EXTENSIONS}
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidUpdateError` if the entry is inconsistent in itself."""
+        for name in ("base_offset", "record_count", "size", "index_size", "timeindex_size",
+                     "checksum"):
+            _check_int(name, getattr(self, name), 0)
+        _check_int("next_offset", self.next_offset, self.base_offset + 1)
+        for name in ("min_timestamp", "max_timestamp", "max_timestamp_offset"):
+            _check_int(name, getattr(self, name), -1)
+        _check_int("writer_id", self.writer_id)
+        _check_int("leader_epoch", self.leader_epoch, -1)
+        if self.checksum > 0xFFFFFFFF:
+            raise InvalidUpdateError(f"checksum {self.checksum} is not a CRC-32C value")
+        if self.record_count > self.next_offset - self.base_offset:
+            raise InvalidUpdateError(
+                f"segment {self.stem}: {self.record_count} records do not fit in offsets "
+                f"[{self.base_offset}, {self.next_offset})")
+        if not isinstance(self.segment_id, str) or not _SEGMENT_ID_RE.match(self.segment_id):
+            raise InvalidUpdateError(f"segment id {self.segment_id!r} must be letters and digits")
+        if self.min_timestamp != NO_TIMESTAMP and self.max_timestamp < self.min_timestamp:
+            raise InvalidUpdateError(f"segment {self.stem}: max_timestamp < min_timestamp")
+        if self.max_timestamp_offset != -1 and not (
+                self.base_offset <= self.max_timestamp_offset < self.next_offset):
+            raise InvalidUpdateError(f"segment {self.stem}: max_timestamp_offset outside the segment")
+        if self.delete_horizon_ms is not None:
+            _check_int("delete_horizon_ms", self.delete_horizon_ms, 0)
+        for pid, first, last in self.aborted_txns:
+            if pid < 0 or not (0 <= first <= last < self.next_offset):
+                raise InvalidUpdateError(
+                    f"segment {self.stem}: aborted transaction {(pid, first, last)} is not "
+                    f"(producer id >= 0, first <= last < next offset)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        d = {
+            "base_offset": self.base_offset, "next_offset": self.next_offset,
+            "record_count": self.record_count, "size": self.size,
+            "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp,
+            "max_timestamp_offset": self.max_timestamp_offset,
+            "segment_id": self.segment_id, "writer_id": self.writer_id,
+            "leader_epoch": self.leader_epoch, "checksum": self.checksum,
+            "index_size": self.index_size, "timeindex_size": self.timeindex_size,
+            "aborted_txns": [list(t) for t in self.aborted_txns],
+        }
+        if self.delete_horizon_ms is not None:
+            d["delete_horizon_ms"] = self.delete_horizon_ms
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SegmentEntry":
+        """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
+        try:
+            return cls(
+                base_offset=d["base_offset"], next_offset=d["next_offset"],
+                record_count=d["record_count"], size=d["size"],
+                min_timestamp=d["min_timestamp"], max_timestamp=d["max_timestamp"],
+                segment_id=d["segment_id"], writer_id=d["writer_id"],
+                leader_epoch=d["leader_epoch"], checksum=d["checksum"],
+                index_size=d.get("index_size", 0), timeindex_size=d.get("timeindex_size", 0),
+                aborted_txns=tuple(tuple(t) for t in d.get("aborted_txns", ())),
+                max_timestamp_offset=d.get("max_timestamp_offset", -1),
+                delete_horizon_ms=d.get("delete_horizon_ms"),
+            )
+        except (KeyError, TypeError, ValueError, InvalidUpdateError) as exc:
+            raise CorruptMetadataError(f"bad segment entry {d!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    """What idempotence remembers of one appended producer batch."""
+
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    timestamp: int = NO_TIMESTAMP
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON-ready form."""
+        return {"first_sequence": self.first_sequence, "last_sequence": self.last_sequence,
+                "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "timestamp": self.timestamp}
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """Idempotent producer state of one producer id: its epoch and last batches (oldest first)."""
+
+    epoch: int
+    batches: tuple[BatchMetadata, ...] = ()
+    last_timestamp: int = NO_TIMESTAMP
+    txn_first_offset: int | None = None  # first offset of an open transaction, if any
+
+    @property
+    def last_sequence(self) -> int:
+        """Last sequence number appended, -1 if none."""
+        return self.batches[-1].last_sequence if self.batches else -1
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last record appended, -1 if none."""
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def with_batch(self, batch: BatchMetadata) -> "ProducerState":
+        """This state plus ``batch``, keeping the newest :data:`MAX_PRODUCER_BATCHES`."""
+        batches = (self.batches + (batch,))[-MAX_PRODUCER_BATCHES:]
+        return replace(self, batches=batches, last_timestamp=max(self.last_timestamp, batch.timestamp))
+
+    def find_batch(self, first_sequence: int, last_sequence: int) -> BatchMetadata | None:
+        """The retained batch with these sequence numbers (a duplicate send), if any."""
+        for b in self.batches:
+            if b.first_sequence == first_sequence and b.last_sequence == last_sequence:
+                return b
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"epoch": self.epoch, "batches": [b.to_dict() for b in self.batches],
+                "last_timestamp": self.last_timestamp, "txn_first_offset": self.txn_first_offset}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProducerState":
+        """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
+        try:
+            return cls(epoch=d["epoch"],
+                       batches=tuple(BatchMetadata(**b) for b in d.get("batches", ())),
+                       last_timestamp=d.get("last_timestamp", NO_TIMESTAMP),
+                       txn_first_offset=d.get("txn_first_offset"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptMetadataError(f"bad producer state {d!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """Audit record of the commit that made a version. ``commit_id`` is unique per attempt."""
+
+    commit_id: str
+    operation: str
+    writer: str
+    timestamp_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"id": self.commit_id, "operation": self.operation, "writer": self.writer,
+                "timestamp": self.timestamp_ms}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CommitInfo":
+        """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
+        try:
+            return cls(str(d["id"]), str(d["operation"]), str(d["writer"]), int(d["timestamp"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptMetadataError(f"bad commit record {d!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One version of a partition's manifest. Treat ``producers`` and ``extra`` as read-only.
+
+    ``version`` 0 is the empty state before the first commit (never stored).
+    ``cleaner_offset`` is compaction's checkpoint (Kafka's first dirty offset):
+    offsets below it have been cleaned. ``extra`` holds durable state of the
+    batch jobs (JSON values).
+    """
+
+    topic: str
+    partition: int
+    version: int = 0
+    segments: tuple[SegmentEntry, ...] = ()
+    log_start_offset: int = 0
+    leader_epoch: int = 0
+    producers: Mapping[int, ProducerState] = field(default_factory=dict)
+    cleaner_offset: int = 0
+    commit: CommitInfo | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def empty(cls, topic: str, partition: int) -> "Manifest":
+        """The state of a partition that has no manifest yet (version 0)."""
+        return cls(topic=topic, partition=partition)
+
+    @property
+    def high_watermark(self) -> int:
+        """Next offset to be written: next offset of the last segment, or the log start offset."""
+        return self.segments[-1].next_offset if self.segments else self.log_start_offset
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the live ``.log`` objects."""
+        return sum(s.size for s in self.segments)
+
+    def segment_ids(self) -> list[str]:
+        """Ids of the live segments, in offset order."""
+        return [s.segment_id for s in self.segments]
+
+    def segment_for(self, offset: int) -> SegmentEntry | None:
+        """The live segment whose range holds ``offset``, else None."""
+        i = bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1
+        if i >= 0 and offset < self.segments[i].next_offset:
+            return self.segments[i]
+        return None
+
+    def segments_from(self, offset: int) -> tuple[SegmentEntry, ...]:
+        """Live segments holding offsets ``>= offset``, in order."""
+        return tuple(s for s in self.segments if s.next_offset > offset)
+
+    # -- JSON ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the stored shape)."""
+        return {
+            "format": MANIFEST_FORMAT,
+            "topic": self.topic,
+            "partition": self.partition,
+            "version": self.version,
+            "log_start_offset": self.log_start_offset,
+            "high_watermark": self.high_watermark,
+            "leader_epoch": self.leader_epoch,
+            "cleaner_offset": self.cleaner_offset,
+            "segments": [s.to_dict() for s in self.segments],
+            "producers": {str(pid): st.to_dict() for pid, st in sorted(self.producers.items())},
+            "commit": self.commit.to_dict() if self.commit else None,
+            "extra": dict(self.extra),
+        }
+
+    def to_json(self) -> bytes:
+        """The stored bytes: compact UTF-8 JSON."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False).encode()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Manifest":
+        """Inverse of :meth:`to_dict`; checks every invariant (:class:`CorruptMetadataError`)."""
+        if not isinstance(d, Mapping):
+            raise CorruptMetadataError("manifest is not a JSON object")
+        if d.get("format") != MANIFEST_FORMAT:
+            raise CorruptMetadataError(f"unsupported manifest format {d.get('format')!r}")
+        try:
+            m = cls(
+                topic=d["topic"], partition=d["partition"], version=d["version"],
+                segments=tuple(SegmentEntry.from_dict(s) for s in d["segments"]),
+                log_start_offset=d["log_start_offset"], leader_epoch=d["leader_epoch"],
+                producers={int(k): ProducerState.from_dict(v) for k, v in d.get("producers", {}).items()},
+                cleaner_offset=d.get("cleaner_offset", 0),
+                commit=CommitInfo.from_dict(d["commit"]) if d.get("commit") else None,
+                extra=dict(d.get("extra", {})),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptMetadataError(f"bad manifest: {exc!r}") from None
+        try:
+            check_invariants(m)
+        except InvalidUpdateError as exc:
+            raise CorruptMetadataError(f"manifest breaks an invariant: {exc}") from None
+        if d.get("high_watermark") != m.high_watermark:
+            raise CorruptMetadataError(
+                f"manifest high_watermark {d.get('high_watermark')!r} does not match its segments "
+                f"({m.high_watermark})")
+        return m
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> "Manifest":
+        """Parse stored bytes."""
+        try:
+            return cls.from_dict(json.loads(data))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CorruptMetadataError(f"manifest is not JSON: {exc}") from None
+
+
+def check_invariants(m: Manifest) -> None:
+    """Raise :class:`InvalidUpdateError` unless ``m`` is a well-formed manifest.
+
+    Segments are sorted, unique by id, and tile the offsets: each starts where
+    the previous ends. The log start offset lies in the first segment (or equals
+    the high watermark when there is none). Producer batches refer to offsets
+    below the high watermark.
+    """
+    if not isinstance(m.topic, str):
+        raise InvalidUpdateError("topic must be a string")
+    try:
+        layout.validate_topic_name(m.topic)
+    except ConfigError as exc:
+        raise InvalidUpdateError(str(exc)) from None
+    _check_int("partition", m.partition, 0)
+    _check_int("version", m.version, 0)
+    _check_int("log_start_offset", m.log_start_offset, 0)
+    _check_int("leader_epoch", m.leader_epoch, 0)
+    _check_int("cleaner_offset", m.cleaner_offset, 0)
+    seen: set[str] = set()
+    for i, seg in enumerate(m.segments):
+        if not isinstance(seg, SegmentEntry):
+            raise InvalidUpdateError(f"segments must be SegmentEntry, got {type(seg).__name__}")
+        seg.validate()
+        if seg.segment_id in seen:
+            raise InvalidUpdateError(f"segment id {seg.segment_id!r} listed twice")
+        seen.add(seg.segment_id)
+        if i and seg.base_offset != m.segments[i - 1].next_offset:
+            prev = m.segments[i - 1]
+            kind = "overlaps" if seg.base_offset < prev.next_offset else "leaves a gap after"
+            raise InvalidUpdateError(
+                f"segment {seg.stem} [{seg.base_offset}, {seg.next_offset}) {kind} segment "
+                f"{prev.stem} [{prev.base_offset}, {prev.next_offset})")
+    if m.segments:
+        first = m.segments[0]
+        if not first.base_offset <= m.log_start_offset < first.next_offset:
+            raise InvalidUpdateError(
+                f"log start offset {m.log_start_offset} is not in the first segment "
+                f"[{first.base_offset}, {first.next_offset})")
+    hw = m.high_watermark
+    if m.cleaner_offset > hw:
+        raise InvalidUpdateError(f"cleaner offset {m.cleaner_offset} is past the high watermark {hw}")
+    for pid, st in m.producers.items():
+        _check_int("producer id", pid, 0)
+        if not isinstance(st, ProducerState):
+            raise InvalidUpdateError(f"producer {pid}: state must be a ProducerState")
+        _check_int(f"producer {pid} epoch", st.epoch, 0)
+        if len(st.batches) > MAX_PRODUCER_BATCHES:
+            raise InvalidUpdateError(f"producer {pid}: more than {MAX_PRODUCER_BATCHES} batches")
+        for b in st.batches:
+            if not 0 <= b.first_offset <= b.last_offset < hw:
+                raise InvalidUpdateError(
+                    f"producer {pid}: batch offsets [{b.first_offset}, {b.last_offset}] are not "
+                    f"below the high watermark {hw}")
+        if st.txn_first_offset is not None and not 0 <= st.txn_first_offset < hw:
+            raise InvalidUpdateError(f"producer {pid}: open transaction offset outside the log")
+
+
+# ---------------------------------------------------------------------------
+# updates and requirements
+# ---------------------------------------------------------------------------
+
+class Update:
+    """A change to a manifest. ``apply_to`` is pure: it returns a new Manifest."""
+
+    def apply_to(self, m: Manifest) -> Manifest:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AppendSegments(Update):
+    """Append segments at the high watermark (or, to an empty log, at or above it)."""
+
+    segments: tuple[SegmentEntry, ...]
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        segs = tuple(self.segments)
+        if not segs:
+            raise InvalidUpdateError("AppendSegments needs at least one segment")
+        first = segs[0]
+        hw = m.high_watermark
+        if m.segments and first.base_offset != hw:
+            raise InvalidUpdateError(
+                f"appended segment starts at {first.base_offset}, expected the high watermark {hw}")
+        if not m.segments and first.base_offset < hw:
+            raise InvalidUpdateError(
+                f"appended segment starts at {first.base_offset}, below the high watermark {hw}")
+        # An empty log may start higher up (adopting a Kafka log whose start was deleted).
+        start = m.log_start_offset if m.segments else first.base_offset
+        return replace(m, segments=m.segments + segs, log_start_offset=start)
+
+
+@dataclass(frozen=True)
+class ReplaceSegments(Update):
+    """Swap a contiguous run of segments for new ones covering exactly the same offsets (compaction)."""
+
+    remove: tuple[str, ...]
+    add: tuple[SegmentEntry, ...]
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        remove = list(self.remove)
+        add = tuple(self.add)
+        if not remove or not add:
+            raise InvalidUpdateError("ReplaceSegments needs segments to remove and to add")
+        ids = m.segment_ids()
+        missing = [r for r in remove if r not in ids]
+        if missing:
+            raise RequirementFailedError(f"segments {missing} are no longer live")
+        positions = sorted(ids.index(r) for r in set(remove))
+        if len(positions) != len(remove) or positions != list(range(positions[0], positions[-1] + 1)):
+            raise InvalidUpdateError("ReplaceSegments must remove a contiguous run of distinct segments")
+        lo, hi = positions[0], positions[-1]
+        start, end = m.segments[lo].base_offset, m.segments[hi].next_offset
+        if add[0].base_offset != start or add[-1].next_offset != end:
+            raise InvalidUpdateError(
+                f"replacement covers [{add[0].base_offset}, {add[-1].next_offset}), "
+                f"must cover exactly [{start}, {end})")
+        return replace(m, segments=m.segments[:lo] + add + m.segments[hi + 1:])
+
+
+@dataclass(frozen=True)
+class AdvanceLogStart(Update):
+    """Move the log start offset forward (retention, delete-records); drops segments wholly below it.
+
+    A lower offset than the current one is a no-op (idempotent retries).
+    """
+
+    offset: int
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        _check_int("log start offset", self.offset, 0)
+        hw = m.high_watermark
+        if self.offset > hw:
+            raise OffsetOutOfRangeError(
+                f"cannot advance the log start offset to {self.offset}",
+                log_start_offset=m.log_start_offset, high_watermark=hw)
+        if self.offset <= m.log_start_offset:
+            return m
+        return replace(m, log_start_offset=self.offset, segments=m.segments_from(self.offset))
+
+
+@dataclass(frozen=True)
+class SetLeaderEpoch(Update):
+    """Raise the fencing epoch; writers with an older epoch lose (:class:`FencedError`)."""
+
+    epoch: int
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        _check_int("leader epoch", self.epoch, 0)
+        if self.epoch < m.leader_epoch:
+            raise FencedError(f"leader epoch {self.epoch} is older than the manifest's {m.leader_epoch}")
+        return replace(m, leader_epoch=self.epoch)
+
+
+@dataclass(frozen=True)
+class UpdateProducerState(Update):
+    """Set (or with ``state=None`` forget) one producer's idempotence state."""
+
+    producer_id: int
+    state: ProducerState | None
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        _check_int("producer id", self.producer_id, 0)
+        producers = dict(m.producers)
+        if self.state is None:
+            producers.pop(self.producer_id, None)
+            return replace(m, producers=producers)
+        old = producers.get(self.producer_id)
+        if old is not None and self.state.epoch < old.epoch:
+            raise FencedError(f"producer {self.producer_id}: epoch {self.state.epoch} is older than "
+                              f"the current {old.epoch}")
+        producers[self.producer_id] = replace(
+            self.state, batches=tuple(self.state.batches)[-MAX_PRODUCER_BATCHES:])
+        return replace(m, producers=producers)
+
+
+@dataclass(frozen=True)
+class SetCleanerOffset(Update):
+    """Record compaction's checkpoint: offsets below ``offset`` have been cleaned."""
+
+    offset: int
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        _check_int("cleaner offset", self.offset, 0)
+        return replace(m, cleaner_offset=self.offset)
+
+
+@dataclass(frozen=True)
+class SetExtra(Update):
+    """Set ``extra[key]`` to a JSON value (``None`` removes the key): durable state of batch jobs."""
+
+    key: str
+    value: Any
+
+    def apply_to(self, m: Manifest) -> Manifest:
+        if not isinstance(self.key, str) or not self.key:
+            raise InvalidUpdateError(f"extra key must be a non-empty string, got {self.key!r}")
+        extra = dict(m.extra)
+        if self.value is None:
+            extra.pop(self.key, None)
+        else:
+            try:  # round trip: reject non-JSON values and drop aliasing with the caller's object
+                extra[self.key] = json.loads(json.dumps(self.value, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise InvalidUpdateError(f"extra[{self.key!r}] is not a JSON value: {exc}") from None
+        return replace(m, extra=extra)
+
+
+class Requirement:
+    """A precondition on the base manifest of a commit."""
+
+    def check(self, m: Manifest) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class AssertVersion(Requirement):
+    """The base is exactly this version (0: no manifest yet)."""
+
+    version: int
+
+    def check(self, m: Manifest) -> None:
+        if m.version != self.version:
+            raise RequirementFailedError(f"manifest is at version {m.version}, expected {self.version}")
+
+
+@dataclass(frozen=True)
+class AssertLeaderEpoch(Requirement):
+    """The writer's epoch is at least the manifest's; else it is fenced (:class:`FencedError`)."""
+
+    epoch: int
+
+    def check(self, m: Manifest) -> None:
+        if m.leader_epoch > self.epoch:
+            raise FencedError(f"writer epoch {self.epoch} is fenced by leader epoch {m.leader_epoch} "
+                              f"(manifest version {m.version})")
+
+
+@dataclass(frozen=True)
+class AssertSegmentsPresent(Requirement):
+    """These segment ids are all still live."""
+
+    segment_ids: tuple[str, ...]
+
+    def check(self, m: Manifest) -> None:
+        missing = sorted(set(self.segment_ids) - set(m.segment_ids()))
+        if missing:
+            raise RequirementFailedError(f"segments {missing} are no longer live (version {m.version})")
+
+
+@dataclass(frozen=True)
+class AssertHighWatermark(Requirement):
+    """The high watermark is exactly ``offset``."""
+
+    offset: int
+
+    def check(self, m: Manifest) -> None:
+        if m.high_watermark != self.offset:
+            raise RequirementFailedError(
+                f"high watermark is {m.high_watermark}, expected {self.offset} (version {m.version})")
+
+
+@dataclass(frozen=True)
+class AssertLogStartOffset(Requirement):
+    """The log start offset is exactly ``offset``."""
+
+    offset: int
+
+    def check(self, m: Manifest) -> None:
+        if m.log_start_offset != self.offset:
+            raise RequirementFailedError(
+                f"log start offset is {m.log_start_offset}, expected {self.offset} (version {m.version})")
+
+
+def apply(base: Manifest | None, updates: Iterable[Update], requirements: Iterable[Requirement] = (),
+          *, topic: str | None = None, partition: int | None = None,
+          commit: CommitInfo | None = None) -> Manifest:
+    """The next version: check ``requirements`` on ``base``, apply ``updates`` in order.
+
+    Pure. ``base`` None means no manifest yet (then ``topic`` and ``partition``
+    are required). Raises :class:`FencedError` for an older epoch,
+    :class:`RequirementFailedError` when a requirement does not hold,
+    :class:`OffsetOutOfRangeError` for a log start past the high watermark and
+    :class:`InvalidUpdateError` for anything that would break an invariant.
+    """
+    if base is None:
+        if topic is None or partition is None:
+            raise InvalidUpdateError("apply(None, ...) needs the topic and partition")
+        current = Manifest.empty(topic, partition)
+        check_invariants(current)
+    else:
+        current = base
+        if (topic is not None and topic != base.topic) or (partition is not None and partition != base.partition):
+            raise InvalidUpdateError(f"manifest is for {base.topic}/{base.partition}, not {topic}/{partition}")
+    for req in requirements:
+        if not isinstance(req, Requirement):
+            raise InvalidUpdateError(f"not a requirement: {req!r}")
+        req.check(current)
+    new = current
+    for upd in updates:
+        if not isinstance(upd, Update):
+            raise InvalidUpdateError(f"not an update: {upd!r}")
+        new = upd.apply_to(new)
+    new = replace(new, version=current.version + 1, commit=commit)
+    check_invariants(new)
+    # Transition rules on top of the per-version invariants.
+    if new.high_watermark < current.high_watermark:
+        raise InvalidUpdateError(
+            f"high watermark would move back from {current.high_watermark} to {new.high_watermark}")
+    if new.log_start_offset < current.log_start_offset:
+        raise InvalidUpdateError(
+            f"log start offset would move back from {current.log_start_offset} to {new.log_start_offset}")
+    if new.leader_epoch < current.leader_epoch:
+        raise FencedError(f"leader epoch would move back from {current.leader_epoch} to {new.leader_epoch}")
+    return new
+
+
+# ---------------------------------------------------------------------------
+# the store
+# ---------------------------------------------------------------------------
+
+Build = Callable[[Manifest | None], "tuple[Sequence[Update], Sequence[Requirement]] | None"]
+
+
+class ManifestStore:
+    """The manifest versions of one topic-partition under a root :class:`Storage`.
+
+    The listing of ``_manifest/`` is authoritative: :meth:`latest` lists it
+    and reads the highest version (no hint file: a hint would cost a GET of its
+    own and could lag, while one LIST covers up to 1000 versions and
+    :meth:`expire_versions` keeps the directory short).
+    """
+
+    #: Floor for :meth:`expire_versions`'s ``keep_ms``. A writer whose commit
+    #: attempt takes longer than half of it checks that it did not re-create an
+    #: expired version number (see :meth:`commit`).
+    min_keep_ms: int = 60_000
+    backoff_initial_s: float = 0.01
+    backoff_max_s: float = 1.0
+    #: How often a put with an unknown outcome (and the read-back) is retried.
+    unknown_retries: int = 3
+
+    def __init__(self, storage: Storage, topic: str, partition: int):
+        self.storage = storage
+        self.topic = layout.validate_topic_name(topic)
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise ConfigError(f"partition must be an integer >= 0, got {partition!r}")
+        self.partition = partition
+        self.dir = layout.manifest_dir(topic, partition)
+        self._rng = random.Random()
+        self._sleep = time.sleep
+
+    def __repr__(self) -> str:
+        return f"ManifestStore({self.storage.url!r}, {self.topic!r}, {self.partition})"
+
+    def path(self, version: int) -> str:
+        """Relative path of one version."""
+        return layout.manifest_path(self.topic, self.partition, version)
+
+    # -- reading ---------------------------------------------------------------
+    def _listing(self) -> list[tuple[int, float]]:
+        out = []
+        for info in self.storage.list(self.dir):
+            m = _VERSION_RE.match(info.path.rsplit("/", 1)[-1])
+            if m and info.path.rsplit("/", 1)[0] == self.dir:
+                out.append((int(m.group(1)), info.mtime))
+        out.sort()
+        return out
+
+    def versions(self) -> list[int]:
+        """Stored version numbers, ascending (one listing)."""
+        return [v for v, _ in self._listing()]
+
+    def load(self, version: int) -> Manifest:
+        """One version; :class:`ObjectNotFoundError` if it is not stored."""
+        m = Manifest.from_json(self.storage.get(self.path(version)))
+        if (m.topic, m.partition, m.version) != (self.topic, self.partition, version):
+            raise CorruptMetadataError(
+                f"{self.path(version)} holds {m.topic}/{m.partition} version {m.version}")
+        return m
+
+    def latest(self) -> Manifest | None:
+        """The newest version, or None if the partition has no commit yet (one LIST, one GET)."""
+        for _ in range(3):
+            versions = self.versions()
+            if not versions:
+                return None
+            try:
+                return self.load(versions[-1])
+            except ObjectNotFoundError:
+                continue  # only if the listing went stale while we read: list again
+        raise StorageError(f"manifest of {self.topic}/{self.partition} keeps vanishing while read")
+
+    def history(self) -> list[Manifest]:
+        """Every stored version, oldest first (for audits and tests; O(versions) reads)."""
+        return [self.load(v) for v in self.versions()]
+
+    # -- committing ------------------------------------------------------------
+    def commit(self, build: Build, *, operation: str = "", writer: str = "",
+               now_ms: int | None = None, max_attempts: int = 10) -> Manifest | None:
+        """Commit the updates ``build(base)`` returns, retrying on conflicts.
+
+        ``build`` gets the latest manifest (None if none) and returns
+        ``(updates, requirements)``, or None when there is nothing to do (then
+        the latest manifest is returned unchanged). On :class:`CommitConflict`
+        it is called again on the new latest version, after a jittered
+        back-off, up to ``max_attempts`` times (then :class:`CommitConflict`).
+        Errors of :func:`apply` (fencing, failed requirements, invalid updates)
+        propagate at once. When the put's outcome is unknown the version is
+        read back: ours means success, someone else's means conflict, absent
+        means the same bytes are put again; if that cannot settle it,
+        :class:`CommitUnknownError`. Nothing is ever deleted here.
+
+        ``operation``, ``writer`` and ``now_ms`` (default: the wall clock) go
+        into the version's audit record.
+        """
+        if max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
+        for attempt in range(max_attempts):
+            if attempt:
+                self._backoff(attempt)
+            started = time.monotonic()
+            base = self.latest()
+            planned = build(base)
+            if planned is None:
+                return base
+            updates, requirements = planned
+            updates, requirements = list(updates), list(requirements)
+            info = CommitInfo(
+                commit_id=uuid.uuid4().hex,
+                operation=operation or ",".join(type(u).__name__ for u in updates),
+                writer=writer,
+                timestamp_ms=int(time.time() * 1000) if now_ms is None else int(now_ms))
+            new = apply(base, updates, requirements, topic=self.topic, partition=self.partition,
+                        commit=info)
+            if not self._put(new):
+                continue
+            if (time.monotonic() - started) * 1000 >= self.min_keep_ms / 2 and self._superseded(new.version):
+                # So slow that our version number may have been expired and re-created:
+                # the version we wrote is invisible (latest() never returns it). Retry.
+                continue
+            return new
+        raise CommitConflict(
+            f"gave up committing to {self.topic}/{self.partition} after {max_attempts} conflicting attempts")
+
+    def _put(self, new: Manifest) -> bool:
+        """Put-if-absent ``new``; True if it landed, False if another commit holds the version."""
+        path, data = self.path(new.version), new.to_json()
+        uncertain = False  # an earlier put of these bytes may have landed
+        for _ in range(self.unknown_retries + 1):
+            try:
+                self.storage.put_if_absent(path, data)
+                return True
+            except CommitConflict:
+                if not uncertain:
+                    return False
+                owner = self._read_back(path, new)
+                return bool(owner)  # None here (vanished) cannot happen for a held version
+            except StorageError:
+                uncertain = True
+                owner = self._read_back(path, new)
+                if owner is not None:
+                    return owner
+                # Absent: that attempt did not land (yet). Put the same bytes again.
+        raise CommitUnknownError(
+            f"cannot tell whether version {new.version} of {self.topic}/{self.partition} "
+            f"(commit {new.commit.commit_id if new.commit else '?'}) was written")
+
+    def _read_back(self, path: str, new: Manifest) -> bool | None:
+        """True: ``path`` holds our commit; False: someone else's; None: absent."""
+        for attempt in range(self.unknown_retries + 1):
+            if attempt:
+                self._backoff(attempt)
+            try:
+                stored = self.storage.get(path)
+            except ObjectNotFoundError:
+                return None
+            except StorageError:
+                continue
+            try:
+                found = json.loads(stored).get("commit", {}).get("id")
+            except (ValueError, AttributeError):
+                found = None
+            return found is not None and new.commit is not None and found == new.commit.commit_id
+        raise CommitUnknownError(
+            f"cannot read back {path} to decide whether commit "
+            f"{new.commit.commit_id if new.commit else '?'} landed")
+
+    def _superseded(self, version: int) -> bool:
+        return any(v > version for v in self.versions())
+
+    def _backoff(self, attempt: int) -> None:
+        delay = min(self.backoff_max_s, self.backoff_initial_s * (2 ** (attempt - 1)))
+        self._sleep(delay * self._rng.uniform(0.5, 1.5))
+
+    # -- history housekeeping --------------------------------------------------
+    def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1) -> list[int]:
+        """Delete old versions; return the version numbers deleted.
+
+        A version goes only when it is not among the newest ``keep_last`` (at
+        least 1: the latest always stays) and was superseded more than
+        ``keep_ms`` ago (by the store's clock: the next version's object
+        time), so a reader that loaded it can still read its segment files.
+        ``keep_ms`` is raised to :attr:`min_keep_ms` if lower. Versions go
+        oldest first and the first one too young stops the sweep, so what is
+        left is always a contiguous run ending at the latest.
+        """
+        keep_ms = max(int(keep_ms), int(self.min_keep_ms))
+        keep_last = max(1, int(keep_last))
+        listing = self._listing()
+        doomed = []
+        for i, (version, _) in enumerate(listing[:-keep_last]):
+            next_version, next_mtime = listing[i + 1]
+            superseded_ms = next_mtime * 1000 if next_mtime else self._commit_time(next_version)
+            if superseded_ms is None or now_ms - superseded_ms <= keep_ms:
+                break
+            doomed.append(version)
+        self.storage.delete(self.path(v) for v in doomed)
+        return doomed
+
+    def _commit_time(self, version: int) -> float | None:
+        try:
+            m = self.load(version)
+        except ObjectNotFoundError:
+            return None
+        return float(m.commit.timestamp_ms) if m.commit else None
+
+    def referenced_files(self, versions: Iterable[int] | None = None) -> set[str]:
+        """Relative paths of the segment objects that any of ``versions`` lists (default: all stored).
+
+        Garbage collection may delete a segment object only if it is in no
+        such set *and* older than its grace period (an upload whose commit is
+        still in flight is not listed yet).
+        """
+        chosen = self.versions() if versions is None else list(versions)
+        out: set[str] = set()
+        for v in chosen:
+            try:
+                m = self.load(v)
+            except ObjectNotFoundError:
+                continue  # expired meanwhile: its files are no longer protected
+            for seg in m.segments:
+                out.update(seg.paths(self.topic, self.partition).values())
+        return out

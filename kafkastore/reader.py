@@ -1,0 +1,267 @@
+"""Reading a partition: fetch by offset or timestamp, and read plans for Spark.
+
+Everything a reader sees comes from one manifest version (a snapshot): the
+segments it lists are immutable objects, so a read that started on an older
+version keeps working while writers, compaction and retention commit newer
+ones (their replaced files are removed only after a grace period).
+
+Positions come from the ``.index`` objects (small, cached), so reading the
+tail of a long partition costs a few range reads whatever the log's length.
+Offset ranges are half-open ``[start, end)``.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from . import offset_index, time_index
+from .arrow_decode import KAFKA_SCHEMA, decode_to_arrow
+from .errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
+from .manifest import Manifest, ManifestStore, SegmentEntry
+from .record_batch import parse_header
+from .segment import find_offset_for_timestamp
+from .storage import Storage
+from .topics import load_topic
+
+EARLIEST = -2
+LATEST = -1
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+_ISOLATIONS = (READ_COMMITTED, READ_UNCOMMITTED)
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """A unit of reading: bytes ``[byte_start, byte_end)`` of one segment's ``.log``,
+    keeping offsets in ``[start_offset, end_offset)``.
+
+    Byte ranges of one plan are disjoint and aligned to batch boundaries, so
+    each record is decoded by exactly one range. Plain data (picklable): it is
+    what a Spark input partition carries to an executor.
+    """
+
+    topic: str
+    partition: int
+    path: str
+    base_offset: int
+    byte_start: int
+    byte_end: int
+    start_offset: int
+    end_offset: int
+    aborted: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def size(self) -> int:
+        return self.byte_end - self.byte_start
+
+
+class _IndexCache:
+    """Segment objects are immutable, so their indexes can be cached by path."""
+
+    def __init__(self, capacity: int = 256):
+        self._items: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+        self._capacity = capacity
+
+    def get(self, storage: Storage, path: str) -> bytes:
+        key = f"{storage.url}|{path}"
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        data = storage.get(path)
+        with self._lock:
+            self._items[key] = data
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+        return data
+
+
+_INDEXES = _IndexCache()
+
+
+def last_stable_offset(m: Manifest) -> int:
+    """First offset of the oldest open transaction, else the high watermark (Kafka's LSO)."""
+    open_starts = [p.txn_first_offset for p in m.producers.values() if p.txn_first_offset is not None]
+    return min(open_starts + [m.high_watermark])
+
+
+class PartitionReader:
+    """Reads one partition as of one manifest version (the latest when not given)."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int,
+                 manifest: Manifest | None = None):
+        meta = load_topic(storage, topic)
+        if not 0 <= partition < meta.partitions:
+            raise UnknownTopicError(
+                f"topic {topic!r} has partitions 0..{meta.partitions - 1}, not {partition}")
+        self.storage = storage
+        self.topic = topic
+        self.partition = partition
+        if manifest is None:
+            manifest = ManifestStore(storage, topic, partition).latest() or Manifest.empty(topic, partition)
+        self.manifest = manifest
+
+    # -- offsets -------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self.manifest.log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.manifest.high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        return last_stable_offset(self.manifest)
+
+    def upper_bound(self, isolation: str = READ_COMMITTED) -> int:
+        """The offset reads stop before: the LSO under read_committed, else the high watermark."""
+        if isolation not in _ISOLATIONS:
+            raise ConfigError(f"isolation must be one of {_ISOLATIONS}, got {isolation!r}")
+        return self.last_stable_offset if isolation == READ_COMMITTED else self.high_watermark
+
+    def resolve(self, offset: int, isolation: str = READ_COMMITTED) -> int:
+        """Resolve the EARLIEST (-2) / LATEST (-1) sentinels against this snapshot."""
+        if offset == EARLIEST:
+            return self.log_start_offset
+        if offset == LATEST:
+            return self.upper_bound(isolation)
+        if offset < 0:
+            raise ConfigError(f"offset must be >= 0, -2 (earliest) or -1 (latest), got {offset}")
+        return offset
+
+    def check_in_range(self, offset: int) -> None:
+        """Raise OffsetOutOfRangeError unless ``log start <= offset <= high watermark``."""
+        if not self.log_start_offset <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}/{self.partition}",
+                log_start_offset=self.log_start_offset, high_watermark=self.high_watermark)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """First offset whose timestamp is >= ``timestamp_ms`` (the high watermark if none), as
+        Kafka's ``ListOffsets``: the first segment whose max timestamp reaches it, then its indexes."""
+        for seg in self.manifest.segments:
+            if seg.max_timestamp < timestamp_ms:
+                continue
+            paths = seg.paths(self.topic, self.partition)
+            index = _INDEXES.get(self.storage, paths[".index"]) if seg.index_size else b""
+            tindex = _INDEXES.get(self.storage, paths[".timeindex"]) if seg.timeindex_size else b""
+            start = max(seg.base_offset, self.log_start_offset)
+            approx = time_index.lookup(tindex, seg.base_offset, timestamp_ms) if tindex else seg.base_offset
+            pos = offset_index.lookup(index, seg.base_offset, max(approx, start)) if index else 0
+            chunk = self.storage.get_range(paths[".log"], pos, seg.size)
+            found = find_offset_for_timestamp(chunk, None, None, seg.base_offset, timestamp_ms,
+                                              starting_offset=start)
+            if found is not None:
+                return found
+        return self.high_watermark
+
+    # -- planning ------------------------------------------------------------
+    def _aborted_from(self, start: int) -> tuple[tuple[int, int, int], ...]:
+        # An abort marker lands after its data, so every aborted transaction with
+        # data at or after ``start`` is listed by a segment at or after it.
+        return tuple(t for seg in self.manifest.segments_from(start) for t in seg.aborted_txns
+                     if t[2] >= start)
+
+    def _byte_bounds(self, seg: SegmentEntry, index: bytes, start: int, end: int) -> tuple[int, int]:
+        lo = offset_index.lookup(index, seg.base_offset, start) if index and start > seg.base_offset else 0
+        hi = seg.size
+        if index and end < seg.next_offset:
+            # Entries are (last offset of a batch, its position). The entry after
+            # the first one reaching end-1 starts past the batch holding end-1.
+            n = offset_index.entry_count(index)
+            for i in _bisect_entries(index, seg.base_offset, end - 1, n):
+                hi = offset_index.entry(index, seg.base_offset, i)[1]
+                break
+        return lo, max(lo, hi)
+
+    def plan(self, start: int, end: int, *, max_bytes: int | None = None,
+             fail_on_data_loss: bool = True) -> list[ReadRange]:
+        """Read ranges covering offsets ``[start, end)``, each at most ~``max_bytes`` (split at
+        index entries, which are batch boundaries). Sentinels must be resolved already."""
+        if start < self.log_start_offset:
+            if fail_on_data_loss:
+                self.check_in_range(start)
+            start = self.log_start_offset
+        end = min(end, self.high_watermark)
+        if start >= end:
+            return []
+        aborted = self._aborted_from(start)
+        out = []
+        for seg in self.manifest.segments_from(start):
+            if seg.base_offset >= end:
+                break
+            path = seg.paths(self.topic, self.partition)[".log"]
+            index = (_INDEXES.get(self.storage, seg.paths(self.topic, self.partition)[".index"])
+                     if seg.index_size else b"")
+            lo, hi = self._byte_bounds(seg, index, start, end)
+            cuts = [lo]
+            if max_bytes and hi - lo > max_bytes and index:
+                n = offset_index.entry_count(index)
+                for i in range(n):
+                    pos = offset_index.entry(index, seg.base_offset, i)[1]
+                    if pos - cuts[-1] >= max_bytes and pos < hi and pos > lo:
+                        cuts.append(pos)
+            cuts.append(hi)
+            for a, b in zip(cuts, cuts[1:]):
+                if b > a:
+                    out.append(ReadRange(self.topic, self.partition, path, seg.base_offset,
+                                         a, b, start, end, aborted))
+        return out
+
+    # -- reading -------------------------------------------------------------
+    def read(self, start: int, end: int | None = None, *, max_records: int | None = None,
+             isolation: str = READ_COMMITTED, include_headers: bool = True) -> pa.Table:
+        """Records with offsets in ``[start, end)`` (end defaults to the isolation's upper bound),
+        at most ``max_records``, as an Arrow table with the Kafka schema."""
+        upper = self.upper_bound(isolation)
+        start = self.resolve(start, isolation)
+        self.check_in_range(start)
+        end = upper if end is None else min(self.resolve(end, isolation), upper)
+        if max_records is not None:
+            end = min(end, start + max_records) if self.manifest.cleaner_offset <= start else end
+        batches, count = [], 0
+        for rr in self.plan(start, end, max_bytes=8 << 20):
+            rb = read_range(self.storage, rr, include_headers=include_headers,
+                            isolation=isolation)
+            if max_records is not None and count + rb.num_rows > max_records:
+                rb = rb.slice(0, max_records - count)
+            batches.append(rb)
+            count += rb.num_rows
+            if max_records is not None and count >= max_records:
+                break
+        return pa.Table.from_batches(batches, schema=KAFKA_SCHEMA)
+
+
+def _bisect_entries(index: bytes, base_offset: int, target: int, n: int) -> Iterator[int]:
+    """Yield the index entry number just after the first entry whose offset >= target."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if offset_index.entry(index, base_offset, mid)[0] >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo + 1 < n:
+        yield lo + 1
+
+
+def read_range(storage: Storage, rr: ReadRange, *, include_headers: bool = True,
+               isolation: str = READ_COMMITTED, verify_crc: bool = True) -> pa.RecordBatch:
+    """Range-read and decode one :class:`ReadRange` into an Arrow record batch."""
+    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end)
+    aborted = rr.aborted if isolation == READ_COMMITTED else ()
+    return decode_to_arrow(data, topic=rr.topic, partition=rr.partition,
+                           start_offset=rr.start_offset, end_offset=rr.end_offset,
+                           aborted=aborted, include_headers=include_headers,
+                           verify_crc=verify_crc, segment=f"{rr.path}@{rr.byte_start}")
+
+
+def first_batch_offset(storage: Storage, rr: ReadRange) -> int:
+    """Base offset of the first batch of a range (for diagnostics and tests)."""
+    return parse_header(storage.get_range(rr.path, rr.byte_start, rr.byte_start + 61)).base_offset

@@ -1,0 +1,771 @@
+"""Log segments: building, scanning, recovering and indexing ``.log`` bytes.
+
+A segment is a run of v2 record batches (the ``.log``) plus two sparse
+indexes (``.index``, ``.timeindex``, see :mod:`kafkastore.offset_index` and
+:mod:`kafkastore.time_index`). Everything here is a pure function over bytes.
+
+Index entries are written exactly when Kafka's ``LogSegment`` writes them::
+
+    # per append (LogSegment.append) or per batch (LogSegment.recover)
+    if batch.max_timestamp > max_timestamp_so_far:
+        max_timestamp_so_far = batch.max_timestamp
+        offset_of_max_timestamp = batch.last_offset
+    if bytes_since_last_index_entry > index_interval_bytes:
+        offset_index.append(batch.last_offset, position_of_batch)
+        time_index.maybe_append(max_timestamp_so_far, offset_of_max_timestamp)
+        bytes_since_last_index_entry = 0
+    bytes_since_last_index_entry += batch.size
+    # when the segment is closed / rolled / recovered:
+    time_index.maybe_append(max_timestamp_so_far, offset_of_max_timestamp)
+
+So the first batch is never indexed, the check happens *before* the batch's
+own bytes are counted, and an offset index entry holds the batch's *last*
+offset with the position where the batch starts.
+
+Torn tail versus corruption (:func:`recover`). Kafka's recovery cuts the
+segment at the first invalid batch, whatever follows. We only cut when the
+damage is a *torn tail*: scanning stops at position ``p`` (a batch cut short,
+a bad length or magic, zeros, garbage, or a CRC mismatch) and no valid batch
+starts anywhere after ``p`` (a CRC-valid v2 batch whose base offset is at
+least the next expected offset). When such a batch does follow, bytes in the
+middle of the log were damaged, and cutting would silently drop committed
+data: :func:`recover` raises :class:`CorruptRecordError` /
+:class:`CrcMismatchError` naming the segment, offset and position instead.
+A batch that is intact but out of order (offsets going backwards, below the
+base offset, or past the segment's int32 range) is never a torn write and
+always raises.
+"""
+from __future__ import annotations
+
+import bisect
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from . import offset_index, time_index
+from .crc import crc32c
+from .errors import CorruptRecordError, CrcMismatchError
+from .offset_index import INT32_MAX, CorruptIndexError
+from .record_batch import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_APPEND_TIME,
+                           LOG_OVERHEAD, MAGIC, MAGIC_OFFSET, MIN_BATCH_LENGTH, NO_TIMESTAMP,
+                           BatchHeader, check_crc, decode_batch, parse_header)
+
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
+
+_OFFSET_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA_AT = 23            # int32 in the v2 header
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class TruncatedBatchError(CorruptRecordError):
+    """A batch (or batch header) cut short by the end of the bytes."""
+
+
+class OffsetOrderError(CorruptRecordError):
+    """An intact batch whose offsets do not continue the segment (backwards or below its base)."""
+
+
+class UnsupportedFormatError(CorruptRecordError):
+    """An intact message in Kafka's legacy format (magic 0 or 1), which kafkastore does not read."""
+
+
+class SegmentOffsetOverflowError(CorruptRecordError):
+    """A batch whose last offset is more than 2^31-1 past the segment's base offset.
+
+    Kafka's ``LogSegmentOffsetOverflowException``: the writer must roll a new
+    segment before appending it (see :meth:`SegmentBuilder.can_append`).
+    """
+
+
+# An intact batch in the wrong place is never a torn write; every other scan
+# error (cut short, bad length or magic, zeros, garbage, bad CRC) can be.
+_NEVER_TORN = (OffsetOrderError, SegmentOffsetOverflowError, UnsupportedFormatError)
+
+# Work bound for the search for a valid batch after damage: CRC bytes per byte
+# searched. Real tails need a tiny fraction of it; only crafted input (length
+# fields that fit at many candidate positions) can reach it.
+_SEARCH_CRC_BUDGET = 8
+
+
+# ----------------------------------------------------------------- stats
+
+@dataclass(frozen=True)
+class SegmentStats:
+    """What a manifest records about a segment.
+
+    ``record_count`` counts every record of every batch, control records
+    (transaction markers) included: it is what the batch headers say.
+    Timestamps are epoch ms; -1 (Kafka's ``NO_TIMESTAMP``) when there are
+    none. ``min_timestamp`` is the smallest *record* timestamp (exact, not
+    the smallest batch base timestamp, which is no lower bound);
+    ``max_timestamp`` / ``offset_of_max_timestamp`` are Kafka's
+    ``maxTimestampSoFar`` / ``offsetOfMaxTimestampSoFar`` (the last offset of
+    the batch that first reached it; ``base_offset`` when none).
+    ``first_batch_timestamp`` is the first batch's max timestamp, which
+    Kafka uses for time-based rolling.
+    """
+
+    base_offset: int
+    next_offset: int
+    record_count: int
+    batch_count: int
+    size: int
+    min_timestamp: int = NO_TIMESTAMP
+    max_timestamp: int = NO_TIMESTAMP
+    offset_of_max_timestamp: int = -1
+    first_offset: int | None = None
+    first_batch_timestamp: int = NO_TIMESTAMP
+
+    @property
+    def is_empty(self) -> bool:
+        return self.batch_count == 0
+
+    @property
+    def last_offset(self) -> int:
+        """``next_offset - 1`` (``base_offset - 1`` for an empty segment)."""
+        return self.next_offset - 1
+
+
+class _StatsAccumulator:
+    def __init__(self, base_offset: int):
+        self.base_offset = base_offset
+        self.next_offset = base_offset
+        self.record_count = 0
+        self.batch_count = 0
+        self.size = 0
+        self.min_timestamp: int | None = None
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        self.first_offset: int | None = None
+        self.first_batch_timestamp = NO_TIMESTAMP
+
+    def add(self, header: BatchHeader, min_timestamp: int | None) -> None:
+        if self.first_offset is None:
+            self.first_offset = header.base_offset
+            self.first_batch_timestamp = header.max_timestamp
+        self.next_offset = header.next_offset
+        self.record_count += header.record_count
+        self.batch_count += 1
+        self.size += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if min_timestamp is not None and min_timestamp >= 0 and (
+                self.min_timestamp is None or min_timestamp < self.min_timestamp):
+            self.min_timestamp = min_timestamp
+
+    def stats(self) -> SegmentStats:
+        return SegmentStats(
+            base_offset=self.base_offset, next_offset=self.next_offset,
+            record_count=self.record_count, batch_count=self.batch_count, size=self.size,
+            min_timestamp=NO_TIMESTAMP if self.min_timestamp is None else self.min_timestamp,
+            max_timestamp=self.max_timestamp, offset_of_max_timestamp=self.offset_of_max_timestamp,
+            first_offset=self.first_offset, first_batch_timestamp=self.first_batch_timestamp)
+
+
+def batch_min_timestamp(buf, pos: int, header: BatchHeader) -> int | None:
+    """Smallest record timestamp (>= 0) of the batch at ``buf[pos]``; None if it has none.
+
+    Under log-append time every record carries the batch's max timestamp;
+    otherwise the records are decoded (timestamps inside a batch need not be
+    ordered, so the header alone gives no lower bound).
+    """
+    if header.record_count == 0:
+        return None
+    if header.timestamp_type == LOG_APPEND_TIME:
+        return header.max_timestamp if header.max_timestamp >= 0 else None
+    _, records = decode_batch(buf, pos, verify_crc=False)
+    stamps = [r.timestamp for r in records if r.timestamp >= 0]
+    return min(stamps) if stamps else None
+
+
+def segment_stats(log_bytes, base_offset: int, *, batches=None,
+                  segment: str | None = None) -> SegmentStats:
+    """Stats of a whole, valid segment (decodes records for the exact min timestamp).
+
+    ``batches`` (``[(position, header)]``, e.g. from :func:`scan_log`) avoids
+    a second scan; without it the log is scanned and must be valid.
+    """
+    if batches is None:
+        batches = _valid_batches(log_bytes, base_offset, segment)
+    acc = _StatsAccumulator(base_offset)
+    for pos, header in batches:
+        try:
+            acc.add(header, batch_min_timestamp(log_bytes, pos, header))
+        except CorruptRecordError as e:
+            raise e.located(segment=segment, offset=header.base_offset, position=pos) from None
+    return acc.stats()
+
+
+# ----------------------------------------------------------------- index building
+
+class _IndexAccumulator:
+    """Kafka's index-entry rule (see the module docstring), shared by builder and rebuild."""
+
+    def __init__(self, base_offset: int, index_interval_bytes: int):
+        if index_interval_bytes < 0:
+            raise ValueError(f"index_interval_bytes must be >= 0, got {index_interval_bytes}")
+        self.base_offset = base_offset
+        self.interval = index_interval_bytes
+        self.index = bytearray()
+        self.time = time_index.TimeIndexWriter(base_offset)
+        self.bytes_since_last_entry = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+
+    def add(self, position: int, size: int, largest_offset: int,
+            max_timestamp: int, offset_of_max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = offset_of_max_timestamp
+        if self.bytes_since_last_entry > self.interval:
+            self.index += _OFFSET_ENTRY.pack(largest_offset - self.base_offset, position)
+            self.time.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_entry = 0
+        self.bytes_since_last_entry += size
+
+    def finish(self) -> tuple[bytes, bytes]:
+        """Index bytes as of closing the segment (the final time index entry added)."""
+        timeindex = self.time.to_bytes()
+        if self.max_timestamp > self.time.last_entry[0]:
+            timeindex += _TIME_ENTRY.pack(self.max_timestamp,
+                                          self.offset_of_max_timestamp - self.base_offset)
+        return bytes(self.index), timeindex
+
+
+# ----------------------------------------------------------------- framing
+
+def _read_batch(buf, pos: int, end: int, base_offset: int | None, expected_offset: int | None,
+                verify_crc: bool) -> BatchHeader:
+    """Header of the batch at ``pos`` after framing, CRC and offset checks.
+
+    Raises TruncatedBatchError / CorruptRecordError / CrcMismatchError for
+    bytes that are not an intact batch, OffsetOrderError /
+    SegmentOffsetOverflowError for an intact batch in the wrong place.
+    """
+    avail = end - pos
+    if avail < LOG_OVERHEAD:
+        raise TruncatedBatchError(
+            f"{avail} trailing bytes are too short for a batch header", position=pos)
+    batch_offset, length = _OFFSET_LENGTH.unpack_from(buf, pos)
+    magic = buf[pos + MAGIC_OFFSET] if avail > MAGIC_OFFSET else MAGIC
+    if length < MIN_BATCH_LENGTH or magic != MAGIC:
+        if _all_zero(buf, pos, end):
+            raise TruncatedBatchError(
+                f"{avail} zero bytes (preallocated or never written)", position=pos)
+        if _is_legacy_message(buf, pos, end, length):
+            raise UnsupportedFormatError(
+                f"message format v{magic} (magic {magic}): only record batch v2 is supported; "
+                f"convert the topic with a Kafka broker first", offset=batch_offset, position=pos)
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}",
+                offset=batch_offset, position=pos)
+        raise CorruptRecordError(f"magic byte {magic} is not 2", offset=batch_offset, position=pos)
+    # A size running past the end is a partial write (Kafka's
+    # FileLogInputStream stops there too).
+    if length > avail - LOG_OVERHEAD:
+        raise TruncatedBatchError(
+            f"batch of {length + LOG_OVERHEAD} bytes is cut short: {avail} bytes left",
+            offset=batch_offset, position=pos)
+    header = parse_header(buf, pos)
+    if verify_crc:
+        check_crc(buf, pos, header)
+    if base_offset is not None:
+        if header.base_offset < base_offset:
+            raise OffsetOrderError(
+                f"batch offset {header.base_offset} is below the segment's base offset {base_offset}",
+                offset=header.base_offset, position=pos)
+        if header.last_offset - base_offset > INT32_MAX:
+            raise SegmentOffsetOverflowError(
+                f"last offset {header.last_offset} is more than {INT32_MAX} past the segment's "
+                f"base offset {base_offset}", offset=header.base_offset, position=pos)
+    if expected_offset is not None and header.base_offset < expected_offset:
+        raise OffsetOrderError(
+            f"batch offset {header.base_offset} does not follow the previous batch "
+            f"(expected >= {expected_offset})", offset=header.base_offset, position=pos)
+    return header
+
+
+def _is_legacy_message(buf, pos: int, end: int, length: int) -> bool:
+    """Whether an intact magic 0/1 message (Kafka < 0.11 format, zlib CRC-32) starts at ``pos``."""
+    # 14 = Kafka's LegacyRecord.RECORD_OVERHEAD_V0: crc, magic, attributes, key and value lengths.
+    if (end - pos <= MAGIC_OFFSET or buf[pos + MAGIC_OFFSET] not in (0, 1)
+            or not 14 <= length <= end - pos - LOG_OVERHEAD):
+        return False
+    stored = _UINT32.unpack_from(buf, pos + LOG_OVERHEAD)[0]
+    return zlib.crc32(memoryview(buf)[pos + MAGIC_OFFSET:pos + LOG_OVERHEAD + length]) == stored
+
+
+def _all_zero(buf, pos: int, end: int) -> bool:
+    # numpy reads the buffer in place: a crashed broker's preallocated
+    # segment can hold a gigabyte of zeros.
+    return not np.frombuffer(buf, dtype=np.uint8, count=end - pos, offset=pos).any()
+
+
+class _SearchGaveUp(Exception):
+    pass
+
+
+def _find_valid_batch(buf, start: int, min_offset: int | None,
+                      base_offset: int | None = None) -> tuple[int, int] | None:
+    """First position >= ``start`` where a CRC-valid v2 batch with offset >= ``min_offset`` starts.
+
+    Returns ``(position, base_offset)`` or None. Jumps between candidate
+    magic bytes with ``bytes.find`` (C speed over zeros or garbage) and only
+    computes a CRC where the length field fits and the offset is plausible
+    (>= ``min_offset``, within int32 of ``base_offset``). Raises
+    _SearchGaveUp when crafted input would make the search quadratic.
+    """
+    data = buf if isinstance(buf, (bytes, bytearray)) else memoryview(buf).tobytes()
+    end = len(data)
+    budget = _SEARCH_CRC_BUDGET * max(end - start, 0) + (1 << 20)
+    magic = bytes([MAGIC])
+    search = start + MAGIC_OFFSET
+    while True:
+        m = data.find(magic, search)
+        if m < 0:
+            return None
+        cand = m - MAGIC_OFFSET
+        if cand + HEADER_SIZE > end:
+            return None
+        search = m + 1
+        batch_offset, length = _OFFSET_LENGTH.unpack_from(data, cand)
+        if length < MIN_BATCH_LENGTH or length > end - cand - LOG_OVERHEAD:
+            continue
+        if min_offset is not None and batch_offset < min_offset:
+            continue
+        if base_offset is not None and not 0 <= batch_offset - base_offset <= INT32_MAX:
+            continue
+        budget -= length
+        if budget < 0:
+            raise _SearchGaveUp()
+        stored = _UINT32.unpack_from(data, cand + CRC_OFFSET)[0]
+        view = memoryview(data)[cand + ATTRIBUTES_OFFSET:cand + LOG_OVERHEAD + length]
+        if crc32c(view) == stored:
+            return cand, batch_offset
+
+
+# ----------------------------------------------------------------- scanning
+
+@dataclass
+class LogScan:
+    """Result of :func:`scan_log`: the intact prefix of a log and what stopped it."""
+
+    batches: list[tuple[int, BatchHeader]]
+    valid_bytes: int
+    size: int
+    base_offset: int | None = None
+    error: CorruptRecordError | None = None
+
+    @property
+    def complete(self) -> bool:
+        """True when every byte belongs to a valid batch."""
+        return self.error is None
+
+    @property
+    def next_offset(self) -> int | None:
+        """Offset after the last valid batch (``base_offset`` if there is none)."""
+        return self.batches[-1][1].next_offset if self.batches else self.base_offset
+
+
+def scan_log(buf, *, base_offset: int | None = None, segment: str | None = None,
+             verify_crc: bool = True) -> LogScan:
+    """Walk the batches of ``buf`` until the end or the first problem.
+
+    Checks each batch's framing, header, CRC (unless ``verify_crc=False``),
+    that offsets increase and, given ``base_offset``, that they lie in
+    ``[base_offset, base_offset + 2^31-1]``. Never raises for bad bytes: the
+    problem is returned in ``error`` (located with ``segment``, offset and
+    position) and ``valid_bytes`` is where it starts.
+    """
+    end = len(buf)
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    expected = None
+    error = None
+    while pos < end:
+        try:
+            header = _read_batch(buf, pos, end, base_offset, expected, verify_crc)
+        except CorruptRecordError as e:
+            error = e.located(segment=segment, position=pos)
+            break
+        batches.append((pos, header))
+        expected = header.next_offset
+        pos += header.size
+    return LogScan(batches, pos, end, base_offset, error)
+
+
+def _valid_batches(buf, base_offset: int | None, segment: str | None,
+                   verify_crc: bool = True) -> list[tuple[int, BatchHeader]]:
+    scan = scan_log(buf, base_offset=base_offset, segment=segment, verify_crc=verify_crc)
+    if scan.error is not None:
+        raise scan.error
+    return scan.batches
+
+
+# ----------------------------------------------------------------- recovery
+
+@dataclass
+class RecoveryResult:
+    """Result of :func:`recover`: the log cut back to its last valid batch."""
+
+    log: bytes
+    batches: list[tuple[int, BatchHeader]]
+    truncated_bytes: int
+    base_offset: int | None = None
+    note: str | None = None
+    error: CorruptRecordError | None = field(default=None, repr=False)
+
+    @property
+    def valid_bytes(self) -> int:
+        return len(self.log)
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.batches[-1][1].next_offset if self.batches else self.base_offset
+
+
+def recover(buf, *, base_offset: int | None = None, segment: str | None = None,
+            allow_torn_tail: bool = True) -> RecoveryResult:
+    """Cut a torn tail off a segment's log, as Kafka's ``LogSegment.recover`` does.
+
+    A torn tail is damage after the last valid batch with no valid batch
+    after it (see the module docstring): a batch cut short, trailing zeros or
+    garbage, or a CRC mismatch in the last batch. It is cut and described in
+    ``note``. Damage followed by a valid batch, or an intact batch with bad
+    offsets, raises CorruptRecordError / CrcMismatchError naming ``segment``,
+    the offset and the byte position. With ``allow_torn_tail=False`` (a
+    sealed segment that must be whole) any damage raises.
+    """
+    scan = scan_log(buf, base_offset=base_offset, segment=segment)
+    data = buf if isinstance(buf, bytes) else memoryview(buf).tobytes()
+    if scan.error is None:
+        return RecoveryResult(data, scan.batches, 0, base_offset)
+    err = scan.error
+    pos = scan.valid_bytes
+    expected = scan.next_offset
+    where_offset = err.offset if err.offset is not None else expected
+    if isinstance(err, _NEVER_TORN):
+        raise err
+    try:
+        follower = _find_valid_batch(data, pos + 1, expected, base_offset)
+    except _SearchGaveUp:
+        raise _relabel(err, f"{err.reason}; cannot tell a torn tail from corruption in the "
+                            f"{len(data) - pos} bytes after it, refusing to cut", where_offset) from None
+    if follower is not None:
+        raise _relabel(err, f"{err.reason}; a valid batch follows at position {follower[0]} "
+                            f"(offset {follower[1]}), so this is corruption inside the log, "
+                            f"not a torn tail", where_offset)
+    if not allow_torn_tail:
+        raise _relabel(err, f"{err.reason}; damaged tail of {len(data) - pos} bytes in a "
+                            f"segment that must be complete", where_offset)
+    last = f"after offset {expected - 1}" if scan.batches else "no valid batch before it"
+    note = f"cut {len(data) - pos} bytes of torn tail at position {pos} ({last}): {err.reason}"
+    return RecoveryResult(data[:pos], scan.batches, len(data) - pos, base_offset, note, err)
+
+
+def _relabel(err: CorruptRecordError, reason: str, offset: int | None) -> CorruptRecordError:
+    cls = CrcMismatchError if isinstance(err, CrcMismatchError) else CorruptRecordError
+    return cls(reason, segment=err.segment, offset=offset, position=err.position)
+
+
+# ----------------------------------------------------------------- building
+
+class BuiltSegment(NamedTuple):
+    log: bytes
+    index: bytes
+    timeindex: bytes
+    stats: SegmentStats
+
+
+class SegmentBuilder:
+    """Append batches to a new segment; :meth:`build` gives ``.log``, ``.index``, ``.timeindex``.
+
+    ``append`` takes the bytes of one or more whole batches and treats them
+    as one Kafka append (``LogSegment.append``): at most one offset index
+    entry, for the last offset of the appended bytes at the position where
+    they start. Appending batch by batch gives exactly the indexes that
+    :func:`rebuild_indexes` (Kafka's recovery) computes.
+    """
+
+    def __init__(self, base_offset: int, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+                 name: str | None = None, verify_crc: bool = True):
+        if base_offset < 0:
+            raise ValueError(f"base_offset must be >= 0, got {base_offset}")
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.name = name
+        self.verify_crc = verify_crc
+        self._log = bytearray()
+        self._indexes = _IndexAccumulator(base_offset, index_interval_bytes)
+        self._stats = _StatsAccumulator(base_offset)
+
+    @property
+    def size(self) -> int:
+        return len(self._log)
+
+    @property
+    def next_offset(self) -> int:
+        return self._stats.next_offset
+
+    @property
+    def record_count(self) -> int:
+        return self._stats.record_count
+
+    @property
+    def batch_count(self) -> int:
+        return self._stats.batch_count
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._log
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._stats.max_timestamp
+
+    @property
+    def first_batch_timestamp(self) -> int:
+        return self._stats.first_batch_timestamp
+
+    def can_append(self, last_offset: int) -> bool:
+        """Whether a batch ending at ``last_offset`` fits this segment's int32 relative offsets."""
+        return 0 <= last_offset - self.base_offset <= INT32_MAX
+
+    def append(self, data, *, min_timestamp: int | None = None) -> int:
+        """Append whole batches; returns the position where they start.
+
+        Checks framing, CRC (unless the builder was made with
+        ``verify_crc=False``) and that offsets continue the segment; on any
+        problem raises (CorruptRecordError, CrcMismatchError,
+        OffsetOrderError, SegmentOffsetOverflowError) and appends nothing.
+        ``min_timestamp``, the smallest record timestamp of ``data``, saves
+        decoding the records when the caller knows it.
+        """
+        end = len(data)
+        position = len(self._log)
+        if end == 0:
+            return position
+        headers: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        expected = self._stats.next_offset if self._stats.batch_count else None
+        while pos < end:
+            try:
+                header = _read_batch(data, pos, end, self.base_offset, expected, self.verify_crc)
+            except CorruptRecordError as e:
+                # Report where the batch would sit in the segment, not in ``data``.
+                raise type(e)(e.reason, segment=self.name, offset=e.offset,
+                              position=position + pos) from None
+            headers.append((pos, header))
+            expected = header.next_offset
+            pos += header.size
+        mins = []
+        max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
+        for pos, header in headers:
+            if min_timestamp is None:
+                try:
+                    mins.append(batch_min_timestamp(data, pos, header))
+                except CorruptRecordError as e:
+                    raise e.located(segment=self.name, offset=header.base_offset,
+                                    position=position + pos) from None
+            if header.max_timestamp > max_ts:
+                max_ts, offset_of_max = header.max_timestamp, header.last_offset
+        for i, (pos, header) in enumerate(headers):
+            self._stats.add(header, min_timestamp if min_timestamp is not None else mins[i])
+        self._log += data
+        self._indexes.add(position, end, headers[-1][1].last_offset, max_ts, offset_of_max)
+        return position
+
+    def stats(self) -> SegmentStats:
+        return self._stats.stats()
+
+    def build(self) -> BuiltSegment:
+        """The segment as Kafka leaves a closed one: log, trimmed indexes (final time entry), stats.
+
+        Does not seal the builder: more batches may be appended and
+        ``build`` called again.
+        """
+        index, timeindex = self._indexes.finish()
+        return BuiltSegment(bytes(self._log), index, timeindex, self._stats.stats())
+
+
+def rebuild_indexes(log_bytes, base_offset: int,
+                    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, *,
+                    batches=None, segment: str | None = None) -> tuple[bytes, bytes]:
+    """``(index_bytes, timeindex_bytes)`` for a valid log, as Kafka's recovery rebuilds them.
+
+    ``batches`` (from :func:`scan_log`/:func:`recover`) avoids rescanning;
+    otherwise the log is scanned (CRC checked) and must be valid.
+    """
+    if batches is None:
+        batches = _valid_batches(log_bytes, base_offset, segment)
+    acc = _IndexAccumulator(base_offset, index_interval_bytes)
+    for pos, header in batches:
+        acc.add(pos, header.size, header.last_offset, header.max_timestamp, header.last_offset)
+    return acc.finish()
+
+
+# ----------------------------------------------------------------- lookups
+
+def _scan_to_offset(log_bytes, start: int, target_offset: int) -> int:
+    """First batch at or after ``start`` whose last offset >= target; ``len(log)`` if none."""
+    end = len(log_bytes)
+    if not 0 <= start <= end:
+        raise CorruptIndexError(f"index position {start} is outside the log ({end} bytes)",
+                                position=start)
+    pos = start
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise TruncatedBatchError(f"{end - pos} trailing bytes are too short for a batch header",
+                                      position=pos)
+        batch_offset, length = _OFFSET_LENGTH.unpack_from(log_bytes, pos)
+        if length < MIN_BATCH_LENGTH or length > end - pos - LOG_OVERHEAD:
+            raise CorruptRecordError(f"bad batch length {length}", offset=batch_offset, position=pos)
+        if batch_offset + _INT32.unpack_from(log_bytes, pos + _LAST_OFFSET_DELTA_AT)[0] >= target_offset:
+            return pos
+        pos += LOG_OVERHEAD + length
+    return end
+
+
+def find_position(log_bytes, index_bytes, base_offset: int, target_offset: int) -> int:
+    """Byte position of the batch holding ``target_offset`` (Kafka's ``translateOffset``).
+
+    Looks up the largest index entry <= target, then walks batch headers
+    forward to the first batch whose last offset >= target. Returns
+    ``len(log_bytes)`` when every batch ends before the target, so
+    ``[find_position(a), find_position(b))`` is the byte range of offsets
+    ``[a, b)``. ``index_bytes`` may be None (scan from the start).
+    """
+    start = offset_index.lookup(index_bytes, base_offset, target_offset) if index_bytes else 0
+    return _scan_to_offset(log_bytes, start, target_offset)
+
+
+def find_offset_for_timestamp(log_bytes, index_bytes, timeindex_bytes, base_offset: int,
+                              target_timestamp: int, *,
+                              starting_offset: int | None = None) -> int | None:
+    """First offset (>= ``starting_offset``) whose record timestamp >= ``target_timestamp``.
+
+    Kafka's ``findOffsetByTimestamp``: time index lookup, offset index lookup
+    of ``max(that offset, starting_offset)``, then a forward scan that skips
+    batches whose max timestamp is below the target and decodes the others.
+    None when no record qualifies. Either index may be None.
+    """
+    start_offset = base_offset if starting_offset is None else max(starting_offset, base_offset)
+    ts_offset = (time_index.lookup(timeindex_bytes, base_offset, target_timestamp)
+                 if timeindex_bytes else base_offset)
+    pos = find_position(log_bytes, index_bytes, base_offset, max(ts_offset, start_offset))
+    end = len(log_bytes)
+    while pos < end:
+        header = parse_header(log_bytes, pos)
+        if header.max_timestamp >= target_timestamp and header.last_offset >= start_offset:
+            _, records = decode_batch(log_bytes, pos, verify_crc=False)
+            for r in records:
+                if r.timestamp >= target_timestamp and r.offset >= start_offset:
+                    return r.offset
+        pos += header.size
+    return None
+
+
+# ----------------------------------------------------------------- index validation
+
+def check_indexes(batches, index_bytes, timeindex_bytes, base_offset: int, *,
+                  max_problems: int = 20) -> list[str]:
+    """Problems that make the indexes unusable for this log (empty list: fine).
+
+    ``batches`` is ``[(position, header)]`` of the log. An index is usable
+    when every lookup lands at or before the batch that holds the answer:
+    offset index entries must point at batch starts with an offset after the
+    previous batch's last offset and within the log; time index entries
+    ``(T, O)`` must have ``O`` within the log and no batch before ``O``'s
+    batch with a timestamp >= ``T``. Entries need not be exactly the ones
+    :func:`rebuild_indexes` would write (a broker restart or a different
+    ``index.interval.bytes`` changes those). None means "not given" and is
+    not checked.
+    """
+    problems: list[str] = []
+    last_offsets = [h.last_offset for _, h in batches]
+    seg_last = last_offsets[-1] if last_offsets else base_offset - 1
+
+    def add(msg: str) -> bool:
+        problems.append(msg)
+        return len(problems) < max_problems
+
+    if index_bytes is not None:
+        try:
+            entries = offset_index.parse(index_bytes, base_offset)
+        except CorruptIndexError as e:
+            add(f"offset index: {e.reason}")
+            entries = []
+        by_position = {pos: i for i, (pos, _) in enumerate(batches)}
+        for offset, position in entries:
+            i = by_position.get(position)
+            if i is None:
+                if not add(f"offset index entry (offset {offset}, position {position}) "
+                           f"does not point at a batch start"):
+                    break
+                continue
+            prev_last = last_offsets[i - 1] if i else base_offset - 1
+            if offset <= prev_last:
+                if not add(f"offset index entry (offset {offset}, position {position}): the batch "
+                           f"before that position already reaches offset {prev_last}"):
+                    break
+            elif offset > seg_last:
+                if not add(f"offset index entry (offset {offset}, position {position}) is past "
+                           f"the log's last offset {seg_last}"):
+                    break
+
+    if timeindex_bytes is not None and len(problems) < max_problems:
+        try:
+            tentries = time_index.parse(timeindex_bytes, base_offset)
+        except CorruptIndexError as e:
+            add(f"time index: {e.reason}")
+            tentries = []
+        # prefix_max[i]: largest max timestamp of the batches before batch i.
+        prefix_max = [NO_TIMESTAMP]
+        for _, h in batches:
+            prefix_max.append(max(prefix_max[-1], h.max_timestamp))
+        for ts, offset in tentries:
+            if offset > seg_last:
+                msg = f"time index entry (timestamp {ts}, offset {offset}) is past the log's last offset {seg_last}"
+            else:
+                i = bisect.bisect_left(last_offsets, offset)
+                if prefix_max[i] >= ts:
+                    msg = (f"time index entry (timestamp {ts}, offset {offset}): an earlier batch "
+                           f"already has timestamp {prefix_max[i]}")
+                elif ts > prefix_max[-1]:
+                    msg = (f"time index entry (timestamp {ts}, offset {offset}) is above the log's "
+                           f"max timestamp {prefix_max[-1]}")
+                else:
+                    continue
+            if not add(msg):
+                break
+    return problems
+
+
+def load_indexes(log_bytes, index_bytes, timeindex_bytes, base_offset: int, *,
+                 index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES, batches=None,
+                 segment: str | None = None) -> tuple[bytes, bytes, bool]:
+    """Indexes fit to use with ``log_bytes``: ``(index, timeindex, rebuilt)``.
+
+    Drops preallocation padding (trailing zero entries), then checks both
+    indexes against the log (:func:`check_indexes`). When either is missing
+    (None) or has any problem, both are rebuilt from the log, as Kafka
+    rebuilds a segment's indexes together on recovery, and ``rebuilt`` is
+    True. The log itself must be valid (see :func:`recover`).
+    """
+    if batches is None:
+        batches = _valid_batches(log_bytes, base_offset, segment)
+    if index_bytes is not None and timeindex_bytes is not None:
+        index = offset_index.trim_preallocated(index_bytes)
+        timeindex = time_index.trim_preallocated(timeindex_bytes)
+        if not check_indexes(batches, index, timeindex, base_offset, max_problems=1):
+            return index, timeindex, False
+    index, timeindex = rebuild_indexes(log_bytes, base_offset, index_interval_bytes, batches=batches)
+    return index, timeindex, True

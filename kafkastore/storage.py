@@ -1,0 +1,359 @@
+"""Object storage through fsspec: the handful of operations the log needs.
+
+Paths handed to :class:`Storage` are relative to its root and use ``/``.
+The one operation with a contract beyond fsspec's is :meth:`Storage.put_if_absent`,
+the commit primitive of manifests and warehouse commits. Whole-object writes go
+through :func:`write_object`, which picks the strategy from the filesystem's type:
+
+* local files: write a temporary file in the target directory, fsync, then
+  ``os.link`` it to the final name (exclusive: ``link`` fails with EEXIST
+  atomically) or ``os.replace`` it (overwrite). The final name only ever
+  points at a complete file. Temporary files are named ``.tmp-*`` and are
+  hidden from :meth:`Storage.list`.
+* memory: check-and-set under a process-wide lock (the store lives in one
+  process anyway; ``MemoryFileSystem`` keeps one class-level store).
+* S3: ``PutObject`` with ``If-None-Match: *`` (s3fs ``mode="create"``); a
+  single PUT is atomic, so overwrite is a plain ``pipe_file``.
+* anything else: fsspec's exclusive open mode ``"xb"``, if the backend has it.
+
+Extension point: a filesystem object that defines
+``kafkastore_write(path, data, exclusive)`` takes over whole-object writes.
+Wrappers (the fault injector in ``tests/faults.py``) use it to intercept
+writes and then call :func:`write_object` on the filesystem they wrap, so the
+wrapped backend keeps its exclusive-create semantics.
+
+Error contract: a missing object raises :class:`ObjectNotFoundError`; any other
+failure of the store raises :class:`StorageError`; ``put_if_absent`` on an
+existing name raises :class:`CommitConflict`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import errno
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.implementations.memory import MemoryFileSystem
+
+from .errors import CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError
+
+_MEMORY_LOCK = threading.Lock()
+_KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
+_TEMP_PREFIX = ".tmp-"
+# Exceptions from these client libraries are transport failures, never bugs of ours.
+_CLIENT_MODULES = frozenset({"botocore", "aiobotocore", "aiohttp", "urllib3", "requests",
+                             "s3fs", "gcsfs", "adlfs", "google", "azure"})
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object: its path relative to the root, size in bytes, and modification time (epoch s)."""
+
+    path: str
+    size: int
+    mtime: float
+
+
+def _split_url(url: str) -> tuple[str, str]:
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("storage root must be a URL like file:///data/log, memory://log or s3://bucket/prefix")
+    if "://" not in url:
+        return "file", os.path.abspath(url)
+    protocol, rest = url.split("://", 1)
+    protocol = protocol.lower()
+    if not protocol:
+        raise ConfigError(f"storage URL {url!r} has no scheme: expected file://, memory:// or s3://")
+    if protocol not in _KNOWN_PROTOCOLS:
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(f"unsupported storage URL {url!r}: {exc}") from None
+    if protocol in ("file", "local"):
+        return "file", os.path.abspath(rest or "/")
+    if protocol in ("s3", "s3a"):
+        protocol = "s3"
+        if not rest.strip("/") or rest.startswith("/"):
+            raise ConfigError(f"storage URL {url!r} names no bucket: expected s3://bucket[/prefix]")
+    return protocol, rest.rstrip("/")
+
+
+def _is_store_failure(exc: BaseException) -> bool:
+    """True for errors that mean "the store failed", as opposed to a bug in the caller."""
+    if isinstance(exc, KafkaStoreError):
+        return False
+    if isinstance(exc, (OSError, EOFError)):
+        return True
+    return type(exc).__module__.split(".", 1)[0] in _CLIENT_MODULES
+
+
+def _protocols(fs) -> tuple[str, ...]:
+    proto = getattr(fs, "protocol", ())
+    return (proto,) if isinstance(proto, str) else tuple(proto)
+
+
+def write_object(fs, path: str, data: bytes, *, exclusive: bool = False) -> None:
+    """Write ``data`` as the whole object ``path`` (a path as ``fs`` spells it).
+
+    Readers never observe a partial object. With ``exclusive`` the write
+    happens only if ``path`` does not exist, else ``FileExistsError``. Other
+    exceptions come from the filesystem unchanged (the caller maps them).
+    """
+    hook = getattr(fs, "kafkastore_write", None)
+    if hook is not None:
+        hook(path, data, exclusive)
+        return
+    if isinstance(fs, LocalFileSystem):
+        _local_write(path, data, exclusive)
+    elif isinstance(fs, MemoryFileSystem):
+        with _MEMORY_LOCK:
+            if exclusive and fs.exists(path):
+                raise FileExistsError(errno.EEXIST, "object exists", path)
+            fs.pipe_file(path, data)
+    elif "s3" in _protocols(fs):
+        fs.pipe_file(path, data, mode="create" if exclusive else "overwrite")
+    elif exclusive:
+        with fs.open(path, "xb") as f:
+            f.write(data)
+    else:
+        fs.pipe_file(path, data)
+
+
+def _local_write(path: str, data: bytes, exclusive: bool) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if exclusive:
+            os.link(tmp, path)  # EEXIST atomically if someone else got there first
+        else:
+            os.replace(tmp, path)
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass  # renamed by os.replace
+    # fsync the directory so the new name survives a crash once we report success.
+    dfd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class Storage:
+    """A root URL on an fsspec filesystem.
+
+    ``storage_options`` go to the filesystem (for S3, s3fs keyword arguments such
+    as ``client_kwargs={"endpoint_url": ...}``); ``fs`` substitutes a ready
+    filesystem, which is how tests inject faults (see ``tests/faults.py``).
+    """
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None):
+        self.protocol, self._base = _split_url(url)
+        self.url = url if "://" in url else f"file://{self._base}"
+        self.storage_options = dict(storage_options or {})
+        if fs is not None:
+            self.fs = fs
+        else:
+            options = dict(self.storage_options)
+            if self.protocol == "s3":
+                # Another process may commit a manifest at any time: a cached
+                # directory listing would hide it, so never reuse listings.
+                options.setdefault("use_listings_cache", False)
+            try:
+                self.fs = fsspec.filesystem(self.protocol, **options)
+            except (ImportError, TypeError, ValueError) as exc:
+                raise ConfigError(f"cannot open storage {url!r}: {exc}") from None
+        if self.protocol == "file":
+            try:
+                os.makedirs(self._base, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create storage root {self._base!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    def __reduce__(self):
+        # Storage objects travel to Spark executors: rebuild from URL and options.
+        return (Storage, (self.url, self.storage_options))
+
+    # -- paths -------------------------------------------------------------
+    def full_path(self, rel: str) -> str:
+        """Filesystem path (without protocol) of ``rel`` under the root."""
+        rel = rel.strip("/")
+        return f"{self._base}/{rel}" if rel else self._base
+
+    def child(self, rel: str) -> "Storage":
+        """A Storage rooted at ``rel`` below this one, sharing the filesystem."""
+        base = self.full_path(rel)
+        url = f"file://{base}" if self.protocol == "file" else f"{self.protocol}://{base}"
+        return Storage(url, self.storage_options, fs=self.fs)
+
+    def _rel(self, full: str) -> str:
+        # fsspec spells paths with or without a leading "/" depending on the backend.
+        root = self._base.strip("/")
+        full = full.strip("/")
+        return full[len(root):].lstrip("/") if root else full
+
+    def _fail(self, verb: str, rel: str, exc: BaseException) -> StorageError:
+        return StorageError(f"cannot {verb} {rel!r} under {self.url}: {exc}")
+
+    # -- reads -------------------------------------------------------------
+    def get(self, rel: str) -> bytes:
+        """Whole object; :class:`ObjectNotFoundError` if absent."""
+        try:
+            return bytes(self.fs.cat_file(self.full_path(rel)))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("read", rel, exc) from exc
+
+    def get_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of an object (shorter, possibly empty, if the object is shorter)."""
+        if start < 0 or end < 0:
+            raise ValueError(f"byte range must be non-negative, got [{start}, {end})")
+        if end <= start:
+            return b""
+        try:
+            return bytes(self.fs.cat_file(self.full_path(rel), start=start, end=end))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            # S3 answers 416 (EINVAL) for a range that starts at or past the end.
+            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and start >= self.size(rel):
+                return b""
+            raise self._fail("read", rel, exc) from exc
+
+    def exists(self, rel: str) -> bool:
+        """Whether an object (or directory) ``rel`` exists."""
+        try:
+            return bool(self.fs.exists(self.full_path(rel)))
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("stat", rel, exc) from exc
+
+    def size(self, rel: str) -> int:
+        """Size of object ``rel`` in bytes; :class:`ObjectNotFoundError` if absent."""
+        try:
+            return int(self.fs.size(self.full_path(rel)))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("stat", rel, exc) from exc
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Objects directly or indirectly under directory ``prefix``, sorted by path.
+
+        Temporary files of in-flight local writes are not listed.
+        """
+        base = self.full_path(prefix)
+        try:
+            found = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("list", prefix, exc) from exc
+        out = []
+        for full, info in found.items():
+            if info.get("type") == "directory":
+                continue
+            rel = self._rel(full)
+            if rel.rsplit("/", 1)[-1].startswith(_TEMP_PREFIX):
+                continue
+            out.append(ObjectInfo(rel, int(info.get("size") or 0), _mtime(info)))
+        out.sort(key=lambda o: o.path)
+        return out
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """Names of the immediate subdirectories of ``prefix``."""
+        try:
+            entries = self.fs.ls(self.full_path(prefix), detail=True)
+        except FileNotFoundError:
+            return []
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("list", prefix, exc) from exc
+        return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
+                      if e.get("type") == "directory")
+
+    # -- writes ------------------------------------------------------------
+    def put(self, rel: str, data: bytes) -> None:
+        """Write an object whole, replacing any previous one; readers never see a partial object."""
+        try:
+            write_object(self.fs, self.full_path(rel), bytes(data), exclusive=False)
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("write", rel, exc) from exc
+
+    def put_if_absent(self, rel: str, data: bytes) -> None:
+        """Create ``rel`` with ``data`` only if it does not exist.
+
+        Raises :class:`CommitConflict` if it exists. Any other failure raises
+        :class:`StorageError`, and then the outcome is *unknown*: the object may
+        or may not have been created; callers decide by reading it back.
+        """
+        try:
+            write_object(self.fs, self.full_path(rel), bytes(data), exclusive=True)
+        except FileExistsError:
+            raise CommitConflict(f"{rel!r} already exists under {self.url}") from None
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("create", rel, exc) from exc
+
+    def delete(self, rels: Iterable[str]) -> None:
+        """Delete objects, in the given order; missing ones are ignored (deletes are idempotent)."""
+        if isinstance(rels, str):
+            rels = [rels]
+        for rel in rels:
+            try:
+                self.fs.rm_file(self.full_path(rel))
+            except FileNotFoundError:
+                pass
+            except Exception as exc:
+                if not _is_store_failure(exc):
+                    raise
+                raise self._fail("delete", rel, exc) from exc
+
+
+def _mtime(info: dict) -> float:
+    for key in ("mtime", "LastModified", "last_modified", "created"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if isinstance(value, _dt.datetime):
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=_dt.timezone.utc)
+            return value.timestamp()
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return 0.0

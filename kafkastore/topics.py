@@ -1,0 +1,201 @@
+"""Topics: create, list, describe, alter; their metadata lives in ``topics/<t>/_topic.json``.
+
+``_topic.json`` (written with put-if-absent, so of two racing creates one
+gets :class:`TopicExistsError`)::
+
+    {"format": 1, "topic": "orders", "partitions": 3,
+     "config": {"cleanup.policy": "compact", "retention.ms": 86400000},
+     "created_ms": 1700000000000, "updated_ms": 1700000000000}
+
+``config`` holds only overrides of Kafka's defaults. :func:`alter_topic` is a
+documented simple overwrite of the whole object (atomic, last writer wins):
+topic alterations are rare admin actions, and nothing else writes this file.
+Offsets are not stored here; they come from each partition's manifest.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from . import layout
+from .errors import (CommitConflict, ConfigError, ObjectNotFoundError, TopicExistsError,
+                     UnknownTopicError)
+from .manifest import CorruptMetadataError, ManifestStore
+from .storage import Storage
+from .topic_config import TopicConfig
+
+TOPIC_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    """What ``_topic.json`` says: name, partition count, config overrides."""
+
+    name: str
+    partitions: int
+    config: TopicConfig = field(default_factory=TopicConfig)
+    created_ms: int = 0
+    updated_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored ``_topic.json`` shape."""
+        return {"format": TOPIC_FORMAT, "topic": self.name, "partitions": self.partitions,
+                "config": self.config.to_dict(), "created_ms": self.created_ms,
+                "updated_ms": self.updated_ms}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TopicMetadata":
+        """Parse ``_topic.json``; :class:`CorruptMetadataError` on a bad shape."""
+        try:
+            if d.get("format") != TOPIC_FORMAT:
+                raise ValueError(f"unsupported format {d.get('format')!r}")
+            partitions = d["partitions"]
+            if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+                raise ValueError(f"bad partition count {partitions!r}")
+            return cls(name=layout.validate_topic_name(d["topic"]), partitions=partitions,
+                       config=TopicConfig.from_dict(d.get("config") or {}),
+                       created_ms=int(d.get("created_ms", 0)), updated_ms=int(d.get("updated_ms", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # ConfigError is a ValueError
+            raise CorruptMetadataError(f"bad topic metadata: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """Log start offset and high watermark of one partition (0, 0 before the first commit)."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    segments: int = 0
+    size: int = 0
+    manifest_version: int = 0
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A described topic: metadata plus per-partition offsets from the manifests."""
+
+    name: str
+    partitions: int
+    config: TopicConfig
+    offsets: tuple[PartitionOffsets, ...] = ()
+    created_ms: int = 0
+
+    def to_dict(self, include_defaults: bool = False) -> dict[str, Any]:
+        """JSON-ready form; ``offsets`` keyed by partition number as a string (like ``kafkastore offsets``)."""
+        return {
+            "topic": self.name,
+            "partitions": self.partitions,
+            "config": self.config.to_dict(include_defaults),
+            "offsets": {str(o.partition): {"log_start_offset": o.log_start_offset,
+                                           "high_watermark": o.high_watermark,
+                                           "segments": o.segments, "size": o.size}
+                        for o in self.offsets},
+        }
+
+
+def _check_partitions(partitions: Any) -> int:
+    if isinstance(partitions, str) and partitions.strip().isdigit():
+        partitions = int(partitions)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ConfigError(f"invalid partition count {partitions!r}: expected an integer >= 1")
+    return partitions
+
+
+def create_topic(storage: Storage, name: str, partitions: int = 1,
+                 configs: Mapping[str, Any] | TopicConfig | None = None, *,
+                 now_ms: int | None = None) -> TopicMetadata:
+    """Create a topic; :class:`TopicExistsError` if it is there, :class:`ConfigError` on bad input."""
+    layout.validate_topic_name(name)
+    partitions = _check_partitions(partitions)
+    config = configs if isinstance(configs, TopicConfig) else TopicConfig.from_dict(configs or {})
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now)
+    try:
+        storage.put_if_absent(layout.topic_meta_path(name), _encode(meta))
+    except CommitConflict:
+        raise TopicExistsError(f"topic {name!r} already exists") from None
+    return meta
+
+
+def load_topic(storage: Storage, name: str) -> TopicMetadata:
+    """The topic's metadata; :class:`UnknownTopicError` if there is no such topic."""
+    layout.validate_topic_name(name)
+    try:
+        data = storage.get(layout.topic_meta_path(name))
+    except ObjectNotFoundError:
+        known = list_topics(storage)
+        hint = f" (topics: {', '.join(known)})" if known else " (no topics yet)"
+        raise UnknownTopicError(f"unknown topic {name!r} under {storage.url}{hint}") from None
+    try:
+        meta = TopicMetadata.from_dict(json.loads(data))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptMetadataError(f"{layout.topic_meta_path(name)} is not JSON: {exc}") from None
+    if meta.name != name:
+        raise CorruptMetadataError(f"{layout.topic_meta_path(name)} describes topic {meta.name!r}")
+    return meta
+
+
+def topic_exists(storage: Storage, name: str) -> bool:
+    """Whether ``_topic.json`` exists for ``name``."""
+    return storage.exists(layout.topic_meta_path(layout.validate_topic_name(name)))
+
+
+def list_topics(storage: Storage) -> list[str]:
+    """Names of the topics under the root (directories that hold a ``_topic.json``), sorted."""
+    names = []
+    for d in storage.list_dirs(layout.TOPICS_DIR):
+        try:
+            layout.validate_topic_name(d)
+        except ConfigError:
+            continue
+        names.append(d)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
+        present = list(pool.map(lambda n: storage.exists(layout.topic_meta_path(n)), names))
+    return [n for n, ok in zip(names, present) if ok]
+
+
+def partition_offsets(storage: Storage, name: str, partition: int) -> PartitionOffsets:
+    """Offsets of one partition from its latest manifest."""
+    m = ManifestStore(storage, name, partition).latest()
+    if m is None:
+        return PartitionOffsets(partition, 0, 0)
+    return PartitionOffsets(partition, m.log_start_offset, m.high_watermark,
+                            len(m.segments), m.size, m.version)
+
+
+def describe_topic(storage: Storage, name: str) -> TopicInfo:
+    """Metadata plus log start offset and high watermark of every partition."""
+    meta = load_topic(storage, name)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, meta.partitions))) as pool:
+        offsets = tuple(pool.map(lambda p: partition_offsets(storage, name, p), range(meta.partitions)))
+    return TopicInfo(meta.name, meta.partitions, meta.config, offsets, meta.created_ms)
+
+
+def alter_topic(storage: Storage, name: str, *, set_configs: Mapping[str, Any] | None = None,
+                delete_configs: Iterable[str] = (), partitions: int | None = None,
+                now_ms: int | None = None) -> TopicMetadata:
+    """Change config overrides (``delete_configs`` go back to defaults) and/or grow the partition count.
+
+    A simple overwrite of ``_topic.json`` (last writer wins). Partitions can only
+    be added, as in Kafka.
+    """
+    meta = load_topic(storage, name)
+    config = meta.config.with_updates(set_configs or {}, delete_configs)
+    count = meta.partitions
+    if partitions is not None:
+        count = _check_partitions(partitions)
+        if count < meta.partitions:
+            raise ConfigError(f"topic {name!r} has {meta.partitions} partitions; "
+                              f"the partition count can only grow, got {count}")
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    new = TopicMetadata(name, count, config, created_ms=meta.created_ms, updated_ms=now)
+    storage.put(layout.topic_meta_path(name), _encode(new))
+    return new
+
+
+def _encode(meta: TopicMetadata) -> bytes:
+    return json.dumps(meta.to_dict(), indent=1, sort_keys=False).encode()

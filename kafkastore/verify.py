@@ -1,0 +1,175 @@
+"""Verification of one segment: framing, CRC, offsets, indexes, expected stats.
+
+Unlike :func:`kafkastore.segment.recover`, which stops at the first problem,
+:func:`verify_segment` keeps going where it can: past a batch with a bad CRC
+(its length is still trusted), and past unframeable bytes by searching for
+the next valid batch, so one report lists every problem with its offset and
+byte position. Nothing here raises for bad data.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .crc import crc32c
+from .errors import CorruptRecordError, KafkaStoreError
+from .record_batch import BatchHeader, decode_batch
+from .segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
+                      _read_batch, _SearchGaveUp, _StatsAccumulator, batch_min_timestamp,
+                      check_indexes)
+
+#: Keys of ``expected`` that :func:`verify_segment` compares with the log.
+EXPECTED_KEYS = ("base_offset", "next_offset", "record_count", "batch_count", "size",
+                 "min_timestamp", "max_timestamp", "checksum")
+
+
+@dataclass
+class SegmentReport:
+    """What :func:`verify_segment` found. ``ok`` when ``problems`` is empty."""
+
+    name: str
+    base_offset: int
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stats: SegmentStats | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        """One line per problem (``name: problem``), or one ``name: ok ...`` line."""
+        if self.problems:
+            return [f"{self.name}: {p}" for p in self.problems]
+        s = self.stats
+        if s is None or s.is_empty:
+            return [f"{self.name}: ok (empty)"]
+        return [f"{self.name}: ok ({s.batch_count} batches, {s.record_count} records, "
+                f"offsets {s.first_offset}..{s.last_offset}, {s.size} bytes)"]
+
+    def render(self) -> str:
+        return "\n".join(self.lines())
+
+
+def checksum(log_bytes, algorithm: str = "crc32c") -> str:
+    """``"<algorithm>:<hex>"`` of a whole log: ``crc32c`` (8 hex digits) or any hashlib name."""
+    if algorithm == "crc32c":
+        return f"crc32c:{crc32c(log_bytes):08x}"
+    try:
+        h = hashlib.new(algorithm)
+    except ValueError:
+        raise KafkaStoreError(f"unknown checksum algorithm {algorithm!r}") from None
+    h.update(log_bytes)
+    return f"{algorithm}:{h.hexdigest()}"
+
+
+def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_offset: int,
+                   name: str, expected: Mapping[str, Any] | Any | None = None,
+                   decode_records: bool = True, max_problems: int = 100) -> SegmentReport:
+    """Check a segment's log and indexes; return a report listing every problem found.
+
+    * every batch: framing, header, CRC-32C, and (``decode_records``) that
+      its records decode (catches writer bugs the CRC cannot);
+    * offsets: first batch at or after ``base_offset``, every batch after the
+      previous one, all within ``base_offset + 2^31-1``;
+    * ``.index`` / ``.timeindex`` (when given): as
+      :func:`kafkastore.segment.check_indexes` (entries at batch starts,
+      lookups land at or before their answer); missing indexes are a note;
+    * ``expected`` (a mapping, or any object with those attributes such as
+      :class:`SegmentStats` or a manifest's segment entry): any of
+      ``base_offset``, ``next_offset``,
+      ``record_count``, ``batch_count``, ``size``, ``min_timestamp``,
+      ``max_timestamp`` and ``checksum`` (``"<algorithm>:<hex>"``, see
+      :func:`checksum`) present and not None is compared.
+    """
+    report = SegmentReport(name, base_offset)
+    problems = report.problems
+
+    def problem(msg: str, *, offset: int | None = None, position: int | None = None) -> bool:
+        where = []
+        if offset is not None:
+            where.append(f"offset {offset}")
+        if position is not None:
+            where.append(f"position {position}")
+        problems.append(f"{msg} ({', '.join(where)})" if where else msg)
+        return len(problems) < max_problems
+
+    end = len(log_bytes)
+    batches: list[tuple[int, BatchHeader]] = []
+    acc = _StatsAccumulator(base_offset)
+    pos = 0
+    expected_offset = None
+    while pos < end and len(problems) < max_problems:
+        try:
+            header = _read_batch(log_bytes, pos, end, None, None, False)
+        except CorruptRecordError as e:
+            problem(e.reason, offset=e.offset, position=pos)
+            try:
+                found = _find_valid_batch(log_bytes, pos + 1, None, None)
+            except _SearchGaveUp:
+                found = None
+            if found is None:
+                problem(f"{end - pos} bytes from position {pos} to the end are not valid batches")
+                break
+            problem(f"skipped {found[0] - pos} bytes up to the next valid batch", position=found[0])
+            pos = found[0]
+            continue
+        crc_ok = True
+        try:
+            _read_batch(log_bytes, pos, end, base_offset, expected_offset, True)
+        except (OffsetOrderError, SegmentOffsetOverflowError) as e:
+            problem(e.reason, offset=e.offset, position=pos)
+        except CorruptRecordError as e:  # CRC mismatch: framing is fine, keep walking
+            crc_ok = False
+            problem(e.reason, offset=e.offset, position=pos)
+        min_ts = None
+        if crc_ok:
+            try:
+                if decode_records:
+                    decode_batch(log_bytes, pos, verify_crc=False)
+                min_ts = batch_min_timestamp(log_bytes, pos, header)
+            except KafkaStoreError as e:  # CorruptRecordError or CompressionError
+                problem(f"records do not decode: {getattr(e, 'reason', e)}",
+                        offset=header.base_offset, position=pos)
+        batches.append((pos, header))
+        acc.add(header, min_ts)
+        expected_offset = max(expected_offset or 0, header.next_offset)
+        pos += header.size
+    acc.size = end
+    report.stats = acc.stats()
+
+    if index_bytes is None:
+        report.notes.append("no offset index given: not checked")
+    if timeindex_bytes is None:
+        report.notes.append("no time index given: not checked")
+    for msg in check_indexes(batches, index_bytes, timeindex_bytes, base_offset,
+                             max_problems=max(max_problems - len(problems), 1)):
+        problems.append(msg)
+
+    if expected is not None:
+        _compare_expected(report, log_bytes, expected)
+    return report
+
+
+def _compare_expected(report: SegmentReport, log_bytes, expected) -> None:
+    if not isinstance(expected, Mapping):  # SegmentStats, a manifest entry, ...
+        expected = {k: getattr(expected, k, None) for k in EXPECTED_KEYS}
+    actual = report.stats
+    for key in EXPECTED_KEYS:
+        want = expected.get(key)
+        if want is None:
+            continue
+        if key == "checksum":
+            algorithm = str(want).split(":", 1)[0] if ":" in str(want) else "crc32c"
+            try:
+                got = checksum(log_bytes, algorithm)
+            except KafkaStoreError as e:
+                report.problems.append(f"checksum: {e}")
+                continue
+            if got.lower() != str(want).lower():
+                report.problems.append(f"checksum is {got}, expected {want}")
+            continue
+        got = report.base_offset if key == "base_offset" else getattr(actual, key)
+        if got != want:
+            report.problems.append(f"{key.replace('_', ' ')} is {got}, expected {want}")

@@ -1,0 +1,237 @@
+"""Storage on every backend: whole-object writes, exclusive create under races, ranges, listings."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import threading
+import uuid
+
+import pytest
+
+from kafkastore.errors import CommitConflict, ConfigError, ObjectNotFoundError, StorageError
+from kafkastore.storage import ObjectInfo, Storage
+from tests.faults import FaultyFS, InjectedFault, faulty_storage
+
+
+@pytest.fixture
+def storage(root_url):
+    return Storage(root_url)
+
+
+def test_put_get_roundtrip_and_overwrite(storage):
+    storage.put("a/b/c.bin", b"hello")
+    assert storage.get("a/b/c.bin") == b"hello"
+    storage.put("a/b/c.bin", bytearray(b"world!"))
+    assert storage.get("a/b/c.bin") == b"world!"
+    assert storage.size("a/b/c.bin") == 6
+    assert storage.exists("a/b/c.bin")
+    assert not storage.exists("a/b/missing")
+
+
+def test_missing_object_is_not_found(storage):
+    with pytest.raises(ObjectNotFoundError):
+        storage.get("nope")
+    with pytest.raises(FileNotFoundError):  # ObjectNotFoundError is both
+        storage.get_range("nope", 0, 10)
+    with pytest.raises(ObjectNotFoundError):
+        storage.size("nope")
+
+
+def test_get_range(storage):
+    storage.put("seg.log", bytes(range(100)))
+    assert storage.get_range("seg.log", 0, 10) == bytes(range(10))
+    assert storage.get_range("seg.log", 95, 200) == bytes(range(95, 100))
+    assert storage.get_range("seg.log", 100, 120) == b""
+    assert storage.get_range("seg.log", 150, 160) == b""
+    assert storage.get_range("seg.log", 10, 10) == b""
+    assert storage.get_range("seg.log", 20, 10) == b""
+    with pytest.raises(ValueError):
+        storage.get_range("seg.log", -1, 5)
+
+
+def test_list_is_recursive_sorted_and_relative(storage):
+    for rel, data in [("t/x/2.json", b"22"), ("t/x/1.json", b"1"), ("t/y/z/3", b"333"), ("u/4", b"")]:
+        storage.put(rel, data)
+    listed = storage.list("t")
+    assert [o.path for o in listed] == ["t/x/1.json", "t/x/2.json", "t/y/z/3"]
+    assert [o.size for o in listed] == [1, 2, 3]
+    assert all(isinstance(o, ObjectInfo) and o.mtime > 0 for o in listed)
+    assert [o.path for o in storage.list("t/x")] == ["t/x/1.json", "t/x/2.json"]
+    assert [o.path for o in storage.list()] == ["t/x/1.json", "t/x/2.json", "t/y/z/3", "u/4"]
+    assert storage.list("missing") == []
+    assert storage.list_dirs("t") == ["x", "y"]
+    assert storage.list_dirs("") == ["t", "u"]
+    assert storage.list_dirs("missing") == []
+
+
+def test_list_hides_temp_files_of_local_writes(local_root):
+    storage = Storage(local_root)
+    storage.put("d/real", b"x")
+    with open(os.path.join(storage.full_path("d"), ".tmp-inflight"), "wb") as f:
+        f.write(b"partial")
+    assert [o.path for o in storage.list("d")] == ["d/real"]
+
+
+def test_delete_is_idempotent(storage):
+    storage.put("d/1", b"1")
+    storage.put("d/2", b"2")
+    storage.delete(["d/1", "d/missing"])
+    storage.delete(["d/1"])
+    storage.delete("d/2")
+    assert storage.list("d") == []
+
+
+def test_put_if_absent_conflicts_and_keeps_the_first(storage):
+    storage.put_if_absent("m/00001.json", b"first")
+    with pytest.raises(CommitConflict):
+        storage.put_if_absent("m/00001.json", b"second")
+    assert storage.get("m/00001.json") == b"first"
+
+
+def test_put_if_absent_race_threads(storage):
+    """Many threads race on one name: exactly one wins and its bytes are stored."""
+    for round_ in range(3):
+        name = f"race/{round_}.json"
+        barrier = threading.Barrier(12)
+        winners, losers, errors = [], [], []
+
+        def attempt(i):
+            barrier.wait()
+            try:
+                storage.put_if_absent(name, f"writer-{i}".encode())
+                winners.append(i)
+            except CommitConflict:
+                losers.append(i)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=attempt, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(winners) == 1 and len(losers) == 11
+        assert storage.get(name) == f"writer-{winners[0]}".encode()
+
+
+def _race_worker(args):
+    url, name, token = args
+    try:
+        Storage(url).put_if_absent(name, token.encode())
+        return token
+    except CommitConflict:
+        return None
+
+
+def test_put_if_absent_race_processes(root_url):
+    """Separate processes (no shared lock) race on one name; exactly one wins."""
+    if root_url.startswith("memory://"):
+        pytest.skip("a memory:// store lives in one process")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        for round_ in range(2):
+            name = f"prace/{round_}"
+            results = pool.map(_race_worker, [(root_url, name, f"p{i}") for i in range(8)])
+            winners = [r for r in results if r is not None]
+            assert len(winners) == 1
+            assert Storage(root_url).get(name) == winners[0].encode()
+
+
+def test_bad_urls_are_config_errors():
+    for url in ("", "   ", None, 42, "nosuchproto://x/y", "s3://", "s3:///prefix"):
+        with pytest.raises(ConfigError):
+            Storage(url)
+
+
+def test_plain_path_means_file(tmp_path):
+    storage = Storage(str(tmp_path / "plain"))
+    assert storage.protocol == "file" and storage.url.startswith("file://")
+    storage.put("x", b"1")
+    assert (tmp_path / "plain" / "x").read_bytes() == b"1"
+
+
+def test_child_and_pickle(storage):
+    child = storage.child("topics/t")
+    child.put("0/a", b"a")
+    assert storage.get("topics/t/0/a") == b"a"
+    assert [o.path for o in child.list()] == ["0/a"]
+    again = pickle.loads(pickle.dumps(storage))
+    assert again.url == storage.url and again.get("topics/t/0/a") == b"a"
+
+
+def test_s3_listing_sees_writes_from_other_clients(s3_endpoint):
+    """Listings are not cached: an object written by another client shows up at once."""
+    import boto3
+
+    storage = Storage(f"s3://kafkastore-test/nocache-{uuid.uuid4().hex[:8]}")
+    storage.put("m/1", b"1")
+    assert [o.path for o in storage.list("m")] == ["m/1"]
+    prefix = storage.full_path("m/2").split("/", 1)[1]
+    boto3.client("s3", endpoint_url=s3_endpoint).put_object(Bucket="kafkastore-test", Key=prefix, Body=b"2")
+    assert [o.path for o in storage.list("m")] == ["m/1", "m/2"]
+    assert storage.list_dirs("") == ["m"]
+
+
+# -- the fault injector keeps each backend's semantics ------------------------------
+
+def test_faulty_fs_write_faults(root_url):
+    storage, fs = faulty_storage(root_url)
+    fs.fail_before_write(match="a.json")
+    with pytest.raises(StorageError) as info:
+        storage.put_if_absent("a.json", b"1")
+    assert not isinstance(info.value, CommitConflict)
+    assert not storage.exists("a.json")  # (a) nothing was written
+    fs.lose_response(match="a.json")
+    with pytest.raises(StorageError):
+        storage.put_if_absent("a.json", b"2")
+    assert storage.get("a.json") == b"2"  # (b) written, response lost
+    with pytest.raises(CommitConflict):  # exclusive create still holds through the wrapper
+        storage.put_if_absent("a.json", b"3")
+    fs.fail_reads(match="a.json", count=2)
+    with pytest.raises(StorageError):
+        storage.get("a.json")
+    with pytest.raises(StorageError):
+        storage.exists("a.json")
+    assert storage.get("a.json") == b"2"  # (c) count exhausted
+    fs.fail_reads(match=lambda op, path: op == "list", count=1)
+    with pytest.raises(StorageError):
+        storage.list()
+    assert [o.path for o in storage.list()] == ["a.json"]
+    assert fs.log and all(isinstance(entry, tuple) for entry in fs.log)
+
+
+def test_faulty_fs_race_still_exclusive(root_url):
+    base = Storage(root_url)
+    stores = [Storage(root_url, fs=FaultyFS(base.fs)) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    winners = []
+
+    def attempt(i):
+        barrier.wait()
+        try:
+            stores[i].put_if_absent("x", str(i).encode())
+            winners.append(i)
+        except CommitConflict:
+            pass
+
+    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1 and base.get("x") == str(winners[0]).encode()
+
+
+def test_faulty_fs_callback_runs_before_write(root_url):
+    storage, fs = faulty_storage(root_url)
+    seen = []
+    fs.on_write(lambda op, path: seen.append(path), match="b")
+    fs.fail_before_write(match="b")
+    with pytest.raises(StorageError) as info:
+        storage.put("b", b"1")
+    assert isinstance(info.value.__cause__, InjectedFault)  # an OSError, mapped to StorageError
+    assert seen and not storage.exists("b")
+    storage.put("b", b"1")
+    assert storage.get("b") == b"1"
