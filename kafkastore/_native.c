@@ -32,10 +32,20 @@
  *   .finish() -> dict
  *     Hands over the column buffers (objects exporting the buffer protocol)
  *     and counts; the decoder is empty afterwards.
+ * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
+ * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
+ * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages
+ *                                              (default), 2 MADV_POPULATE_WRITE
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
  *     position the batch's byte position in buf.
+ *
+ * set_buffer_cache(limit_bytes) -> old       bound of the block cache (see below)
+ *
+ * Memory: see "Memory blocks" below (huge pages, a small cache of freed
+ * column buffers, buffers sized once per region).  The GIL is released while
+ * a region or records section of 64 KiB or more is decoded.
  *
  * Safety: every length read from the input is bounds-checked against the
  * batch (or record) it lives in before use; buffer growth is bounded by the
@@ -269,23 +279,39 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 /* ------------------------------------------------------------------ */
 
 /*
- * Column buffers of a large decode are hundreds of MB of freshly written
- * memory, and page faults on fresh 4 KiB pages cost more than the decoding
- * itself.  Blocks of MAP_THRESHOLD bytes and more are therefore anonymous
- * mappings advised as transparent huge pages (MADV_HUGEPAGE; THP is usually
- * in "madvise" mode), grown with mremap (no copy).  Smaller blocks use
- * malloc.  Mapped memory arrives zeroed.
+ * A decode writes its whole output into fresh memory (about the size of the
+ * records), and on Linux the kernel's page faults and page zeroing for fresh
+ * memory cost as much as the decoding itself.  So:
+ *
+ * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings; from
+ *   2 MiB up they are advised as transparent huge pages (MADV_HUGEPAGE: THP
+ *   is usually in "madvise" mode) and sized in 2 MiB steps;
+ * - freed blocks (the column buffers, once Arrow lets go of them) go to a
+ *   small cache, bounded by `cache_limit` bytes of touched memory and
+ *   CACHE_SLOTS blocks, marked MADV_FREE so the kernel can still take the
+ *   pages back under memory pressure; the next decode (a Spark worker decodes
+ *   split after split) reuses them without faults;
+ * - Decoder.feed() sizes the buffers once from the batch headers of the
+ *   region (see dec_presize), so large buffers rarely grow; when they do, by
+ *   doubling, with mremap (no copy) or into a cached block.
+ *
+ * Smaller blocks use malloc.  _native.set_buffer_cache(limit) changes the
+ * bound (0 = no cache).
  */
-#if defined(__linux__)
+#if defined(__linux__) && !defined(KS_NO_MMAP) /* -DKS_NO_MMAP: malloc only (for ASan) */
+#include <pthread.h>
 #include <sys/mman.h>
 #define KS_MMAP 1
 #endif
+#include "pythread.h"
 
 #define GB_MIN 256
 /* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE */
 static int alloc_mode = 1;
-#define MAP_THRESHOLD ((size_t)1 << 20)
+#define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
+#define MAP_STEP ((size_t)64 << 10)
+#define CACHE_SLOTS 24
 
 typedef struct {
     uint8_t *p;
@@ -294,24 +320,112 @@ typedef struct {
     int mapped; /* p is an mmap of cap bytes */
 } gbuf;
 
-static struct { uint8_t *p; size_t cap; } xcache[32];
-static uint8_t *xcache_take(size_t cap) {
-    for (int i = 0; i < 32; i++) if (xcache[i].p && xcache[i].cap == cap) { uint8_t *p = xcache[i].p; xcache[i].p = NULL; return p; }
-    return NULL;
-}
-static void block_free(uint8_t *p, size_t cap, int mapped) {
 #ifdef KS_MMAP
-    if (mapped && getenv("XCACHE")) {
-        for (int i = 0; i < 32; i++) if (!xcache[i].p) { xcache[i].p = p; xcache[i].cap = cap; return; }
+typedef struct {
+    uint8_t *p;
+    size_t cap, touched;
+} cblock;
+
+static cblock cache[CACHE_SLOTS];
+static size_t cache_touched = 0;                 /* sum of touched over cache[] */
+static size_t cache_limit = (size_t)256 << 20;   /* bytes of touched memory */
+static PyThread_type_lock cache_lock = NULL;
+
+static size_t map_round(size_t cap) {
+    size_t step = cap >= HUGE_PAGE ? HUGE_PAGE : MAP_STEP;
+    return (cap + step - 1) & ~(step - 1);
+}
+
+/* A cached block of cap in [need, 2*need]: the smallest, and of those the
+ * most touched (its pages are still there); NULL if none. */
+static uint8_t *cache_take(size_t need, size_t *cap_out) {
+    uint8_t *p = NULL;
+    if (!cache_lock)
+        return NULL;
+    PyThread_acquire_lock(cache_lock, WAIT_LOCK);
+    int best = -1;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache[i].p && cache[i].cap >= need && cache[i].cap <= 2 * need &&
+            (best < 0 || cache[i].cap < cache[best].cap ||
+             (cache[i].cap == cache[best].cap && cache[i].touched > cache[best].touched)))
+            best = i;
+    if (best >= 0) {
+        p = cache[best].p;
+        *cap_out = cache[best].cap;
+        cache_touched -= cache[best].touched;
+        cache[best].p = NULL;
     }
+    PyThread_release_lock(cache_lock);
+    return p;
+}
+
+/* Keep a block for reuse if there is room; 1 if kept. */
+static int cache_put(uint8_t *p, size_t cap, size_t touched) {
+    int kept = 0;
+    if (!cache_lock || touched > cache_limit)
+        return 0;
+    PyThread_acquire_lock(cache_lock, WAIT_LOCK);
+    if (cache_touched + touched <= cache_limit) {
+        for (int i = 0; i < CACHE_SLOTS; i++) {
+            if (!cache[i].p) {
+#ifdef MADV_FREE
+                /* Before the block is visible to cache_take: the pages may be
+                 * reclaimed until someone writes to them again. */
+                if (touched)
+                    madvise(p, map_round(touched) < cap ? map_round(touched) : cap, MADV_FREE);
+#endif
+                cache[i].p = p;
+                cache[i].cap = cap;
+                cache[i].touched = touched;
+                cache_touched += touched;
+                kept = 1;
+                break;
+            }
+        }
+    }
+    PyThread_release_lock(cache_lock);
+    return kept;
+}
+
+static void cache_clear(void) {
+    if (!cache_lock)
+        return;
+    PyThread_acquire_lock(cache_lock, WAIT_LOCK);
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        if (cache[i].p)
+            munmap(cache[i].p, cache[i].cap);
+        cache[i].p = NULL;
+    }
+    cache_touched = 0;
+    PyThread_release_lock(cache_lock);
+}
+
+/* In a forked child (pyspark.daemon forks its workers): a fresh lock (the
+ * parent's may have been held by another thread), and the inherited cached
+ * blocks are dropped: writing to them would copy every page (copy-on-write). */
+static void cache_after_fork_child(void) {
+    cache_lock = PyThread_allocate_lock();
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        if (cache[i].p)
+            munmap(cache[i].p, cache[i].cap);
+        cache[i].p = NULL;
+    }
+    cache_touched = 0;
+}
+#endif
+
+/* Free a block; `touched` = how much of it was written (cache accounting). */
+static void block_free(uint8_t *p, size_t cap, int mapped, size_t touched) {
+#ifdef KS_MMAP
     if (mapped) {
-        if (p)
+        if (p && !cache_put(p, cap, touched < cap ? touched : cap))
             munmap(p, cap);
         return;
     }
 #endif
     (void)cap;
     (void)mapped;
+    (void)touched;
     free(p);
 }
 
@@ -328,7 +442,7 @@ typedef struct {
 } BufferObject;
 
 static void Buffer_dealloc(BufferObject *self) {
-    block_free(self->data, self->cap, self->mapped);
+    block_free(self->data, self->cap, self->mapped, (size_t)self->size);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -362,7 +476,8 @@ static PyTypeObject BufferType = {
 /* Growable byte buffers                                               */
 /* ------------------------------------------------------------------ */
 
-/* Ensure cap >= need; new bytes are zero when `zero`.  0 ok, -1 no memory. */
+/* Ensure cap >= need; new bytes are zero when `zero`.  0 ok, -1 no memory.
+ * Callable without the GIL. */
 static int gb_grow(gbuf *b, size_t need, int zero) {
     size_t cap = b->cap ? b->cap : GB_MIN;
     while (cap < need) {
@@ -372,19 +487,22 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
     }
 #ifdef KS_MMAP
     if (cap >= MAP_THRESHOLD) {
-        cap = (cap + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-        uint8_t *np;
-        if (b->mapped && (np = xcache_take(cap)) != NULL) {
-            memcpy(np, b->p, b->cap);
-            if (zero) memset(np + b->cap, 0, cap - b->cap);
-            block_free(b->p, b->cap, 1);
+        cap = map_round(cap);
+        size_t got = 0;
+        uint8_t *np = cache_take(cap, &got);
+        if (np) {
+            /* A reused block holds old bytes: copy ours, zero the rest if asked. */
+            if (b->p)
+                memcpy(np, b->p, b->cap);
+            if (zero)
+                memset(np + b->cap, 0, got - b->cap);
+            if (b->p)
+                block_free(b->p, b->cap, b->mapped, b->cap);
+            cap = got;
         } else if (b->mapped) {
             np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
             if (np == MAP_FAILED)
                 return -1;
-        } else if ((np = xcache_take(cap)) != NULL) {
-            if (b->p) { memcpy(np, b->p, b->cap); free(b->p); }
-            if (zero) memset(np + b->cap, 0, cap - b->cap);
         } else {
             np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (np == MAP_FAILED)
@@ -394,8 +512,9 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
                 free(b->p);
             }
         }
+        /* Fresh mapped memory is zero already. */
 #ifdef MADV_HUGEPAGE
-        if (alloc_mode == 1)
+        if (alloc_mode == 1 && cap >= HUGE_PAGE)
             madvise(np, cap, MADV_HUGEPAGE); /* advisory: failure is harmless */
 #endif
 #ifdef MADV_POPULATE_WRITE
@@ -425,7 +544,7 @@ static inline int gb_reserve(gbuf *b, size_t need, int zero) {
 }
 
 static void gb_free(gbuf *b) {
-    block_free(b->p, b->cap, b->mapped);
+    block_free(b->p, b->cap, b->mapped, b->cap);
     b->p = NULL;
     b->len = b->cap = 0;
     b->mapped = 0;
@@ -661,6 +780,8 @@ typedef struct {
     Py_ssize_t nab;
     int64_t rows, nhdr;
     int64_t knulls, vnulls, hnulls, hvnulls;
+    const void *presized_buf; /* region already sized by dec_presize */
+    Py_ssize_t presized_end;
     gbuf off, ts, tst;             /* int64, int64 (us), int32 */
     gbuf kvalid, koff, kdata;      /* key: bitmap, int32 offsets, bytes */
     gbuf vvalid, voff, vdata;      /* value */
@@ -687,6 +808,8 @@ static int dec_reset(Decoder *d) {
     dec_free_bufs(d);
     d->rows = d->nhdr = 0;
     d->knulls = d->vnulls = d->hnulls = d->hvnulls = 0;
+    d->presized_buf = NULL;
+    d->presized_end = 0;
     gbuf *offs[] = {&d->koff, &d->voff, &d->hoff, &d->hkoff, &d->hvoff};
     for (int i = 0; i < 5; i++) {
         if (gb_reserve(offs[i], GB_MIN, 0) < 0)
@@ -739,8 +862,8 @@ static int dec_add_header(Decoder *d, const uint8_t *k, int32_t klen,
     size_t nh = (size_t)d->nhdr;
     if (gb_reserve(&d->hkoff, (nh + 2) * 4, 0) || gb_reserve(&d->hvoff, (nh + 2) * 4, 0) ||
         gb_reserve(&d->hvvalid, (nh + 1 + 7) / 8 + 1, 1) ||
-        gb_reserve(&d->hkdata, d->hkdata.len + (size_t)klen, 0) ||
-        gb_reserve(&d->hvdata, d->hvdata.len + (size_t)(vlen > 0 ? vlen : 0), 0))
+        gb_reserve(&d->hkdata, d->hkdata.len + (size_t)klen + 1, 0) ||
+        gb_reserve(&d->hvdata, d->hvdata.len + (size_t)(vlen > 0 ? vlen : 0) + 1, 0))
         return -1;
     memcpy(d->hkdata.p + d->hkdata.len, k, (size_t)klen);
     d->hkdata.len += (size_t)klen;
@@ -1060,6 +1183,52 @@ static int get_view(PyObject *obj, Py_buffer *view) {
 
 #define RELEASE_GIL_BYTES (64 * 1024)
 
+/*
+ * Size the buffers for the uncompressed batches of buf[pos:end) from their
+ * headers alone (a cheap pass: ~2000 headers for 1M records), so that large
+ * buffers are allocated once.  Only framing that the walk will check anyway
+ * is trusted: the scan stops at the first batch that does not fit.  Keys and
+ * values each get room for all record bytes (address space only: untouched
+ * pages cost nothing).
+ */
+static int dec_presize(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end) {
+    size_t bytes = 0, rows = 0;
+    /* feed() resumes the same region after each compressed batch: scan once. */
+    if (d->presized_buf == (const void *)buf && d->presized_end == end)
+        return 0;
+    d->presized_buf = buf;
+    d->presized_end = end;
+    while (end - pos >= HEADER_SIZE) {
+        const uint8_t *p = buf + pos;
+        int32_t blen = (int32_t)ld_be32(p + 8);
+        if (blen < MIN_BATCH_LENGTH || (Py_ssize_t)blen + LOG_OVERHEAD > end - pos)
+            break;
+        int64_t base = (int64_t)ld_be64(p);
+        if (base >= d->end)
+            break;
+        uint16_t attrs = ld_be16(p + 21);
+        int32_t count = (int32_t)ld_be32(p + 57);
+        int32_t lod = (int32_t)ld_be32(p + 23);
+        int64_t last;
+        size_t rec = (size_t)blen - MIN_BATCH_LENGTH;
+        if (!(attrs & (ATTR_CODEC_MASK | ATTR_CONTROL)) && count > 0 &&
+            !__builtin_add_overflow(base, (int64_t)lod, &last) && last >= d->start) {
+            bytes += rec;
+            rows += (size_t)count < rec / MIN_RECORD_SIZE ? (size_t)count : rec / MIN_RECORD_SIZE;
+        }
+        pos += (Py_ssize_t)blen + LOG_OVERHEAD;
+    }
+    if (bytes < MAP_THRESHOLD)
+        return 0; /* small: normal growth is cheap */
+    /* Values first: they are usually the bigger column, and get the cached
+     * block with the most pages still in place. */
+    if (dec_reserve_rows(d, (int64_t)rows) < 0 ||
+        gb_reserve(&d->vdata, d->vdata.len + bytes, 0) < 0 ||
+        gb_reserve(&d->kdata, d->kdata.len + bytes, 0) < 0)
+        return -1;
+    return 0;
+}
+
 static int dec_check_usable(Decoder *self) {
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "Decoder used from two threads at once");
@@ -1096,7 +1265,11 @@ static PyObject *Decoder_feed(Decoder *self, PyObject *args) {
     self->busy = 1;
     if (end - pos >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        rc = dec_walk(self, (const uint8_t *)view.buf, pos, end, &stop, &err);
+        rc = dec_presize(self, (const uint8_t *)view.buf, pos, end);
+        if (rc < 0)
+            err.kind = ERR_NOMEM;
+        else
+            rc = dec_walk(self, (const uint8_t *)view.buf, pos, end, &stop, &err);
         Py_END_ALLOW_THREADS
     } else {
         rc = dec_walk(self, (const uint8_t *)view.buf, pos, end, &stop, &err);
@@ -1419,7 +1592,28 @@ static PyObject *mod_set_alloc_mode(PyObject *Py_UNUSED(m), PyObject *args) {
     return PyLong_FromLong(old);
 }
 
+static PyObject *mod_set_buffer_cache(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "n:set_buffer_cache", &limit))
+        return NULL;
+    if (limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "limit must be >= 0");
+        return NULL;
+    }
+#ifdef KS_MMAP
+    size_t old = cache_limit;
+    cache_clear();
+    cache_limit = (size_t)limit;
+    return PyLong_FromSize_t(old);
+#else
+    return PyLong_FromLong(0);
+#endif
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
+     "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
+     "decodes (touched bytes; 0 disables and frees the cache)"},
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
      "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate (tuning)"},
     {"repeat_binary", mod_repeat_binary, METH_VARARGS,
@@ -1441,6 +1635,13 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+#ifdef KS_MMAP
+    if (!cache_lock) {
+        if (!(cache_lock = PyThread_allocate_lock()))
+            return PyErr_NoMemory();
+        pthread_atfork(NULL, NULL, cache_after_fork_child);
+    }
+#endif
     if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&DecoderType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);

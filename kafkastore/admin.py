@@ -2,6 +2,7 @@
 adopting a Kafka partition directory, and verifying what the manifest lists."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 from . import layout
@@ -71,7 +72,7 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
         return updates, []
 
     m = store.commit(build, operation="import", writer=writer, now_ms=now_ms)
-    notes = tuple(n for seg in segments for n in seg.notes)
+    notes = tuple(f"{os.path.basename(seg.path)}: {n}" for seg in segments for n in seg.notes)
     return ImportResult(topic, partition, len(entries), sum(e.record_count for e in entries),
                         m.log_start_offset, m.high_watermark, notes)
 

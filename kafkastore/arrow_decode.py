@@ -60,6 +60,13 @@ driven by the same loop (:func:`_decode`) through the :class:`BatchDecoder`
 protocol. :func:`decode_to_arrow` uses the C one when it is built, unless the
 environment sets ``KAFKASTORE_NO_EXTENSIONS=1``; :func:`decode_to_arrow_pure`
 and :func:`decode_to_arrow_native` pick one explicitly (tests run both).
+
+Memory (C kernel): the output is written into fresh column buffers (about
+the size of the records); Arrow owns them and frees them with the batch.
+Freed buffers are kept for the next decode, up to 256 MiB of touched memory
+by default, marked reclaimable (MADV_FREE); ``KAFKASTORE_DECODE_CACHE_MB``
+changes the bound (0: no cache). Large buffers use transparent huge pages.
+The GIL is released while the C kernel decodes (64 KiB or more at once).
 """
 from __future__ import annotations
 
@@ -71,7 +78,9 @@ import numpy as np
 import pyarrow as pa
 
 from .compression import MAX_DECOMPRESSED_SIZE, decompress
-from .errors import CompressionError, CorruptRecordError, CrcMismatchError, KafkaStoreError
+from .errors import (
+    CompressionError, ConfigError, CorruptRecordError, CrcMismatchError, KafkaStoreError,
+)
 from .record_batch import HEADER_SIZE, check_crc, parse_header
 
 try:
@@ -107,6 +116,14 @@ _INT64_MAX = (1 << 63) - 1
 _TS_MS_LIMIT = _INT64_MAX // 1000  # timestamps beyond this overflow microseconds
 
 NATIVE_AVAILABLE = _native is not None
+
+# The C kernel keeps up to this much of the memory of freed column buffers for
+# the next decode (default 256 MiB, reclaimable by the kernel: MADV_FREE).
+if _native is not None and os.environ.get("KAFKASTORE_DECODE_CACHE_MB"):
+    try:
+        _native.set_buffer_cache(max(0, int(os.environ["KAFKASTORE_DECODE_CACHE_MB"])) << 20)
+    except ValueError:
+        pass
 #: "native" or "pure": what decode_to_arrow uses.
 IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
                   and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
@@ -186,6 +203,8 @@ def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: in
             segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
     if not isinstance(topic, str):
         raise TypeError(f"topic must be a str, got {type(topic).__name__}")
+    if not 0 <= int(partition) <= _INT32_MAX:
+        raise ConfigError(f"partition must be in [0, {_INT32_MAX}], got {partition!r}")
     view = _view(buf)
     end = _INT64_MAX if end_offset is None else int(end_offset)
     dec = impl(int(start_offset), end, bool(include_headers), bool(verify_crc),
@@ -211,16 +230,20 @@ def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: in
     except _DecodeError as e:
         raise _from_native(e, segment, base_position) from None
     n = cols["rows"]
-    topic_col, partition_col = _constant_columns(topic, int(partition), n)
+    topic_col, partition_col = _constant_columns(topic, partition, n,
+                                                 native=impl is not _PureDecoder)
     return pa.RecordBatch.from_arrays(
         [cols["key"], cols["value"], topic_col, partition_col, cols["offset"],
          cols["timestamp"], cols["timestampType"], cols["headers"]],
         schema=KAFKA_SCHEMA)
 
 
-def _constant_columns(topic: str, partition: int, n: int) -> tuple[pa.Array, pa.Array]:
+def _constant_columns(topic: str, partition: int, n: int, *,
+                      native: bool = True) -> tuple[pa.Array, pa.Array]:
+    """The topic and partition columns: ``n`` copies of each."""
     tb = topic.encode("utf-8")
-    if _native is not None:
+    partition = int(partition)
+    if native and _native is not None:
         try:
             offsets, data = _native.repeat_binary(tb, n)
         except _native.DecodeError as e:

@@ -43,8 +43,8 @@ from . import layout
 from .compression import Compression
 from .control import encode_marker_batch
 from .crc import crc32c
-from .errors import (ConfigError, InvalidRecordError,
-                     OutOfOrderSequenceError, RecordTooLargeError, UnknownTopicError)
+from .errors import (ConfigError, InvalidRecordError, OutOfOrderSequenceError,
+                     RecordTooLargeError, StorageError, UnknownTopicError)
 from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifest,
                        ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
                        UpdateProducerState)
@@ -58,6 +58,9 @@ from .topics import TopicMetadata, load_topic
 _BASE_OFFSET = struct.Struct(">q")
 # Kafka's estimate of a record's overhead inside a v2 batch (varints, attributes, deltas).
 _RECORD_OVERHEAD = 21
+_BATCH_OVERHEAD = 61
+#: Largest record timestamp accepted: readers hold timestamps as int64 microseconds.
+MAX_TIMESTAMP_MS = (2 ** 63 - 1) // 1000
 
 
 def _now_ms() -> int:
@@ -87,6 +90,7 @@ class _Pending:
     transactional: bool
     marker: bool = False  # a transaction marker
     abort: bool = False
+    appended_ms: int = 0  # broker clock when the batch's first record was buffered
 
 
 @dataclass
@@ -101,6 +105,23 @@ class _PartitionBuffer:
     in_txn: bool = False  # records now in ``records`` are transactional
 
 
+@dataclass(frozen=True)
+class _TopicSettings:
+    """What the write path needs of a topic, looked up once (configs are read once anyway)."""
+
+    meta: TopicMetadata
+    codec: Compression
+    compact: bool
+    max_message_bytes: int
+    batch_limit: int      # bytes (estimated) at which a batch is sealed
+    segment_bytes: int
+    segment_ms: int
+    index_interval_bytes: int
+    log_append: bool
+    before_max_ms: int
+    after_max_ms: int
+
+
 class Broker:
     """Writes records to the topics under ``storage``; see the module docstring.
 
@@ -109,12 +130,28 @@ class Broker:
     injectable for tests; ``producer_id`` defaults to a random positive
     63-bit id (Kafka allocates them; a random id collides with negligible
     probability).
+
+    ``commit_on_roll`` (default True): when a partition's buffer reaches
+    ``segment.bytes``, or a record arrives ``segment.ms`` after the buffer's
+    first one, :meth:`send` commits the buffer before going on (a producer
+    that never flushes still writes bounded segments). False keeps everything
+    buffered until :meth:`flush`, which then writes as many segments as
+    ``segment.bytes`` / ``segment.ms`` call for in one commit per partition:
+    nothing is visible unless the whole flush of a partition lands (the CLI's
+    ``produce`` uses this so a bad input line leaves the log untouched).
+
+    When a flush fails with a storage error (including an unknown commit
+    outcome), the partition's batches stay buffered with their sequence
+    numbers: calling :meth:`flush` again retries them, and idempotence drops
+    them if the failed attempt did land. Other failures (fencing, a
+    sequence error) drop the buffer.
     """
 
     def __init__(self, storage: Storage, *, broker_id: int = 0, producer_id: int | None = None,
                  producer_epoch: int = 0, compression: str | int | None = None,
                  batch_size: int = 16384, linger_ms: int = 0,
-                 clock: Callable[[], int] | None = None, rng: random.Random | None = None):
+                 clock: Callable[[], int] | None = None, rng: random.Random | None = None,
+                 commit_on_roll: bool = True):
         if batch_size < 1:
             raise ConfigError(f"batch.size must be >= 1, got {batch_size}")
         if linger_ms < 0:
@@ -128,7 +165,9 @@ class Broker:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self.clock = clock or _now_ms
+        self.commit_on_roll = commit_on_roll
         self._topics: dict[str, TopicMetadata] = {}
+        self._settings: dict[str, _TopicSettings] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
         self._buffers: dict[tuple[str, int], _PartitionBuffer] = {}
         self._epochs: dict[tuple[str, int], int] = {}
@@ -142,6 +181,22 @@ class Broker:
         if meta is None:
             meta = self._topics[name] = load_topic(self.storage, name)
         return meta
+
+    def _topic_settings(self, name: str) -> _TopicSettings:
+        st = self._settings.get(name)
+        if st is None:
+            meta = self.topic(name)
+            c = meta.config
+            st = self._settings[name] = _TopicSettings(
+                meta=meta, codec=self._codec(meta), compact=c.compact,
+                max_message_bytes=c.max_message_bytes,
+                batch_limit=min(self.batch_size, c.max_message_bytes - _BATCH_OVERHEAD),
+                segment_bytes=c.segment_bytes, segment_ms=c.segment_ms,
+                index_interval_bytes=c.index_interval_bytes,
+                log_append=c.message_timestamp_type == "LogAppendTime",
+                before_max_ms=c["message.timestamp.before.max.ms"],
+                after_max_ms=c["message.timestamp.after.max.ms"])
+        return st
 
     def _store(self, topic: str, partition: int) -> ManifestStore:
         return ManifestStore(self.storage, topic, partition)
@@ -179,59 +234,74 @@ class Broker:
              headers: Sequence[tuple[str, bytes | None]] = (), timestamp: int | None = None,
              partition: int | None = None) -> int:
         """Buffer one record; returns its partition. Visible after :meth:`flush`."""
-        meta = self.topic(topic)
-        if key is None and meta.config.compact and not meta.config.delete:
-            raise InvalidRecordError(
-                f"topic {topic!r} is compacted (cleanup.policy=compact): records need a key")
-        size = (len(key or b"") + len(value or b"") + _RECORD_OVERHEAD
-                + sum(len(k) + len(v or b"") + 2 for k, v in headers))
-        limit = meta.config.max_message_bytes
-        if size + 61 > limit:
+        st = self._settings.get(topic) or self._topic_settings(topic)
+        if key is None:
+            if st.compact:
+                raise InvalidRecordError(
+                    f"topic {topic!r} is compacted (cleanup.policy=compact): records need a key")
+            size = _RECORD_OVERHEAD
+        else:
+            size = _RECORD_OVERHEAD + len(key)
+        if value is not None:
+            size += len(value)
+        if headers:
+            headers = tuple(headers)
+            size += sum(len(k.encode()) + len(v or b"") + 2 for k, v in headers)
+        else:
+            headers = ()
+        if size + _BATCH_OVERHEAD > st.max_message_bytes:
             raise RecordTooLargeError(
-                f"record of about {size} bytes exceeds max.message.bytes={limit} of topic {topic!r}")
+                f"record of about {size} bytes exceeds max.message.bytes={st.max_message_bytes} "
+                f"of topic {topic!r}")
+        now = self.clock()
+        if timestamp is None:
+            timestamp = now
+        else:
+            _check_timestamp(st, timestamp, now)
         if partition is None:
             if key is None:
                 sticky = self._sticky.get(topic)
                 if sticky is None:
                     sticky = self._sticky[topic] = StickyPartitioner(
-                        meta.partitions, self.batch_size, self._rng.randrange)
+                        st.meta.partitions, self.batch_size, self._rng.randrange)
                 partition = sticky.next(size)
             else:
-                partition = partition_for_key(key, meta.partitions)
+                partition = partition_for_key(key, st.meta.partitions)
         else:
-            self._check_partition(meta, partition)
-        now = self.clock()
-        if timestamp is None:
-            timestamp = now
-        elif timestamp < 0:
-            raise ConfigError(f"timestamp must be >= 0 (epoch ms), got {timestamp}")
+            self._check_partition(st.meta, partition)
         tp = (topic, partition)
         buf = self._buffers.get(tp)
         if buf is None:
             buf = self._buffers[tp] = _PartitionBuffer()
+        elif (self.commit_on_roll and (buf.records or buf.sealed)
+              and now - buf.first_append_ms >= st.segment_ms):
+            # segment.ms: the buffer's segment is old enough; roll before this record.
+            self._flush_partition(tp)
+            buf = self._buffers[tp]
         in_txn = self._txn_partitions is not None
-        if buf.records and (
+        records = buf.records
+        if records and (
                 buf.in_txn != in_txn
-                or buf.records_bytes + size > min(self.batch_size, limit - 61)
+                or buf.records_bytes + size > st.batch_limit
                 or (self.linger_ms and now - buf.batch_started_ms >= self.linger_ms)):
-            self._seal(tp, meta)
-        if not buf.records:
+            self._seal(tp, st)
+            records = buf.records
+        if not records:
             buf.batch_started_ms = now
             buf.in_txn = in_txn
-        if not buf.sealed and not buf.records:
-            buf.first_append_ms = now
-        buf.records.append(Record(buf.next_rel + len(buf.records), timestamp, key, value,
-                                  tuple(headers)))
+            if not buf.sealed:
+                buf.first_append_ms = now
+        records.append(Record(buf.next_rel + len(records), timestamp, key, value, headers))
         buf.records_bytes += size
         if in_txn:
             self._txn_partitions.add(tp)
-        if (buf.sealed_bytes + buf.records_bytes >= meta.config.segment_bytes
-                or now - buf.first_append_ms >= meta.config.segment_ms):
+        if self.commit_on_roll and buf.sealed_bytes + buf.records_bytes >= st.segment_bytes:
             self._flush_partition(tp)
         return partition
 
     def _check_partition(self, meta: TopicMetadata, partition: int) -> None:
-        if not isinstance(partition, int) or not 0 <= partition < meta.partitions:
+        if (not isinstance(partition, int) or isinstance(partition, bool)
+                or not 0 <= partition < meta.partitions):
             raise UnknownTopicError(
                 f"topic {meta.name!r} has partitions 0..{meta.partitions - 1}, not {partition!r}")
 
@@ -239,42 +309,47 @@ class Broker:
         if tp not in self._sequences:
             m = self._store(*tp).latest()
             state = m.producers.get(self.producer_id) if m else None
-            self._sequences[tp] = state.last_sequence + 1 if state else 0
+            same_epoch = state is not None and state.epoch == self.producer_epoch
+            self._sequences[tp] = (state.last_sequence + 1) & 0x7FFFFFFF if same_epoch else 0
         seq = self._sequences[tp]
         self._sequences[tp] = (seq + count) & 0x7FFFFFFF
         return seq
 
-    def _seal(self, tp: tuple[str, int], meta: TopicMetadata) -> None:
+    def _seal(self, tp: tuple[str, int], st: _TopicSettings) -> None:
         buf = self._buffers[tp]
         if not buf.records:
             return
         records = buf.records
-        log_append = meta.config.message_timestamp_type == "LogAppendTime"
         append_time = self.clock()
         data = encode_batch(
-            records, compression=self._codec(meta),
-            timestamp_type=LOG_APPEND_TIME if log_append else CREATE_TIME,
-            max_timestamp=append_time if log_append else None,
+            records, compression=st.codec,
+            timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
+            max_timestamp=append_time if st.log_append else None,
             producer_id=self.producer_id, producer_epoch=self.producer_epoch,
             base_sequence=self._next_sequence(tp, len(records)),
             transactional=buf.in_txn)
-        if len(data) > meta.config.max_message_bytes:
+        if len(data) > st.max_message_bytes:
             if len(records) == 1:
+                # The estimate in send() let it through; drop it so the buffer is not stuck.
+                self._sequences[tp] = (self._sequences[tp] - 1) & 0x7FFFFFFF
+                buf.records = []
+                buf.records_bytes = 0
                 raise RecordTooLargeError(
                     f"record batch of {len(data)} bytes exceeds max.message.bytes="
-                    f"{meta.config.max_message_bytes} of topic {meta.name!r}")
+                    f"{st.max_message_bytes} of topic {st.meta.name!r}")
             # Split in two and try again: the size estimate was too optimistic.
             half = len(records) // 2
-            self._sequences[tp] -= len(records)
+            self._sequences[tp] = (self._sequences[tp] - len(records)) & 0x7FFFFFFF
             buf.records = records[:half]
             rest = records[half:]
-            self._seal(tp, meta)
+            self._seal(tp, st)
             buf.records = [replace(r, offset=buf.next_rel + i) for i, r in enumerate(rest)]
             buf.records_bytes = 0
-            self._seal(tp, meta)
+            self._seal(tp, st)
             return
-        min_ts = append_time if log_append else min(r.timestamp for r in records)
-        buf.sealed.append(_Pending(data, buf.next_rel, len(records), min_ts, buf.in_txn))
+        min_ts = append_time if st.log_append else min(r.timestamp for r in records)
+        buf.sealed.append(_Pending(data, buf.next_rel, len(records), min_ts, buf.in_txn,
+                                   appended_ms=buf.batch_started_ms))
         buf.sealed_bytes += len(data)
         buf.next_rel += len(records)
         buf.records = []
@@ -290,32 +365,39 @@ class Broker:
         return results
 
     def _flush_partition(self, tp: tuple[str, int]) -> AppendResult | None:
-        meta = self.topic(tp[0])
-        self._seal(tp, meta)
+        st = self._topic_settings(tp[0])
         buf = self._buffers.get(tp)
-        if buf is None or not buf.sealed:
+        if buf is None:
             return None
-        pending = buf.sealed
-        # The buffer is consumed whatever happens: on failure the records were not written
-        # and the caller is told so; the sequence restarts from what the manifest says.
-        self._buffers[tp] = _PartitionBuffer()
+        self._seal(tp, st)
+        if not buf.sealed:
+            return None
         try:
-            return self._commit(tp, meta, pending)
+            result = self._commit(tp, st, buf.sealed)
+        except StorageError:
+            # Failed or unknown outcome: keep the batches (and their sequence numbers) for
+            # the next flush; if this attempt landed after all, idempotence drops the retry.
+            raise
         except BaseException:
+            # Fenced, out of sequence, invalid: these records will never be written.
+            self._buffers[tp] = _PartitionBuffer()
             self._sequences.pop(tp, None)
             raise
+        self._buffers[tp] = _PartitionBuffer()
+        return result
 
-    def _commit(self, tp: tuple[str, int], meta: TopicMetadata,
+    def _commit(self, tp: tuple[str, int], st: _TopicSettings,
                 pending: list[_Pending]) -> AppendResult:
         topic, partition = tp
-        segments = _build_segments(pending, meta.config.segment_bytes,
-                                   meta.config.index_interval_bytes)
+        segments = _build_segments(pending, st.segment_bytes, st.segment_ms,
+                                   st.index_interval_bytes)
         count = sum(p.count for p in pending)
         data_batches = [p for p in pending if not p.marker]
         first_seq = parse_header(data_batches[0].data).base_sequence if data_batches else -1
-        last_seq = first_seq + sum(p.count for p in data_batches) - 1 if data_batches else -1
+        last_seq = ((first_seq + sum(p.count for p in data_batches) - 1) & 0x7FFFFFFF
+                    if data_batches else -1)
         max_ts = max((parse_header(p.data).max_timestamp for p in pending), default=NO_TIMESTAMP)
-        uploaded: dict[int, list[SegmentEntry]] = {}
+        uploaded: dict[int, tuple[float, list[SegmentEntry]]] = {}
         outcome: dict[str, object] = {}
 
         def build(m: Manifest | None):
@@ -329,15 +411,20 @@ class Broker:
                     raise OutOfOrderSequenceError(
                         f"producer {self.producer_id} epoch {self.producer_epoch} is older than "
                         f"{state.epoch} on {topic}/{partition}")
-                dup = state.find_batch(first_seq, last_seq)
+                dup = (state.find_batch(first_seq, last_seq)
+                       if state.epoch == self.producer_epoch else None)
                 if dup is not None:
                     outcome["dup"] = dup
                     return None
             hw = m.high_watermark
-            if hw not in uploaded:
-                uploaded[hw] = [self._upload(topic, partition, seg, hw, epoch)
-                                for seg in segments]
-            entries = _with_aborted(uploaded[hw], pending, hw, state)
+            # GC may delete unreferenced files older than the grace period (at least
+            # ManifestStore.min_keep_ms), so files are only committed while young: past half
+            # of that they are uploaded again under a new id.
+            fresh = uploaded.get(hw)
+            if fresh is None or time.monotonic() - fresh[0] > ManifestStore.min_keep_ms / 2000:
+                fresh = uploaded[hw] = (time.monotonic(), [
+                    self._upload(topic, partition, seg, hw, epoch) for seg in segments])
+            entries = _with_aborted(fresh[1], pending, hw, state)
             new_state = _producer_state(state, self.producer_epoch, pending, hw, first_seq,
                                         last_seq, max_ts)
             updates = [AppendSegments(tuple(entries))]
@@ -361,6 +448,7 @@ class Broker:
         for pos in seg.positions:
             rel = _BASE_OFFSET.unpack_from(log, pos)[0]
             _BASE_OFFSET.pack_into(log, pos, rel + shift)
+        log = bytes(log)
         base = seg.stats.base_offset + shift
         seg_id = layout.new_segment_id()
         # Index and time index first, the log last: a half-uploaded set is an orphan either way.
@@ -371,7 +459,7 @@ class Broker:
             base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,
             size=len(log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
             segment_id=seg_id, writer_id=self.broker_id, leader_epoch=epoch,
-            checksum=crc32c(bytes(log)), index_size=len(seg.index),
+            checksum=crc32c(log), index_size=len(seg.index),
             timeindex_size=len(seg.timeindex),
             max_timestamp_offset=(st.offset_of_max_timestamp + shift
                                   if st.offset_of_max_timestamp >= 0 else -1))
@@ -385,33 +473,50 @@ class Broker:
         A retry of a batch already in the log (same producer id, epoch and
         sequence numbers) is not written again: the result has
         ``duplicate=True`` and the offsets of the first write. A sequence that
-        does not follow the last one raises :class:`OutOfOrderSequenceError`.
+        does not follow the last one of the same epoch (or, after an epoch
+        bump, is not 0) raises :class:`OutOfOrderSequenceError`, as Kafka does.
+        The topic's rules apply as to :meth:`send` (keys on compacted topics,
+        ``max.message.bytes``, timestamps, ``LogAppendTime``).
         """
-        meta = self.topic(topic)
-        self._check_partition(meta, partition)
+        st = self._topic_settings(topic)
+        self._check_partition(st.meta, partition)
         if not records:
             raise ConfigError("append_batch needs at least one record")
+        now = self.clock()
+        for r in records:
+            if r.key is None and st.compact:
+                raise InvalidRecordError(
+                    f"topic {topic!r} is compacted (cleanup.policy=compact): records need a key")
+            _check_timestamp(st, r.timestamp, now)
         rel = [replace(r, offset=i) for i, r in enumerate(records)]
-        codec = Compression.parse(compression) if compression is not None else self._codec(meta)
+        codec = Compression.parse(compression) if compression is not None else st.codec
         data = encode_batch(rel, compression=codec, producer_id=producer_id,
-                            producer_epoch=producer_epoch, base_sequence=base_sequence)
-        if len(data) > meta.config.max_message_bytes:
+                            producer_epoch=producer_epoch, base_sequence=base_sequence,
+                            timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
+                            max_timestamp=now if st.log_append else None)
+        if len(data) > st.max_message_bytes:
             raise RecordTooLargeError(f"batch of {len(data)} bytes exceeds max.message.bytes="
-                                      f"{meta.config.max_message_bytes} of topic {topic!r}")
+                                      f"{st.max_message_bytes} of topic {topic!r}")
         saved = (self.producer_id, self.producer_epoch)
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         try:
             m = self._store(topic, partition).latest()
             state = m.producers.get(producer_id) if m else None
-            last = state.last_sequence if state else -1
-            if state is not None and state.find_batch(
-                    base_sequence, base_sequence + len(records) - 1) is None \
-                    and base_sequence != (last + 1) & 0x7FFFFFFF:
+            if state is not None and state.epoch == producer_epoch:
+                last = state.last_sequence
+                last_seq = (base_sequence + len(records) - 1) & 0x7FFFFFFF
+                if (state.find_batch(base_sequence, last_seq) is None
+                        and base_sequence != (last + 1) & 0x7FFFFFFF):
+                    raise OutOfOrderSequenceError(
+                        f"producer {producer_id}: sequence {base_sequence} does not follow {last} "
+                        f"on {topic}/{partition}")
+            elif state is not None and producer_epoch > state.epoch and base_sequence != 0:
                 raise OutOfOrderSequenceError(
-                    f"producer {producer_id}: sequence {base_sequence} does not follow {last} "
-                    f"on {topic}/{partition}")
-            pending = [_Pending(data, 0, len(records), min(r.timestamp for r in records), False)]
-            return self._commit((topic, partition), meta, pending)
+                    f"producer {producer_id}: the first batch of epoch {producer_epoch} must have "
+                    f"sequence 0, got {base_sequence} on {topic}/{partition}")
+            min_ts = now if st.log_append else min(r.timestamp for r in records)
+            pending = [_Pending(data, 0, len(records), min_ts, False, appended_ms=now)]
+            return self._commit((topic, partition), st, pending)
         finally:
             self.producer_id, self.producer_epoch = saved
 
@@ -421,7 +526,7 @@ class Broker:
         if self._txn_partitions is not None:
             raise ConfigError("a transaction is already open; commit or abort it first")
         for tp in list(self._buffers):
-            self._seal(tp, self.topic(tp[0]))
+            self._seal(tp, self._topic_settings(tp[0]))
         self._txn_partitions = set()
 
     def commit_transaction(self) -> list[AppendResult]:
@@ -437,18 +542,23 @@ class Broker:
             raise ConfigError("no transaction is open")
         touched = sorted(self._txn_partitions)
         self._txn_partitions = None
-        results = []
+        # Markers go into every touched partition's buffer first: if a commit below fails
+        # with a storage error, the remaining markers stay buffered for the next flush.
         for tp in touched:
-            meta = self.topic(tp[0])
-            self._seal(tp, meta)
+            self._seal(tp, self._topic_settings(tp[0]))
             buf = self._buffers.setdefault(tp, _PartitionBuffer())
-            marker = encode_marker_batch(offset=buf.next_rel, timestamp=self.clock(),
+            now = self.clock()
+            if not buf.sealed:
+                buf.first_append_ms = now
+            marker = encode_marker_batch(offset=buf.next_rel, timestamp=now,
                                          producer_id=self.producer_id,
                                          producer_epoch=self.producer_epoch, commit=not abort)
-            buf.sealed.append(_Pending(marker, buf.next_rel, 1, self.clock(), True,
-                                       marker=True, abort=abort))
+            buf.sealed.append(_Pending(marker, buf.next_rel, 1, now, True,
+                                       marker=True, abort=abort, appended_ms=now))
             buf.sealed_bytes += len(marker)
             buf.next_rel += 1
+        results = []
+        for tp in touched:
             result = self._flush_partition(tp)
             if result is not None:
                 results.append(result)
@@ -461,6 +571,24 @@ class Broker:
         return self.flush()
 
 
+def _check_timestamp(st: _TopicSettings, timestamp: int, now: int) -> None:
+    """Kafka's timestamp validation (range, ``message.timestamp.before/after.max.ms``)."""
+    if not isinstance(timestamp, int) or isinstance(timestamp, bool) \
+            or not 0 <= timestamp <= MAX_TIMESTAMP_MS:
+        raise ConfigError(f"timestamp must be epoch ms between 0 and {MAX_TIMESTAMP_MS}, "
+                          f"got {timestamp!r}")
+    if st.log_append:
+        return  # the append time replaces it
+    if now - timestamp > st.before_max_ms:
+        raise InvalidRecordError(
+            f"timestamp {timestamp} is more than message.timestamp.before.max.ms="
+            f"{st.before_max_ms} before the broker's time {now} (topic {st.meta.name!r})")
+    if timestamp - now > st.after_max_ms:
+        raise InvalidRecordError(
+            f"timestamp {timestamp} is more than message.timestamp.after.max.ms="
+            f"{st.after_max_ms} after the broker's time {now} (topic {st.meta.name!r})")
+
+
 @dataclass(frozen=True)
 class _BuiltSegment:
     log: bytes
@@ -471,9 +599,11 @@ class _BuiltSegment:
     pending: tuple[_Pending, ...]
 
 
-def _build_segments(pending: list[_Pending], segment_bytes: int,
+def _build_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int,
                     index_interval_bytes: int) -> list[_BuiltSegment]:
-    """Group sealed batches into segments of at most ``segment.bytes`` (at least one batch each)."""
+    """Group sealed batches into segments (at least one batch each) as Kafka rolls them: a new
+    segment when the next batch would take the segment past ``segment.bytes``, or arrived
+    ``segment.ms`` or more after the segment's first batch."""
     out: list[_BuiltSegment] = []
     group: list[_Pending] = []
     size = 0
@@ -486,7 +616,8 @@ def _build_segments(pending: list[_Pending], segment_bytes: int,
                                  positions, tuple(group)))
 
     for p in pending:
-        if group and size + len(p.data) > segment_bytes:
+        if group and (size + len(p.data) > segment_bytes
+                      or p.appended_ms - group[0].appended_ms >= segment_ms):
             close()
             group, size = [], 0
         group.append(p)
@@ -528,8 +659,9 @@ def _producer_state(state: ProducerState | None, epoch: int, pending: list[_Pend
     data = [p for p in pending if not p.marker]
     if state is None:
         state = ProducerState(epoch=epoch)
-    else:
-        state = replace(state, epoch=max(epoch, state.epoch))
+    elif epoch > state.epoch:
+        # A new producer epoch starts a new sequence space (Kafka forgets the old batches).
+        state = replace(state, epoch=epoch, batches=())
     if data:
         first_offset = hw + data[0].rel_base
         last_offset = hw + data[-1].rel_base + data[-1].count - 1

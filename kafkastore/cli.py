@@ -40,6 +40,17 @@ def cmd_topics(args, cfg: Config) -> int:
         configs = parse_assignments(args.config or [])
         create_topic(storage, args.topic, args.partitions, configs)
         print(f"created topic {args.topic} with {args.partitions} partition(s)", file=sys.stderr)
+    elif args.topics_cmd == "apply":
+        from .errors import TopicExistsError
+
+        if not cfg.topics:
+            raise ConfigError("the config file lists no topics (give --conf FILE with a 'topics:' mapping)")
+        for name, spec in cfg.topics.items():
+            try:
+                create_topic(storage, name, int(spec.get("partitions", 1)), spec.get("config") or {})
+                print(f"created topic {name}", file=sys.stderr)
+            except TopicExistsError:
+                print(f"topic {name} exists", file=sys.stderr)
     elif args.topics_cmd == "list":
         for name in list_topics(storage):
             print(name)
@@ -49,24 +60,46 @@ def cmd_topics(args, cfg: Config) -> int:
 
 
 # -- produce / consume ----------------------------------------------------------
+def _input_lines(stream):
+    """``(line number, text)`` of the input; a line that is not UTF-8 is a ConfigError."""
+    raw = getattr(stream, "buffer", None)
+    if raw is None:  # a text stream without bytes underneath (tests, embedding)
+        yield from enumerate(stream, 1)
+        return
+    for lineno, line in enumerate(raw, 1):
+        try:
+            yield lineno, line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"line {lineno}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 def cmd_produce(args, cfg: Config) -> int:
     from .broker import Broker
+    from .errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
     from .jsonl import parse_produce_line
 
     storage = _storage(cfg)
+    # Without --flush-every the input is one unit: every line is parsed before the first
+    # record is sent, and nothing is committed before the end (no commit when a segment
+    # rolls), so a bad line or a refused record leaves the log as it was.
+    atomic = not args.flush_every
     broker = Broker(storage, compression=args.compression, batch_size=args.batch_size,
-                    linger_ms=args.linger_ms)
+                    linger_ms=args.linger_ms, commit_on_roll=not atomic)
     broker.topic(args.topic)  # fail fast on an unknown topic, before reading input
+    lines = ((lineno, line) for lineno, line in _input_lines(sys.stdin) if line.strip())
+    if atomic:
+        records = [(lineno, parse_produce_line(line, lineno)) for lineno, line in lines]
+    else:
+        records = ((lineno, parse_produce_line(line, lineno)) for lineno, line in lines)
     sent = 0
-    stream = sys.stdin
     results = []
-    for lineno, line in enumerate(stream, 1):
-        if not line.strip():
-            continue
-        rec = parse_produce_line(line, lineno)
+    for lineno, rec in records:
         partition = rec.partition if rec.partition is not None else args.partition
-        broker.send(args.topic, rec.value, key=rec.key, headers=rec.headers,
-                    timestamp=rec.timestamp, partition=partition)
+        try:
+            broker.send(args.topic, rec.value, key=rec.key, headers=rec.headers,
+                        timestamp=rec.timestamp, partition=partition)
+        except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as exc:
+            raise type(exc)(f"line {lineno}: {exc}") from None
         sent += 1
         if args.flush_every and sent % args.flush_every == 0:
             results += broker.flush()
@@ -82,6 +115,8 @@ def cmd_produce(args, cfg: Config) -> int:
 
 
 def cmd_consume(args, cfg: Config) -> int:
+    import pyarrow as pa
+
     from .jsonl import format_consume_record
     from .reader import EARLIEST, PartitionReader
     from .topics import load_topic
@@ -104,10 +139,11 @@ def cmd_consume(args, cfg: Config) -> int:
         table = reader.read(start, max_records=remaining, isolation=args.isolation_level,
                             include_headers=True)
         cols = {name: table.column(name).to_pylist() for name in
-                ("partition", "offset", "timestamp", "key", "value", "headers")}
+                ("partition", "offset", "key", "value", "headers")}
+        # Epoch ms straight from the int64 microseconds: no float rounding, no datetime range.
+        micros = table.column("timestamp").cast(pa.int64()).to_pylist()
         for i in range(table.num_rows):
-            ts = cols["timestamp"][i]
-            ms = int(ts.timestamp() * 1000) if ts is not None else -1
+            ms = micros[i] // 1000 if micros[i] is not None else -1
             headers = [(h["key"], h["value"]) for h in (cols["headers"][i] or [])]
             out.write(format_consume_record(args.topic, cols["partition"][i], cols["offset"][i], ms,
                                             cols["key"][i], cols["value"][i], headers) + "\n")
@@ -276,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="topic config, Kafka's names (repeatable)")
     tsub.add_parser("list", help="list topics")
+    tsub.add_parser("apply", help="create the topics the config file lists that do not exist yet")
     d = tsub.add_parser("describe", help="partitions, configs and offsets of a topic (JSON)")
     d.add_argument("topic")
     d.add_argument("--all", action="store_true", help="include configs left at their defaults")

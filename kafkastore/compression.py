@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import threading
 import zlib
 
 from .errors import CompressionError, ConfigError
@@ -267,25 +268,36 @@ def _lz4_decompress(data, max_size: int) -> bytes:
     return bytes(out)
 
 
-# zstd's decompressobj has no output bound per call, so input is fed in small
-# slices: the worst zstd ratio (RLE blocks) is about 32768:1, so 1 KiB of input
-# can overshoot the bound by at most ~32 MiB before it is noticed.
-_ZSTD_FEED = 1024
+# zstd's decompressobj has no output bound per call, so input is fed in slices:
+# the worst zstd ratio (RLE blocks) is about 32768:1, so a slice of N bytes can
+# overshoot the bound by at most ~32768*N before it is noticed. Slices are sized
+# so that overshoot stays within a quarter of the bound (1 KiB at least).
+_ZSTD_MAX_RATIO = 32768
+_ZSTD_LOCAL = threading.local()
+
+
+def _zstd_decompressor():
+    # Building a ZstdDecompressor costs as much as decompressing a small batch: reuse one per thread.
+    dctx = getattr(_ZSTD_LOCAL, "dctx", None)
+    if dctx is None:
+        import zstandard
+
+        dctx = _ZSTD_LOCAL.dctx = zstandard.ZstdDecompressor()
+    return dctx
 
 
 def _zstd_decompress(data, max_size: int) -> bytes:
-    import zstandard
-
-    view = memoryview(bytes(data))
+    view = memoryview(data).cast("B")
     if not len(view):
         raise CompressionError("empty zstd payload")
-    dctx = zstandard.ZstdDecompressor()
+    feed = max(1024, max_size // _ZSTD_MAX_RATIO // 4)
+    dctx = _zstd_decompressor()
     out = bytearray()
     pos = 0
     while pos < len(view):  # one frame per round
         d = dctx.decompressobj()
         while not d.eof and pos < len(view):
-            chunk = view[pos:pos + _ZSTD_FEED]
+            chunk = view[pos:pos + feed]
             pos += len(chunk)
             out += d.decompress(chunk)
             if len(out) > max_size:

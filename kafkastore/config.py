@@ -74,6 +74,8 @@ def load_config(path: str | None = None, *, root: str | None = None,
                 data = yaml.safe_load(f) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file {path!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {path!r}: {exc}") from None
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {path!r} is not valid YAML: {exc}".splitlines()[0]) from None
         if not isinstance(data, dict):

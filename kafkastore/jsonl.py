@@ -6,7 +6,8 @@ In (``produce``)::
      "timestamp": ms, "partition": int}
 
 ``value`` is required; a string is sent as its UTF-8 bytes, any other JSON value
-as its compact JSON text. A key, value or header value may also be
+as its compact JSON text. The other fields ``consume`` writes (``topic``,
+``offset``) are accepted and ignored; any other field is an error. A key, value or header value may also be
 ``{"base64": "..."}`` (what ``consume`` prints for bytes that are not UTF-8), so
 ``consume | produce`` copies a topic faithfully.
 
@@ -26,6 +27,10 @@ from dataclasses import dataclass
 from .errors import ConfigError
 
 _FIELDS = {"key", "value", "headers", "timestamp", "partition"}
+# What ``consume`` writes besides those: accepted and ignored, so ``consume | produce`` works.
+_IGNORED = {"topic", "offset"}
+# Readers hold timestamps as int64 microseconds.
+MAX_TIMESTAMP_MS = (2 ** 63 - 1) // 1000
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ def parse_produce_line(line: str, lineno: int) -> ProduceRecord:
         raise ConfigError(f"line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"line {lineno}: expected a JSON object like {{\"key\": ..., \"value\": ...}}")
-    extra = set(obj) - _FIELDS
+    extra = set(obj) - _FIELDS - _IGNORED
     if extra:
         raise ConfigError(f"line {lineno}: unknown field(s) {sorted(extra)}; expected {sorted(_FIELDS)}")
     if "value" not in obj:
@@ -77,8 +82,10 @@ def parse_produce_line(line: str, lineno: int) -> ProduceRecord:
             raise ConfigError(f"line {lineno}: each header must be [\"key\", value], got {h!r}")
         headers.append((h[0], _bytes_field(h[1], "header value", lineno)))
     ts = obj.get("timestamp")
-    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0):
-        raise ConfigError(f"line {lineno}: timestamp must be a non-negative integer (epoch ms)")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)
+                           or not 0 <= ts <= MAX_TIMESTAMP_MS):
+        raise ConfigError(f"line {lineno}: timestamp must be an integer between 0 and "
+                          f"{MAX_TIMESTAMP_MS} (epoch ms)")
     partition = obj.get("partition")
     if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int)
                                   or partition < 0):

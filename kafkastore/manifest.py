@@ -881,7 +881,19 @@ class ManifestStore:
             f"{new.commit.commit_id if new.commit else '?'} landed")
 
     def _superseded(self, version: int) -> bool:
-        return any(v > version for v in self.versions())
+        """Whether our ``version`` re-created an expired slot behind newer versions.
+
+        A newer version that is merely newer is fine (ours landed and others
+        followed). A newer version written long before ours (at least half of
+        ``min_keep_ms``: an expired slot was superseded at least ``min_keep_ms``
+        earlier) means ours is invisible.
+        """
+        listing = dict(self._listing())
+        ours = listing.get(version)
+        if ours is None:
+            return True
+        slack = self.min_keep_ms / 2000
+        return any(v > version and mtime < ours - slack for v, mtime in listing.items())
 
     def _backoff(self, attempt: int) -> None:
         delay = min(self.backoff_max_s, self.backoff_initial_s * (2 ** (attempt - 1)))

@@ -11,6 +11,7 @@ Offset ranges are half-open ``[start, end)``.
 """
 from __future__ import annotations
 
+import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -20,10 +21,9 @@ import pyarrow as pa
 
 from . import offset_index, time_index
 from .arrow_decode import KAFKA_SCHEMA, decode_to_arrow
-from .errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
+from .errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
 from .manifest import Manifest, ManifestStore, SegmentEntry
-from .record_batch import parse_header
-from .segment import find_offset_for_timestamp
+from .record_batch import LOG_OVERHEAD, decode_batch, parse_header
 from .storage import Storage
 from .topics import load_topic
 
@@ -144,7 +144,12 @@ class PartitionReader:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """First offset whose timestamp is >= ``timestamp_ms`` (the high watermark if none), as
-        Kafka's ``ListOffsets``: the first segment whose max timestamp reaches it, then its indexes."""
+        Kafka's ``ListOffsets``: the first segment whose max timestamp reaches it, then its indexes.
+
+        Exact: every offset below the answer (from the log start) has a smaller timestamp, so
+        a reader may skip them when it only wants records at or after ``timestamp_ms``. The
+        ``.log`` is read in growing windows from the indexed position, never whole.
+        """
         for seg in self.manifest.segments:
             if seg.max_timestamp < timestamp_ms:
                 continue
@@ -154,19 +159,20 @@ class PartitionReader:
             start = max(seg.base_offset, self.log_start_offset)
             approx = time_index.lookup(tindex, seg.base_offset, timestamp_ms) if tindex else seg.base_offset
             pos = offset_index.lookup(index, seg.base_offset, max(approx, start)) if index else 0
-            chunk = self.storage.get_range(paths[".log"], pos, seg.size)
-            found = find_offset_for_timestamp(chunk, None, None, seg.base_offset, timestamp_ms,
-                                              starting_offset=start)
+            found = _scan_for_timestamp(self.storage, paths[".log"], pos, seg.size,
+                                        timestamp_ms, start)
             if found is not None:
                 return found
         return self.high_watermark
 
     # -- planning ------------------------------------------------------------
-    def _aborted_from(self, start: int) -> tuple[tuple[int, int, int], ...]:
+    def _aborted_in(self, start: int, end: int) -> tuple[tuple[int, int, int], ...]:
         # An abort marker lands after its data, so every aborted transaction with
-        # data at or after ``start`` is listed by a segment at or after it.
+        # data at or after ``start`` is listed by a segment at or after it. Ones that
+        # begin at or after ``end`` cannot hide a batch of the range: leave them out,
+        # since every ReadRange of a plan carries this list to an executor.
         return tuple(t for seg in self.manifest.segments_from(start) for t in seg.aborted_txns
-                     if t[2] >= start)
+                     if t[2] >= start and t[1] < end)
 
     def _byte_bounds(self, seg: SegmentEntry, index: bytes, start: int, end: int) -> tuple[int, int]:
         lo = offset_index.lookup(index, seg.base_offset, start) if index and start > seg.base_offset else 0
@@ -191,7 +197,7 @@ class PartitionReader:
         end = min(end, self.high_watermark)
         if start >= end:
             return []
-        aborted = self._aborted_from(start)
+        aborted = self._aborted_in(start, end)
         out = []
         for seg in self.manifest.segments_from(start):
             if seg.base_offset >= end:
@@ -218,23 +224,34 @@ class PartitionReader:
     def read(self, start: int, end: int | None = None, *, max_records: int | None = None,
              isolation: str = READ_COMMITTED, include_headers: bool = True) -> pa.Table:
         """Records with offsets in ``[start, end)`` (end defaults to the isolation's upper bound),
-        at most ``max_records``, as an Arrow table with the Kafka schema."""
+        at most ``max_records``, as an Arrow table with the Kafka schema.
+
+        With ``max_records`` the log is read in growing windows of offsets, so
+        that offsets holding no records for this reader (transaction markers,
+        aborted transactions, compacted-away records) do not cut the result
+        short, and a small read of a long partition stays small.
+        """
         upper = self.upper_bound(isolation)
         start = self.resolve(start, isolation)
         self.check_in_range(start)
         end = upper if end is None else min(self.resolve(end, isolation), upper)
-        if max_records is not None:
-            end = min(end, start + max_records) if self.manifest.cleaner_offset <= start else end
+        if max_records is not None and (not isinstance(max_records, int) or max_records < 0):
+            raise ConfigError(f"max_records must be a non-negative integer, got {max_records!r}")
         batches, count = [], 0
-        for rr in self.plan(start, end, max_bytes=8 << 20):
-            rb = read_range(self.storage, rr, include_headers=include_headers,
-                            isolation=isolation)
-            if max_records is not None and count + rb.num_rows > max_records:
-                rb = rb.slice(0, max_records - count)
-            batches.append(rb)
-            count += rb.num_rows
-            if max_records is not None and count >= max_records:
-                break
+        pos, window = start, max_records or 0
+        while pos < end and (max_records is None or count < max_records):
+            stop = end if max_records is None else min(end, pos + max(window, max_records - count))
+            for rr in self.plan(pos, stop, max_bytes=8 << 20):
+                rb = read_range(self.storage, rr, include_headers=include_headers,
+                                isolation=isolation)
+                if max_records is not None and count + rb.num_rows > max_records:
+                    rb = rb.slice(0, max_records - count)
+                if rb.num_rows:
+                    batches.append(rb)
+                    count += rb.num_rows
+                if max_records is not None and count >= max_records:
+                    break
+            pos, window = stop, window * 2
         return pa.Table.from_batches(batches, schema=KAFKA_SCHEMA)
 
 
@@ -259,9 +276,57 @@ def read_range(storage: Storage, rr: ReadRange, *, include_headers: bool = True,
     return decode_to_arrow(data, topic=rr.topic, partition=rr.partition,
                            start_offset=rr.start_offset, end_offset=rr.end_offset,
                            aborted=aborted, include_headers=include_headers,
-                           verify_crc=verify_crc, segment=f"{rr.path}@{rr.byte_start}")
+                           verify_crc=verify_crc, segment=rr.path, base_position=rr.byte_start)
+
+
+_SCAN_WINDOW = 64 << 10       # first read of a timestamp search: the answer is usually close
+_MAX_SCAN_WINDOW = 8 << 20    # later reads grow up to this, so a long scan costs few requests
+_OFFSET_LENGTH = struct.Struct(">qi")
+
+
+def _scan_for_timestamp(storage: Storage, path: str, pos: int, end: int, timestamp_ms: int,
+                        start_offset: int) -> int | None:
+    """First offset >= ``start_offset`` with a timestamp >= ``timestamp_ms`` in the batches of
+    ``path`` from byte ``pos`` (a batch boundary) to ``end``; None if there is none.
+
+    Reads windows of whole batches (a batch larger than the window widens it) instead of
+    the rest of the segment, and decodes only batches whose max timestamp reaches the target.
+    """
+    window = _SCAN_WINDOW
+    while pos < end:
+        buf = storage.get_range(path, pos, min(end, pos + window))
+        i, length = 0, -1
+        while len(buf) - i >= LOG_OVERHEAD:
+            length = _OFFSET_LENGTH.unpack_from(buf, i)[1]
+            if length < 0 or i + LOG_OVERHEAD + length > len(buf):
+                break
+            header = parse_header(buf, i)
+            if header.last_offset >= start_offset and header.max_timestamp >= timestamp_ms:
+                _, records = decode_batch(buf, i, verify_crc=False)
+                for r in records:
+                    if r.offset >= start_offset and r.timestamp >= timestamp_ms:
+                        return r.offset
+            i += header.size
+        if i == 0:
+            if pos + len(buf) >= end or length < 0 or LOG_OVERHEAD + length > end - pos:
+                # Cut short or a bad length: let the header parser name the damage.
+                try:
+                    parse_header(buf, 0)
+                except CorruptRecordError as e:
+                    raise type(e)(e.reason, segment=path, offset=e.offset, position=pos) from None
+                raise CorruptRecordError("batch runs past the end of the segment",
+                                         segment=path, position=pos)
+            window = LOG_OVERHEAD + length  # one batch larger than the window: fetch it whole
+            continue
+        pos += i
+        window = min(window * 2, _MAX_SCAN_WINDOW)
+    return None
 
 
 def first_batch_offset(storage: Storage, rr: ReadRange) -> int:
     """Base offset of the first batch of a range (for diagnostics and tests)."""
-    return parse_header(storage.get_range(rr.path, rr.byte_start, rr.byte_start + 61)).base_offset
+    head = storage.get_range(rr.path, rr.byte_start, rr.byte_start + 8)
+    if len(head) < 8:
+        raise CorruptRecordError(f"{rr.path} ends before byte {rr.byte_start + 8}",
+                                 segment=rr.path, position=rr.byte_start)
+    return int.from_bytes(head, "big", signed=True)

@@ -363,7 +363,7 @@ def test_aborted_only_hits_transactional_batches(decode):
 def test_headers_and_nulls(decode):
     recs = [
         (0, 1, None, None, ()),
-        (1, 2, b"", b"", (("a", b"1"),)),
+        (1, 2, b"", b"", (("a", b"1"), ("", None))),
         (2, 3, b"k", None, (("a", None), ("b", b""), ("a", b"dup"))),
         (3, 4, None, b"v", (("ключ-€", b"\xff\x00"),)),
     ]
@@ -373,7 +373,7 @@ def test_headers_and_nulls(decode):
     assert got["value"] == [None, b"", None, b"v"]
     assert got["headers"] == [
         None,  # no headers: null, as Spark's Kafka source
-        [{"key": "a", "value": b"1"}],
+        [{"key": "a", "value": b"1"}, {"key": "", "value": None}],
         [{"key": "a", "value": None}, {"key": "b", "value": b""}, {"key": "a", "value": b"dup"}],
         [{"key": "ключ-€", "value": b"\xff\x00"}],
     ]
@@ -413,9 +413,18 @@ def test_topic_and_partition_columns(decode):
     assert columns_of(decode(buf, topic="", partition=0))["topic"] == [""] * 3
 
 
-def test_constant_column_too_large():
+@pytest.mark.parametrize("native", [False, True])
+def test_constant_column_too_large(native):
     with pytest.raises(KafkaStoreError, match="2 GiB"):
-        ad._constant_columns("x" * 1000, 0, 3_000_000)
+        ad._constant_columns("x" * 1000, 0, 3_000_000, native=native)
+
+
+def test_bad_arguments(decode):
+    with pytest.raises(TypeError):
+        decode(b"", topic=b"t", partition=0)
+    for bad in (-1, 2**31):
+        with pytest.raises(ValueError):
+            decode(b"", topic="t", partition=bad)
 
 
 # ------------------------------------------------------------- corruption
@@ -589,6 +598,67 @@ def test_native_decoder_one_batch_at_a_time():
         d.feed(b"\x00" * 30)
     with pytest.raises(RuntimeError):
         d.feed(buf)
+
+
+def big_segment(n_batches=40, per_batch=200):
+    """~1.5 MB: large enough for the GIL release, presizing and the block cache."""
+    return segment(*(aiokafka_batch([(i, 1000 + i, b"key-%06d" % (b * per_batch + i),
+                                      bytes([b % 256]) * 180, (("h", b"%d" % i),) if i % 9 else ())
+                                     for i in range(per_batch)],
+                                    base_offset=b * per_batch)
+                     for b in range(n_batches)))
+
+
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+def test_native_threads_and_buffer_cache():
+    """Decodes in threads at once (the GIL is released, freed buffers are reused)."""
+    import threading
+
+    segs = [big_segment(), big_segment(30, 300)]
+    expected = [ad.decode_to_arrow_pure(s, topic="t", partition=0) for s in segs]
+    failures = []
+
+    def work(k):
+        try:
+            for j in range(8):
+                i = (k + j) % 2
+                got = ad.decode_to_arrow_native(segs[i], topic="t", partition=0)
+                if not got.equals(expected[i]):
+                    failures.append((k, j))
+                del got
+        except Exception as e:  # pragma: no cover - reported below
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+def test_native_buffer_cache_off_and_fork():
+    from kafkastore import _native
+
+    seg = big_segment()
+    expected = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old = _native.set_buffer_cache(0)
+    try:
+        assert ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(expected)
+    finally:
+        _native.set_buffer_cache(old)
+    # fill the cache, then decode in a forked child (Spark's daemon forks workers)
+    for _ in range(2):
+        assert ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(expected)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        ok = all(ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(expected)
+                 for _ in range(3))
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(expected)
 
 
 # ------------------------------------------------------------- properties

@@ -119,6 +119,22 @@ def stop_processes(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None
             os.killpg(p.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=5)
+    # SIGKILL is asynchronous and orphans are reaped by init: wait until the groups are gone.
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        while group_alive(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextlib.contextmanager

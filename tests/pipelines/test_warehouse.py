@@ -6,7 +6,6 @@ import json
 import multiprocessing
 import threading
 import time
-import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc

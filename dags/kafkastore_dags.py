@@ -1,0 +1,309 @@
+"""Airflow DAGs for kafkastore, generated from the config file (conf/kafkastore.yaml).
+
+The config file is ``KAFKASTORE_CONF`` or this repository's
+``conf/kafkastore.yaml``; relative ``file://`` URLs in it resolve against
+``KAFKASTORE_HOME`` (default: this repository), whatever the working directory
+of the Airflow process. DAGs (see docs/airflow.md):
+
+* ``kafkastore_load_<table>``, one per ``loads`` entry, on the entry's
+  ``schedule``: ``load`` (records with timestamp before the data interval's
+  end, exactly once) then ``validate`` (Great Expectations checks of the
+  commit; a failure fails the run and marks the commit not validated).
+* ``kafkastore_compaction`` on ``compaction.schedule``: one mapped task per
+  compacted topic under the root.
+* ``kafkastore_retention`` on ``retention.schedule``: one mapped task per topic.
+* ``kafkastore_reprocess``, triggered by hand with params: rewind a table to
+  an offset or a time and reload, then validate.
+
+This file stays thin: it reads the config (YAML) at parse time and imports
+pipelines and pyspark only inside the task functions, where Spark runs
+(local by default, the master from the config file).
+"""
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+
+HOME = os.environ.get("KAFKASTORE_HOME") or os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))
+CONF = os.environ.get("KAFKASTORE_CONF") or os.path.join(HOME, "conf", "kafkastore.yaml")
+DEFAULT_START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def _absolute(url: str | None) -> str | None:
+    """Resolve a relative local path or ``file://`` URL against ``HOME``."""
+    if not url:
+        return None
+    if "://" not in url:
+        return "file://" + os.path.normpath(os.path.join(HOME, url))
+    scheme, rest = url.split("://", 1)
+    if scheme == "file" and not rest.startswith("/"):
+        return "file://" + os.path.normpath(os.path.join(HOME, rest))
+    return url
+
+
+def _config():
+    """The resolved config (kafkastore.config is light: stdlib and yaml only)."""
+    import yaml
+    from kafkastore.config import load_config
+
+    with open(CONF, encoding="utf-8") as f:
+        raw = yaml.safe_load(f) or {}
+    return load_config(
+        CONF,
+        root=_absolute(os.environ.get("KAFKASTORE_ROOT") or raw.get("root")),
+        warehouse=_absolute(os.environ.get("KAFKASTORE_WAREHOUSE") or raw.get("warehouse")))
+
+
+CFG = _config()
+
+
+def _schedule(value):
+    """A cron expression or preset as data intervals (a run covers [previous tick,
+    tick)); None, ``@once`` and ``@continuous`` pass through."""
+    if value in (None, "", "None", "null", "@once", "@continuous"):
+        return None if value in ("", "None", "null") else value
+    return CronDataIntervalTimetable(str(value), timezone="UTC")
+
+
+def _start_date(value) -> datetime:
+    if value is None:
+        return DEFAULT_START
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def _retry_args(section: dict) -> dict:
+    """Retries with exponential back-off (retry_delay doubles up to max_retry_delay)."""
+    return {
+        "retries": int(section.get("retries", 3)),
+        "retry_delay": timedelta(seconds=int(section.get("retry_delay_s", 60))),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(seconds=int(section.get("max_retry_delay_s", 1800))),
+    }
+
+
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
+
+
+def _interval(context) -> tuple[datetime, datetime]:
+    """The run's data interval; runs without one (manual, no schedule) use run_after."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if end is None:
+        end = context["dag_run"].run_after
+    return (start or end), end
+
+
+def warehouse_run_id(dag_id: str, table: str, start: datetime, end: datetime) -> str:
+    """The warehouse run id of a scheduled load: the same for every attempt, rerun
+    or backfill of one data interval, so a committed interval is a no-op."""
+    fmt = "%Y%m%dT%H%M%SZ"
+    return (f"airflow-{dag_id}-{table}-{start.astimezone(timezone.utc).strftime(fmt)}-"
+            f"{end.astimezone(timezone.utc).strftime(fmt)}")
+
+
+def _spark_args() -> dict:
+    return {"master": CFG.spark_master, "spark_conf": CFG.spark_conf or None, "conf_file": CONF}
+
+
+def _get_spark(app: str):
+    from pipelines.session import get_spark
+
+    return get_spark(master=CFG.spark_master, app_name=app, extra_conf=CFG.spark_conf or None,
+                     conf_file=CONF)
+
+
+def _validate(table: str, version, interval_ms):
+    """Quality checks of a commit; a failed check fails the task without retrying
+    (the verdict would not change) after marking the commit ``failed``."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from pipelines.quality import QualityCheckFailed, validate_for_airflow
+
+    try:
+        return validate_for_airflow(CFG.warehouse, table, version, root=CFG.root,
+                                    interval=interval_ms, thresholds=CFG.quality,
+                                    storage_options=CFG.storage_options or None)
+    except QualityCheckFailed as exc:
+        raise AirflowFailException(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------
+# loads: one DAG per `loads` entry
+
+
+def _dag_id(prefix: str, name: str) -> str:
+    return prefix + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def make_load_dag(entry: dict):
+    """``kafkastore_load_<table>``: load the run's data interval, then validate it."""
+    topic = entry["topic"]
+    table = entry.get("table") or topic
+    dag_id = _dag_id("kafkastore_load_", table)
+
+    @dag(dag_id=dag_id, schedule=_schedule(entry.get("schedule", "@hourly")),
+         start_date=_start_date(entry.get("start_date")), catchup=bool(entry.get("catchup", False)),
+         max_active_runs=1, default_args=_retry_args(entry), tags=["kafkastore", "load"],
+         doc_md=f"Load topic `{topic}` into warehouse table `{table}` (records with timestamp "
+                f"before the end of the data interval), then validate the commit.")
+    def load_dag():
+        @task(task_id="load")
+        def load(**context):
+            from pipelines.load import load_for_interval
+
+            start, end = _interval(context)
+            return load_for_interval(
+                CFG.root, topic, CFG.warehouse, table, _ms(end),
+                warehouse_run_id(dag_id, table, start, end),
+                value_format=entry.get("value_format") or "raw",
+                value_schema=entry.get("value_schema"),
+                value_schema_file=entry.get("value_schema_file"),
+                storage_options=CFG.storage_options or None,
+                on_data_loss=entry.get("on_data_loss", "fail"), **_spark_args())
+
+        @task(task_id="validate", retries=1)
+        def validate(summary: dict, **context):
+            start, end = _interval(context)
+            return _validate(table, summary.get("version"), (_ms(start), _ms(end)))
+
+        validate(load())
+
+    return load_dag()
+
+
+for _entry in CFG.loads:
+    _d = make_load_dag(_entry)
+    globals()[_d.dag_id] = _d
+
+
+# ---------------------------------------------------------------------------
+# compaction and retention
+
+
+@dag(dag_id="kafkastore_compaction", schedule=_schedule(CFG.compaction.get("schedule", "@daily")),
+     start_date=_start_date(CFG.compaction.get("start_date")), catchup=False, max_active_runs=1,
+     default_args=_retry_args(CFG.compaction), tags=["kafkastore", "maintenance"],
+     doc_md="Compact every topic whose cleanup.policy includes compact (one task per topic).")
+def kafkastore_compaction():
+    @task
+    def compacted_topics() -> list[str]:
+        from kafkastore.storage import Storage
+        from kafkastore.topics import list_topics, load_topic
+
+        storage = Storage(CFG.root, CFG.storage_options or None)
+        return [t for t in list_topics(storage) if load_topic(storage, t).config.compact]
+
+    @task(map_index_template="{{ kafkastore_topic }}")
+    def compact(topic: str, **context) -> str:
+        from pipelines.compaction import compact_topic
+
+        context["kafkastore_topic"] = topic   # names the mapped task in the UI
+        _start, end = _interval(context)
+        now = min(_ms(end), _ms(datetime.now(timezone.utc)))
+        report = compact_topic(_get_spark(f"kafkastore-compact-{topic}"), CFG.root, topic,
+                               storage_options=CFG.storage_options or None, now_ms=now)
+        text = report.render()
+        print(text)
+        if not report.ok:
+            raise RuntimeError(f"compaction of {topic} failed for some partitions:\n{text}")
+        return text
+
+    compact.expand(topic=compacted_topics())
+
+
+@dag(dag_id="kafkastore_retention", schedule=_schedule(CFG.retention.get("schedule", "@hourly")),
+     start_date=_start_date(CFG.retention.get("start_date")), catchup=False, max_active_runs=1,
+     default_args=_retry_args(CFG.retention), tags=["kafkastore", "maintenance"],
+     doc_md="Apply retention.ms / retention.bytes to every topic (one task per topic) and "
+            "report warehouse tables that lose data they never loaded.")
+def kafkastore_retention():
+    @task
+    def all_topics() -> list[str]:
+        from kafkastore.storage import Storage
+        from kafkastore.topics import list_topics
+
+        return list_topics(Storage(CFG.root, CFG.storage_options or None))
+
+    @task(map_index_template="{{ kafkastore_topic }}")
+    def retention(topic: str, **context) -> dict:
+        from pipelines.retention_job import run_retention
+
+        context["kafkastore_topic"] = topic   # names the mapped task in the UI
+        _start, end = _interval(context)
+        now = min(_ms(end), _ms(datetime.now(timezone.utc)))
+        report = run_retention(CFG.root, topic, warehouse=CFG.warehouse,
+                               storage_options=CFG.storage_options or None,
+                               protect_unloaded=bool(CFG.retention.get("protect_unloaded", False)),
+                               now_ms=now)
+        print(report.render())
+        return report.to_dict()
+
+    retention.expand(topic=all_topics())
+
+
+kafkastore_compaction()
+kafkastore_retention()
+
+
+# ---------------------------------------------------------------------------
+# reprocess, by hand
+
+
+@dag(dag_id="kafkastore_reprocess", schedule=None, start_date=DEFAULT_START, catchup=False,
+     max_active_runs=1, default_args=_retry_args({"retries": 1}), tags=["kafkastore", "reprocess"],
+     params={
+         "topic": Param("", type="string", minLength=1, description="topic to reload"),
+         "table": Param(None, type=["null", "string"],
+                        description="warehouse table (default: the loads entry of the topic)"),
+         "partition": Param(None, type=["null", "integer"], minimum=0,
+                            description="one partition (default: every partition the table loaded)"),
+         "from_offset": Param(None, type=["null", "integer"], minimum=0,
+                              description="rewind to this offset (or give from_timestamp)"),
+         "from_timestamp": Param(None, type=["null", "integer"], minimum=0,
+                                 description="rewind to the first record at or after this epoch ms"),
+         "reason": Param("", type="string", minLength=1, description="why (kept in the commit)"),
+     },
+     doc_md="Rewind a table to an offset or a time and reload it from the log in one audited "
+            "commit, then validate that commit. Trigger with params.")
+def kafkastore_reprocess():
+    @task(task_id="reprocess")
+    def reprocess(**context) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
+        from kafkastore.errors import ConfigError
+        from pipelines.reprocess import run_reprocess
+
+        p = context["params"]
+        topic = p["topic"]
+        entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
+        table = p.get("table") or entry.get("table") or topic
+        if (p.get("from_offset") is None) == (p.get("from_timestamp") is None):
+            raise AirflowFailException("give exactly one of the params from_offset and "
+                                       "from_timestamp")
+        try:
+            summary = run_reprocess(
+                _get_spark(f"kafkastore-reprocess-{table}"), root=CFG.root, topic=topic,
+                warehouse=CFG.warehouse, table=table,
+                partitions=None if p.get("partition") is None else [int(p["partition"])],
+                from_offset=p.get("from_offset"), from_timestamp=p.get("from_timestamp"),
+                storage_options=CFG.storage_options or None, reason=p["reason"],
+                load_options=entry, run_id=f"airflow-{context['dag_run'].run_id}",
+                progress=False)
+        except ConfigError as exc:   # bad params: retrying cannot help
+            raise AirflowFailException(str(exc)) from None
+        print(summary.render())
+        return summary.to_dict()
+
+    @task(task_id="validate", retries=1)
+    def validate(summary: dict):
+        return _validate(summary["table"], summary.get("version"), None)
+
+    validate(reprocess())
+
+
+kafkastore_reprocess()

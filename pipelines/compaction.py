@@ -1,0 +1,210 @@
+"""Log compaction as a Spark job (DESIGN.md section 6; the rules are in :mod:`kafkastore.compaction`).
+
+One job compacts every selected partition of a topic:
+
+1. **Plan** (driver): per partition, the latest manifest and
+   :func:`kafkastore.compaction.plan_cleaning` (selection, first dirty and
+   first uncleanable offsets, segment groups). Only metadata is read.
+2. **Scan** (executors, ``mapInArrow``): one task per batch-aligned byte range
+   of the segments below the first uncleanable offset
+   (:func:`kafkastore.compaction.scan_task`) yields a row per keyed committed
+   record ``(group, key, offset, dirty)`` and a few rows per transactional
+   producer.
+3. **Survivors** (executors, one shuffle by key): a window over
+   ``(partition, key)`` gives each record the greatest offset of its key in the
+   dirty section; a record survives iff there is none or its offset is at
+   least that. The same window, over the producer-id rows ordered by group,
+   tells each group which producers' transactions have data in earlier
+   groups. No process ever holds the key map: it only exists spread over the
+   shuffle partitions, so the number of distinct keys is bounded by the
+   cluster's disk, not by the driver's (or any executor's) memory.
+4. **Rewrite** (executors, one shuffle by group, ``groupBy().applyInArrow``):
+   each task gets the sorted survivor offsets of one segment group (at most a
+   segment's worth of records), rewrites the group into one segment
+   (:func:`kafkastore.compaction.rewrite_group`), uploads it and returns
+   only the new :class:`~kafkastore.manifest.SegmentEntry` as JSON.
+5. **Swap** (driver): per partition, one manifest commit
+   (:func:`kafkastore.compaction.commit_cleaning`).
+
+Executors reach the storage through :class:`~kafkastore.storage.Storage`
+(fsspec) rebuilt from the root URL and ``storage_options``; a ``memory://``
+root lives in one process only and cannot be compacted by Spark (use
+:func:`kafkastore.compaction.compact_partition_local`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, CleaningPlan,
+                                   CompactionReport, GroupResult, PartitionResult, Skip,
+                                   finish_partition, group_specs, load_plan, partition_error,
+                                   rewrite_group, scan_task, scan_tasks, skipped_result)
+from kafkastore.errors import ConfigError
+from kafkastore.manifest import Manifest
+from kafkastore.storage import Storage
+from kafkastore.topics import load_topic
+
+__all__ = ["compact_partition", "compact_topic", "run_plans", "CompactionReport", "PartitionResult"]
+
+log = logging.getLogger(__name__)
+
+_SCAN_DDL = ("plan int, grp int, kind tinyint, key binary, offset long, dirty boolean, "
+             "pid long, last_data long, last_marker long")
+_KEEP_DDL = "grp int, kind tinyint, offset long, pid long"
+_RESULT_DDL = "grp int, result string"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _check_storage(storage: Storage) -> None:
+    if storage.protocol == "memory":
+        raise ConfigError("a memory:// root is private to one process, so Spark workers cannot "
+                          "read it; use kafkastore.compaction.compact_partition_local")
+
+
+def compact_partition(spark, storage: Storage, topic: str, partition: int, now_ms: int,
+                      force: bool = False) -> PartitionResult:
+    """Compact one partition with Spark if :func:`~kafkastore.compaction.plan_cleaning` selects it
+    (or ``force``); ``now_ms`` is the time tombstone horizons and compaction lags are measured
+    against. Returns the partition's result (skipped, cleaned, or gave up and why)."""
+    _check_storage(storage)
+    started = time.monotonic()
+    m, plan = load_plan(storage, topic, partition, now_ms, force=force)
+    if isinstance(plan, Skip):
+        return skipped_result(topic, partition, plan, time.monotonic() - started)
+    return run_plans(spark, storage, [plan], [m])[0]
+
+
+def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | None = None,
+                  now_ms: int | None = None, force: bool = False,
+                  partitions: Iterable[int] | None = None) -> CompactionReport:
+    """Compact every selected partition of ``topic`` under ``root_url`` in one Spark job.
+
+    ``now_ms`` defaults to the wall clock; ``force`` ignores the selection
+    rules (dirty ratio, lags, horizons) but never cleans the head segment or
+    past an open transaction; ``partitions`` limits the run. If the job fails,
+    each selected partition is retried in a job of its own so that one bad
+    partition does not hold back the others; its error is reported in
+    :meth:`CompactionReport.render` (and :attr:`CompactionReport.ok` is False).
+    """
+    started = time.monotonic()
+    storage = Storage(root_url, storage_options)
+    _check_storage(storage)
+    meta = load_topic(storage, topic)
+    now_ms = _now_ms() if now_ms is None else int(now_ms)
+    chosen = range(meta.partitions) if partitions is None else sorted(set(partitions))
+    report = CompactionReport(topic)
+    plans: list[CleaningPlan] = []
+    manifests: list[Manifest] = []
+    for p in chosen:
+        t0 = time.monotonic()
+        m, plan = load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
+        if isinstance(plan, Skip):
+            report.partitions.append(skipped_result(topic, p, plan, time.monotonic() - t0))
+        else:
+            plans.append(plan)
+            manifests.append(m)
+    if plans:
+        try:
+            report.partitions.extend(run_plans(spark, storage, plans, manifests))
+        except Exception as exc:  # noqa: BLE001 - isolate the failing partition(s) below
+            log.warning("compaction of %s failed (%s); retrying partition by partition", topic, exc)
+            for plan, m in zip(plans, manifests):
+                t0 = time.monotonic()
+                try:
+                    report.partitions.extend(run_plans(spark, storage, [plan], [m]))
+                except Exception as exc2:  # noqa: BLE001 - reported per partition
+                    report.partitions.append(partition_error(topic, plan.partition, exc2,
+                                                             time.monotonic() - t0))
+    report.partitions.sort(key=lambda r: r.partition)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
+              manifests: Sequence[Manifest], *, scan_bytes: int = 64 << 20) -> list[PartitionResult]:
+    """Run one Spark job for ``plans`` (planned on ``manifests``) and commit each partition.
+
+    Returns one result per plan, in order. ``seconds`` of each is the wall
+    time from the job's start to that partition's commit.
+    """
+    started = time.monotonic()
+    groups = group_specs(plans)
+    tasks = scan_tasks(storage, plans, groups, manifests, max_bytes=scan_bytes)
+    contexts = [p.context for p in plans]
+    sc = spark.sparkContext
+    sc.setJobDescription(f"compaction of {plans[0].topic} partitions "
+                         f"{','.join(str(p.partition) for p in plans)}")
+    try:
+        keep = _survivors(spark, storage, tasks)
+        sentinels = spark.createDataFrame([(g.index, KIND_GROUP, -1, -1) for g in groups], _KEEP_DDL)
+        rows = keep.unionByName(sentinels)
+        # One task per group as far as the cluster allows; an explicit count is
+        # not coalesced by adaptive execution (tiny rows would otherwise end up
+        # in a single task, rewriting every group one after the other).
+        width = max(1, min(len(groups), 4 * sc.defaultParallelism))
+        rows = rows.repartition(width, "grp")
+        rewrite = _rewriter(storage, contexts, groups)
+        collected = rows.groupBy("grp").applyInArrow(rewrite, _RESULT_DDL).collect()
+    finally:
+        sc.setJobDescription(None)
+    by_plan: dict[int, list[GroupResult]] = {i: [] for i in range(len(plans))}
+    for row in collected:
+        result = GroupResult.from_json(row["result"])
+        by_plan[groups[result.group].plan].append(result)
+    missing = [g.index for g in groups if g.index not in {r.group for rs in by_plan.values() for r in rs}]
+    if missing:
+        raise RuntimeError(f"compaction job returned no result for groups {missing}")
+    return [finish_partition(storage, plan, by_plan[i], started) for i, plan in enumerate(plans)]
+
+
+def _survivors(spark, storage: Storage, tasks):
+    """DataFrame ``(grp, kind, offset, pid)``: survivor offsets and transaction carries per group."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if tasks:
+        def scan(batches):
+            for b in batches:
+                for i in b.column(0).to_pylist():
+                    yield scan_task(storage, tasks[i])
+
+        scanned = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _SCAN_DDL)
+    else:  # only empty segments below the first uncleanable offset
+        scanned = spark.createDataFrame([], _SCAN_DDL)
+    w = Window.partitionBy("plan", "kind", "key").orderBy("offset")
+    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    earlier = w.rangeBetween(Window.unboundedPreceding, -1)   # rows of earlier groups
+    x = scanned.select(
+        "grp", "kind", "offset", "pid",
+        F.max(F.when(F.col("dirty"), F.col("offset"))).over(whole).alias("max_dirty"),
+        F.max("last_data").over(earlier).alias("prev_data"),
+        F.max("last_marker").over(earlier).alias("prev_marker"))
+    record = (F.col("kind") == KIND_RECORD) & (
+        F.col("max_dirty").isNull() | (F.col("offset") >= F.col("max_dirty")))
+    carried = (F.col("kind") == KIND_TXN) & (
+        F.coalesce("prev_data", F.lit(-1)) > F.coalesce("prev_marker", F.lit(-1)))
+    return x.filter(record | carried).select(
+        "grp", "kind", F.when(F.col("kind") == KIND_RECORD, F.col("offset")).otherwise(-1)
+        .alias("offset"), "pid")
+
+
+def _rewriter(storage: Storage, contexts, groups):
+    """The ``applyInArrow`` function: rewrite one group from its survivor and carry rows."""
+    def rewrite(key, table):
+        g = key[0].as_py()
+        kind = table.column("kind").to_numpy()
+        offsets = table.column("offset").to_numpy()
+        keep = np.sort(offsets[kind == KIND_RECORD])
+        carry = set(table.column("pid").to_numpy()[kind == KIND_TXN].tolist())
+        spec = groups[g]
+        result = rewrite_group(storage, contexts[spec.plan], spec, keep, carry)
+        return pa.table({"grp": pa.array([g], pa.int32()), "result": [result.to_json()]})
+    return rewrite

@@ -1,0 +1,247 @@
+"""Loads under failure: SIGKILL at random points, a failed and retried Spark task,
+a lost commit response, and data deleted from the log before it was loaded.
+
+The SIGKILL and task-retry cases run the job in a separate Python process (its
+own SparkSession): the test session's session is local[2] and must survive.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from kafkastore.errors import CommitUnknownError, WarehouseError
+from kafkastore.reader import PartitionReader
+from kafkastore.retention import delete_records
+from pipelines import warehouse as wh
+from pipelines.load import run_load
+from tests.faults import faulty_storage
+from tests.pipelines.cluster import PROJECT_ROOT, group_alive
+from tests.pipelines.test_load import (assert_exactly_once, make_topic, produce,
+                                       storage_options_for, table_offsets)
+
+# Loads the topic in steps of STEP offsets per partition (several commits per
+# process lifetime, so a kill lands before, during or after any of them) until
+# a load finds nothing new.
+JOB = textwrap.dedent(r'''
+    import json, sys
+    from pipelines.session import get_spark
+    from pipelines.load import run_load
+    from pipelines import warehouse as wh
+
+    root, warehouse, master, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    opts = json.loads(sys.argv[5]) or None
+    spark = get_spark(master=master, app_name="kafkastore-load-job",
+                      extra_conf={"spark.ui.enabled": "false"})
+    print("READY", flush=True)
+    table = wh.Table(warehouse, "tbl", storage_options=opts)
+    while True:
+        done = table.committed_offsets()
+        ends = {"t": {str(p): done.get(("t", p), 0) + step for p in range(3)}}
+        s = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+                     until_offsets=ends, storage_options=opts, progress=False)
+        print("LOADED", json.dumps(s.to_dict()), flush=True)
+        if s.noop:
+            break
+''')
+
+# Makes the first Parquet file write of the job fail once, after the file is
+# stored: the task fails, Spark retries it, the first attempt's file is an orphan.
+FAIL_ONCE = textwrap.dedent(r'''
+    import os
+    marker = os.environ.get("KAFKASTORE_TEST_FAIL_MARKER")
+    if marker:
+        import pipelines.warehouse as _w
+        _orig = _w._write_one
+
+        def _write_one(*args, **kwargs):
+            out = _orig(*args, **kwargs)
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return out
+            raise RuntimeError("injected executor failure (once)")
+
+        _w._write_one = _write_one
+''')
+
+
+def _start_job(tmp_path, root, warehouse, *, master="local[2]", step=15, options=None,
+               env=None):
+    script = tmp_path / "load_job.py"
+    script.write_text(JOB)
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join([PROJECT_ROOT] + [
+        p for p in full_env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    full_env.update(env or {})
+    full_env.pop("KAFKASTORE_SPARK_MASTER", None)
+    return subprocess.Popen(
+        [sys.executable, str(script), root, warehouse, master, str(step), json.dumps(options)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+        start_new_session=True)   # its own group: the kill reaches the JVM and Python workers
+
+
+def _kill_group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _run_killed(tmp_path, root, warehouse, delay_s, options):
+    """Start the job; SIGKILL its whole process group ``delay_s`` after Spark is up."""
+    proc = _start_job(tmp_path, root, warehouse, options=options)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("READY"):
+                ready.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(180):
+            raise AssertionError(f"job did not start: {proc.stderr.read()[-3000:]}")
+        time.sleep(delay_s)
+    finally:
+        _kill_group(proc)
+    reader.join(10)
+    return [ln for ln in lines if ln.startswith("LOADED")]
+
+
+def _run_to_completion(tmp_path, root, warehouse, options, **kw):
+    proc = _start_job(tmp_path, root, warehouse, options=options, **kw)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, err[-4000:]
+    return [json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("LOADED")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("backend,kills", [("file", 3), ("s3", 1)])
+def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
+    from tests.conftest import make_root_url
+
+    base = make_root_url(backend, tmp_path, request)
+    options = storage_options_for(base)
+    root, warehouse = f"{base}/log", f"{base}/warehouse"
+    storage = make_topic(root, partitions=3, options=options)
+    produce(storage, "t", 180, flush_every=13)
+    rng = random.Random(int(os.environ.get("KAFKASTORE_TEST_SEED", "0")) or None)
+    table = wh.Table(warehouse, "tbl", storage_options=options)
+    history = []
+    for _ in range(kills):
+        delay = rng.uniform(0.0, 5.0)
+        loaded = _run_killed(tmp_path, root, warehouse, delay, options)
+        history.append((round(delay, 2), len(loaded), table.state().version))
+        # Whatever was committed so far holds each offset exactly once.
+        assert_exactly_once(storage, "t", table)
+    final = _run_to_completion(tmp_path, root, warehouse, options)
+    assert final and final[-1]["noop"], (history, final)
+    assert_exactly_once(storage, "t", table)
+    for p in range(3):
+        hw = PartitionReader(storage, "t", p).high_watermark
+        assert table.committed_offsets()[("t", p)] == hw == 60, history
+    # Killed runs may leave files no commit lists: invisible, and vacuum removes them.
+    listed = {f.path for f in table.live_files(None)}
+    stray = [o.path for o in table.storage.list(wh.DATA_DIR) if o.path not in listed]
+    result = wh.vacuum(table, now_ms=int(time.time() * 1000) + 10_000, grace_ms=0)
+    assert set(stray) <= set(result.deleted)
+    assert_exactly_once(storage, "t", table)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_failed_and_retried_task_leaves_no_duplicates(tmp_path, local_root):
+    root, warehouse = f"{local_root}/log", f"{local_root}/wh"
+    storage = make_topic(root, partitions=3)
+    produce(storage, "t", 45)
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    (hook_dir / "sitecustomize.py").write_text(FAIL_ONCE)
+    marker = tmp_path / "failed-once"
+    env = {"KAFKASTORE_TEST_FAIL_MARKER": str(marker),
+           "PYTHONPATH": os.pathsep.join([str(hook_dir), PROJECT_ROOT])}
+    # local[2,2]: two cores, a task may fail twice before the job fails.
+    runs = _run_to_completion(tmp_path, root, warehouse, None, master="local[2,2]", step=100,
+                              env=env)
+    assert marker.exists(), "the injected failure never fired"
+    assert [r["rows"] for r in runs] == [45, 0] and not runs[0]["noop"]
+    table = wh.Table(warehouse, "tbl")
+    assert_exactly_once(storage, "t", table)
+    # The failed attempt's file is on storage but no commit lists it.
+    listed = {f.path for f in table.live_files(None)}
+    assert [o.path for o in table.storage.list(wh.DATA_DIR) if o.path not in listed]
+
+
+@pytest.mark.parametrize("backend", ["file", "s3"])
+def test_lost_commit_response_is_settled_by_reading_back(spark, backend, tmp_path, request):
+    from tests.conftest import make_root_url
+
+    base = make_root_url(backend, tmp_path, request)
+    options = storage_options_for(base)
+    root, warehouse = f"{base}/log", f"{base}/warehouse"
+    storage = make_topic(root, partitions=2, options=options)
+    produce(storage, "t", 10)
+    wh_storage, fs = faulty_storage(warehouse, options)
+    fs.lose_response(match="_commits/")
+    s = run_load(spark, root=root, topic="t", warehouse=wh_storage, table="tbl",
+                 storage_options=options, progress=False)
+    assert s.version == 1 and not s.noop and fs.log   # the fault fired; read-back found ours
+    table = wh.Table(warehouse, "tbl", storage_options=options)
+    assert table.state().version == 1
+    assert_exactly_once(storage, "t", table)
+    if backend == "s3":
+        return
+    # Response lost AND the read-back fails: the outcome is unknown. The commit did
+    # land, so a rerun (same default run id, same range) finds nothing to do.
+    produce(storage, "t", 4, start=10)
+    fs.lose_response(match="_commits/")
+    fs.fail_reads(match="_commits/00000000000000000002.json", count=None, ops=("read",))
+    with pytest.raises(CommitUnknownError, match="rerun with the same run id"):
+        run_load(spark, root=root, topic="t", warehouse=wh_storage, table="tbl", progress=False)
+    fs.clear()
+    again = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+                     progress=False)
+    assert again.noop and table.state().version == 2
+    assert_exactly_once(storage, "t", table)
+
+
+def test_data_loss_fails_or_records_a_gap(spark, local_root):
+    root, warehouse = f"{local_root}/log", f"{local_root}/wh"
+    storage = make_topic(root, partitions=1)
+    produce(storage, "t", 6)
+    run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl", progress=False)
+    produce(storage, "t", 10, start=6)
+    delete_records(storage, "t", 0, 9)      # offsets 6..8 go before the table loaded them
+    with pytest.raises(WarehouseError, match=r"t/0.*next offset is 6.*starts at 9"):
+        run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl", progress=False)
+    s = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+                 on_data_loss="skip", progress=False)
+    assert s.ranges == {0: (9, 16)} and s.gaps == [{"partition": 0, "from": 6, "until": 9}]
+    assert "GAP partition 0" in s.render()
+    table = wh.Table(warehouse, "tbl")
+    assert table.state().gaps == [{"topic": "t", "partition": 0, "from": 6, "until": 9,
+                                   "version": 2}]
+    assert table.read_commit(2).allow_gap
+    assert table_offsets(table)[0] == list(range(6)) + list(range(9, 16))
+
+
