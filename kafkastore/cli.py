@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .config import Config, load_config
-from .errors import ConfigError, KafkaStoreError
+from .errors import ConfigError, KafkaStoreError, UnknownTopicError
 
 
 def _storage(cfg: Config):
@@ -196,6 +196,9 @@ def cmd_verify(args, cfg: Config) -> int:
 
     storage = _storage(cfg)
     meta = load_topic(storage, args.topic)
+    if args.partition is not None and args.partition >= meta.partitions:
+        raise UnknownTopicError(
+            f"topic {args.topic!r} has partitions 0..{meta.partitions - 1}, not {args.partition}")
     partitions = [args.partition] if args.partition is not None else range(meta.partitions)
     ok = True
     for p in partitions:

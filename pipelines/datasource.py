@@ -70,6 +70,12 @@ about ``maxBytesPerPartition``. Executors get plain data (:class:`ReadRange`,
 the root URL and storage options), range-read the ``.log`` objects and decode
 straight into Arrow record batches.
 
+Storage: the planner and the executors are Spark's Python workers, separate
+processes started by the JVM. They see the JVM's environment (set before the
+session started) plus the storage options, not variables the driver sets
+later: pass ``storage.endpoint_url`` etc. when in doubt. ``memory://`` roots
+live in one process and are refused.
+
 Offsets: reads cover half-open ranges ``[from, until)`` of offsets, so gaps
 (compacted topics, transaction markers, aborted records) are simply absent.
 :func:`plan_offsets` returns the ranges a read would cover and

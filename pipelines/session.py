@@ -136,25 +136,12 @@ def get_spark(master: str | None = None, app_name: str = "kafkastore",
     return spark
 
 
-def _register_datasource(spark) -> bool:
-    """Register the ``kafkastore`` data source if :mod:`pipelines.datasource` exists.
+def _register_datasource(spark) -> None:
+    """Register the ``kafkastore`` data source once per session (it needs pyspark, so it is
+    imported here rather than at module level)."""
+    from pipelines.datasource import register  # noqa: PLC0415
 
-    The module may offer ``register(spark)`` or a ``KafkaStoreDataSource`` class.
-    Returns whether something was registered. A missing module is expected
-    (it is written later); any other import failure is a bug and propagates.
-    """
-    try:
-        import pipelines.datasource as ds  # noqa: PLC0415 (optional, imported lazily)
-    except ModuleNotFoundError as exc:
-        if exc.name in ("pipelines.datasource",):
-            return False
-        raise
-    if hasattr(ds, "register"):
-        ds.register(spark)
-        return True
-    cls = getattr(ds, "KafkaStoreDataSource", None)
-    if cls is not None:
-        spark.dataSource.register(cls)
-        return True
-    log.warning("pipelines.datasource defines neither register(spark) nor KafkaStoreDataSource")
-    return False
+    if getattr(spark, "_kafkastore_registered", False):
+        return
+    register(spark)
+    spark._kafkastore_registered = True

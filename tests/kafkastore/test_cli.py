@@ -3,10 +3,10 @@ for the console script itself, as subprocesses."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import io
 import json
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -186,15 +186,16 @@ def test_consume_limit_skips_transaction_markers(cli):
 
 
 def test_timestamps_printed_exactly(cli):
-    # Values where float seconds * 1000 rounds down, and one past the year 9999.
-    tricky = []
-    ms = 1_600_000_000_001
-    while len(tricky) < 5:
-        ms += 7919
-        t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).replace(
-            microsecond=(ms % 1000) * 1000)
-        if int(t.timestamp() * 1000) != ms:
-            tricky.append(ms)
+    # Values where converting through float seconds (datetime.timestamp() * 1000) loses a
+    # millisecond, and one past the year 9999, which datetime cannot hold.
+    import pyarrow as pa
+
+    rnd = random.Random(0)
+    candidates = [rnd.randrange(0, 253_402_300_799_999) for _ in range(5000)]   # up to 9999-12-31
+    as_dt = pa.array([ms * 1000 for ms in candidates], pa.int64()).view(
+        pa.timestamp("us", tz="UTC")).to_pylist()
+    tricky = [ms for ms, t in zip(candidates, as_dt) if int(t.timestamp() * 1000) != ms][:5]
+    assert len(tricky) == 5
     tricky += [0, 300_000_000_000_000]
     cli("topics", "create", "t")
     assert cli("produce", "t", stdin=jsonl(*({"value": "x", "timestamp": ts} for ts in tricky)))[0] == 0

@@ -71,12 +71,11 @@ def test_one_session_with_our_settings(spark):
     assert exe == os.environ["PYSPARK_PYTHON"] and path.startswith(session_mod._project_root())
 
 
-def test_datasource_registration(spark, monkeypatch):
-    calls = []
-    fake = types.ModuleType("pipelines.datasource")
-    fake.register = calls.append
-    monkeypatch.setitem(sys.modules, "pipelines.datasource", fake)
-    assert session_mod._register_datasource(spark) is True and calls == [spark]
-    # Not written yet (or not importable as a module): tolerated.
-    monkeypatch.setitem(sys.modules, "pipelines.datasource", None)
-    assert session_mod._register_datasource(spark) is False
+def test_datasource_registration(spark, tmp_path):
+    """get_spark registers the data source: the short name resolves and runs our option checks."""
+    from kafkastore.errors import KafkaStoreError  # noqa: F401
+
+    df_reader = spark.read.format("kafkastore").option("root", f"file://{tmp_path}/none")
+    with pytest.raises(Exception, match="topic"):
+        df_reader.option("topic", "missing-topic").load().collect()
+
