@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import struct
+import sys
 from typing import Callable
 
 from .errors import ConfigError
@@ -71,6 +72,92 @@ def partition_for_key(key: bytes, partitions: int) -> int:
             _CACHE.clear()
         _CACHE[key] = h
     return (h & 0x7FFFFFFF) % partitions
+
+
+_VECTOR_MIN = 32  # keys of one length below which the per-key loop is faster
+
+
+def murmur2_many(keys) -> list[int]:
+    """:func:`murmur2` of every key (bytes-like, not None), vectorised with Arrow compute.
+
+    Keys are grouped by length; each group of at least ``_VECTOR_MIN`` keys
+    is hashed column by column (word ``j`` of every key at once) with
+    Arrow's wrapping uint32 arithmetic, which is Java's int arithmetic bit
+    for bit. Smaller groups go through :func:`murmur2`.
+    """
+    keys = [k if type(k) is bytes else bytes(k) for k in keys]
+    lengths = set(map(len, keys))
+    if len(lengths) == 1:  # the common case: fixed-size keys
+        groups = {lengths.pop(): range(len(keys))}
+    else:
+        groups = {}
+        for i, k in enumerate(keys):
+            groups.setdefault(len(k), []).append(i)
+    out: list[int] = [0] * len(keys)
+    for length, idx in groups.items():
+        group = [keys[i] for i in idx] if isinstance(idx, list) else keys
+        if len(group) < _VECTOR_MIN or sys.byteorder != "little":
+            hashes = [murmur2(k) for k in group]
+        else:
+            hashes = _murmur2_same_length(group, length)
+        if isinstance(idx, range):
+            return hashes
+        for i, h in zip(idx, hashes):
+            out[i] = h
+    return out
+
+
+def _murmur2_same_length(keys: list[bytes], length: int) -> list[int]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if length == 0:
+        return [murmur2(b"")] * len(keys)
+    n4, rest = length >> 2, length & 3
+    u32 = pa.uint32()
+    m = pa.scalar(_M, u32)
+    mul, xor, shr, shl = pc.multiply, pc.bit_wise_xor, pc.shift_right, pc.shift_left
+    # Each key as a fixed-size list of its bytes; word j of every key is list element j of
+    # the same buffer seen as uint32 words (little-endian, as Java reads them).
+    data = pa.py_buffer(b"".join(keys))
+    h = pa.scalar((_SEED ^ length) & _MASK, u32)
+    if n4:
+        if rest:
+            data = pa.py_buffer(b"".join(k[:n4 * 4] for k in keys))
+        words = pa.FixedSizeListArray.from_arrays(
+            pa.Array.from_buffers(u32, len(keys) * n4, [None, data]), n4)
+        for j in range(n4):
+            k = mul(pc.list_element(words, j), m)
+            k = xor(k, shr(k, pa.scalar(24, u32)))
+            h = xor(mul(h, m), mul(k, m))
+    if rest:
+        tail = pa.FixedSizeListArray.from_arrays(pa.Array.from_buffers(
+            pa.uint8(), len(keys) * rest,
+            [None, pa.py_buffer(b"".join(k[n4 * 4:] for k in keys))]), rest)
+
+        def byte(b):
+            return pc.list_element(tail, b).cast(u32)
+
+        if rest == 3:
+            h = xor(h, shl(byte(2), pa.scalar(16, u32)))
+        if rest >= 2:
+            h = xor(h, shl(byte(1), pa.scalar(8, u32)))
+        h = mul(xor(h, byte(0)), m)
+    h = xor(h, shr(h, pa.scalar(13, u32)))
+    h = mul(h, m)
+    h = xor(h, shr(h, pa.scalar(15, u32)))
+    return h.view(pa.int32()).to_pylist()
+
+
+def partitions_for_keys(keys, partitions: int) -> list[int | None]:
+    """:func:`partition_for_key` of every key (None for a None key), hashed in one pass."""
+    if partitions <= 0:
+        raise ConfigError(f"partition count must be positive, got {partitions}")
+    present = [i for i, k in enumerate(keys) if k is not None]
+    out: list[int | None] = [None] * len(keys)
+    for i, h in zip(present, murmur2_many([keys[i] for i in present])):
+        out[i] = (h & 0x7FFFFFFF) % partitions
+    return out
 
 
 class StickyPartitioner:

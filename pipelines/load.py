@@ -200,6 +200,43 @@ def read_ranges(spark, root: str, topic: str, ranges: list[PartitionRange], *,
                       includeHeaders=include_headers, failOnDataLoss=True, **options)
 
 
+def plan_splits(root: str, topic: str, ranges: list[PartitionRange], *,
+                storage_options: dict | None = None, max_bytes: int | None = None,
+                include_headers: bool = True) -> list[tuple]:
+    """The data source's input partitions for exactly ``ranges`` (same planner,
+    same options as :func:`read_ranges`): a list of ReadRange tuples, one per split."""
+    from .datasource import OffsetRange, parse_options, plan_partitions, ranges_to_options
+
+    options = ranges_to_options([OffsetRange(topic, r.partition, r.from_offset, r.until)
+                                 for r in ranges])
+    options.update({"root": root, "includeHeaders": "true" if include_headers else "false",
+                    "failOnDataLoss": "true"})
+    if max_bytes:
+        options["maxBytesPerPartition"] = str(int(max_bytes))
+    if storage_options:
+        options["storageOptions"] = json.dumps(storage_options)
+    return [tuple(p.ranges) for p in plan_partitions(parse_options(options))]
+
+
+def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
+                 include_headers: bool = True):
+    """For ``mapInArrow`` over a frame of split numbers: the Kafka-schema Arrow
+    batches of each split, read on the executor (the data source's own reader)."""
+    def read(batches: Iterator[Any]) -> Iterator[Any]:
+        from kafkastore.reader import READ_COMMITTED, read_range
+
+        storage = Storage(root, storage_options)
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                for rr in splits[i]:
+                    rb = read_range(storage, rr, include_headers=include_headers,
+                                    isolation=READ_COMMITTED)
+                    if rb.num_rows:
+                        yield rb
+
+    return read
+
+
 # ---------------------------------------------------------------------------
 # decoding and writing (executors)
 
@@ -279,6 +316,7 @@ def file_writer(table_url: str, *, run_id: str, storage_options: dict | None,
         for batch in batches:
             if not batch.num_rows:
                 continue
+            batch = _restore_null_headers(batch)
             for p, n in zip(*_value_counts(batch.column("partition"))):
                 seen[p] = seen.get(p, 0) + n
             if split_dead_letters:
@@ -338,6 +376,7 @@ def write_frame(df, table: wh.Table, run_id: str, opts, *, counter=None,
     """Decode ``df`` (Kafka schema), write it under ``table`` on the executors,
     and return the written files (data and dead letters), not yet committed."""
     frame, split = _decoded_frame(df, opts)
+    frame = _headers_never_null(frame)
     fn = file_writer(table.url, run_id=run_id, storage_options=table.storage_options or None,
                      split_dead_letters=split, json_schema=_json_schema_text(opts) if split else None,
                      max_rows_per_file=max_rows_per_file, compression=compression,
@@ -346,6 +385,36 @@ def write_frame(df, table: wh.Table, run_id: str, opts, *, counter=None,
     files = [wh.DataFile.from_json(r.asDict()) for r in rows]
     check_disjoint(files)
     return files
+
+
+def _headers_never_null(frame):
+    """Send empty header lists instead of nulls to the Python writer.
+
+    Spark's JVM-to-Arrow conversion of null ``array<struct>`` values is an order
+    of magnitude slower than of empty arrays (measured: 1M null headers ~15 s,
+    empty ~2 s on local[2]); the writer turns them back into nulls, which is
+    what the data source (and Spark's Kafka source) gives for "no headers".
+    """
+    from pyspark.sql import functions as F
+
+    if "headers" not in frame.columns:
+        return frame
+    htype = frame.schema["headers"].dataType
+    return frame.withColumn("headers", F.coalesce(F.col("headers"), F.array().cast(htype)))
+
+
+def _restore_null_headers(batch):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    i = batch.schema.get_field_index("headers")
+    if i < 0:
+        return batch
+    h = batch.column(i)
+    empty = pc.equal(pc.list_value_length(h), 0)
+    if not pc.any(empty).as_py():
+        return batch
+    return batch.set_column(i, batch.schema.field(i), pc.if_else(empty, pa.nulls(len(h), h.type), h))
 
 
 def check_disjoint(files: list[wh.DataFile]) -> None:

@@ -58,6 +58,7 @@ UTF-8; timestamps ISO 8601 in UTC).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import json
@@ -492,32 +493,46 @@ def run_sql(spark, query: str, *, root: str | None, warehouse: str | None,
     register_views(spark, root, warehouse, storage_options, only=only, views_dir=views_dir)
     frames, printed = [], 0
     for stmt in statements:
-        df = _sql(spark, stmt)
-        frames.append(df)
-        if not df.columns:
-            continue
-        if fmt == "jsonl":
-            write_jsonl(df, out)
-        else:
-            if printed:
-                out.write("\n")
-            write_table(df, out)
-        printed += 1
+        with _spark_errors():
+            df = spark.sql(stmt)
+            frames.append(df)
+            if not df.columns:
+                continue
+            if fmt == "jsonl":
+                write_jsonl(df, out)
+            else:
+                if printed:
+                    out.write("\n")
+                write_table(df, out)
+            printed += 1
     out.flush()
     return frames
 
 
-def _sql(spark, stmt: str):
-    """``spark.sql`` with Spark's analysis errors turned into one-line ConfigErrors."""
-    try:
-        return spark.sql(stmt)
-    except Exception as exc:  # pyspark raises AnalysisException, ParseException, ...
-        from pyspark.errors import PySparkException
+@contextlib.contextmanager
+def _spark_errors():
+    """Spark's analysis and runtime errors as one-line ConfigErrors.
 
-        if isinstance(exc, PySparkException):
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"SQL error: {first}") from None
-        raise
+    PySpark also logs every such error with its JVM stack trace to stderr (its
+    query-context loggers); the message we raise says the same in one line,
+    so those loggers are muted meanwhile.
+    """
+    from pyspark.errors import PySparkException
+
+    loggers = [logging.getLogger(n) for n in ("SQLQueryContextLogger",
+                                              "DataFrameQueryContextLogger")]
+    saved = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    except PySparkException as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise ConfigError(f"SQL error: {first}") from None
+    finally:
+        for lg, was in zip(loggers, saved):
+            lg.disabled = was
 
 
 def _prepared(df):

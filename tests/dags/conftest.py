@@ -6,6 +6,8 @@ airflow); the DB is created once per session with ``airflow db migrate``.
 """
 from __future__ import annotations
 
+import atexit
+import logging
 import os
 import shutil
 import subprocess
@@ -18,6 +20,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DAGS = os.path.join(REPO, "dags")
 
 _HOME = tempfile.mkdtemp(prefix="kafkastore-airflow-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 _ENV = {
     "AIRFLOW_HOME": _HOME,
     "AIRFLOW__CORE__DAGS_FOLDER": DAGS,
@@ -45,4 +48,6 @@ def airflow_db():
     if proc.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{proc.stdout}\n{proc.stderr}")
     yield _HOME
-    shutil.rmtree(_HOME, ignore_errors=True)
+    # Airflow pointed the root logger at pytest's captured stdout, which is closed
+    # when py4j logs its goodbyes at interpreter exit: keep py4j's loggers off it.
+    logging.getLogger("py4j").propagate = False

@@ -677,3 +677,57 @@ def test_decoded_batches_match_records(local_root):
     _, rs = decode_batch(storage.get(seg.paths(T, 0)[".log"]))
     assert rs == [Record(0, 1234, b"k", None, (("a", None), ("b", b"2"))),
                   Record(1, 1234, None, b"v", ())]
+
+
+def test_clock_ticking_between_calls(local_root):
+    # A clock that moves on every call (a busy broker crossing millisecond boundaries) must
+    # not produce a segment whose min timestamp is above its max (a marker stamped twice).
+    import itertools
+
+    storage = setup(local_root, 2)
+    ticks = itertools.count(1_700_000_000_000, 3)
+    b = Broker(storage, clock=lambda: next(ticks), linger_ms=5)
+    for round_ in range(3):
+        b.begin_transaction()
+        for i in range(10):
+            b.send(T, b"%d" % i, partition=i % 2)
+        if round_ == 1:
+            b.flush()
+        b.abort_transaction() if round_ % 2 else b.commit_transaction()
+        b.send(T, b"plain", partition=0)
+        b.flush()
+    from kafkastore.admin import verify_partition
+    for p in range(2):
+        m = manifest(storage, p)
+        assert all(s.min_timestamp <= s.max_timestamp for s in m.segments)
+        assert verify_partition(storage, T, p).ok
+    assert len(values(storage, 0)) == 5 + 5 + 3
+
+
+def test_send_many_same_as_send(local_root):
+    storage = setup(local_root, 5)
+    rnd = random.Random(9)
+    keys = [rnd.randbytes(16) for _ in range(150)] + [None] * 20 + [b"k%d" % i for i in range(30)]
+    vals = [b"v%d" % i for i in range(len(keys))]
+    b = Broker(storage, rng=random.Random(1), batch_size=500)
+    parts = b.send_many(T, vals, keys, timestamps=[1000 + i for i in range(len(keys))])
+    ref = Broker(storage, rng=random.Random(1), batch_size=500)
+    assert parts == [ref.send(T, v, key=k, timestamp=1000) for k, v in zip(keys, vals)]
+    assert all(p == kafka_partition(k, 5) for k, p in zip(keys, parts) if k is not None)
+    ref._buffers.clear()                                     # never flushed
+    b.flush()
+    got = {}
+    for p in range(5):
+        t = PartitionReader(storage, T, p).read(-2)
+        for v, ts in zip(t.column("value").to_pylist(), t.column("timestamp").cast("int64").to_pylist()):
+            got[v] = (p, ts // 1000)
+    assert got == {v: (p, 1000 + i) for i, (v, p) in enumerate(zip(vals, parts))}
+    assert b.send_many(T, [b"x", b"y"], partition=3, headers=[[("h", b"1")], ()]) == [3, 3]
+    with pytest.raises(ConfigError, match="2 keys for 3 values"):
+        b.send_many(T, [b"a", b"b", b"c"], [b"k", b"k"])
+    compacted = setup(f"{local_root}/c", 1, cleanup_policy="compact")
+    c = Broker(compacted)
+    with pytest.raises(InvalidRecordError):                   # stops at the first refused record
+        c.send_many(T, [b"a", b"b", b"c"], [b"k", None, b"k"])
+    c.flush()
+    assert records(compacted) == [(0, b"k", b"a")]            # those before it stay buffered

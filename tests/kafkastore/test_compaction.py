@@ -269,8 +269,11 @@ def test_tombstones_get_a_delete_horizon_and_go_after_it(storage):
     tomb_header, tomb_records = batches[-1]
     assert tomb_header.attributes & DELETE_HORIZON_MASK
     assert tomb_header.base_timestamp == T0 + 1010 and tomb_records[0].timestamp == T0
-    # Before the horizon nothing is due; at the horizon the tombstone goes without new data.
+    # Before the horizon nothing is due, and a forced clean keeps the tombstone; at the
+    # horizon it goes without new data.
     assert compact_partition_local(storage, TOPIC, 0, T0 + 1009).status == STATUS_SKIPPED
+    assert compact_partition_local(storage, TOPIC, 0, T0 + 1009, force=True).status == STATUS_CLEANED
+    assert read_all(storage) == [(1, "b", "1"), (2, "a", None), (3, "c", "1")]
     res = compact_partition_local(storage, TOPIC, 0, T0 + 1010)
     assert res.status == STATUS_CLEANED and "delete horizon" in res.reason
     assert read_all(storage) == [(1, "b", "1"), (3, "c", "1")]

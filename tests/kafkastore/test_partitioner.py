@@ -110,3 +110,30 @@ def test_choose_partition():
     sticky = choose_partition(None, 4, sp, 10)
     assert choose_partition(None, 4, sp, 10) == sticky
     assert choose_partition(b"foobar", 4, sp, 10) == kafka_python_partition(b"foobar", 4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=11), min_size=0, max_size=300), st.integers(0, 12))
+def test_vectorised_murmur2_matches(keys, fixed):
+    # Mixed lengths (small groups take the loop) plus a large group of one length
+    # (vectorised), every tail length 0..3 covered across examples.
+    import random as _r
+    rnd = _r.Random(fixed)
+    keys = keys + [rnd.randbytes(fixed) for _ in range(64)]
+    rnd.shuffle(keys)
+    expected = [kp_default.murmur2(k) for k in keys]
+    assert [h & 0xFFFFFFFF for h in partitioner.murmur2_many(keys)] == expected
+    with_none = keys + [None]
+    assert partitioner.partitions_for_keys(with_none, 13) == \
+        [kafka_python_partition(k, 13) for k in keys] + [None]
+
+
+def test_vectorised_murmur2_java_vectors_and_types():
+    keys = [b"21", b"foobar", b"abc"] * 40 + [bytearray(b"abc"), memoryview(b"21")]
+    hs = partitioner.murmur2_many(keys)
+    assert hs[:3] == [-973932308, -790332482, 479470107]
+    assert hs[-2:] == [479470107, -973932308]
+    assert partitioner.murmur2_many([]) == []
+    assert partitioner.murmur2_many([b""] * 40) == [murmur2(b"")] * 40
+    with pytest.raises(ConfigError):
+        partitioner.partitions_for_keys([b"x"], 0)

@@ -174,6 +174,21 @@ def test_offset_for_timestamp_out_of_order_timestamps(local_root):
         assert r.offset_for_timestamp(target) == expected, target
 
 
+def test_offset_for_timestamp_log_append_time(local_root):
+    # Under LogAppendTime the append time counts, not what the producer put in the record.
+    storage = setup(local_root, message_timestamp_type="LogAppendTime")
+    now = [5000]
+    b = Broker(storage, clock=lambda: now[0])
+    b.send(T, b"a", timestamp=10)
+    b.flush()
+    now[0] = 6000
+    b.send(T, b"b", timestamp=20)
+    b.send(T, b"c", timestamp=30)
+    b.flush()
+    r = PartitionReader(storage, T, 0)
+    assert [r.offset_for_timestamp(ts) for ts in (0, 15, 5000, 5001, 6000, 6001)] == [0, 0, 0, 1, 1, 3]
+
+
 def test_offset_for_timestamp_respects_log_start(local_root):
     storage = setup(local_root)
     produce(storage, [b"x"] * 10, timestamps=list(range(100, 200, 10)))

@@ -1,0 +1,231 @@
+"""Benchmark: producing through kafkastore's Broker to file:// and to S3 (moto).
+
+    .venv/bin/python bench/produce.py [--records N] [--partitions P] [--profile]
+
+N records (default 1,000,000) with 16-byte random keys and 100-byte random
+values (incompressible, no compression, create time, no headers) go through
+``Broker.send`` (one call per record) and through ``Broker.send_many`` (the
+same, with the keys' partitions hashed in one vectorised pass), with a flush
+(segment upload + manifest commit per partition) every ``--flush-every``
+records, to:
+
+* a ``file://`` root in a temporary directory (the writes are fsync'ed);
+* an ``s3://`` root on moto's S3 server, started here on 127.0.0.1
+  (``ThreadedMotoServer``; loopback HTTP, in-memory objects).
+
+Reported per run: records/s and MB/s of ``.log`` bytes written (wall clock;
+in brackets the rate by the CPU time of this process, which is steadier on a
+busy machine; for S3 it includes the moto server threads), next to the ceiling: the same
+number of bytes written to one local file by one sequential write + fsync,
+as a ratio. ``--profile`` adds a cProfile of the broker's hot path (send,
+seal, encode) over 200,000 records.
+
+Other processes on the machine make the numbers noisy (the load average is
+printed): compare ratios and rerun. Data generation is not timed. No
+assertion is made on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import platform
+import pstats
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.manifest import ManifestStore  # noqa: E402
+from kafkastore.storage import Storage  # noqa: E402
+from kafkastore.topics import create_topic  # noqa: E402
+
+KEY_SIZE = 16
+VALUE_SIZE = 100
+TOPIC = "bench"
+TS = 1_700_000_000_000
+
+
+def make_data(n: int, seed: int = 0) -> tuple[list[bytes], list[bytes]]:
+    rnd = random.Random(seed)
+    blob = rnd.randbytes(n * (KEY_SIZE + VALUE_SIZE))
+    keys, values = [], []
+    pos = 0
+    for _ in range(n):
+        keys.append(blob[pos:pos + KEY_SIZE])
+        values.append(blob[pos + KEY_SIZE:pos + KEY_SIZE + VALUE_SIZE])
+        pos += KEY_SIZE + VALUE_SIZE
+    return keys, values
+
+
+def log_bytes(storage: Storage, partitions: int) -> tuple[int, int, int]:
+    """(total .log bytes, records, segments) that the manifests list."""
+    size = records = segments = 0
+    for p in range(partitions):
+        m = ManifestStore(storage, TOPIC, p).latest()
+        if m is not None:
+            size += m.size
+            records += m.high_watermark
+            segments += len(m.segments)
+    return size, records, segments
+
+
+def produce(url: str, keys, values, *, partitions: int, flush_every: int, many: bool,
+            storage_options=None) -> dict:
+    storage = Storage(url, storage_options)
+    create_topic(storage, TOPIC, partitions)
+    broker = Broker(storage)
+    broker.topic(TOPIC)
+    n = len(values)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for start in range(0, n, flush_every):
+        end = min(n, start + flush_every)
+        if many:
+            broker.send_many(TOPIC, values[start:end], keys[start:end],
+                             timestamps=[TS] * (end - start))
+        else:
+            send = broker.send
+            for i in range(start, end):
+                send(TOPIC, values[i], keys[i], (), TS)
+        broker.flush()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    size, records, segments = log_bytes(storage, partitions)
+    assert records == n, (records, n)
+    return {"wall": wall, "cpu": cpu, "bytes": size, "segments": segments}
+
+
+def ceiling(nbytes: int, directory: str) -> float:
+    """Seconds to write ``nbytes`` to one new local file: one write call, then fsync."""
+    data = os.urandom(min(nbytes, 1 << 26)) * (nbytes // (1 << 26) + 1)
+    data = memoryview(data)[:nbytes]
+    path = os.path.join(directory, "ceiling.bin")
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = data
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        elapsed = time.perf_counter() - t
+        best = elapsed if best is None else min(best, elapsed)
+        os.unlink(path)
+    return best
+
+
+def start_moto():
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.update({
+        "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint,
+    })
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+    return server
+
+
+def report(name: str, n: int, r: dict, ceiling_s: float) -> None:
+    mb = r["bytes"] / 1e6
+    rate = mb / r["wall"]
+    ceil_rate = mb / ceiling_s
+    print(f"  {name:<28} {n / r['wall']:>11,.0f} rec/s {rate:>8.1f} MB/s  "
+          f"(cpu {n / r['cpu']:>9,.0f} rec/s)  {r['segments']:>3} segments  "
+          f"ratio to ceiling {rate / ceil_rate:6.3f}")
+
+
+def profile_hot_path(keys, values, tmp: str) -> None:
+    n = min(len(values), 200_000)
+    storage = Storage(f"file://{tmp}/profile")
+    create_topic(storage, TOPIC, 4)
+    broker = Broker(storage)
+    broker.topic(TOPIC)
+    prof = cProfile.Profile()
+    prof.enable()
+    send = broker.send
+    for i in range(n):
+        send(TOPIC, values[i], keys[i], (), TS)
+    broker.flush()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(12)
+    print(f"\ncProfile of send + seal + encode + flush, {n:,} records (tottime order):")
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    print("\n".join(lines[start:start + 14]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--flush-every", type=int, default=100_000,
+                    help="records between flushes (one commit per partition each)")
+    ap.add_argument("--no-s3", action="store_true", help="skip the moto S3 runs")
+    ap.add_argument("--profile", action="store_true", help="also profile the hot path")
+    args = ap.parse_args(argv)
+    n = args.records
+
+    print(f"kafkastore produce benchmark: {n:,} records, {KEY_SIZE}-byte keys, "
+          f"{VALUE_SIZE}-byte values, {args.partitions} partitions, flush every "
+          f"{args.flush_every:,}")
+    print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    t = time.perf_counter()
+    keys, values = make_data(n)
+    print(f"(data generated in {time.perf_counter() - t:.1f} s, not timed)\n")
+
+    tmp = tempfile.mkdtemp(prefix="kafkastore-bench-")
+    results = []
+    try:
+        for many in (False, True):
+            url = f"file://{tmp}/root-{'many' if many else 'send'}"
+            r = produce(url, keys, values, partitions=args.partitions,
+                        flush_every=args.flush_every, many=many)
+            results.append((f"file://  {'send_many' if many else 'send'}", r))
+            shutil.rmtree(url[len("file://"):], ignore_errors=True)
+        if not args.no_s3:
+            server = start_moto()
+            try:
+                for many in (False, True):
+                    url = f"s3://bench/root-{'many' if many else 'send'}"
+                    r = produce(url, keys, values, partitions=args.partitions,
+                                flush_every=args.flush_every, many=many)
+                    results.append((f"s3 (moto) {'send_many' if many else 'send'}", r))
+            finally:
+                server.stop()
+        nbytes = results[0][1]["bytes"]
+        ceiling_s = ceiling(nbytes, tmp)
+        print(f"ceiling: {nbytes / 1e6:.1f} MB (the .log bytes written) in one sequential "
+              f"write + fsync: {nbytes / 1e6 / ceiling_s:,.0f} MB/s ({ceiling_s:.3f} s)\n")
+        print("through the Broker (wall clock; CPU of this process in brackets):")
+        for name, r in results:
+            report(name, n, r, ceiling_s)
+        if args.profile:
+            profile_hot_path(keys, values, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
