@@ -3,8 +3,8 @@
     .venv/bin/python bench/load.py [--records N] [--partitions P] [--master local[2]]
 
 1. Builds (once; reused from ``--cache-dir`` afterwards) a topic of P partitions
-   and N records (default 10,000,000: 16-byte keys, 100-byte values, one header-less
-   record every ms) with the Broker to a file:// root; the build time is printed
+   and N records (default 10,000,000: 16-byte keys, 100-byte JSON-like values that
+   differ per record, no headers, one record every ms) with the Broker to a file:// root; the build time is printed
    on its own.
 2. Loads it into a fresh warehouse table with :func:`pipelines.load.run_load`
    (data source read, executor-side decode into Arrow, executor-side Parquet
@@ -12,7 +12,9 @@
 3. In the same session copies the identical rows (the table's data files) from
    a Parquet dataset to a Parquet dataset with Spark alone: the native
    columnar ceiling for "read N rows, write them as Parquet".
-4. Prints both rates (records/s, and MB/s of the log's bytes for those rows,
+   The load is also timed through the data source's row path
+   (``read_path="datasource"``, what JSON/Avro loads use) for comparison.
+4. Prints the rates (records/s, and MB/s of the log's bytes for those rows,
    the same denominator for both) and the ratio load/copy (target >= 0.8).
 5. Tail reads: time to read the last 1,000 records of a partition of N/10 and
    of N records (a separate two-partition topic, also cached) with the reader:
@@ -44,14 +46,23 @@ FLUSH_EVERY = 500_000          # records per partition buffer before a segment i
 TOPIC_CONFIG = {"segment.bytes": str(256 << 20), "compression.type": "producer"}
 
 
+_PAD = b"abcdefghijklmnopqrstuvwxyz0123456789" * 3
+
+
+def _value(i: int) -> bytes:
+    """A 100-byte JSON-like value that varies per record (so Parquet cannot
+    dictionary-encode the column away, as it could a constant)."""
+    head = b'{"n":%d,"user":"u%d","amount":%d.%02d,"pad":"' % (i, i % 99991, i % 977, i % 100)
+    return head + _PAD[:VALUE_SIZE - len(head) - 2] + b'"}'
+
+
 def _produce(storage: Storage, topic: str, counts: dict[int, int]) -> None:
     """``counts[p]`` records into partition p, through the Broker (uncompressed)."""
     broker = Broker(storage, batch_size=1 << 20, compression="none")
-    value = bytes(range(VALUE_SIZE))
     i = 0
     for p, n in counts.items():
         for j in range(n):
-            broker.send(topic, value, key=b"key-%012d" % i, timestamp=BASE_TS + i, partition=p)
+            broker.send(topic, _value(i), key=b"key-%012d" % i, timestamp=BASE_TS + i, partition=p)
             i += 1
             if (j + 1) % FLUSH_EVERY == 0:
                 broker.flush()
@@ -62,7 +73,7 @@ def build_topic(cache: str, name: str, counts: dict[int, int]) -> tuple[str, flo
     """A cached root holding topic ``name`` with ``counts`` records per partition.
     Returns (root URL, build seconds or None when reused)."""
     tag = "-".join(str(counts[p]) for p in sorted(counts))
-    path = os.path.join(cache, f"{name}-{tag}")
+    path = os.path.join(cache, f"{name}-v2-{tag}")
     done = os.path.join(path, "COMPLETE")
     root = f"file://{path}"
     if os.path.exists(done):
@@ -111,6 +122,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None, help="warehouse and copy output (default: cache)")
     ap.add_argument("--compression", default="zstd", help="Parquet codec for both sides")
     ap.add_argument("--skip-tail", action="store_true")
+    ap.add_argument("--skip-datasource", action="store_true",
+                    help="do not also time the load through the data source's row path")
     args = ap.parse_args(argv)
     os.makedirs(args.cache_dir, exist_ok=True)
     n, parts = args.records, args.partitions
@@ -152,6 +165,16 @@ def main(argv=None) -> int:
     parquet_bytes = sum(f.bytes for f in files)
     print(summary.render().splitlines()[0])
 
+    ds_s = None
+    if not args.skip_datasource:
+        # The same load through spark.read.format("kafkastore") (the path decoded
+        # formats take): Spark converts every record to its row format and back.
+        started = time.monotonic()
+        run_load(spark, root=root, topic="bench", warehouse=f"file://{work}/warehouse-ds",
+                 table="bench", compression=args.compression, read_path="datasource",
+                 progress=False)
+        ds_s = time.monotonic() - started
+
     paths = [os.path.join(work, "warehouse", "bench", f.path) for f in files]
     started = time.monotonic()
     src = spark.read.parquet(*paths)
@@ -164,6 +187,8 @@ def main(argv=None) -> int:
     print(f"rows: loaded {summary.rows:,}, copied {copied:,}; Parquet {parquet_bytes / 1e6:,.1f} MB "
           f"in {len(files)} files ({args.compression}); master {args.master}")
     print(f"load (log -> warehouse):       {_rate(summary.rows, nbytes, load_s)}")
+    if ds_s is not None:
+        print(f"load, data source row path:    {_rate(summary.rows, nbytes, ds_s)}")
     print(f"copy (Parquet -> Parquet):     {_rate(copied, nbytes, copy_s)}")
     print(f"ratio load/copy: {copy_s / load_s:.2f} (target >= 0.8)")
     spark.stop()

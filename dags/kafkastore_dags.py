@@ -25,7 +25,7 @@ import os
 import re
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, get_current_context, task
 
 HOME = os.environ.get("KAFKASTORE_HOME") or os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))
@@ -203,7 +203,7 @@ def kafkastore_compaction():
     def compact(topic: str, **context) -> str:
         from pipelines.compaction import compact_topic
 
-        context["kafkastore_topic"] = topic   # names the mapped task in the UI
+        get_current_context()["kafkastore_topic"] = topic   # names the mapped task in the UI
         _start, end = _interval(context)
         now = min(_ms(end), _ms(datetime.now(timezone.utc)))
         report = compact_topic(_get_spark(f"kafkastore-compact-{topic}"), CFG.root, topic,
@@ -234,7 +234,7 @@ def kafkastore_retention():
     def retention(topic: str, **context) -> dict:
         from pipelines.retention_job import run_retention
 
-        context["kafkastore_topic"] = topic   # names the mapped task in the UI
+        get_current_context()["kafkastore_topic"] = topic   # names the mapped task in the UI
         _start, end = _interval(context)
         now = min(_ms(end), _ms(datetime.now(timezone.utc)))
         report = run_retention(CFG.root, topic, warehouse=CFG.warehouse,
@@ -262,11 +262,11 @@ kafkastore_retention()
          "table": Param(None, type=["null", "string"],
                         description="warehouse table (default: the loads entry of the topic)"),
          "partition": Param(None, type=["null", "integer"], minimum=0,
-                            description="one partition (default: every partition the table loaded)"),
+                            description="one partition (default: all the table loaded)"),
          "from_offset": Param(None, type=["null", "integer"], minimum=0,
                               description="rewind to this offset (or give from_timestamp)"),
          "from_timestamp": Param(None, type=["null", "integer"], minimum=0,
-                                 description="rewind to the first record at or after this epoch ms"),
+                                 description="rewind to the first record at/after this ms"),
          "reason": Param("", type="string", minLength=1, description="why (kept in the commit)"),
      },
      doc_md="Rewind a table to an offset or a time and reload it from the log in one audited "

@@ -255,7 +255,7 @@ def cmd_compact(args, cfg: Config) -> int:
     report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
                            force=args.force)
     print(report.render(), file=sys.stderr)
-    return 0
+    return 0 if report.ok else 1
 
 
 def cmd_retention(args, cfg: Config) -> int:

@@ -80,8 +80,10 @@ class SegmentEntry:
     the ``.log`` bytes. ``aborted_txns`` lists ``(producer_id, first_offset,
     last_offset)`` of the aborted transactions whose abort marker is in this
     segment (Kafka's ``.txnindex``). ``delete_horizon_ms`` is set by compaction
-    when it first cleans the segment (KIP-534 at segment granularity): from
-    then on, tombstones and transaction markers in it may be dropped.
+    on the segments it writes: the earliest delete horizon (KIP-534, also in
+    the batches) of the tombstones and transaction markers the segment still
+    holds, so from then on a clean removes some of them; None when nothing in
+    it awaits removal.
     """
 
     base_offset: int

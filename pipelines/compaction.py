@@ -79,7 +79,7 @@ def compact_partition(spark, storage: Storage, topic: str, partition: int, now_m
     m, plan = load_plan(storage, topic, partition, now_ms, force=force)
     if isinstance(plan, Skip):
         return skipped_result(topic, partition, plan, time.monotonic() - started)
-    return run_plans(spark, storage, [plan], [m])[0]
+    return run_plans(spark, storage, [plan], [m], raise_errors=True)[0]
 
 
 def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | None = None,
@@ -129,11 +129,14 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
 
 
 def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
-              manifests: Sequence[Manifest], *, scan_bytes: int = 64 << 20) -> list[PartitionResult]:
+              manifests: Sequence[Manifest], *, scan_bytes: int = 64 << 20,
+              raise_errors: bool = False) -> list[PartitionResult]:
     """Run one Spark job for ``plans`` (planned on ``manifests``) and commit each partition.
 
     Returns one result per plan, in order. ``seconds`` of each is the wall
-    time from the job's start to that partition's commit.
+    time from the job's start to that partition's commit. A failing job
+    raises; a failing commit raises with ``raise_errors``, else it becomes
+    that partition's error result and the other partitions still commit.
     """
     started = time.monotonic()
     groups = group_specs(plans)
@@ -162,7 +165,15 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     missing = [g.index for g in groups if g.index not in {r.group for rs in by_plan.values() for r in rs}]
     if missing:
         raise RuntimeError(f"compaction job returned no result for groups {missing}")
-    return [finish_partition(storage, plan, by_plan[i], started) for i, plan in enumerate(plans)]
+    out = []
+    for i, plan in enumerate(plans):
+        try:
+            out.append(finish_partition(storage, plan, by_plan[i], started))
+        except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
+            if raise_errors:
+                raise
+            out.append(partition_error(plan.topic, plan.partition, exc, time.monotonic() - started))
+    return out
 
 
 def _survivors(spark, storage: Storage, tasks):

@@ -41,7 +41,7 @@ through fsspec (so ``s3://`` works too)::
 
     <warehouse>/_quality/<table>/index.html            GX's index of the latest validation
     <warehouse>/_quality/<table>/validations/...       one page per suite and validation
-    <warehouse>/_quality/<table>/results/<version>.json  summary of the latest validation of a version
+    <warehouse>/_quality/<table>/results/<version>.json  latest verdict on a version
     <warehouse>/_quality/<table>/static/...            GX's styles, written once
 
 A failed validation raises :class:`QualityCheckFailed` (after marking the
@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -64,9 +65,13 @@ from kafkastore.storage import Storage
 
 from . import warehouse as wh
 
+log = logging.getLogger(__name__)
+
 QUALITY_DIR = "_quality"
+QUALITY_SETTINGS = ("max_dead_letter_fraction", "exact_row_counts")
 DEFAULT_MAX_DEAD_LETTER_FRACTION = 0.01
-_NO_RANGE_FROM = 2 ** 62     # rows of a partition the commit has no range for fail both range checks
+# Rows of a partition the commit has no range for get [2**62, -1): both range checks fail.
+_NO_RANGE_FROM = 2 ** 62
 _KEY_PRESENT = "present"
 
 
@@ -484,10 +489,12 @@ def validate_commit(spark, warehouse: str, table: str, version: int, *,
     :class:`WarehouseError` when ``version`` is not a load or reprocess commit.
     """
     thresholds = dict(thresholds or {})
-    unknown = sorted(set(thresholds) - {"max_dead_letter_fraction", "exact_row_counts"})
+    unknown = sorted(set(thresholds) - set(QUALITY_SETTINGS))
     if unknown:
-        raise ConfigError(f"unknown quality setting(s) {unknown}; expected "
-                          f"max_dead_letter_fraction, exact_row_counts")
+        # Warn, not fail: the config file's quality section may carry settings
+        # for other checks; a typo still shows up in the task log.
+        log.warning("ignoring unknown quality setting(s) %s; known: %s", unknown,
+                    ", ".join(QUALITY_SETTINGS))
     try:
         max_fraction = float(thresholds.get("max_dead_letter_fraction",
                                             DEFAULT_MAX_DEAD_LETTER_FRACTION))
@@ -549,7 +556,8 @@ def validate_commit(spark, warehouse: str, table: str, version: int, *,
 
 
 def validate_for_airflow(warehouse: str, table: str, version: int | None, *,
-                         root: str | None = None, interval: tuple[int | None, int | None] | None = None,
+                         root: str | None = None,
+                         interval: tuple[int | None, int | None] | None = None,
                          thresholds: Mapping[str, Any] | None = None,
                          storage_options: dict | None = None) -> dict[str, Any]:
     """For Airflow tasks: plain arguments in, a plain dict out (``{"status": "skipped"}``

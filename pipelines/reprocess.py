@@ -182,11 +182,12 @@ def run_reprocess(spark, *, root: str, topic: str, warehouse: str, table: str,
         tracker.start()
     try:
         ranges = [_load.PartitionRange(x.partition, x.requested, x.until, 0, 0) for x in parts]
-        df = _load.read_ranges(spark, root, topic, ranges, storage_options=storage_options,
-                               max_bytes=max_bytes_per_partition or _load.DEFAULT_MAX_BYTES)
-        reloaded = _load.write_frame(df, tbl, run_id, opts,
-                                     counter=tracker.counter if tracker else None,
-                                     max_rows_per_file=max_rows_per_file, compression=compression)
+        reloaded = _load.write_ranges(spark, root, topic, ranges, tbl, run_id, opts,
+                                      storage_options=storage_options,
+                                      max_bytes=max_bytes_per_partition,
+                                      counter=tracker.counter if tracker else None,
+                                      max_rows_per_file=max_rows_per_file,
+                                      compression=compression)
     finally:
         if tracker:
             tracker.stop()

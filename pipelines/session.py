@@ -17,6 +17,7 @@ import sys
 from typing import Any, Mapping
 
 log = logging.getLogger(__name__)
+_LOG4J_CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 
 DEFAULT_MASTER = "local[*]"
 
@@ -93,6 +94,9 @@ def resolve_settings(master: str | None = None, app_name: str = "kafkastore",
         # Stay on loopback so a laptop's changing network (or none) does not matter.
         conf.setdefault("spark.driver.host", "127.0.0.1")
         conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    # Quiet driver logs (warnings and up, without the start-up noise); only at JVM start.
+    conf.setdefault("spark.driver.extraJavaOptions",
+                    f"-Dlog4j2.configurationFile=file:{_LOG4J_CONF}")
     return chosen, conf
 
 

@@ -584,7 +584,8 @@ def to_json_value(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        finite = value == value and value not in (float("inf"), float("-inf"))
+        return value if finite else str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
         try:

@@ -43,6 +43,9 @@ def kafkastore_env(tmp_path_factory):
                  "currency": "EUR", "ts": T0 + i * MINUTE}
         body = b"not json" if i == BAD_OFFSET_MINUTE else json.dumps(value).encode()
         broker.send("orders", body, key=f"c{i % 11}".encode(), timestamp=T0 + i * MINUTE)
+    create_topic(storage, "customers", 1, {"cleanup.policy": "compact"})
+    for i in range(20):
+        broker.send("customers", b"v%d" % i, key=b"c%d" % (i % 4), timestamp=T0 + i)
     broker.flush()
     conf = base / "kafkastore.yaml"
     conf.write_text(json.dumps({   # JSON is YAML
@@ -51,8 +54,8 @@ def kafkastore_env(tmp_path_factory):
         "topics": {"orders": {"partitions": 3}},
         "loads": [{"topic": "orders", "table": "order_events", "schedule": "@hourly",
                    "value_format": "json", "value_schema": SCHEMA, "retries": 0}],
-        "compaction": {"schedule": "@daily"},
-        "retention": {"schedule": "@hourly"},
+        "compaction": {"schedule": "@daily", "retries": 0},
+        "retention": {"schedule": "@hourly", "retries": 0},
         "quality": {"max_dead_letter_fraction": 0.02},
     }))
     with pytest.MonkeyPatch.context() as mp:
@@ -164,3 +167,27 @@ def test_reprocess_dag_with_params(loaded, kafkastore_env):
     offsets = list(zip(tbl.column("partition").to_pylist(), tbl.column("offset").to_pylist()))
     assert len(offsets) == len(set(offsets)) == 120
     assert state.offsets == before.offsets
+
+
+def test_reprocess_dag_refuses_bad_params_without_retrying(loaded, kafkastore_env):
+    dag = _dagbag().get_dag("kafkastore_reprocess")
+    before, _ = _rows(kafkastore_env["warehouse"])
+    dr, states = _run(dag, run_conf={"topic": "orders", "reason": "neither offset nor time"},
+                      logical_date=datetime.now(timezone.utc) - timedelta(seconds=30))
+    assert str(dr.state) == "failed"
+    assert str(states["reprocess"]) == "failed"     # not up_for_retry: bad input fails at once
+    assert wh.Table(kafkastore_env["warehouse"], "order_events").state().version == before.version
+
+
+def test_maintenance_dags_map_over_the_topics(kafkastore_env, airflow_db, spark):
+    bag = _dagbag()
+    logical = datetime(2024, 1, 2, tzinfo=timezone.utc)
+    dr, _ = _run(bag.get_dag("kafkastore_retention"), logical_date=logical)
+    assert str(dr.state) == "success"
+    mapped = sorted((ti.map_index, ti.rendered_map_index) for ti in dr.get_task_instances()
+                    if ti.task_id == "retention")
+    assert mapped == [(0, "customers"), (1, "orders")]
+    dr, _ = _run(bag.get_dag("kafkastore_compaction"), logical_date=logical)
+    assert str(dr.state) == "success"
+    mapped = [ti.rendered_map_index for ti in dr.get_task_instances() if ti.task_id == "compact"]
+    assert mapped == ["customers"]

@@ -188,6 +188,26 @@ def test_load_holds_exactly_the_log(spark, backend, tmp_path, request):
     assert "60 rows" in summary.render()
 
 
+def test_both_read_paths_give_the_same_table(spark, local_root):
+    root = f"{local_root}/log"
+    storage = make_topic(root, partitions=2)
+    produce(storage, "t", 40)
+    tables = {}
+    for path in ("splits", "datasource"):
+        warehouse = f"{local_root}/wh-{path}"
+        s = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+                     read_path=path, max_bytes_per_partition=1024, progress=False)
+        assert s.rows == 40
+        tables[path] = wh.Table(warehouse, "tbl")
+        assert_exactly_once(storage, "t", tables[path])
+    assert rows_by_offset(tables["splits"]) == rows_by_offset(tables["datasource"])
+    # Small splits: several files per partition, from several tasks.
+    assert len(tables["splits"].live_files()) > 2
+    with pytest.raises(ConfigError, match="raw values only"):
+        run_load(spark, root=root, topic="t", warehouse=f"{local_root}/wh-x", table="tbl",
+                 read_path="splits", value_format="json", value_schema="id long")
+
+
 def test_incremental_loads_and_noop_reruns(spark, local_root):
     root, warehouse = f"{local_root}/log", f"{local_root}/wh"
     storage = make_topic(root, partitions=2)

@@ -74,7 +74,7 @@ FAIL_ONCE = textwrap.dedent(r'''
 ''')
 
 
-def _start_job(tmp_path, root, warehouse, *, master="local[2]", step=15, options=None,
+def _start_job(tmp_path, root, warehouse, *, master="local[2]", step=10, options=None,
                env=None):
     script = tmp_path / "load_job.py"
     script.write_text(JOB)
@@ -144,22 +144,26 @@ def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
     options = storage_options_for(base)
     root, warehouse = f"{base}/log", f"{base}/warehouse"
     storage = make_topic(root, partitions=3, options=options)
-    produce(storage, "t", 180, flush_every=13)
     rng = random.Random(int(os.environ.get("KAFKASTORE_TEST_SEED", "0")) or None)
     table = wh.Table(warehouse, "tbl", storage_options=options)
     history = []
-    for _ in range(kills):
-        delay = rng.uniform(0.0, 5.0)
+    for k in range(kills):
+        # New records each round, so every killed run has several loads to do
+        # (steps of 10 offsets per partition: 3 commits and a final no-op).
+        produce(storage, "t", 90, start=90 * k, flush_every=13)
+        delay = rng.uniform(0.5, 6.0)   # the first load of a fresh process takes 2-3 s
         loaded = _run_killed(tmp_path, root, warehouse, delay, options)
         history.append((round(delay, 2), len(loaded), table.state().version))
         # Whatever was committed so far holds each offset exactly once.
         assert_exactly_once(storage, "t", table)
+    print("kills (delay s, loads reported, table version):", history)
+    produce(storage, "t", 90, start=90 * kills, flush_every=13)
     final = _run_to_completion(tmp_path, root, warehouse, options)
     assert final and final[-1]["noop"], (history, final)
     assert_exactly_once(storage, "t", table)
     for p in range(3):
         hw = PartitionReader(storage, "t", p).high_watermark
-        assert table.committed_offsets()[("t", p)] == hw == 60, history
+        assert table.committed_offsets()[("t", p)] == hw == 30 * (kills + 1), history
     # Killed runs may leave files no commit lists: invisible, and vacuum removes them.
     listed = {f.path for f in table.live_files(None)}
     stray = [o.path for o in table.storage.list(wh.DATA_DIR) if o.path not in listed]

@@ -218,7 +218,8 @@ def test_docs_are_written_through_fsspec(backend, request):
     assert result.success and result.docs_url == f"{url}/_quality/t10/index.html"
     fs, path = fsspec.core.url_to_fs(result.docs_url)
     assert b"<html" in fs.cat_file(path)[:2000].lower()
-    assert json.loads(fs.cat_file(fsspec.core.url_to_fs(result.result_url)[1]))["status"] == "passed"
+    summary = json.loads(fs.cat_file(fsspec.core.url_to_fs(result.result_url)[1]))
+    assert summary["status"] == "passed"
     assert wh.Table(url, "t10").state().validation[v] == "passed"
 
 

@@ -1,0 +1,254 @@
+"""Benchmark: compacting one partition with Spark, and what it costs the driver.
+
+    .venv/bin/python bench/compact.py [--records N] [--keys K] [--master local[2]]
+
+1. Builds (once; reused from ``--cache-dir`` afterwards) a one-partition
+   compacted topic of N records (default 10,000,000) over K distinct keys
+   (default 1,000,000; 20% of the records are tombstones), zstd batches of 500
+   records, segments of ``--segment-records`` records written directly (not
+   through the Broker, which would take longer than the benchmark), and a
+   second topic of N records with N distinct keys (every record is the only
+   one of its key). Build times are printed on their own.
+2. Baseline in the same Spark session: loads the first topic into a fresh
+   warehouse table with :func:`pipelines.load.run_load` (the load job: read,
+   decode, write Parquet) if :mod:`pipelines.load` exists, else a plain read of
+   the topic through the same read path the compaction scans with; prints its
+   rate.
+3. Compacts a fresh copy of each topic with
+   :func:`pipelines.compaction.compact_partition` (forced, so the run does the
+   same work whatever the dirty ratio) and prints records/s (records read from
+   the cleaned section per second of the whole job, commit included), records
+   and bytes in and out, and the peak resident memory (RSS, sampled every
+   50 ms with psutil) of the Python driver, of the JVM (in local mode the
+   JVM hosts the Spark driver *and* the executors: shuffle and sort buffers are
+   there) and of the Python workers (largest single worker and largest sum).
+   The two topics differ only in how many distinct keys they hold, so equal
+   driver figures show that the driver's memory does not grow with the key count.
+
+Other processes on the machine make the numbers noisy: rerun and compare.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from kafkastore import layout  # noqa: E402
+from kafkastore.crc import crc32c  # noqa: E402
+from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry  # noqa: E402
+from kafkastore.record_batch import Record, encode_batch  # noqa: E402
+from kafkastore.segment import SegmentBuilder  # noqa: E402
+from kafkastore.storage import Storage  # noqa: E402
+from kafkastore.topics import create_topic  # noqa: E402
+
+TOPIC = "compact-bench"
+BASE_TS = 1_700_000_000_000
+BATCH = 500
+TOMBSTONES = 0.2
+
+
+def _build_segment(args) -> tuple[int, bytes, bytes, bytes, dict]:
+    """Segment ``index``: records [base, base + n), keys drawn from K (seeded, reproducible)."""
+    root, index, base, n, keys, distinct = args
+    rng = random.Random(index)
+    filler = bytes(rng.randrange(97, 123) for _ in range(64))
+    builder = SegmentBuilder(base)
+    for start in range(base, base + n, BATCH):
+        records = []
+        for o in range(start, min(start + BATCH, base + n)):
+            k = o if distinct else rng.randrange(keys)
+            value = None if rng.random() < TOMBSTONES else b"v%d-" % o + filler[: 20 + o % 40]
+            records.append(Record(o, BASE_TS + o // 1000, b"key-%012d" % k, value))
+        builder.append(encode_batch(records, compression="zstd", producer_id=1, producer_epoch=0,
+                                    base_sequence=start % (1 << 31)))
+    built = builder.build()
+    st = built.stats
+    meta = dict(next_offset=st.next_offset, record_count=st.record_count,
+                min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
+                max_timestamp_offset=st.offset_of_max_timestamp)
+    return index, built.log, built.index, built.timeindex, meta
+
+
+def build_topic(root: str, records: int, keys: int, distinct: bool, segment_records: int,
+                segment_bytes: int, workers: int) -> float:
+    """Write the topic under ``root`` (file URL); returns the seconds it took."""
+    t0 = time.monotonic()
+    storage = Storage(root)
+    create_topic(storage, TOPIC, 1, {"cleanup.policy": "compact", "compression.type": "zstd",
+                                     "segment.bytes": segment_bytes,
+                                     # the rewrite of a big partition can take longer than the
+                                     # default 60 s grace before GC may take unlisted files
+                                     "file.delete.delay.ms": 3_600_000})
+    jobs = [(root, i, b, min(segment_records, records - b), keys, distinct)
+            for i, b in enumerate(range(0, records, segment_records))]
+    store = ManifestStore(storage, TOPIC, 0)
+    with ProcessPoolExecutor(workers) as pool:
+        for index, log, index_bytes, tindex, meta in pool.map(_build_segment, jobs):
+            base = jobs[index][2]
+            sid = layout.new_segment_id()
+            for ext, data in ((".index", index_bytes), (".timeindex", tindex), (".log", log)):
+                storage.put(layout.segment_path(TOPIC, 0, base, sid, ext), data)
+            entry = SegmentEntry(base_offset=base, segment_id=sid, size=len(log), writer_id=0,
+                                 leader_epoch=0, checksum=crc32c(log), index_size=len(index_bytes),
+                                 timeindex_size=len(tindex), **meta)
+            store.commit(lambda m, e=entry: ([AppendSegments((e,))], []), operation="append")
+    return time.monotonic() - t0
+
+
+class PeakRss:
+    """Samples RSS of this process, the JVM (a child) and the Python workers (the JVM's children)."""
+
+    def __init__(self, interval: float = 0.05):
+        import psutil
+
+        self.psutil = psutil
+        self.me = psutil.Process()
+        self.interval = interval
+        self.driver = self.jvm = self.worker_max = self.workers_sum = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        ps = self.psutil
+        while not self._stop.is_set():
+            try:
+                self.driver = max(self.driver, self.me.memory_info().rss)
+                for child in self.me.children():
+                    if "java" not in child.name():
+                        continue
+                    self.jvm = max(self.jvm, child.memory_info().rss)
+                    workers = [p for p in child.children(recursive=True) if "python" in p.name()]
+                    rss = [p.memory_info().rss for p in workers]
+                    if rss:
+                        self.worker_max = max(self.worker_max, max(rss))
+                        self.workers_sum = max(self.workers_sum, sum(rss))
+            except (ps.NoSuchProcess, ps.AccessDenied):
+                pass
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def render(self) -> str:
+        mb = 1 << 20
+        return (f"peak RSS: python driver {self.driver / mb:,.0f} MB, JVM {self.jvm / mb:,.0f} MB, "
+                f"python workers max {self.worker_max / mb:,.0f} MB / sum {self.workers_sum / mb:,.0f} MB")
+
+
+def _rate(n: int, seconds: float) -> str:
+    return f"{n / seconds:,.0f} records/s ({n:,} records in {seconds:.1f} s)"
+
+
+def baseline(spark, root: str, work: str, records: int) -> tuple[str, float]:
+    """(what, records/s) of the load job, or of a plain read when pipelines.load is missing."""
+    try:
+        from pipelines.load import run_load
+    except ImportError:
+        run_load = None
+    if run_load is not None:
+        t0 = time.monotonic()
+        summary = run_load(spark, root=root, topic=TOPIC, warehouse=f"file://{work}/warehouse",
+                           table="bench", progress=False)
+        seconds = time.monotonic() - t0
+        return "load (pipelines.load.run_load, Parquet)", summary.rows / seconds
+    from kafkastore.compaction import group_specs, load_plan, scan_task, scan_tasks
+
+    storage = Storage(root)
+    m, plan = load_plan(storage, TOPIC, 0, BASE_TS, force=True)
+    groups = group_specs([plan])
+    tasks = scan_tasks(storage, [plan], groups, [m])
+
+    def scan(batches):
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                yield scan_task(storage, tasks[i])
+
+    t0 = time.monotonic()
+    n = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
+        scan, "plan int, grp int, kind tinyint, key binary, offset long, dirty boolean, pid long, "
+              "last_data long, last_marker long").count()
+    return "plain read (the compaction's scan, counted)", n / (time.monotonic() - t0)
+
+
+def compact_once(spark, cache_root: str, work_root: str) -> tuple[object, float, PeakRss]:
+    from pipelines.compaction import compact_partition
+
+    src, dst = cache_root[len("file://"):], work_root[len("file://"):]
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    storage = Storage(work_root)
+    with PeakRss() as peak:
+        t0 = time.monotonic()
+        result = compact_partition(spark, storage, TOPIC, 0, BASE_TS + 10 ** 7, force=True)
+        seconds = time.monotonic() - t0
+    return result, seconds, peak
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--segment-records", type=int, default=250_000)
+    ap.add_argument("--segment-bytes", type=int, default=64 << 20,
+                    help="topic segment.bytes: the size of the cleaned groups (one task each)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--cache-dir", default="/tmp/kafkastore-bench-compact")
+    ap.add_argument("--skip-distinct", action="store_true", help="skip the all-distinct-keys run")
+    args = ap.parse_args(argv)
+
+    os.makedirs(args.cache_dir, exist_ok=True)
+    runs = [("keys", args.keys, False)]
+    if not args.skip_distinct:
+        runs.append(("distinct", args.records, True))
+    roots = {}
+    for name, keys, distinct in runs:
+        tag = f"{name}-{args.records}-{keys}-{args.segment_records}-{args.segment_bytes}"
+        path = os.path.join(args.cache_dir, f"cache-{tag}")
+        root = f"file://{path}"
+        if not os.path.exists(os.path.join(path, "READY")):
+            shutil.rmtree(path, ignore_errors=True)
+            secs = build_topic(root, args.records, keys, distinct, args.segment_records,
+                               args.segment_bytes, workers=os.cpu_count() or 2)
+            open(os.path.join(path, "READY"), "w").close()
+            print(f"built {name}: {args.records:,} records, {keys:,} keys in {secs:.1f} s")
+        roots[name] = root
+
+    from pipelines.session import get_spark
+
+    spark = get_spark(master=args.master, app_name="bench-compact",
+                      extra_conf={"spark.ui.enabled": "false"})
+    print(f"spark {spark.version}, master {args.master}, {os.cpu_count()} cpus, python {sys.version.split()[0]}")
+    work = os.path.join(args.cache_dir, "work")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    what, base_rate = baseline(spark, roots["keys"], work, args.records)
+    print(f"baseline {what}: {base_rate:,.0f} records/s")
+    for name, keys, _ in runs:
+        result, seconds, peak = compact_once(spark, roots[name], f"file://{work}/{name}")
+        rate = result.records_in / seconds
+        print(f"compaction, {keys:,} distinct keys: {_rate(result.records_in, seconds)}; "
+              f"{result.status} ({result.reason}); records {result.records_in:,} -> "
+              f"{result.records_out:,}, bytes {result.bytes_in:,} -> {result.bytes_out:,}, "
+              f"segments {result.segments_in} -> {result.segments_out}")
+        print(f"  {peak.render()}")
+        print(f"  ratio compaction / baseline: {rate / base_rate:.2f}")
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
