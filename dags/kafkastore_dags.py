@@ -141,11 +141,12 @@ def _dag_id(prefix: str, name: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def make_load_dag(entry: dict):
-    """``kafkastore_load_<table>``: load the run's data interval, then validate it."""
+def make_load_dag(entry: dict, shared_table: bool = False):
+    """``kafkastore_load_<table>`` (``..._<table>__<topic>`` when several entries load
+    one table): load the run's data interval, then validate it."""
     topic = entry["topic"]
     table = entry.get("table") or topic
-    dag_id = _dag_id("kafkastore_load_", table)
+    dag_id = _dag_id("kafkastore_load_", f"{table}__{topic}" if shared_table else table)
 
     @dag(dag_id=dag_id, schedule=_schedule(entry.get("schedule", "@hourly")),
          start_date=_start_date(entry.get("start_date")), catchup=bool(entry.get("catchup", False)),
@@ -177,8 +178,9 @@ def make_load_dag(entry: dict):
     return load_dag()
 
 
-for _entry in CFG.loads:
-    _d = make_load_dag(_entry)
+_TABLES = [e.get("table") or e["topic"] for e in CFG.loads]
+for _entry, _table in zip(CFG.loads, _TABLES):
+    _d = make_load_dag(_entry, shared_table=_TABLES.count(_table) > 1)
     globals()[_d.dag_id] = _d
 
 

@@ -704,7 +704,13 @@ def run_load(spark, *, root: str, topic: str, warehouse: "str | Storage", table:
                                             for r in todo},
                             now_ms=int(time.time() * 1000) if now_ms is None else int(now_ms),
                             user=_user(), allow_gap=bool(summary.gaps), info=info)
-    result = tbl.commit(commit)
+    try:
+        result = tbl.commit(commit)
+    except WarehouseError as exc:
+        # Typically a racing run committed these offsets first.
+        raise WarehouseError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. Its "
+                             f"files stay invisible; rerun to load from the committed "
+                             f"offsets") from None
     summary.version = result.version
     if result.noop:
         summary.noop = True

@@ -515,7 +515,8 @@ def validate_commit(spark, warehouse: str, table: str, version: int, *,
 
     compacted_topics = _topic_policies(commit, root, topic_config, compacted, storage_options)
     all_topics = {r.topic for r in commit.ranges} | {f.topic for f in commit.add}
-    exact = set() if thresholds.get("exact_row_counts", True) is False else (
+    exact_counts = str(thresholds.get("exact_row_counts", True)).strip().lower()
+    exact = set() if exact_counts in ("false", "0", "no", "off") else (
         all_topics - compacted_topics)
     start, end = (interval or (None, None))
     if end is None and commit.info.get("until_timestamp") is not None:

@@ -28,7 +28,7 @@ from tests.pipelines.cluster import PROJECT_ROOT, group_alive
 from tests.pipelines.test_load import (assert_exactly_once, make_topic, produce,
                                        storage_options_for, table_offsets)
 
-# Loads the topic in steps of STEP offsets per partition (several commits per
+# Loads the topic in steps of `step` offsets per partition (several commits per
 # process lifetime, so a kill lands before, during or after any of them) until
 # a load finds nothing new.
 JOB = textwrap.dedent(r'''
@@ -100,23 +100,26 @@ def _kill_group(proc):
         time.sleep(0.1)
 
 
-def _run_killed(tmp_path, root, warehouse, delay_s, options):
-    """Start the job; SIGKILL its whole process group ``delay_s`` after Spark is up."""
+def _run_killed(tmp_path, root, warehouse, after, delay_s, options):
+    """Start the job; SIGKILL its whole process group ``delay_s`` after its first
+    output line starting with ``after`` (``READY``: Spark is up; ``LOADED``: the
+    first load committed, later ones take well under a second each)."""
     proc = _start_job(tmp_path, root, warehouse, options=options)
     lines: list[str] = []
-    ready = threading.Event()
+    seen = threading.Event()
 
     def pump():
         for line in proc.stdout:
             lines.append(line)
-            if line.startswith("READY"):
-                ready.set()
+            if line.startswith(after):
+                seen.set()
+        seen.set()   # the job ended first
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        if not ready.wait(180):
-            raise AssertionError(f"job did not start: {proc.stderr.read()[-3000:]}")
+        if not seen.wait(180):
+            raise AssertionError(f"job made no progress: {proc.stderr.read()[-3000:]}")
         time.sleep(delay_s)
     finally:
         _kill_group(proc)
@@ -151,12 +154,15 @@ def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
         # New records each round, so every killed run has several loads to do
         # (steps of 10 offsets per partition: 3 commits and a final no-op).
         produce(storage, "t", 90, start=90 * k, flush_every=13)
-        delay = rng.uniform(0.5, 6.0)   # the first load of a fresh process takes 2-3 s
-        loaded = _run_killed(tmp_path, root, warehouse, delay, options)
-        history.append((round(delay, 2), len(loaded), table.state().version))
+        # Alternate: during the first load of a fresh process (startup, read, write),
+        # or among the later, quicker loads (write, commit, between commits).
+        after = "LOADED" if k % 2 == 0 else "READY"
+        delay = rng.uniform(0.0, 1.5) if after == "LOADED" else rng.uniform(0.0, 6.0)
+        loaded = _run_killed(tmp_path, root, warehouse, after, delay, options)
+        history.append((after, round(delay, 2), len(loaded), table.state().version))
         # Whatever was committed so far holds each offset exactly once.
         assert_exactly_once(storage, "t", table)
-    print("kills (delay s, loads reported, table version):", history)
+    print("kills (after, delay s, loads reported, table version):", history)
     produce(storage, "t", 90, start=90 * kills, flush_every=13)
     final = _run_to_completion(tmp_path, root, warehouse, options)
     assert final and final[-1]["noop"], (history, final)
