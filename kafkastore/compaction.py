@@ -540,7 +540,6 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
     :func:`commit_cleaning`). ``clock`` (wall seconds) stamps the upload time.
     """
     keep = np.asarray(keep, dtype=np.int64)
-    now = ctx.now_ms
     txns = _TxnState(ctx.aborted, carry)
     builder = SegmentBuilder(group.base_offset, index_interval_bytes=ctx.index_interval_bytes,
                              verify_crc=False)
@@ -640,6 +639,11 @@ def _decode_chunk(chunk, ctx: CleanContext, name: str, position: int) -> _Column
     return _Columns(rb)
 
 
+def _horizon(ctx: CleanContext) -> int:
+    """The delete horizon a pass sets: now + delete.retention.ms, within int64 (the batch field)."""
+    return min(ctx.now_ms + ctx.delete_retention_ms, (1 << 63) - 1)
+
+
 def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int, keep: np.ndarray,
                   ctx: CleanContext, codec: Compression | None, txns: _TxnState,
                   horizons: list[int], kept_markers: set[int]):
@@ -666,7 +670,7 @@ def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int
             horizons.append(hz)
             return (original, -1, False), row
         _, recs = decode_batch(log, pos, verify_crc=False)
-        hz = now + ctx.delete_retention_ms
+        hz = _horizon(ctx)
         horizons.append(hz)
         data = encode_batch(recs, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
                             base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
@@ -703,7 +707,7 @@ def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int
             horizons.append(hz)
         return (original, min_ts, False), row
     if kept_tombstones and hz is None:
-        hz = now + ctx.delete_retention_ms
+        hz = _horizon(ctx)
     if kept_tombstones:
         horizons.append(hz)
     records = cols.records(np.nonzero(survives)[0] + lo)

@@ -164,5 +164,5 @@ def test_compaction_against_a_model(spark):
     SPARK["session"] = spark
     run_state_machine_as_test(
         CompactionModel,
-        settings=settings(max_examples=4, stateful_step_count=20, deadline=None,
+        settings=settings(max_examples=5, stateful_step_count=20, deadline=None,
                           suppress_health_check=list(HealthCheck), derandomize=False))
