@@ -221,6 +221,20 @@ def cmd_gc(args, cfg: Config) -> int:
     return 0
 
 
+def cmd_delete_records(args, cfg: Config) -> int:
+    from .retention import delete_records
+
+    r = delete_records(_storage(cfg), args.topic, args.partition, args.before_offset)
+    if r.changed:
+        print(f"{args.topic}/{args.partition}: log start offset {r.previous_log_start_offset} -> "
+              f"{r.log_start_offset} (high watermark {r.high_watermark}), "
+              f"{len(r.dropped)} segment(s) dropped", file=sys.stderr)
+    else:
+        print(f"{args.topic}/{args.partition}: nothing to delete (log start offset "
+              f"{r.log_start_offset})", file=sys.stderr)
+    return 0
+
+
 # -- Spark jobs ---------------------------------------------------------------------
 def _spark(cfg: Config):
     from pipelines.session import get_spark
@@ -364,6 +378,14 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--grace-ms", type=_non_negative, help="default: the topic's file.delete.delay.ms")
     gc.add_argument("--dry-run", action="store_true")
     gc.set_defaults(func=cmd_gc)
+
+    dr = sub.add_parser("delete-records",
+                        help="make offsets below N unreadable (Kafka's DeleteRecords)")
+    dr.add_argument("topic")
+    dr.add_argument("--partition", type=_non_negative, required=True)
+    dr.add_argument("--before-offset", type=int, required=True,
+                    help="new log start offset; -1 = the high watermark")
+    dr.set_defaults(func=cmd_delete_records)
 
     lo = sub.add_parser("load", help="load a topic into a warehouse table, exactly once (Spark)")
     lo.add_argument("topic")

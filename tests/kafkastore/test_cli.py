@@ -429,3 +429,21 @@ def test_console_script(tmp_path):
     assert p.stderr.decode().startswith("kafkastore: error: line 2:")
     p = script("--root", root, "no-such-command")
     assert p.returncode == 2                            # usage errors are argparse's
+
+
+def test_delete_records_truncates_the_start(cli):
+    assert cli("topics", "create", "t")[0] == 0
+    lines = jsonl(*({"value": str(i)} for i in range(100)))
+    assert cli("produce", "t", "--flush-every", "30", stdin=lines)[0] == 0
+    rc, _, err = cli("delete-records", "t", "--partition", "0", "--before-offset", "45")
+    assert rc == 0 and "0 -> 45" in err
+    rc, out, _ = cli("offsets", "t")
+    assert json.loads(out)["partitions"]["0"] == {"log_start_offset": 45, "high_watermark": 100}
+    one_error_line(*cli("consume", "t", "--from-offset", "10")[::2], match="log start offset 45")
+    rc, out, _ = cli("consume", "t")
+    assert [r["offset"] for r in consumed(out)] == list(range(45, 100))
+    # Past the high watermark: refused, nothing changes. Below the start: a no-op.
+    one_error_line(*cli("delete-records", "t", "--partition", "0", "--before-offset", "500")[::2],
+                   match="high watermark 100")
+    assert cli("delete-records", "t", "--partition", "0", "--before-offset", "5")[0] == 0
+    assert json.loads(cli("offsets", "t")[1])["partitions"]["0"]["log_start_offset"] == 45
