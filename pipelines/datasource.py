@@ -244,8 +244,8 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
 
     root = (opts.get("root") or opts.get("path") or "").strip()
     if not root:
-        raise ConfigError(f"option root is required: the log's storage root URL, e.g. "
-                          f".option(\"root\", \"s3://bucket/kafkastore\") or file:///data/log")
+        raise ConfigError("option root is required: the log's storage root URL, e.g. "
+                          ".option(\"root\", \"s3://bucket/kafkastore\") or file:///data/log")
     storage_options: dict[str, Any] = {}
     if "storageOptions" in opts:
         try:

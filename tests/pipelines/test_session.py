@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
-import types
 
 import pytest
 
@@ -73,8 +71,6 @@ def test_one_session_with_our_settings(spark):
 
 def test_datasource_registration(spark, tmp_path):
     """get_spark registers the data source: the short name resolves and runs our option checks."""
-    from kafkastore.errors import KafkaStoreError  # noqa: F401
-
     df_reader = spark.read.format("kafkastore").option("root", f"file://{tmp_path}/none")
     with pytest.raises(Exception, match="topic"):
         df_reader.option("topic", "missing-topic").load().collect()
