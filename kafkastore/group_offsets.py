@@ -1,0 +1,467 @@
+"""Consumer groups' committed offsets and metadata in the compacted topic ``__consumer_offsets``.
+
+The topic lives under the same root as every other topic and is written
+through the same :class:`~kafkastore.broker.Broker` / manifest commit path, so
+what a coordinator commits survives a broker restart and a coordinator move,
+and ``kafkastore compact __consumer_offsets`` keeps only the latest record per
+key (``cleanup.policy=compact``).
+
+Records use Kafka's own schemas (``kafka.coordinator.group.GroupMetadataManager``),
+so a ``__consumer_offsets`` partition imported from Apache Kafka reads here and
+the other way round:
+
+* offset commit: key ``OffsetCommitKey`` v1 (int16 version, string group,
+  string topic, int32 partition); value ``OffsetCommitValue`` v3 (int16 version,
+  int64 offset, int32 leader epoch, string metadata, int64 commit timestamp).
+  Values v0-v3 are read.
+* group metadata: key ``GroupMetadataKey`` v2 (int16 version, string group);
+  value ``GroupMetadataValue`` v3 (protocol type, generation, protocol, leader,
+  current state timestamp, members with instance id, client id and host,
+  timeouts, subscription and assignment bytes). Values v0-v3 are read.
+* a null value (tombstone) deletes the key: OffsetDelete, DeleteGroups.
+
+A group lives in partition ``abs(javaHashCode(group)) % partitions`` as in
+Kafka. :class:`OffsetsStore` keeps a cache of every group seen and advances it
+from the last offset it read, so repeated reads cost one manifest GET per
+partition plus the new records.
+
+Pure functions here (``encode_*`` / ``decode_*``, :func:`partition_for_group`)
+do no I/O; :class:`OffsetsStore` does the reading and writing.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from .errors import CorruptRecordError, TopicExistsError
+from .storage import Storage
+
+OFFSETS_TOPIC = "__consumer_offsets"
+#: Kafka's ``offsets.topic.num.partitions`` is 50; eight keeps offline listings cheap
+#: while still spreading commits of different groups over separate manifests.
+DEFAULT_OFFSETS_PARTITIONS = 8
+OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+# -- values ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    """One committed offset: the next offset to consume, as Kafka's OffsetAndMetadata."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = 0
+
+
+@dataclass(frozen=True)
+class MemberMetadata:
+    """A member as the coordinator persists it (``GroupMetadataValue`` member)."""
+
+    member_id: str
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 300000
+    session_timeout_ms: int = 45000
+    subscription: bytes = b""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """A group's persisted state: generation, protocol, leader and members.
+
+    ``state_timestamp`` is the coordinator's clock when it wrote the record; a
+    coordinator rewrites the record of a group with members at least every
+    half session timeout, so a reader without a coordinator (the CLI) knows the
+    members are gone once ``state_timestamp`` is older than their session
+    timeout (see docs/DECISIONS.md, "Consumer groups").
+    """
+
+    group_id: str
+    protocol_type: str = ""
+    generation: int = 0
+    protocol: str | None = None
+    leader: str | None = None
+    state_timestamp: int = -1
+    members: tuple[MemberMetadata, ...] = ()
+
+    def live_members(self, now_ms: int) -> tuple[MemberMetadata, ...]:
+        """The members whose session can still be alive at ``now_ms``."""
+        if self.state_timestamp < 0:
+            return self.members
+        return tuple(m for m in self.members
+                     if now_ms - self.state_timestamp <= m.session_timeout_ms)
+
+
+# -- Kafka's primitive types -------------------------------------------------------
+def _string(s: str | None) -> bytes:
+    if s is None:
+        return _I16.pack(-1)
+    b = s.encode("utf-8")
+    if len(b) > 32767:
+        raise CorruptRecordError(f"string of {len(b)} bytes is too long for an int16 length")
+    return _I16.pack(len(b)) + b
+
+
+def _bytes(b: bytes) -> bytes:
+    return _I32.pack(len(b)) + b
+
+
+class _Cursor:
+    """Reads Kafka's primitive types from a buffer; a short buffer is a CorruptRecordError."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes):
+        self.buf = memoryview(buf)
+        self.pos = 0
+
+    def _take(self, n: int) -> memoryview:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise CorruptRecordError(f"__consumer_offsets record truncated at byte {self.pos}")
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def i16(self) -> int:
+        return _I16.unpack(self._take(2))[0]
+
+    def i32(self) -> int:
+        return _I32.unpack(self._take(4))[0]
+
+    def i64(self) -> int:
+        return _I64.unpack(self._take(8))[0]
+
+    def string(self, nullable: bool = False) -> str | None:
+        n = self.i16()
+        if n == -1 and nullable:
+            return None
+        try:
+            return bytes(self._take(n)).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptRecordError("__consumer_offsets string is not UTF-8") from None
+
+    def bytes_(self) -> bytes:
+        n = self.i32()
+        return b"" if n == -1 else bytes(self._take(n))
+
+
+# -- keys -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OffsetKey:
+    """Key of an offset commit record."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """Key of a group metadata record."""
+
+    group: str
+
+
+def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
+    """``OffsetCommitKey`` v1."""
+    return _I16.pack(1) + _string(group) + _string(topic) + _I32.pack(partition)
+
+
+def encode_group_key(group: str) -> bytes:
+    """``GroupMetadataKey`` v2."""
+    return _I16.pack(2) + _string(group)
+
+
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+    """The key of a ``__consumer_offsets`` record; None for key versions this store does not
+    use (Kafka's transaction and share-group records), which readers skip."""
+    c = _Cursor(data)
+    version = c.i16()
+    if version in (0, 1):
+        return OffsetKey(c.string(), c.string(), c.i32())
+    if version == 2:
+        return GroupKey(c.string())
+    return None
+
+
+# -- values -----------------------------------------------------------------------------
+def encode_offset_value(om: OffsetAndMetadata) -> bytes:
+    """``OffsetCommitValue`` v3."""
+    return (_I16.pack(3) + _I64.pack(om.offset) + _I32.pack(om.leader_epoch)
+            + _string(om.metadata or "") + _I64.pack(om.commit_timestamp))
+
+
+def decode_offset_value(data: bytes) -> OffsetAndMetadata:
+    """``OffsetCommitValue`` v0-v3."""
+    c = _Cursor(data)
+    version = c.i16()
+    if version not in (0, 1, 2, 3):
+        raise CorruptRecordError(f"unsupported OffsetCommitValue version {version}")
+    offset = c.i64()
+    epoch = c.i32() if version >= 3 else -1
+    metadata = c.string() or ""
+    ts = c.i64()
+    return OffsetAndMetadata(offset, epoch, metadata, ts)
+
+
+def encode_group_value(g: GroupMetadata) -> bytes:
+    """``GroupMetadataValue`` v3."""
+    out = [_I16.pack(3), _string(g.protocol_type), _I32.pack(g.generation), _string(g.protocol),
+           _string(g.leader), _I64.pack(g.state_timestamp), _I32.pack(len(g.members))]
+    for m in g.members:
+        out += [_string(m.member_id), _string(m.group_instance_id), _string(m.client_id),
+                _string(m.client_host), _I32.pack(m.rebalance_timeout_ms),
+                _I32.pack(m.session_timeout_ms), _bytes(m.subscription), _bytes(m.assignment)]
+    return b"".join(out)
+
+
+def decode_group_value(group: str, data: bytes) -> GroupMetadata:
+    """``GroupMetadataValue`` v0-v3."""
+    c = _Cursor(data)
+    version = c.i16()
+    if version not in (0, 1, 2, 3):
+        raise CorruptRecordError(f"unsupported GroupMetadataValue version {version}")
+    protocol_type = c.string()
+    generation = c.i32()
+    protocol = c.string(nullable=True)
+    leader = c.string(nullable=True)
+    state_ts = c.i64() if version >= 2 else -1
+    members = []
+    for _ in range(c.i32()):
+        member_id = c.string()
+        instance = c.string(nullable=True) if version >= 3 else None
+        client_id = c.string()
+        host = c.string()
+        rebalance = c.i32() if version >= 1 else 0
+        session = c.i32()
+        if version == 0:
+            rebalance = session
+        members.append(MemberMetadata(member_id, instance, client_id, host, rebalance, session,
+                                      c.bytes_(), c.bytes_()))
+    return GroupMetadata(group, protocol_type, generation, protocol, leader, state_ts,
+                         tuple(members))
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for_group(group: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition of ``group``: Kafka's
+    ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# -- consumer protocol (embedded in JoinGroup / SyncGroup) --------------------------------
+def decode_consumer_assignment(data: bytes) -> dict[str, list[int]]:
+    """Topic -> partitions of a ``ConsumerProtocolAssignment`` (the ``consumer`` protocol type);
+    empty for empty bytes."""
+    if not data:
+        return {}
+    c = _Cursor(data)
+    c.i16()  # version; v0-v3 start alike
+    out: dict[str, list[int]] = {}
+    for _ in range(c.i32()):
+        topic = c.string()
+        out[topic] = [c.i32() for _ in range(c.i32())]
+    return out
+
+
+def decode_consumer_subscription(data: bytes) -> list[str]:
+    """Topics of a ``ConsumerProtocolSubscription``; empty for empty bytes."""
+    if not data:
+        return []
+    c = _Cursor(data)
+    c.i16()
+    return [c.string() for _ in range(c.i32())]
+
+
+def encode_consumer_assignment(assignment: Mapping[str, Iterable[int]], user_data: bytes = b"") -> bytes:
+    """A ``ConsumerProtocolAssignment`` v0 (tests and tools that act as a group leader)."""
+    out = [_I16.pack(0), _I32.pack(len(assignment))]
+    for topic, parts in assignment.items():
+        parts = list(parts)
+        out += [_string(topic), _I32.pack(len(parts))] + [_I32.pack(p) for p in parts]
+    out.append(_bytes(user_data))
+    return b"".join(out)
+
+
+def encode_consumer_subscription(topics: Iterable[str], user_data: bytes = b"") -> bytes:
+    """A ``ConsumerProtocolSubscription`` v0."""
+    topics = list(topics)
+    return b"".join([_I16.pack(0), _I32.pack(len(topics))] + [_string(t) for t in topics]
+                    + [_bytes(user_data)])
+
+
+# -- the store ----------------------------------------------------------------------------
+@dataclass
+class GroupState:
+    """What the topic says about one group: its metadata (None if never written or deleted)
+    and its committed offsets."""
+
+    group_id: str
+    metadata: GroupMetadata | None = None
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return self.metadata is None and not self.offsets
+
+
+class OffsetsStore:
+    """Reads and writes ``__consumer_offsets`` under ``storage``'s root (thread-safe).
+
+    ``partitions`` is used when the topic is created (on the first write); an
+    existing topic's partition count always wins. ``clock`` returns epoch ms.
+    """
+
+    def __init__(self, storage: Storage, *, partitions: int = DEFAULT_OFFSETS_PARTITIONS,
+                 broker_id: int = 0, clock: Callable[[], int] | None = None):
+        self.storage = storage
+        self.broker_id = broker_id
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self._want_partitions = partitions
+        self._partitions: int | None = None
+        self._lock = threading.RLock()
+        self._broker = None
+        self._next: dict[int, int] = {}            # partition -> next offset to read
+        self._groups: dict[str, GroupState] = {}
+
+    # -- topic ---------------------------------------------------------------
+    def _topic_partitions(self, create: bool) -> int | None:
+        from .topics import create_topic, load_topic, topic_exists
+
+        if self._partitions is None:
+            if topic_exists(self.storage, OFFSETS_TOPIC):
+                self._partitions = load_topic(self.storage, OFFSETS_TOPIC).partitions
+            elif create:
+                try:
+                    create_topic(self.storage, OFFSETS_TOPIC, self._want_partitions,
+                                 OFFSETS_TOPIC_CONFIG)
+                except TopicExistsError:
+                    pass
+                self._partitions = load_topic(self.storage, OFFSETS_TOPIC).partitions
+        return self._partitions
+
+    def partition_for(self, group: str) -> int | None:
+        """The group's partition, or None while the topic does not exist."""
+        n = self._topic_partitions(create=False)
+        return None if n is None else partition_for_group(group, n)
+
+    # -- reading -------------------------------------------------------------
+    def refresh(self, partitions: Iterable[int] | None = None) -> None:
+        """Read what was appended since the last refresh (every partition by default)."""
+        from .reader import PartitionReader
+
+        with self._lock:
+            n = self._topic_partitions(create=False)
+            if n is None:
+                return
+            for p in (range(n) if partitions is None else partitions):
+                reader = PartitionReader(self.storage, OFFSETS_TOPIC, p)
+                start = max(self._next.get(p, 0), reader.log_start_offset)
+                if start >= reader.high_watermark:
+                    self._next[p] = max(start, self._next.get(p, 0))
+                    continue
+                table = reader.read(start, include_headers=False)
+                keys = table.column("key").to_pylist()
+                values = table.column("value").to_pylist()
+                for k, v in zip(keys, values):
+                    if k is not None:
+                        self._apply(k, v)
+                self._next[p] = reader.high_watermark
+
+    def _apply(self, key: bytes, value: bytes | None) -> None:
+        k = decode_key(key)
+        if k is None:
+            return
+        st = self._groups.get(k.group)
+        if st is None:
+            st = self._groups[k.group] = GroupState(k.group)
+        if isinstance(k, OffsetKey):
+            if value is None:
+                st.offsets.pop((k.topic, k.partition), None)
+            else:
+                st.offsets[(k.topic, k.partition)] = decode_offset_value(value)
+        else:
+            st.metadata = None if value is None else decode_group_value(k.group, value)
+        if st.empty:
+            del self._groups[k.group]
+
+    def group(self, group: str, *, refresh: bool = True) -> GroupState:
+        """The stored state of ``group`` (an empty state if the topic knows nothing of it)."""
+        with self._lock:
+            if refresh:
+                p = self.partition_for(group)
+                if p is not None:
+                    self.refresh([p])
+            st = self._groups.get(group)
+            if st is None:
+                return GroupState(group)
+            return GroupState(group, st.metadata, dict(st.offsets))
+
+    def groups(self, *, refresh: bool = True) -> list[str]:
+        """Every group with metadata or committed offsets, sorted."""
+        with self._lock:
+            if refresh:
+                self.refresh()
+            return sorted(self._groups)
+
+    # -- writing -------------------------------------------------------------
+    def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        from .broker import Broker
+
+        if not records:
+            return
+        with self._lock:
+            n = self._topic_partitions(create=True)
+            p = partition_for_group(group, n)
+            if self._broker is None:
+                self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+            try:
+                for key, value in records:
+                    self._broker.send(OFFSETS_TOPIC, value, key=key, partition=p)
+                self._broker.flush()
+            except BaseException:
+                # Whatever was buffered is retried by nobody: start clean next time
+                # (the caller saw the error, so it does not count the write as done).
+                self._broker = None
+                raise
+            # Catch up (our own records included) so the cache matches the log order.
+            self.refresh([p])
+
+    def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Commit ``offsets`` of ``group`` (one manifest commit); visible once this returns."""
+        self._write(group, [(encode_offset_key(group, t, p), encode_offset_value(om))
+                            for (t, p), om in offsets.items()])
+
+    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Tombstones for the committed offsets of ``partitions`` (OffsetDelete)."""
+        self._write(group, [(encode_offset_key(group, t, p), None) for t, p in partitions])
+
+    def store_group(self, meta: GroupMetadata) -> None:
+        """Persist a group's metadata (generation, members, assignment)."""
+        self._write(meta.group_id, [(encode_group_key(meta.group_id), encode_group_value(meta))])
+
+    def delete_group(self, group: str) -> None:
+        """Tombstones for the group's metadata and every committed offset (DeleteGroups)."""
+        st = self.group(group)
+        records = [(encode_offset_key(group, t, p), None) for t, p in sorted(st.offsets)]
+        records.append((encode_group_key(group), None))
+        self._write(group, records)
