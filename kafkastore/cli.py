@@ -295,6 +295,35 @@ def cmd_sql(args, cfg: Config) -> int:
     return 0
 
 
+# -- consumer groups -------------------------------------------------------------------
+def cmd_groups(args, cfg: Config) -> int:
+    from . import group_admin
+
+    storage = _storage(cfg)
+    if args.groups_cmd == "list":
+        for name in group_admin.list_groups(storage):
+            print(name)
+    elif args.groups_cmd == "describe":
+        _print_json(group_admin.describe_group(storage, args.group))
+    elif args.groups_cmd == "delete":
+        group_admin.delete_group(storage, args.group)
+        print(f"deleted consumer group {args.group}", file=sys.stderr)
+    elif args.groups_cmd == "reset-offsets":
+        if args.to_earliest:
+            target = group_admin.ResetTarget("earliest")
+        elif args.to_latest:
+            target = group_admin.ResetTarget("latest")
+        elif args.to_offset is not None:
+            target = group_admin.ResetTarget("offset", args.to_offset)
+        else:
+            target = group_admin.ResetTarget("datetime", group_admin.parse_datetime_ms(args.to_datetime))
+        plan = group_admin.reset_offsets(storage, args.group, args.topic, target, execute=args.execute)
+        _print_json(plan)
+        if not args.execute:
+            print("dry run: nothing changed (add --execute to commit these offsets)", file=sys.stderr)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------
 def _non_negative(value: str) -> int:
     try:
@@ -421,6 +450,24 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("topic")
     rt.add_argument("--warehouse", help="report tables whose unloaded data retention would drop")
     rt.set_defaults(func=cmd_retention)
+
+    gr = sub.add_parser("groups", help="list, describe, delete consumer groups; reset their offsets")
+    gsub = gr.add_subparsers(dest="groups_cmd", required=True, metavar="ACTION")
+    gsub.add_parser("list", help="groups with metadata or committed offsets")
+    gd = gsub.add_parser("describe", help="members, assignment, committed offset, log end, lag (JSON)")
+    gd.add_argument("group")
+    gx = gsub.add_parser("delete", help="delete a group without live members")
+    gx.add_argument("group")
+    gre = gsub.add_parser("reset-offsets", help="move a group's committed offsets (dry run without --execute)")
+    gre.add_argument("group")
+    gre.add_argument("--topic", required=True, metavar="TOPIC[:P1,P2]")
+    gt = gre.add_mutually_exclusive_group(required=True)
+    gt.add_argument("--to-earliest", action="store_true")
+    gt.add_argument("--to-latest", action="store_true")
+    gt.add_argument("--to-offset", type=_non_negative, metavar="N")
+    gt.add_argument("--to-datetime", metavar="ISO", help="e.g. 2024-01-02T03:04:05.000 (UTC unless a zone is given)")
+    gre.add_argument("--execute", action="store_true", help="commit the new offsets")
+    gr.set_defaults(func=cmd_groups)
 
     sq = sub.add_parser("sql", help="Spark SQL over every topic and warehouse table")
     sq.add_argument("query", nargs="?")

@@ -80,6 +80,14 @@ class TopicExistsError(KafkaStoreError):
     """``topics create`` for a topic that is already there."""
 
 
+class UnknownGroupError(KafkaStoreError):
+    """A consumer group with no metadata and no committed offsets under the root."""
+
+
+class GroupNotEmptyError(KafkaStoreError):
+    """A consumer-group change refused because the group still has live members."""
+
+
 class StorageError(KafkaStoreError):
     """The object store failed (network, permissions, missing object)."""
 
