@@ -33,6 +33,9 @@ endingOffsets                       latest            ``latest`` or JSON ``{"t":
                                                       (-1 = latest); "earliest"/-2 refused (batch)
 startingTimestamp / endingTimestamp -                 epoch ms for every partition (wins over the
                                                       ByTimestamp JSON, which wins over *Offsets)
+startingOffsetsFromGroup            -                 a consumer group: start each partition at the
+                                                      group's committed offset (others: as the
+                                                      starting options say); never writes to it
 startingOffsetsByTimestamp /        -                 JSON ``{"t":{"0":1700000000000}}``
 endingOffsetsByTimestamp
 startingOffsetsByTimestampStrategy  error             no record at/after the starting timestamp:
@@ -141,6 +144,7 @@ _KNOWN_OPTIONS = (
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
     "startingOffsetsByTimestampStrategy", "minPartitions", "maxBytesPerPartition",
     "includeHeaders", "failOnDataLoss", "isolationLevel", "pushFilters",
+    "startingOffsetsFromGroup",
 )
 # Spark Kafka options that mean nothing for a batch read of files: accepted so that
 # existing queries run, and ignored.
@@ -216,6 +220,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     isolation: str = READ_COMMITTED
     push_filters: bool = True
+    starting_group: str | None = None   # startingOffsetsFromGroup
 
 
 def parse_options(options: Mapping[str, Any]) -> SourceOptions:
@@ -294,7 +299,17 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         min_partitions=min_partitions, max_bytes_per_partition=max_bytes,
         include_headers=_parse_bool(opts, "includeHeaders", False),
         fail_on_data_loss=_parse_bool(opts, "failOnDataLoss", True),
-        isolation=isolation, push_filters=_parse_bool(opts, "pushFilters", True))
+        isolation=isolation, push_filters=_parse_bool(opts, "pushFilters", True),
+        starting_group=_parse_group(opts))
+
+
+def _parse_group(opts: Mapping[str, str]) -> str | None:
+    if "startingOffsetsFromGroup" not in opts:
+        return None
+    group = opts["startingOffsetsFromGroup"].strip()
+    if not group:
+        raise ConfigError("option startingOffsetsFromGroup: expected a consumer group id, got ''")
+    return group
 
 
 def _storage_value(text: str) -> Any:
@@ -529,14 +544,17 @@ def _snapshot_readers(storage: Storage, tps: Sequence[tuple[str, int]]) -> dict[
         return dict(zip(tps, pool.map(load, tps)))
 
 
-def _resolve_range(opts: SourceOptions, reader: PartitionReader) -> OffsetRange:
-    """The [from, until) one partition's options select, against its snapshot."""
+def _resolve_range(opts: SourceOptions, reader: PartitionReader,
+                   committed: int | None = None) -> OffsetRange:
+    """The [from, until) one partition's options select, against its snapshot (``committed``:
+    the startingOffsetsFromGroup group's offset, which wins over the starting options)."""
     topic, partition = reader.topic, reader.partition
     log_start, hw = reader.log_start_offset, reader.high_watermark
     upper = reader.upper_bound(opts.isolation)
     upper_name = "last stable offset" if opts.isolation == READ_COMMITTED else "high watermark"
 
-    s_kind, s_val = opts.starting.for_partition(topic, partition)
+    s_kind, s_val = (("offset", committed) if committed is not None
+                     else opts.starting.for_partition(topic, partition))
     if s_kind == "offset":
         start = s_val
     elif s_kind == "timestamp":
@@ -589,7 +607,13 @@ def _resolve_range(opts: SourceOptions, reader: PartitionReader) -> OffsetRange:
 
 def _resolve(opts: SourceOptions, storage: Storage) -> tuple[list[OffsetRange], dict]:
     readers = _snapshot_readers(storage, _topic_partitions(opts, storage))
-    ranges = [_resolve_range(opts, readers[tp]) for tp in sorted(readers)]
+    committed: dict[tuple[str, int], int] = {}
+    if opts.starting_group is not None:
+        from kafkastore.group_admin import committed_offsets
+
+        for topic, parts in committed_offsets(storage, opts.starting_group).items():
+            committed.update({(topic, p): n for p, n in parts.items()})
+    ranges = [_resolve_range(opts, readers[tp], committed.get(tp)) for tp in sorted(readers)]
     return ranges, readers
 
 
