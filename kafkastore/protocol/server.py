@@ -351,3 +351,65 @@ def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[Brok
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
+
+
+class BrokerThread:
+    """A broker running on its own event loop in a background thread (tests, demo, benchmark).
+
+    ``with BrokerThread(storage, options) as b: ... b.bootstrap ...``
+    """
+
+    def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
+                 extensions: Iterable[Callable[[Registry], None]] = ()):
+        import threading
+
+        self._storage, self._options, self._extensions = storage, options or ServeOptions(port=0), extensions
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kafkastore-broker", daemon=True)
+        self._stop: asyncio.Event | None = None
+        self.server: BrokerServer | None = None
+
+    def _run(self) -> None:
+        async def main():
+            try:
+                self.server = BrokerServer(self._storage, self._options, extensions=self._extensions)
+                await self.server.start()
+                self._stop = asyncio.Event()
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                self._error = exc
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await self.server.close()
+
+        asyncio.run(main())
+
+    def start(self) -> "BrokerThread":
+        """Start and wait until the broker listens; re-raises a startup error."""
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for a client's ``bootstrap.servers``."""
+        host, port = self.server.advertised
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        """Flush pending appends, stop the broker and join its thread."""
+        if self.server is not None and self.server.loop is not None and self._stop is not None:
+            self.server.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def __enter__(self) -> "BrokerThread":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
