@@ -342,6 +342,56 @@ def _positive(value: str) -> int:
     return n
 
 
+# -- serve --------------------------------------------------------------------
+def _host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = value, str(default_port) if default_port is not None else ""
+    try:
+        n = int(port)
+    except ValueError:
+        raise ConfigError(f"expected HOST:PORT, got {value!r}") from None
+    if not 0 <= n <= 65535:
+        raise ConfigError(f"port must be 0..65535, got {n}")
+    return host.strip("[]") or "127.0.0.1", n
+
+
+def cmd_serve(args, cfg: Config) -> int:
+    import logging
+    import ssl
+
+    from .protocol.sasl import load_credentials
+    from .protocol.server import ServeOptions, run_server
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    host, port = _host_port(args.listen)
+    adv_host, adv_port = _host_port(args.advertise, port) if args.advertise else (None, None)
+    ctx = None
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise ConfigError("TLS needs both --tls-cert and --tls-key")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load TLS certificate/key: {exc}") from None
+    creds = load_credentials(args.sasl_credentials) if args.sasl_credentials else None
+    opts = ServeOptions(host=host, port=port, advertise_host=adv_host, advertise_port=adv_port,
+                        node_id=args.node_id, commit_interval_ms=args.commit_interval_ms,
+                        ssl_context=ctx, credentials=creds, insecure=args.insecure,
+                        auto_create_topics=args.auto_create_topics,
+                        default_partitions=args.default_partitions)
+
+    def ready(server):
+        print(f"kafkastore: broker {server.node_id} serving {cfg.root} on "
+              f"{server.options.host}:{server.port} (advertised {server.advertised[0]}:"
+              f"{server.advertised[1]})", flush=True)
+
+    run_server(_storage(cfg), opts, ready=ready)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kafkastore",
@@ -475,6 +525,26 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--warehouse")
     sq.add_argument("--format", choices=("table", "jsonl"), default="table")
     sq.set_defaults(func=cmd_sql)
+
+    sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
+    sv.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
+                    help="listen address (default 127.0.0.1:9092; port 0 picks a free one)")
+    sv.add_argument("--advertise", metavar="HOST:PORT", help="address clients are told to use")
+    sv.add_argument("--node-id", type=_non_negative, help="broker id (default: smallest free one)")
+    sv.add_argument("--commit-interval-ms", type=float, default=5.0,
+                    help="group commit: wait this long after a partition's first append (default 5)")
+    sv.add_argument("--tls-cert", help="TLS certificate chain (PEM)")
+    sv.add_argument("--tls-key", help="TLS private key (PEM)")
+    sv.add_argument("--sasl-credentials", metavar="FILE",
+                    help="user:password lines; enables SASL PLAIN and SCRAM-SHA-256")
+    sv.add_argument("--insecure", action="store_true",
+                    help="allow a non-loopback listener without TLS and SASL")
+    sv.add_argument("--auto-create-topics", action="store_true",
+                    help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
+    sv.add_argument("--default-partitions", type=_positive, default=1,
+                    help="partitions of auto-created topics (default 1)")
+    sv.add_argument("-v", "--verbose", action="store_true", help="log connections and API versions")
+    sv.set_defaults(func=cmd_serve)
     return p
 
 

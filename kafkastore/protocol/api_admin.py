@@ -1,0 +1,140 @@
+"""CreateTopics, DeleteTopics, DescribeConfigs: topic administration over the root."""
+from __future__ import annotations
+
+import logging
+
+from .. import layout
+from ..errors import ConfigError, StorageError, TopicExistsError, UnknownTopicError
+from ..topics import create_topic, load_topic
+from . import error_codes as E
+from .api_meta import topic_id
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.admin")
+
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+_DEFAULT_CONFIG, _TOPIC_CONFIG = 5, 1  # Kafka's ConfigSource: DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
+
+
+def create_topic_safely(broker, name: str, partitions: int, configs: dict,
+                        validate_only: bool = False) -> tuple[int, str | None, object]:
+    """``(error code, message, metadata)`` of creating one topic. Blocking."""
+    from ..topic_config import TopicConfig
+    try:
+        layout.validate_topic_name(name)
+    except ConfigError as exc:
+        return E.INVALID_TOPIC_EXCEPTION, str(exc), None
+    if partitions == -1:
+        partitions = broker.options.default_partitions
+    if partitions < 1:
+        return E.INVALID_PARTITIONS, f"partition count must be >= 1, got {partitions}", None
+    try:
+        config = TopicConfig.from_dict(configs)
+    except ConfigError as exc:
+        return E.INVALID_CONFIG, str(exc), None
+    if validate_only:
+        exists = broker.meta.topic(name) is not None
+        return (E.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", None) if exists else (E.NONE, None, None)
+    try:
+        meta = create_topic(broker.storage, name, partitions, config)
+    except TopicExistsError as exc:
+        return E.TOPIC_ALREADY_EXISTS, str(exc), None
+    except StorageError as exc:
+        return E.KAFKA_STORAGE_ERROR, str(exc), None
+    finally:
+        broker.meta.forget_topic(name)
+    return E.NONE, None, meta
+
+
+async def handle_create_topics(ctx: RequestContext, request):
+    mod = ctx.response_module
+    results = []
+    for t in request.topics:
+        if t.replication_factor not in (-1, 1) and t.replication_factor < 1:
+            err, msg, meta = E.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1 or -1", None
+        elif t.assignments:
+            err, msg, meta = E.INVALID_REQUEST, "manual replica assignment is not supported", None
+        else:
+            configs = {c.name: c.value for c in t.configs}
+            err, msg, meta = await ctx.run(create_topic_safely, ctx.broker, t.name, t.num_partitions,
+                                           configs, bool(getattr(request, "validate_only", False)))
+        results.append(make(mod, "CreatableTopicResult", name=t.name,
+                            topic_id=topic_id(t.name, meta.created_ms) if meta else None,
+                            error_code=err, error_message=msg, topic_config_error_code=0,
+                            num_partitions=meta.partitions if meta else -1,
+                            replication_factor=1 if meta else -1, configs=None))
+    return make(ctx.response_class, topics=tuple(results))
+
+
+def delete_topic(broker, name: str) -> tuple[int, str | None]:
+    """Remove ``_topic.json`` (the topic is gone for every reader at once), then its objects."""
+    try:
+        layout.validate_topic_name(name)
+        load_topic(broker.storage, name)
+    except (ConfigError, UnknownTopicError) as exc:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+    try:
+        broker.storage.delete([layout.topic_meta_path(name)])
+        broker.meta.forget_topic(name)
+        rest = [info.path for info in broker.storage.list(layout.topic_dir(name))]
+        broker.storage.delete(rest)
+    except StorageError as exc:
+        return E.KAFKA_STORAGE_ERROR, str(exc)
+    finally:
+        broker.meta.forget_topic(name)
+    return E.NONE, None
+
+
+async def handle_delete_topics(ctx: RequestContext, request):
+    mod = ctx.response_module
+    names = getattr(request, "topic_names", None)
+    if names is None:
+        names = tuple(t.name for t in request.topics if t.name is not None)
+    results = []
+    for name in names:
+        err, msg = await ctx.run(delete_topic, ctx.broker, name)
+        results.append(make(mod, "DeletableTopicResult", name=name, error_code=err, error_message=msg))
+    return make(ctx.response_class, responses=tuple(results))
+
+
+def describe_topic_configs(broker, name: str, keys) -> tuple[int, str | None, list[tuple[str, str, bool]]]:
+    """``(error, message, [(key, value, is_default)])``. Blocking."""
+    meta = broker.meta.topic(name)
+    if meta is None:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}", []
+    values = meta.config.describe(include_defaults=True)
+    wanted = set(keys) if keys is not None else None
+    return E.NONE, None, [(k, v, meta.config.is_default(k)) for k, v in sorted(values.items())
+                          if wanted is None or k in wanted]
+
+
+async def handle_describe_configs(ctx: RequestContext, request):
+    mod = ctx.response_module
+    results = []
+    for r in request.resources:
+        entries: list = []
+        if r.resource_type == TOPIC_RESOURCE:
+            err, msg, entries = await ctx.run(describe_topic_configs, ctx.broker, r.resource_name,
+                                              r.configuration_keys)
+        elif r.resource_type == BROKER_RESOURCE:
+            err, msg = E.NONE, None
+        else:
+            err, msg = E.INVALID_REQUEST, f"resource type {r.resource_type} is not supported"
+        configs = tuple(
+            make(mod, "DescribeConfigsResourceResult", name=k, value=v, read_only=False,
+                 is_default=default, config_source=_DEFAULT_CONFIG if default else _TOPIC_CONFIG,
+                 is_sensitive=False, synonyms=(), config_type=0, documentation=None)
+            for k, v, default in entries)
+        results.append(make(mod, "DescribeConfigsResult", error_code=err, error_message=msg,
+                            resource_type=r.resource_type, resource_name=r.resource_name,
+                            configs=configs))
+    return make(ctx.response_class, results=tuple(results))
+
+
+def register(registry: Registry) -> None:
+    registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
+    registry.register(DELETE_TOPICS, 1, 5, handle_delete_topics)
+    registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)

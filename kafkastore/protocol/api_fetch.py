@@ -1,0 +1,241 @@
+"""Fetch and ListOffsets: stored batches served as they are, from one manifest snapshot each.
+
+A partition's fetch starts at the batch the ``.index`` points to for the
+fetch offset and walks whole batches (read through the broker's bounded
+:class:`~kafkastore.protocol.fetch_cache.RangeCache`) across segments until
+the partition's byte limit, stopping before the first batch that reaches the
+isolation level's bound (the last stable offset under read_committed, else
+the high watermark). The first batch is returned even when larger than the
+limit (Kafka's rule, so a consumer can always make progress). Every batch
+is checked against the manifest entry it came from: inside the entry's bytes,
+offsets inside ``[base_offset, next_offset)``; a mismatch is answered with
+KAFKA_STORAGE_ERROR and logged, never served.
+
+Long poll: while the response holds fewer than ``min_bytes`` and
+``max_wait_ms`` has not passed, the fetch waits for this broker's next commit
+or re-reads the manifests every 100 ms (other brokers' commits).
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+
+from .. import offset_index
+from ..errors import KafkaStoreError
+from ..manifest import Manifest
+from ..reader import _INDEXES, PartitionReader, last_stable_offset
+from ..record_batch import LOG_OVERHEAD
+from . import error_codes as E
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.fetch")
+
+FETCH, LIST_OFFSETS = 1, 2
+READ_COMMITTED = 1
+_OFFSET_LENGTH = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_POS = 23
+_POLL_S = 0.1
+
+
+class FetchCheckError(KafkaStoreError):
+    """A stored batch that does not agree with its manifest entry."""
+
+
+class PartitionRead:
+    """What one partition's fetch found."""
+
+    __slots__ = ("error", "hw", "lso", "log_start", "records", "aborted")
+
+    def __init__(self, error=E.NONE, hw=-1, lso=-1, log_start=-1, records=b"", aborted=None):
+        self.error, self.hw, self.lso, self.log_start = error, hw, lso, log_start
+        self.records, self.aborted = records, aborted
+
+
+def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
+                   read_committed: bool, refresh: bool) -> PartitionRead:
+    """Read whole batches from ``offset`` up to ``limit`` bytes (at least one batch). Blocking."""
+    meta = broker.meta.topic(topic)
+    if meta is None or not 0 <= partition < meta.partitions:
+        return PartitionRead(E.UNKNOWN_TOPIC_OR_PARTITION)
+    m = broker.meta.manifest(topic, partition, 0 if refresh else None)
+    hw, lso, start = m.high_watermark, last_stable_offset(m), m.log_start_offset
+    out = PartitionRead(E.NONE, hw, lso, start, b"", () if read_committed else None)
+    if offset < start or offset > hw:
+        out.error = E.OFFSET_OUT_OF_RANGE
+        return out
+    upper = lso if read_committed else hw
+    if offset >= upper:
+        return out
+    chunks: list[bytes] = []
+    total = 0
+    end_offset = offset
+    done = False
+    for seg in m.segments_from(offset):
+        if done or seg.base_offset >= upper:
+            break
+        paths = seg.paths(topic, partition)
+        pos = 0
+        if offset > seg.base_offset and seg.index_size:
+            index = _INDEXES.get(broker.storage, paths[".index"])
+            pos = offset_index.lookup(index, seg.base_offset, offset)
+        path = paths[".log"]
+        while pos < seg.size and not done:
+            buf = broker.range_cache.get(path, pos, pos + max(limit - total, LOG_OVERHEAD), seg.size)
+            if len(buf) < LOG_OVERHEAD:
+                raise FetchCheckError(f"{path}: {len(buf)} stray bytes at {pos} (manifest size {seg.size})")
+            i = 0
+            while len(buf) - i >= LOG_OVERHEAD:
+                base, length = _OFFSET_LENGTH.unpack_from(buf, i)
+                size = LOG_OVERHEAD + length
+                if length < 49 or pos + i + size > seg.size:
+                    raise FetchCheckError(f"{path}: batch at {pos + i} of {size} bytes does not fit "
+                                          f"the manifest's size {seg.size}")
+                if i + size > len(buf):
+                    break
+                (delta,) = _LAST_DELTA.unpack_from(buf, i + _LAST_DELTA_POS)
+                last = base + delta
+                if base < seg.base_offset or last >= seg.next_offset or delta < 0:
+                    raise FetchCheckError(f"{path}: batch [{base}, {last}] outside the manifest's "
+                                          f"[{seg.base_offset}, {seg.next_offset})")
+                if last >= upper or (total and total + size > limit):
+                    done = True
+                    break
+                if last >= offset:
+                    chunks.append(buf[i:i + size])
+                    total += size
+                    end_offset = last + 1
+                i += size
+            if done:
+                break
+            if i == 0:
+                if total:
+                    done = True
+                    break
+                # Nothing yet and the first batch is larger than the limit: take it whole.
+                (length,) = _OFFSET_LENGTH.unpack_from(buf, 0)[1:]
+                limit = LOG_OVERHEAD + length
+                continue
+            pos += i
+            done = total >= limit
+    out.records = b"".join(chunks)
+    if read_committed and chunks:
+        out.aborted = tuple((pid, first) for s in m.segments_from(offset) for pid, first, last in s.aborted_txns
+                            if last >= offset and first < end_offset)
+    return out
+
+
+async def handle_fetch(ctx: RequestContext, request):
+    broker = ctx.broker
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    max_wait = request.max_wait.total_seconds()
+    deadline = time.monotonic() + max_wait
+    max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
+    refresh = False
+    while True:
+        results = await ctx.run(_read_all, broker, request.topics, max_bytes, read_committed, refresh)
+        size = sum(len(r.records) for _, parts in results for _, r in parts)
+        errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
+        remaining = deadline - time.monotonic()
+        if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
+            break
+        await broker.wait_for_data(min(remaining, _POLL_S))
+        refresh = True
+    mod = ctx.response_module
+    responses = []
+    for topic, parts in results:
+        out = []
+        for p, r in parts:
+            aborted = None if r.aborted is None else tuple(
+                make(mod, "AbortedTransaction", producer_id=pid, first_offset=first) for pid, first in r.aborted)
+            out.append(make(mod, "PartitionData", partition_index=p, error_code=r.error,
+                            high_watermark=r.hw, last_stable_offset=r.lso, log_start_offset=r.log_start,
+                            aborted_transactions=aborted, preferred_read_replica=-1,
+                            records=r.records))
+        responses.append(make(mod, "FetchableTopicResponse", topic=topic, partitions=tuple(out)))
+    return make(ctx.response_class, error_code=E.NONE, session_id=0, responses=tuple(responses))
+
+
+def _read_all(broker, topics, max_bytes: int, read_committed: bool, refresh: bool):
+    results = []
+    budget = max_bytes
+    for t in topics:
+        parts = []
+        for p in t.partitions:
+            limit = max(0, min(p.partition_max_bytes, budget))
+            try:
+                if limit == 0:
+                    r = read_partition(broker, t.topic, p.partition, p.fetch_offset, 1,
+                                       read_committed, refresh)
+                    r.records, r.aborted = b"", (() if read_committed else None)
+                else:
+                    r = read_partition(broker, t.topic, p.partition, p.fetch_offset, limit,
+                                       read_committed, refresh)
+            except FetchCheckError as exc:
+                log.error("refusing to serve %s/%d: %s", t.topic, p.partition, exc)
+                r = PartitionRead(E.KAFKA_STORAGE_ERROR)
+            except KafkaStoreError as exc:
+                log.warning("fetch of %s/%d failed: %s", t.topic, p.partition, exc)
+                r = PartitionRead(E.KAFKA_STORAGE_ERROR)
+            budget -= len(r.records)
+            parts.append((p.partition, r))
+        results.append((t.topic, parts))
+    return results
+
+
+# -- ListOffsets ---------------------------------------------------------------
+
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+
+
+def list_offset(broker, topic: str, partition: int, timestamp: int,
+                read_committed: bool) -> tuple[int, int, int]:
+    """``(error, timestamp, offset)`` as ListOffsets answers for one partition. Blocking."""
+    meta = broker.meta.topic(topic)
+    if meta is None or not 0 <= partition < meta.partitions:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+    m: Manifest = broker.meta.manifest(topic, partition, 0)
+    if timestamp == EARLIEST:
+        return E.NONE, -1, m.log_start_offset
+    if timestamp == LATEST:
+        return E.NONE, -1, last_stable_offset(m) if read_committed else m.high_watermark
+    if timestamp == MAX_TIMESTAMP:
+        best = max(m.segments, key=lambda s: s.max_timestamp, default=None)
+        if best is None or best.max_timestamp < 0:
+            return E.NONE, -1, -1
+        return E.NONE, best.max_timestamp, max(best.max_timestamp_offset, m.log_start_offset)
+    if timestamp < 0:
+        return E.INVALID_REQUEST, -1, -1
+    reader = PartitionReader(broker.storage, topic, partition, manifest=m)
+    offset = reader.offset_for_timestamp(timestamp)
+    if offset >= m.high_watermark:
+        return E.NONE, -1, -1
+    table = reader.read(offset, offset + 1, isolation="read_uncommitted", include_headers=False)
+    ts = table.column("timestamp")[0].as_py() if table.num_rows else None
+    return E.NONE, int(ts.timestamp() * 1000) if ts is not None else timestamp, offset
+
+
+async def handle_list_offsets(ctx: RequestContext, request):
+    mod = ctx.response_module
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            try:
+                err, ts, off = await ctx.run(list_offset, ctx.broker, t.name, p.partition_index,
+                                             p.timestamp, read_committed)
+            except KafkaStoreError as exc:
+                log.warning("list offsets of %s/%d failed: %s", t.name, p.partition_index, exc)
+                err, ts, off = E.KAFKA_STORAGE_ERROR, -1, -1
+            parts.append(make(mod, "ListOffsetsPartitionResponse", partition_index=p.partition_index,
+                              error_code=err, timestamp=ts, offset=off, leader_epoch=0))
+        topics.append(make(mod, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
+    return make(ctx.response_class, topics=tuple(topics))
+
+
+def register(registry: Registry) -> None:
+    registry.register(FETCH, 4, 12, handle_fetch)
+    registry.register(LIST_OFFSETS, 1, 8, handle_list_offsets)

@@ -1,0 +1,113 @@
+"""ApiVersions, Metadata and InitProducerId."""
+from __future__ import annotations
+
+import uuid
+import zlib
+
+from . import codec
+from . import error_codes as E
+from .codec import make
+from .registry import Registry, RequestContext
+
+API_VERSIONS, METADATA, INIT_PRODUCER_ID = 18, 3, 22
+_NO_AUTH_OPS = -2147483648  # "not requested"
+_TOPIC_ID_NS = uuid.UUID("6f1c2d8e-5b7a-4c1e-9a55-3c0de0f4ab10")
+
+
+def _api_keys(ctx_module_or_cls, registry: Registry):
+    return tuple(make(ctx_module_or_cls, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
+                 for k, lo, hi in registry.api_versions())
+
+
+async def handle_api_versions(ctx: RequestContext, request):
+    """The truth about this broker's APIs: exactly what the registry holds."""
+    return make(ctx.response_class, error_code=E.NONE,
+                api_keys=_api_keys(ctx.response_module, ctx.broker.registry))
+
+
+def unsupported_api_versions(registry: Registry, correlation_id: int) -> bytes:
+    """Kafka's answer to an ApiVersions version it does not know: v0, UNSUPPORTED_VERSION, the list
+    (the client then retries with the highest version it finds there)."""
+    mod = codec.response_module(API_VERSIONS, 0)
+    resp = make(codec.response_class(API_VERSIONS, 0), error_code=E.UNSUPPORTED_VERSION,
+                api_keys=_api_keys(mod, registry))
+    return codec.encode_response(correlation_id, resp)
+
+
+def topic_id(name: str, created_ms: int) -> uuid.UUID:
+    """A stable topic id: the same for every broker, new when a topic is re-created."""
+    return uuid.uuid5(_TOPIC_ID_NS, f"{name}:{created_ms}")
+
+
+def leader_for(topic: str, partition: int, brokers: list[tuple[int, str, int]]) -> int:
+    """The node to name as a partition's leader: partitions spread round-robin over live brokers,
+    starting at a per-topic offset, so every broker computes the same answer."""
+    start = zlib.crc32(topic.encode())
+    return brokers[(start + partition) % len(brokers)][0]
+
+
+async def handle_metadata(ctx: RequestContext, request):
+    broker = ctx.broker
+    mod = ctx.response_module
+    v = ctx.api_version
+    brokers = broker.live_brokers()
+    wanted = request.topics
+    if wanted is None or (v == 0 and not wanted):
+        names = await ctx.run(broker.meta.topic_names)
+        requested = False
+    else:
+        names = [t.name for t in wanted]
+        requested = True
+    auto_create = getattr(request, "allow_auto_topic_creation", True) and broker.options.auto_create_topics
+    topics = []
+    for name in names:
+        if name is None:
+            continue
+        meta = await ctx.run(broker.meta.topic, name)
+        if meta is None and requested and auto_create:
+            from .api_admin import create_topic_safely
+            await ctx.run(create_topic_safely, broker, name, broker.options.default_partitions, {})
+            meta = await ctx.run(broker.meta.topic, name)
+        if meta is None:
+            topics.append(make(mod, "MetadataResponseTopic", error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
+                               name=name, topic_id=None, is_internal=False, partitions=(),
+                               topic_authorized_operations=_NO_AUTH_OPS))
+            continue
+        parts = []
+        for p in range(meta.partitions):
+            leader = leader_for(name, p, brokers)
+            parts.append(make(mod, "MetadataResponsePartition", error_code=E.NONE,
+                              partition_index=p, leader_id=leader, leader_epoch=0,
+                              replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=()))
+        topics.append(make(mod, "MetadataResponseTopic", error_code=E.NONE, name=name,
+                           topic_id=topic_id(name, meta.created_ms), is_internal=name.startswith("__"),
+                           partitions=tuple(parts), topic_authorized_operations=_NO_AUTH_OPS))
+    return make(ctx.response_class,
+                brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
+                              for n, h, p in brokers),
+                cluster_id=broker.cluster_id, controller_id=brokers[0][0], topics=tuple(topics),
+                cluster_authorized_operations=_NO_AUTH_OPS)
+
+
+async def handle_init_producer_id(ctx: RequestContext, request):
+    """Idempotent producers get a fresh id from the root-wide allocator (or, re-initialising
+    with their id and epoch, the same id with the epoch bumped, as KIP-360)."""
+    if request.transactional_id is not None:
+        return make(ctx.response_class, error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    producer_id=-1, producer_epoch=-1)
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if pid >= 0 and 0 <= epoch < 32766:
+        return make(ctx.response_class, error_code=E.NONE, producer_id=pid, producer_epoch=epoch + 1)
+    try:
+        pid = await ctx.run(ctx.broker.producer_ids.allocate)
+    except Exception:  # noqa: BLE001 - storage trouble: the client retries
+        return make(ctx.response_class, error_code=E.KAFKA_STORAGE_ERROR, producer_id=-1,
+                    producer_epoch=-1)
+    return make(ctx.response_class, error_code=E.NONE, producer_id=pid, producer_epoch=0)
+
+
+def register(registry: Registry) -> None:
+    registry.register(API_VERSIONS, 0, 4, handle_api_versions)
+    registry.register(METADATA, 0, 12, handle_metadata)
+    registry.register(INIT_PRODUCER_ID, 0, 4, handle_init_producer_id)

@@ -1,0 +1,400 @@
+"""The produce path: batches as received, group-committed per partition through the manifest.
+
+A produce request's batch for one partition is checked where it arrives
+(:func:`check_batch`: record batch v2, framing, CRC-32C) and handed to the
+:class:`Appender`, which queues it on its partition. One worker per partition
+waits ``commit_interval_ms`` after the first queued batch (group commit),
+takes everything queued, and commits it in the thread pool as one segment
+upload (more if ``segment.bytes`` says so) and one manifest version
+(:meth:`kafkastore.manifest.ManifestStore.commit` with
+:class:`~kafkastore.manifest.AppendSegments` and
+:class:`~kafkastore.manifest.UpdateProducerState`). Every queued batch's
+future resolves only after that version has landed (acks=1 and acks=all are
+the same here: the manifest is the only replica that counts).
+
+Batches are stored byte for byte as received; only the 8-byte base offset
+(outside the CRC, which is why Kafka put it there) is assigned. Two cases
+rewrite more, as Kafka does: a topic with ``message.timestamp.type=LogAppendTime``
+gets the append time in the header (attributes and max timestamp, CRC
+recomputed, records untouched), and a topic whose ``compression.type`` names
+a codec other than the batch's gets the batch recompressed.
+
+Idempotence follows Kafka's ``ProducerStateManager`` against the manifest's
+producer state (the last five batches per producer): a batch whose sequence
+numbers match a retained one is a duplicate and is answered with the offset
+it got the first time, without writing it again (also after a broker
+restart, and whichever broker took the first attempt); a sequence that does
+not follow the last one is OUT_OF_ORDER_SEQUENCE_NUMBER; an older producer
+epoch is INVALID_PRODUCER_EPOCH.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from dataclasses import dataclass, replace
+
+import pyarrow.compute as pc
+
+from .. import layout
+from ..arrow_decode import decode_to_arrow
+from ..compression import Compression
+from ..crc import crc32c
+from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcMismatchError,
+                      KafkaStoreError, StorageError)
+from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
+                        SegmentEntry, UpdateProducerState)
+from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAGIC_OFFSET,
+                            TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
+                            encode_batch, parse_header)
+from ..segment import SegmentBuilder
+from . import error_codes as E
+
+log = logging.getLogger("kafkastore.serve.append")
+
+_BASE_OFFSET = struct.Struct(">q")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+_CRC_OFFSET = 17
+_MAX_TIMESTAMP_OFFSET = 35
+_INT32_MASK = 0x7FFFFFFF
+
+
+class BatchRejected(KafkaStoreError):
+    """A produced batch the broker refuses; ``code`` is the Kafka error code for the client."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def check_batch(data) -> BatchHeader:
+    """Check that ``data`` is exactly one record batch v2 with a valid CRC; its header.
+
+    Raises :class:`BatchRejected` with CORRUPT_MESSAGE (bad framing or CRC),
+    UNSUPPORTED_FOR_MESSAGE_FORMAT (magic other than 2) or INVALID_RECORD
+    (offsets and counts that do not agree, more than one batch).
+    """
+    n = len(data)
+    if n < HEADER_SIZE:
+        raise BatchRejected(E.CORRUPT_MESSAGE, f"record set of {n} bytes is shorter than a batch header")
+    if data[MAGIC_OFFSET] != MAGIC:
+        raise BatchRejected(E.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                            f"record batch magic {data[MAGIC_OFFSET]} (only v2 is accepted)")
+    try:
+        header = parse_header(data, 0)
+    except CorruptRecordError as exc:
+        raise BatchRejected(E.CORRUPT_MESSAGE, str(exc)) from None
+    if header.size != n:
+        raise BatchRejected(E.INVALID_RECORD if header.size < n else E.CORRUPT_MESSAGE,
+                            f"record set of {n} bytes holds a batch of {header.size} bytes "
+                            f"(exactly one batch per partition)")
+    try:
+        check_crc(data, 0, header)
+    except CrcMismatchError as exc:
+        raise BatchRejected(E.CORRUPT_MESSAGE, str(exc)) from None
+    if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+        raise BatchRejected(E.INVALID_RECORD,
+                            f"batch of {header.record_count} records with last offset delta "
+                            f"{header.last_offset_delta}")
+    if header.is_control:
+        raise BatchRejected(E.INVALID_RECORD, "clients may not produce control batches")
+    if header.is_transactional:
+        raise BatchRejected(E.INVALID_TXN_STATE, "transactions are not supported by this broker")
+    return header
+
+
+@dataclass
+class Outcome:
+    """What a produce partition response says."""
+
+    error: int = E.NONE
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+@dataclass
+class _Item:
+    data: bytes
+    header: BatchHeader
+    future: asyncio.Future | None
+
+
+@dataclass
+class _Prepared:
+    index: int
+    data: bytes
+    header: BatchHeader
+    min_timestamp: int
+    append_time: int
+
+
+def _set_log_append_time(data: bytes, header: BatchHeader, now_ms: int) -> tuple[bytes, BatchHeader]:
+    buf = bytearray(data)
+    attrs = header.attributes | TIMESTAMP_TYPE_MASK
+    _I16.pack_into(buf, ATTRIBUTES_OFFSET, attrs)
+    _I64.pack_into(buf, _MAX_TIMESTAMP_OFFSET, now_ms)
+    _U32.pack_into(buf, _CRC_OFFSET, crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    out = bytes(buf)
+    return out, parse_header(out, 0)
+
+
+def _recompress(data: bytes, header: BatchHeader, codec: Compression) -> tuple[bytes, BatchHeader]:
+    _, records = decode_batch(data, 0, verify_crc=False)
+    out = encode_batch(records, compression=codec, timestamp_type=header.timestamp_type,
+                       producer_id=header.producer_id, producer_epoch=header.producer_epoch,
+                       base_sequence=header.base_sequence,
+                       partition_leader_epoch=header.partition_leader_epoch,
+                       base_offset=0, last_offset=header.last_offset_delta,
+                       max_timestamp=header.max_timestamp)
+    return out, parse_header(out, 0)
+
+
+def _min_timestamp(data: bytes, topic: str, partition: int) -> int:
+    """Smallest record timestamp of a batch (-1 if none); decodes the records (C kernel),
+    which also proves that they decode."""
+    rb = decode_to_arrow(data, topic=topic, partition=partition, include_headers=False)
+    ts = rb.column(rb.schema.get_field_index("timestamp"))
+    low = pc.min(ts).as_py()
+    if low is None:
+        return -1
+    return int(low.timestamp() * 1000) if hasattr(low, "timestamp") else int(low)
+
+
+class Appender:
+    """Per-partition queues and group commits (see the module docstring)."""
+
+    def __init__(self, server):
+        self.server = server
+        self._queues: dict[tuple[str, int], list[_Item]] = {}
+        self._wake: dict[tuple[str, int], asyncio.Event] = {}
+        self._workers: dict[tuple[str, int], asyncio.Task] = {}
+        self._busy: set[tuple[str, int]] = set()
+        self.commits = 0
+
+    @property
+    def interval_s(self) -> float:
+        return max(0.0, self.server.options.commit_interval_ms / 1000)
+
+    def submit(self, topic: str, partition: int, data: bytes, header: BatchHeader,
+               wait: bool = True) -> asyncio.Future:
+        """Queue one checked batch; the future gives its :class:`Outcome` once committed.
+
+        Synchronous (no await), so batches queue in the order their requests arrived.
+        """
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        tp = (topic, partition)
+        self._queues.setdefault(tp, []).append(_Item(data, header, fut))
+        if tp not in self._workers:
+            self._wake[tp] = asyncio.Event()
+            self._workers[tp] = loop.create_task(self._worker(tp))
+        self._wake[tp].set()
+        return fut
+
+    async def _worker(self, tp: tuple[str, int]) -> None:
+        wake = self._wake[tp]
+        while True:
+            await wake.wait()
+            wake.clear()
+            if not self._queues.get(tp):
+                continue
+            self._busy.add(tp)
+            try:
+                if self.interval_s:
+                    await asyncio.sleep(self.interval_s)
+                items, self._queues[tp] = self._queues[tp], []
+                try:
+                    outcomes, manifest = await self.server.run(self.commit, tp, items)
+                except Exception as exc:  # noqa: BLE001 - every failure becomes an error code
+                    outcomes, manifest = [_failure(exc)] * len(items), None
+                for item, outcome in zip(items, outcomes):
+                    if item.future is not None and not item.future.done():
+                        item.future.set_result(outcome)
+                if manifest is not None:
+                    self.server.meta.put_manifest(manifest)
+                    self.server.notify_data()
+            finally:
+                self._busy.discard(tp)
+            if self._queues.get(tp):
+                wake.set()
+
+    async def close(self) -> None:
+        """Wait until every queued batch is committed (or failed), then stop the workers."""
+        for _ in range(600):
+            if not any(self._queues.values()) and not self._busy:
+                break
+            await asyncio.sleep(0.05)
+        for task in self._workers.values():
+            task.cancel()
+
+    # -- the commit (runs in the thread pool) -------------------------------------
+    def commit(self, tp: tuple[str, int], items: list[_Item]) -> tuple[list[Outcome], Manifest | None]:
+        """Commit ``items`` to the partition as one manifest version; one outcome per item."""
+        topic, partition = tp
+        outcomes = [Outcome() for _ in items]
+        meta = self.server.meta.topic(topic)
+        if meta is None or not 0 <= partition < meta.partitions:
+            return [Outcome(E.UNKNOWN_TOPIC_OR_PARTITION, message=f"unknown partition {topic}/{partition}")
+                    for _ in items], None
+        cfg = meta.config
+        now = int(time.time() * 1000)
+        log_append = cfg.message_timestamp_type == "LogAppendTime"
+        codec_name = cfg.compression_codec
+        codec = Compression.parse(codec_name) if codec_name is not None else None
+        before = cfg["message.timestamp.before.max.ms"]
+        after = cfg["message.timestamp.after.max.ms"]
+        prepared: list[_Prepared] = []
+        for i, item in enumerate(items):
+            data, header = item.data, item.header
+            try:
+                if header.size > cfg.max_message_bytes:
+                    raise BatchRejected(E.MESSAGE_TOO_LARGE,
+                                        f"batch of {header.size} bytes exceeds max.message.bytes="
+                                        f"{cfg.max_message_bytes} of topic {topic!r}")
+                if codec is not None and header.compression != codec:
+                    data, header = _recompress(data, header, codec)
+                if log_append:
+                    data, header = _set_log_append_time(data, header, now)
+                    min_ts = now
+                else:
+                    min_ts = _min_timestamp(data, topic, partition)
+                    if now - min_ts > before or header.max_timestamp - now > after:
+                        raise BatchRejected(E.INVALID_TIMESTAMP,
+                                            f"timestamp outside message.timestamp.before/after.max.ms "
+                                            f"of topic {topic!r}")
+            except BatchRejected as exc:
+                outcomes[i] = Outcome(exc.code, message=str(exc))
+                continue
+            except (CorruptRecordError, CompressionError) as exc:
+                outcomes[i] = Outcome(E.CORRUPT_MESSAGE, message=str(exc))
+                continue
+            prepared.append(_Prepared(i, data, header, min_ts, now if log_append else -1))
+        if not prepared:
+            return outcomes, None
+
+        store = ManifestStore(self.server.storage, topic, partition)
+        uploads: dict[tuple, tuple[float, list[SegmentEntry]]] = {}
+        planned: dict[int, Outcome] = {}
+
+        def build(m: Manifest | None):
+            m = m or Manifest.empty(topic, partition)
+            planned.clear()
+            producers: dict[int, ProducerState] = dict(m.producers)
+            changed: dict[int, ProducerState] = {}
+            offset = m.high_watermark
+            accepted: list[tuple[_Prepared, int]] = []
+            for p in prepared:
+                h = p.header
+                if h.producer_id >= 0:
+                    verdict = _check_sequence(producers.get(h.producer_id), h)
+                    if isinstance(verdict, Outcome):
+                        verdict.log_start_offset = m.log_start_offset
+                        planned[p.index] = verdict
+                        continue
+                    last_seq = (h.base_sequence + h.last_offset_delta) & _INT32_MASK
+                    st = verdict.with_batch(BatchMetadata(h.base_sequence, last_seq, offset,
+                                                          offset + h.last_offset_delta,
+                                                          h.max_timestamp))
+                    producers[h.producer_id] = changed[h.producer_id] = st
+                planned[p.index] = Outcome(E.NONE, offset, p.append_time, m.log_start_offset)
+                accepted.append((p, offset))
+                offset += h.last_offset_delta + 1
+            if not accepted:
+                return None
+            key = (m.high_watermark, tuple(p.index for p, _ in accepted))
+            hit = uploads.get(key)
+            # Files are committed only while young (GC may remove unlisted files after the grace
+            # period): past half of it they are uploaded again under a new id.
+            if hit is None or time.monotonic() - hit[0] > ManifestStore.min_keep_ms / 2000:
+                hit = uploads[key] = (time.monotonic(),
+                                      self._upload(topic, partition, accepted, cfg, m.leader_epoch))
+            updates = [AppendSegments(tuple(hit[1]))]
+            updates += [UpdateProducerState(pid, st) for pid, st in changed.items()]
+            for i in planned:
+                planned[i].log_start_offset = m.log_start_offset
+            return updates, []
+
+        new = store.commit(build, operation="produce", writer=f"broker-{self.server.node_id}",
+                           now_ms=now, max_attempts=50)
+        self.commits += 1
+        for i, o in planned.items():
+            outcomes[i] = o
+        return outcomes, new
+
+    def _upload(self, topic: str, partition: int, accepted: list[tuple[_Prepared, int]], cfg,
+                epoch: int) -> list[SegmentEntry]:
+        """Write the accepted batches as segments (rolled at ``segment.bytes``); their entries."""
+        groups: list[list[tuple[_Prepared, int]]] = []
+        size = 0
+        for p, offset in accepted:
+            if not groups or (size + p.header.size > cfg.segment_bytes and groups[-1]):
+                groups.append([])
+                size = 0
+            groups[-1].append((p, offset))
+            size += p.header.size
+        entries = []
+        for group in groups:
+            builder = SegmentBuilder(group[0][1], index_interval_bytes=cfg.index_interval_bytes,
+                                     verify_crc=False)
+            for p, offset in group:
+                buf = bytearray(p.data)
+                _BASE_OFFSET.pack_into(buf, 0, offset)
+                builder.append(buf, min_timestamp=p.min_timestamp if p.min_timestamp >= 0 else None)
+            built = builder.build()
+            st = built.stats
+            seg_id = layout.new_segment_id()
+            for ext, data in ((".index", built.index), (".timeindex", built.timeindex),
+                              (".log", built.log)):
+                self.server.storage.put(layout.segment_path(topic, partition, st.base_offset,
+                                                            seg_id, ext), data)
+            entries.append(SegmentEntry(
+                base_offset=st.base_offset, next_offset=st.next_offset, record_count=st.record_count,
+                size=len(built.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
+                segment_id=seg_id, writer_id=max(self.server.node_id, 0), leader_epoch=epoch,
+                checksum=crc32c(built.log), index_size=len(built.index),
+                timeindex_size=len(built.timeindex),
+                max_timestamp_offset=st.offset_of_max_timestamp if st.offset_of_max_timestamp >= 0 else -1))
+        return entries
+
+
+def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerState | Outcome:
+    """Kafka's sequence check: the state to append to, or the outcome (duplicate or error)."""
+    last_seq = (h.base_sequence + h.last_offset_delta) & _INT32_MASK
+    if state is None:
+        return ProducerState(epoch=h.producer_epoch)
+    if h.producer_epoch < state.epoch:
+        return Outcome(E.INVALID_PRODUCER_EPOCH,
+                       message=f"producer {h.producer_id} epoch {h.producer_epoch} is older than "
+                               f"{state.epoch}")
+    if h.producer_epoch > state.epoch:
+        if h.base_sequence != 0:
+            return Outcome(E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                           message=f"new epoch {h.producer_epoch} must start at sequence 0, "
+                                   f"got {h.base_sequence}")
+        return replace(state, epoch=h.producer_epoch, batches=())
+    dup = state.find_batch(h.base_sequence, last_seq)
+    if dup is not None:
+        return Outcome(E.NONE, dup.first_offset)
+    expected = (state.last_sequence + 1) & _INT32_MASK if state.batches else h.base_sequence
+    if h.base_sequence != expected:
+        return Outcome(E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                       message=f"producer {h.producer_id}: sequence {h.base_sequence}, "
+                               f"expected {expected}")
+    return state
+
+
+def _failure(exc: BaseException) -> Outcome:
+    if isinstance(exc, CommitConflict):
+        return Outcome(E.REQUEST_TIMED_OUT, message=f"commit kept conflicting: {exc}")
+    if isinstance(exc, StorageError):
+        return Outcome(E.KAFKA_STORAGE_ERROR, message=str(exc))
+    if isinstance(exc, KafkaStoreError):
+        log.warning("append failed: %s", exc)
+        return Outcome(E.UNKNOWN_SERVER_ERROR, message=str(exc))
+    log.error("append failed", exc_info=exc)
+    return Outcome(E.UNKNOWN_SERVER_ERROR, message=repr(exc))

@@ -1,0 +1,120 @@
+"""The handler registry: which API keys and versions the broker serves, and who serves them.
+
+ApiVersions answers from this registry, so it always tells the truth: an API
+is advertised exactly when a handler is registered for it, at exactly the
+registered version range.
+
+Writing a handler (this is the contract for every API, the group APIs included)::
+
+    from kafkastore.protocol.codec import make
+    from kafkastore.protocol.registry import RequestContext
+
+    async def handle_heartbeat(ctx: RequestContext, request) -> object | None:
+        # ``request`` is kio's dataclass for ctx.api_version, e.g.
+        # kio.schema.heartbeat.v4.request.HeartbeatRequest.
+        # Return kio's response dataclass of the same version; build it with
+        # ``make(ctx.response_class, **fields)`` (extra fields of other
+        # versions are dropped) and nested classes with
+        # ``make(ctx.response_module, "NestedName", **fields)``.
+        # Return None to send no response (only Produce with acks=0 does).
+        return make(ctx.response_class, error_code=0)
+
+    def register(registry: Registry) -> None:
+        registry.register(12, 0, 4, handle_heartbeat)   # api_key, min, max version
+
+The server builds the registry with :func:`kafkastore.protocol.server.default_registry`
+and then calls every extra ``register(registry)`` hook it is given
+(``BrokerServer(..., extensions=[groups.register])``). Handlers run on the
+server's asyncio event loop: do storage I/O with ``await ctx.run(fn, *args)``
+(the broker's thread pool), never blocking calls on the loop. ``ctx.broker``
+is the :class:`kafkastore.protocol.server.BrokerServer` (its ``storage``,
+``node_id``, ``live_brokers()``, ``appender``...). Requests of one connection
+are handled concurrently and answered in order; a handler that raises gets
+the connection closed (and is logged), so map expected failures to Kafka
+error codes in the response instead.
+
+Every version range must be one kio has classes for (``codec.request_class``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from ..errors import ConfigError
+from . import codec
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request it is answering."""
+
+    broker: Any
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    principal: str | None = None
+    connection: Any = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def response_class(self) -> type:
+        """kio's response class for this API key and version."""
+        return codec.response_class(self.api_key, self.api_version)
+
+    @property
+    def response_module(self):
+        """The module of this version's response classes (for nested classes)."""
+        return codec.response_module(self.api_key, self.api_version)
+
+    async def run(self, fn, *args):
+        """Run a blocking function in the broker's thread pool."""
+        return await self.broker.run(fn, *args)
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """One registered API: key, inclusive version range, handler."""
+
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+class Registry:
+    """api_key -> :class:`ApiSpec`."""
+
+    def __init__(self):
+        self._specs: dict[int, ApiSpec] = {}
+
+    def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
+        """Serve ``api_key`` at versions ``[min_version, max_version]`` with ``handler`` (replaces
+        an earlier registration of the same key)."""
+        if not 0 <= min_version <= max_version:
+            raise ConfigError(f"bad version range {min_version}..{max_version} for API {api_key}")
+        for v in range(min_version, max_version + 1):
+            try:
+                codec.request_class(api_key, v)
+                codec.response_class(api_key, v)
+            except KeyError:
+                raise ConfigError(f"no message classes for API {api_key} version {v}") from None
+        self._specs[api_key] = ApiSpec(api_key, min_version, max_version, handler)
+
+    def lookup(self, api_key: int, version: int) -> ApiSpec | None:
+        """The spec serving this key at this version, else None."""
+        spec = self._specs.get(api_key)
+        if spec is None or not spec.min_version <= version <= spec.max_version:
+            return None
+        return spec
+
+    def get(self, api_key: int) -> ApiSpec | None:
+        """The spec of an API key at any version."""
+        return self._specs.get(api_key)
+
+    def api_versions(self) -> list[tuple[int, int, int]]:
+        """``(api_key, min_version, max_version)`` of every registered API, by key."""
+        return [(s.api_key, s.min_version, s.max_version) for _, s in sorted(self._specs.items())]

@@ -1,0 +1,134 @@
+"""SASL authentication (SaslHandshake + SaslAuthenticate): PLAIN and SCRAM-SHA-256.
+
+Credentials come from a file of ``user:password`` lines (``--sasl-credentials``).
+A connection must authenticate before any API but ApiVersions, SaslHandshake
+and SaslAuthenticate; a failed authentication is answered with
+SASL_AUTHENTICATION_FAILED and the connection is closed after the response.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+
+from ..errors import ConfigError
+from . import error_codes as E
+from .codec import make
+from .registry import Registry, RequestContext
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+_SCRAM_ITERATIONS = 4096
+
+
+def load_credentials(path: str) -> dict[str, str]:
+    """``user:password`` per line (``#`` comments); :class:`ConfigError` if none or malformed."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read SASL credentials file {path}: {exc}") from None
+    users = {}
+    for n, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user:
+            raise ConfigError(f"{path}:{n}: expected user:password")
+        users[user] = password
+    if not users:
+        raise ConfigError(f"SASL credentials file {path} lists no users")
+    return users
+
+
+async def handle_handshake(ctx: RequestContext, request):
+    conn = ctx.connection
+    mech = request.mechanism
+    if mech not in MECHANISMS:
+        return make(ctx.response_class, error_code=E.UNSUPPORTED_SASL_MECHANISM, mechanisms=MECHANISMS)
+    conn.sasl_state = {"mechanism": mech, "step": 0}
+    return make(ctx.response_class, error_code=E.NONE, mechanisms=MECHANISMS)
+
+
+def _fail(ctx, message: str):
+    ctx.connection.sasl_state = {"failed": True}
+    ctx.connection.close_after_response = True
+    return make(ctx.response_class, error_code=E.SASL_AUTHENTICATION_FAILED, error_message=message,
+                auth_bytes=b"", session_lifetime=0)
+
+
+def _ok(ctx, data: bytes = b""):
+    return make(ctx.response_class, error_code=E.NONE, error_message=None, auth_bytes=data,
+                session_lifetime=0)
+
+
+def _scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    return hashlib.sha256(client_key).digest(), server_key
+
+
+async def handle_authenticate(ctx: RequestContext, request):
+    conn = ctx.connection
+    state = conn.sasl_state
+    users = ctx.broker.options.credentials or {}
+    mech = state.get("mechanism")
+    data = bytes(request.auth_bytes)
+    if mech == "PLAIN":
+        parts = data.split(b"\x00")
+        if len(parts) != 3:
+            return _fail(ctx, "malformed PLAIN message")
+        user, password = parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+        expected = users.get(user)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            return _fail(ctx, "authentication failed: bad user name or password")
+        conn.principal, conn.authenticated = user, True
+        return _ok(ctx)
+    if mech == "SCRAM-SHA-256":
+        if state.get("step") == 0:
+            text = data.decode("utf-8", "replace")
+            if not text.startswith(("n,", "y,")):
+                return _fail(ctx, "malformed SCRAM client-first message")
+            bare = text.split(",", 2)[2]
+            fields = dict(kv.split("=", 1) for kv in bare.split(",") if "=" in kv)
+            user = fields.get("n", "").replace("=2C", ",").replace("=3D", "=")
+            cnonce = fields.get("r")
+            if user not in users or not cnonce:
+                return _fail(ctx, "authentication failed: bad user name or password")
+            salt = os.urandom(16)
+            nonce = cnonce + secrets.token_urlsafe(18)
+            server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={_SCRAM_ITERATIONS}"
+            conn.sasl_state = {"mechanism": mech, "step": 1, "user": user, "salt": salt,
+                               "nonce": nonce, "auth": bare + "," + server_first}
+            return _ok(ctx, server_first.encode())
+        if state.get("step") == 1:
+            text = data.decode("utf-8", "replace")
+            fields = dict(kv.split("=", 1) for kv in text.split(",") if "=" in kv)
+            without_proof = text.rsplit(",p=", 1)[0]
+            if fields.get("r") != state["nonce"] or "p" not in fields:
+                return _fail(ctx, "authentication failed: bad SCRAM nonce")
+            stored_key, server_key = _scram_keys(users[state["user"]], state["salt"], _SCRAM_ITERATIONS)
+            auth_message = (state["auth"] + "," + without_proof).encode()
+            signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
+            try:
+                proof = base64.b64decode(fields["p"])
+            except ValueError:
+                return _fail(ctx, "malformed SCRAM proof")
+            client_key = bytes(a ^ b for a, b in zip(proof, signature))
+            if len(proof) != len(signature) or not hmac.compare_digest(hashlib.sha256(client_key).digest(),
+                                                                       stored_key):
+                return _fail(ctx, "authentication failed: bad user name or password")
+            server_sig = hmac.new(server_key, auth_message, hashlib.sha256).digest()
+            conn.principal, conn.authenticated = state["user"], True
+            conn.sasl_state = {"mechanism": mech, "step": 2}
+            return _ok(ctx, b"v=" + base64.b64encode(server_sig))
+    return _fail(ctx, "SaslAuthenticate without a SaslHandshake")
+
+
+def register(registry: Registry) -> None:
+    registry.register(SASL_HANDSHAKE, 1, 1, handle_handshake)
+    registry.register(SASL_AUTHENTICATE, 0, 2, handle_authenticate)

@@ -1,0 +1,415 @@
+"""The broker server: one asyncio event loop, storage I/O in a thread pool.
+
+Connections read frames (int32 size + request), decode them with
+:mod:`kafkastore.protocol.codec`, run the handler registered for the API key
+and version (:mod:`kafkastore.protocol.registry`) and write the responses in
+request order. Requests of one connection are handled concurrently (clients
+pipeline up to ``max.in.flight`` requests); a produce handler hands its
+batches to the :class:`~kafkastore.protocol.appender.Appender` before its
+first ``await``, and tasks start in creation order, so appends to a
+partition keep the order in which they arrived.
+
+Bad input never crashes the server: an oversized or malformed frame, an
+unknown API key or version (except ApiVersions, which answers
+UNSUPPORTED_VERSION as Kafka does) closes that connection; handler errors are
+logged and close the connection; a response is written whole or not at all
+(one ``write`` of the framed bytes).
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import ssl as ssl_lib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from ..errors import ConfigError
+from ..storage import Storage
+from . import codec
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve")
+
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a broker listens and commits (``kafkastore serve`` flags)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertise_host: str | None = None
+    advertise_port: int | None = None
+    node_id: int | None = None
+    commit_interval_ms: float = 5.0
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    heartbeat_ms: int = 1000
+    ssl_context: ssl_lib.SSLContext | None = None
+    credentials: dict | None = None   # SASL users: {user: password}
+    insecure: bool = False
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    io_threads: int = 8
+    fetch_cache_bytes: int = 64 << 20
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen address only accepts local connections."""
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listener_security(opts: ServeOptions) -> None:
+    """A non-loopback listener needs TLS and SASL credentials unless ``insecure`` (DESIGN 8)."""
+    if is_loopback(opts.host) or opts.insecure:
+        return
+    missing = [what for what, ok in (("TLS (--tls-cert/--tls-key)", opts.ssl_context is not None),
+                                     ("SASL credentials (--sasl-credentials)", bool(opts.credentials)))
+               if not ok]
+    if missing:
+        raise ConfigError(f"listening on {opts.host} (not loopback) requires {' and '.join(missing)}, "
+                          f"or --insecure")
+
+
+class BrokerServer:
+    """A Kafka-protocol broker over one kafkastore root."""
+
+    def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
+                 extensions: Iterable[Callable[[Registry], None]] = ()):
+        from . import api_admin, api_fetch, api_meta, api_produce, sasl
+        from .appender import Appender
+        from .brokers import BrokerRegistry
+        from .fetch_cache import RangeCache
+        from .producer_ids import ProducerIdAllocator
+        from .state import MetadataCache
+
+        self.options = opts = options or ServeOptions()
+        check_listener_security(opts)
+        self.storage = storage
+        self.registry = Registry()
+        for mod in (api_meta, api_produce, api_fetch, api_admin):
+            mod.register(self.registry)
+        if opts.credentials:
+            sasl.register(self.registry)
+        for ext in extensions:
+            ext(self.registry)
+        self.pool = ThreadPoolExecutor(max_workers=opts.io_threads, thread_name_prefix="kafkastore-io")
+        self.meta = MetadataCache(storage)
+        self.appender = Appender(self)
+        self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
+        self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms)
+        self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance)
+        self.node_id: int = -1
+        self.cluster_id = "kafkastore"
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._conns: set[asyncio.StreamWriter] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.port: int = opts.port
+        self._data_waiters: set[asyncio.Future] = set()
+
+    # -- lifecycle ---------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen, register under ``_brokers/`` and start heartbeating."""
+        opts = self.options
+        self.loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(
+            self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
+            limit=1 << 16)
+        self.port = self._server.sockets[0].getsockname()[1]
+        host = opts.advertise_host or (opts.host if opts.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        port = opts.advertise_port or self.port
+        self.node_id = await self.run(self.brokers.register, opts.node_id, host, port)
+        self.advertised = (host, port)
+        self._spawn(self._heartbeat())
+        log.info("broker %d listening on %s:%d (advertised %s:%d)", self.node_id, opts.host,
+                 self.port, host, port)
+
+    async def serve_forever(self) -> None:
+        """Run until cancelled."""
+        await self.start()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Stop listening, flush pending appends, deregister."""
+        if self._server is not None:
+            self._server.close()
+        for w in list(self._conns):
+            w.close()
+        await self.appender.close()
+        for t in list(self._tasks):
+            t.cancel()
+        try:
+            await self.run(self.brokers.deregister)
+        except Exception:  # noqa: BLE001 - best effort: the heartbeat expires anyway
+            log.warning("could not deregister broker %d", self.node_id, exc_info=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _heartbeat(self) -> None:
+        interval = self.options.heartbeat_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.run(self.brokers.heartbeat)
+            except Exception:  # noqa: BLE001 - a missed heartbeat is retried next interval
+                log.warning("broker heartbeat failed", exc_info=True)
+
+    async def run(self, fn, *args):
+        """Run a blocking function in the I/O thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def live_brokers(self) -> list[tuple[int, str, int]]:
+        """``(node_id, host, port)`` of the live brokers (this one always included)."""
+        live = self.brokers.live_cached()
+        if not any(n == self.node_id for n, _, _ in live):
+            live = sorted(live + [(self.node_id, *self.advertised)])
+        return live
+
+    # -- data notifications (long poll) ------------------------------------------
+    def notify_data(self) -> None:
+        """Wake every fetch waiting for data (called after an append commits)."""
+        waiters, self._data_waiters = self._data_waiters, set()
+        for f in waiters:
+            if not f.done():
+                f.set_result(None)
+
+    async def wait_for_data(self, timeout: float) -> None:
+        """Wait until :meth:`notify_data` or ``timeout`` seconds."""
+        fut = asyncio.get_running_loop().create_future()
+        self._data_waiters.add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._data_waiters.discard(fut)
+
+    # -- connections -------------------------------------------------------------
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self._conns.add(writer)
+        conn = Connection(self, reader, writer)
+        try:
+            await conn.run()
+        except Exception:  # noqa: BLE001 - one connection's failure must not stop the broker
+            log.exception("connection from %s failed", conn.peer)
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+
+class Connection:
+    """One client connection: reads requests, answers them in order."""
+
+    def __init__(self, server: BrokerServer, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter):
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        self.principal: str | None = None
+        self.sasl_state: dict = {}
+        # SASL required: until authenticated only ApiVersions / SaslHandshake / SaslAuthenticate.
+        self.authenticated = not server.options.credentials
+        self.negotiated: dict[int, int] = {}
+        self.close_after_response = False
+
+    async def run(self) -> None:
+        queue: asyncio.Queue = asyncio.Queue()
+        writer_task = asyncio.ensure_future(self._write_responses(queue))
+        try:
+            while True:
+                try:
+                    size_bytes = await self.reader.readexactly(4)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                size = int.from_bytes(size_bytes, "big", signed=True)
+                if size < 8 or size > self.server.options.max_request_bytes:
+                    log.warning("closing %s: request size %d outside [8, %d]", self.peer, size,
+                                self.server.options.max_request_bytes)
+                    return
+                try:
+                    payload = await self.reader.readexactly(size)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                task = self._dispatch(payload)
+                if task is None:
+                    return
+                await queue.put(task)
+                if writer_task.done():
+                    return
+        finally:
+            await queue.put(None)
+            try:
+                await writer_task
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _dispatch(self, payload: bytes):
+        """Decode one request and start its handler; None closes the connection."""
+        try:
+            head = codec.peek_header(payload)
+        except codec.ProtocolError as exc:
+            log.warning("closing %s: %s", self.peer, exc)
+            return None
+        registry = self.server.registry
+        spec = registry.lookup(head.api_key, head.api_version)
+        if spec is None:
+            if head.api_key == API_VERSIONS:
+                from .api_meta import unsupported_api_versions
+                return asyncio.ensure_future(_ready(
+                    unsupported_api_versions(registry, head.correlation_id)))
+            log.warning("closing %s: unsupported API key %d version %d", self.peer, head.api_key,
+                        head.api_version)
+            return None
+        if not self.authenticated and head.api_key not in (API_VERSIONS, SASL_HANDSHAKE,
+                                                           SASL_AUTHENTICATE):
+            log.warning("closing %s: API %d before SASL authentication", self.peer, head.api_key)
+            return None
+        try:
+            header, pos = codec.parse_header(payload, codec.is_flexible(head.api_key, head.api_version))
+            request = codec.decode_request(head.api_key, head.api_version, payload, pos)
+        except codec.ProtocolError as exc:
+            log.warning("closing %s: %s", self.peer, exc)
+            return None
+        if self.negotiated.get(head.api_key) != head.api_version:
+            self.negotiated[head.api_key] = head.api_version
+            log.info("client %r at %s uses API %d version %d", header.client_id, self.peer,
+                     head.api_key, head.api_version)
+        ctx = RequestContext(self.server, header.api_key, header.api_version,
+                             header.correlation_id, header.client_id, principal=self.principal,
+                             connection=self)
+        return asyncio.ensure_future(self._handle(spec.handler, ctx, request))
+
+    async def _handle(self, handler, ctx: RequestContext, request) -> bytes | None:
+        response = await handler(ctx, request)
+        if response is None:
+            return None
+        return codec.encode_response(ctx.correlation_id, response)
+
+    async def _write_responses(self, queue: asyncio.Queue) -> None:
+        while True:
+            task = await queue.get()
+            if task is None:
+                return
+            try:
+                data = await task
+            except Exception:  # noqa: BLE001 - a handler bug closes this connection only
+                log.exception("handler failed for %s; closing the connection", self.peer)
+                self.writer.close()
+                return
+            if data is None:
+                continue
+            try:
+                self.writer.write(data)
+                await self.writer.drain()
+            except (ConnectionError, RuntimeError):
+                return
+            if self.close_after_response:
+                self.writer.close()
+                return
+
+
+async def _ready(value):
+    return value
+
+
+def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[BrokerServer], None] | None = None,
+               extensions: Iterable[Callable[[Registry], None]] = ()) -> None:
+    """Run a broker in this thread until interrupted (the CLI's ``serve``)."""
+    async def main():
+        server = BrokerServer(storage, options, extensions=extensions)
+        await server.start()
+        if ready is not None:
+            ready(server)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await server.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+
+
+class BrokerThread:
+    """A broker running on its own event loop in a background thread (tests, demo, benchmark).
+
+    ``with BrokerThread(storage, options) as b: ... b.bootstrap ...``
+    """
+
+    def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
+                 extensions: Iterable[Callable[[Registry], None]] = ()):
+        import threading
+
+        self._storage, self._options, self._extensions = storage, options or ServeOptions(port=0), extensions
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kafkastore-broker", daemon=True)
+        self._stop: asyncio.Event | None = None
+        self.server: BrokerServer | None = None
+
+    def _run(self) -> None:
+        async def main():
+            try:
+                self.server = BrokerServer(self._storage, self._options, extensions=self._extensions)
+                await self.server.start()
+                self._stop = asyncio.Event()
+            except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+                self._error = exc
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await self.server.close()
+
+        asyncio.run(main())
+
+    def start(self) -> "BrokerThread":
+        """Start and wait until the broker listens; re-raises a startup error."""
+        self._thread.start()
+        self._ready.wait(30)
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for a client's ``bootstrap.servers``."""
+        host, port = self.server.advertised
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        """Flush pending appends, stop the broker and join its thread."""
+        if self.server is not None and self.server.loop is not None and self._stop is not None:
+            self.server.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def __enter__(self) -> "BrokerThread":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
