@@ -225,8 +225,8 @@ class GroupCoordinator:
         deadlines, so consumers that keep heartbeating keep their generation.
         Does nothing if the group is already loaded."""
         with self._lock:
-            if state.group_id in self._groups:
-                return
+            if state.group_id in self._groups or state.empty:
+                return  # an unknown group is created by its first JoinGroup or commit
             g = _Group(state.group_id, offsets=dict(state.offsets))
             meta = state.metadata
             if meta is not None:

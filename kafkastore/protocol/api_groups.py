@@ -1,0 +1,404 @@
+"""The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
+
+Which broker coordinates a group: rendezvous hashing of the group id over the
+live brokers (the highest ``crc32(group, node id)`` wins), so every broker
+computes the same answer from the broker registry, and when a broker dies
+only its groups move. A request for a group this broker does not coordinate
+gets NOT_COORDINATOR and the client asks FindCoordinator again.
+
+State: one :class:`~kafkastore.protocol.group_coordinator.GroupCoordinator`
+per broker (pure, on the event loop) and one
+:class:`~kafkastore.group_offsets.OffsetsStore` (``__consumer_offsets``,
+written in the I/O pool). A group is loaded from the store the first time
+this broker serves it, and dropped when it moves to another broker, so a
+coordinator move or a restart continues from what the topic holds. Offset
+commits are answered after their manifest commit lands; group metadata is
+written in the background, in order, by one writer task.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+
+from ..errors import KafkaStoreError
+from ..group_offsets import GroupMetadata, OffsetAndMetadata, OffsetsStore
+from . import group_coordinator as G
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.groups")
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
+KAFKA_STORAGE_ERROR = 56
+COORDINATOR_KEY_GROUP = 0
+TICK_S = 0.1
+
+
+def coordinator_node(group: str, brokers: list[tuple[int, str, int]]) -> tuple[int, str, int]:
+    """The live broker that coordinates ``group`` (rendezvous hashing; same answer everywhere)."""
+    key = group.encode("utf-8")
+    return max(brokers, key=lambda b: (zlib.crc32(key + b"\x00" + str(b[0]).encode()), -b[0]))
+
+
+class GroupService:
+    """The coordinator, the offsets store and the background tasks of one broker."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.store = OffsetsStore(broker.storage, broker_id=max(broker.node_id, 0))
+        self.coordinator = G.GroupCoordinator(on_persist=self._persist)
+        self._writes: asyncio.Queue = asyncio.Queue()
+        self._live: tuple[int, ...] = ()
+        spawn = getattr(broker, "_spawn", asyncio.ensure_future)
+        spawn(self._tick_loop())
+        spawn(self._writer())
+
+    # -- ownership -----------------------------------------------------------
+    def owns(self, group: str) -> bool:
+        return coordinator_node(group, self.broker.live_brokers())[0] == self.broker.node_id
+
+    def _check_moves(self) -> None:
+        live = tuple(n for n, _, _ in self.broker.live_brokers())
+        if live != self._live:
+            self._live = live
+            for g in self.coordinator.loaded_groups():
+                if not self.owns(g):
+                    log.info("group %s moved away from broker %d", g, self.broker.node_id)
+                    self.coordinator.unload(g)
+
+    async def ensure(self, group: str) -> int:
+        """NONE when this broker coordinates ``group`` (loading it if needed), else an error."""
+        if not group:
+            return G.INVALID_GROUP_ID
+        self._check_moves()
+        if not self.owns(group):
+            return G.NOT_COORDINATOR
+        if not self.coordinator.is_loaded(group):
+            try:
+                state = await self.broker.run(self.store.group, group)
+            except KafkaStoreError:
+                log.warning("cannot load group %s", group, exc_info=True)
+                return G.COORDINATOR_NOT_AVAILABLE
+            self.coordinator.load_group(state)
+        return G.NONE
+
+    # -- background ----------------------------------------------------------
+    def _persist(self, meta: GroupMetadata) -> None:
+        self._writes.put_nowait(meta)
+
+    async def _writer(self) -> None:
+        while True:
+            meta = await self._writes.get()
+            try:
+                await self.broker.run(self.store.store_group, meta)
+            except Exception:  # noqa: BLE001 - metadata is advisory; offsets are answered synchronously
+                log.warning("could not persist metadata of group %s", meta.group_id, exc_info=True)
+            finally:
+                self._writes.task_done()
+
+    async def flush(self) -> None:
+        """Wait until the group metadata queued so far is written (SyncGroup and LeaveGroup
+        answer after it, as Kafka answers SyncGroup after its append)."""
+        await self._writes.join()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._check_moves()
+                self.coordinator.tick()
+            except Exception:  # noqa: BLE001 - keep ticking; a bug here is logged, not fatal
+                log.exception("group coordinator tick failed")
+
+
+def service(broker) -> GroupService:
+    """The broker's group service (created on first use, on the event loop)."""
+    svc = getattr(broker, "_group_service", None)
+    if svc is None:
+        svc = broker._group_service = GroupService(broker)
+    return svc
+
+
+def _future():
+    fut = asyncio.get_running_loop().create_future()
+
+    def respond(result):
+        if not fut.done():
+            fut.set_result(result)
+    return fut, respond
+
+
+# -- FindCoordinator ---------------------------------------------------------------
+async def handle_find_coordinator(ctx: RequestContext, request):
+    mod = ctx.response_module
+    brokers = ctx.broker.live_brokers()
+    key_type = getattr(request, "key_type", COORDINATOR_KEY_GROUP)
+    keys = list(getattr(request, "coordinator_keys", None) or ()) if ctx.api_version >= 4 else [request.key]
+
+    def answer(key: str):
+        if key_type != COORDINATOR_KEY_GROUP:
+            return G.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", (-1, "", -1)
+        if not key:
+            return G.INVALID_GROUP_ID, "empty group id", (-1, "", -1)
+        return G.NONE, None, coordinator_node(key, brokers)
+
+    if ctx.api_version >= 4:
+        out = []
+        for key in keys:
+            err, msg, (n, h, p) = answer(key)
+            out.append(make(mod, "Coordinator", key=key, node_id=n, host=h, port=p,
+                            error_code=err, error_message=msg))
+        return make(ctx.response_class, coordinators=tuple(out))
+    err, msg, (n, h, p) = answer(keys[0])
+    return make(ctx.response_class, error_code=err, error_message=msg, node_id=n, host=h, port=p)
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------
+def _join_response(ctx, r: G.JoinResult):
+    mod = ctx.response_module
+    members = tuple(make(mod, "JoinGroupResponseMember", member_id=m, group_instance_id=i, metadata=md)
+                    for m, i, md in r.members)
+    return make(ctx.response_class, error_code=r.error, generation_id=r.generation,
+                protocol_type=r.protocol_type, protocol_name=r.protocol_name or ("" if ctx.api_version < 7 else None),
+                leader=r.leader, skip_assignment=False, member_id=r.member_id, members=members)
+
+
+async def handle_join_group(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    err = await svc.ensure(request.group_id)
+    if err:
+        return _join_response(ctx, G.JoinResult(err, request.member_id))
+    fut, respond = _future()
+    host = ctx.connection.peer if ctx.connection is not None and hasattr(ctx.connection, "peer") else ""
+    svc.coordinator.join_group(
+        request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+        request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
+        _ms(request.session_timeout), _ms(getattr(request, "rebalance_timeout", -1)), respond,
+        client_id=ctx.client_id or "", client_host=f"/{_host(host)}",
+        require_known_member_id=ctx.api_version >= 4)
+    return _join_response(ctx, await fut)
+
+
+async def handle_sync_group(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    err = await svc.ensure(request.group_id)
+    if err:
+        return make(ctx.response_class, error_code=err, protocol_type=None, protocol_name=None,
+                    assignment=b"")
+    fut, respond = _future()
+    svc.coordinator.sync_group(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None),
+        {a.member_id: a.assignment for a in request.assignments}, respond,
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None))
+    r = await fut
+    await svc.flush()
+    return make(ctx.response_class, error_code=r.error, protocol_type=r.protocol_type,
+                protocol_name=r.protocol_name, assignment=r.assignment)
+
+
+async def handle_heartbeat(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    err = await svc.ensure(request.group_id)
+    if not err:
+        err = svc.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                        getattr(request, "group_instance_id", None))
+    return make(ctx.response_class, error_code=err)
+
+
+async def handle_leave_group(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    if ctx.api_version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        members = [(request.member_id, None)]
+    err = await svc.ensure(request.group_id)
+    if err:
+        per = [err] * len(members)
+    else:
+        err, per = svc.coordinator.leave_group(request.group_id, members)
+        await svc.flush()
+    if ctx.api_version >= 3:
+        return make(ctx.response_class, error_code=err, members=tuple(
+            make(mod, "MemberResponse", member_id=m, group_instance_id=i, error_code=e)
+            for (m, i), e in zip(members, per)))
+    return make(ctx.response_class, error_code=err or (per[0] if per else G.NONE))
+
+
+# -- offsets -------------------------------------------------------------------------
+async def handle_offset_commit(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    group = request.group_id
+    err = await svc.ensure(group)
+    if not err:
+        err = svc.coordinator.validate_commit(group, request.generation_id_or_member_epoch,
+                                              request.member_id,
+                                              getattr(request, "group_instance_id", None))
+    now = int(time.time() * 1000)
+    codes: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+    for t in request.topics:
+        known = err or await ctx.run(ctx.broker.meta.topic, t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if err:
+                codes[tp] = err
+            elif known is None or not 0 <= p.partition_index < known.partitions:
+                codes[tp] = G.UNKNOWN_TOPIC_OR_PARTITION
+            elif svc.coordinator.metadata_error(p.committed_metadata):
+                codes[tp] = G.OFFSET_METADATA_TOO_LARGE
+            else:
+                codes[tp] = G.NONE
+                offsets[tp] = OffsetAndMetadata(p.committed_offset,
+                                                getattr(p, "committed_leader_epoch", -1),
+                                                p.committed_metadata or "", now)
+    if offsets:
+        try:
+            await ctx.run(svc.store.commit_offsets, group, offsets)
+            svc.coordinator.record_commit(group, offsets)
+        except KafkaStoreError:
+            log.warning("offset commit of group %s failed", group, exc_info=True)
+            for tp in offsets:
+                codes[tp] = G.COORDINATOR_NOT_AVAILABLE  # retriable: the client commits again
+    return make(ctx.response_class, topics=tuple(
+        make(mod, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            make(mod, "OffsetCommitResponsePartition", partition_index=p.partition_index,
+                 error_code=codes[(t.name, p.partition_index)]) for p in t.partitions))
+        for t in request.topics))
+
+
+async def handle_offset_fetch(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    group = request.group_id
+    err = await svc.ensure(group)
+    requested = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    found = {} if err else svc.coordinator.fetch_offsets(group, requested)
+    if err and requested is not None:
+        found = {tp: None for tp in requested}
+    by_topic: dict[str, list] = {}
+    for (topic, p), om in sorted(found.items()):
+        by_topic.setdefault(topic, []).append(make(
+            mod, "OffsetFetchResponsePartition", partition_index=p,
+            committed_offset=-1 if om is None else om.offset,
+            committed_leader_epoch=-1 if om is None else om.leader_epoch,
+            metadata="" if om is None else om.metadata,
+            error_code=err if ctx.api_version < 2 else G.NONE))
+    topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
+                   for t, ps in by_topic.items())
+    return make(ctx.response_class, topics=topics, error_code=err)
+
+
+async def handle_offset_delete(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    group = request.group_id
+    parts = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    err = await svc.ensure(group)
+    per: dict[tuple[str, int], int] = {}
+    if not err:
+        err, per = svc.coordinator.validate_offset_delete(group, parts)
+    if not err:
+        doomed = [tp for tp, e in per.items() if e == G.NONE]
+        if doomed:
+            try:
+                await ctx.run(svc.store.delete_offsets, group, doomed)
+                svc.coordinator.record_offset_delete(group, doomed)
+            except KafkaStoreError:
+                log.warning("offset delete of group %s failed", group, exc_info=True)
+                err = G.COORDINATOR_NOT_AVAILABLE
+    topics = tuple(make(mod, "OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
+        make(mod, "OffsetDeleteResponsePartition", partition_index=p.partition_index,
+             error_code=per.get((t.name, p.partition_index), G.NONE)) for p in t.partitions))
+        for t in request.topics) if not err else ()
+    return make(ctx.response_class, error_code=err, topics=topics)
+
+
+# -- admin -----------------------------------------------------------------------------
+async def handle_list_groups(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    try:
+        names = await ctx.run(svc.store.groups)
+    except KafkaStoreError:
+        return make(ctx.response_class, error_code=G.COORDINATOR_NOT_AVAILABLE, groups=())
+    for name in names:
+        if svc.owns(name):
+            await svc.ensure(name)
+    states = getattr(request, "states_filter", None) or ()
+    groups = [g for g in svc.coordinator.list_groups(states) if svc.owns(g[0])]
+    return make(ctx.response_class, error_code=G.NONE, groups=tuple(
+        make(mod, "ListedGroup", group_id=g, protocol_type=t, group_state=s, group_type="classic")
+        for g, t, s in groups))
+
+
+async def handle_describe_groups(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    out = []
+    for group in request.groups:
+        err = await svc.ensure(group)
+        d = G.GroupDescription(group, err, G.DEAD, "", "") if err else svc.coordinator.describe_group(group)
+        out.append(make(mod, "DescribedGroup", error_code=d.error, error_message=None, group_id=group,
+                        group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
+                        members=tuple(make(mod, "DescribedGroupMember", member_id=m.member_id,
+                                           group_instance_id=m.group_instance_id, client_id=m.client_id,
+                                           client_host=m.client_host, member_metadata=m.metadata,
+                                           member_assignment=m.assignment) for m in d.members),
+                        authorized_operations=-2147483648))
+    return make(ctx.response_class, groups=tuple(out))
+
+
+async def handle_delete_groups(ctx: RequestContext, request):
+    svc = service(ctx.broker)
+    mod = ctx.response_module
+    results = []
+    for group in request.groups_names:
+        err = await svc.ensure(group)
+        if not err:
+            err = svc.coordinator.validate_delete_group(group)
+        if not err:
+            try:
+                await ctx.run(svc.store.delete_group, group)
+                svc.coordinator.record_delete_group(group)
+            except KafkaStoreError:
+                log.warning("delete of group %s failed", group, exc_info=True)
+                err = G.COORDINATOR_NOT_AVAILABLE
+        results.append(make(mod, "DeletableGroupResult", group_id=group, error_code=err))
+    return make(ctx.response_class, results=tuple(results))
+
+
+def _ms(value) -> int:
+    """kio gives durations as timedelta (or int for some versions)."""
+    if hasattr(value, "total_seconds"):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
+def _host(peer) -> str:
+    if isinstance(peer, (tuple, list)) and peer:
+        return str(peer[0])
+    return str(peer or "")
+
+
+def register(registry: Registry) -> None:
+    registry.register(FIND_COORDINATOR, 0, 4, handle_find_coordinator)
+    registry.register(JOIN_GROUP, 0, 9, handle_join_group)
+    registry.register(SYNC_GROUP, 0, 5, handle_sync_group)
+    registry.register(HEARTBEAT, 0, 4, handle_heartbeat)
+    registry.register(LEAVE_GROUP, 0, 5, handle_leave_group)
+    registry.register(OFFSET_COMMIT, 2, 8, handle_offset_commit)
+    registry.register(OFFSET_FETCH, 1, 7, handle_offset_fetch)
+    registry.register(OFFSET_DELETE, 0, 0, handle_offset_delete)
+    registry.register(LIST_GROUPS, 0, 4, handle_list_groups)
+    registry.register(DESCRIBE_GROUPS, 0, 5, handle_describe_groups)
+    registry.register(DELETE_GROUPS, 0, 2, handle_delete_groups)
