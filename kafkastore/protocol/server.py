@@ -211,6 +211,8 @@ class BrokerServer:
         conn = Connection(self, reader, writer)
         try:
             await conn.run()
+        except asyncio.CancelledError:
+            pass  # broker shutting down
         except Exception:  # noqa: BLE001 - one connection's failure must not stop the broker
             log.exception("connection from %s failed", conn.peer)
         finally:

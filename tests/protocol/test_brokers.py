@@ -1,0 +1,118 @@
+"""Many brokers on one root, and a broker killed under an idempotent producer."""
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from kio.schema.metadata.v12 import request as md_req
+
+from kafkastore.manifest import ManifestStore
+from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+from .test_clients import cli_consume, confluent_consume
+from .test_wire import batch, produce
+from .wire import Wire
+
+
+def test_brokers_register_and_spread_leadership(module_root, storage):
+    create_topic(storage, "spread", 4)
+    opts = ServeOptions(port=0, commit_interval_ms=2, heartbeat_ms=200)
+    with BrokerThread(Storage(module_root), opts) as a, BrokerThread(Storage(module_root), opts) as b:
+        assert a.server.node_id != b.server.node_id
+        time.sleep(0.5)  # one heartbeat: each has seen the other
+        for br in (a, b):
+            w = Wire(br.bootstrap)
+            resp = w.call(md_req.MetadataRequest(
+                topics=(md_req.MetadataRequestTopic(name="spread", topic_id=None),),
+                allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+            w.close()
+            assert sorted(x.node_id for x in resp.brokers) == sorted([a.server.node_id, b.server.node_id])
+            leaders = {p.partition_index: p.leader_id for p in resp.topics[0].partitions}
+            assert set(leaders.values()) == {a.server.node_id, b.server.node_id}
+        # Both accept any partition; the manifest orders them: no offset twice, no gap.
+        results = []
+
+        def hammer(br, tag):
+            w = Wire(br.bootstrap)
+            for i in range(30):
+                results.append((produce(w, "spread", 0, batch([b"%s-%d" % (tag, i)])), tag))
+            w.close()
+
+        threads = [threading.Thread(target=hammer, args=(br, t)) for br, t in ((a, b"a"), (b, b"b"))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        offsets = sorted(off for (err, off), _ in results)
+        assert all(err == 0 for (err, _), _ in results)
+        assert offsets == list(range(60))
+        gone = b.server.node_id
+    # A stopped broker deregisters: the survivor no longer lists it.
+    with BrokerThread(Storage(module_root), opts) as c:
+        c.server.brokers.refresh()
+        assert gone not in [n for n, _, _ in c.server.live_brokers()]
+    assert ManifestStore(storage, "spread", 0).latest().high_watermark == 60
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _start(root: str, port: int) -> subprocess.Popen:
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", root, "serve",
+                             "--listen", f"127.0.0.1:{port}", "--node-id", "0", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    line = proc.stdout.readline()
+    assert "serving" in line, line
+    return proc
+
+
+def test_killed_broker_loses_and_doubles_nothing(tmp_path):
+    from confluent_kafka import Producer
+
+    root = f"file://{tmp_path}/root"
+    create_topic(Storage(root), "crash", 2)
+    port = _free_port()
+    proc = _start(root, port)
+    n = 3000
+    delivered, errors = [], []
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "enable.idempotence": True,
+                  "acks": "all", "linger.ms": 2, "batch.num.messages": 50,
+                  "message.timeout.ms": 60000, "reconnect.backoff.ms": 50})
+    try:
+        for i in range(n):
+            p.produce("crash", key=b"k%d" % (i % 7), value=b"m-%d" % i,
+                      on_delivery=lambda e, m: (errors if e else delivered).append(e or m.value()))
+            p.poll(0)
+            if i == n // 3:
+                p.flush(30)
+            if i == n // 3 + 200:
+                proc.send_signal(signal.SIGKILL)  # mid-stream: requests in flight
+                proc.wait(10)
+                proc = _start(root, port)
+            if i % 100 == 0:
+                time.sleep(0.01)
+        assert p.flush(60) == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    assert errors == []
+    values = sorted(r["value"] for r in cli_consume(root, "crash"))
+    assert values == sorted("m-%d" % i for i in range(n))  # nothing lost, nothing doubled
