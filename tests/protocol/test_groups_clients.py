@@ -1,0 +1,228 @@
+"""Consumer groups with real clients: kafka-python, aiokafka and librdkafka (confluent-kafka).
+
+Short session / heartbeat / poll-interval settings keep each test to seconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from kafkastore.broker import Broker
+from kafkastore.group_offsets import OffsetsStore
+from kafkastore.protocol.api_groups import service
+from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+logging.getLogger("kafka").setLevel(logging.ERROR)
+logging.getLogger("aiokafka").setLevel(logging.ERROR)
+
+PARTITIONS = 4
+KP_FAST = dict(session_timeout_ms=2000, heartbeat_interval_ms=200, max_poll_interval_ms=5000,
+               enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=5000,
+               retry_backoff_ms=50, metadata_max_age_ms=1000)
+
+
+def fill(root: str, topic: str, per_partition: int = 5) -> None:
+    s = Storage(root)
+    create_topic(s, topic, PARTITIONS)
+    b = Broker(s)
+    for p in range(PARTITIONS):
+        for i in range(per_partition):
+            b.send(topic, b"%d-%d" % (p, i), partition=p)
+    b.flush()
+
+
+def opts() -> ServeOptions:
+    return ServeOptions(port=0, commit_interval_ms=2, heartbeat_ms=300)
+
+
+def kp_consumer(bootstrap: str, topic: str, group: str, **kw):
+    """A kafka-python group member that knows the topic's partitions before it first joins
+    (else a leader that races its first metadata response assigns nothing until the next
+    metadata refresh: a client-side race, seen against Apache Kafka too)."""
+    from kafka import KafkaConsumer
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **dict(KP_FAST, **kw))
+    assert c.partitions_for_topic(topic)
+    c.subscribe([topic])
+    return c
+
+
+def generation_of(consumer) -> int:
+    """The generation whose assignment the member holds (-1 while it is rebalancing: kafka-python
+    sets the new generation at the JoinGroup answer, before SyncGroup hands out partitions)."""
+    from kafka.coordinator.base import MemberState
+
+    coord = consumer._coordinator
+    if coord.state != MemberState.STABLE:
+        return -1
+    return getattr(getattr(coord, "_generation", None), "generation_id", -1)
+
+
+def test_kafka_python_members_join_and_leave_without_double_ownership(local_root):
+    fill(local_root, "kp")
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        owned: dict[tuple[int, int], int] = {}   # (generation, partition) -> consumer index
+        consumers: list = []
+
+        def settle(expected_members: int, timeout: float = 30.0) -> dict[int, set[int]]:
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                for i, c in enumerate(consumers):
+                    if c is None:
+                        continue
+                    c.poll(timeout_ms=50)
+                    gen = generation_of(c)
+                    for tp in (c.assignment() if gen >= 0 else ()):
+                        prev = owned.setdefault((gen, tp.partition), i)
+                        assert prev == i, f"partition {tp.partition} owned twice in generation {gen}"
+                live = {i: {tp.partition for tp in c.assignment()} for i, c in enumerate(consumers) if c}
+                parts = [p for ps in live.values() for p in ps]
+                gens = {generation_of(c) for c in consumers if c}
+                if (len(live) == expected_members and sorted(parts) == list(range(PARTITIONS))
+                        and all(live.values()) and len(gens) == 1):
+                    return live
+            d = service(broker.server).coordinator.describe_group("kpg")
+            raise AssertionError(f"group did not settle: {live}, generations {gens}, "
+                                 f"coordinator: {d.state} {[m.member_id for m in d.members]}")
+
+        for n in range(1, 4):
+            consumers.append(kp_consumer(broker.bootstrap, "kp", "kpg", client_id=f"kp-{n}"))
+            live = settle(n)
+        assert sorted(len(ps) for ps in live.values()) == [1, 1, 2]
+        coord = service(broker.server).coordinator
+        assert coord.describe_group("kpg").state == "Stable"
+        # one leaves (LeaveGroup), its partitions move to the others
+        consumers[0].close()
+        consumers[0] = None
+        live = settle(2)
+        assert sorted(len(ps) for ps in live.values()) == [2, 2]
+        for c in consumers:
+            if c is not None:
+                c.close()
+        assert coord.describe_group("kpg").state == "Empty"
+
+
+def test_commit_survives_broker_restart_and_a_new_member_resumes(local_root):
+    from confluent_kafka import Consumer
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata as KPOffset
+
+    fill(local_root, "rs")
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        c = kp_consumer(broker.bootstrap, "rs", "rsg")
+        got = 0
+        deadline = time.time() + 20
+        while got < PARTITIONS * 5 and time.time() < deadline:
+            got += sum(len(v) for v in c.poll(timeout_ms=100).values())
+        assert got == PARTITIONS * 5
+        c.commit({TopicPartition("rs", p): KPOffset(1 + p, "", -1) for p in range(PARTITIONS)})
+        c.close()
+    # a new broker process over the same root (the old one is gone), a librdkafka member
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        rc = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rsg",
+                       "enable.auto.commit": False, "auto.offset.reset": "latest",
+                       "session.timeout.ms": 2000, "heartbeat.interval.ms": 200,
+                       "topic.metadata.refresh.interval.ms": 1000})
+        rc.subscribe(["rs"])
+        first: dict[int, int] = {}
+        deadline = time.time() + 20
+        while len(first) < PARTITIONS and time.time() < deadline:
+            m = rc.poll(0.2)
+            if m is not None and not m.error():
+                first.setdefault(m.partition(), m.offset())
+        rc.close()
+        assert first == {p: 1 + p for p in range(PARTITIONS)}   # resumed at the committed offsets
+
+
+def test_aiokafka_group_shares_partitions_and_a_stale_member_is_fenced(local_root):
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import CommitFailedError, IllegalGenerationError, RebalanceInProgressError
+    from aiokafka.structs import OffsetAndMetadata as AIOOffset
+
+    fill(local_root, "ak")
+
+    async def run(bootstrap: str):
+        def make():
+            return AIOKafkaConsumer("ak", bootstrap_servers=bootstrap, group_id="akg",
+                                    enable_auto_commit=False, auto_offset_reset="earliest",
+                                    session_timeout_ms=2000, heartbeat_interval_ms=200,
+                                    max_poll_interval_ms=2000, rebalance_timeout_ms=2000,
+                                    metadata_max_age_ms=1000)
+
+        a, b = make(), make()
+        await a.start()
+        await b.start()
+        try:
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                await a.getmany(timeout_ms=50)
+                await b.getmany(timeout_ms=50)
+                pa = {tp.partition for tp in a.assignment()}
+                pb = {tp.partition for tp in b.assignment()}
+                if pa and pb and not pa & pb and pa | pb == set(range(PARTITIONS)):
+                    break
+            assert pa and pb and not pa & pb and pa | pb == set(range(PARTITIONS))
+            tp = next(iter(a.assignment()))
+            await a.commit({tp: AIOOffset(1, "")})
+            # b stops polling: after max.poll.interval.ms it leaves, a takes everything
+            deadline = time.time() + 20
+            while time.time() < deadline:
+                await a.getmany(timeout_ms=100)
+                if {t.partition for t in a.assignment()} == set(range(PARTITIONS)):
+                    break
+            assert {t.partition for t in a.assignment()} == set(range(PARTITIONS))
+            # b's commit for its old generation is refused and does not land
+            tpb = TopicPartition("ak", min(pb))
+            with pytest.raises((CommitFailedError, IllegalGenerationError, RebalanceInProgressError)):
+                await b.commit({tpb: AIOOffset(4, "")})
+        finally:
+            await a.stop()
+            await b.stop()
+
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        asyncio.run(run(broker.bootstrap))
+        offsets = OffsetsStore(Storage(local_root)).group("akg").offsets
+        assert offsets[("ak", tp_partition(offsets))].offset == 1
+        assert all(om.offset != 4 for om in offsets.values())
+
+
+def tp_partition(offsets) -> int:
+    (topic, p), = offsets.keys()
+    return p
+
+
+def test_librdkafka_group_rebalances_between_members(local_root):
+    from confluent_kafka import Consumer
+
+    fill(local_root, "rk")
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        conf = {"bootstrap.servers": broker.bootstrap, "group.id": "rkg", "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "session.timeout.ms": 2000,
+                "heartbeat.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000}
+        cs = [Consumer(dict(conf, **{"client.id": f"rk-{i}"})) for i in range(2)]
+        for c in cs:
+            c.subscribe(["rk"])
+        deadline = time.time() + 30
+        seen: dict[int, set] = {}
+        while time.time() < deadline:
+            for c in cs:
+                c.poll(0.05)
+            parts = [{tp.partition for tp in c.assignment()} for c in cs]
+            if all(parts) and not parts[0] & parts[1] and parts[0] | parts[1] == set(range(PARTITIONS)):
+                break
+        assert all(parts) and not parts[0] & parts[1] and parts[0] | parts[1] == set(range(PARTITIONS))
+        d = service(broker.server).coordinator.describe_group("rkg")
+        assert d.state == "Stable" and len(d.members) == 2
+        cs[1].close()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            cs[0].poll(0.05)
+            if {tp.partition for tp in cs[0].assignment()} == set(range(PARTITIONS)):
+                break
+        assert {tp.partition for tp in cs[0].assignment()} == set(range(PARTITIONS))
+        cs[0].close()
