@@ -363,8 +363,9 @@ def cmd_serve(args, cfg: Config) -> int:
     from .protocol.sasl import load_credentials
     from .protocol.server import ServeOptions, run_server
 
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("kafkastore").setLevel(
+        {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG))
     host, port = _host_port(args.listen)
     adv_host, adv_port = _host_port(args.advertise, port) if args.advertise else (None, None)
     ctx = None
@@ -543,7 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=_positive, default=1,
                     help="partitions of auto-created topics (default 1)")
-    sv.add_argument("-v", "--verbose", action="store_true", help="log connections and API versions")
+    sv.add_argument("-v", "--verbose", action="count", default=0,
+                    help="-v: log clients and the API versions they use; -vv: every commit too")
     sv.set_defaults(func=cmd_serve)
     return p
 

@@ -33,6 +33,7 @@ import asyncio
 import logging
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
@@ -175,6 +176,8 @@ class Appender:
         self._workers: dict[tuple[str, int], asyncio.Task] = {}
         self._busy: set[tuple[str, int]] = set()
         self.commits = 0
+        # Uploads get their own pool: commits run in the server's pool and wait on them.
+        self._uploader = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kafkastore-upload")
 
     @property
     def interval_s(self) -> float:
@@ -208,10 +211,13 @@ class Appender:
                 if self.interval_s:
                     await asyncio.sleep(self.interval_s)
                 items, self._queues[tp] = self._queues[tp], []
+                started = time.monotonic()
                 try:
                     outcomes, manifest = await self.server.run(self.commit, tp, items)
                 except Exception as exc:  # noqa: BLE001 - every failure becomes an error code
                     outcomes, manifest = [_failure(exc)] * len(items), None
+                log.debug("%s/%d: %d batches, %d bytes committed in %.1f ms", tp[0], tp[1], len(items),
+                          sum(i.header.size for i in items), (time.monotonic() - started) * 1000)
                 for item, outcome in zip(items, outcomes):
                     if item.future is not None and not item.future.done():
                         item.future.set_result(outcome)
@@ -231,6 +237,7 @@ class Appender:
             await asyncio.sleep(0.05)
         for task in self._workers.values():
             task.cancel()
+        self._uploader.shutdown(wait=False)
 
     # -- the commit (runs in the thread pool) -------------------------------------
     def commit(self, tp: tuple[str, int], items: list[_Item]) -> tuple[list[Outcome], Manifest | None]:
@@ -338,6 +345,7 @@ class Appender:
             groups[-1].append((p, offset))
             size += p.header.size
         entries = []
+        uploads = []
         for group in groups:
             builder = SegmentBuilder(group[0][1], index_interval_bytes=cfg.index_interval_bytes,
                                      verify_crc=False)
@@ -348,10 +356,13 @@ class Appender:
             built = builder.build()
             st = built.stats
             seg_id = layout.new_segment_id()
+            # The three objects go up in parallel (each put waits for its fsync or PUT round
+            # trip); none is visible before the manifest lists them, so their order is free.
             for ext, data in ((".index", built.index), (".timeindex", built.timeindex),
                               (".log", built.log)):
-                self.server.storage.put(layout.segment_path(topic, partition, st.base_offset,
-                                                            seg_id, ext), data)
+                uploads.append(self._uploader.submit(
+                    self.server.storage.put,
+                    layout.segment_path(topic, partition, st.base_offset, seg_id, ext), data))
             entries.append(SegmentEntry(
                 base_offset=st.base_offset, next_offset=st.next_offset, record_count=st.record_count,
                 size=len(built.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
@@ -359,6 +370,8 @@ class Appender:
                 checksum=crc32c(built.log), index_size=len(built.index),
                 timeindex_size=len(built.timeindex),
                 max_timestamp_offset=st.offset_of_max_timestamp if st.offset_of_max_timestamp >= 0 else -1))
+        for f in uploads:
+            f.result()  # re-raises a failed put: the commit is not attempted
         return entries
 
 

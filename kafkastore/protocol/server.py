@@ -132,6 +132,7 @@ class BrokerServer:
         host = opts.advertise_host or (opts.host if opts.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         port = opts.advertise_port or self.port
         self.node_id = await self.run(self.brokers.register, opts.node_id, host, port)
+        await self.run(_warm_up)
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
         log.info("broker %d listening on %s:%d (advertised %s:%d)", self.node_id, opts.host,
@@ -330,6 +331,14 @@ class Connection:
             if self.close_after_response:
                 self.writer.close()
                 return
+
+
+def _warm_up() -> None:
+    """Load the decoder and Arrow compute kernels now, not in the first client's commit."""
+    from ..record_batch import Record, encode_batch
+    from .appender import _min_timestamp
+
+    _min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)
 
 
 async def _ready(value):

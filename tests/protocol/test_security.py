@@ -1,0 +1,104 @@
+"""Listener security: loopback by default, TLS + SASL (PLAIN, SCRAM-SHA-256) otherwise."""
+from __future__ import annotations
+
+import datetime
+import ssl
+
+import pytest
+
+from kafkastore.cli import main as cli
+from kafkastore.errors import ConfigError
+from kafkastore.protocol.sasl import load_credentials
+from kafkastore.protocol.server import BrokerThread, ServeOptions, check_listener_security
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+from .test_clients import confluent_consume
+
+
+def test_non_loopback_needs_tls_and_sasl_or_insecure(capsys, tmp_path):
+    with pytest.raises(ConfigError, match="TLS .* and SASL"):
+        check_listener_security(ServeOptions(host="0.0.0.0"))
+    check_listener_security(ServeOptions(host="0.0.0.0", insecure=True))
+    check_listener_security(ServeOptions(host="127.0.0.1"))
+    assert cli(["--root", f"file://{tmp_path}/r", "serve", "--listen", "0.0.0.0:0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error:") and "--insecure" in err and err.count("\n") == 1
+
+
+def test_credentials_file_errors(tmp_path):
+    bad = tmp_path / "creds"
+    bad.write_text("nocolon\n")
+    with pytest.raises(ConfigError, match="user:password"):
+        load_credentials(str(bad))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_credentials(str(tmp_path / "missing"))
+
+
+def _self_signed(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    import ipaddress
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_tls_and_sasl_with_a_real_client(tmp_path, mechanism):
+    from confluent_kafka import Producer
+
+    cert, key = _self_signed(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    root = f"file://{tmp_path}/root"
+    create_topic(Storage(root), "secure", 1)
+    opts = ServeOptions(port=0, ssl_context=ctx, credentials={"alice": "s3cret"}, commit_interval_ms=1)
+    with BrokerThread(Storage(root), opts) as b:
+        conf = {"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": "s3cret",
+                "ssl.ca.location": cert}
+        p = Producer(conf)
+        for i in range(10):
+            p.produce("secure", value=b"s-%d" % i)
+        assert p.flush(20) == 0
+        got = confluent_consume(b.bootstrap, "secure", 1, 10, **{k: v for k, v in conf.items()
+                                                                  if k != "bootstrap.servers"})
+        assert sorted(v for *_, v in got) == sorted(b"s-%d" % i for i in range(10))
+        # A wrong password is refused: nothing gets through.
+        errors = []
+        bad = Producer({**conf, "sasl.password": "wrong", "message.timeout.ms": 3000,
+                        "error_cb": lambda e: errors.append(e)})
+        bad.produce("secure", value=b"intruder", on_delivery=lambda e, m: errors.append(e))
+        bad.flush(10)
+        assert errors
+        from kafkastore.manifest import ManifestStore
+        assert ManifestStore(Storage(root), "secure", 0).latest().high_watermark == 10
+
+
+def test_unauthenticated_requests_are_refused(tmp_path):
+    from kio.schema.metadata.v12 import request as md_req
+
+    from .wire import Wire
+
+    opts = ServeOptions(port=0, credentials={"alice": "pw"})
+    with BrokerThread(Storage(f"file://{tmp_path}/r"), opts) as b:
+        w = Wire(b.bootstrap, timeout=5)
+        w.send(md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
+                                      include_topic_authorized_operations=False))
+        assert w.closed()
