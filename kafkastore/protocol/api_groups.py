@@ -261,13 +261,11 @@ async def handle_offset_commit(ctx: RequestContext, request):
                                                 getattr(p, "committed_leader_epoch", -1),
                                                 p.committed_metadata or "", now)
     if offsets:
-        try:
-            await ctx.run(svc.store.commit_offsets, group, offsets)
+        err = await _write(ctx, "offset commit", group, svc.store.commit_offsets, offsets)
+        if err:
+            codes.update(dict.fromkeys(offsets, err))  # retriable: the client commits again
+        else:
             svc.coordinator.record_commit(group, offsets)
-        except KafkaStoreError:
-            log.warning("offset commit of group %s failed", group, exc_info=True)
-            for tp in offsets:
-                codes[tp] = G.COORDINATOR_NOT_AVAILABLE  # retriable: the client commits again
     return make(ctx.response_class, topics=tuple(
         make(mod, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             make(mod, "OffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -310,12 +308,9 @@ async def handle_offset_delete(ctx: RequestContext, request):
     if not err:
         doomed = [tp for tp, e in per.items() if e == G.NONE]
         if doomed:
-            try:
-                await ctx.run(svc.store.delete_offsets, group, doomed)
+            err = await _write(ctx, "offset delete", group, svc.store.delete_offsets, doomed)
+            if not err:
                 svc.coordinator.record_offset_delete(group, doomed)
-            except KafkaStoreError:
-                log.warning("offset delete of group %s failed", group, exc_info=True)
-                err = G.COORDINATOR_NOT_AVAILABLE
     topics = tuple(make(mod, "OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
         make(mod, "OffsetDeleteResponsePartition", partition_index=p.partition_index,
              error_code=per.get((t.name, p.partition_index), G.NONE)) for p in t.partitions))
@@ -367,14 +362,22 @@ async def handle_delete_groups(ctx: RequestContext, request):
         if not err:
             err = svc.coordinator.validate_delete_group(group)
         if not err:
-            try:
-                await ctx.run(svc.store.delete_group, group)
+            err = await _write(ctx, "delete", group, svc.store.delete_group)
+            if not err:
                 svc.coordinator.record_delete_group(group)
-            except KafkaStoreError:
-                log.warning("delete of group %s failed", group, exc_info=True)
-                err = G.COORDINATOR_NOT_AVAILABLE
         results.append(make(mod, "DeletableGroupResult", group_id=group, error_code=err))
     return make(ctx.response_class, results=tuple(results))
+
+
+async def _write(ctx: RequestContext, what: str, group: str, fn, *args) -> int:
+    """Write to ``__consumer_offsets`` in the I/O pool: NONE, or COORDINATOR_NOT_AVAILABLE
+    (retriable) when storage failed."""
+    try:
+        await ctx.run(fn, group, *args)
+        return G.NONE
+    except KafkaStoreError:
+        log.warning("%s of group %s failed", what, group, exc_info=True)
+        return G.COORDINATOR_NOT_AVAILABLE
 
 
 def _ms(value) -> int:

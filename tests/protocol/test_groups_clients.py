@@ -218,6 +218,15 @@ def test_librdkafka_group_rebalances_between_members(local_root):
         assert all(parts) and not parts[0] & parts[1] and parts[0] | parts[1] == set(range(PARTITIONS))
         d = service(broker.server).coordinator.describe_group("rkg")
         assert d.state == "Stable" and len(d.members) == 2
+        # the offline CLI view (from what the coordinator persisted) sees the live members
+        from kafkastore.errors import GroupNotEmptyError
+        from kafkastore.group_admin import delete_group, describe_group
+
+        offline = describe_group(Storage(local_root), "rkg")
+        assert offline["state"] == "Stable" and len(offline["members"]) == 2
+        assert sorted(p for m in offline["members"] for p in m["assignment"]["rk"]) == list(range(PARTITIONS))
+        with pytest.raises(GroupNotEmptyError):
+            delete_group(Storage(local_root), "rkg")
         cs[1].close()
         deadline = time.time() + 20
         while time.time() < deadline:
