@@ -13,7 +13,10 @@
    values (message dicts built before the clock starts, handed over with
    ``produce_batch``); timed from the first hand-over to the end of
    ``flush`` (every record acknowledged, i.e. in a committed manifest version).
-4. Fetch: a confluent-kafka consumer reads every record back from offset 0.
+4. Fetch: a confluent-kafka consumer reads every record back from offset 0;
+   then plain Fetch v12 requests read every batch again without decoding
+   records (what the broker alone sustains; the Python consumer spends most
+   of its time creating one Message object per record).
 5. Prints payload MB/s of produce and fetch and their ratios to the baseline,
    the broker's commit count (segments written) and where the time goes
    (the broker's CPU seconds during each phase, from /proc).
@@ -48,6 +51,56 @@ def _record_failure(failed: list):
         if err is not None:
             failed.append(err)
     return cb
+
+
+def raw_fetch(port: int, partitions: int) -> tuple[float, int]:
+    """Fetch every partition to its end with plain Fetch v12 requests; (seconds, bytes)."""
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fr
+
+    from kafkastore.protocol import codec
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    offsets = {q: 0 for q in range(partitions)}
+    done: set[int] = set()
+    total, cid = 0, 0
+    t0 = time.perf_counter()
+    while len(done) < partitions:
+        cid += 1
+        req = fr.FetchRequest(max_wait=datetime.timedelta(0), min_bytes=1, isolation_level=0,
+                              topics=(fr.FetchTopic(topic="bench", partitions=tuple(
+                                  fr.FetchPartition(partition=q, fetch_offset=offsets[q],
+                                                    partition_max_bytes=8 << 20)
+                                  for q in range(partitions) if q not in done)),),
+                              forgotten_topics_data=())
+        sock.sendall(codec.encode_request(req, cid))
+        size = int.from_bytes(_recv(sock, 4), "big")
+        _, resp = codec.decode_response(_recv(sock, size), 1, 12)
+        for part in resp.responses[0].partitions:
+            data = part.records or b""
+            total += len(data)
+            pos = 0
+            while pos + 12 <= len(data):  # walk batch headers to the next offset
+                base = int.from_bytes(data[pos:pos + 8], "big")
+                length = int.from_bytes(data[pos + 8:pos + 12], "big")
+                delta = int.from_bytes(data[pos + 23:pos + 27], "big")
+                offsets[part.partition_index] = base + delta + 1
+                pos += 12 + length
+            if offsets[part.partition_index] >= part.high_watermark:
+                done.add(part.partition_index)
+    sock.close()
+    return time.perf_counter() - t0, total
+
+
+def _recv(sock, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return bytes(buf)
 
 
 def baseline(path: str, nbytes: int) -> float:
@@ -150,6 +203,7 @@ def main() -> int:
             print(f"fetch got {got} of {n} records", file=sys.stderr)
             return 1
         fetch_mbs = payload / fetch_s / 1e6
+        raw_s, raw_bytes = raw_fetch(port, args.partitions)
         segments = sum(1 for dirpath, _, files in os.walk(tmp) for f in files if f.endswith(".log"))
         print(f"records: {n} x ({KEY} B key + {VALUE} B value), partitions: {args.partitions}, "
               f"group commit {args.commit_interval_ms} ms, {segments} segments written")
@@ -159,6 +213,10 @@ def main() -> int:
         print(f"fetch (confluent-kafka consumer): {fetch_s:.2f} s, {fetch_mbs:.1f} MB/s, "
               f"ratio to baseline {fetch_mbs / base:.3f}; broker CPU {fetch_cpu:.1f} s "
               f"({fetch_cpu / fetch_s:.0%} of a core)")
+        raw_mbs = payload / raw_s / 1e6
+        print(f"fetch (raw Fetch v12 requests, 8 MB per partition, records not decoded: the broker's "
+              f"side alone): {raw_s:.2f} s for {raw_bytes / 1e6:.1f} MB stored, {raw_mbs:.1f} MB/s of "
+              f"payload, ratio to baseline {raw_mbs / base:.3f}")
         return 0
     finally:
         broker.terminate()
