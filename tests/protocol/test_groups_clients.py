@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 
 import pytest
@@ -21,7 +22,7 @@ logging.getLogger("kafka").setLevel(logging.ERROR)
 logging.getLogger("aiokafka").setLevel(logging.ERROR)
 
 PARTITIONS = 4
-KP_FAST = dict(session_timeout_ms=2000, heartbeat_interval_ms=200, max_poll_interval_ms=5000,
+KP_FAST = dict(session_timeout_ms=3000, heartbeat_interval_ms=200, max_poll_interval_ms=5000,
                enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=5000,
                retry_backoff_ms=50, metadata_max_age_ms=1000)
 
@@ -63,47 +64,83 @@ def generation_of(consumer) -> int:
     return getattr(getattr(coord, "_generation", None), "generation_id", -1)
 
 
+class PollingMember(threading.Thread):
+    """A kafka-python group member with its own poll loop (as applications run them); after
+    every poll it records which partitions it holds in which generation."""
+
+    def __init__(self, bootstrap: str, index: int, ledger: "Ledger"):
+        super().__init__(daemon=True)
+        self.consumer = kp_consumer(bootstrap, "kp", "kpg", client_id=f"kp-{index}")
+        self.index, self.ledger = index, ledger
+        self.stop = threading.Event()
+        self.view: tuple[int, frozenset] = (-1, frozenset())
+
+    def run(self):
+        while not self.stop.is_set():
+            self.consumer.poll(timeout_ms=100)
+            gen = generation_of(self.consumer)
+            parts = frozenset(tp.partition for tp in self.consumer.assignment()) if gen >= 0 else frozenset()
+            self.ledger.record(gen, parts, self.index)
+            self.view = (gen, parts)
+        self.consumer.close()   # LeaveGroup
+
+    def leave(self):
+        self.stop.set()
+        self.join(20)
+
+
+class Ledger:
+    """(generation, partition) -> member: a second owner in one generation is a violation."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.owner: dict[tuple[int, int], int] = {}
+        self.violations: list[str] = []
+
+    def record(self, gen: int, parts, index: int) -> None:
+        with self.lock:
+            for p in parts:
+                prev = self.owner.setdefault((gen, p), index)
+                if prev != index:
+                    self.violations.append(f"partition {p} owned by {prev} and {index} in generation {gen}")
+
+
 def test_kafka_python_members_join_and_leave_without_double_ownership(local_root):
     fill(local_root, "kp")
     with BrokerThread(Storage(local_root), opts()) as broker:
-        owned: dict[tuple[int, int], int] = {}   # (generation, partition) -> consumer index
-        consumers: list = []
+        ledger = Ledger()
+        members: list[PollingMember] = []
 
-        def settle(expected_members: int, timeout: float = 30.0) -> dict[int, set[int]]:
+        def settle(timeout: float = 30.0) -> list[frozenset]:
             deadline = time.time() + timeout
             while time.time() < deadline:
-                for i, c in enumerate(consumers):
-                    if c is None:
-                        continue
-                    c.poll(timeout_ms=50)
-                    gen = generation_of(c)
-                    for tp in (c.assignment() if gen >= 0 else ()):
-                        prev = owned.setdefault((gen, tp.partition), i)
-                        assert prev == i, f"partition {tp.partition} owned twice in generation {gen}"
-                live = {i: {tp.partition for tp in c.assignment()} for i, c in enumerate(consumers) if c}
-                parts = [p for ps in live.values() for p in ps]
-                gens = {generation_of(c) for c in consumers if c}
-                if (len(live) == expected_members and sorted(parts) == list(range(PARTITIONS))
-                        and all(live.values()) and len(gens) == 1):
-                    return live
+                views = [m.view for m in members]
+                parts = [p for _, ps in views for p in ps]
+                if (len({g for g, _ in views}) == 1 and views[0][0] >= 0 and all(ps for _, ps in views)
+                        and sorted(parts) == list(range(PARTITIONS))):
+                    return [ps for _, ps in views]
+                time.sleep(0.05)
             d = service(broker.server).coordinator.describe_group("kpg")
-            raise AssertionError(f"group did not settle: {live}, generations {gens}, "
+            raise AssertionError(f"group did not settle: {[m.view for m in members]}, "
                                  f"coordinator: {d.state} {[m.member_id for m in d.members]}")
 
-        for n in range(1, 4):
-            consumers.append(kp_consumer(broker.bootstrap, "kp", "kpg", client_id=f"kp-{n}"))
-            live = settle(n)
-        assert sorted(len(ps) for ps in live.values()) == [1, 1, 2]
-        coord = service(broker.server).coordinator
-        assert coord.describe_group("kpg").state == "Stable"
-        # one leaves (LeaveGroup), its partitions move to the others
-        consumers[0].close()
-        consumers[0] = None
-        live = settle(2)
-        assert sorted(len(ps) for ps in live.values()) == [2, 2]
-        for c in consumers:
-            if c is not None:
-                c.close()
+        try:
+            for n in range(3):
+                members.append(PollingMember(broker.bootstrap, n, ledger))
+                members[-1].start()
+                views = settle()
+            assert sorted(len(ps) for ps in views) == [1, 1, 2]
+            coord = service(broker.server).coordinator
+            assert len(coord.describe_group("kpg").members) == 3
+            # one leaves (LeaveGroup), its partitions move to the others
+            members.pop(0).leave()
+            views = settle()
+            assert sorted(len(ps) for ps in views) == [2, 2]
+        finally:
+            for m in members:
+                m.leave()
+        assert ledger.violations == []
+        assert len({g for g, _ in ledger.owner}) >= 4   # several generations were observed
         assert coord.describe_group("kpg").state == "Empty"
 
 
