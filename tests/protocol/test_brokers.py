@@ -116,3 +116,25 @@ def test_killed_broker_loses_and_doubles_nothing(tmp_path):
     assert errors == []
     values = sorted(r["value"] for r in cli_consume(root, "crash"))
     assert values == sorted("m-%d" % i for i in range(n))  # nothing lost, nothing doubled
+
+
+def test_two_brokers_on_s3_and_a_client(s3_endpoint):
+    """The same leaderless append path on S3 (moto): both brokers write one partition."""
+    from confluent_kafka import Producer
+    import uuid
+
+    root = f"s3://kafkastore-test/serve-{uuid.uuid4().hex[:8]}"
+    create_topic(Storage(root), "s3t", 1)
+    opts = ServeOptions(port=0, commit_interval_ms=2)
+    with BrokerThread(Storage(root), opts) as a, BrokerThread(Storage(root), opts) as b:
+        wa, wb = Wire(a.bootstrap), Wire(b.bootstrap)
+        got = [produce(w, "s3t", 0, batch([b"%d" % i])) for i, w in enumerate([wa, wb] * 5)]
+        wa.close()
+        wb.close()
+        assert sorted(off for _, off in got) == list(range(10)) and all(e == 0 for e, _ in got)
+        p = Producer({"bootstrap.servers": f"{a.bootstrap},{b.bootstrap}", "enable.idempotence": True})
+        for i in range(20):
+            p.produce("s3t", value=b"c-%d" % i)
+        assert p.flush(30) == 0
+        values = [v for *_, v in confluent_consume(b.bootstrap, "s3t", 1, 30)]
+    assert sorted(values) == sorted([b"%d" % i for i in range(10)] + [b"c-%d" % i for i in range(20)])
