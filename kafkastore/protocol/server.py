@@ -35,6 +35,7 @@ from .registry import Registry, RequestContext
 log = logging.getLogger("kafkastore.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -238,7 +239,8 @@ class Connection:
         self.close_after_response = False
 
     async def run(self) -> None:
-        queue: asyncio.Queue = asyncio.Queue()
+        # Bounded: a client that pipelines without reading its responses stops being read.
+        queue: asyncio.Queue = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
         writer_task = asyncio.ensure_future(self._write_responses(queue))
         try:
             while True:
@@ -262,10 +264,14 @@ class Connection:
                 if writer_task.done():
                     return
         finally:
-            await queue.put(None)
+            if not writer_task.done():
+                try:
+                    queue.put_nowait(None)
+                except asyncio.QueueFull:
+                    writer_task.cancel()
             try:
                 await writer_task
-            except Exception:  # noqa: BLE001
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is over
                 pass
 
     def _dispatch(self, payload: bytes):

@@ -339,3 +339,42 @@ def test_fuzzed_frames_never_kill_the_broker(broker, payload, key, version):
     assert int(w.call(ApiVersionsRequest(client_software_name="t",
                                          client_software_version="1")).error_code) == 0
     w.close()
+
+
+def test_fetch_refuses_batches_that_disagree_with_the_manifest(wire, storage, topic):
+    produce(wire, topic, 1, batch([b"a", b"b"]))
+    seg = ManifestStore(storage, topic, 1).latest().segments[0]
+    path = seg.paths(topic, 1)[".log"]
+    log = bytearray(storage.get(path))
+    struct.pack_into(">q", log, 0, 5)  # offsets outside the entry's [0, 2): never served
+    storage.put(path, bytes(log))
+    assert int(fetch(wire, topic, 1, 0).error_code) == E.KAFKA_STORAGE_ERROR
+
+
+def test_invalid_topic_names_are_unknown(wire):
+    assert produce(wire, "bad/name", 0, batch([b"x"]))[0] == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert int(fetch(wire, "bad/name", 0, 0).error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_auto_create_topics(module_root):
+    opts = ServeOptions(port=0, auto_create_topics=True, default_partitions=3)
+    with BrokerThread(Storage(module_root), opts) as b:
+        w = Wire(b.bootstrap)
+        resp = w.call(md_req.MetadataRequest(topics=(md_req.MetadataRequestTopic(name="auto-made", topic_id=None),),
+                                             allow_auto_topic_creation=True,
+                                             include_topic_authorized_operations=False))
+        assert int(resp.topics[0].error_code) == 0 and len(resp.topics[0].partitions) == 3
+        resp = w.call(md_req.MetadataRequest(topics=(md_req.MetadataRequestTopic(name="not-made", topic_id=None),),
+                                             allow_auto_topic_creation=False,
+                                             include_topic_authorized_operations=False))
+        assert int(resp.topics[0].error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
+        w.close()
+
+
+def test_idle_producer_state_expires(broker, wire, topic, storage):
+    old = int(time.time() * 1000) - 2 * 86_400_000
+    assert produce(wire, topic, 0, batch([b"old"], pid=777, epoch=0, seq=0, ts=old))[0] == 0
+    assert 777 in ManifestStore(storage, topic, 0).latest().producers
+    assert produce(wire, topic, 0, batch([b"new"], pid=778, epoch=0, seq=0))[0] == 0
+    producers = ManifestStore(storage, topic, 0).latest().producers
+    assert 777 not in producers and 778 in producers
