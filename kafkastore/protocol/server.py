@@ -355,12 +355,17 @@ def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[Brok
                extensions: Iterable[Callable[[Registry], None]] = ()) -> None:
     """Run a broker in this thread until interrupted (the CLI's ``serve``)."""
     async def main():
+        import signal
+
         server = BrokerServer(storage, options, extensions=extensions)
         await server.start()
+        stop = asyncio.Event()
+        # SIGTERM stops gracefully: queued appends are committed and answered first.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         if ready is not None:
             ready(server)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await server.close()
 

@@ -138,3 +138,21 @@ def test_two_brokers_on_s3_and_a_client(s3_endpoint):
         assert p.flush(30) == 0
         values = [v for *_, v in confluent_consume(b.bootstrap, "s3t", 1, 30)]
     assert sorted(values) == sorted([b"%d" % i for i in range(10)] + [b"c-%d" % i for i in range(20)])
+
+
+def test_fetch_beyond_a_stale_cache_is_not_out_of_range(module_root, storage):
+    """A consumer that read offset N from one broker may ask another whose cached manifest is
+    older: that broker must re-read, not answer OFFSET_OUT_OF_RANGE (a consumer would reset)."""
+    from .test_wire import fetch
+
+    create_topic(storage, "stale", 1)
+    opts = ServeOptions(port=0, commit_interval_ms=1)
+    with BrokerThread(Storage(module_root), opts) as a, BrokerThread(Storage(module_root), opts) as b:
+        b.server.meta.manifest_ttl_s = 3600  # b's cache would stay stale for an hour
+        wa, wb = Wire(a.bootstrap), Wire(b.bootstrap)
+        assert fetch(wb, "stale", 0, 0).high_watermark == 0  # cached: empty
+        assert produce(wa, "stale", 0, batch([b"x", b"y"])) == (0, 0)
+        p = fetch(wb, "stale", 0, 2)
+        assert int(p.error_code) == 0 and p.high_watermark == 2
+        wa.close()
+        wb.close()
