@@ -61,7 +61,9 @@ _I16 = struct.Struct(">h")
 _CRC_OFFSET = 17
 _MAX_TIMESTAMP_OFFSET = 35
 _INT32_MASK = 0x7FFFFFFF
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: A partition with this many bytes queued commits at once instead of waiting the interval.
+GROUP_COMMIT_BYTES = 1 << 20  # Kafka's producer.id.expiration.ms
 
 
 class BatchRejected(KafkaStoreError):
@@ -210,8 +212,9 @@ class Appender:
                 continue
             self._busy.add(tp)
             try:
-                if self.interval_s:
-                    await asyncio.sleep(self.interval_s)
+                queued = sum(i.header.size for i in self._queues[tp])
+                if self.interval_s and queued < GROUP_COMMIT_BYTES:
+                    await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
                 started = time.monotonic()
                 try:
