@@ -145,8 +145,9 @@ async def handle_fetch(ctx: RequestContext, request):
         remaining = deadline - time.monotonic()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
-        await broker.wait_for_data(min(remaining, _POLL_S))
-        refresh = True
+        # Woken by this broker's commit: its manifest cache is current. Timed out: re-read
+        # the manifests (other brokers' commits).
+        refresh = not await broker.wait_for_data(min(remaining, _POLL_S))
     mod = ctx.response_module
     responses = []
     for topic, parts in results:

@@ -196,14 +196,15 @@ class BrokerServer:
             if not f.done():
                 f.set_result(None)
 
-    async def wait_for_data(self, timeout: float) -> None:
-        """Wait until :meth:`notify_data` or ``timeout`` seconds."""
+    async def wait_for_data(self, timeout: float) -> bool:
+        """Wait until :meth:`notify_data` (True) or ``timeout`` seconds (False)."""
         fut = asyncio.get_running_loop().create_future()
         self._data_waiters.add(fut)
         try:
             await asyncio.wait_for(fut, timeout)
+            return True
         except asyncio.TimeoutError:
-            pass
+            return False
         finally:
             self._data_waiters.discard(fut)
 
