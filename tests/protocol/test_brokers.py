@@ -28,7 +28,11 @@ def test_brokers_register_and_spread_leadership(module_root, storage):
     opts = ServeOptions(port=0, commit_interval_ms=2, heartbeat_ms=200)
     with BrokerThread(Storage(module_root), opts) as a, BrokerThread(Storage(module_root), opts) as b:
         assert a.server.node_id != b.server.node_id
-        time.sleep(0.5)  # one heartbeat: each has seen the other
+        both = sorted([a.server.node_id, b.server.node_id])
+        deadline = time.time() + 30  # a heartbeat or two: each sees the other
+        while time.time() < deadline and not all(
+                [n for n, _, _ in br.server.live_brokers()] == both for br in (a, b)):
+            time.sleep(0.05)
         for br in (a, b):
             w = Wire(br.bootstrap)
             resp = w.call(md_req.MetadataRequest(
