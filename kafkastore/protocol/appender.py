@@ -46,7 +46,7 @@ from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcM
                       KafkaStoreError, StorageError)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
-from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAGIC_OFFSET,
+from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
 from ..segment import SegmentBuilder

@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import os
 import ssl as ssl_lib
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 from contextlib import redirect_stdout
 
 import pytest
