@@ -377,3 +377,35 @@ def test_idle_producer_state_expires(broker, wire, topic, storage):
     assert produce(wire, topic, 0, batch([b"new"], pid=778, epoch=0, seq=0))[0] == 0
     producers = ManifestStore(storage, topic, 0).latest().producers
     assert 777 not in producers and 778 in producers
+
+
+def test_unknown_commit_outcome_then_retry_is_not_doubled(tmp_path):
+    """The manifest put lands but its response is lost and cannot be read back: the producer
+    gets a retriable error; its retry is recognised from the manifest, not written twice."""
+    from tests.faults import faulty_storage
+
+    root = f"file://{tmp_path}/root"
+    create_topic(Storage(root), "faulty", 1)
+    storage, fs = faulty_storage(root)
+    with BrokerThread(storage, ServeOptions(port=0, commit_interval_ms=1)) as b:
+        w = Wire(b.bootstrap)
+        data = batch([b"once", b"only"], pid=99, epoch=0, seq=0)
+        fs.on_write(lambda op, path: fs.fail_reads(match="_manifest/", count=None), match="_manifest/")
+        fs.lose_response(match="_manifest/")
+        assert produce(w, "faulty", 0, data)[0] == E.KAFKA_STORAGE_ERROR
+        fs.clear()
+        assert ManifestStore(Storage(root), "faulty", 0).latest().high_watermark == 2  # it landed
+        assert produce(w, "faulty", 0, data) == (0, 0)  # the retry: original offset
+        # A failed segment upload: nothing is committed, the retry writes it once.
+        second = batch([b"next"], pid=99, epoch=0, seq=2)
+        fs.fail_before_write(match=".log")
+        assert produce(w, "faulty", 0, second)[0] == E.KAFKA_STORAGE_ERROR
+        assert produce(w, "faulty", 0, second) == (0, 2)
+        w.close()
+    values = [r.value for r in records_of(fetch_all(root, "faulty"))]
+    assert values == [b"once", b"only", b"next"]
+
+
+def fetch_all(root, topic):
+    m = ManifestStore(Storage(root), topic, 0).latest()
+    return b"".join(Storage(root).get(s.paths(topic, 0)[".log"]) for s in m.segments)
