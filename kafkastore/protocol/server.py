@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ListenError
 from ..storage import Storage
 from . import codec
 from .registry import Registry, RequestContext
@@ -124,9 +124,13 @@ class BrokerServer:
         """Listen, register under ``_brokers/`` and start heartbeating."""
         opts = self.options
         self.loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(
-            self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
-            limit=1 << 16)
+        try:
+            self._server = await asyncio.start_server(
+                self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
+                limit=1 << 16)
+        except OSError as exc:
+            self.pool.shutdown(wait=False)
+            raise ListenError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
         self.port = self._server.sockets[0].getsockname()[1]
         host = opts.advertise_host or (opts.host if opts.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         port = opts.advertise_port or self.port
