@@ -158,7 +158,7 @@ def main() -> int:
         p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 5, "batch.size": 1_000_000,
                       "acks": "all", "enable.idempotence": True, "compression.codec": "none",
                       "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576,
-                      "message.max.bytes": 2_000_000})
+                      "message.max.bytes": 2_000_000, "max.in.flight.requests.per.connection": 5})
         failed = []
         # Messages are built before the clock starts (a Python loop building 1M dicts would
         # measure the interpreter, not the broker); produce_batch hands 10,000 at a time to

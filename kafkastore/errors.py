@@ -122,3 +122,7 @@ class InvalidRecordError(KafkaStoreError):
 
 class OutOfOrderSequenceError(KafkaStoreError):
     """An idempotent producer batch whose sequence does not follow the last one written."""
+
+
+class ListenError(KafkaStoreError):
+    """A broker cannot listen on its address (in use, not permitted, unknown host)."""

@@ -61,6 +61,10 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
     if meta is None or not 0 <= partition < meta.partitions:
         return PartitionRead(E.UNKNOWN_TOPIC_OR_PARTITION)
     m = broker.meta.manifest(topic, partition, 0 if refresh else None)
+    if offset > m.high_watermark and not refresh:
+        # Another broker may have committed since the cached read: never answer
+        # OFFSET_OUT_OF_RANGE (which makes consumers reset their position) from a stale cache.
+        m = broker.meta.manifest(topic, partition, 0)
     hw, lso, start = m.high_watermark, last_stable_offset(m), m.log_start_offset
     out = PartitionRead(E.NONE, hw, lso, start, b"", () if read_committed else None)
     if offset < start or offset > hw:
@@ -141,8 +145,9 @@ async def handle_fetch(ctx: RequestContext, request):
         remaining = deadline - time.monotonic()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
-        await broker.wait_for_data(min(remaining, _POLL_S))
-        refresh = True
+        # Woken by this broker's commit: its manifest cache is current. Timed out: re-read
+        # the manifests (other brokers' commits).
+        refresh = not await broker.wait_for_data(min(remaining, _POLL_S))
     mod = ctx.response_module
     responses = []
     for topic, parts in results:

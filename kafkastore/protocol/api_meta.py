@@ -1,13 +1,18 @@
 """ApiVersions, Metadata and InitProducerId."""
 from __future__ import annotations
 
+import logging
 import uuid
 import zlib
+
+from ..errors import KafkaStoreError
 
 from . import codec
 from . import error_codes as E
 from .codec import make
 from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve")
 
 API_VERSIONS, METADATA, INIT_PRODUCER_ID = 18, 3, 22
 _NO_AUTH_OPS = -2147483648  # "not requested"
@@ -63,7 +68,14 @@ async def handle_metadata(ctx: RequestContext, request):
     for name in names:
         if name is None:
             continue
-        meta = await ctx.run(broker.meta.topic, name)
+        try:
+            meta = await ctx.run(broker.meta.topic, name)
+        except KafkaStoreError as exc:  # a damaged _topic.json: report it, keep serving the rest
+            log.warning("metadata of topic %r: %s", name, exc)
+            topics.append(make(mod, "MetadataResponseTopic", error_code=E.UNKNOWN_SERVER_ERROR,
+                               name=name, topic_id=None, is_internal=False, partitions=(),
+                               topic_authorized_operations=_NO_AUTH_OPS))
+            continue
         if meta is None and requested and auto_create:
             from .api_admin import create_topic_safely
             await ctx.run(create_topic_safely, broker, name, broker.options.default_partitions, {})

@@ -46,7 +46,7 @@ from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcM
                       KafkaStoreError, StorageError)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
-from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, LOG_OVERHEAD, MAGIC, MAGIC_OFFSET,
+from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
 from ..segment import SegmentBuilder
@@ -61,6 +61,9 @@ _I16 = struct.Struct(">h")
 _CRC_OFFSET = 17
 _MAX_TIMESTAMP_OFFSET = 35
 _INT32_MASK = 0x7FFFFFFF
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+#: A partition with this many bytes queued commits at once instead of waiting the interval.
+GROUP_COMMIT_BYTES = 1 << 20  # Kafka's producer.id.expiration.ms
 
 
 class BatchRejected(KafkaStoreError):
@@ -176,6 +179,7 @@ class Appender:
         self._workers: dict[tuple[str, int], asyncio.Task] = {}
         self._busy: set[tuple[str, int]] = set()
         self.commits = 0
+        self.producer_expiration_ms = PRODUCER_ID_EXPIRATION_MS
         # Uploads get their own pool: commits run in the server's pool and wait on them.
         self._uploader = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kafkastore-upload")
 
@@ -208,8 +212,9 @@ class Appender:
                 continue
             self._busy.add(tp)
             try:
-                if self.interval_s:
-                    await asyncio.sleep(self.interval_s)
+                queued = sum(i.header.size for i in self._queues[tp])
+                if self.interval_s and queued < GROUP_COMMIT_BYTES:
+                    await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
                 started = time.monotonic()
                 try:
@@ -322,6 +327,8 @@ class Appender:
                                       self._upload(topic, partition, accepted, cfg, m.leader_epoch))
             updates = [AppendSegments(tuple(hit[1]))]
             updates += [UpdateProducerState(pid, st) for pid, st in changed.items()]
+            updates += [UpdateProducerState(pid, None)
+                        for pid in _expired(m, changed, now, self.producer_expiration_ms)]
             for i in planned:
                 planned[i].log_start_offset = m.log_start_offset
             return updates, []
@@ -399,6 +406,20 @@ def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerStat
                        message=f"producer {h.producer_id}: sequence {h.base_sequence}, "
                                f"expected {expected}")
     return state
+
+
+def _expired(m: Manifest, changed, now: int, expiration_ms: int, limit: int = 100) -> list[int]:
+    """Producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default: one day),
+    without an open transaction: their state goes, as Kafka's broker drops it, so manifests do
+    not grow with every producer that ever wrote."""
+    out = []
+    for pid, st in m.producers.items():
+        if (pid not in changed and st.txn_first_offset is None and st.last_timestamp >= 0
+                and now - st.last_timestamp > expiration_ms):
+            out.append(pid)
+            if len(out) >= limit:
+                break
+    return out
 
 
 def _failure(exc: BaseException) -> Outcome:

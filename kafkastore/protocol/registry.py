@@ -22,13 +22,19 @@ Writing a handler (this is the contract for every API, the group APIs included):
     def register(registry: Registry) -> None:
         registry.register(12, 0, 4, handle_heartbeat)   # api_key, min, max version
 
-The server builds the registry with :func:`kafkastore.protocol.server.default_registry`
-and then calls every extra ``register(registry)`` hook it is given
-(``BrokerServer(..., extensions=[groups.register])``). Handlers run on the
+:class:`~kafkastore.protocol.server.BrokerServer` registers its own APIs (the
+``register`` functions of ``api_meta``, ``api_produce``, ``api_fetch``,
+``api_admin`` and, with credentials, ``sasl``), then calls every extra
+``register(registry)`` hook it is given: ``BrokerServer(storage, options,
+extensions=[groups.register])``, likewise ``BrokerThread(...)`` and
+``run_server(...)`` (which ``kafkastore serve`` calls in ``cli.cmd_serve``). Handlers run on the
 server's asyncio event loop: do storage I/O with ``await ctx.run(fn, *args)``
 (the broker's thread pool), never blocking calls on the loop. ``ctx.broker``
 is the :class:`kafkastore.protocol.server.BrokerServer` (its ``storage``,
-``node_id``, ``live_brokers()``, ``appender``...). Requests of one connection
+``node_id``, ``live_brokers()``, ``appender``...). To map a key (a group id) to one
+live broker the same way on every broker, use
+``kafkastore.protocol.api_meta.leader_for(key, 0, ctx.broker.live_brokers())``.
+``ctx.connection`` is the client's connection (``principal`` after SASL). Requests of one connection
 are handled concurrently and answered in order; a handler that raises gets
 the connection closed (and is logged), so map expected failures to Kafka
 error codes in the response instead.

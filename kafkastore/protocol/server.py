@@ -20,14 +20,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import os
 import ssl as ssl_lib
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ListenError
 from ..storage import Storage
 from . import codec
 from .registry import Registry, RequestContext
@@ -35,6 +33,7 @@ from .registry import Registry, RequestContext
 log = logging.getLogger("kafkastore.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
@@ -125,9 +124,13 @@ class BrokerServer:
         """Listen, register under ``_brokers/`` and start heartbeating."""
         opts = self.options
         self.loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(
-            self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
-            limit=1 << 16)
+        try:
+            self._server = await asyncio.start_server(
+                self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
+                limit=1 << 16)
+        except OSError as exc:
+            self.pool.shutdown(wait=False)
+            raise ListenError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
         self.port = self._server.sockets[0].getsockname()[1]
         host = opts.advertise_host or (opts.host if opts.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         port = opts.advertise_port or self.port
@@ -195,14 +198,15 @@ class BrokerServer:
             if not f.done():
                 f.set_result(None)
 
-    async def wait_for_data(self, timeout: float) -> None:
-        """Wait until :meth:`notify_data` or ``timeout`` seconds."""
+    async def wait_for_data(self, timeout: float) -> bool:
+        """Wait until :meth:`notify_data` (True) or ``timeout`` seconds (False)."""
         fut = asyncio.get_running_loop().create_future()
         self._data_waiters.add(fut)
         try:
             await asyncio.wait_for(fut, timeout)
+            return True
         except asyncio.TimeoutError:
-            pass
+            return False
         finally:
             self._data_waiters.discard(fut)
 
@@ -238,7 +242,8 @@ class Connection:
         self.close_after_response = False
 
     async def run(self) -> None:
-        queue: asyncio.Queue = asyncio.Queue()
+        # Bounded: a client that pipelines without reading its responses stops being read.
+        queue: asyncio.Queue = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
         writer_task = asyncio.ensure_future(self._write_responses(queue))
         try:
             while True:
@@ -262,10 +267,14 @@ class Connection:
                 if writer_task.done():
                     return
         finally:
-            await queue.put(None)
+            if not writer_task.done():
+                try:
+                    queue.put_nowait(None)
+                except asyncio.QueueFull:
+                    writer_task.cancel()
             try:
                 await writer_task
-            except Exception:  # noqa: BLE001
+            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is over
                 pass
 
     def _dispatch(self, payload: bytes):
@@ -349,12 +358,17 @@ def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[Brok
                extensions: Iterable[Callable[[Registry], None]] = ()) -> None:
     """Run a broker in this thread until interrupted (the CLI's ``serve``)."""
     async def main():
+        import signal
+
         server = BrokerServer(storage, options, extensions=extensions)
         await server.start()
+        stop = asyncio.Event()
+        # SIGTERM stops gracefully: queued appends are committed and answered first.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         if ready is not None:
             ready(server)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await server.close()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ..errors import UnknownTopicError
+from ..errors import ConfigError, UnknownTopicError
 from ..manifest import Manifest, ManifestStore
 from ..storage import Storage
 from ..topics import TopicMetadata, list_topics, load_topic
@@ -39,7 +39,7 @@ class MetadataCache:
             return hit[1]
         try:
             meta = load_topic(self.storage, name)
-        except UnknownTopicError:
+        except (UnknownTopicError, ConfigError):  # ConfigError: not a valid topic name
             meta = None
         with self._lock:
             self._topics[name] = (now, meta)

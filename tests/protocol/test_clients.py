@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 from contextlib import redirect_stdout
 
 import pytest
@@ -152,6 +151,26 @@ def test_cli_produce_is_fetched_by_clients(broker, storage, module_root, tmp_pat
     c.seek_to_beginning()
     assert sorted(m.value for m in c) == sorted(b"cli-%d" % i for i in range(50))
     c.close()
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATP
+
+    async def fetch_all():
+        ac = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+        await ac.start()
+        got = []
+        try:
+            ac.assign([ATP("cli", 0), ATP("cli", 1)])
+            await ac.seek_to_beginning()
+            while len(got) < 50:
+                res = await ac.getmany(timeout_ms=3000)
+                if not res:
+                    break
+                got += [m.value for msgs in res.values() for m in msgs]
+        finally:
+            await ac.stop()
+        return got
+
+    assert sorted(asyncio.run(fetch_all())) == sorted(b"cli-%d" % i for i in range(50))
 
 
 def test_admin_create_describe_delete(broker, storage):

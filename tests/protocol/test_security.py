@@ -102,3 +102,18 @@ def test_unauthenticated_requests_are_refused(tmp_path):
         w.send(md_req.MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                       include_topic_authorized_operations=False))
         assert w.closed()
+
+
+def test_address_in_use_is_a_one_line_error(tmp_path, capsys):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        assert cli(["--root", f"file://{tmp_path}/r", "serve", "--listen", f"127.0.0.1:{port}"]) == 1
+    finally:
+        s.close()
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error: cannot listen on 127.0.0.1:") and err.count("\n") == 1
