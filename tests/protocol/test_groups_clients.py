@@ -272,3 +272,55 @@ def test_librdkafka_group_rebalances_between_members(local_root):
                 break
         assert {tp.partition for tp in cs[0].assignment()} == set(range(PARTITIONS))
         cs[0].close()
+
+
+def _rk_settle(consumers, timeout: float = 30.0) -> list[set[int]]:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for c in consumers:
+            c.poll(0.05)
+        parts = [{tp.partition for tp in c.assignment()} for c in consumers]
+        if all(parts) and sum(map(len, parts)) == PARTITIONS and set().union(*parts) == set(range(PARTITIONS)):
+            return parts
+    raise AssertionError(f"group did not settle: {parts}")
+
+
+def test_librdkafka_cooperative_sticky_and_static_membership(local_root):
+    from confluent_kafka import Consumer
+
+    fill(local_root, "cs")
+    with BrokerThread(Storage(local_root), opts()) as broker:
+        base = {"bootstrap.servers": broker.bootstrap, "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "session.timeout.ms": 3000,
+                "heartbeat.interval.ms": 200, "topic.metadata.refresh.interval.ms": 1000}
+        # cooperative-sticky: incremental rebalances over the classic protocol
+        coop = [Consumer(dict(base, **{"group.id": "coop", "client.id": f"co-{i}",
+                                       "partition.assignment.strategy": "cooperative-sticky"}))
+                for i in range(2)]
+        coop[0].subscribe(["cs"])
+        assert _rk_settle(coop[:1]) == [set(range(PARTITIONS))]
+        coop[1].subscribe(["cs"])
+        parts = _rk_settle(coop)
+        assert not parts[0] & parts[1] and all(parts)
+        d = service(broker.server).coordinator.describe_group("coop")
+        assert d.protocol == "cooperative-sticky"
+        for c in coop:
+            c.close()
+
+        # static membership: a restarted instance gets its partitions back, no rebalance
+        static = [Consumer(dict(base, **{"group.id": "static", "client.id": f"st-{i}",
+                                         "group.instance.id": f"inst-{i}"})) for i in range(2)]
+        for c in static:
+            c.subscribe(["cs"])
+        parts = _rk_settle(static)
+        coord = service(broker.server).coordinator
+        generation = coord._groups["static"].generation
+        static[1].close()          # a static member does not leave the group on close
+        assert coord.describe_group("static").state == "Stable"
+        again = Consumer(dict(base, **{"group.id": "static", "client.id": "st-1b",
+                                       "group.instance.id": "inst-1"}))
+        again.subscribe(["cs"])
+        back = _rk_settle([static[0], again])
+        assert back == parts and coord._groups["static"].generation == generation
+        for c in (static[0], again):
+            c.close()
