@@ -111,3 +111,23 @@ def test_live_members_expire_with_the_state_timestamp():
     assert g.live_members(5050) == (m1, m2)
     assert g.live_members(5500) == (m2,)
     assert g.live_members(7000) == ()
+
+
+@pytest.mark.parametrize("fault", ["fail_before_write", "lose_response"])
+def test_commit_faults_lose_nothing_and_a_retry_converges(local_root, fault):
+    from kafkastore.errors import KafkaStoreError
+    from tests.faults import FaultyFS
+
+    fs = FaultyFS(Storage(local_root).fs)
+    s = Storage(local_root, fs=fs)
+    store = OffsetsStore(s, partitions=2)
+    store.commit_offsets("g", {("t", 0): OffsetAndMetadata(1)})
+    injected = getattr(fs, fault)(match=f"__consumer_offsets/{partition_for_group('g', 2)}/_manifest/", count=1)
+    try:
+        store.commit_offsets("g", {("t", 0): OffsetAndMetadata(2)})
+    except KafkaStoreError:
+        store.commit_offsets("g", {("t", 0): OffsetAndMetadata(2)})   # the client retries
+    store.commit_offsets("g", {("t", 1): OffsetAndMetadata(9)})
+    assert injected.fired == 1
+    fresh = OffsetsStore(Storage(local_root)).group("g").offsets
+    assert fresh == store.group("g").offsets == {("t", 0): OffsetAndMetadata(2), ("t", 1): OffsetAndMetadata(9)}
