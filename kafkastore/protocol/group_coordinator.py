@@ -611,8 +611,8 @@ class GroupCoordinator:
             g = self._get(group_id, create=True)
             g.offsets.update(offsets)
 
-    def fetch_offsets(self, group_id: str,
-                      partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+    def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+                      ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
         """Committed offsets (None where nothing is committed); every one when ``partitions``
         is None."""
         with self._lock:

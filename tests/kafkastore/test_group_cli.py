@@ -1,9 +1,7 @@
 """``kafkastore groups``: offline list / describe / delete / reset-offsets over the root."""
 from __future__ import annotations
 
-import io
 import json
-import sys
 import time
 
 import pytest

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 
 from hypothesis import settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from kafkastore.group_offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
                                       decode_consumer_assignment, encode_consumer_assignment,
