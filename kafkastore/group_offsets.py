@@ -324,6 +324,14 @@ class GroupState:
         return self.metadata is None and not self.offsets
 
 
+@dataclass(eq=False)
+class _WriteRequest:
+    group: str
+    records: list[tuple[bytes, bytes | None]]
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class OffsetsStore:
     """Reads and writes ``__consumer_offsets`` under ``storage``'s root (thread-safe).
 
@@ -340,6 +348,9 @@ class OffsetsStore:
         self._partitions: int | None = None
         self._lock = threading.RLock()
         self._broker = None
+        self._queue_lock = threading.Lock()
+        self._queue: list[_WriteRequest] = []
+        self._flushing = False
         self._next: dict[int, int] = {}            # partition -> next offset to read
         self._groups: dict[str, GroupState] = {}
 
@@ -425,26 +436,57 @@ class OffsetsStore:
 
     # -- writing -------------------------------------------------------------
     def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        from .broker import Broker
+        """Append ``records`` to the group's partition; returns once their manifest commit landed.
 
+        Group commit: writers that arrive while a flush is under way queue up, and the
+        thread that flushes takes the whole queue into its next flush (one manifest
+        commit per partition for all of them). If that flush fails, every writer in it
+        gets the error (none of them counts its records as written; clients retry).
+        """
         if not records:
             return
+        req = _WriteRequest(group, records)
+        with self._queue_lock:
+            self._queue.append(req)
+            leader = not self._flushing
+            self._flushing = True
+        if leader:
+            while True:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                    if not batch:
+                        self._flushing = False
+                        break
+                self._flush_batch(batch)
+        req.done.wait()
+        if req.error is not None:
+            raise req.error
+
+    def _flush_batch(self, batch: list["_WriteRequest"]) -> None:
+        from .broker import Broker
+
+        error: BaseException | None = None
         with self._lock:
-            n = self._topic_partitions(create=True)
-            p = partition_for_group(group, n)
-            if self._broker is None:
-                self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
             try:
-                for key, value in records:
-                    self._broker.send(OFFSETS_TOPIC, value, key=key, partition=p)
+                n = self._topic_partitions(create=True)
+                if self._broker is None:
+                    self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+                touched = set()
+                for req in batch:
+                    p = partition_for_group(req.group, n)
+                    touched.add(p)
+                    for key, value in req.records:
+                        self._broker.send(OFFSETS_TOPIC, value, key=key, partition=p)
                 self._broker.flush()
-            except BaseException:
-                # Whatever was buffered is retried by nobody: start clean next time
-                # (the caller saw the error, so it does not count the write as done).
+                # Catch up (our own records included) so the cache matches the log order.
+                self.refresh(sorted(touched))
+            except BaseException as exc:  # noqa: BLE001 - handed to every writer of the batch
+                # Whatever was buffered is retried by nobody: start clean next time.
                 self._broker = None
-                raise
-            # Catch up (our own records included) so the cache matches the log order.
-            self.refresh([p])
+                error = exc
+        for req in batch:
+            req.error = error
+            req.done.set()
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
         """Commit ``offsets`` of ``group`` (one manifest commit); visible once this returns."""

@@ -131,3 +131,37 @@ def test_commit_faults_lose_nothing_and_a_retry_converges(local_root, fault):
     assert injected.fired == 1
     fresh = OffsetsStore(Storage(local_root)).group("g").offsets
     assert fresh == store.group("g").offsets == {("t", 0): OffsetAndMetadata(2), ("t", 1): OffsetAndMetadata(9)}
+
+
+def test_concurrent_commits_share_manifest_commits_and_all_land(local_root):
+    import threading
+    import time as _time
+
+    from kafkastore.manifest import ManifestStore
+    from tests.faults import FaultyFS
+
+    fs = FaultyFS(Storage(local_root).fs)
+    store = OffsetsStore(Storage(local_root, fs=fs), partitions=1)
+    store.commit_offsets("warm-up", {("t", 0): OffsetAndMetadata(0)})
+    # the next manifest write stalls, so that the other writers queue behind it
+    fs.on_write(lambda op, path: _time.sleep(0.3), match="_manifest/", count=1)
+    errors = []
+
+    def writer(i):
+        try:
+            for n in range(5):
+                store.commit_offsets(f"g{i}", {("t", 0): OffsetAndMetadata(n)})
+        except Exception as exc:  # noqa: BLE001 - collected, asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    fresh = OffsetsStore(Storage(local_root))
+    assert fresh.groups() == sorted([f"g{i}" for i in range(6)] + ["warm-up"])
+    assert all(fresh.group(f"g{i}").offsets == {("t", 0): OffsetAndMetadata(4)} for i in range(6))
+    versions = ManifestStore(Storage(local_root), OFFSETS_TOPIC, 0).latest().version
+    assert versions < 1 + 30   # 31 commits, fewer manifest versions: writers were batched
