@@ -818,8 +818,10 @@ def read_arrow(table, *, snapshot_id: int | None = None, as_of_ms: int | None = 
 
     snap = resolve_snapshot(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms, ref=ref)
     if snap is None:
-        return table.schema().as_arrow().empty_table() if columns is None else pa.table(
-            {c: pa.array([]) for c in columns})
+        schema = table.schema().as_arrow()
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        return schema.empty_table()
     kwargs: dict[str, Any] = {"snapshot_id": snap.snapshot_id}
     if row_filter is not None:
         kwargs["row_filter"] = row_filter
