@@ -43,6 +43,13 @@
  *
  * set_buffer_cache(limit_bytes) -> old       bound of the block cache (see below)
  *
+ * encode_records(records, base_offset, base_ts) -> (bytes, max_ts) | None
+ * encode_arrow(n, base_offset, base_ts, <15 column buffers>) -> (bytes, max_ts) | None
+ *     The records section of a v2 batch (kafkastore.arrow_encode), byte for
+ *     byte what record_batch._encode_records writes; None when the pure
+ *     encoder must decide (it raises the precise error).
+ * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
+ *
  * Memory: see "Memory blocks" below (huge pages, a small cache of freed
  * column buffers, buffers sized once per region).  The GIL is released while
  * a region or records section of 64 KiB or more is decoded.
@@ -1498,6 +1505,518 @@ static PyTypeObject DecoderType = {
 };
 
 /* ------------------------------------------------------------------ */
+/* Encoder: records sections of v2 batches                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The records section of a batch (what record_batch._encode_records builds),
+ * byte for byte.  Two front ends: a sequence of record tuples (the broker's
+ * buffered records) and Arrow column buffers (Broker.send_arrow, compaction).
+ * Anything unusual (a non-increasing offset, a timestamp delta out of int64,
+ * a field of an unexpected type, a record over 2 GiB) makes them return None:
+ * the caller then runs the pure encoder, which raises the precise error.
+ */
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} obuf;
+
+static int ob_reserve(obuf *b, size_t extra) {
+    if (KS_LIKELY(b->len + extra <= b->cap))
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) {
+        if (cap > ((size_t)-1) / 4)
+            return -1;
+        cap *= 2;
+    }
+    uint8_t *np = realloc(b->p, cap);
+    if (!np)
+        return -1;
+    b->p = np;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int vsize(int64_t v) {
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (u > 0x7F) {
+        u >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *wr_varint(uint8_t *q, int64_t v) {
+    uint64_t u = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (u > 0x7F) {
+        *q++ = (uint8_t)((u & 0x7F) | 0x80);
+        u >>= 7;
+    }
+    *q++ = (uint8_t)u;
+    return q;
+}
+
+static inline uint8_t *wr_bytes(uint8_t *q, const uint8_t *s, int64_t n) {
+    if (n < 0) {
+        *q++ = 1; /* varint -1: null */
+        return q;
+    }
+    q = wr_varint(q, n);
+    if (n)
+        memcpy(q, s, (size_t)n);
+    return q + n;
+}
+
+static inline int64_t bytes_size(int64_t n) { return n < 0 ? 1 : vsize(n) + n; }
+
+/* The records section is at most this much per record beyond its data. */
+#define REC_MAX_OVERHEAD (5 + 1 + 10 + 5 + 5 + 5 + 5)
+#define HDR_MAX_OVERHEAD (5 + 5)
+
+/* Nullable bytes from a Python object: 1 ok, 0 unsupported type. */
+typedef struct {
+    const uint8_t *p;
+    int64_t n; /* -1 = null */
+    Py_buffer view;
+    int has_view;
+} pbytes;
+
+static int pb_get(PyObject *o, pbytes *b) {
+    b->has_view = 0;
+    if (o == Py_None) {
+        b->p = NULL;
+        b->n = -1;
+        return 1;
+    }
+    if (PyBytes_CheckExact(o)) {
+        b->p = (const uint8_t *)PyBytes_AS_STRING(o);
+        b->n = PyBytes_GET_SIZE(o);
+        return 1;
+    }
+    if (PyObject_CheckBuffer(o) && PyObject_GetBuffer(o, &b->view, PyBUF_C_CONTIGUOUS) == 0) {
+        b->has_view = 1;
+        b->p = (const uint8_t *)b->view.buf;
+        b->n = b->view.len;
+        return 1;
+    }
+    PyErr_Clear();
+    return 0;
+}
+
+static void pb_release(pbytes *b) {
+    if (b->has_view)
+        PyBuffer_Release(&b->view);
+    b->has_view = 0;
+}
+
+static PyObject *rec_field(PyObject *r, Py_ssize_t i, const char *name) {
+    if (PyTuple_Check(r)) {
+        if (PyTuple_GET_SIZE(r) != 5)
+            return NULL;
+        PyObject *o = PyTuple_GET_ITEM(r, i);
+        Py_INCREF(o);
+        return o;
+    }
+    return PyObject_GetAttrString(r, name);
+}
+
+/* One record from a Python object; 1 written, 0 unsupported (fall back), -1 error. */
+static int enc_py_record(obuf *out, PyObject *r, int64_t base_offset, int64_t base_ts,
+                         int64_t *prev, int64_t *max_ts, int *have_max) {
+    PyObject *fo = NULL, *ft = NULL, *fk = NULL, *fv = NULL, *fh = NULL, *hseq = NULL;
+    pbytes key = {0}, value = {0};
+    int ret = 0, overflow = 0;
+    enum { MAXH = 64 };
+    pbytes hvals[MAXH];
+    const char *hkeys[MAXH];
+    Py_ssize_t hklens[MAXH];
+    Py_ssize_t nh = 0, got_h = 0;
+
+    if (!(fo = rec_field(r, 0, "offset")) || !(ft = rec_field(r, 1, "timestamp")) ||
+        !(fk = rec_field(r, 2, "key")) || !(fv = rec_field(r, 3, "value")) ||
+        !(fh = rec_field(r, 4, "headers")))
+        goto unsupported;
+    if (!PyLong_Check(fo) || !PyLong_Check(ft))
+        goto unsupported;
+    long long off = PyLong_AsLongLongAndOverflow(fo, &overflow);
+    if (overflow || (off == -1 && PyErr_Occurred()))
+        goto unsupported;
+    long long ts = PyLong_AsLongLongAndOverflow(ft, &overflow);
+    if (overflow || (ts == -1 && PyErr_Occurred()))
+        goto unsupported;
+    if (off <= *prev)
+        goto unsupported;
+    int64_t od, tsd;
+    if (__builtin_sub_overflow((int64_t)off, base_offset, &od) ||
+        __builtin_sub_overflow((int64_t)ts, base_ts, &tsd))
+        goto unsupported;
+    if (!pb_get(fk, &key) || !pb_get(fv, &value))
+        goto unsupported;
+    if (!(hseq = PySequence_Fast(fh, "headers")))
+        goto unsupported;
+    nh = PySequence_Fast_GET_SIZE(hseq);
+    if (nh > MAXH)
+        goto unsupported;
+    int64_t size = 1 + vsize(tsd) + vsize(od) + bytes_size(key.n) + bytes_size(value.n) + vsize(nh);
+    for (Py_ssize_t j = 0; j < nh; j++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(hseq, j);
+        if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(h, 0)))
+            goto unsupported;
+        hkeys[j] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &hklens[j]);
+        if (!hkeys[j])
+            goto unsupported;
+        if (!pb_get(PyTuple_GET_ITEM(h, 1), &hvals[j]))
+            goto unsupported;
+        got_h = j + 1;
+        size += bytes_size(hklens[j]) + bytes_size(hvals[j].n);
+    }
+    if (size > INT32_MAX)
+        goto unsupported;
+    if (ob_reserve(out, (size_t)size + 5) < 0) {
+        PyErr_NoMemory();
+        ret = -1;
+        goto done;
+    }
+    uint8_t *q = out->p + out->len;
+    q = wr_varint(q, size);
+    *q++ = 0;
+    q = wr_varint(q, tsd);
+    q = wr_varint(q, od);
+    q = wr_bytes(q, key.p, key.n);
+    q = wr_bytes(q, value.p, value.n);
+    q = wr_varint(q, nh);
+    for (Py_ssize_t j = 0; j < nh; j++) {
+        q = wr_bytes(q, (const uint8_t *)hkeys[j], hklens[j]);
+        q = wr_bytes(q, hvals[j].p, hvals[j].n);
+    }
+    out->len = (size_t)(q - out->p);
+    *prev = off;
+    if (!*have_max || ts > *max_ts) {
+        *max_ts = ts;
+        *have_max = 1;
+    }
+    ret = 1;
+    goto done;
+unsupported:
+    PyErr_Clear();
+    ret = 0;
+done:
+    for (Py_ssize_t j = 0; j < got_h; j++)
+        pb_release(&hvals[j]);
+    pb_release(&key);
+    pb_release(&value);
+    Py_XDECREF(fo);
+    Py_XDECREF(ft);
+    Py_XDECREF(fk);
+    Py_XDECREF(fv);
+    Py_XDECREF(fh);
+    Py_XDECREF(hseq);
+    return ret;
+}
+
+static PyObject *enc_result(obuf *out, int have_max, int64_t max_ts) {
+    PyObject *data = PyBytes_FromStringAndSize((const char *)out->p, (Py_ssize_t)out->len);
+    free(out->p);
+    if (!data)
+        return NULL;
+    if (!have_max)
+        return Py_BuildValue("(NO)", data, Py_None);
+    return Py_BuildValue("(NL)", data, (long long)max_ts);
+}
+
+static PyObject *mod_encode_records(PyObject *Py_UNUSED(m), PyObject *args) {
+    PyObject *records;
+    long long base_offset, base_ts;
+    if (!PyArg_ParseTuple(args, "OLL:encode_records", &records, &base_offset, &base_ts))
+        return NULL;
+    PyObject *seq = PySequence_Fast(records, "records must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    obuf out = {NULL, 0, 0};
+    int64_t prev = base_offset - 1, max_ts = 0;
+    int have_max = 0;
+    if (base_offset == INT64_MIN)
+        goto fallback;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = enc_py_record(&out, PySequence_Fast_GET_ITEM(seq, i), base_offset, base_ts, &prev,
+                              &max_ts, &have_max);
+        if (r < 0) {
+            free(out.p);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (r == 0)
+            goto fallback;
+    }
+    Py_DECREF(seq);
+    return enc_result(&out, have_max, max_ts);
+fallback:
+    free(out.p);
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* Arrow front end.  Column buffers, row i of each at index i:
+ * offsets/timestamps int64[n]; key/value: validity uint8[n] or None, int32
+ * offsets[n+1] into data; headers: list offsets int32[n+1] (or None: no
+ * headers), list validity uint8[n] or None, header key offsets int32 and data,
+ * header value validity (uint8 or None), offsets and data; header entries are
+ * indexed as the list offsets say. */
+typedef struct {
+    Py_buffer v;
+    int set;
+} optbuf;
+
+static int opt_get(PyObject *o, optbuf *b, Py_ssize_t need) {
+    b->set = 0;
+    if (o == Py_None)
+        return 0;
+    if (PyObject_GetBuffer(o, &b->v, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    b->set = 1;
+    if (b->v.len < need) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow: a column buffer is too short");
+        return -1;
+    }
+    return 0;
+}
+
+#define NBUF 15
+
+static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_ssize_t n;
+    long long base_offset, base_ts;
+    PyObject *o[NBUF];
+    if (!PyArg_ParseTuple(args, "nLLOOOOOOOOOOOOOOO:encode_arrow", &n, &base_offset, &base_ts,
+                          &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
+                          &o[10], &o[11], &o[12], &o[13], &o[14]))
+        return NULL;
+    optbuf b[NBUF];
+    memset(b, 0, sizeof(b));
+    PyObject *res = NULL;
+    obuf out = {NULL, 0, 0};
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative row count");
+        return NULL;
+    }
+    /* sizes that can be checked before the offsets are read */
+    Py_ssize_t need[NBUF] = {n * 8, n * 8, n, (n + 1) * 4, 0, n, (n + 1) * 4, 0,
+                             (n + 1) * 4, n, 0, 0, 0, 0, 0};
+    for (int i = 0; i < NBUF; i++)
+        if (opt_get(o[i], &b[i], need[i]) < 0)
+            goto done;
+    if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow: offsets, timestamps, key and value "
+                                          "offsets and data are required");
+        goto done;
+    }
+    const int64_t *offs = b[0].v.buf, *tss = b[1].v.buf;
+    const uint8_t *kval = b[2].set ? b[2].v.buf : NULL, *vval = b[5].set ? b[5].v.buf : NULL;
+    const int32_t *koff = b[3].v.buf, *voff = b[6].v.buf;
+    const uint8_t *kdata = b[4].v.buf, *vdata = b[7].v.buf;
+    const int32_t *hoff = b[8].set ? b[8].v.buf : NULL;
+    const uint8_t *hval = b[9].set ? b[9].v.buf : NULL;
+    const int32_t *hkoff = b[10].set ? b[10].v.buf : NULL, *hvoff = b[13].set ? b[13].v.buf : NULL;
+    const uint8_t *hkdata = b[11].set ? b[11].v.buf : NULL, *hvval = b[12].set ? b[12].v.buf : NULL;
+    const uint8_t *hvdata = b[14].set ? b[14].v.buf : NULL;
+    int64_t nh_total = 0;
+    if (hoff) {
+        if (!hkoff || !hvoff || !hkdata || !hvdata)
+            goto bad_headers;
+        int64_t h0 = hoff[0], h1 = hoff[n];
+        if (h0 < 0 || h1 < h0)
+            goto bad_headers;
+        if ((h1 + 1) * 4 > (int64_t)b[10].v.len || (h1 + 1) * 4 > (int64_t)b[13].v.len ||
+            (hvval && h1 > (int64_t)b[12].v.len))
+            goto bad_headers;
+        nh_total = h1 - h0;
+    }
+    /* Bounds: every offsets array must stay within its data (checked per row below). */
+    size_t kspan = (size_t)b[4].v.len, vspan = (size_t)b[7].v.len;
+    size_t hkspan = hkdata ? (size_t)b[11].v.len : 0, hvspan = hvdata ? (size_t)b[14].v.len : 0;
+    size_t bound = (size_t)n * REC_MAX_OVERHEAD + kspan + vspan +
+                   (size_t)nh_total * HDR_MAX_OVERHEAD + hkspan + hvspan + 16;
+    out.p = malloc(bound);
+    if (!out.p) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out.cap = bound;
+    int64_t prev = (int64_t)base_offset - 1, max_ts = 0;
+    int have_max = 0, unsupported = 0;
+    uint8_t *q = out.p;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !unsupported; i++) {
+        int64_t off = offs[i], ts = tss[i], od, tsd;
+        if (off <= prev || __builtin_sub_overflow(off, (int64_t)base_offset, &od) ||
+            __builtin_sub_overflow(ts, (int64_t)base_ts, &tsd)) {
+            unsupported = 1;
+            break;
+        }
+        int64_t kn = -1, vn = -1;
+        if (!kval || kval[i]) {
+            int32_t a = koff[i], z = koff[i + 1];
+            if (a < 0 || z < a || (size_t)z > kspan) { unsupported = 2; break; }
+            kn = z - a;
+        }
+        if (!vval || vval[i]) {
+            int32_t a = voff[i], z = voff[i + 1];
+            if (a < 0 || z < a || (size_t)z > vspan) { unsupported = 2; break; }
+            vn = z - a;
+        }
+        int64_t h0 = 0, h1 = 0;
+        if (hoff && (!hval || hval[i])) {
+            h0 = hoff[i];
+            h1 = hoff[i + 1];
+            if (h0 < hoff[0] || h1 < h0 || h1 > hoff[n]) { unsupported = 2; break; }
+        }
+        int64_t size = 1 + vsize(tsd) + vsize(od) + bytes_size(kn) + bytes_size(vn) + vsize(h1 - h0);
+        for (int64_t j = h0; j < h1; j++) {
+            int32_t a = hkoff[j], z = hkoff[j + 1];
+            if (a < 0 || z < a || (size_t)z > hkspan) { unsupported = 2; break; }
+            size += bytes_size(z - a);
+            int64_t hn = -1;
+            if (!hvval || hvval[j]) {
+                int32_t c = hvoff[j], d = hvoff[j + 1];
+                if (c < 0 || d < c || (size_t)d > hvspan) { unsupported = 2; break; }
+                hn = d - c;
+            }
+            size += bytes_size(hn);
+        }
+        if (unsupported || size > INT32_MAX) {
+            unsupported = unsupported ? unsupported : 1;
+            break;
+        }
+        q = wr_varint(q, size);
+        *q++ = 0;
+        q = wr_varint(q, tsd);
+        q = wr_varint(q, od);
+        q = wr_bytes(q, kn < 0 ? NULL : kdata + koff[i], kn);
+        q = wr_bytes(q, vn < 0 ? NULL : vdata + voff[i], vn);
+        q = wr_varint(q, h1 - h0);
+        for (int64_t j = h0; j < h1; j++) {
+            q = wr_bytes(q, hkdata + hkoff[j], hkoff[j + 1] - hkoff[j]);
+            if (hvval && !hvval[j])
+                q = wr_bytes(q, NULL, -1);
+            else
+                q = wr_bytes(q, hvdata + hvoff[j], hvoff[j + 1] - hvoff[j]);
+        }
+        prev = off;
+        if (!have_max || ts > max_ts) {
+            max_ts = ts;
+            have_max = 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (unsupported == 2) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow: column offsets run outside their data");
+        goto done;
+    }
+    if (unsupported) {
+        Py_INCREF(Py_None);
+        res = Py_None;
+        goto done;
+    }
+    out.len = (size_t)(q - out.p);
+    res = enc_result(&out, have_max, max_ts);
+    out.p = NULL;
+    goto done;
+bad_headers:
+    PyErr_SetString(PyExc_ValueError, "encode_arrow: inconsistent header buffers");
+done:
+    free(out.p);
+    for (int i = 0; i < NBUF; i++)
+        if (b[i].set)
+            PyBuffer_Release(&b[i].v);
+    return res;
+}
+
+/* Kafka's murmur2 (Utils.murmur2) of each non-null key of an Arrow binary
+ * column: int32[n] (0 for a null key). */
+static int32_t murmur2_c(const uint8_t *d, int32_t len) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)len;
+    int32_t n4 = len / 4;
+    for (int32_t i = 0; i < n4; i++) {
+        const uint8_t *p = d + 4 * i;
+        uint32_t k = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                     ((uint32_t)p[3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h *= m;
+        h ^= k;
+    }
+    const uint8_t *t = d + 4 * n4;
+    switch (len & 3) {
+    case 3:
+        h ^= (uint32_t)t[2] << 16;
+        /* fall through */
+    case 2:
+        h ^= (uint32_t)t[1] << 8;
+        /* fall through */
+    case 1:
+        h ^= t[0];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return (int32_t)h;
+}
+
+static PyObject *mod_murmur2_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_ssize_t n;
+    PyObject *o[3];
+    if (!PyArg_ParseTuple(args, "nOOO:murmur2_arrow", &n, &o[0], &o[1], &o[2]))
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative row count");
+        return NULL;
+    }
+    optbuf b[3];
+    memset(b, 0, sizeof(b));
+    PyObject *res = NULL;
+    Py_ssize_t need[3] = {n, (n + 1) * 4, 0};
+    for (int i = 0; i < 3; i++)
+        if (opt_get(o[i], &b[i], need[i]) < 0)
+            goto done;
+    if (!b[1].set || !b[2].set) {
+        PyErr_SetString(PyExc_ValueError, "murmur2_arrow: offsets and data are required");
+        goto done;
+    }
+    res = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (!res)
+        goto done;
+    int32_t *h = (int32_t *)PyBytes_AS_STRING(res);
+    const uint8_t *val = b[0].set ? b[0].v.buf : NULL, *data = b[2].v.buf;
+    const int32_t *off = b[1].v.buf;
+    size_t span = (size_t)b[2].v.len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (val && !val[i]) {
+            h[i] = 0;
+            continue;
+        }
+        int32_t a = off[i], z = off[i + 1];
+        if (a < 0 || z < a || (size_t)z > span) {
+            Py_CLEAR(res);
+            PyErr_SetString(PyExc_ValueError, "murmur2_arrow: offsets run outside the data");
+            goto done;
+        }
+        h[i] = murmur2_c(data + a, z - a);
+    }
+done:
+    for (int i = 0; i < 3; i++)
+        if (b[i].set)
+            PyBuffer_Release(&b[i].v);
+    return res;
+}
+
+/* ------------------------------------------------------------------ */
 /* Module functions                                                    */
 /* ------------------------------------------------------------------ */
 
@@ -1611,6 +2130,17 @@ static PyObject *mod_set_buffer_cache(PyObject *Py_UNUSED(m), PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"encode_records", mod_encode_records, METH_VARARGS,
+     "encode_records(records, base_offset, base_ts) -> (bytes, max_ts or None) | None: the "
+     "records section of a v2 batch from (offset, timestamp, key, value, headers) records; "
+     "None: something unusual, use the pure encoder (it raises the precise error)"},
+    {"encode_arrow", mod_encode_arrow, METH_VARARGS,
+     "encode_arrow(n, base_offset, base_ts, offsets, timestamps, key_valid, key_offsets, "
+     "key_data, value_valid, value_offsets, value_data, headers_offsets, headers_valid, "
+     "hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets, hvalue_data) -> "
+     "(bytes, max_ts or None) | None: the records section from Arrow column buffers"},
+    {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
+     "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
