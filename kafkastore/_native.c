@@ -44,7 +44,8 @@
  * set_buffer_cache(limit_bytes) -> old       bound of the block cache (see below)
  *
  * encode_records(records, base_offset, base_ts) -> (bytes, max_ts) | None
- * encode_arrow(n, base_offset, base_ts, <15 column buffers>) -> (bytes, max_ts) | None
+ * encode_arrow(n, base_offset, base_ts, <15 column buffers>, row0=0, rows=None)
+ *     -> (bytes, max_ts) | None   (record i = column row rows[i], or row0 + i)
  *     The records section of a v2 batch (kafkastore.arrow_encode), byte for
  *     byte what record_batch._encode_records writes; None when the pure
  *     encoder must decide (it raises the precise error).
@@ -1572,9 +1573,6 @@ static inline uint8_t *wr_bytes(uint8_t *q, const uint8_t *s, int64_t n) {
 
 static inline int64_t bytes_size(int64_t n) { return n < 0 ? 1 : vsize(n) + n; }
 
-/* The records section is at most this much per record beyond its data. */
-#define REC_MAX_OVERHEAD (5 + 1 + 10 + 5 + 5 + 5 + 5)
-#define HDR_MAX_OVERHEAD (5 + 5)
 
 /* Nullable bytes from a Python object: 1 ok, 0 unsupported type. */
 typedef struct {
@@ -1760,12 +1758,13 @@ fallback:
     Py_RETURN_NONE;
 }
 
-/* Arrow front end.  Column buffers, row i of each at index i:
- * offsets/timestamps int64[n]; key/value: validity uint8[n] or None, int32
- * offsets[n+1] into data; headers: list offsets int32[n+1] (or None: no
- * headers), list validity uint8[n] or None, header key offsets int32 and data,
- * header value validity (uint8 or None), offsets and data; header entries are
- * indexed as the list offsets say. */
+/* Arrow front end.  offsets/timestamps: int64[n], one per record; record i
+ * is row r = rows[i] (or row0 + i) of whole columns: key/value validity
+ * uint8 or None, int32 offsets into data; headers: list offsets int32 (or
+ * None: no headers), list validity uint8 or None, header key offsets int32
+ * and data, header value validity (uint8 or None), offsets and data; header
+ * entries are indexed as the list offsets say.  Two passes: validate and
+ * size, then write into the exact bytes object (no copy). */
 typedef struct {
     Py_buffer v;
     int set;
@@ -1787,151 +1786,205 @@ static int opt_get(PyObject *o, optbuf *b, Py_ssize_t need) {
 
 #define NBUF 15
 
+typedef struct {
+    const int64_t *offs, *tss, *rows;
+    int64_t row0;
+    const uint8_t *kval, *vval, *hval, *hvval;
+    const int32_t *koff, *voff, *hoff, *hkoff, *hvoff;
+    const uint8_t *kdata, *vdata, *hkdata, *hvdata;
+    size_t kspan, vspan, hkspan, hvspan;
+    int64_t n_entries; /* header entries the header buffers hold */
+} acols;
+
+/* Sizes of row i's fields; 0 ok, 1 unsupported (pure decides), 2 bad buffers. */
+static inline int arow(const acols *a, Py_ssize_t i, int64_t base_offset, int64_t base_ts,
+                       int64_t *od, int64_t *tsd, int64_t *kn, int64_t *vn, int64_t *h0,
+                       int64_t *h1, int64_t *size) {
+    int64_t r = a->rows ? a->rows[i] : a->row0 + i;
+    if (__builtin_sub_overflow(a->offs[i], base_offset, od) ||
+        __builtin_sub_overflow(a->tss[i], base_ts, tsd))
+        return 1;
+    *kn = *vn = -1;
+    if (!a->kval || a->kval[r]) {
+        int32_t s = a->koff[r], z = a->koff[r + 1];
+        if (s < 0 || z < s || (size_t)z > a->kspan)
+            return 2;
+        *kn = z - s;
+    }
+    if (!a->vval || a->vval[r]) {
+        int32_t s = a->voff[r], z = a->voff[r + 1];
+        if (s < 0 || z < s || (size_t)z > a->vspan)
+            return 2;
+        *vn = z - s;
+    }
+    *h0 = *h1 = 0;
+    if (a->hoff && (!a->hval || a->hval[r])) {
+        *h0 = a->hoff[r];
+        *h1 = a->hoff[r + 1];
+        if (*h0 < 0 || *h1 < *h0 || *h1 > a->n_entries)
+            return 2;
+    }
+    int64_t sz = 1 + vsize(*tsd) + vsize(*od) + bytes_size(*kn) + bytes_size(*vn) + vsize(*h1 - *h0);
+    for (int64_t j = *h0; j < *h1; j++) {
+        int32_t s = a->hkoff[j], z = a->hkoff[j + 1];
+        if (s < 0 || z < s || (size_t)z > a->hkspan)
+            return 2;
+        sz += bytes_size(z - s);
+        if (!a->hvval || a->hvval[j]) {
+            int32_t c = a->hvoff[j], d = a->hvoff[j + 1];
+            if (c < 0 || d < c || (size_t)d > a->hvspan)
+                return 2;
+            sz += bytes_size(d - c);
+        } else {
+            sz += 1;
+        }
+    }
+    if (sz > INT32_MAX)
+        return 1;
+    *size = sz;
+    return 0;
+}
+
 static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t n;
-    long long base_offset, base_ts;
-    PyObject *o[NBUF];
-    if (!PyArg_ParseTuple(args, "nLLOOOOOOOOOOOOOOO:encode_arrow", &n, &base_offset, &base_ts,
+    long long base_offset, base_ts, row0 = 0;
+    PyObject *o[NBUF], *rows_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "nLLOOOOOOOOOOOOOOO|LO:encode_arrow", &n, &base_offset, &base_ts,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-                          &o[10], &o[11], &o[12], &o[13], &o[14]))
+                          &o[10], &o[11], &o[12], &o[13], &o[14], &row0, &rows_obj))
         return NULL;
-    optbuf b[NBUF];
+    optbuf b[NBUF], rb = {0};
     memset(b, 0, sizeof(b));
     PyObject *res = NULL;
-    obuf out = {NULL, 0, 0};
-    if (n < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative row count");
+    if (n < 0 || row0 < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative row count or first row");
         return NULL;
     }
-    /* sizes that can be checked before the offsets are read */
-    Py_ssize_t need[NBUF] = {n * 8, n * 8, n, (n + 1) * 4, 0, n, (n + 1) * 4, 0,
-                             (n + 1) * 4, n, 0, 0, 0, 0, 0};
     for (int i = 0; i < NBUF; i++)
-        if (opt_get(o[i], &b[i], need[i]) < 0)
+        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
             goto done;
+    if (opt_get(rows_obj, &rb, n * 8) < 0)
+        goto done;
     if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
         PyErr_SetString(PyExc_ValueError, "encode_arrow: offsets, timestamps, key and value "
                                           "offsets and data are required");
         goto done;
     }
-    const int64_t *offs = b[0].v.buf, *tss = b[1].v.buf;
-    const uint8_t *kval = b[2].set ? b[2].v.buf : NULL, *vval = b[5].set ? b[5].v.buf : NULL;
-    const int32_t *koff = b[3].v.buf, *voff = b[6].v.buf;
-    const uint8_t *kdata = b[4].v.buf, *vdata = b[7].v.buf;
-    const int32_t *hoff = b[8].set ? b[8].v.buf : NULL;
-    const uint8_t *hval = b[9].set ? b[9].v.buf : NULL;
-    const int32_t *hkoff = b[10].set ? b[10].v.buf : NULL, *hvoff = b[13].set ? b[13].v.buf : NULL;
-    const uint8_t *hkdata = b[11].set ? b[11].v.buf : NULL, *hvval = b[12].set ? b[12].v.buf : NULL;
-    const uint8_t *hvdata = b[14].set ? b[14].v.buf : NULL;
-    int64_t nh_total = 0;
-    if (hoff) {
-        if (!hkoff || !hvoff || !hkdata || !hvdata)
-            goto bad_headers;
-        int64_t h0 = hoff[0], h1 = hoff[n];
-        if (h0 < 0 || h1 < h0)
-            goto bad_headers;
-        if ((h1 + 1) * 4 > (int64_t)b[10].v.len || (h1 + 1) * 4 > (int64_t)b[13].v.len ||
-            (hvval && h1 > (int64_t)b[12].v.len))
-            goto bad_headers;
-        nh_total = h1 - h0;
+    acols a;
+    a.offs = b[0].v.buf;
+    a.tss = b[1].v.buf;
+    a.rows = rb.set ? rb.v.buf : NULL;
+    a.row0 = row0;
+    a.kval = b[2].set ? b[2].v.buf : NULL;
+    a.koff = b[3].v.buf;
+    a.kdata = b[4].v.buf;
+    a.vval = b[5].set ? b[5].v.buf : NULL;
+    a.voff = b[6].v.buf;
+    a.vdata = b[7].v.buf;
+    a.hoff = b[8].set ? b[8].v.buf : NULL;
+    a.hval = b[9].set ? b[9].v.buf : NULL;
+    a.hkoff = b[10].set ? b[10].v.buf : NULL;
+    a.hkdata = b[11].set ? b[11].v.buf : NULL;
+    a.hvval = b[12].set ? b[12].v.buf : NULL;
+    a.hvoff = b[13].set ? b[13].v.buf : NULL;
+    a.hvdata = b[14].set ? b[14].v.buf : NULL;
+    a.kspan = (size_t)b[4].v.len;
+    a.vspan = (size_t)b[7].v.len;
+    a.hkspan = a.hkdata ? (size_t)b[11].v.len : 0;
+    a.hvspan = a.hvdata ? (size_t)b[14].v.len : 0;
+    a.n_entries = 0;
+    /* every row index within every per-row buffer */
+    int64_t rmax = -1;
+    if (a.rows) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (a.rows[i] < 0)
+                goto bad_rows;
+            if (a.rows[i] > rmax)
+                rmax = a.rows[i];
+        }
+    } else if (n) {
+        rmax = row0 + n - 1;
     }
-    /* Bounds: every offsets array must stay within its data (checked per row below). */
-    size_t kspan = (size_t)b[4].v.len, vspan = (size_t)b[7].v.len;
-    size_t hkspan = hkdata ? (size_t)b[11].v.len : 0, hvspan = hvdata ? (size_t)b[14].v.len : 0;
-    size_t bound = (size_t)n * REC_MAX_OVERHEAD + kspan + vspan +
-                   (size_t)nh_total * HDR_MAX_OVERHEAD + hkspan + hvspan + 16;
-    out.p = malloc(bound);
-    if (!out.p) {
-        PyErr_NoMemory();
-        goto done;
+    if (rmax >= 0) {
+        if ((a.kval && b[2].v.len <= rmax) || (a.vval && b[5].v.len <= rmax) ||
+            (a.hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
+            b[6].v.len < (rmax + 2) * 4 || (a.hoff && b[8].v.len < (rmax + 2) * 4))
+            goto bad_rows;
     }
-    out.cap = bound;
-    int64_t prev = (int64_t)base_offset - 1, max_ts = 0;
-    int have_max = 0, unsupported = 0;
-    uint8_t *q = out.p;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !unsupported; i++) {
-        int64_t off = offs[i], ts = tss[i], od, tsd;
-        if (off <= prev || __builtin_sub_overflow(off, (int64_t)base_offset, &od) ||
-            __builtin_sub_overflow(ts, (int64_t)base_ts, &tsd)) {
-            unsupported = 1;
+    if (a.hoff) {
+        if (!a.hkoff || !a.hvoff || !a.hkdata || !a.hvdata)
+            goto bad_rows;
+        int64_t ne = b[10].v.len / 4 - 1;
+        if (b[13].v.len / 4 - 1 < ne)
+            ne = b[13].v.len / 4 - 1;
+        if (a.hvval && b[12].v.len < ne)
+            ne = b[12].v.len;
+        a.n_entries = ne;
+    }
+    int64_t prev = (int64_t)base_offset - 1, max_ts = 0, total = 0;
+    int have_max = 0, status = 0;
+    int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
+    /* pass 1: validate and size */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (a.offs[i] <= prev) {
+            status = 1;
             break;
         }
-        int64_t kn = -1, vn = -1;
-        if (!kval || kval[i]) {
-            int32_t a = koff[i], z = koff[i + 1];
-            if (a < 0 || z < a || (size_t)z > kspan) { unsupported = 2; break; }
-            kn = z - a;
-        }
-        if (!vval || vval[i]) {
-            int32_t a = voff[i], z = voff[i + 1];
-            if (a < 0 || z < a || (size_t)z > vspan) { unsupported = 2; break; }
-            vn = z - a;
-        }
-        int64_t h0 = 0, h1 = 0;
-        if (hoff && (!hval || hval[i])) {
-            h0 = hoff[i];
-            h1 = hoff[i + 1];
-            if (h0 < hoff[0] || h1 < h0 || h1 > hoff[n]) { unsupported = 2; break; }
-        }
-        int64_t size = 1 + vsize(tsd) + vsize(od) + bytes_size(kn) + bytes_size(vn) + vsize(h1 - h0);
-        for (int64_t j = h0; j < h1; j++) {
-            int32_t a = hkoff[j], z = hkoff[j + 1];
-            if (a < 0 || z < a || (size_t)z > hkspan) { unsupported = 2; break; }
-            size += bytes_size(z - a);
-            int64_t hn = -1;
-            if (!hvval || hvval[j]) {
-                int32_t c = hvoff[j], d = hvoff[j + 1];
-                if (c < 0 || d < c || (size_t)d > hvspan) { unsupported = 2; break; }
-                hn = d - c;
-            }
-            size += bytes_size(hn);
-        }
-        if (unsupported || size > INT32_MAX) {
-            unsupported = unsupported ? unsupported : 1;
+        prev = a.offs[i];
+        status = arow(&a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
+        if (status)
             break;
-        }
-        q = wr_varint(q, size);
-        *q++ = 0;
-        q = wr_varint(q, tsd);
-        q = wr_varint(q, od);
-        q = wr_bytes(q, kn < 0 ? NULL : kdata + koff[i], kn);
-        q = wr_bytes(q, vn < 0 ? NULL : vdata + voff[i], vn);
-        q = wr_varint(q, h1 - h0);
-        for (int64_t j = h0; j < h1; j++) {
-            q = wr_bytes(q, hkdata + hkoff[j], hkoff[j + 1] - hkoff[j]);
-            if (hvval && !hvval[j])
-                q = wr_bytes(q, NULL, -1);
-            else
-                q = wr_bytes(q, hvdata + hvoff[j], hvoff[j + 1] - hvoff[j]);
-        }
-        prev = off;
-        if (!have_max || ts > max_ts) {
-            max_ts = ts;
+        total += vsize(size) + size;
+        if (!have_max || a.tss[i] > max_ts) {
+            max_ts = a.tss[i];
             have_max = 1;
         }
     }
-    Py_END_ALLOW_THREADS
-    if (unsupported == 2) {
-        PyErr_SetString(PyExc_ValueError, "encode_arrow: column offsets run outside their data");
-        goto done;
-    }
-    if (unsupported) {
+    if (status == 2)
+        goto bad_rows;
+    if (status == 1) {
         Py_INCREF(Py_None);
         res = Py_None;
         goto done;
     }
-    out.len = (size_t)(q - out.p);
-    res = enc_result(&out, have_max, max_ts);
-    out.p = NULL;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!data)
+        goto done;
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(data);
+    /* pass 2: write (the same checks cannot fail now) */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t r = a.rows ? a.rows[i] : a.row0 + i;
+        arow(&a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
+        q = wr_varint(q, size);
+        *q++ = 0;
+        q = wr_varint(q, tsd);
+        q = wr_varint(q, od);
+        q = wr_bytes(q, kn < 0 ? NULL : a.kdata + a.koff[r], kn);
+        q = wr_bytes(q, vn < 0 ? NULL : a.vdata + a.voff[r], vn);
+        q = wr_varint(q, h1 - h0);
+        for (int64_t j = h0; j < h1; j++) {
+            q = wr_bytes(q, a.hkdata + a.hkoff[j], a.hkoff[j + 1] - a.hkoff[j]);
+            if (a.hvval && !a.hvval[j])
+                q = wr_bytes(q, NULL, -1);
+            else
+                q = wr_bytes(q, a.hvdata + a.hvoff[j], a.hvoff[j + 1] - a.hvoff[j]);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (have_max)
+        res = Py_BuildValue("(NL)", data, (long long)max_ts);
+    else
+        res = Py_BuildValue("(NO)", data, Py_None);
     goto done;
-bad_headers:
-    PyErr_SetString(PyExc_ValueError, "encode_arrow: inconsistent header buffers");
+bad_rows:
+    PyErr_SetString(PyExc_ValueError, "encode_arrow: column buffers and offsets do not agree");
 done:
-    free(out.p);
     for (int i = 0; i < NBUF; i++)
         if (b[i].set)
             PyBuffer_Release(&b[i].v);
+    if (rb.set)
+        PyBuffer_Release(&rb.v);
     return res;
 }
 
@@ -2137,8 +2190,9 @@ static PyMethodDef module_methods[] = {
     {"encode_arrow", mod_encode_arrow, METH_VARARGS,
      "encode_arrow(n, base_offset, base_ts, offsets, timestamps, key_valid, key_offsets, "
      "key_data, value_valid, value_offsets, value_data, headers_offsets, headers_valid, "
-     "hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets, hvalue_data) -> "
-     "(bytes, max_ts or None) | None: the records section from Arrow column buffers"},
+     "hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, row0=0, rows=None) "
+     "-> (bytes, max_ts or None) | None: the records section from Arrow column buffers; "
+     "record i is column row rows[i] (int64) or row0 + i"},
     {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
      "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,

@@ -105,36 +105,6 @@ class Columns:
             out[self.h_valid == 0] = 0
         return out
 
-    def take(self, idx: np.ndarray) -> "Columns":
-        """The rows ``idx`` (sorted positions), as a new prepared table."""
-        return prepare(self.to_table().take(pa.array(idx)))
-
-    def to_table(self) -> pa.Table:
-        """Back to Arrow (for the pure path and :meth:`take`)."""
-        cols = {"key": _to_arrow(self.key, self.n), "value": _to_arrow(self.value, self.n)}
-        if self.timestamps is not None:
-            cols["timestamp"] = pa.array(self.timestamps, pa.int64(),
-                                         mask=None if self.ts_valid is None else self.ts_valid == 0)
-        if self.h_offsets is not None:
-            from .arrow_decode import HEADER_STRUCT_TYPE, HEADERS_TYPE
-
-            ne = len(self.h_key.offsets) - 1
-            hkey = _to_arrow(self.h_key, ne).cast(pa.string())
-            hval = _to_arrow(self.h_value, ne)
-            entries = pa.StructArray.from_arrays([hkey, hval], fields=list(HEADER_STRUCT_TYPE))
-            cols["headers"] = pa.ListArray.from_arrays(
-                pa.array(self.h_offsets, pa.int32()), entries, type=HEADERS_TYPE,
-                mask=None if self.h_valid is None else pa.array(self.h_valid == 0))
-        return pa.table(cols)
-
-
-def _to_arrow(b: _Binary, n: int) -> pa.Array:
-    validity = None
-    if b.valid is not None:
-        validity = pa.array(b.valid.astype(bool)).buffers()[1]
-    return pa.Array.from_buffers(pa.binary(), n, [validity, pa.py_buffer(b.offsets),
-                                                  pa.py_buffer(b.data)])
-
 
 def _binary(arr: pa.Array | pa.ChunkedArray, what: str) -> _Binary:
     if isinstance(arr, pa.ChunkedArray):
@@ -241,34 +211,29 @@ def prepare(table: pa.Table | pa.RecordBatch) -> Columns:
     return Columns(n, key, value, ts, ts_valid, h_off, h_valid, h_key, h_val)
 
 
-def _records_native(cols: Columns, start: int, stop: int, offsets: np.ndarray,
+def _records_native(cols: Columns, start: int, stop: int, rows, offsets: np.ndarray,
                     timestamps: np.ndarray, base_offset: int, base_ts: int):
     k, v = cols.key, cols.value
-    sl = slice(start, stop)
-    osl = slice(start, stop + 1)
-
-    def opt(a, s):
-        return None if a is None else np.ascontiguousarray(a[s])
-
     if cols.h_offsets is not None:
         hk, hv = cols.h_key, cols.h_value
-        hbufs = (np.ascontiguousarray(cols.h_offsets[osl]), opt(cols.h_valid, sl),
-                 hk.offsets, hk.data, hv.valid, hv.offsets, hv.data)
+        hbufs = (cols.h_offsets, cols.h_valid, hk.offsets, hk.data, hv.valid, hv.offsets, hv.data)
     else:
         hbufs = (None,) * 7
+    sel = None if rows is None else np.ascontiguousarray(rows[start:stop], np.int64)
     return _native.encode_arrow(
         stop - start, base_offset, base_ts, np.ascontiguousarray(offsets, np.int64),
-        np.ascontiguousarray(timestamps, np.int64),
-        opt(k.valid, sl), np.ascontiguousarray(k.offsets[osl]), k.data,
-        opt(v.valid, sl), np.ascontiguousarray(v.offsets[osl]), v.data, *hbufs)
+        np.ascontiguousarray(timestamps, np.int64), k.valid, k.offsets, k.data,
+        v.valid, v.offsets, v.data, *hbufs, start, sel)
 
 
-def _records_pure(cols: Columns, start: int, stop: int, offsets: np.ndarray,
+def _records_pure(cols: Columns, start: int, stop: int, rows, offsets: np.ndarray,
                   timestamps: np.ndarray) -> list[Record]:
+    index = range(start, stop) if rows is None else [int(r) for r in rows[start:stop]]
+
     def values(b: _Binary):
         out = []
         data = b.data.tobytes() if len(b.data) else b""
-        for i in range(start, stop):
+        for i in index:
             if b.valid is not None and not b.valid[i]:
                 out.append(None)
             else:
@@ -280,7 +245,7 @@ def _records_pure(cols: Columns, start: int, stop: int, offsets: np.ndarray,
     if cols.h_offsets is not None:
         hk, hv = cols.h_key, cols.h_value
         kd, vd = hk.data.tobytes(), hv.data.tobytes()
-        for r, i in enumerate(range(start, stop)):
+        for r, i in enumerate(index):
             if cols.h_valid is not None and not cols.h_valid[i]:
                 continue
             hs = []
@@ -295,6 +260,7 @@ def _records_pure(cols: Columns, start: int, stop: int, offsets: np.ndarray,
 
 
 def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, timestamps=None,
+            rows=None,
             compression=Compression.NONE, timestamp_type: int = CREATE_TIME,
             producer_id: int = NO_PRODUCER_ID, producer_epoch: int = -1,
             base_sequence: int = NO_SEQUENCE, partition_leader_epoch: int = -1,
@@ -305,13 +271,14 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
     if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
         raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
                           f"got {timestamp_type!r}")
-    if not 0 <= start < stop <= cols.n:
-        raise ConfigError(f"rows [{start}, {stop}) are not a non-empty part of {cols.n} rows")
+    if not 0 <= start < stop <= (cols.n if rows is None else len(rows)):
+        raise ConfigError(f"rows [{start}, {stop}) are not a non-empty part of the rows")
     offsets = np.asarray(offsets, np.int64)
     if timestamps is None:
         if cols.timestamps is None or cols.ts_valid is not None:
             raise ConfigError("timestamps are needed for every row")
-        timestamps = cols.timestamps[start:stop]
+        timestamps = (cols.timestamps[start:stop] if rows is None
+                      else cols.timestamps[rows[start:stop]])
     timestamps = np.asarray(timestamps, np.int64)
     if len(offsets) != stop - start or len(timestamps) != stop - start:
         raise ConfigError("one offset and one timestamp per row are needed")
@@ -329,9 +296,9 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
     base_ts = delete_horizon_ms if delete_horizon_ms is not None else int(timestamps[0])
     out = None
     if native:
-        out = _records_native(cols, start, stop, offsets, timestamps, base_offset, base_ts)
+        out = _records_native(cols, start, stop, rows, offsets, timestamps, base_offset, base_ts)
     if out is None:
-        out = encode_records_pure(_records_pure(cols, start, stop, offsets, timestamps),
+        out = encode_records_pure(_records_pure(cols, start, stop, rows, offsets, timestamps),
                                   base_offset, base_ts)
     body, max_ts = out
     return assemble_batch(body, stop - start, base_offset, last_offset, base_ts, max_ts,
@@ -348,8 +315,10 @@ def encode_rows(cols: Columns, start: int, stop: int, **kw) -> bytes:
 
     Keyword arguments are those of :func:`kafkastore.record_batch.encode_batch`
     (a data batch: no ``control``), plus ``offsets`` (int64, one per row,
-    required) and ``timestamps`` (int64 ms per row; default: the table's
-    ``timestamp`` column). The bytes equal ``encode_batch`` of the same records.
+    required), ``timestamps`` (int64 ms per row; default: the table's
+    ``timestamp`` column) and ``rows`` (int64 row numbers: encode rows
+    ``rows[start:stop]`` of ``cols``, a gather without copying the table).
+    The bytes equal ``encode_batch`` of the same records.
     """
     return _encode(IMPLEMENTATION == "native", cols, start, stop, **kw)
 

@@ -428,15 +428,8 @@ class Broker:
             cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
             for idx in np.split(order, cuts):
                 p = int(parts[idx[0]])
-                if len(idx) == rows:
-                    sub, sub_ts, sub_sizes = cols, ts, sizes
-                    if rows < n:
-                        sub_ts, sub_sizes = ts[:rows], sizes[:rows]
-                else:
-                    sub = cols.take(idx)
-                    sub_ts, sub_sizes = ts[idx], sizes[idx]
-                self._buffer_rows((topic, p), st, sub, len(idx), sub_ts, sub_sizes, now,
-                                  idx if len(idx) != rows else None)
+                self._buffer_rows((topic, p), st, cols, idx if len(idx) != rows else None,
+                                  len(idx), ts, sizes, now)
         if first_bad < n:
             self._raise_for_row(topic, st, cols, first_bad, int(ts[first_bad]), klen, sizes,
                                 int(parts[first_bad]) if explicit[first_bad] else None, now)
@@ -460,12 +453,16 @@ class Broker:
             raise
         raise ConfigError(f"row {i} was refused")  # not reached: one of the checks fails
 
-    def _buffer_rows(self, tp: tuple[str, int], st: _TopicSettings, cols, n: int, ts, sizes,
-                     now: int, rows=None) -> None:
-        """Seal rows ``[0, n)`` of ``cols`` into batches of ``tp`` (the Arrow path of send)."""
+    def _buffer_rows(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
+                     sizes, now: int) -> None:
+        """Seal ``n`` rows of ``cols`` (``rows``: their numbers, None: ``[0, n)``) into
+        batches of ``tp`` (the Arrow path of send)."""
         import numpy as np
 
         from .arrow_encode import encode_rows
+
+        if rows is not None:
+            ts, sizes = ts[rows], sizes[rows]
 
         buf = self._buffers.get(tp)
         if buf is None:
@@ -490,7 +487,7 @@ class Broker:
                 seq = self._next_sequence(tp, k)
                 data = encode_rows(
                     cols, i, j, offsets=np.arange(buf.next_rel, buf.next_rel + k, dtype=np.int64),
-                    timestamps=ts[i:j], compression=st.codec,
+                    timestamps=ts[i:j], rows=rows, compression=st.codec,
                     timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
                     max_timestamp=append_time if st.log_append else None,
                     producer_id=self.producer_id, producer_epoch=self.producer_epoch,

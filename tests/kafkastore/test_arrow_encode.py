@@ -156,3 +156,18 @@ def test_murmur2_column_matches_kafka():
     col = ae._binary(pa.array(keys, pa.binary()), "key")
     got = ae.murmur2_column(col, len(keys))
     assert list(got) == [0 if k is None else murmur2(k) for k in keys]
+
+
+@pytest.mark.parametrize("impl", ["native", "pure"])
+def test_encode_rows_gathers_rows_without_a_copy(impl):
+    if impl == "native" and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    records = [Record(i, 1000 + i, b"k%d" % i, b"v" * i, (("h", b"%d" % i),) if i % 3 else ())
+               for i in range(20)]
+    cols = ae.prepare(table_of(records))
+    rows = np.array([1, 4, 5, 11, 19], np.int64)
+    encode = ae.encode_rows_native if impl == "native" else ae.encode_rows_pure
+    got = encode(cols, 1, 4, rows=rows, offsets=[10, 11, 12])
+    want = encode_batch([Record(10 + j, r.timestamp, r.key, r.value, r.headers)
+                         for j, r in enumerate(records[i] for i in rows[1:4])])
+    assert got == want
