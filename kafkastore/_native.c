@@ -35,7 +35,8 @@
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
  * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages
- *                                              (default), 2 MADV_POPULATE_WRITE
+ *                                              (default), 2 MADV_POPULATE_WRITE,
+ *                                              3 huge pages + MADV_POPULATE_WRITE
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
@@ -314,7 +315,8 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 #include "pythread.h"
 
 #define GB_MIN 256
-/* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE */
+/* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE,
+ * 3 = both (the whole block faulted in by one call; bench/decode.py --cold compares) */
 static int alloc_mode = 1;
 #define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -522,11 +524,11 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
         }
         /* Fresh mapped memory is zero already. */
 #ifdef MADV_HUGEPAGE
-        if (alloc_mode == 1 && cap >= HUGE_PAGE)
+        if ((alloc_mode == 1 || alloc_mode == 3) && cap >= HUGE_PAGE)
             madvise(np, cap, MADV_HUGEPAGE); /* advisory: failure is harmless */
 #endif
 #ifdef MADV_POPULATE_WRITE
-        if (alloc_mode == 2)
+        if (alloc_mode == 2 || alloc_mode == 3)
             madvise(np + b->cap, cap - b->cap, MADV_POPULATE_WRITE);
 #endif
         b->p = np;
@@ -2199,7 +2201,8 @@ static PyMethodDef module_methods[] = {
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
-     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate (tuning)"},
+     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate, "
+     "3 huge pages + populate (tuning)"},
     {"repeat_binary", mod_repeat_binary, METH_VARARGS,
      "repeat_binary(value, n) -> (int32 offsets Buffer, data Buffer) of n copies"},
     {"fill_int32", mod_fill_int32, METH_VARARGS, "fill_int32(v, n) -> Buffer of n int32 v"},
