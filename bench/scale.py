@@ -5,9 +5,11 @@
 
 For each record count R and partition count P (every pair), builds a topic of
 R records over P partitions (16-byte keys drawn from R/10 distinct ones, so a
-compaction has work; 100-byte values; segments of ``--segment-mb``), written
+compaction has work; 100-byte values; about 8 segments a partition unless
+``--segment-bytes``), written
 with ``Broker.send_arrow`` (build time printed on its own, not part of the
-figures), then in one Spark session:
+figures), then in one Spark session (warmed up by a small load and
+compaction first):
 
 * loads it into a fresh warehouse table through :func:`pipelines.load.run_load`
   (only through that function: its internals are being ported; a failing load
@@ -78,10 +80,12 @@ class DriverPeak:
         self.peak = max(self.peak, self.proc.memory_info().rss)
 
 
-def build(root: str, records: int, partitions: int, segment_mb: int) -> float:
+def build(root: str, records: int, partitions: int, segment_bytes: int | None) -> float:
     storage = Storage(root)
+    if segment_bytes is None:   # about 8 segments a partition: the head one is never cleaned
+        segment_bytes = max(1 << 20, records * 140 // partitions // 8)
     create_topic(storage, TOPIC, partitions, {"cleanup.policy": "compact",
-                                              "segment.bytes": segment_mb << 20})
+                                              "segment.bytes": min(segment_bytes, 1 << 30)})
     broker = Broker(storage, clock=lambda: BASE_TS + 10 ** 6, batch_size=64 << 10)
     rng = np.random.default_rng(records * 100 + partitions)
     distinct = max(1, records // 10)
@@ -104,7 +108,8 @@ def main(argv=None) -> int:
     ap.add_argument("--records", default="1000000,10000000,30000000",
                     help="comma list of record counts")
     ap.add_argument("--partitions", default="1,4,16,64", help="comma list of partition counts")
-    ap.add_argument("--segment-mb", type=int, default=64)
+    ap.add_argument("--segment-bytes", type=int, default=None,
+                    help="segment.bytes (default: about 8 segments a partition)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--work-dir", default=None, help="where topics and tables go (temporary)")
     args = ap.parse_args(argv)
@@ -122,13 +127,23 @@ def main(argv=None) -> int:
     print(f"{'records':>11} {'parts':>5} | {'load us/rec':>11} {'driver MB':>9} | "
           f"{'compact us/rec':>14} {'driver MB':>9} | build s")
     work = args.work_dir or tempfile.mkdtemp(prefix="kafkastore-scale-")
+    # warm-up (JVM, Python workers, imports): a small load and compaction, not reported
+    warm = os.path.join(work, "warm")
+    build(f"file://{warm}/log", 20_000, 2, 300_000)
+    try:
+        run_load(spark, root=f"file://{warm}/log", topic=TOPIC, warehouse=f"file://{warm}/wh",
+                 table="t", progress=False)
+    except Exception as e:  # noqa: BLE001 - reported below for each size
+        print(f"(warm-up load failed: {type(e).__name__}: {e})")
+    compact_topic(spark, f"file://{warm}/log", TOPIC, force=True, now_ms=BASE_TS + 10 ** 9)
+    shutil.rmtree(warm, ignore_errors=True)
     cost: dict[str, dict[tuple[int, int], float]] = {"load": {}, "compaction": {}}
     try:
         for records in sizes:
             for p in parts:
                 base = os.path.join(work, f"r{records}-p{p}")
                 root = f"file://{base}/log"
-                built = build(root, records, p, args.segment_mb)
+                built = build(root, records, p, args.segment_bytes)
                 row = [f"{records:>11,} {p:>5} |"]
                 with DriverPeak() as peak:
                     t = time.perf_counter()

@@ -9,7 +9,8 @@ certainly the same, and otherwise (or whenever pyarrow refuses it) the chunk
 is parsed line by line, which also gives the first bad line's error with its
 number. Routed to the per-line parser:
 
-* anything pyarrow refuses: invalid JSON or UTF-8, a line that is not an
+* input that is not UTF-8 (pyarrow would take it into its strings);
+* anything pyarrow refuses: invalid JSON, a line that is not an
   object, an unknown field, a field of another JSON type than the common one
   (a non-string key or value, ``{"base64": ...}``, a float, bool or string
   timestamp, NaN/Infinity, integers beyond int64, duplicate fields);
@@ -90,6 +91,10 @@ def _bulk(chunk: bytes, first_lineno: int) -> ParsedChunk | None:
     if b"\xef\xbb\xbf" in chunk or b"\\ud" in chunk or b"\\uD" in chunk:
         return None
     nlines = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
+    try:
+        chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings
+    except UnicodeDecodeError:
+        return None
     try:
         t = pj.read_json(pa.BufferReader(chunk), parse_options=_PARSE)
     except Exception:  # noqa: BLE001 - any refusal: the per-line parser decides and explains

@@ -145,6 +145,8 @@ def test_bulk_path_is_taken_for_plain_lines_and_tombstones():
     parsed = jsonl_bulk.parse_chunk(chunk, 10)
     assert parsed.bulk and parsed.error is None and list(parsed.lines) == [10, 11]
     assert parsed.table.column("value").to_pylist() == [b"x", None]
+    not_utf8 = jsonl_bulk.parse_chunk(b'{"value":"x"}\n{"value":"\xff"}', 1)
+    assert not not_utf8.bulk and str(not_utf8.error).startswith("line 2: not UTF-8")
     missing = jsonl_bulk.parse_chunk(b'{"key":"a","value":"x"}\n{"key":"b"}\n', 1)
     assert not missing.bulk and "line 2" in str(missing.error)
     assert missing.table.num_rows == 1
