@@ -83,7 +83,7 @@ class DriverPeak:
 def build(root: str, records: int, partitions: int, segment_bytes: int | None) -> float:
     storage = Storage(root)
     if segment_bytes is None:   # about 8 segments a partition: the head one is never cleaned
-        segment_bytes = max(1 << 20, records * 140 // partitions // 8)
+        segment_bytes = max(64 << 10, records * 140 // partitions // 8)
     create_topic(storage, TOPIC, partitions, {"cleanup.policy": "compact",
                                               "segment.bytes": min(segment_bytes, 1 << 30)})
     broker = Broker(storage, clock=lambda: BASE_TS + 10 ** 6, batch_size=64 << 10)
