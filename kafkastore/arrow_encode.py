@@ -33,8 +33,8 @@ import pyarrow.compute as pc
 
 from .compression import Compression
 from .errors import ConfigError
-from .record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP,
-                           Record, assemble_batch, encode_records_pure)
+from .record_batch import (CREATE_TIME, NO_PRODUCER_ID, NO_SEQUENCE, Record, assemble_batch,
+                           batch_offsets, check_timestamp_type, encode_records_pure)
 
 try:
     from . import _native
@@ -50,7 +50,6 @@ IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
                   and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
 
 _EMPTY = np.zeros(0, np.uint8)
-_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -268,9 +267,7 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
             last_offset: int | None = None, delete_horizon_ms: int | None = None,
             max_timestamp: int | None = None, compression_level: int | None = None) -> bytes:
     codec = Compression.parse(compression)
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
-                          f"got {timestamp_type!r}")
+    check_timestamp_type(timestamp_type)
     if not 0 <= start < stop <= (cols.n if rows is None else len(rows)):
         raise ConfigError(f"rows [{start}, {stop}) are not a non-empty part of the rows")
     offsets = np.asarray(offsets, np.int64)
@@ -282,17 +279,8 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
     timestamps = np.asarray(timestamps, np.int64)
     if len(offsets) != stop - start or len(timestamps) != stop - start:
         raise ConfigError("one offset and one timestamp per row are needed")
-    first, last = int(offsets[0]), int(offsets[-1])
-    if base_offset is None:
-        base_offset = first
-    if last_offset is None:
-        last_offset = last
-    if first < base_offset or last > last_offset:
-        raise ConfigError(f"record offsets [{first}, {last}] outside the batch's "
-                          f"[{base_offset}, {last_offset}]")
-    if not 0 <= last_offset - base_offset <= (1 << 31) - 1:
-        raise ConfigError(f"last offset {last_offset} must be within [base offset "
-                          f"{base_offset}, base offset + {(1 << 31) - 1}]")
+    base_offset, last_offset = batch_offsets(int(offsets[0]), int(offsets[-1]), base_offset,
+                                             last_offset)
     base_ts = delete_horizon_ms if delete_horizon_ms is not None else int(timestamps[0])
     out = None
     if native:

@@ -443,26 +443,16 @@ def encode_batch(records: Sequence[Record], *,
     (None: Kafka's default). Bad arguments raise ConfigError.
     """
     codec = Compression.parse(compression)
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
-                          f"got {timestamp_type!r}")
+    check_timestamp_type(timestamp_type)
     if records:
-        first, last = records[0].offset, records[-1].offset
-        if base_offset is None:
-            base_offset = first
-        if last_offset is None:
-            last_offset = last
-        if first < base_offset or last > last_offset:
-            raise ConfigError(f"record offsets [{first}, {last}] outside the batch's "
-                              f"[{base_offset}, {last_offset}]")
+        base_offset, last_offset = batch_offsets(records[0].offset, records[-1].offset,
+                                                 base_offset, last_offset)
     else:
         if base_offset is None or last_offset is None:
             raise ConfigError("an empty batch needs base_offset and last_offset")
         # Kafka writes empty batches uncompressed (DefaultRecordBatch.writeEmptyHeader).
         codec = Compression.NONE
-    if not 0 <= last_offset - base_offset <= _INT32_MAX:
-        raise ConfigError(f"last offset {last_offset} must be within [base offset "
-                          f"{base_offset}, base offset + {_INT32_MAX}]")
+        _check_span(base_offset, last_offset)
 
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms
@@ -478,6 +468,34 @@ def encode_batch(records: Sequence[Record], *,
                           transactional=transactional, control=control,
                           delete_horizon=delete_horizon_ms is not None,
                           max_timestamp=max_timestamp, compression_level=compression_level)
+
+
+def check_timestamp_type(timestamp_type: int) -> None:
+    """ConfigError unless 0 (create time) or 1 (log append time)."""
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
+                          f"got {timestamp_type!r}")
+
+
+def batch_offsets(first: int, last: int, base_offset: int | None,
+                  last_offset: int | None) -> tuple[int, int]:
+    """A batch's base and last offset for records ``[first, last]`` (defaults: those),
+    checked: the records inside, the span within int32 (ConfigError otherwise)."""
+    if base_offset is None:
+        base_offset = first
+    if last_offset is None:
+        last_offset = last
+    if first < base_offset or last > last_offset:
+        raise ConfigError(f"record offsets [{first}, {last}] outside the batch's "
+                          f"[{base_offset}, {last_offset}]")
+    _check_span(base_offset, last_offset)
+    return base_offset, last_offset
+
+
+def _check_span(base_offset: int, last_offset: int) -> None:
+    if not 0 <= last_offset - base_offset <= _INT32_MAX:
+        raise ConfigError(f"last offset {last_offset} must be within [base offset "
+                          f"{base_offset}, base offset + {_INT32_MAX}]")
 
 
 def assemble_batch(body, count: int, base_offset: int, last_offset: int, base_ts: int,
