@@ -813,3 +813,20 @@ def test_send_arrow_rolls_segments_and_partition_column(local_root):
         vals = [v for _, _, v in records(storage, p)]
         assert vals == [b"%05d" % i + b"x" * 40 for i in range(n) if parts[i] == p]
     assert len(manifest(storage, 0).segments) > 1   # commit_on_roll committed as it went
+
+
+def test_send_arrow_log_append_time_and_transactions(local_root):
+    import pyarrow as pa
+
+    storage = setup(local_root, 1, message_timestamp_type="LogAppendTime")
+    clock = Clock()
+    b = Broker(storage, clock=clock)
+    b.begin_transaction()
+    b.send_arrow(T, pa.table({"value": [b"a", b"b"], "timestamp": pa.array([5, 6], pa.int64())}))
+    b.abort_transaction()
+    b.send_arrow(T, pa.table({"value": [b"c"], "timestamp": pa.array([7], pa.int64())}))
+    b.flush()
+    t = PartitionReader(storage, T, 0).read(-2)
+    assert t.column("value").to_pylist() == [b"c"]            # the aborted rows are hidden
+    assert t.column("timestamp").cast("int64").to_pylist() == [clock.now * 1000]
+    assert [h.timestamp_type for _, h in batches(storage) if not h.is_control] == [LOG_APPEND_TIME] * 2
