@@ -830,3 +830,15 @@ def test_send_arrow_log_append_time_and_transactions(local_root):
     assert t.column("value").to_pylist() == [b"c"]            # the aborted rows are hidden
     assert t.column("timestamp").cast("int64").to_pylist() == [clock.now * 1000]
     assert [h.timestamp_type for _, h in batches(storage) if not h.is_control] == [LOG_APPEND_TIME] * 2
+
+
+def test_send_many_falls_back_to_send_for_what_arrow_would_change(local_root):
+    storage = setup(local_root, 1)
+    b = Broker(storage, clock=Clock())
+    # bytearray values and a float timestamp do not go through Arrow: send judges them
+    assert b.send_many(T, [bytearray(b"a"), b"b"], [b"k", None], partition=0) == [0, 0]
+    with pytest.raises(ConfigError, match="timestamp must be an integer"):
+        b.send_many(T, [b"c"], timestamps=[1.0], partition=0)
+    b.send_many(T, [b"d"], headers=[(("h", b"1"),)], partition=0)
+    b.flush()
+    assert [v for _, _, v in records(storage)] == [b"a", b"b", b"d"]
