@@ -45,8 +45,9 @@
  * set_buffer_cache(limit_bytes) -> old       bound of the block cache (see below)
  *
  * encode_records(records, base_offset, base_ts) -> (bytes, max_ts) | None
- * encode_arrow(n, base_offset, base_ts, <15 column buffers>, row0=0, rows=None)
- *     -> (bytes, max_ts) | None   (record i = column row rows[i], or row0 + i)
+ * encode_arrow(n, base_offset, base_ts, <15 column buffers>, row0=0, rows=None, header=None)
+ *     -> (bytes, max_ts) | None   (record i = column row rows[i], or row0 + i; with a
+ *     header tuple, the whole uncompressed batch: header, records and CRC)
  *     The records section of a v2 batch (kafkastore.arrow_encode), byte for
  *     byte what record_batch._encode_records writes; None when the pure
  *     encoder must decide (it raises the precise error).
@@ -104,6 +105,21 @@ static inline uint32_t ld_be32(const uint8_t *p) {
 
 static inline uint16_t ld_be16(const uint8_t *p) {
     return (uint16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+static inline void st_be64(uint8_t *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static inline void st_be32(uint8_t *p, uint32_t v) {
+    for (int i = 3; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static inline void st_be16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1850,11 +1866,36 @@ static inline int arow(const acols *a, Py_ssize_t i, int64_t base_offset, int64_
 static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t n;
     long long base_offset, base_ts, row0 = 0;
-    PyObject *o[NBUF], *rows_obj = Py_None;
-    if (!PyArg_ParseTuple(args, "nLLOOOOOOOOOOOOOOO|LO:encode_arrow", &n, &base_offset, &base_ts,
+    PyObject *o[NBUF], *rows_obj = Py_None, *hdr_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "nLLOOOOOOOOOOOOOOO|LOO:encode_arrow", &n, &base_offset, &base_ts,
                           &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
-                          &o[10], &o[11], &o[12], &o[13], &o[14], &row0, &rows_obj))
+                          &o[10], &o[11], &o[12], &o[13], &o[14], &row0, &rows_obj, &hdr_obj))
         return NULL;
+    /* header = (attributes, partition_leader_epoch, last_offset_delta, max_timestamp or None,
+     * producer_id, producer_epoch, base_sequence): write the whole (uncompressed) batch */
+    long long hv[7] = {0};
+    int has_max_override = 0;
+    if (hdr_obj != Py_None) {
+        PyObject *mx = Py_None;
+        /* anything that does not fit: the pure path raises the precise error */
+        if (!PyArg_ParseTuple(hdr_obj, "LLLOLLL:header", &hv[0], &hv[1], &hv[2], &mx, &hv[4],
+                              &hv[5], &hv[6])) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        if (mx != Py_None) {
+            hv[3] = PyLong_AsLongLong(mx);
+            if (hv[3] == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+            has_max_override = 1;
+        }
+        if (hv[0] < INT16_MIN || hv[0] > INT16_MAX || hv[1] < INT32_MIN || hv[1] > INT32_MAX ||
+            hv[2] < INT32_MIN || hv[2] > INT32_MAX || hv[5] < INT16_MIN || hv[5] > INT16_MAX ||
+            hv[6] < INT32_MIN || hv[6] > INT32_MAX || n > INT32_MAX)
+            Py_RETURN_NONE;
+    }
     optbuf b[NBUF], rb = {0};
     memset(b, 0, sizeof(b));
     PyObject *res = NULL;
@@ -1949,10 +1990,16 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
         res = Py_None;
         goto done;
     }
-    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    int64_t hsize = hdr_obj != Py_None ? 61 : 0;
+    if (hsize && total > INT32_MAX - 49) {
+        Py_INCREF(Py_None);
+        res = Py_None;
+        goto done;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(hsize + total));
     if (!data)
         goto done;
-    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(data);
+    uint8_t *q = (uint8_t *)PyBytes_AS_STRING(data) + hsize;
     /* pass 2: write (the same checks cannot fail now) */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1974,6 +2021,29 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
+    if (hsize) {
+        /* The v2 header, as record_batch.assemble_batch packs it, then the CRC-32C of
+         * attributes..end. */
+        uint8_t *h = (uint8_t *)PyBytes_AS_STRING(data);
+        int64_t mts = has_max_override ? hv[3] : (have_max ? max_ts : -1);
+        st_be64(h + 0, (uint64_t)base_offset);
+        st_be32(h + 8, (uint32_t)(49 + total));
+        st_be32(h + 12, (uint32_t)hv[1]);
+        h[16] = 2;
+        st_be16(h + 21, (uint16_t)hv[0]);
+        st_be32(h + 23, (uint32_t)hv[2]);
+        st_be64(h + 27, (uint64_t)base_ts);
+        st_be64(h + 35, (uint64_t)mts);
+        st_be64(h + 43, (uint64_t)hv[4]);
+        st_be16(h + 51, (uint16_t)hv[5]);
+        st_be32(h + 53, (uint32_t)hv[6]);
+        st_be32(h + 57, (uint32_t)n);
+        uint32_t crc;
+        Py_BEGIN_ALLOW_THREADS
+        crc = ks_crc32c(0, h + 21, (size_t)(40 + total));
+        Py_END_ALLOW_THREADS
+        st_be32(h + 17, crc);
+    }
     if (have_max)
         res = Py_BuildValue("(NL)", data, (long long)max_ts);
     else
@@ -2192,9 +2262,11 @@ static PyMethodDef module_methods[] = {
     {"encode_arrow", mod_encode_arrow, METH_VARARGS,
      "encode_arrow(n, base_offset, base_ts, offsets, timestamps, key_valid, key_offsets, "
      "key_data, value_valid, value_offsets, value_data, headers_offsets, headers_valid, "
-     "hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, row0=0, rows=None) "
-     "-> (bytes, max_ts or None) | None: the records section from Arrow column buffers; "
-     "record i is column row rows[i] (int64) or row0 + i"},
+     "hkey_offsets, hkey_data, hvalue_valid, hvalue_offsets, hvalue_data, row0=0, rows=None, "
+     "header=None) -> (bytes, max_ts or None) | None: the records section from Arrow column "
+     "buffers (record i is column row rows[i] or row0 + i); with header = (attributes, "
+     "partition_leader_epoch, last_offset_delta, max_timestamp or None, producer_id, "
+     "producer_epoch, base_sequence) the whole uncompressed batch, CRC included"},
     {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
      "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,

@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from .compression import Compression
 from .errors import ConfigError
-from .record_batch import (CREATE_TIME, NO_PRODUCER_ID, NO_SEQUENCE, Record, assemble_batch,
+from .record_batch import (CREATE_TIME, DELETE_HORIZON_MASK, NO_PRODUCER_ID, NO_SEQUENCE,
+                           TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record, assemble_batch,
                            batch_offsets, check_timestamp_type, encode_records_pure)
 
 try:
@@ -211,7 +212,7 @@ def prepare(table: pa.Table | pa.RecordBatch) -> Columns:
 
 
 def _records_native(cols: Columns, start: int, stop: int, rows, offsets: np.ndarray,
-                    timestamps: np.ndarray, base_offset: int, base_ts: int):
+                    timestamps: np.ndarray, base_offset: int, base_ts: int, header=None):
     k, v = cols.key, cols.value
     if cols.h_offsets is not None:
         hk, hv = cols.h_key, cols.h_value
@@ -222,7 +223,7 @@ def _records_native(cols: Columns, start: int, stop: int, rows, offsets: np.ndar
     return _native.encode_arrow(
         stop - start, base_offset, base_ts, np.ascontiguousarray(offsets, np.int64),
         np.ascontiguousarray(timestamps, np.int64), k.valid, k.offsets, k.data,
-        v.valid, v.offsets, v.data, *hbufs, start, sel)
+        v.valid, v.offsets, v.data, *hbufs, start, sel, header)
 
 
 def _records_pure(cols: Columns, start: int, stop: int, rows, offsets: np.ndarray,
@@ -284,7 +285,18 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
     base_ts = delete_horizon_ms if delete_horizon_ms is not None else int(timestamps[0])
     out = None
     if native:
-        out = _records_native(cols, start, stop, rows, offsets, timestamps, base_offset, base_ts)
+        header = None
+        if codec == Compression.NONE:
+            # the C kernel writes the whole batch: header and CRC too (no copy, no join)
+            attributes = ((TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+                          | (TRANSACTIONAL_MASK if transactional else 0)
+                          | (DELETE_HORIZON_MASK if delete_horizon_ms is not None else 0))
+            header = (attributes, partition_leader_epoch, last_offset - base_offset,
+                      max_timestamp, producer_id, producer_epoch, base_sequence)
+        out = _records_native(cols, start, stop, rows, offsets, timestamps, base_offset, base_ts,
+                              header)
+        if out is not None and header is not None:
+            return out[0]
     if out is None:
         out = encode_records_pure(_records_pure(cols, start, stop, rows, offsets, timestamps),
                                   base_offset, base_ts)

@@ -129,6 +129,8 @@ def test_native_hands_errors_to_the_pure_encoder():
     rows = ae.prepare(pa.table({"value": pa.array([b"a", b"b"])}))
     with pytest.raises(ConfigError, match="must increase"):
         ae.encode_rows_native(rows, 0, 2, offsets=[3, 3], timestamps=[0, 0])
+    with pytest.raises(ConfigError, match="out of range"):   # the C header hands it back
+        ae.encode_rows_native(rows, 0, 2, offsets=[0, 1], timestamps=[0, 0], producer_epoch=1 << 20)
     # unusual field types go to the pure encoder and behave as before
     assert encode_batch([Record(0, 0, bytearray(b"k"), memoryview(b"v"), [("a", b"b")])]) == \
         encode_batch([Record(0, 0, b"k", b"v", (("a", b"b"),))])
