@@ -18,6 +18,11 @@ Rates are records per second of the best of R runs (median and the very
 first call, which pays for fresh memory, in brackets); the pure-Python
 decoders run once. Other processes on the machine make the numbers noisy:
 compare the ratios, and rerun.
+``--cold RUNS`` adds the cold rate: the segment decoded once in a fresh
+process (after a tiny warm-up decode for code paths and lazy imports, so
+only fresh memory is cold), per allocation mode of the C kernel, by wall
+clock and by the process's CPU time (steadier on a busy machine), next to
+the second decode in the same process.
 The segment building time is not measured. No assertion is made on speed.
 """
 from __future__ import annotations
@@ -138,12 +143,61 @@ def fmt_rate(rate: float) -> str:
     return f"{rate / 1e6:7.2f} M rec/s"
 
 
+_COLD_CHILD = r"""
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+from kafkastore import arrow_decode as ad, _native
+mode = int(sys.argv[2])
+if mode >= 0:
+    _native._set_alloc_mode(mode)
+tiny = open(sys.argv[1] + ".tiny", "rb").read()
+ad.decode_to_arrow(tiny, topic="t", partition=0)    # code paths and lazy imports, not memory
+data = open(sys.argv[1], "rb").read()
+w, c = time.perf_counter(), time.process_time()
+rb = ad.decode_to_arrow(data, topic="t", partition=0)
+w, c = time.perf_counter() - w, time.process_time() - c
+n = rb.num_rows
+del rb
+w2, c2 = time.perf_counter(), time.process_time()
+ad.decode_to_arrow(data, topic="t", partition=0)
+w2, c2 = time.perf_counter() - w2, time.process_time() - c2
+print(n / w, n / c, n / w2, n / c2)
+"""
+
+
+def cold_runs(seg: bytes, small: bytes, runs: int) -> None:
+    """The first decode of a segment in fresh processes, per allocation mode of the kernel."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "seg.log")
+        with open(path, "wb") as f:
+            f.write(seg)
+        with open(path + ".tiny", "wb") as f:
+            f.write(small)
+        for mode, name in ((0, "plain mmap"), (1, "huge pages (default)"),
+                           (2, "MADV_POPULATE_WRITE"), (3, "huge pages + populate")):
+            rates = []
+            for _ in range(runs):
+                out = subprocess.run([sys.executable, "-c", _COLD_CHILD, path, str(mode),
+                                      os.path.dirname(HERE)], capture_output=True, text=True,
+                                     check=True).stdout.split()
+                rates.append([float(x) for x in out])
+            med = [statistics.median(r[i] for r in rates) for i in range(4)]
+            print(f"  fresh process, {name:<22} cold {fmt_rate(med[0])} (by CPU time "
+                  f"{med[1] / 1e6:.1f}M)  then warm {med[2] / 1e6:.1f}M (CPU {med[3] / 1e6:.1f}M); "
+                  f"median of {runs}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=5, help="timed runs per fast decoder")
     p.add_argument("--slow-repeat", type=int, default=1,
                    help="timed runs for the pure-Python decoders")
+    p.add_argument("--cold", type=int, default=3, metavar="RUNS",
+                   help="fresh processes per allocation mode for the cold figure (0: skip)")
     args = p.parse_args(argv)
     n = args.records
 
@@ -181,6 +235,8 @@ def main(argv=None) -> int:
             results[fn] = best
             print(f"  {name:<33} {fmt_rate(best)}   (median {median / 1e6:.2f}, first call "
                   f"{first / 1e6:.2f}; {repeat} run{'s' if repeat > 1 else ''})")
+        if native and args.cold:
+            cold_runs(seg, build_segment(min(n, 2000), codec), args.cold)
         ours = results.get(ours_native, results[ours_pure])
         label = "C kernel" if native else "pure fallback"
         print(f"  ratio ours ({label}) / aiokafka C:     {ours / results[aiokafka_c]:6.2f}x")

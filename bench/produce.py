@@ -4,8 +4,10 @@
 
 N records (default 1,000,000) with 16-byte random keys and 100-byte random
 values (incompressible, no compression, create time, no headers) go through
-``Broker.send`` (one call per record) and through ``Broker.send_many`` (the
-same, with the keys' partitions hashed in one vectorised pass), with a flush
+``Broker.send`` (one call per record), ``Broker.send_many`` (lists in one
+call: converted to Arrow, then as send_arrow) and ``Broker.send_arrow`` (an
+Arrow table; checks, murmur2 and batching vectorised, batches encoded by the
+C encoder straight from the Arrow buffers), with a flush
 (segment upload + manifest commit per partition) every ``--flush-every``
 records, to:
 
@@ -17,7 +19,12 @@ Reported per run: records/s and MB/s of ``.log`` bytes written (wall clock;
 in brackets the rate by the CPU time of this process, which is steadier on a
 busy machine; for S3 it includes the moto server threads), next to the ceiling: the same
 number of bytes written to one local file by one sequential write + fsync,
-as a ratio. ``--profile`` adds a cProfile of the broker's hot path (send,
+as a ratio. ``--cli`` adds ``kafkastore produce`` of an N-line JSON file
+(console script in a subprocess, minus the time of producing a one-line
+file: interpreter start and imports) against the
+rate at which ``pyarrow.json.read_json`` alone parses the file, with the
+peak RSS of the child processes (the input is read in bounded chunks).
+``--profile`` adds a cProfile of the broker's hot path (send,
 seal, encode) over 200,000 records.
 
 Other processes on the machine make the numbers noisy (the load average is
@@ -41,6 +48,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import pyarrow as pa  # noqa: E402
+
 from kafkastore.broker import Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
@@ -50,6 +59,7 @@ KEY_SIZE = 16
 VALUE_SIZE = 100
 TOPIC = "bench"
 TS = 1_700_000_000_000
+MODES = ("send", "send_many", "send_arrow")
 
 
 def make_data(n: int, seed: int = 0) -> tuple[list[bytes], list[bytes]]:
@@ -76,8 +86,8 @@ def log_bytes(storage: Storage, partitions: int) -> tuple[int, int, int]:
     return size, records, segments
 
 
-def produce(url: str, keys, values, *, partitions: int, flush_every: int, many: bool,
-            storage_options=None) -> dict:
+def produce(url: str, keys, values, *, partitions: int, flush_every: int, mode: str,
+            storage_options=None, table=None) -> dict:
     storage = Storage(url, storage_options)
     create_topic(storage, TOPIC, partitions)
     broker = Broker(storage)
@@ -86,7 +96,9 @@ def produce(url: str, keys, values, *, partitions: int, flush_every: int, many: 
     wall, cpu = time.perf_counter(), time.process_time()
     for start in range(0, n, flush_every):
         end = min(n, start + flush_every)
-        if many:
+        if mode == "send_arrow":
+            broker.send_arrow(TOPIC, table.slice(start, end - start))
+        elif mode == "send_many":
             broker.send_many(TOPIC, values[start:end], keys[start:end],
                              timestamps=[TS] * (end - start))
         else:
@@ -174,6 +186,53 @@ def profile_hot_path(keys, values, tmp: str) -> None:
     print("\n".join(lines[start:start + 14]))
 
 
+def cli_produce_bench(n: int, tmp: str, partitions: int) -> None:
+    """``kafkastore produce`` of an n-line JSON file against pyarrow parsing that file."""
+    import json
+    import resource
+    import subprocess
+
+    import pyarrow.json as pj
+
+    path = os.path.join(tmp, "records.jsonl")
+    rnd = random.Random(1)
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"key": "%016x" % rnd.getrandbits(64),
+                                "value": "%0100x" % rnd.getrandbits(400), "timestamp": TS}))
+            f.write("\n")
+    size = os.path.getsize(path)
+    t = time.perf_counter()
+    parsed = pj.read_json(path)
+    parse_s = time.perf_counter() - t
+    assert parsed.num_rows == n
+    del parsed
+    root = f"file://{tmp}/root-cli"
+    create_topic(Storage(root), TOPIC, partitions)
+    create_topic(Storage(root), "one", 1)
+    script = os.path.join(os.path.dirname(sys.executable), "kafkastore")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    for flush in (None, 100_000):
+        extra = ["--flush-every", str(flush)] if flush else []
+        # fixed cost (interpreter, imports): produce of a one-line file, subtracted
+        t = time.perf_counter()
+        subprocess.run([script, "--root", root, "produce", "one"], check=True, env=env,
+                       capture_output=True, input=b'{"value": "x"}\n')
+        startup = time.perf_counter() - t
+        with open(path, "rb") as f:
+            t = time.perf_counter()
+            subprocess.run([script, "--root", root, "produce", TOPIC] + extra, stdin=f,
+                           check=True, env=env, capture_output=True)
+            wall = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        work = max(wall - startup, 1e-9)
+        print(f"  CLI produce {'--flush-every ' + str(flush) if flush else '(atomic)':<22} "
+              f"{n / work:>11,.0f} lines/s (wall {wall:.2f} s minus {startup:.2f} s for a 1-line file), "
+              f"ratio to pyarrow parse {parse_s / work:5.2f}, peak RSS of children {rss:,.0f} MB")
+    print(f"  pyarrow.json.read_json alone: {n / parse_s:,.0f} lines/s "
+          f"({size / 1e6 / parse_s:,.0f} MB/s, file {size / 1e6:.0f} MB)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -182,6 +241,9 @@ def main(argv=None) -> int:
                     help="records between flushes (one commit per partition each)")
     ap.add_argument("--no-s3", action="store_true", help="skip the moto S3 runs")
     ap.add_argument("--profile", action="store_true", help="also profile the hot path")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time `kafkastore produce` of an N-line file against pyarrow "
+                         "parsing the same file")
     args = ap.parse_args(argv)
     n = args.records
 
@@ -192,25 +254,27 @@ def main(argv=None) -> int:
           f"load average {os.getloadavg()[0]:.1f}")
     t = time.perf_counter()
     keys, values = make_data(n)
+    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+                      "timestamp": pa.array([TS] * n, pa.int64())})
     print(f"(data generated in {time.perf_counter() - t:.1f} s, not timed)\n")
 
     tmp = tempfile.mkdtemp(prefix="kafkastore-bench-")
     results = []
     try:
-        for many in (False, True):
-            url = f"file://{tmp}/root-{'many' if many else 'send'}"
+        for mode in MODES:
+            url = f"file://{tmp}/root-{mode}"
             r = produce(url, keys, values, partitions=args.partitions,
-                        flush_every=args.flush_every, many=many)
-            results.append((f"file://  {'send_many' if many else 'send'}", r))
+                        flush_every=args.flush_every, mode=mode, table=table)
+            results.append((f"file://  {mode}", r))
             shutil.rmtree(url[len("file://"):], ignore_errors=True)
         if not args.no_s3:
             server = start_moto()
             try:
-                for many in (False, True):
-                    url = f"s3://bench/root-{'many' if many else 'send'}"
+                for mode in MODES:
+                    url = f"s3://bench/root-{mode}"
                     r = produce(url, keys, values, partitions=args.partitions,
-                                flush_every=args.flush_every, many=many)
-                    results.append((f"s3 (moto) {'send_many' if many else 'send'}", r))
+                                flush_every=args.flush_every, mode=mode, table=table)
+                    results.append((f"s3 (moto) {mode}", r))
             finally:
                 server.stop()
         nbytes = results[0][1]["bytes"]
@@ -220,6 +284,9 @@ def main(argv=None) -> int:
         print("through the Broker (wall clock; CPU of this process in brackets):")
         for name, r in results:
             report(name, n, r, ceiling_s)
+        if args.cli:
+            print("\nCLI produce of a JSON-lines file (subprocess, console script):")
+            cli_produce_bench(n, tmp, args.partitions)
         if args.profile:
             profile_hot_path(keys, values, tmp)
     finally:

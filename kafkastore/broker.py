@@ -330,16 +330,20 @@ class Broker:
                   partition: int | None = None) -> list[int]:
         """:meth:`send` for many records; returns their partitions.
 
-        The keys' partitions are computed in one vectorised pass
-        (:func:`kafkastore.partitioner.partitions_for_keys`): hashing keys one
-        by one in Python is a large part of what :meth:`send` costs. Records
-        are buffered in order; the first refused one raises its error, and
-        those before it stay buffered (as with the same calls to :meth:`send`).
+        The records go through :meth:`send_arrow` (one Arrow table, checks
+        and partitioning vectorised, batches encoded in C) when they convert
+        to Arrow cleanly (bytes keys and values, int timestamps), else one by
+        one through :meth:`send`. Records are buffered in order; the first
+        refused one raises its error, and those before it stay buffered (as
+        with the same calls to :meth:`send`).
         """
         n = len(values)
         for name, seq in (("keys", keys), ("headers", headers), ("timestamps", timestamps)):
             if seq is not None and len(seq) != n:
                 raise ConfigError(f"send_many: {len(seq)} {name} for {n} values")
+        table = _as_table(values, keys, headers, timestamps)
+        if table is not None:
+            return self.send_arrow(topic, table, partition=partition).tolist()
         if keys is None:
             keys = [None] * n
         if partition is None and any(k is not None for k in keys):
@@ -350,6 +354,163 @@ class Broker:
         return [send(topic, values[i], keys[i], headers[i] if headers is not None else (),
                      timestamps[i] if timestamps is not None else None, partitions[i])
                 for i in range(n)]
+
+    def send_arrow(self, topic: str, table, *, partition: int | None = None):
+        """Buffer the rows of an Arrow table or record batch; returns their partitions
+        (numpy int32). Visible after :meth:`flush`, as with :meth:`send`.
+
+        Columns (see :mod:`kafkastore.arrow_encode`): ``value`` (required),
+        ``key``, ``timestamp`` (epoch ms or a timestamp type; null: now),
+        ``headers``, ``partition`` (null: ``partition``, else murmur2 of the key,
+        else sticky). The same rules as :meth:`send` apply, checked vectorised;
+        the batches are encoded straight from the Arrow buffers (C encoder).
+        Rows before the first refused one stay buffered and that row's error is
+        raised with ``error.row`` set to its index (as the same :meth:`send`
+        calls would do).
+        """
+        import numpy as np
+
+        from . import arrow_encode
+
+        st = self._settings.get(topic) or self._topic_settings(topic)
+        cols = arrow_encode.prepare(table)
+        n = cols.n
+        if n == 0:
+            return np.zeros(0, np.int32)
+        now = self.clock()
+        klen, vlen = cols.key.lengths(), cols.value.lengths()
+        sizes = (_RECORD_OVERHEAD + np.maximum(klen, 0) + np.maximum(vlen, 0)
+                 + cols.header_bytes() + 2 * cols.header_counts())
+        if cols.timestamps is None:
+            ts = np.full(n, now, np.int64)
+        elif cols.ts_valid is not None:
+            ts = np.where(cols.ts_valid == 1, cols.timestamps, now)
+        else:
+            ts = cols.timestamps
+        bad = sizes + _BATCH_OVERHEAD > st.max_message_bytes
+        if st.compact:
+            bad |= klen < 0
+        bad |= (ts < 0) | (ts > MAX_TIMESTAMP_MS)
+        if not st.any_timestamp:
+            bad |= (now - ts > st.before_max_ms) | (ts - now > st.after_max_ms)
+        parts = np.full(n, -1, np.int64)
+        explicit = np.zeros(n, bool)
+        names = table.schema.names
+        if "partition" in names:
+            pcol = table.column("partition")
+            pvals = np.asarray(pcol.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
+            explicit = np.asarray(pcol.is_valid().to_numpy(zero_copy_only=False), bool)
+            parts[explicit] = pvals[explicit]
+        if partition is not None:
+            if type(partition) is not int or not 0 <= partition < st.meta.partitions:
+                self._check_partition(st.meta, partition)
+            parts[~explicit] = partition
+            explicit[:] = True
+        bad |= explicit & ((parts < 0) | (parts >= st.meta.partitions))
+        first_bad = int(np.argmax(bad)) if bad.any() else n
+        rows = first_bad
+        auto = ~explicit[:rows]
+        if auto.any():
+            keyed = auto & (klen[:rows] >= 0)
+            if keyed.any():
+                h = arrow_encode.murmur2_column(cols.key, n)[:rows].astype(np.int64)
+                parts[:rows][keyed] = (h[keyed] & 0x7FFFFFFF) % st.meta.partitions
+            sticky_rows = auto & (klen[:rows] < 0)
+            if sticky_rows.any():
+                sticky = self._sticky.get(topic)
+                if sticky is None:
+                    sticky = self._sticky[topic] = StickyPartitioner(
+                        st.meta.partitions, self.batch_size, self._rng.randrange)
+                parts[:rows][sticky_rows] = sticky.next_many(sizes[:rows][sticky_rows])
+        if rows:
+            order = np.argsort(parts[:rows], kind="stable")
+            sorted_parts = parts[:rows][order]
+            cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+            for idx in np.split(order, cuts):
+                p = int(parts[idx[0]])
+                self._buffer_rows((topic, p), st, cols, idx if len(idx) != rows else None,
+                                  len(idx), ts, sizes, now)
+        if first_bad < n:
+            self._raise_for_row(topic, st, cols, first_bad, int(ts[first_bad]), klen, sizes,
+                                int(parts[first_bad]) if explicit[first_bad] else None, now)
+        return parts.astype(np.int32)
+
+    def _raise_for_row(self, topic, st, cols, i, timestamp, klen, sizes, partition, now):
+        """Raise the error :meth:`send` gives for row ``i`` of :meth:`send_arrow`."""
+        try:
+            if klen[i] < 0 and st.compact:
+                raise InvalidRecordError(
+                    f"topic {topic!r} is compacted (cleanup.policy=compact): records need a key")
+            if sizes[i] + _BATCH_OVERHEAD > st.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"record of about {int(sizes[i])} bytes exceeds max.message.bytes="
+                    f"{st.max_message_bytes} of topic {topic!r}")
+            _check_timestamp(st, timestamp, now)
+            if partition is not None:
+                self._check_partition(st.meta, partition)
+        except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as e:
+            e.row = i
+            raise
+        raise ConfigError(f"row {i} was refused")  # not reached: one of the checks fails
+
+    def _buffer_rows(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
+                     sizes, now: int) -> None:
+        """Seal ``n`` rows of ``cols`` (``rows``: their numbers, None: ``[0, n)``) into
+        batches of ``tp`` (the Arrow path of send)."""
+        import numpy as np
+
+        from .arrow_encode import encode_rows
+
+        if rows is not None:
+            ts, sizes = ts[rows], sizes[rows]
+
+        buf = self._buffers.get(tp)
+        if buf is None:
+            buf = self._buffers[tp] = _PartitionBuffer()
+        self._seal(tp, st)
+        in_txn = self._txn_partitions is not None
+        csum = np.cumsum(sizes)
+        i = 0
+        while i < n:
+            before = int(csum[i - 1]) if i else 0
+            # a batch takes records while they fit batch.size (at least one)
+            j = max(i + 1, int(np.searchsorted(csum, st.batch_limit + before, side="right")))
+            j = min(j, n)
+            if (self.commit_on_roll and buf.sealed
+                    and (now - buf.first_append_ms >= st.segment_ms
+                         or buf.sealed_bytes + int(csum[j - 1]) - before > st.segment_bytes)):
+                self._flush_partition(tp)
+                buf = self._buffers[tp]
+            while True:
+                k = j - i
+                append_time = self.clock()
+                seq = self._next_sequence(tp, k)
+                data = encode_rows(
+                    cols, i, j, offsets=np.arange(buf.next_rel, buf.next_rel + k, dtype=np.int64),
+                    timestamps=ts[i:j], rows=rows, compression=st.codec,
+                    timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
+                    max_timestamp=append_time if st.log_append else None,
+                    producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                    base_sequence=seq, transactional=in_txn)
+                if len(data) <= st.max_message_bytes:
+                    break
+                self._sequences[tp] = (self._sequences[tp] - k) & 0x7FFFFFFF
+                if k == 1:
+                    e = RecordTooLargeError(
+                        f"record batch of {len(data)} bytes exceeds max.message.bytes="
+                        f"{st.max_message_bytes} of topic {st.meta.name!r}")
+                    e.row = int(rows[i]) if rows is not None else i
+                    raise e
+                j = i + k // 2      # the size estimate was too optimistic: halve the batch
+            if not buf.sealed and not buf.records:
+                buf.first_append_ms = now
+            min_ts = append_time if st.log_append else int(ts[i:j].min())
+            buf.sealed.append(_Pending(data, buf.next_rel, k, min_ts, in_txn, appended_ms=now))
+            buf.sealed_bytes += len(data)
+            buf.next_rel += k
+            i = j
+        if in_txn:
+            self._txn_partitions.add(tp)
 
     def _check_partition(self, meta: TopicMetadata, partition: int) -> None:
         if (not isinstance(partition, int) or isinstance(partition, bool)
@@ -631,6 +792,33 @@ class Broker:
         if self._txn_partitions is not None:
             self.abort_transaction()
         return self.flush()
+
+
+def _as_table(values, keys, headers, timestamps):
+    """send_many's arguments as an Arrow table, or None when they do not convert exactly
+    (then :meth:`Broker.send` judges each record as before)."""
+    import pyarrow as pa
+
+    from .arrow_decode import HEADERS_TYPE
+
+    if timestamps is not None and not all(type(t) is int or t is None for t in timestamps):
+        return None
+    for seq in (values, keys):
+        if seq is not None and not all(type(v) is bytes or v is None for v in seq):
+            return None
+    try:
+        cols = {"value": pa.array(values, pa.binary())}
+        if keys is not None:
+            cols["key"] = pa.array(keys, pa.binary())
+        if timestamps is not None:
+            cols["timestamp"] = pa.array(timestamps, pa.int64())
+        if headers is not None and any(headers):
+            cols["headers"] = pa.array(
+                [[{"key": k, "value": v} for k, v in hs] if hs else None for hs in headers],
+                HEADERS_TYPE)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+    return pa.table(cols)
 
 
 def _check_timestamp(st: _TopicSettings, timestamp: int, now: int) -> int:

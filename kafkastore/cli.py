@@ -60,49 +60,53 @@ def cmd_topics(args, cfg: Config) -> int:
 
 
 # -- produce / consume ----------------------------------------------------------
-def _input_lines(stream):
-    """``(line number, text)`` of the input; a line that is not UTF-8 is a ConfigError."""
-    raw = getattr(stream, "buffer", None)
-    if raw is None:  # a text stream without bytes underneath (tests, embedding)
-        yield from enumerate(stream, 1)
-        return
-    for lineno, line in enumerate(raw, 1):
-        try:
-            yield lineno, line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"line {lineno}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-
-
 def cmd_produce(args, cfg: Config) -> int:
     from .broker import Broker
     from .errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
-    from .jsonl import parse_produce_line
+    from .jsonl_bulk import iter_chunks, parse_chunk
 
     storage = _storage(cfg)
-    # Without --flush-every the input is one unit: every line is parsed before the first
-    # record is sent, and nothing is committed before the end (no commit when a segment
-    # rolls), so a bad line or a refused record leaves the log as it was.
+    # Without --flush-every the input is one unit: nothing is committed before the end (no
+    # commit when a segment rolls), and a bad line anywhere is reported before any refused
+    # record (as when every line was parsed first), so the log stays as it was.
     atomic = not args.flush_every
     broker = Broker(storage, compression=args.compression, batch_size=args.batch_size,
                     linger_ms=args.linger_ms, commit_on_roll=not atomic)
     broker.topic(args.topic)  # fail fast on an unknown topic, before reading input
-    lines = ((lineno, line) for lineno, line in _input_lines(sys.stdin) if line.strip())
-    if atomic:
-        records = [(lineno, parse_produce_line(line, lineno)) for lineno, line in lines]
-    else:
-        records = ((lineno, parse_produce_line(line, lineno)) for lineno, line in lines)
+    refusals = (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError)
     sent = 0
     results = []
-    for lineno, rec in records:
-        partition = rec.partition if rec.partition is not None else args.partition
-        try:
-            broker.send(args.topic, rec.value, key=rec.key, headers=rec.headers,
-                        timestamp=rec.timestamp, partition=partition)
-        except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as exc:
-            raise type(exc)(f"line {lineno}: {exc}") from None
-        sent += 1
-        if args.flush_every and sent % args.flush_every == 0:
-            results += broker.flush()
+    refused = None  # atomic mode: the first refused record, reported unless a line is bad
+
+    def send(table, lines) -> None:
+        nonlocal sent, results
+        i, n = 0, table.num_rows
+        while i < n:
+            j = min(n, i + args.flush_every - sent % args.flush_every) if args.flush_every else n
+            try:
+                broker.send_arrow(args.topic, table.slice(i, j - i), partition=args.partition)
+            except refusals as exc:
+                lineno = int(lines[i + getattr(exc, "row", 0)])
+                raise type(exc)(f"line {lineno}: {exc}") from None
+            sent += j - i
+            if args.flush_every and sent % args.flush_every == 0:
+                results += broker.flush()
+            i = j
+
+    # Chunks of whole lines, parsed in bulk (pyarrow) or line by line where that decides.
+    for first, chunk in iter_chunks(_binary_stdin()):
+        parsed = parse_chunk(chunk, first)
+        if refused is None and parsed.table.num_rows:
+            try:
+                send(parsed.table, parsed.lines)
+            except refusals as exc:
+                if not atomic:
+                    raise
+                refused = exc
+        if parsed.error is not None:
+            raise parsed.error
+    if refused is not None:
+        raise refused
     results += broker.flush()
     ranges = {}
     for r in results:
@@ -112,6 +116,21 @@ def cmd_produce(args, cfg: Config) -> int:
     print(f"produced {sent} record(s) to {args.topic}" + (f": {where}" if where else ""),
           file=sys.stderr)
     return 0
+
+
+class _TextAsBinary:
+    """A text stream without bytes underneath (tests, embedding) read as UTF-8 bytes."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def read(self, n: int) -> bytes:
+        return self._stream.read(n).encode("utf-8", "surrogatepass")
+
+
+def _binary_stdin():
+    raw = getattr(sys.stdin, "buffer", None)
+    return raw if raw is not None else _TextAsBinary(sys.stdin)
 
 
 def cmd_consume(args, cfg: Config) -> int:

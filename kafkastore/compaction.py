@@ -103,7 +103,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from . import layout
+from . import arrow_encode, layout
 from .arrow_decode import decode_to_arrow
 from .compression import Compression
 from .control import ControlType, parse_control_record
@@ -113,7 +113,7 @@ from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSe
                        SegmentEntry, SetCleanerOffset)
 from .offset_index import INT32_MAX
 from .reader import PartitionReader, ReadRange, last_stable_offset
-from .record_batch import (LOG_APPEND_TIME, BatchHeader, Record, decode_batch, encode_batch,
+from .record_batch import (LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch,
                            iter_batches)
 from .segment import SegmentBuilder
 from .storage import Storage
@@ -620,15 +620,13 @@ class _Columns:
         self.timestamps = np.floor_divide(ts, 1000)   # Arrow holds microseconds
         self.tombstone = rb.column("value").is_null().to_numpy(zero_copy_only=False)
         self.keyed = rb.column("key").is_valid().to_numpy(zero_copy_only=False)
+        self._prepared = None
 
-    def records(self, idx: np.ndarray) -> list[Record]:
-        take = pa.array(idx)
-        keys = self.rb.column("key").take(take).to_pylist()
-        values = self.rb.column("value").take(take).to_pylist()
-        headers = self.rb.column("headers").take(take).to_pylist()
-        return [Record(int(self.offsets[i]), int(self.timestamps[i]), k, v,
-                       tuple((h["key"], h["value"]) for h in hs) if hs else ())
-                for i, k, v, hs in zip(idx, keys, values, headers)]
+    def encodable(self) -> arrow_encode.Columns:
+        """Key, value and headers flattened for the encoder (once per chunk, when needed)."""
+        if self._prepared is None:
+            self._prepared = arrow_encode.prepare(self.rb.select(["key", "value", "headers"]))
+        return self._prepared
 
 
 def _decode_chunk(chunk, ctx: CleanContext, name: str, position: int) -> _Columns:
@@ -710,9 +708,14 @@ def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int
         hz = _horizon(ctx)
     if kept_tombstones:
         horizons.append(hz)
-    records = cols.records(np.nonzero(survives)[0] + lo)
+    # The survivors are encoded straight from the decoded Arrow buffers (C encoder), the
+    # same bytes encode_batch gives for the same records.
+    idx = np.nonzero(survives)[0] + lo
     log_append = h.timestamp_type == LOG_APPEND_TIME
-    data = encode_batch(records, compression=codec if codec is not None else h.compression,
+    data = arrow_encode.encode_rows(
+                        cols.encodable(), 0, len(idx), rows=idx, offsets=cols.offsets[idx],
+                        timestamps=cols.timestamps[idx],
+                        compression=codec if codec is not None else h.compression,
                         timestamp_type=h.timestamp_type, producer_id=h.producer_id,
                         producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
                         partition_leader_epoch=h.partition_leader_epoch,

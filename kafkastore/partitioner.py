@@ -188,6 +188,27 @@ class StickyPartitioner:
         self._bytes += record_size
         return self._current
 
+    def next_many(self, record_sizes) -> "np.ndarray":
+        """:meth:`next` for many records at once (int32 partitions), one step per switch."""
+        import numpy as np
+
+        sizes = np.asarray(record_sizes, np.int64)
+        n = len(sizes)
+        out = np.empty(n, np.int32)
+        csum = np.cumsum(sizes)
+        i = 0
+        while i < n:
+            if self._bytes >= self.batch_size:
+                self.next(0)      # switch partition (adds nothing)
+            before = int(csum[i - 1]) if i else 0
+            # records i..m stay here: m is the first whose bytes reach batch.size
+            m = int(np.searchsorted(csum, self.batch_size - self._bytes + before, side="left"))
+            m = min(m, n - 1)
+            out[i:m + 1] = self._current
+            self._bytes += int(csum[m]) - before
+            i = m + 1
+        return out
+
 
 def choose_partition(key: bytes | None, partitions: int, sticky: StickyPartitioner,
                      record_size: int) -> int:

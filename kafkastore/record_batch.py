@@ -49,6 +49,7 @@ decompress).
 """
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
@@ -442,26 +443,16 @@ def encode_batch(records: Sequence[Record], *,
     (None: Kafka's default). Bad arguments raise ConfigError.
     """
     codec = Compression.parse(compression)
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
-                          f"got {timestamp_type!r}")
+    check_timestamp_type(timestamp_type)
     if records:
-        first, last = records[0].offset, records[-1].offset
-        if base_offset is None:
-            base_offset = first
-        if last_offset is None:
-            last_offset = last
-        if first < base_offset or last > last_offset:
-            raise ConfigError(f"record offsets [{first}, {last}] outside the batch's "
-                              f"[{base_offset}, {last_offset}]")
+        base_offset, last_offset = batch_offsets(records[0].offset, records[-1].offset,
+                                                 base_offset, last_offset)
     else:
         if base_offset is None or last_offset is None:
             raise ConfigError("an empty batch needs base_offset and last_offset")
         # Kafka writes empty batches uncompressed (DefaultRecordBatch.writeEmptyHeader).
         codec = Compression.NONE
-    if not 0 <= last_offset - base_offset <= _INT32_MAX:
-        raise ConfigError(f"last offset {last_offset} must be within [base offset "
-                          f"{base_offset}, base offset + {_INT32_MAX}]")
+        _check_span(base_offset, last_offset)
 
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms
@@ -470,6 +461,52 @@ def encode_batch(records: Sequence[Record], *,
     else:
         base_ts = NO_TIMESTAMP if max_timestamp is None else max_timestamp
     body, max_ts = _encode_records(records, base_offset, base_ts)
+    return assemble_batch(body, len(records), base_offset, last_offset, base_ts, max_ts,
+                          codec=codec, timestamp_type=timestamp_type, producer_id=producer_id,
+                          producer_epoch=producer_epoch, base_sequence=base_sequence,
+                          partition_leader_epoch=partition_leader_epoch,
+                          transactional=transactional, control=control,
+                          delete_horizon=delete_horizon_ms is not None,
+                          max_timestamp=max_timestamp, compression_level=compression_level)
+
+
+def check_timestamp_type(timestamp_type: int) -> None:
+    """ConfigError unless 0 (create time) or 1 (log append time)."""
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ConfigError(f"timestamp_type must be 0 (create) or 1 (log append), "
+                          f"got {timestamp_type!r}")
+
+
+def batch_offsets(first: int, last: int, base_offset: int | None,
+                  last_offset: int | None) -> tuple[int, int]:
+    """A batch's base and last offset for records ``[first, last]`` (defaults: those),
+    checked: the records inside, the span within int32 (ConfigError otherwise)."""
+    if base_offset is None:
+        base_offset = first
+    if last_offset is None:
+        last_offset = last
+    if first < base_offset or last > last_offset:
+        raise ConfigError(f"record offsets [{first}, {last}] outside the batch's "
+                          f"[{base_offset}, {last_offset}]")
+    _check_span(base_offset, last_offset)
+    return base_offset, last_offset
+
+
+def _check_span(base_offset: int, last_offset: int) -> None:
+    if not 0 <= last_offset - base_offset <= _INT32_MAX:
+        raise ConfigError(f"last offset {last_offset} must be within [base offset "
+                          f"{base_offset}, base offset + {_INT32_MAX}]")
+
+
+def assemble_batch(body, count: int, base_offset: int, last_offset: int, base_ts: int,
+                   records_max_ts: int | None, *, codec: Compression, timestamp_type: int,
+                   producer_id: int, producer_epoch: int, base_sequence: int,
+                   partition_leader_epoch: int, transactional: bool, control: bool,
+                   delete_horizon: bool, max_timestamp: int | None,
+                   compression_level: int | None) -> bytes:
+    """Header, compression and CRC around an uncompressed records section ``body``
+    (the second half of :func:`encode_batch`, shared with :mod:`kafkastore.arrow_encode`)."""
+    max_ts = records_max_ts
     if max_timestamp is not None:
         max_ts = max_timestamp
     elif max_ts is None:
@@ -483,13 +520,13 @@ def encode_batch(records: Sequence[Record], *,
         attributes |= TRANSACTIONAL_MASK
     if control:
         attributes |= CONTROL_MASK
-    if delete_horizon_ms is not None:
+    if delete_horizon:
         attributes |= DELETE_HORIZON_MASK
     try:
         header = bytearray(HEADER_STRUCT.pack(
             base_offset, MIN_BATCH_LENGTH + len(body), partition_leader_epoch, MAGIC,
             0, attributes, last_offset - base_offset, base_ts, max_ts,
-            producer_id, producer_epoch, base_sequence, len(records)))
+            producer_id, producer_epoch, base_sequence, count))
     except struct.error as e:
         raise ConfigError(f"batch header field out of range: {e}") from None
     crc = crc32c(body, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
@@ -497,9 +534,40 @@ def encode_batch(records: Sequence[Record], *,
     return b"".join((header, body))
 
 
-def _encode_records(records: Iterable[Record], base_offset: int,
-                    base_ts: int) -> tuple[bytearray, int | None]:
-    """The uncompressed records section, and the max timestamp (None if empty)."""
+def _load_native_encoder():
+    """The C records encoder, unless not built or ``KAFKASTORE_NO_EXTENSIONS=1``."""
+    if os.environ.get("KAFKASTORE_NO_EXTENSIONS") == "1":
+        return None
+    try:
+        from ._native import encode_records
+    except ImportError:
+        return None
+    return encode_records
+
+
+_native_encode_records = _load_native_encoder()
+
+
+def _encode_records(records: Sequence[Record], base_offset: int,
+                    base_ts: int) -> tuple[bytes | bytearray, int | None]:
+    """The uncompressed records section, and the max timestamp (None if empty).
+
+    The C encoder writes the same bytes; it hands anything unusual (an offset
+    out of order, an out-of-range timestamp, an odd field type) back to the
+    pure one, which raises the precise error."""
+    if _native_encode_records is not None and records:
+        try:
+            out = _native_encode_records(records, base_offset, base_ts)
+        except OverflowError:
+            out = None
+        if out is not None:
+            return out
+    return encode_records_pure(records, base_offset, base_ts)
+
+
+def encode_records_pure(records: Iterable[Record], base_offset: int,
+                        base_ts: int) -> tuple[bytearray, int | None]:
+    """The uncompressed records section, and the max timestamp (None if empty), in Python."""
     out = bytearray()
     rec = bytearray()
     varint = write_varint

@@ -753,3 +753,22 @@ def test_native_and_pure_agree_on_damaged_bytes(data):
         assert a[1].equals(b[1])
     else:
         assert a == b
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+def test_every_allocation_mode_decodes_the_same(mode):
+    """The C kernel's allocation modes (plain, huge pages, populate, both) only change how
+    fresh memory is obtained, never the result."""
+    if not ad.NATIVE_AVAILABLE:
+        pytest.skip("kafkastore._native is not built")
+    records = [Record(i, 1000 + i, b"k%d" % i, b"v" * (i % 1000), (("h", b"x"),) if i % 3 else ())
+               for i in range(5000)]
+    seg = b"".join(encode_batch(records[i:i + 500]) for i in range(0, 5000, 500))
+    old = ad._native._set_alloc_mode(mode)
+    cache = ad._native.set_buffer_cache(0)   # fresh blocks, not cached ones
+    try:
+        got = ad.decode_to_arrow_native(seg, topic="t", partition=0)
+    finally:
+        ad._native._set_alloc_mode(old)
+        ad._native.set_buffer_cache(cache)
+    assert got.equals(ad.decode_to_arrow_pure(seg, topic="t", partition=0))

@@ -137,3 +137,19 @@ def test_vectorised_murmur2_java_vectors_and_types():
     assert partitioner.murmur2_many([b""] * 40) == [murmur2(b"")] * 40
     with pytest.raises(ConfigError):
         partitioner.partitions_for_keys([b"x"], 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 3000), max_size=60), batch=st.integers(1, 5000),
+       partitions=st.integers(1, 5), seed=st.integers(0, 100))
+def test_sticky_next_many_equals_next_one_by_one(sizes, batch, partitions, seed):
+    import random as _random
+
+    from kafkastore.partitioner import StickyPartitioner
+
+    one = StickyPartitioner(partitions, batch, _random.Random(seed).randrange)
+    many = StickyPartitioner(partitions, batch, _random.Random(seed).randrange)
+    half = len(sizes) // 2
+    expected = [one.next(s) for s in sizes]
+    got = list(many.next_many(sizes[:half])) + list(many.next_many(sizes[half:]))
+    assert got == expected

@@ -1,0 +1,179 @@
+"""``produce`` input in bulk: JSON lines -> Arrow tables, chunk by chunk.
+
+The input is read in chunks of whole lines (about :data:`CHUNK_BYTES`; never
+the whole input), and each chunk is parsed by pyarrow's JSON reader into the
+columns :meth:`kafkastore.broker.Broker.send_arrow` takes. The per-line
+parser (:func:`kafkastore.jsonl.parse_produce_line`) stays the judge of what
+is accepted: a chunk goes through pyarrow only when pyarrow's reading is
+certainly the same, and otherwise (or whenever pyarrow refuses it) the chunk
+is parsed line by line, which also gives the first bad line's error with its
+number. Routed to the per-line parser:
+
+* input that is not UTF-8 (pyarrow would take it into its strings);
+* anything pyarrow refuses: invalid JSON, a line that is not an
+  object, an unknown field, a field of another JSON type than the common one
+  (a non-string key or value, ``{"base64": ...}``, a float, bool or string
+  timestamp, NaN/Infinity, integers beyond int64, duplicate fields);
+* blank lines and lines holding several objects (pyarrow's rows would not
+  line up with line numbers), a UTF-8 BOM, ``\\uD800``-style escapes (lone
+  surrogates), headers that are not ``[string, string|null]`` pairs, a
+  timestamp or partition out of range.
+
+A null value is a tombstone only if the line says ``"value": null`` (a
+missing value is an error): the lines of null values are checked with the
+per-line parser.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from .errors import ConfigError, KafkaStoreError
+from .jsonl import MAX_TIMESTAMP_MS, parse_produce_line
+
+#: Bytes read at a time (a chunk is this plus the rest of its last line).
+CHUNK_BYTES = 4 << 20
+
+_PAIRS = pa.list_(pa.list_(pa.string()))
+_SCHEMA = pa.schema([
+    ("key", pa.string()), ("value", pa.string()), ("headers", _PAIRS),
+    ("timestamp", pa.int64()), ("partition", pa.int64()),
+    ("topic", pa.string()), ("offset", pa.int64()),   # what consume writes: ignored
+])
+_PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="error")
+_HEADERS_STRUCT = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+@dataclass
+class ParsedChunk:
+    """The rows of a chunk's good lines (up to the first bad one) and that line's error."""
+
+    table: pa.Table            # key, value (binary), headers, timestamp, partition
+    lines: np.ndarray          # int64: the line number of each row
+    error: KafkaStoreError | None = None
+    bulk: bool = True          # parsed by pyarrow (False: line by line)
+
+
+def iter_chunks(raw: BinaryIO, chunk_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(number of the first line, bytes of whole lines)`` of a binary stream, read
+    ``chunk_bytes`` (default :data:`CHUNK_BYTES`) at a time."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
+    lineno, rest = 1, b""
+    while True:
+        data = raw.read(chunk_bytes)
+        if not data:
+            if rest:
+                yield lineno, rest
+            return
+        data = rest + data if rest else data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:          # no end of line yet: a long line, read on
+            rest = data
+            continue
+        rest = data[cut:]
+        chunk = data[:cut]
+        yield lineno, chunk
+        lineno += chunk.count(b"\n")
+
+
+def parse_chunk(chunk: bytes, first_lineno: int) -> ParsedChunk:
+    """Parse a chunk of whole lines (see the module docstring)."""
+    parsed = _bulk(chunk, first_lineno)
+    return parsed if parsed is not None else parse_lines(chunk, first_lineno)
+
+
+def _bulk(chunk: bytes, first_lineno: int) -> ParsedChunk | None:
+    if b"\xef\xbb\xbf" in chunk or b"\\ud" in chunk or b"\\uD" in chunk:
+        return None
+    nlines = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
+    try:
+        chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings
+    except UnicodeDecodeError:
+        return None
+    try:
+        t = pj.read_json(pa.BufferReader(chunk), parse_options=_PARSE)
+    except Exception:  # noqa: BLE001 - any refusal: the per-line parser decides and explains
+        return None
+    if t.num_rows != nlines:
+        return None
+    ts, part, headers = t.column("timestamp"), t.column("partition"), t.column("headers")
+    if ts.null_count < len(ts) and (pc.min(ts).as_py() < 0 or pc.max(ts).as_py() > MAX_TIMESTAMP_MS):
+        return None
+    if part.null_count < len(part) and pc.min(part).as_py() < 0:
+        return None
+    headers = headers.combine_chunks()
+    if headers.null_count < len(headers):
+        pairs = headers.values
+        if pairs.null_count:
+            return None
+        if len(pairs):
+            lens = pc.list_value_length(pairs)
+            if pc.min(lens).as_py() != 2 or pc.max(lens).as_py() != 2:
+                return None
+            if pc.list_element(pairs, 0).null_count:
+                return None
+        pairs_struct = pa.StructArray.from_arrays(
+            [pc.list_element(pairs, 0), pc.list_element(pairs, 1).cast(pa.binary())],
+            names=["key", "value"]) if len(pairs) else pa.array([], _HEADERS_STRUCT.value_type)
+        headers = pa.ListArray.from_arrays(
+            headers.offsets, pairs_struct, type=_HEADERS_STRUCT,
+            mask=headers.is_null() if headers.null_count else None)
+    else:
+        headers = None
+    value = t.column("value")
+    if value.null_count:
+        # "value": null (a tombstone) or no value at all (an error): ask the per-line parser
+        lines = chunk.split(b"\n")
+        for i in np.flatnonzero(value.is_null().to_numpy(zero_copy_only=False)):
+            try:
+                parse_produce_line(lines[i].decode("utf-8"), first_lineno + int(i))
+            except KafkaStoreError:
+                return None
+    cols = {"key": t.column("key").cast(pa.binary()), "value": value.cast(pa.binary()),
+            "timestamp": ts, "partition": part}
+    if headers is not None:
+        cols["headers"] = headers
+    return ParsedChunk(pa.table(cols), np.arange(first_lineno, first_lineno + nlines,
+                                                 dtype=np.int64))
+
+
+def parse_lines(chunk: bytes, first_lineno: int) -> ParsedChunk:
+    """The per-line parser over a chunk: rows up to the first bad line, and its error."""
+    keys, values, headers, stamps, parts, linenos = [], [], [], [], [], []
+    error = None
+    lines = chunk.split(b"\n")
+    last_complete = lines[-1] == b""
+    if last_complete:
+        lines.pop()
+    for i, raw in enumerate(lines):
+        lineno = first_lineno + i
+        if last_complete or i < len(lines) - 1:
+            raw += b"\n"   # as a file iterator gives it (JSON error columns count it)
+        try:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"line {lineno}: not UTF-8 ({exc.reason} at byte "
+                                  f"{exc.start})") from None
+            if not line.strip():
+                continue
+            rec = parse_produce_line(line, lineno)
+        except KafkaStoreError as exc:
+            error = exc
+            break
+        keys.append(rec.key)
+        values.append(rec.value)
+        headers.append([{"key": k, "value": v} for k, v in rec.headers] or None)
+        stamps.append(rec.timestamp)
+        parts.append(rec.partition)
+        linenos.append(lineno)
+    table = pa.table({"key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+                      "timestamp": pa.array(stamps, pa.int64()),
+                      "partition": pa.array(parts, pa.int64()),
+                      "headers": pa.array(headers, _HEADERS_STRUCT)})
+    return ParsedChunk(table, np.array(linenos, np.int64), error, bulk=False)

@@ -1,0 +1,166 @@
+"""`kafkastore produce` in bulk (kafkastore.jsonl_bulk + Broker.send_arrow) against the
+per-line reference it replaced: same records, same first error with its line number,
+nothing written after a bad line, --flush-every commits at the same counts."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkastore import jsonl_bulk
+from kafkastore.broker import Broker
+from kafkastore.cli import main
+from kafkastore.errors import (ConfigError, InvalidRecordError, KafkaStoreError,
+                               RecordTooLargeError, UnknownTopicError)
+from kafkastore.jsonl import parse_produce_line
+from kafkastore.reader import PartitionReader
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+PARTITIONS = 3
+
+
+def reference_produce(storage, topic, data: bytes, flush_every: int | None):
+    """The per-line implementation `produce` had before the bulk path: (error or None)."""
+    atomic = not flush_every
+    broker = Broker(storage, commit_on_roll=not atomic)
+    lines = []
+    for lineno, raw in enumerate(io.BytesIO(data), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            lines.append((lineno, ConfigError(f"line {lineno}: not UTF-8 ({exc.reason} at "
+                                              f"byte {exc.start})")))
+            break
+        if line.strip():
+            lines.append((lineno, line))
+    parsed = []
+    try:
+        for lineno, line in lines:
+            if isinstance(line, Exception):
+                raise line
+            rec = parse_produce_line(line, lineno)
+            if not atomic:
+                parsed = [(lineno, rec)]
+                _send(broker, topic, parsed, flush_every)
+            else:
+                parsed.append((lineno, rec))
+        if atomic:
+            _send(broker, topic, parsed, None)
+        broker.flush()
+    except KafkaStoreError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - e.g. a lone surrogate before jsonl refuses it
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_sent = {"n": 0}
+
+
+def _send(broker, topic, recs, flush_every):
+    for lineno, rec in recs:
+        try:
+            broker.send(topic, rec.value, key=rec.key, headers=rec.headers,
+                        timestamp=rec.timestamp, partition=rec.partition)
+        except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as exc:
+            raise type(exc)(f"line {lineno}: {exc}") from None
+        _sent["n"] += 1
+        if flush_every and _sent["n"] % flush_every == 0:
+            broker.flush()
+
+
+def log_of(storage, topic):
+    """Every record as (key, value, headers, timestamp if set by the line), by partition
+    for keyed or placed records (null-key placement is random, sticky)."""
+    out = []
+    for p in range(PARTITIONS):
+        t = PartitionReader(storage, topic, p).read(-2, include_headers=True)
+        for k, v, ts, hs in zip(t.column("key").to_pylist(), t.column("value").to_pylist(),
+                                t.column("timestamp").cast("int64").to_pylist(),
+                                t.column("headers").to_pylist()):
+            out.append((p if k is not None else None, k, v,
+                        tuple((h["key"], h["value"]) for h in hs or ()),
+                        ts // 1000 if ts // 1000 < 1_000_000 else None))
+    return sorted(out, key=repr)
+
+
+def run_cli(root, topic, data: bytes, flush_every, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    capsys.readouterr()
+    argv = ["--root", root, "produce", topic] + (["--flush-every", str(flush_every)]
+                                                  if flush_every else [])
+    try:
+        rc = main(argv)
+    except Exception as exc:  # noqa: BLE001 - the same crash as the reference, if any
+        return f"{type(exc).__name__}: {exc}"
+    err = capsys.readouterr().err.strip()
+    return None if rc == 0 else err.removeprefix("kafkastore: error: ")
+
+
+good_line = st.fixed_dictionaries(
+    {"value": st.one_of(st.none(), st.text(max_size=20), st.integers(), st.just({"a": [1]}))},
+    optional={"key": st.one_of(st.none(), st.text(max_size=6),
+                               st.just({"base64": "AAEC"})),
+              "timestamp": st.integers(0, 999_999),
+              "partition": st.integers(0, PARTITIONS - 1),
+              "headers": st.lists(st.tuples(st.text(max_size=3),
+                                            st.one_of(st.none(), st.text(max_size=3))),
+                                  max_size=2).map(lambda hs: [list(h) for h in hs])})
+bad_line = st.sampled_from([
+    b'{"value": "x", "partition": 7}', b'{"key": "k"}', b'not json', b'[1, 2]',
+    b'{"value": "x", "timestamp": -1}', b'{"value": "x", "timestamp": 1.5}',
+    b'{"value": "x", "extra": 1}', b'{"value": "\xff"}', b'{"value": "a"}{"value": "b"}',
+    b'', b'   ', b'{"value": "x", "headers": [["h"]]}', b'{"value": "\\ud800"}',
+    b'{"value": "x", "value": "y"}', b'{"value": "x", "partition": -1}',
+])
+
+
+def encode_line(obj) -> bytes:
+    return json.dumps(obj, ensure_ascii=bool(len(str(obj)) % 2)).encode()
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.one_of(good_line.map(encode_line), bad_line), min_size=1, max_size=25),
+       flush_every=st.sampled_from([None, 1, 4]), chunk=st.sampled_from([16, 64, 1 << 20]),
+       crlf=st.booleans(), final_newline=st.booleans())
+def test_bulk_produce_matches_per_line_reference(tmp_path_factory, monkeypatch, capsys,
+                                                 lines, flush_every, chunk, crlf,
+                                                 final_newline):
+    data = (b"\r\n" if crlf else b"\n").join(lines) + (b"\n" if final_newline else b"")
+    root = tmp_path_factory.mktemp("bulk").as_uri()
+    ref_storage, cli_storage = Storage(root + "/ref"), Storage(root + "/cli")
+    for s in (ref_storage, cli_storage):
+        create_topic(s, "t", PARTITIONS)
+    monkeypatch.setattr(jsonl_bulk, "CHUNK_BYTES", chunk)
+    _sent["n"] = 0
+    want_err = reference_produce(ref_storage, "t", data, flush_every)
+    got_err = run_cli(root + "/cli", "t", data, flush_every, monkeypatch, capsys)
+    assert got_err == want_err
+    assert log_of(cli_storage, "t") == log_of(ref_storage, "t")
+
+
+def test_bulk_path_is_taken_for_plain_lines_and_tombstones():
+    chunk = b'{"key":"a","value":"x","timestamp":5}\n{"key":"b","value":null}\n'
+    parsed = jsonl_bulk.parse_chunk(chunk, 10)
+    assert parsed.bulk and parsed.error is None and list(parsed.lines) == [10, 11]
+    assert parsed.table.column("value").to_pylist() == [b"x", None]
+    not_utf8 = jsonl_bulk.parse_chunk(b'{"value":"x"}\n{"value":"\xff"}', 1)
+    assert not not_utf8.bulk and str(not_utf8.error).startswith("line 2: not UTF-8")
+    missing = jsonl_bulk.parse_chunk(b'{"key":"a","value":"x"}\n{"key":"b"}\n', 1)
+    assert not missing.bulk and "line 2" in str(missing.error)
+    assert missing.table.num_rows == 1
+
+
+def test_iter_chunks_keeps_lines_whole_and_numbers_them():
+    data = b"a\nbb\n" + b"c" * 50 + b"\nd"
+    chunks = list(jsonl_bulk.iter_chunks(io.BytesIO(data), 4))
+    assert b"".join(c for _, c in chunks) == data
+    assert all(c.endswith(b"\n") for _, c in chunks[:-1])
+    first = [n for n, _ in chunks]
+    assert first == [1 + b"".join(c for _, c in chunks[:i]).count(b"\n") for i in range(len(chunks))]
