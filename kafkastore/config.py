@@ -9,6 +9,8 @@ The file::
     root: file://./demo/log            # any fsspec URL: file://, memory://, s3://bucket/prefix
     warehouse: file://./demo/warehouse
     storage_options: {}                # passed to fsspec (s3fs: client_kwargs, key, secret, ...)
+    catalog: {}                        # pyiceberg catalog properties (type: rest|sql|glue|hive, uri, ...);
+                                       # empty: SQLite at <warehouse>/catalog.db (file:// warehouses only)
     spark: {master: "local[*]", conf: {spark.sql.shuffle.partitions: "8"}}
     topics:                            # created by `kafkastore topics create --from-conf` and the DAGs
       orders: {partitions: 3, config: {retention.ms: "604800000"}}
@@ -41,6 +43,7 @@ class Config:
     compaction: dict[str, Any] = field(default_factory=dict)
     retention: dict[str, Any] = field(default_factory=dict)
     quality: dict[str, Any] = field(default_factory=dict)
+    catalog: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
 
     def load_for(self, topic: str, table: str | None = None) -> dict[str, Any]:
@@ -81,7 +84,7 @@ def load_config(path: str | None = None, *, root: str | None = None,
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path!r} must hold a mapping at the top level")
     known = {"root", "warehouse", "storage_options", "spark", "topics", "loads",
-             "compaction", "retention", "quality"}
+             "compaction", "retention", "quality", "catalog"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} in {path!r}; expected some of {sorted(known)}")
@@ -106,5 +109,16 @@ def load_config(path: str | None = None, *, root: str | None = None,
         compaction=dict(data.get("compaction") or {}),
         retention=dict(data.get("retention") or {}),
         quality=dict(data.get("quality") or {}),
+        catalog=_catalog(data.get("catalog")),
         source=path,
     )
+
+
+def _catalog(value: Any) -> dict[str, Any]:
+    """The ``catalog:`` section: pyiceberg catalog properties (a mapping of scalars)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError("'catalog' must be a mapping of pyiceberg catalog properties like "
+                          "{type: rest, uri: 'http://...'}")
+    return {str(k): v for k, v in value.items()}

@@ -114,3 +114,27 @@ class InvalidRecordError(KafkaStoreError):
 
 class OutOfOrderSequenceError(KafkaStoreError):
     """An idempotent producer batch whose sequence does not follow the last one written."""
+
+
+class OffsetOverlapError(WarehouseError):
+    """A warehouse commit whose range starts below the table's committed offset (already loaded)."""
+
+
+class OffsetGapError(WarehouseError):
+    """A warehouse commit whose range starts above the table's committed offset (offsets skipped)."""
+
+
+class TableChangedError(WarehouseError):
+    """The table's offsets moved since the job planned (e.g. a load landed during a reprocess)."""
+
+
+class TableNotFoundError(WarehouseError):
+    """The warehouse or the table does not exist."""
+
+
+class SchemaEvolutionError(WarehouseError):
+    """New data whose schema cannot be merged into the table's (an incompatible change)."""
+
+
+class UnsupportedDeletesError(WarehouseError):
+    """A snapshot with delete files that the reader cannot apply (refused, never ignored)."""

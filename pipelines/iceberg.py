@@ -1,0 +1,822 @@
+"""Warehouse tables as Apache Iceberg tables, without Spark (DESIGN.md section 5).
+
+Everything here runs in a plain Python process (the CLI, Airflow tasks, the
+Spark driver): pyiceberg, pyarrow and fsspec, never pyspark.
+
+**Opening a warehouse.** :class:`Warehouse` holds the warehouse URL, the
+``catalog:`` section of the config (pyiceberg catalog properties: ``type``,
+``uri``, ...) and the fsspec ``storage_options``. Without a ``catalog:`` section
+a ``file://`` warehouse gets the embedded catalog, a SQL catalog on SQLite at
+``<warehouse>/catalog.db`` with the warehouse as its root; any other warehouse
+without a catalog is a :class:`ConfigError`. ``--table NAME`` means
+``default.NAME``; ``ns.NAME`` is accepted (:func:`table_identifier`).
+Read-only uses (:meth:`Warehouse.load_table`, :meth:`Warehouse.list_tables`,
+:func:`committed_offsets`) create nothing: on an embedded warehouse that does not
+exist yet they return ``None`` / ``[]``. Only :meth:`Warehouse.create_table`
+creates the catalog database, the namespace and the table. Files are read and
+written through pyiceberg's fsspec FileIO; ``storage_options`` of s3fs
+(``key``, ``secret``, ``client_kwargs.endpoint_url``...) are mapped to
+pyiceberg's ``s3.*`` properties (a ``catalog:`` section's own ``s3.*`` wins).
+
+**Offsets live in the snapshot.** Every kafkastore commit is one Iceberg
+snapshot (a reprocess: a delete snapshot and an append snapshot committed
+together) whose summary carries
+
+* ``kafkastore.offsets``: JSON ``{"<topic>": {"<partition>": <next offset>}}``,
+  the full committed map of the table;
+* ``kafkastore.run-id``, ``kafkastore.operation`` (``load`` / ``reprocess``);
+* ``kafkastore.ranges``: JSON list of ``{"topic", "partition", "from", "until"}``;
+* optionally ``kafkastore.gaps`` (offsets skipped because retention deleted
+  them first) and ``kafkastore.audit`` (reprocess: requested and effective
+  offsets, user, reason, flags).
+
+A table's committed offsets (:func:`committed_offsets`) are those of the newest
+snapshot in the ancestry of ``main`` (or another branch) carrying
+``kafkastore.offsets``; snapshots of other engines (compaction rewrites,
+expiry, manual fixes) are skipped, never read as "nothing loaded".
+
+**Committing** (:func:`commit`): a :class:`KafkaCommit` is data (run id,
+operation, ranges, Parquet files to add, rows to delete, schema to merge).
+Each attempt reloads the table, checks whether the run id is already in main's
+ancestry (then it is a no-op), validates the ranges against the committed
+offsets with the pure function :func:`next_offsets` (overlap or gap refused),
+merges the schema by name, builds one transaction and commits it. pyiceberg's
+own retry re-applies a commit blindly, so every table kafkastore creates or
+commits to has ``commit.retry.num-retries=0``; a :class:`CommitFailedException`
+(another writer won) reaches :func:`commit`, which backs off and starts again
+from the reload. Any other failure of the catalog call has an unknown outcome:
+:func:`commit` reads the table back and looks for its run id; it never deletes
+the data files (they may be referenced).
+
+**Reading** (:func:`plan_scan`, :func:`read_arrow`): the data files of exactly
+one snapshot, chosen by id, timestamp or ref name (branch or tag), as fsspec
+URLs for engines that read Parquet by path (Spark here), refused with
+:class:`UnsupportedDeletesError` when the snapshot has delete files; or an Arrow
+read through pyiceberg, which applies positional deletes (and refuses what it
+cannot apply).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
+                               SchemaEvolutionError, TableChangedError, TableNotFoundError,
+                               UnsupportedDeletesError, WarehouseError)
+
+from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_from_json,
+                            offsets_to_json)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "default"
+CATALOG_DB = "catalog.db"
+MAIN = "main"
+
+OFFSETS_KEY = "kafkastore.offsets"
+RUN_ID_KEY = "kafkastore.run-id"
+OPERATION_KEY = "kafkastore.operation"
+RANGES_KEY = "kafkastore.ranges"
+GAPS_KEY = "kafkastore.gaps"
+AUDIT_KEY = "kafkastore.audit"
+OPERATIONS = ("load", "reprocess")
+
+# Table properties kafkastore sets on every table it creates or commits to.
+NO_BLIND_RETRY = {"commit.retry.num-retries": "0"}
+TABLE_PROPERTIES = {**NO_BLIND_RETRY, "format-version": "2",
+                    "write.parquet.compression-codec": "zstd"}
+FSSPEC_IO = "pyiceberg.io.fsspec.FsspecFileIO"
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+# ---------------------------------------------------------------------------
+# names and catalogs
+
+
+def table_identifier(name: str) -> tuple[str, str]:
+    """``NAME`` -> ``("default", NAME)``; ``ns.NAME`` -> ``(ns, NAME)``."""
+    parts = str(name).split(".")
+    if len(parts) == 1:
+        parts = [DEFAULT_NAMESPACE, parts[0]]
+    if len(parts) != 2 or not all(_NAME_RE.match(p) for p in parts):
+        raise ConfigError(f"bad table name {name!r}: expected NAME or NAMESPACE.NAME (letters, "
+                          f"digits and underscores, not starting with a digit)")
+    return parts[0], parts[1]
+
+
+def table_name(identifier: Sequence[str]) -> str:
+    """The display name: ``NAME`` in the default namespace, else ``ns.NAME``."""
+    ns, name = identifier[-2], identifier[-1]
+    return name if ns == DEFAULT_NAMESPACE else f"{ns}.{name}"
+
+
+def _local_path(url: str) -> str | None:
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    if "://" not in url:
+        return os.path.abspath(url)
+    return None
+
+
+def io_properties(storage_options: Mapping[str, Any] | None) -> dict[str, str]:
+    """pyiceberg FileIO properties from fsspec (s3fs) ``storage_options``."""
+    so = dict(storage_options or {})
+    ck = dict(so.get("client_kwargs") or {})
+    props: dict[str, str] = {"py-io-impl": FSSPEC_IO}
+    pairs = {"s3.access-key-id": so.get("key"), "s3.secret-access-key": so.get("secret"),
+             "s3.session-token": so.get("token"),
+             "s3.endpoint": so.get("endpoint_url") or ck.get("endpoint_url"),
+             "s3.region": ck.get("region_name") or so.get("region_name")}
+    props.update({k: str(v) for k, v in pairs.items() if v})
+    return props
+
+
+def catalog_properties(warehouse: str, catalog: Mapping[str, Any] | None = None,
+                       storage_options: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The pyiceberg catalog properties for ``warehouse`` (see the module docstring)."""
+    props = io_properties(storage_options)
+    if catalog:
+        props.update({str(k): str(v) for k, v in catalog.items() if v is not None})
+        props.setdefault("warehouse", warehouse)
+        return props
+    path = _local_path(warehouse)
+    if path is None:
+        raise ConfigError(f"warehouse {warehouse} is not local: configure its Iceberg catalog in "
+                          f"the config file's 'catalog:' section (type: rest|sql|glue|hive, uri: ...)")
+    props.update({"type": "sql", "uri": f"sqlite:///{os.path.join(path, CATALOG_DB)}",
+                  "warehouse": "file://" + path.rstrip("/")})
+    return props
+
+
+class Warehouse:
+    """A warehouse: its URL, its catalog (opened lazily) and storage options."""
+
+    def __init__(self, url: str, catalog: Mapping[str, Any] | None = None,
+                 storage_options: Mapping[str, Any] | None = None, name: str = "kafkastore"):
+        self.url = url.rstrip("/")
+        self.storage_options = dict(storage_options or {})
+        self.catalog_config = dict(catalog or {})
+        self.properties = catalog_properties(self.url, self.catalog_config, self.storage_options)
+        self.name = name
+        self._catalog = None
+
+    @classmethod
+    def from_config(cls, cfg, warehouse: str | None = None) -> "Warehouse":
+        """From a :class:`kafkastore.config.Config` (``--warehouse`` overrides its URL)."""
+        return cls(warehouse or cfg.warehouse, getattr(cfg, "catalog", None) or None,
+                   cfg.storage_options or None)
+
+    def __repr__(self) -> str:
+        return f"Warehouse({self.url!r}, catalog={self.properties.get('type', '?')})"
+
+    @property
+    def embedded(self) -> bool:
+        """True for the default SQLite catalog under the warehouse."""
+        return not self.catalog_config
+
+    def exists(self) -> bool:
+        """False when the embedded catalog database was never created (nothing to read)."""
+        if not self.embedded:
+            return True
+        return os.path.exists(os.path.join(_local_path(self.url), CATALOG_DB))
+
+    def catalog(self, create: bool = False):
+        """The pyiceberg catalog; ``create`` allows making the embedded database."""
+        if self._catalog is None:
+            if self.embedded:
+                if not create and not self.exists():
+                    raise TableNotFoundError(f"warehouse {self.url} does not exist (no {CATALOG_DB})")
+                os.makedirs(_local_path(self.url), exist_ok=True)
+            from pyiceberg.catalog import load_catalog
+
+            try:
+                self._catalog = load_catalog(self.name, **self.properties)
+            except (ValueError, ImportError, NotImplementedError) as exc:
+                raise ConfigError(f"cannot open the Iceberg catalog of {self.url}: {exc}") from None
+        return self._catalog
+
+    def list_tables(self) -> list[str]:
+        """Display names of every table in every namespace; ``[]`` if nothing exists."""
+        if not self.exists():
+            return []
+        cat = self.catalog()
+        out = []
+        for ns in cat.list_namespaces():
+            out.extend(table_name(ident) for ident in cat.list_tables(ns))
+        return sorted(out)
+
+    def load_table(self, name: str):
+        """The pyiceberg table ``name``, or ``None`` if it (or the warehouse) does not exist."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        ident = table_identifier(name)
+        if not self.exists():
+            return None
+        try:
+            return self.catalog().load_table(ident)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+
+    def table(self, name: str):
+        """Like :meth:`load_table` but a missing table is a :class:`TableNotFoundError`."""
+        tbl = self.load_table(name)
+        if tbl is None:
+            raise TableNotFoundError(f"table {name!r} does not exist in warehouse {self.url}")
+        return tbl
+
+    def create_table(self, name: str, schema, partition_by: Sequence[str] | None = None,
+                     properties: Mapping[str, str] | None = None):
+        """Create ``name`` (or return it if it exists) with ``schema`` (pyarrow or
+        Iceberg) partitioned by ``partition_by`` (see :func:`partition_spec`)."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        ns, short = table_identifier(name)
+        cat = self.catalog(create=True)
+        existing = self.load_table(name)
+        if existing is not None:
+            return existing
+        cat.create_namespace_if_not_exists(ns)
+        ice_schema = iceberg_schema(schema)
+        spec = partition_spec(ice_schema, partition_by if partition_by is not None
+                              else DEFAULT_PARTITION_BY)
+        try:
+            return cat.create_table((ns, short), schema=ice_schema, partition_spec=spec,
+                                    properties={**TABLE_PROPERTIES, **dict(properties or {})})
+        except TableAlreadyExistsError:   # a racing job created it first
+            return cat.load_table((ns, short))
+
+
+# ---------------------------------------------------------------------------
+# schema and partitioning
+
+DEFAULT_PARTITION_BY = ("day(timestamp)",)
+_TRANSFORM_RE = re.compile(r"^\s*(identity|year|month|day|hour)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
+
+
+def parse_partition_field(text: str) -> tuple[str, str]:
+    """``"day(timestamp)"`` -> ``("day", "timestamp")``; a bare column is identity.
+
+    Only order-preserving transforms: the driver adds Parquet files whose
+    partition value is read from their column bounds, which needs one value per
+    file under a monotone transform (bucket/truncate are refused)."""
+    m = _TRANSFORM_RE.match(str(text))
+    if m:
+        return m.group(1), m.group(2)
+    if _NAME_RE.match(str(text).strip()):
+        return "identity", str(text).strip()
+    raise ConfigError(f"bad partition field {text!r}: expected COLUMN, identity(COLUMN), "
+                      f"year(COLUMN), month(COLUMN), day(COLUMN) or hour(COLUMN)")
+
+
+def iceberg_schema(schema):
+    """An Iceberg schema with fresh field ids from a pyarrow or Iceberg schema."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+
+
+def partition_spec(schema, partition_by: Sequence[str]):
+    """The Iceberg partition spec of ``partition_by`` over ``schema`` (Iceberg)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import (DayTransform, HourTransform, IdentityTransform,
+                                      MonthTransform, YearTransform)
+
+    transforms = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
+                  "day": DayTransform, "hour": HourTransform}
+    fields = []
+    for i, text in enumerate(partition_by):
+        kind, column = parse_partition_field(text)
+        try:
+            source = schema.find_field(column)
+        except ValueError:
+            raise ConfigError(f"partition field {text!r}: the table has no column {column!r}") from None
+        name = column if kind == "identity" else f"{column}_{kind}"
+        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i,
+                                     transform=transforms[kind](), name=name))
+    return PartitionSpec(*fields)
+
+
+# ---------------------------------------------------------------------------
+# offsets in snapshots
+
+
+def snapshot_offsets(snapshot) -> dict[TopicPartition, int] | None:
+    """The ``kafkastore.offsets`` map of a snapshot, or None if it carries none."""
+    if snapshot is None or snapshot.summary is None:
+        return None
+    text = snapshot.summary.additional_properties.get(OFFSETS_KEY)
+    if text is None:
+        return None
+    try:
+        return offsets_from_json(json.loads(text))
+    except ValueError as exc:
+        raise WarehouseError(f"snapshot {snapshot.snapshot_id}: bad {OFFSETS_KEY}: {exc}") from None
+
+
+def _ref_head(table, ref: str):
+    if ref == MAIN:
+        return table.current_snapshot()
+    return table.snapshot_by_name(ref)
+
+
+def ancestry(table, ref: str = MAIN) -> Iterable:
+    """Snapshots of ``ref``'s ancestry, newest first (empty for a table without one)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    head = _ref_head(table, ref)
+    return ancestors_of(head, table.metadata) if head is not None else iter(())
+
+
+def offsets_snapshot(table, ref: str = MAIN):
+    """The newest snapshot in ``ref``'s ancestry carrying kafkastore offsets, or None."""
+    for snap in ancestry(table, ref):
+        if snapshot_offsets(snap) is not None:
+            return snap
+    return None
+
+
+def committed_offsets(table, ref: str = MAIN) -> dict[TopicPartition, int]:
+    """``{(topic, partition): next offset}`` committed in ``table`` (``{}`` if none;
+    ``table`` may be ``None``, a table that does not exist)."""
+    if table is None:
+        return {}
+    return snapshot_offsets(offsets_snapshot(table, ref)) or {}
+
+
+def find_run(table, run_id: str, ref: str = MAIN):
+    """The snapshot of ``ref``'s ancestry committed by ``run_id``, or None."""
+    for snap in ancestry(table, ref):
+        if snap.summary is not None and snap.summary.additional_properties.get(RUN_ID_KEY) == run_id:
+            return snap
+    return None
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One snapshot as :func:`history` reports it."""
+
+    snapshot_id: int
+    parent_id: int | None
+    timestamp_ms: int
+    operation: str
+    kafkastore_operation: str | None
+    run_id: str | None
+    offsets: dict[str, dict[str, int]] | None
+    ranges: list[dict[str, Any]]
+    audit: dict[str, Any] | None
+    summary: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"snapshot_id": self.snapshot_id, "parent_id": self.parent_id,
+                "timestamp_ms": self.timestamp_ms, "operation": self.operation,
+                "kafkastore_operation": self.kafkastore_operation, "run_id": self.run_id,
+                "offsets": self.offsets, "ranges": self.ranges, "audit": self.audit}
+
+
+def history(table, ref: str = MAIN) -> list[SnapshotInfo]:
+    """``ref``'s ancestry, oldest first, with the kafkastore fields decoded."""
+    out = []
+    for snap in ancestry(table, ref):
+        props = dict(snap.summary.additional_properties) if snap.summary is not None else {}
+        offsets = snapshot_offsets(snap)
+        out.append(SnapshotInfo(
+            snapshot_id=snap.snapshot_id, parent_id=snap.parent_snapshot_id,
+            timestamp_ms=snap.timestamp_ms,
+            operation=str(snap.summary.operation.value) if snap.summary is not None else "",
+            kafkastore_operation=props.get(OPERATION_KEY), run_id=props.get(RUN_ID_KEY),
+            offsets=None if offsets is None else offsets_to_json(offsets),
+            ranges=json.loads(props.get(RANGES_KEY, "[]")),
+            audit=json.loads(props[AUDIT_KEY]) if AUDIT_KEY in props else None,
+            summary=props))
+    return out[::-1]
+
+
+# ---------------------------------------------------------------------------
+# validation (pure)
+
+
+def next_offsets(committed: Mapping[TopicPartition, int], operation: str,
+                 ranges: Sequence[OffsetRange], *, gaps: Sequence[OffsetRange] = (),
+                 expected: Mapping[TopicPartition, int] | None = None
+                 ) -> dict[TopicPartition, int]:
+    """The full offsets map after committing ``ranges`` on top of ``committed``.
+
+    ``load``: a range starts exactly at the committed offset of its partition
+    (anywhere for a partition never loaded), unless ``gaps`` holds the skipped
+    ``[committed, from)`` (data deleted from the log before it was loaded).
+    Below: :class:`OffsetOverlapError`; above: :class:`OffsetGapError`.
+    ``reprocess``: a range starts at or below the committed offset; ``expected``
+    (the offsets the reprocess was planned on) must still be the committed ones
+    for its partitions, else :class:`TableChangedError`. Every range ends at or
+    after its start.
+    """
+    if operation not in OPERATIONS:
+        raise WarehouseError(f"unknown operation {operation!r}; expected one of {OPERATIONS}")
+    indexed = by_partition(ranges)
+    gap_map = by_partition(gaps)
+    out = dict(committed)
+    for tp, r in indexed.items():
+        if r.until_offset < r.from_offset:
+            raise WarehouseError(f"bad range [{r.from_offset}, {r.until_offset}) of {r.topic}/{r.partition}")
+        c = committed.get(tp)
+        if operation == "load":
+            if c is not None and r.from_offset < c:
+                raise OffsetOverlapError(
+                    f"{r.topic}/{r.partition}: range [{r.from_offset}, {r.until_offset}) overlaps "
+                    f"offsets already committed (next offset {c})")
+            if c is not None and r.from_offset > c:
+                g = gap_map.get(tp)
+                if g is None or (g.from_offset, g.until_offset) != (c, r.from_offset):
+                    raise OffsetGapError(
+                        f"{r.topic}/{r.partition}: range starts at {r.from_offset} but the table's "
+                        f"next offset is {c}: offsets [{c}, {r.from_offset}) would be skipped")
+        else:
+            if expected is not None and expected.get(tp) != c:
+                raise TableChangedError(
+                    f"{r.topic}/{r.partition}: the table's next offset moved from "
+                    f"{expected.get(tp)} to {c} since the reprocess was planned; rerun it")
+            if c is None or r.from_offset > c:
+                raise OffsetGapError(
+                    f"{r.topic}/{r.partition}: cannot reprocess from {r.from_offset}: the table's "
+                    f"next offset is {c}")
+        out[tp] = r.until_offset
+    return out
+
+
+# ---------------------------------------------------------------------------
+# commit
+
+
+@dataclass(frozen=True)
+class KafkaCommit:
+    """One kafkastore commit, as data.
+
+    ``files``: full URLs of Parquet files (no field ids; one partition value
+    per file) to add. ``delete_from``: for a reprocess, per range the rows
+    ``topic = t AND partition = p AND offset >= from_offset`` are deleted in the
+    same transaction. ``schema``: a pyarrow schema to merge into the table's by
+    name first (new optional columns). ``audit``: JSON-able, recorded as
+    ``kafkastore.audit``. ``expected``: see :func:`next_offsets`.
+    """
+
+    run_id: str
+    operation: str
+    ranges: tuple[OffsetRange, ...]
+    files: tuple[str, ...] = ()
+    gaps: tuple[OffsetRange, ...] = ()
+    delete_from: tuple[OffsetRange, ...] = ()
+    schema: Any = None
+    audit: Mapping[str, Any] | None = None
+    expected: Mapping[TopicPartition, int] | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def summary(self, offsets: Mapping[TopicPartition, int]) -> dict[str, str]:
+        """The snapshot-summary properties of this commit on top of ``offsets``."""
+        out = {OFFSETS_KEY: json.dumps(offsets_to_json(offsets), sort_keys=True),
+               RUN_ID_KEY: self.run_id, OPERATION_KEY: self.operation,
+               RANGES_KEY: json.dumps([r.to_json() for r in self.ranges])}
+        if self.gaps:
+            out[GAPS_KEY] = json.dumps([g.to_json() for g in self.gaps])
+        if self.audit is not None:
+            out[AUDIT_KEY] = json.dumps(self.audit, sort_keys=True, default=str)
+        out.update({str(k): str(v) for k, v in self.properties.items()})
+        return out
+
+
+@dataclass
+class CommitResult:
+    """``snapshot_id`` of the run's (last) snapshot; ``noop``: an earlier
+    attempt with the same run id had committed; ``attempts``: tries made;
+    ``read_back``: the outcome was decided by reading the table back."""
+
+    snapshot_id: int
+    noop: bool = False
+    attempts: int = 1
+    read_back: bool = False
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+def _delete_filter(ranges: Sequence[OffsetRange]):
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, Or
+
+    expr = None
+    for r in ranges:
+        term = And(EqualTo("topic", r.topic), EqualTo("partition", r.partition),
+                   GreaterThanOrEqual("offset", r.from_offset))
+        expr = term if expr is None else Or(expr, term)
+    return expr
+
+
+def _keep_mask(data, ranges: Sequence[OffsetRange]):
+    """Rows of ``data`` that survive deleting ``offset >= from`` of each range."""
+    import pyarrow.compute as pc
+
+    drop = None
+    for r in ranges:
+        term = pc.and_(pc.and_(pc.equal(data["topic"], r.topic),
+                               pc.equal(data["partition"], r.partition)),
+                       pc.greater_equal(data["offset"], r.from_offset))
+        drop = term if drop is None else pc.or_(drop, term)
+    return pc.invert(pc.fill_null(drop, False))
+
+
+def _offset_lower_bound(table, data_file) -> int | None:
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import LongType
+
+    try:
+        fid = table.schema().find_field("offset").field_id
+    except ValueError:
+        return None
+    raw = (data_file.lower_bounds or {}).get(fid)
+    return None if raw is None else int(from_bytes(LongType(), raw))
+
+
+def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id: int | None):
+    """Files of ``snapshot_id`` holding rows to delete: those whose rows all go
+    (dropped whole) and the straddling ones, rewritten without those rows
+    (copy-on-write; never delete files). Returns (drop DataFiles, new file URLs)."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    if snapshot_id is None:
+        return [], []
+    drop, new_urls = [], []
+    low = {r.topic_partition: r.from_offset for r in ranges}
+    for task in table.scan(snapshot_id=snapshot_id, row_filter=_delete_filter(ranges)).plan_files():
+        if task.delete_files:
+            raise UnsupportedDeletesError(f"table {_name(table)} has delete files; compact it "
+                                          f"before reprocessing")
+        df = task.file
+        lb = _offset_lower_bound(table, df)
+        parts = _single_topic_partition(table, df)
+        if parts is not None and parts in low and lb is not None and lb >= low[parts]:
+            drop.append(df)
+            continue
+        fs, path = _fs(table, df.file_path)
+        with fs.open(path, "rb") as f:
+            data = pq.read_table(f)
+        kept = data.filter(_keep_mask(data, ranges))
+        drop.append(df)
+        if kept.num_rows:
+            url = f"{table.location()}/data/rewind-{_safe(run_id)}-{uuid.uuid4().hex}.parquet"
+            fs2, path2 = _fs(table, url)
+            with fs2.open(path2, "wb") as f:
+                pq.write_table(kept, f, compression="zstd")
+            new_urls.append(url)
+    return drop, new_urls
+
+
+def _single_topic_partition(table, data_file):
+    """(topic, partition) when the file's bounds say it holds exactly one."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import IntegerType, StringType
+
+    schema = table.schema()
+    try:
+        tid, pid = schema.find_field("topic").field_id, schema.find_field("partition").field_id
+    except ValueError:
+        return None
+    lo, hi = data_file.lower_bounds or {}, data_file.upper_bounds or {}
+    if not all(k in lo and k in hi for k in (tid, pid)) or lo[tid] != hi[tid] or lo[pid] != hi[pid]:
+        return None
+    # string bounds may be truncated: equal truncated bounds do not prove one value
+    topic = from_bytes(StringType(), lo[tid])
+    if len(lo[tid]) >= 16:
+        return None
+    return (topic, int(from_bytes(IntegerType(), lo[pid])))
+
+
+def _name(table) -> str:
+    return table_name(table.name())
+
+
+def _safe(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:60]
+
+
+def _fs(table, url: str):
+    """(fsspec filesystem, path) for ``url`` with the table's IO properties."""
+    from pyiceberg.io.fsspec import FsspecFileIO
+
+    io = table.io if isinstance(table.io, FsspecFileIO) else FsspecFileIO(table.io.properties)
+    scheme = url.split("://", 1)[0] if "://" in url else "file"
+    fs = io.get_fs(scheme)
+    return fs, url.split("://", 1)[1] if "://" in url else url
+
+
+def ensure_no_blind_retry(table):
+    """Set ``commit.retry.num-retries=0`` on a table that lacks it (created elsewhere)."""
+    if table.metadata.properties.get("commit.retry.num-retries") == "0":
+        return table
+    with table.transaction() as txn:
+        txn.set_properties(**NO_BLIND_RETRY)
+    return table.refresh()
+
+
+def _build(table, c: KafkaCommit, branch: str):
+    """Stage ``c`` on a fresh transaction of ``table``; returns (txn, new offsets)."""
+    committed = committed_offsets(table, branch)
+    new = next_offsets(committed, c.operation, c.ranges, gaps=c.gaps, expected=c.expected)
+    props = c.summary(new)
+    txn = table.transaction()
+    if c.schema is not None:
+        from pyiceberg.exceptions import ValidationError
+
+        try:
+            with txn.update_schema() as update:
+                update.union_by_name(c.schema)
+        except (ValueError, TypeError, ValidationError) as exc:
+            raise SchemaEvolutionError(f"the new data's schema cannot be merged into table "
+                                       f"{_name(table)}: {exc}") from None
+    from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+
+    if txn.table_metadata.name_mapping() is None:
+        # Our files carry no field ids; readers map their columns by name.
+        txn.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                              txn.table_metadata.schema().name_mapping.model_dump_json()})
+    drop, rewritten = [], []
+    if c.delete_from:
+        head = _ref_head(table, branch)
+        drop, rewritten = _rewind_files(table, c.delete_from, c.run_id,
+                                        head.snapshot_id if head is not None else None)
+    try:
+        added = list(_parquet_files_to_data_files(txn.table_metadata, list(c.files) + rewritten,
+                                                  table.io))
+    except ValueError as exc:
+        raise SchemaEvolutionError(f"files of run {c.run_id} do not fit table "
+                                   f"{_name(table)}: {exc}") from None
+    # One snapshot per commit, even with no files: offsets advance over ranges
+    # that held only control records, aborted data or dead letters.
+    update = txn.update_snapshot(snapshot_properties=props, branch=branch)
+    with (update.overwrite() if drop else update.fast_append()) as producer:
+        for df in drop:
+            producer.delete_data_file(df)
+        for df in added:
+            producer.append_data_file(df)
+    return txn, new
+
+
+def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,
+           backoff_s: float = 0.05, max_backoff_s: float = 5.0,
+           read_back_tries: int = 5) -> CommitResult:
+    """Commit ``c`` to ``table`` exactly once (see the module docstring).
+
+    Raises the validation errors of :func:`next_offsets` (nothing committed),
+    :class:`SchemaEvolutionError`, :class:`WarehouseError` after ``max_attempts``
+    conflicts, :class:`kafkastore.errors.CommitUnknownError` when reading back
+    cannot decide (the files stay; rerunning the same run id is safe).
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    from kafkastore.errors import CommitUnknownError
+
+    if c.operation not in OPERATIONS:
+        raise WarehouseError(f"unknown operation {c.operation!r}")
+    table = ensure_no_blind_retry(table)
+    for attempt in range(1, max_attempts + 1):
+        if attempt > 1:
+            table = table.refresh()
+        done = find_run(table, c.run_id, branch)
+        if done is not None:
+            return CommitResult(done.snapshot_id, noop=True, attempts=attempt,
+                                offsets=snapshot_offsets(done) or {})
+        txn, new = _build(table, c, branch)
+        try:
+            table = txn.commit_transaction()
+        except CommitFailedException as exc:
+            wait = min(max_backoff_s, backoff_s * (2 ** (attempt - 1)))
+            log.info("commit of run %s lost a race (%s); retry %d in %.2fs", c.run_id, exc,
+                     attempt, wait)
+            time.sleep(wait * (1 + random.random() * 0.2))
+            continue
+        except (TableChangedError, OffsetGapError, OffsetOverlapError, SchemaEvolutionError):
+            raise
+        except Exception as exc:   # outcome unknown: the catalog may or may not have applied it
+            log.warning("commit of run %s: unknown outcome (%s: %s); reading back", c.run_id,
+                        type(exc).__name__, exc)
+            snap = _read_back(table, c.run_id, branch, read_back_tries)
+            if snap is not None:
+                return CommitResult(snap.snapshot_id, attempts=attempt, read_back=True,
+                                    offsets=snapshot_offsets(snap) or {})
+            if snap is None and attempt >= max_attempts:
+                raise CommitUnknownError(
+                    f"commit of run {c.run_id}: {type(exc).__name__}: {exc}; not found when read "
+                    f"back; its files are kept; rerun with the same run id") from None
+            continue   # not applied: safe to try again (the run id check guards a late landing)
+        snap = find_run(table, c.run_id, branch)
+        if snap is None:   # pragma: no cover - a catalog that acknowledged and lost the commit
+            raise CommitUnknownError(f"commit of run {c.run_id} acknowledged but not in {branch}")
+        return CommitResult(snap.snapshot_id, attempts=attempt, offsets=new)
+    raise WarehouseError(f"commit of run {c.run_id}: {max_attempts} attempts lost races with "
+                         f"other writers; rerun later")
+
+
+def _read_back(table, run_id: str, branch: str, tries: int):
+    """Reload ``table`` (a few times, with back-off) and find ``run_id``; None if absent."""
+    for i in range(max(1, tries)):
+        try:
+            table = table.refresh()
+            return find_run(table, run_id, branch)
+        except Exception as exc:   # the catalog is still unreachable: wait, try again
+            log.warning("read back of run %s failed (%s); retrying", run_id, exc)
+            time.sleep(min(2.0, 0.05 * 2 ** i))
+    return None
+
+
+# ---------------------------------------------------------------------------
+# reading
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """The data files of one snapshot (``snapshot_id`` None: the table is empty)."""
+
+    table: str
+    snapshot_id: int | None
+    files: tuple[str, ...]
+    delete_files: tuple[str, ...]
+    records: int
+
+    def urls(self) -> list[str]:
+        """The data files as fsspec URLs, for engines that read Parquet by path.
+        A snapshot with delete files is refused: reading its data files alone
+        would show deleted rows."""
+        if self.delete_files:
+            raise UnsupportedDeletesError(
+                f"table {self.table} snapshot {self.snapshot_id} has {len(self.delete_files)} "
+                f"delete file(s); read it through pyiceberg (read_arrow) or compact it first")
+        return list(self.files)
+
+
+def resolve_snapshot(table, *, snapshot_id: int | None = None, as_of_ms: int | None = None,
+                     ref: str | None = None):
+    """The snapshot to read: by id, the newest at or before ``as_of_ms``, a branch or
+    tag name, else main's head. None for a table without snapshots."""
+    given = [x is not None for x in (snapshot_id, as_of_ms, ref)]
+    if sum(given) > 1:
+        raise ConfigError("give at most one of snapshot id, timestamp and ref")
+    if snapshot_id is not None:
+        snap = table.snapshot_by_id(int(snapshot_id))
+        if snap is None:
+            raise TableNotFoundError(f"table {_name(table)} has no snapshot {snapshot_id}")
+        return snap
+    if as_of_ms is not None:
+        snap = table.snapshot_as_of_timestamp(int(as_of_ms))
+        if snap is None:
+            raise TableNotFoundError(f"table {_name(table)} has no snapshot at or before "
+                                     f"{int(as_of_ms)} ms")
+        return snap
+    if ref is not None:
+        snap = table.snapshot_by_name(ref)
+        if snap is None:
+            raise TableNotFoundError(f"table {_name(table)} has no branch or tag {ref!r}")
+        return snap
+    return table.current_snapshot()
+
+
+def plan_scan(table, *, snapshot_id: int | None = None, as_of_ms: int | None = None,
+              ref: str | None = None, row_filter=None) -> ScanPlan:
+    """The data and delete files pyiceberg plans for one snapshot."""
+    snap = resolve_snapshot(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms, ref=ref)
+    name = _name(table)
+    if snap is None:
+        return ScanPlan(name, None, (), (), 0)
+    kwargs = {"snapshot_id": snap.snapshot_id}
+    if row_filter is not None:
+        kwargs["row_filter"] = row_filter
+    tasks = list(table.scan(**kwargs).plan_files())
+    deletes = sorted({d.file_path for t in tasks for d in t.delete_files})
+    return ScanPlan(name, snap.snapshot_id, tuple(t.file.file_path for t in tasks),
+                    tuple(deletes), sum(t.file.record_count for t in tasks))
+
+
+def read_arrow(table, *, snapshot_id: int | None = None, as_of_ms: int | None = None,
+               ref: str | None = None, row_filter=None, columns: Sequence[str] | None = None):
+    """One snapshot as a pyarrow Table through pyiceberg (positional deletes
+    applied; what pyiceberg cannot apply is refused, never ignored)."""
+    import pyarrow as pa
+
+    snap = resolve_snapshot(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms, ref=ref)
+    if snap is None:
+        return table.schema().as_arrow().empty_table() if columns is None else pa.table(
+            {c: pa.array([]) for c in columns})
+    kwargs: dict[str, Any] = {"snapshot_id": snap.snapshot_id}
+    if row_filter is not None:
+        kwargs["row_filter"] = row_filter
+    if columns is not None:
+        kwargs["selected_fields"] = tuple(columns)
+    try:
+        return table.scan(**kwargs).to_arrow()
+    except NotImplementedError as exc:
+        raise UnsupportedDeletesError(f"table {_name(table)} snapshot "
+                                      f"{snap.snapshot_id}: {exc}") from None
