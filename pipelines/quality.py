@@ -77,6 +77,7 @@ from typing import Any, Mapping
 from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 
+from . import iceberg
 from . import iceberg_read as ir
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,6 @@ QUALITY_DIR = "_quality"
 QUALITY_SETTINGS = ("max_dead_letter_fraction", "exact_row_counts")
 DEFAULT_MAX_DEAD_LETTER_FRACTION = 0.01
 KAFKASTORE_OPERATIONS = ("load", "reprocess")
-RANGES_KEY = "kafkastore.ranges"
 PUBLISH_ATTEMPTS = 10
 _KEY_PRESENT = "present"
 _COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
@@ -172,7 +172,7 @@ class Range:
 def snapshot_ranges(summary: Mapping[str, str]) -> list[Range]:
     """The half-open offset ranges a kafkastore snapshot covers (its summary's
     ``kafkastore.ranges``: ``{"<topic>": {"<partition>": [from, until]}}``)."""
-    raw = summary.get(RANGES_KEY)
+    raw = summary.get(iceberg.RANGES_KEY)
     if raw is None:
         return []
     data = json.loads(raw) if isinstance(raw, str) else raw
@@ -218,11 +218,11 @@ def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
     if not ranges:
         return pa.table(_empty_columns())
     expr = ir.range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
-    parts = [_narrow(ir.read_arrow(table, snapshot, expr, _COLUMNS), "data")]
+    parts = [_narrow(ir.read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
     run_id = ir.summary_of(snapshot).get("kafkastore.run-id")
     dl_snap = _dead_letter_snapshot(dl_table, run_id)
     if dl_snap is not None:
-        parts.append(_narrow(ir.read_arrow(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
+        parts.append(_narrow(ir.read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
     return pa.concat_tables(parts)
 
 
@@ -618,10 +618,10 @@ def publish(table, dl_table, target, verdict, *, attempts: int = PUBLISH_ATTEMPT
                 ms.create_tag(candidate.snapshot_id, ir.VALIDATED_TAG)
         except CommitFailedException:
             log.info("tag %s of %s moved meanwhile; walking again", ir.VALIDATED_TAG,
-                     ".".join(table.name()))
+                     iceberg.table_name(table.name()))
             continue
         return candidate.snapshot_id, held_by
-    raise WarehouseError(f"table {'.'.join(table.name())}: could not move tag "
+    raise WarehouseError(f"table {iceberg.table_name(table.name())}: could not move tag "
                          f"{ir.VALIDATED_TAG} after {attempts} attempts (too many racing "
                          f"validations)")
 
@@ -657,9 +657,9 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
     settings = _settings(thresholds, root=root, topic_config=topic_config, compacted=compacted,
                          interval=interval, check_interval_start=check_interval_start,
                          storage_options=storage_options)
-    cat = ir.open_catalog(warehouse, catalog, storage_options)
-    tbl = ir.load_table(cat, table)
-    dl_tbl = _dead_letter_table(cat, table)
+    wh = iceberg.Warehouse(warehouse, catalog, storage_options)
+    tbl = wh.table(table)
+    dl_tbl = wh.load_table(table + ir.DEAD_LETTERS_SUFFIX)
     target = _target(tbl, snapshot_id)
     name = table
 
@@ -698,30 +698,21 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
     return result
 
 
-def _dead_letter_table(cat, table: str):
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        return cat.load_table(ir.identifier(table + ir.DEAD_LETTERS_SUFFIX))
-    except NoSuchTableError:
-        return None
-
-
 def _target(tbl, snapshot_id: int | None):
     """The snapshot to validate: a kafkastore snapshot of main's history."""
     main = list(ir.main_ancestry(tbl))
     if snapshot_id is None:
         snap = next((s for s in main if _is_kafkastore(ir.summary_of(s))), None)
         if snap is None:
-            raise ConfigError(f"table {ir.identifier(str(tbl.name()[-1]))} has no load or "
+            raise ConfigError(f"table {iceberg.table_name(tbl.name())} has no load or "
                               f"reprocess snapshot to validate")
         return snap
     snap = tbl.snapshot_by_id(int(snapshot_id))
     if snap is None or not _is_kafkastore(ir.summary_of(snap)):
-        raise ConfigError(f"snapshot {snapshot_id} of {'.'.join(tbl.name())} is not a load or "
+        raise ConfigError(f"snapshot {snapshot_id} of {iceberg.table_name(tbl.name())} is not a load or "
                           f"reprocess snapshot")
     if snap.snapshot_id not in {s.snapshot_id for s in main}:
-        raise ConfigError(f"snapshot {snapshot_id} of {'.'.join(tbl.name())} is not in the "
+        raise ConfigError(f"snapshot {snapshot_id} of {iceberg.table_name(tbl.name())} is not in the "
                           f"history of main (rolled back?)")
     return snap
 

@@ -84,6 +84,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 from kafkastore.topics import describe_topic, list_topics
 
+from . import iceberg
 from . import iceberg_read as ir
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,6 @@ def sanitize(name: str) -> str:
     if not ident or ident[0].isdigit():
         ident = "_" + ident
     return ident
-
-
-def display_name(identifier: str) -> str:
-    """``default.t`` -> ``t``; ``ns.t`` stays."""
-    prefix = ir.DEFAULT_NAMESPACE + "."
-    return identifier[len(prefix):] if identifier.startswith(prefix) else identifier
 
 
 def is_dead_letter_table(name: str) -> bool:
@@ -315,19 +310,18 @@ def register_views(spark, root: str | None, warehouse: str | None,
     if snapshot_id is not None and ts is not None:
         raise ConfigError("give --as-of-snapshot or --as-of-timestamp, not both")
     topics = list_topics(Storage(root, storage_options)) if root else []
-    cat = ir.open_catalog(warehouse, catalog, storage_options) if warehouse else None
-    idents = ir.list_table_names(cat) if cat is not None else []
-    by_name = {display_name(i): i for i in idents}
+    wh = iceberg.Warehouse(warehouse, catalog, storage_options) if warehouse else None
+    tables = wh.list_tables() if wh is not None else []
     sql_views = _sql_views(views_dir)
-    names = plan_names(topics, list(by_name), list(META_VIEWS) + [v.name for v in sql_views])
+    names = plan_names(topics, tables, list(META_VIEWS) + [v.name for v in sql_views])
     wanted = _wanted(names, sql_views, only)
 
     need_meta = {m for m in META_VIEWS if m in wanted}
     tables_needed = sorted({src for name, (kind, src) in names.items()
                             if name.lower() in wanted and kind in ("table", "validated")})
     if need_meta - {"kafkastore_offsets"} or snapshot_id is not None:
-        tables_needed = sorted(by_name)
-    loaded = _load_tables(cat, {n: by_name[n] for n in tables_needed})
+        tables_needed = sorted(tables)
+    loaded = _load_tables(wh, tables_needed)
     reads = _choose(loaded, ir.AsOf(snapshot_id=snapshot_id, timestamp_ms=ts), warehouse)
 
     registered: dict[str, str] = {}
@@ -369,12 +363,12 @@ def register_views(spark, root: str | None, warehouse: str | None,
     return registered
 
 
-def _load_tables(cat, idents: dict[str, str]) -> dict[str, Any]:
+def _load_tables(wh, names: list[str]) -> dict[str, Any]:
     """``{name: pyiceberg table}``, loaded in parallel (each reads its metadata file)."""
-    if not idents:
+    if not names:
         return {}
-    with ThreadPoolExecutor(max_workers=min(8, len(idents))) as pool:
-        return dict(zip(idents, pool.map(lambda i: ir.load_table(cat, i), idents.values())))
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(wh.table, names)))
 
 
 def _choose(loaded: dict[str, Any], as_of: ir.AsOf, warehouse: str | None) -> dict[str, _Read]:
@@ -441,12 +435,14 @@ def table_frame(spark, table, snapshot, schema=None):
     (default: the table's current one)."""
     schema = schema or table.schema()
     ddl = spark_ddl(schema)
-    files = ir.plan(table, snapshot)
-    if not files:
+    if snapshot is None:
         return spark.createDataFrame([], ddl)
-    if all(f.path.startswith("file:") and not f.delete_files for f in files):
-        return spark.read.schema(ddl).parquet(*[f.path for f in files])
-    arrow = ir.read_arrow(table, snapshot)
+    plan = iceberg.plan_scan(table, snapshot_id=snapshot.snapshot_id)
+    if not plan.files:
+        return spark.createDataFrame([], ddl)
+    if not plan.delete_files and all(f.startswith("file:") for f in plan.files):
+        return spark.read.schema(ddl).parquet(*plan.urls())
+    arrow = ir.read_snapshot(table, snapshot)
     if arrow.num_rows == 0:
         return spark.createDataFrame([], ddl)
     return spark.createDataFrame(arrow, ddl)
@@ -504,10 +500,12 @@ def _with_time(df, column: str, alias: str):
 def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
     rows = []
     for name, r in sorted(reads.items()):
-        snap, offsets = ir.committed_offsets(r.table, r.snapshot)
-        for topic, parts in sorted(offsets.items()):
-            for p, o in sorted(parts.items()):
-                rows.append((name, topic, p, o, snap.snapshot_id, snap.timestamp_ms))
+        snap = next((s for s in ir.main_ancestry(r.table, r.snapshot)
+                     if iceberg.snapshot_offsets(s) is not None), None)
+        if snap is None:
+            continue
+        for (topic, p), o in sorted(iceberg.snapshot_offsets(snap).items()):
+            rows.append((name, topic, p, o, snap.snapshot_id, snap.timestamp_ms))
     return _with_time(spark.createDataFrame(rows, WAREHOUSE_OFFSETS_DDL), "committed_ms",
                       "committed_at")
 
@@ -531,9 +529,11 @@ def _snapshots_frame(spark, loaded: dict[str, Any]):
 def _files_frame(spark, reads: dict[str, _Read]):
     rows = []
     for name, r in sorted(reads.items()):
-        for f in ir.plan(r.table, r.snapshot):
-            rows.append((name, r.snapshot.snapshot_id, f.path, f.records, f.bytes,
-                         len(f.delete_files)))
+        if r.snapshot is None:
+            continue
+        for t in r.table.scan(snapshot_id=r.snapshot.snapshot_id).plan_files():
+            rows.append((name, r.snapshot.snapshot_id, t.file.file_path, t.file.record_count,
+                         t.file.file_size_in_bytes, len(t.delete_files)))
     return spark.createDataFrame(rows, FILES_DDL)
 
 
