@@ -80,7 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, TextIO
 
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 from kafkastore.topics import describe_topic, list_topics
 
@@ -441,7 +441,14 @@ def table_frame(spark, table, snapshot, schema=None):
     if not plan.files:
         return spark.createDataFrame([], ddl)
     if not plan.delete_files and all(f.startswith("file:") for f in plan.files):
-        return spark.read.schema(ddl).parquet(*plan.urls())
+        from pyspark.errors import PySparkException
+
+        try:
+            return spark.read.schema(ddl).parquet(*plan.urls())
+        except PySparkException as exc:   # e.g. a data file deleted behind Iceberg's back
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise WarehouseError(f"table {plan.table} snapshot {plan.snapshot_id}: cannot read "
+                                 f"its data files: {first}") from None
     arrow = ir.read_snapshot(table, snapshot)
     if arrow.num_rows == 0:
         return spark.createDataFrame([], ddl)
