@@ -120,6 +120,8 @@ from kafkastore.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import list_topics, load_topic
 
+from .offset_ranges import OffsetRange
+
 __all__ = ["SOURCE_NAME", "KafkaStoreDataSource", "KafkaStoreReader", "KafkaStoreFilteringReader",
            "KafkaStorePartition", "SourceOptions", "OffsetRange", "parse_options", "spark_schema",
            "plan_offsets", "plan_partitions", "PushedFilters", "ranges_to_options", "read_topic",
@@ -460,21 +462,6 @@ def _check_json_topics(subscription: tuple[str, Any], spec: OffsetSpec, side: st
 
 # --------------------------------------------------------------------------- planning
 
-@dataclass(frozen=True)
-class OffsetRange:
-    """The offsets ``[from_offset, until_offset)`` one read covers in one topic-partition."""
-
-    topic: str
-    partition: int
-    from_offset: int
-    until_offset: int
-
-    @property
-    def count(self) -> int:
-        """Number of offsets covered (records may be fewer: compaction, markers, aborts)."""
-        return max(0, self.until_offset - self.from_offset)
-
-
 def _open_storage(opts: SourceOptions) -> Storage:
     return Storage(opts.root, dict(opts.storage_options))
 
@@ -789,6 +776,16 @@ def plan_offsets(root: str, topic: str | None = None, *,
     opts = parse_options(_option_strings(root, topic, storage_options, options))
     ranges, _ = _resolve(opts, _open_storage(opts))
     return ranges
+
+
+def plan_range_splits(storage: Storage, ranges: Sequence[OffsetRange],
+                      max_bytes: int = DEFAULT_MAX_BYTES_PER_PARTITION) -> list[tuple[ReadRange, ...]]:
+    """The input splits (ReadRange tuples, at most ~``max_bytes`` each) of exactly
+    ``ranges``: the same cut as :func:`plan_partitions`, from range values (jobs
+    such as loads and reprocesses plan this way; no option strings)."""
+    work = [r for r in ranges if not r.empty]
+    readers = _snapshot_readers(storage, sorted({r.topic_partition for r in work}))
+    return [tuple(p.ranges) for p in _group_ranges(work, readers, int(max_bytes))]
 
 
 def ranges_to_options(ranges: Sequence[OffsetRange]) -> dict[str, str]:

@@ -1,49 +1,40 @@
-"""Load a topic into a warehouse table, exactly once (DESIGN.md section 5).
+"""Load a topic into an Iceberg warehouse table, exactly once (DESIGN.md section 5).
 
-One run of :func:`run_load`:
+One run of :func:`run_load` (the spec is a :class:`pipelines.load_spec.LoadSpec`):
 
-1. **Plan on the driver.** Per partition, the range ``[from, until)``:
-   ``from`` is the table's committed next offset (never anything else); a
-   partition the table never loaded starts at the log start offset *as of this
-   run* (``earliest``; the commit's ``info.initial`` records it). ``until`` is
-   the read-committed end of the log (the last stable offset) resolved once,
-   now, from the manifests, or the explicit end: ``until_offsets`` (Spark
-   Kafka-source JSON; partitions it does not list are not loaded this run) or
-   ``until_timestamp`` (per partition the first offset whose timestamp is at or
-   after it, so every loaded record is older). A scheduled run therefore covers
-   a fixed range whatever arrives while it runs.
+1. **Plan on the driver** (:func:`pipelines.planning.plan_load`): per
+   partition ``[from, until)`` from the table's committed offsets (the newest
+   snapshot of main carrying ``kafkastore.offsets``), never from anywhere else.
 2. **Run id.** By default derived from topic, table and the ranges, so
    re-running the same range (after a crash whose commit may or may not have
    landed) is recognised; a committed run id makes the run a no-op.
-3. **Read, decode, write on the executors.** The ``kafkastore`` data source
-   reads exactly the planned ranges (``assign`` + explicit ``startingOffsets`` /
-   ``endingOffsets``); values are decoded with :mod:`pipelines.decoding`; one
-   ``mapInArrow`` pass writes the good rows as data files and the rows that do
-   not decode as dead-letter files (Parquet, ``topic=`` / ``date=`` layout of
-   :mod:`pipelines.warehouse`) and returns one descriptor per file. Raw loads
-   (nothing to decode) take a faster path by default: the data source's planner
-   cuts the same splits and each writing task reads its split with the data
-   source's reader, so records never go through Spark's row format (see
-   :func:`write_ranges`; ``bench/load.py`` measures both). Only URLs, options,
-   the run id and the planned splits travel to executors.
-4. **Commit on the driver.** One warehouse commit lists every file and the
-   per-partition ranges. Files of failed or retried tasks are never collected
-   and stay invisible orphans (``warehouse.vacuum`` removes them later). A
-   racing run that committed first makes the commit fail with
-   :class:`WarehouseError` (overlap); a lost response is settled by reading the
-   commit log back.
+3. **Read, decode, write on the executors.** The ranges are cut into splits by
+   the data source's planner (:func:`pipelines.datasource.plan_range_splits`,
+   from range values, no option strings); one Spark task per split reads it
+   to Arrow with the data source's reader. Raw loads write those batches
+   straight to Parquet in the same task, so records never go through Spark's
+   row format; decoded loads (JSON, Avro) turn them into a DataFrame, decode in
+   Spark SQL and write good rows and dead letters in one ``mapInArrow`` pass.
+   Files are Parquet with TIMESTAMP_MICROS, one (topic, partition, partition
+   value) each, under the table location (:mod:`pipelines.table_files`).
+4. **Commit on the driver** (:func:`pipelines.iceberg.commit`): dead letters
+   first, to ``<table>_dead_letters`` (its own offsets; rows below its
+   committed offsets are not written again after a crash between the two
+   commits), then one snapshot of the table with the ranges, the full offsets
+   map and the run id. A decoded load whose schema gained a field widens the
+   table's schema (union by name) in the same commit. A racing run that
+   committed first makes the commit fail with :class:`OffsetOverlapError`; a
+   lost catalog response is settled by reading the table back.
 
-Data loss: if the log start offset moved past a committed offset (retention
-ran before the table loaded the data), the run fails with a
-:class:`WarehouseError` naming partition and offsets, unless
-``on_data_loss="skip"``: then it starts at the log start offset and the commit
-records the gap (``allow_gap``; ``TableState.gaps``).
+Files of failed or retried tasks are never collected and stay invisible
+(``kafkastore vacuum`` removes them). Data loss: if the log start offset moved
+past a committed offset, the run fails naming partition and offsets, unless
+the spec's ``on_data_loss`` is ``skip``: then it starts at the log start and
+the snapshot records the gap (``kafkastore.gaps``).
 """
 from __future__ import annotations
 
 import getpass
-import hashlib
-import json
 import logging
 import sys
 import threading
@@ -51,173 +42,94 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from kafkastore.errors import ConfigError, WarehouseError
-from kafkastore.reader import EARLIEST, LATEST, PartitionReader
+from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
-from kafkastore.topics import load_topic
 
-from . import warehouse as wh
+from . import iceberg as ice
+from .load_spec import LoadSpec, resolve_spec
+from .offset_ranges import OffsetRange
+from .planning import default_run_id, parse_offsets_json, plan_load
+from .table_files import DESCRIPTOR_DDL, check_disjoint, descriptor_schema, write_files
 
 log = logging.getLogger(__name__)
 
-ON_DATA_LOSS = ("fail", "skip")
 DEFAULT_MAX_BYTES = 128 << 20          # input split size: bounds a task's memory
 DEFAULT_MAX_ROWS_PER_FILE = 1_000_000
-_DECODE_KEYS = ("value_format", "value_schema", "value_schema_file", "confluent_wire_format",
-                "value_schema_id", "flatten", "keep_raw_value")
 _RAW_VALUE = "__dl_value"   # the raw value kept next to decoded columns, for dead letters
 
 
 # ---------------------------------------------------------------------------
-# planning (driver)
+# table schemas
 
 
-@dataclass(frozen=True)
-class PartitionRange:
-    """The planned range of one partition: ``[from_offset, until)``.
+def raw_schema():
+    """The table schema of raw loads: Spark's Kafka-source columns (all optional)."""
+    from kafkastore.arrow_decode import KAFKA_SCHEMA
 
-    ``initial``: the table had never loaded this partition (``from_offset`` is
-    the log start offset). ``gap_from``: with ``on_data_loss="skip"``, the
-    committed offset the run skipped from (``[gap_from, from_offset)`` is lost).
-    """
-
-    partition: int
-    from_offset: int
-    until: int
-    log_start_offset: int
-    high_watermark: int
-    initial: bool = False
-    gap_from: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.until <= self.from_offset
+    return KAFKA_SCHEMA
 
 
-def parse_offsets_json(value: str | Mapping | None, topic: str) -> dict[int, int] | None:
-    """``{"t": {"0": 10, "1": -1}}`` (Spark Kafka-source JSON, text or mapping) ->
-    ``{partition: offset}`` for ``topic``. A mapping of partitions (``{0: 10}``)
-    is accepted too. None stays None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConfigError(f'offsets must be JSON like {{"{topic}": {{"0": 100}}}}: {exc}') from None
-    if not isinstance(value, Mapping):
-        raise ConfigError(f'offsets must be JSON like {{"{topic}": {{"0": 100}}}}, got {value!r}')
-    if value and all(isinstance(v, Mapping) for v in value.values()):
-        others = sorted(set(value) - {topic})
-        if others:
-            raise ConfigError(f"offsets name topic(s) {others}; this load reads only {topic!r}")
-        value = value.get(topic, {})
-    out: dict[int, int] = {}
-    for p, off in value.items():
-        try:
-            p_i, off_i = int(p), int(off)
-        except (TypeError, ValueError):
-            raise ConfigError(f"bad offset {off!r} for partition {p!r}: expected integers") from None
-        if p_i < 0 or off_i < -2:
-            raise ConfigError(f"bad offset {off_i} for partition {p_i}: expected an offset >= 0, "
-                              f"-1 (latest) or -2 (earliest)")
-        out[p_i] = off_i
-    return out
+def dead_letter_schema():
+    """The dead-letter table schema: the Kafka columns, the raw value, the error."""
+    import pyarrow as pa
+
+    from kafkastore.arrow_decode import KAFKA_SCHEMA
+
+    from .decoding import DEAD_LETTER_COLUMNS
+
+    fields = [KAFKA_SCHEMA.field(c) for c in DEAD_LETTER_COLUMNS if c != "error"]
+    return pa.schema(fields + [pa.field("error", pa.string())])
 
 
-def plan_ranges(storage: Storage, topic: str, committed: Mapping[int, int], *,
-                until_offsets: Mapping[int, int] | None = None,
-                until_timestamp: int | None = None,
-                on_data_loss: str = "fail") -> list[PartitionRange]:
-    """Resolve the per-partition ranges of one load (see the module docstring).
+def base_decoded_schema():
+    """The columns every decoded table starts with; decoded columns join at the
+    first commit (union by name)."""
+    import pyarrow as pa
 
-    ``committed`` is ``{partition: next offset}`` from the table. Raises
-    :class:`WarehouseError` when a committed offset is below the log start
-    offset and ``on_data_loss`` is ``"fail"``.
-    """
-    if on_data_loss not in ON_DATA_LOSS:
-        raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {on_data_loss!r}")
-    if until_offsets is not None and until_timestamp is not None:
-        raise ConfigError("give until_offsets or until_timestamp, not both")
-    meta = load_topic(storage, topic)
-    if until_offsets is not None:
-        bad = sorted(p for p in until_offsets if p >= meta.partitions)
-        if bad:
-            raise ConfigError(f"topic {topic!r} has partitions 0..{meta.partitions - 1}; "
-                              f"end offsets name {bad}")
-    out: list[PartitionRange] = []
-    for p in range(meta.partitions):
-        if until_offsets is not None and p not in until_offsets:
-            continue
-        reader = PartitionReader(storage, topic, p)
-        start, hw = reader.log_start_offset, reader.high_watermark
-        upper = reader.last_stable_offset   # read_committed: never past an open transaction
-        initial = p not in committed
-        from_offset = start if initial else int(committed[p])
-        gap_from = None
-        if from_offset < start:
-            if on_data_loss == "fail":
-                raise WarehouseError(
-                    f"data loss in {topic}/{p}: the table's next offset is {from_offset} but the "
-                    f"log now starts at {start} (offsets [{from_offset}, {start}) were deleted "
-                    f"before they were loaded); load with on_data_loss='skip' to record the gap "
-                    f"and go on")
-            gap_from, from_offset = from_offset, start
-        if until_offsets is not None:
-            want = until_offsets[p]
-            until = (upper if want == LATEST else start if want == EARLIEST else min(want, upper))
-        elif until_timestamp is not None:
-            until = min(reader.offset_for_timestamp(int(until_timestamp)), upper)
-        else:
-            until = upper
-        # An end below the committed offset (an older explicit end): nothing to do here.
-        until = max(until, from_offset)
-        out.append(PartitionRange(p, from_offset, until, start, hw, initial, gap_from))
-    return out
+    from kafkastore.arrow_decode import KAFKA_SCHEMA
+
+    return pa.schema([KAFKA_SCHEMA.field(c) for c in ("topic", "partition", "offset", "timestamp")])
 
 
-def default_run_id(topic: str, table: str, ranges: list[PartitionRange]) -> str:
-    """A run id determined by topic, table and ranges: rerunning one range is recognised."""
-    key = json.dumps([topic, table, [(r.partition, r.from_offset, r.until) for r in ranges]])
-    return f"load-{topic}-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+def nullable(schema):
+    """``schema`` with every field (nested too) optional: tables accept files
+    whatever Spark declared, and later schema unions never tighten a column."""
+    import pyarrow as pa
+
+    def fix_type(t):
+        if pa.types.is_struct(t):
+            return pa.struct([fix_field(t.field(i)) for i in range(t.num_fields)])
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return pa.list_(fix_field(t.value_field))
+        if pa.types.is_map(t):
+            return pa.map_(t.key_type, fix_field(t.item_field))
+        return t
+
+    def fix_field(f):
+        return pa.field(f.name, fix_type(f.type), True)
+
+    return pa.schema([fix_field(f) for f in schema])
+
+
+def file_schema(url: str, storage_options: Mapping[str, Any] | None):
+    """The Arrow schema stored in a Parquet file's footer."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(url, "rb", **dict(storage_options or {})) as f:
+        return pq.read_schema(f)
 
 
 # ---------------------------------------------------------------------------
-# reading (data source)
+# reading and writing (executors)
 
 
-def read_ranges(spark, root: str, topic: str, ranges: list[PartitionRange], *,
-                storage_options: dict | None = None, max_bytes: int | None = None,
-                include_headers: bool = True):
-    """A DataFrame (Kafka schema, with headers) of exactly the records in ``ranges``,
-    through the ``kafkastore`` data source: ``assign`` plus explicit starting and
-    ending offsets, so the read does not depend on when it is planned."""
-    from .datasource import OffsetRange, ranges_to_options, read_topic
+def plan_splits(root: str, ranges: list[OffsetRange], *, storage_options: dict | None = None,
+                max_bytes: int | None = None) -> list[tuple]:
+    """The data source's input splits for exactly ``ranges`` (ReadRange tuples)."""
+    from .datasource import plan_range_splits
 
-    options = ranges_to_options([OffsetRange(topic, r.partition, r.from_offset, r.until)
-                                 for r in ranges])
-    if max_bytes:
-        options["maxBytesPerPartition"] = str(int(max_bytes))
-    return read_topic(spark, root, storage_options=storage_options,
-                      includeHeaders=include_headers, failOnDataLoss=True, **options)
-
-
-def plan_splits(root: str, topic: str, ranges: list[PartitionRange], *,
-                storage_options: dict | None = None, max_bytes: int | None = None,
-                include_headers: bool = True) -> list[tuple]:
-    """The data source's input partitions for exactly ``ranges`` (same planner,
-    same options as :func:`read_ranges`): a list of ReadRange tuples, one per split."""
-    from .datasource import OffsetRange, parse_options, plan_partitions, ranges_to_options
-
-    options = ranges_to_options([OffsetRange(topic, r.partition, r.from_offset, r.until)
-                                 for r in ranges])
-    options.update({"root": root, "includeHeaders": "true" if include_headers else "false",
-                    "failOnDataLoss": "true"})
-    if max_bytes:
-        options["maxBytesPerPartition"] = str(int(max_bytes))
-    if storage_options:
-        options["storageOptions"] = json.dumps(storage_options)
-    return [tuple(p.ranges) for p in plan_partitions(parse_options(options))]
+    return plan_range_splits(Storage(root, storage_options), ranges, max_bytes or DEFAULT_MAX_BYTES)
 
 
 def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
@@ -239,63 +151,45 @@ def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
     return read
 
 
-# ---------------------------------------------------------------------------
-# decoding and writing (executors)
+def _split_frame(spark, n: int):
+    # range(0, n) in n slices: exactly one split number per task.
+    return spark.range(0, n, 1, n)
 
 
-def decode_options(value_format: str | None = "raw", value_schema: str | None = None,
-                   value_schema_file: str | None = None, **more: Any):
-    """:class:`pipelines.decoding.DecodeOptions` from load keyword arguments."""
-    from .decoding import DecodeOptions
+def kafka_frame(spark, root: str, splits: list[tuple], storage_options: dict | None = None):
+    """A DataFrame (Spark's Kafka schema, with headers) of exactly ``splits``."""
+    from .datasource import spark_schema
 
-    opts = {"value_format": value_format or "raw", "value_schema": value_schema,
-            "value_schema_file": value_schema_file}
-    opts.update({k: v for k, v in more.items() if v is not None})
-    return DecodeOptions.parse(opts)
+    return _split_frame(spark, len(splits)).mapInArrow(
+        split_reader(root, storage_options, splits), spark_schema(include_headers=True))
 
 
-def _decoded_frame(df, opts):
-    """One frame carrying good rows and dead letters, told apart by ``error``.
+@dataclass(frozen=True)
+class WriteTarget:
+    """Where and how the executors write: table locations (plain strings)."""
 
-    Decoding once and splitting inside the writer reads the log once; two
-    separate frames (good, dead letters) would read it twice.
-    """
-    from pyspark.sql import functions as F
-
-    from . import decoding
-
-    if opts.value_format == "raw":
-        return df, False
-    dec = decoding.decode_value(df, opts)
-    good_cols = decoding._good_columns(df, dec.combined, opts)
-    return dec.combined.select(*good_cols, F.col("value").alias(_RAW_VALUE),
-                               F.col(decoding._ERROR).alias("__error")), True
+    data_location: str
+    dead_letter_location: str | None = None
+    partition_by: tuple[str, ...] = ("day(timestamp)",)
+    storage_options: Mapping[str, Any] | None = None
+    dead_letters_from: Mapping[int, int] = field(default_factory=dict)
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    compression: str = "zstd"
 
 
-def _json_schema_text(opts) -> str | None:
-    if opts.value_format != "json":
-        return None
-    from .decoding import parse_json_schema
-
-    return parse_json_schema(opts.schema_text()).json()
-
-
-def file_writer(table_url: str, *, run_id: str, storage_options: dict | None,
-                split_dead_letters: bool, json_schema: str | None = None,
-                max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE, compression: str = "zstd",
-                counter=None):
+def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
+                json_schema: str | None = None, counter=None):
     """The ``mapInArrow`` function of a load: write each task's rows as Parquet
-    (data and, when ``split_dead_letters``, dead-letter files) and yield one
-    descriptor per file. ``counter`` is an optional Spark accumulator of
-    ``{partition: rows}`` for progress. Takes only plain values: safe on executors.
-    """
+    (data and, when ``split_dead_letters``, dead letters at or after
+    ``target.dead_letters_from`` of their partition) and yield one descriptor per
+    file. ``counter`` is an optional accumulator of ``{partition: rows}``."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from pipelines import warehouse as w
         from pipelines.decoding import DEAD_LETTER_COLUMNS, json_error_detail
 
+        so = dict(target.storage_options or {})
         good: list = []
         dead: list = []
         rows = 0
@@ -305,14 +199,15 @@ def file_writer(table_url: str, *, run_id: str, storage_options: dict | None,
         def flush():
             nonlocal good, dead, rows
             if good:
-                descriptors.extend(w.write_files(
-                    table_url, good, run_id=run_id, storage_options=storage_options,
-                    max_rows_per_file=max_rows_per_file, compression=compression))
+                descriptors.extend(write_files(
+                    target.data_location, good, run_id=run_id, storage_options=so,
+                    partition_by=target.partition_by, max_rows_per_file=target.max_rows_per_file,
+                    compression=target.compression))
             if dead:
-                descriptors.extend(w.write_files(
-                    table_url, dead, run_id=run_id, storage_options=storage_options,
-                    kind="dead_letter", max_rows_per_file=max_rows_per_file,
-                    compression=compression))
+                descriptors.extend(write_files(
+                    target.dead_letter_location, dead, run_id=run_id, storage_options=so,
+                    kind="dead_letter", partition_by=target.partition_by,
+                    max_rows_per_file=target.max_rows_per_file, compression=target.compression))
             good, dead, rows = [], [], 0
 
         for batch in batches:
@@ -327,28 +222,27 @@ def file_writer(table_url: str, *, run_id: str, storage_options: dict | None,
                 bad = batch.filter(failed)
                 if ok.num_rows:
                     good.append(ok.drop_columns([_RAW_VALUE, "__error"]))
+                if bad.num_rows and target.dead_letters_from:
+                    # Dead letters the dead-letter table already committed (a crash
+                    # between its commit and the table's) are not written again.
+                    low = pa.array([target.dead_letters_from.get(p, 0)
+                                    for p in bad.column("partition").to_pylist()], pa.int64())
+                    bad = bad.filter(pc.greater_equal(bad.column("offset"), low))
                 if bad.num_rows:
                     dead.append(_dead_letter_batch(bad, json_schema, json_error_detail,
                                                    DEAD_LETTER_COLUMNS, pa))
             else:
                 good.append(batch)
             rows += batch.num_rows
-            if rows >= max_rows_per_file:
+            if rows >= target.max_rows_per_file:
                 flush()
         flush()
         if counter is not None and seen:
             counter.add(seen)
         if descriptors:
-            yield pa.RecordBatch.from_pylist(descriptors, schema=w.descriptor_schema())
+            yield pa.RecordBatch.from_pylist(descriptors, schema=descriptor_schema())
 
     return run
-
-
-def _value_counts(column):
-    import pyarrow.compute as pc
-
-    counts = pc.value_counts(column)
-    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
 
 
 def _dead_letter_batch(bad, json_schema, json_error_detail, columns, pa):
@@ -372,131 +266,40 @@ def _dead_letter_batch(bad, json_schema, json_error_detail, columns, pa):
     return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-def write_frame(df, table: wh.Table, run_id: str, opts, *, counter=None,
-                max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
-                compression: str = "zstd") -> list[wh.DataFile]:
-    """Decode ``df`` (Kafka schema), write it under ``table`` on the executors,
-    and return the written files (data and dead letters), not yet committed."""
-    frame, split = _decoded_frame(df, opts)
-    frame = _headers_never_null(frame)
-    fn = file_writer(table.url, run_id=run_id, storage_options=table.storage_options or None,
-                     split_dead_letters=split, json_schema=_json_schema_text(opts) if split else None,
-                     max_rows_per_file=max_rows_per_file, compression=compression,
-                     counter=counter)
-    rows = frame.mapInArrow(fn, wh.FILE_DESCRIPTOR_DDL).collect()
-    files = [wh.DataFile.from_json(r.asDict()) for r in rows]
-    check_disjoint(files)
-    return files
+def _json_schema_text(opts) -> str | None:
+    if opts.value_format != "json":
+        return None
+    from .decoding import parse_json_schema
+
+    return parse_json_schema(opts.schema_text()).json()
 
 
-def write_splits(spark, splits: list[tuple], root: str, table: wh.Table, run_id: str, *,
-                 storage_options: dict | None = None, counter=None,
-                 max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE,
-                 compression: str = "zstd") -> list[wh.DataFile]:
-    """Raw loads: one Spark task per split reads it (the data source's reader) and
-    writes it, in the same Python worker. Only descriptors cross into the JVM."""
-    read = split_reader(root, storage_options, splits)
-    write = file_writer(table.url, run_id=run_id, storage_options=table.storage_options or None,
-                        split_dead_letters=False, max_rows_per_file=max_rows_per_file,
-                        compression=compression, counter=counter)
-
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        yield from write(read(batches))
-
-    n = len(splits)
-    if not n:
+def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, target: WriteTarget,
+                 run_id: str, *, storage_options: dict | None = None,
+                 max_bytes: int | None = None, counter=None) -> list[dict]:
+    """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
+    executors; return the file descriptors (nothing committed)."""
+    splits = plan_splits(root, ranges, storage_options=storage_options, max_bytes=max_bytes)
+    if not splits:
         return []
-    # range(0, n) in n slices: exactly one split number per task.
-    rows = spark.range(0, n, 1, n).mapInArrow(run, wh.FILE_DESCRIPTOR_DDL).collect()
-    files = [wh.DataFile.from_json(r.asDict()) for r in rows]
+    opts = spec.decode_options()
+    if not spec.decoded:
+        read = split_reader(root, storage_options, splits)
+        write = file_writer(target, run_id=run_id, split_dead_letters=False, counter=counter)
+
+        def run(batches: Iterator[Any]) -> Iterator[Any]:
+            yield from write(read(batches))
+
+        rows = _split_frame(spark, len(splits)).mapInArrow(run, DESCRIPTOR_DDL).collect()
+    else:
+        frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
+        frame = _headers_never_null(frame)
+        fn = file_writer(target, run_id=run_id, split_dead_letters=split,
+                         json_schema=_json_schema_text(opts) if split else None, counter=counter)
+        rows = frame.mapInArrow(fn, DESCRIPTOR_DDL).collect()
+    files = [r.asDict() for r in rows]
     check_disjoint(files)
     return files
-
-
-READ_PATHS = ("auto", "datasource", "splits")
-
-
-def write_ranges(spark, root: str, topic: str, ranges: list[PartitionRange], table: wh.Table,
-                 run_id: str, opts, *, storage_options: dict | None = None,
-                 max_bytes: int | None = None, counter=None,
-                 max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE, compression: str = "zstd",
-                 read_path: str = "auto") -> list[wh.DataFile]:
-    """Read exactly ``ranges`` of ``topic``, decode, write under ``table``; return
-    the files (not committed).
-
-    ``read_path``: ``datasource`` reads through ``spark.read.format("kafkastore")``
-    and decodes in Spark SQL; ``splits`` plans the same splits with the data
-    source's planner and reads them inside the writing task, skipping Spark's
-    row conversion both ways (about 2-3x faster; raw values only, since decoding
-    needs Spark SQL); ``auto`` takes ``splits`` for raw and ``datasource`` otherwise.
-    """
-    if read_path not in READ_PATHS:
-        raise ConfigError(f"read_path must be one of {READ_PATHS}, got {read_path!r}")
-    max_bytes = max_bytes or DEFAULT_MAX_BYTES
-    if read_path == "splits" and opts.value_format != "raw":
-        raise ConfigError("read_path='splits' loads raw values only; decoding needs the "
-                          "data source path")
-    if read_path == "splits" or (read_path == "auto" and opts.value_format == "raw"):
-        splits = plan_splits(root, topic, ranges, storage_options=storage_options,
-                             max_bytes=max_bytes)
-        return write_splits(spark, splits, root, table, run_id, storage_options=storage_options,
-                            counter=counter, max_rows_per_file=max_rows_per_file,
-                            compression=compression)
-    df = read_ranges(spark, root, topic, ranges, storage_options=storage_options,
-                     max_bytes=max_bytes)
-    return write_frame(df, table, run_id, opts, counter=counter,
-                       max_rows_per_file=max_rows_per_file, compression=compression)
-
-
-def _headers_never_null(frame):
-    """Send empty header lists instead of nulls to the Python writer.
-
-    Spark's JVM-to-Arrow conversion of null ``array<struct>`` values is an order
-    of magnitude slower than of empty arrays (measured: 1M null headers ~15 s,
-    empty ~2 s on local[2]); the writer turns them back into nulls, which is
-    what the data source (and Spark's Kafka source) gives for "no headers".
-    """
-    from pyspark.sql import functions as F
-
-    if "headers" not in frame.columns:
-        return frame
-    htype = frame.schema["headers"].dataType
-    return frame.withColumn("headers", F.coalesce(F.col("headers"), F.array().cast(htype)))
-
-
-def _restore_null_headers(batch):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    i = batch.schema.get_field_index("headers")
-    if i < 0:
-        return batch
-    h = batch.column(i)
-    empty = pc.equal(pc.list_value_length(h), 0)
-    if not pc.any(empty).as_py():
-        return batch
-    return batch.set_column(i, batch.schema.field(i), pc.if_else(empty, pa.nulls(len(h), h.type), h))
-
-
-def check_disjoint(files: list[wh.DataFile]) -> None:
-    """Refuse to commit two files of one kind holding the same offset of one partition.
-
-    Spark discards the output of failed and duplicate task attempts, so this
-    never fires unless something upstream double-reads; it is cheap insurance
-    for the exactly-once promise.
-    """
-    by_tp: dict[tuple[str, int, str], list[wh.DataFile]] = {}
-    for f in files:
-        # Data and dead-letter files interleave in offsets; within a kind they never may.
-        by_tp.setdefault((f.topic, f.partition, f.kind), []).append(f)
-    for tp, fs in by_tp.items():
-        fs.sort(key=lambda f: f.min_offset)
-        for a, b in zip(fs, fs[1:]):
-            if b.min_offset <= a.max_offset:
-                raise WarehouseError(
-                    f"{tp[0]}/{tp[1]}: written {tp[2]} files {a.path} and {b.path} overlap (offsets "
-                    f"{a.min_offset}..{a.max_offset} and {b.min_offset}..{b.max_offset}); "
-                    f"not committing")
 
 
 # ---------------------------------------------------------------------------
@@ -563,6 +366,70 @@ class Progress:
         self._stop.set()
 
 
+
+def _decoded_frame(df, opts):
+    """One frame carrying good rows and dead letters, told apart by ``error``.
+
+    Decoding once and splitting inside the writer reads the log once; two
+    separate frames (good, dead letters) would read it twice.
+    """
+    from pyspark.sql import functions as F
+
+    from . import decoding
+
+    if opts.value_format == "raw":
+        return df, False
+    dec = decoding.decode_value(df, opts)
+    good_cols = decoding._good_columns(df, dec.combined, opts)
+    return dec.combined.select(*good_cols, F.col("value").alias(_RAW_VALUE),
+                               F.col(decoding._ERROR).alias("__error")), True
+
+
+def _value_counts(column):
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(column)
+    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
+
+
+def _headers_never_null(frame):
+    """Send empty header lists instead of nulls to the Python writer.
+
+    Spark's JVM-to-Arrow conversion of null ``array<struct>`` values is an order
+    of magnitude slower than of empty arrays (measured: 1M null headers ~15 s,
+    empty ~2 s on local[2]); the writer turns them back into nulls, which is
+    what the data source (and Spark's Kafka source) gives for "no headers".
+    """
+    from pyspark.sql import functions as F
+
+    if "headers" not in frame.columns:
+        return frame
+    htype = frame.schema["headers"].dataType
+    return frame.withColumn("headers", F.coalesce(F.col("headers"), F.array().cast(htype)))
+
+
+def _restore_null_headers(batch):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    i = batch.schema.get_field_index("headers")
+    if i < 0:
+        return batch
+    h = batch.column(i)
+    empty = pc.equal(pc.list_value_length(h), 0)
+    if not pc.any(empty).as_py():
+        return batch
+    return batch.set_column(i, batch.schema.field(i), pc.if_else(empty, pa.nulls(len(h), h.type), h))
+
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except Exception:   # no passwd entry (containers): the audit field stays empty
+        return None
+
+
 # ---------------------------------------------------------------------------
 # the job
 
@@ -576,7 +443,7 @@ class LoadSummary:
     topic: str
     table: str
     run_id: str
-    version: int | None = None
+    snapshot_id: int | None = None
     noop: bool = False
     reason: str = ""
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -588,23 +455,25 @@ class LoadSummary:
     seconds: float = 0.0
     gaps: list[dict[str, int]] = field(default_factory=list)
     initial: dict[int, int] = field(default_factory=dict)
+    dead_letter_snapshot_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (for Airflow's XCom)."""
         return {"topic": self.topic, "table": self.table, "run_id": self.run_id,
-                "version": self.version, "noop": self.noop, "reason": self.reason,
+                "snapshot_id": self.snapshot_id, "noop": self.noop, "reason": self.reason,
                 "ranges": {str(p): list(r) for p, r in self.ranges.items()},
                 "per_partition": {str(p): v for p, v in self.per_partition.items()},
                 "rows": self.rows, "dead_letters": self.dead_letters, "bytes": self.bytes,
                 "files": self.files, "seconds": round(self.seconds, 3), "gaps": self.gaps,
-                "initial": {str(p): o for p, o in self.initial.items()}}
+                "initial": {str(p): o for p, o in self.initial.items()},
+                "dead_letter_snapshot_id": self.dead_letter_snapshot_id}
 
     def render(self) -> str:
         """Human-readable summary, one line per partition."""
         head = f"load {self.topic} -> {self.table} (run {self.run_id})"
         if self.noop:
             return f"{head}: nothing to do: {self.reason}"
-        lines = [f"{head}: committed version {self.version} in {self.seconds:.1f}s: "
+        lines = [f"{head}: committed snapshot {self.snapshot_id} in {self.seconds:.1f}s: "
                  f"{self.rows} rows, {self.dead_letters} dead letters, {self.files} files, "
                  f"{self.bytes} bytes ({self.rows / max(self.seconds, 1e-9):,.0f} records/s)"]
         for p, (a, b) in sorted(self.ranges.items()):
@@ -618,59 +487,107 @@ class LoadSummary:
         return "\n".join(lines)
 
 
-def _user() -> str | None:
-    try:
-        return getpass.getuser()
-    except Exception:   # no passwd entry (containers): the audit field stays empty
-        return None
+def _warehouse(warehouse, catalog, storage_options) -> ice.Warehouse:
+    if isinstance(warehouse, ice.Warehouse):
+        return warehouse
+    return ice.Warehouse(warehouse, catalog, storage_options)
 
 
-def run_load(spark, *, root: str, topic: str, warehouse: "str | Storage", table: str,
+def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
+    """The spec's table (created if missing: raw Kafka columns, or the base
+    columns of a decoded load) and, for decoded loads, its dead-letter table."""
+    base = raw_schema() if not spec.decoded else base_decoded_schema()
+    tbl = wh.load_table(spec.table) or wh.create_table(spec.table, nullable(base), spec.partition_by)
+    dl = None
+    if spec.decoded:
+        dl = (wh.load_table(spec.dead_letter_table)
+              or wh.create_table(spec.dead_letter_table, nullable(dead_letter_schema()),
+                                 spec.partition_by))
+    return tbl, dl
+
+
+def _dead_letter_plan(dl, topic: str, ranges: list[OffsetRange], gaps: list[OffsetRange]):
+    """Per partition where dead letters start (the dead-letter table's own
+    committed offsets) and the ranges/gaps of its commit."""
+    done = {p: n for (t, p), n in ice.committed_offsets(dl).items() if t == topic}
+    start: dict[int, int] = {}
+    dl_ranges, dl_gaps = [], []
+    gap_by_p = {g.partition: g for g in gaps}
+    for r in ranges:
+        d = done.get(r.partition)
+        if d is not None and d < r.from_offset and not (
+                r.partition in gap_by_p and gap_by_p[r.partition].from_offset == d):
+            raise WarehouseError(
+                f"{topic}/{r.partition}: the dead-letter table's next offset {d} is behind the "
+                f"table's {r.from_offset}; it was changed outside kafkastore")
+        if d is not None and d < r.from_offset:
+            dl_gaps.append(OffsetRange(topic, r.partition, d, r.from_offset))
+        s = r.from_offset if d is None else max(d, r.from_offset)
+        start[r.partition] = s
+        if s < r.until_offset:
+            dl_ranges.append(OffsetRange(topic, r.partition, s, r.until_offset))
+    return start, dl_ranges, dl_gaps
+
+
+def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
+             topic: str | None = None, table: str | None = None,
              run_id: str | None = None, until_offsets: str | Mapping | None = None,
-             until_timestamp: int | None = None, value_format: str | None = "raw",
+             until_timestamp: int | None = None, value_format: str | None = None,
              value_schema: str | None = None, value_schema_file: str | None = None,
-             decode: Mapping[str, Any] | None = None,
+             decode: Mapping[str, Any] | None = None, partition_by=None,
+             on_data_loss: str | None = None, catalog: Mapping[str, Any] | None = None,
              storage_options: dict | None = None, max_bytes_per_partition: int | None = None,
              max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE, compression: str = "zstd",
-             on_data_loss: str = "fail", read_path: str = "auto", progress: bool = True,
-             progress_interval_s: float = 10.0, now_ms: int | None = None) -> LoadSummary:
-    """Load ``topic`` (under ``root``) into ``warehouse``/``table``, exactly once.
+             progress: bool = True, progress_interval_s: float = 10.0) -> LoadSummary:
+    """Load ``spec.topic`` (under ``root``) into ``warehouse``/``spec.table``, exactly once.
 
-    See the module docstring for how the range is chosen. ``until_offsets``:
+    ``warehouse``: a URL (with ``catalog``: the config's ``catalog:`` section)
+    or a :class:`pipelines.iceberg.Warehouse`. Without ``spec``, one is built
+    from ``topic``, ``table`` and the decoding keywords. ``until_offsets``:
     Spark Kafka JSON (``{"t": {"0": 100}}``) or ``{partition: offset}``;
-    ``until_timestamp``: epoch ms, load records before it. ``decode``: more
-    decoder options (:mod:`pipelines.decoding`). ``read_path``: see
-    :func:`write_ranges`. ``storage_options`` serve both
-    the log and the warehouse; ``warehouse`` may also be a
-    :class:`~kafkastore.storage.Storage` (the driver commits through it, e.g. a
-    fault-injecting one in tests; executors write through its URL and options).
-    Returns a :class:`LoadSummary`; raises
-    :class:`WarehouseError` when the commit is refused (a racing run committed
-    first) or data was lost (unless ``on_data_loss="skip"``).
+    ``until_timestamp``: epoch ms, load records before it. ``storage_options``
+    serve the log and the warehouse. Raises :class:`OffsetOverlapError` when a
+    racing run committed first, :class:`WarehouseError` on data loss (unless
+    ``on_data_loss="skip"``).
     """
     started = time.monotonic()
-    opts = decode_options(value_format, value_schema, value_schema_file, **dict(decode or {}))
+    if spec is None:
+        if not topic or not table:
+            raise ConfigError("run_load needs a spec, or a topic and a table")
+        spec = LoadSpec(topic=topic, table=table).with_overrides(
+            value_format=value_format, value_schema=value_schema,
+            value_schema_file=value_schema_file, decode=dict(decode) if decode else None,
+            partition_by=partition_by, on_data_loss=on_data_loss)
+    else:
+        spec = spec.with_overrides(on_data_loss=on_data_loss, partition_by=partition_by)
+    spec.decode_options()   # bad decoder options fail before any work
+    topic, table = spec.topic, spec.table
+    wh = _warehouse(warehouse, catalog, storage_options)
     storage = Storage(root, storage_options)
-    tbl = wh.Table(warehouse, table, storage_options=storage_options)
-    state = tbl.state()
-    if run_id is not None and run_id in state.runs:
-        return LoadSummary(topic, table, run_id, state.runs[run_id].version, noop=True,
-                           reason=f"run id already committed at version {state.runs[run_id].version}",
-                           seconds=time.monotonic() - started)
-    committed = {p: n for (t, p), n in state.committed_offsets().items() if t == topic}
-    ranges = plan_ranges(storage, topic, committed,
-                         until_offsets=parse_offsets_json(until_offsets, topic),
-                         until_timestamp=until_timestamp, on_data_loss=on_data_loss)
-    todo = [r for r in ranges if not r.empty]
-    run_id = run_id or default_run_id(topic, table, todo)
+    existing = wh.load_table(table)
+    if run_id is not None and existing is not None:
+        done = ice.find_run(existing, run_id)
+        if done is not None:
+            return LoadSummary(topic, table, run_id, done.snapshot_id, noop=True,
+                               reason=f"run id already committed at snapshot {done.snapshot_id}",
+                               seconds=time.monotonic() - started)
+    committed = {p: n for (t, p), n in ice.committed_offsets(existing).items() if t == topic}
+    plans = plan_load(storage, topic, committed,
+                      until_offsets=parse_offsets_json(until_offsets, topic),
+                      until_timestamp=until_timestamp, on_data_loss=spec.on_data_loss)
+    todo = [pl for pl in plans if not pl.empty]
+    ranges = [pl.range for pl in todo]
+    gaps = [pl.gap for pl in todo if pl.gap is not None]
+    run_id = run_id or default_run_id("load", topic, table, ranges)
     summary = LoadSummary(topic, table, run_id,
-                          ranges={r.partition: (r.from_offset, r.until) for r in todo},
-                          initial={r.partition: r.from_offset for r in todo if r.initial},
-                          gaps=[{"partition": r.partition, "from": r.gap_from,
-                                 "until": r.from_offset} for r in todo if r.gap_from is not None])
-    if run_id in state.runs:
-        summary.version, summary.noop = state.runs[run_id].version, True
-        summary.reason = f"this range was committed at version {summary.version}"
+                          ranges={r.partition: (r.from_offset, r.until_offset) for r in ranges},
+                          initial={pl.partition: pl.range.from_offset for pl in todo if pl.initial},
+                          gaps=[{"partition": g.partition, "from": g.from_offset,
+                                 "until": g.until_offset} for g in gaps])
+    done = ice.find_run(existing, run_id) if existing is not None else None
+    if done is not None:
+        summary.snapshot_id, summary.noop = done.snapshot_id, True
+        summary.reason = f"this range was committed at snapshot {done.snapshot_id}"
         summary.seconds = time.monotonic() - started
         return summary
     if not todo:
@@ -678,60 +595,59 @@ def run_load(spark, *, root: str, topic: str, warehouse: "str | Storage", table:
         summary.seconds = time.monotonic() - started
         return summary
 
+    tbl, dl = ensure_tables(wh, spec)
+    dl_start, dl_ranges, dl_gaps = ({}, [], []) if dl is None else _dead_letter_plan(
+        dl, topic, ranges, gaps)
+    target = WriteTarget(tbl.location(), dl.location() if dl is not None else None,
+                         spec.partition_by, dict(storage_options or {}) or None, dl_start,
+                         max_rows_per_file, compression)
     tracker = Progress(spark, f"load {topic} -> {table}", progress_interval_s) if progress else None
     if tracker:
         tracker.start()
-        _log_plan(topic, table, run_id, todo)
+        _log_plan(topic, table, run_id, ranges)
     try:
-        files = write_ranges(spark, root, topic, todo, tbl, run_id, opts,
+        files = write_ranges(spark, root, ranges, spec, target, run_id,
                              storage_options=storage_options, max_bytes=max_bytes_per_partition,
-                             counter=tracker.counter if tracker else None,
-                             max_rows_per_file=max_rows_per_file, compression=compression,
-                             read_path=read_path)
+                             counter=tracker.counter if tracker else None)
     finally:
         if tracker:
             tracker.stop()
     _tally(summary, files)
-    info = {"ranges_planned_at_ms": int(time.time() * 1000), "rows": summary.rows,
-            "dead_letters": summary.dead_letters, "bytes": summary.bytes,
-            "per_partition": {str(p): v for p, v in summary.per_partition.items()},
-            "initial": {str(p): o for p, o in summary.initial.items()},
-            "gaps": summary.gaps, "value_format": opts.value_format,
-            "max_bytes_per_partition": max_bytes_per_partition or DEFAULT_MAX_BYTES}
-    if until_timestamp is not None:
-        info["until_timestamp"] = int(until_timestamp)
-    commit = wh.Commit.load(run_id, files, {(topic, r.partition): (r.from_offset, r.until)
-                                            for r in todo},
-                            now_ms=int(time.time() * 1000) if now_ms is None else int(now_ms),
-                            user=_user(), allow_gap=bool(summary.gaps), info=info)
+    data = [f["url"] for f in files if f["kind"] == "data"]
+    dead = [f["url"] for f in files if f["kind"] == "dead_letter"]
     try:
-        result = tbl.commit(commit)
-    except WarehouseError as exc:
-        # Typically a racing run committed these offsets first.
-        raise WarehouseError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. Its "
-                             f"files stay invisible; rerun to load from the committed "
-                             f"offsets") from None
-    summary.version = result.version
+        if dl is not None and dl_ranges:
+            r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
+                                               gaps=tuple(dl_gaps)))
+            summary.dead_letter_snapshot_id = r.snapshot_id
+        schema = nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
+        result = ice.commit(tbl, ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data),
+                                                 gaps=tuple(gaps), schema=schema))
+    except OffsetOverlapError as exc:
+        raise OffsetOverlapError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. "
+                                 f"Its files stay invisible; rerun to load from the committed "
+                                 f"offsets") from None
+    summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop = True
-        summary.reason = f"run id committed by an earlier attempt at version {result.version}"
+        summary.reason = f"run id committed by an earlier attempt at snapshot {result.snapshot_id}"
     summary.seconds = time.monotonic() - started
     return summary
 
 
-def _log_plan(topic, table, run_id, todo):
-    parts = ", ".join(f"p{r.partition} [{r.from_offset}, {r.until})" for r in todo)
+def _log_plan(topic, table, run_id, ranges):
+    parts = ", ".join(f"p{r.partition} [{r.from_offset}, {r.until_offset})" for r in ranges)
     print(f"load {topic} -> {table} (run {run_id}): {parts}", file=sys.stderr, flush=True)
 
 
-def _tally(summary: LoadSummary, files: list[wh.DataFile]) -> None:
+def _tally(summary, files: list[dict]) -> None:
     for p in summary.ranges:
         summary.per_partition[p] = {"rows": 0, "dead_letters": 0, "bytes": 0, "files": 0}
     for f in files:
-        c = summary.per_partition.setdefault(f.partition, {"rows": 0, "dead_letters": 0,
-                                                           "bytes": 0, "files": 0})
-        c["rows" if f.kind == "data" else "dead_letters"] += f.rows
-        c["bytes"] += f.bytes
+        c = summary.per_partition.setdefault(f["partition"], {"rows": 0, "dead_letters": 0,
+                                                              "bytes": 0, "files": 0})
+        c["rows" if f["kind"] == "data" else "dead_letters"] += f["rows"]
+        c["bytes"] += f["bytes"]
         c["files"] += 1
     summary.rows = sum(c["rows"] for c in summary.per_partition.values())
     summary.dead_letters = sum(c["dead_letters"] for c in summary.per_partition.values())
@@ -745,56 +661,56 @@ def _tally(summary: LoadSummary, files: list[wh.DataFile]) -> None:
 
 def load_options_from_args(args, cfg) -> dict[str, Any]:
     """``run_load`` keyword arguments from the CLI's ``load`` arguments and the
-    config file (its ``loads`` entry for the topic fills what flags leave out)."""
-    entry = dict(cfg.load_for(args.topic, getattr(args, "table", None)) or {})
-    if not entry and not getattr(args, "table", None):
-        entry = dict(cfg.load_for(args.topic) or {})
-    table = getattr(args, "table", None) or entry.get("table")
-    if not table:
-        raise ConfigError(f"give --table, or add a 'loads' entry for topic {args.topic!r} with a "
-                          f"table to the config file")
+    config (its ``loads`` entry for the topic fills what flags leave out)."""
     fmt = getattr(args, "value_format", None)
     schema = getattr(args, "value_schema", None)
     schema_file = getattr(args, "value_schema_file", None)
-    if fmt is None and schema is None and schema_file is None:
-        fmt = entry.get("value_format")
-        schema, schema_file = entry.get("value_schema"), entry.get("value_schema_file")
-    extra = {k: entry[k] for k in _DECODE_KEYS[3:] if entry.get(k) is not None}
-    return {
-        "root": cfg.root, "topic": args.topic,
-        "warehouse": getattr(args, "warehouse", None) or cfg.warehouse, "table": table,
-        "run_id": getattr(args, "run_id", None),
-        "until_offsets": getattr(args, "until_offsets", None),
-        "until_timestamp": getattr(args, "until_timestamp", None),
-        "value_format": fmt or "raw", "value_schema": schema, "value_schema_file": schema_file,
-        "decode": extra or None, "storage_options": dict(cfg.storage_options or {}) or None,
-        "on_data_loss": entry.get("on_data_loss", "fail"),
-    }
+    decoding = {}
+    if fmt is not None or schema is not None or schema_file is not None:
+        # Flags describing the value replace the entry's decoding as a whole.
+        decoding = {"value_format": fmt or "raw", "value_schema": schema,
+                    "value_schema_file": schema_file}
+    spec = resolve_spec(cfg, args.topic, getattr(args, "table", None),
+                        on_data_loss=getattr(args, "on_data_loss", None),
+                        partition_by=getattr(args, "partition_by", None))
+    if decoding:
+        from dataclasses import replace
+
+        spec = replace(spec, value_format=decoding["value_format"],
+                       value_schema=decoding["value_schema"],
+                       value_schema_file=decoding["value_schema_file"], decode={})
+    wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
+                       dict(cfg.storage_options or {}) or None)
+    return {"root": cfg.root, "warehouse": wh, "spec": spec,
+            "run_id": getattr(args, "run_id", None),
+            "until_offsets": getattr(args, "until_offsets", None),
+            "until_timestamp": getattr(args, "until_timestamp", None),
+            "storage_options": dict(cfg.storage_options or {}) or None}
 
 
-def load_for_interval(root: str, topic: str, warehouse: str, table: str,
+def load_for_interval(root: str, warehouse: str, spec: LoadSpec | Mapping[str, Any],
                       data_interval_end_ms: int, run_id: str | None = None, *,
-                      value_format: str | None = "raw", value_schema: str | None = None,
-                      value_schema_file: str | None = None,
-                      storage_options: dict | None = None, on_data_loss: str = "fail",
-                      master: str | None = None, spark_conf: Mapping[str, Any] | None = None,
+                      catalog: Mapping[str, Any] | None = None,
+                      storage_options: dict | None = None, master: str | None = None,
+                      spark_conf: Mapping[str, Any] | None = None,
                       conf_file: str | None = None) -> dict[str, Any]:
     """For Airflow: load the records with timestamp < ``data_interval_end_ms``.
 
-    Plain arguments in, a plain dict (:meth:`LoadSummary.to_dict`) out; creates
-    (or reuses) the process's SparkSession with :func:`pipelines.session.get_spark`.
-    Pass the DAG run's id as ``run_id`` so a retried task is a no-op once its
-    commit landed. Records that arrive late (timestamp before an interval
-    already loaded) are loaded by the next interval: ranges are by offset.
+    ``spec``: a :class:`LoadSpec` or a ``loads:`` entry (parsed here). Plain
+    arguments in, a plain dict (:meth:`LoadSummary.to_dict`) out; creates (or
+    reuses) the process's SparkSession. Pass the DAG run's id as ``run_id`` so
+    a retried task is a no-op once its commit landed. Records that arrive late
+    (timestamp before an interval already loaded) are loaded by the next
+    interval: ranges are by offset.
     """
     from .session import get_spark
 
-    spark = get_spark(master=master, app_name=f"kafkastore-load-{table}",
+    if not isinstance(spec, LoadSpec):
+        spec = LoadSpec.from_entry(spec)
+    spark = get_spark(master=master, app_name=f"kafkastore-load-{spec.table}",
                       extra_conf=spark_conf, conf_file=conf_file)
-    summary = run_load(spark, root=root, topic=topic, warehouse=warehouse, table=table,
-                       run_id=run_id, until_timestamp=int(data_interval_end_ms),
-                       value_format=value_format, value_schema=value_schema,
-                       value_schema_file=value_schema_file, storage_options=storage_options,
-                       on_data_loss=on_data_loss, progress=False)
+    summary = run_load(spark, root=root, warehouse=warehouse, spec=spec, run_id=run_id,
+                       until_timestamp=int(data_interval_end_ms), catalog=catalog,
+                       storage_options=storage_options, progress=False)
     log.info("%s", summary.render())
     return summary.to_dict()

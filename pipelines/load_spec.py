@@ -1,0 +1,127 @@
+"""The typed load spec: one ``loads:`` entry of the config, parsed once.
+
+The CLI (``load``, ``reprocess``), the DAGs, :mod:`pipelines.load` and
+:mod:`pipelines.reprocess` all take a :class:`LoadSpec` instead of re-reading
+dictionaries. A config entry::
+
+    loads:
+      - topic: orders
+        table: orders                 # default.orders; ns.orders accepted
+        schedule: "@hourly"           # for the DAGs
+        value_format: json            # raw (default) | json | avro
+        value_schema: "id long, name string"   # DDL (json) or Avro schema JSON
+        value_schema_file: null
+        confluent_wire_format: false  # more decoder options (pipelines.decoding)
+        partition_by: ["day(timestamp)"]       # Iceberg hidden partitioning; [] = none
+        on_data_loss: fail            # fail | skip (record the gap and go on)
+
+Spark-free, so the CLI and Airflow's scheduler can parse it cheaply.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from kafkastore.errors import ConfigError
+
+VALUE_FORMATS = ("raw", "json", "avro")
+ON_DATA_LOSS = ("fail", "skip")
+DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value")
+DEFAULT_PARTITION_BY = ("day(timestamp)",)
+KNOWN = {"topic", "table", "schedule", "value_format", "value_schema", "value_schema_file",
+         "partition_by", "on_data_loss", *DECODE_EXTRA}
+DEAD_LETTER_SUFFIX = "_dead_letters"
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How one topic loads into one table (see the module docstring)."""
+
+    topic: str
+    table: str
+    value_format: str = "raw"
+    value_schema: str | None = None
+    value_schema_file: str | None = None
+    decode: Mapping[str, Any] = field(default_factory=dict)
+    partition_by: tuple[str, ...] = DEFAULT_PARTITION_BY
+    on_data_loss: str = "fail"
+    schedule: str | None = None
+
+    def __post_init__(self):
+        from .iceberg import parse_partition_field, table_identifier
+
+        if not self.topic:
+            raise ConfigError("a load needs a topic")
+        table_identifier(self.table)
+        if self.value_format not in VALUE_FORMATS:
+            raise ConfigError(f"value_format must be one of {VALUE_FORMATS}, got {self.value_format!r}")
+        if self.on_data_loss not in ON_DATA_LOSS:
+            raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {self.on_data_loss!r}")
+        for p in self.partition_by:
+            parse_partition_field(p)
+
+    @property
+    def dead_letter_table(self) -> str:
+        return self.table + DEAD_LETTER_SUFFIX
+
+    @property
+    def decoded(self) -> bool:
+        return self.value_format != "raw"
+
+    def decode_options(self):
+        """:class:`pipelines.decoding.DecodeOptions` (imports the decoder, not Spark)."""
+        from .decoding import DecodeOptions
+
+        opts = {"value_format": self.value_format, "value_schema": self.value_schema,
+                "value_schema_file": self.value_schema_file}
+        opts.update({k: v for k, v in self.decode.items() if v is not None})
+        return DecodeOptions.parse(opts)
+
+    def with_overrides(self, **kw: Any) -> "LoadSpec":
+        """A copy with the non-None keyword values replaced (CLI flags over the config)."""
+        changes = {k: (tuple(v) if k == "partition_by" else v) for k, v in kw.items()
+                   if v is not None}
+        return replace(self, **changes)
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> "LoadSpec":
+        """Parse one ``loads:`` entry; unknown keys and bad values are ConfigErrors."""
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"a 'loads' entry must be a mapping, got {entry!r}")
+        unknown = sorted(set(entry) - KNOWN)
+        if unknown:
+            raise ConfigError(f"unknown key(s) {unknown} in the 'loads' entry for "
+                              f"{entry.get('topic')!r}; expected some of {sorted(KNOWN)}")
+        if not entry.get("table"):
+            raise ConfigError(f"the 'loads' entry for topic {entry.get('topic')!r} needs a table")
+        pb = entry.get("partition_by", DEFAULT_PARTITION_BY)
+        if isinstance(pb, str):
+            pb = [pb]
+        if not isinstance(pb, (list, tuple)):
+            raise ConfigError(f"partition_by must be a list like ['day(timestamp)'], got {pb!r}")
+        return cls(topic=str(entry.get("topic") or ""), table=str(entry["table"]),
+                   value_format=str(entry.get("value_format") or "raw"),
+                   value_schema=entry.get("value_schema"),
+                   value_schema_file=entry.get("value_schema_file"),
+                   decode={k: entry[k] for k in DECODE_EXTRA if entry.get(k) is not None},
+                   partition_by=tuple(str(x) for x in pb),
+                   on_data_loss=str(entry.get("on_data_loss") or "fail"),
+                   schedule=entry.get("schedule"))
+
+
+def load_specs(cfg) -> list[LoadSpec]:
+    """Every ``loads:`` entry of a :class:`kafkastore.config.Config`, parsed."""
+    return [LoadSpec.from_entry(e) for e in cfg.loads]
+
+
+def resolve_spec(cfg, topic: str, table: str | None = None, **overrides: Any) -> LoadSpec:
+    """The spec for ``topic`` (and ``table``): the config entry if there is one,
+    with ``overrides`` (CLI flags; None = not given) on top. Without an entry a
+    table must be given."""
+    for entry in cfg.loads:
+        if entry.get("topic") == topic and (table is None or entry.get("table") == table):
+            return LoadSpec.from_entry(entry).with_overrides(**overrides)
+    if not table:
+        raise ConfigError(f"give --table, or add a 'loads' entry for topic {topic!r} with a "
+                          f"table to the config file")
+    return LoadSpec(topic=topic, table=table).with_overrides(**overrides)
