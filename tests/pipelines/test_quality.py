@@ -216,3 +216,44 @@ def test_s3_warehouse_with_a_local_catalog(s3_endpoint, tmp_path):
     fs, path = fsspec.core.url_to_fs(result.docs_url)
     assert b"<html" in fs.cat_file(path)[:2000].lower()
     assert tag(wh, "t10") == sid
+
+
+def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tmp_path):
+    from kafkastore.broker import Broker
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+    from pipelines.load import run_load
+
+    root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/warehouse"
+    storage = Storage(root)
+    create_topic(storage, "orders", 2)
+    broker = Broker(storage)
+    sent = {}
+    for i in range(200):
+        body = b"not json" if i == 100 else json.dumps({"id": i}).encode()
+        sent[i] = broker.send("orders", body, key=b"k%d" % (i % 7), timestamp=T0 + i * 1000)
+    broker.flush()
+    summary = run_load(spark, root=root, topic="orders", warehouse=warehouse, table="orders",
+                       value_format="json", value_schema="id INT", until_timestamp=T0 + 150_000,
+                       progress=False)
+    assert summary.rows + summary.dead_letters == 150
+    result = validate_snapshot(warehouse, "orders", summary.snapshot_id, root=root,
+                               interval=(None, T0 + 150_000), docs=False,
+                               thresholds={"max_dead_letter_fraction": 0.01})
+    assert result.success, result.render()
+    assert result.rows == 150 and result.dead_letters == 1 and result.published
+    assert "timestamps_in_interval" in [c["name"] for c in result.checks]
+
+    # An independent reader: pyiceberg on the catalog database, not our code path.
+    from pyiceberg.catalog import load_catalog
+
+    # The SQL catalog keys tables by catalog name: kafkastore names its catalog "kafkastore".
+    catalog = load_catalog("kafkastore", type="sql",
+                           uri=f"sqlite:///{tmp_path}/warehouse/catalog.db")
+    data = catalog.load_table("default.orders").scan().to_arrow()
+    assert sorted(data["id"].to_pylist()) == [i for i in range(150) if i != 100]
+    assert len(set(zip(data["partition"].to_pylist(), data["offset"].to_pylist()))) == 149
+    dead = catalog.load_table("default.orders_dead_letters").scan().to_arrow()
+    assert dead.num_rows == 1 and dead["partition"][0].as_py() == sent[100]
+    tagged = catalog.load_table("default.orders").snapshot_by_name(VALIDATED_TAG)
+    assert tagged.snapshot_id == summary.snapshot_id
