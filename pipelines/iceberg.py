@@ -413,7 +413,8 @@ def next_offsets(committed: Mapping[TopicPartition, int], operation: str,
     (anywhere for a partition never loaded), unless ``gaps`` holds the skipped
     ``[committed, from)`` (data deleted from the log before it was loaded).
     Below: :class:`OffsetOverlapError`; above: :class:`OffsetGapError`.
-    ``reprocess``: a range starts at or below the committed offset; ``expected``
+    ``reprocess``: a range starts at or below the committed offset (anywhere
+    for a partition the table never committed: nothing to replace); ``expected``
     (the offsets the reprocess was planned on) must still be the committed ones
     for its partitions, else :class:`TableChangedError`. Every range ends at or
     after its start.
@@ -443,11 +444,13 @@ def next_offsets(committed: Mapping[TopicPartition, int], operation: str,
                 raise TableChangedError(
                     f"{r.topic}/{r.partition}: the table's next offset moved from "
                     f"{expected.get(tp)} to {c} since the reprocess was planned; rerun it")
-            if c is None or r.from_offset > c:
+            if c is not None and r.from_offset > c:
                 raise OffsetGapError(
                     f"{r.topic}/{r.partition}: cannot reprocess from {r.from_offset}: the table's "
                     f"next offset is {c}")
-        out[tp] = r.until_offset
+        # A reprocess replaces [from, until) and never moves offsets back: a
+        # dead-letter table ahead of its table keeps its end.
+        out[tp] = r.until_offset if operation == "load" or c is None else max(c, r.until_offset)
     return out
 
 
@@ -461,7 +464,7 @@ class KafkaCommit:
 
     ``files``: full URLs of Parquet files (no field ids; one partition value
     per file) to add. ``delete_from``: for a reprocess, per range the rows
-    ``topic = t AND partition = p AND offset >= from_offset`` are deleted in the
+    ``topic = t AND partition = p AND from <= offset < until`` are deleted in the
     same transaction. ``schema``: a pyarrow schema to merge into the table's by
     name first (new optional columns). ``audit``: JSON-able, recorded as
     ``kafkastore.audit``. ``expected``: see :func:`next_offsets`.
@@ -505,30 +508,32 @@ class CommitResult:
 
 
 def _delete_filter(ranges: Sequence[OffsetRange]):
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, Or
+    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan, Or
 
     expr = None
     for r in ranges:
-        term = And(EqualTo("topic", r.topic), EqualTo("partition", r.partition),
-                   GreaterThanOrEqual("offset", r.from_offset))
+        term = And(And(EqualTo("topic", r.topic), EqualTo("partition", r.partition)),
+                   And(GreaterThanOrEqual("offset", r.from_offset),
+                       LessThan("offset", r.until_offset)))
         expr = term if expr is None else Or(expr, term)
     return expr
 
 
 def _keep_mask(data, ranges: Sequence[OffsetRange]):
-    """Rows of ``data`` that survive deleting ``offset >= from`` of each range."""
+    """Rows of ``data`` that survive deleting each range's ``[from, until)``."""
     import pyarrow.compute as pc
 
     drop = None
     for r in ranges:
         term = pc.and_(pc.and_(pc.equal(data["topic"], r.topic),
                                pc.equal(data["partition"], r.partition)),
-                       pc.greater_equal(data["offset"], r.from_offset))
+                       pc.and_(pc.greater_equal(data["offset"], r.from_offset),
+                               pc.less(data["offset"], r.until_offset)))
         drop = term if drop is None else pc.or_(drop, term)
     return pc.invert(pc.fill_null(drop, False))
 
 
-def _offset_lower_bound(table, data_file) -> int | None:
+def _offset_bound(table, data_file, upper: bool = False) -> int | None:
     from pyiceberg.conversions import from_bytes
     from pyiceberg.types import LongType
 
@@ -536,7 +541,7 @@ def _offset_lower_bound(table, data_file) -> int | None:
         fid = table.schema().find_field("offset").field_id
     except ValueError:
         return None
-    raw = (data_file.lower_bounds or {}).get(fid)
+    raw = ((data_file.upper_bounds if upper else data_file.lower_bounds) or {}).get(fid)
     return None if raw is None else int(from_bytes(LongType(), raw))
 
 
@@ -551,15 +556,17 @@ def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id
     if snapshot_id is None:
         return [], []
     drop, new_urls = [], []
-    low = {r.topic_partition: r.from_offset for r in ranges}
+    low = {r.topic_partition: (r.from_offset, r.until_offset) for r in ranges}
     for task in table.scan(snapshot_id=snapshot_id, row_filter=_delete_filter(ranges)).plan_files():
         if task.delete_files:
             raise UnsupportedDeletesError(f"table {_name(table)} has delete files; compact it "
                                           f"before reprocessing")
         df = task.file
-        lb = _offset_lower_bound(table, df)
+        lb = _offset_bound(table, df)
         parts = _single_topic_partition(table, df)
-        if parts is not None and parts in low and lb is not None and lb >= low[parts]:
+        ub = _offset_bound(table, df, upper=True)
+        if (parts is not None and parts in low and lb is not None and ub is not None
+                and lb >= low[parts][0] and ub < low[parts][1]):
             drop.append(df)
             continue
         fs, path = _fs(table, df.file_path)

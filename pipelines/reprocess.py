@@ -1,30 +1,31 @@
-"""Rewind a warehouse table to an offset or a time and reload from the log (DESIGN.md section 5).
+"""Rewind an Iceberg warehouse table to an offset or a time and reload it (DESIGN.md section 5).
 
-One run is ONE audited ``reprocess`` commit (operation, user, reason, the
-requested offsets or timestamp) that atomically replaces, per partition, the
-table's rows at and after the rewind point:
+One run is ONE Iceberg transaction per table (one overwrite snapshot) that,
+per partition, deletes ``topic = t AND partition = p AND offset >= N`` and
+appends the rows ``[N, committed)`` read again from the log and decoded with
+the load spec (a changed schema is merged by name, as for loads):
 
-* the rewind point is ``from_offset``, or per partition the first offset whose
-  timestamp is at or after ``from_timestamp``;
-* :func:`pipelines.warehouse.plan_rewind` lists the live files to remove (data
-  and dead letters) and lowers the commit's range start to the first offset of
-  any file straddling the point (``effective_from``); the rows of those files
-  below the point are copied into new files (:func:`~pipelines.warehouse.copy_rows_below`),
-  so nothing below the requested point changes;
-* the rows ``[requested, end)`` are read again from the log with the data
-  source, decoded with the table's load options (``load_options``: the config
-  file's ``loads`` entry) and written on the executors.
+* ``N`` is ``from_offset``, or per partition the first offset whose timestamp
+  is at or after ``from_timestamp`` (:func:`pipelines.planning.plan_rewind`);
+* the reload ends at the table's committed offset as it was when the run
+  planned: a reprocess replaces what the table held and never advances it, so
+  the next load continues from the same offset. If a load (or another
+  reprocess) commits meanwhile, the commit is refused
+  (:class:`TableChangedError`) and nothing changes: run it again;
+* data files straddling ``N`` are rewritten without the deleted rows
+  (copy-on-write, :func:`pipelines.iceberg.commit`), so no delete files;
+* the dead-letter table gets the same treatment first (its dead letters at
+  and after ``N`` are derived again).
 
-**End of the reload**: the table's committed end for that partition, as it was
-when the run started. A reprocess replaces what the table held and never
-advances it: the next scheduled load continues from the same offset, so the
-two never overlap. If a load commits in between, the reprocess commit is
-refused (:class:`WarehouseError`: "table changed"), nothing changes, rerun it.
+Refused (:class:`WarehouseError`), unless explicitly allowed and then recorded
+in the audit: a rewind point below the log start offset (the table holds the
+only copy of those rows; ``allow_below_log_start`` drops them from the table),
+and a range that compaction rewrote (records superseded by newer keys exist
+only in the table; ``allow_compacted``).
 
-The rewind point must still be in the log (at or after the log start offset):
-rows the log no longer holds cannot be reloaded, and the warehouse's copy is
-then the only one, so such a rewind is refused rather than losing them.
-``Table.history()`` shows who rewound what, when and why.
+The snapshot summary carries ``kafkastore.operation = reprocess`` and
+``kafkastore.audit``: requested and effective offsets per partition, the
+offset or timestamp asked for, user, reason and the flags.
 """
 from __future__ import annotations
 
@@ -33,39 +34,38 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kafkastore.errors import ConfigError, WarehouseError
-from kafkastore.reader import PartitionReader
+from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
+from . import iceberg as ice
 from . import load as _load
-from . import warehouse as wh
+from .load_spec import LoadSpec
+from .offset_ranges import OffsetRange
+from .planning import plan_rewind
 
 
 @dataclass
 class ReprocessSummary:
     """What a reprocess did: per partition the requested and effective rewind
-    offsets, the reloaded range, the removed files and the rows written."""
+    offsets and the reloaded range; rows written."""
 
     topic: str
     table: str
     run_id: str
-    version: int | None = None
+    snapshot_id: int | None = None
     noop: bool = False
     reason: str = ""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
     rows: int = 0
     dead_letters: int = 0
-    copied_rows: int = 0
-    removed_files: int = 0
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form."""
         return {"topic": self.topic, "table": self.table, "run_id": self.run_id,
-                "version": self.version, "noop": self.noop, "reason": self.reason,
+                "snapshot_id": self.snapshot_id, "noop": self.noop, "reason": self.reason,
                 "partitions": {str(p): v for p, v in self.partitions.items()},
                 "rows": self.rows, "dead_letters": self.dead_letters,
-                "copied_rows": self.copied_rows, "removed_files": self.removed_files,
                 "seconds": round(self.seconds, 3)}
 
     def render(self) -> str:
@@ -73,166 +73,106 @@ class ReprocessSummary:
         head = f"reprocess {self.topic} -> {self.table} (run {self.run_id})"
         if self.noop:
             return f"{head}: nothing to do: {self.reason}"
-        lines = [f"{head}: committed version {self.version} in {self.seconds:.1f}s: "
-                 f"{self.rows} rows reloaded, {self.dead_letters} dead letters, "
-                 f"{self.copied_rows} rows copied, {self.removed_files} files replaced"]
+        lines = [f"{head}: committed snapshot {self.snapshot_id} in {self.seconds:.1f}s: "
+                 f"{self.rows} rows reloaded, {self.dead_letters} dead letters"]
         for p, d in sorted(self.partitions.items()):
-            lines.append(f"  partition {p}: rewound to {d['requested_from']} (effective "
-                         f"{d['effective_from']}), reloaded [{d['requested_from']}, {d['until']})")
+            notes = "".join(f" ({k.replace('_', ' ')})" for k in ("compacted", "below_log_start")
+                            if d.get(k))
+            lines.append(f"  partition {p}: rewound to {d['requested_from']}, reloaded "
+                         f"[{d['effective_from']}, {d['until']}){notes}")
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class _Part:
-    partition: int
-    requested: int
-    plan: wh.RewindPlan
-    until: int
-    committed: tuple[int, int]
-
-
-def _decode_opts(load_options: Mapping[str, Any] | None):
-    entry = dict(load_options or {})
-    extra = {k: entry[k] for k in _load._DECODE_KEYS[3:] if entry.get(k) is not None}
-    return _load.decode_options(entry.get("value_format") or "raw", entry.get("value_schema"),
-                                entry.get("value_schema_file"), **extra)
-
-
-def plan_reprocess(state: wh.TableState, storage: Storage, topic: str, *,
-                   partitions: list[int] | None = None, from_offset: int | None = None,
-                   from_timestamp: int | None = None) -> list[_Part]:
-    """Per partition: the rewind point, the rewind plan and the reload end (driver only)."""
-    if (from_offset is None) == (from_timestamp is None):
-        raise ConfigError("give exactly one of from_offset and from_timestamp")
-    committed = {p: rng for (t, p), rng in state.offsets.items() if t == topic}
-    if partitions is None:
-        partitions = sorted(committed)
-        if not partitions:
-            raise WarehouseError(f"the table has loaded nothing from topic {topic!r}: nothing to "
-                                 f"reprocess")
-    out = []
-    for p in partitions:
-        if p not in committed:
-            raise WarehouseError(f"{topic}/{p}: the table has loaded nothing from this partition: "
-                                 f"nothing to reprocess (use a load)")
-        start, nxt = committed[p]
-        reader = PartitionReader(storage, topic, p)
-        if from_offset is not None:
-            requested = int(from_offset)
-            if requested > nxt:
-                raise WarehouseError(f"{topic}/{p}: cannot rewind to {requested}: the table has "
-                                     f"loaded [{start}, {nxt}) only")
-        else:
-            # Records at or after the time that the table holds; none: nothing to rewind.
-            requested = min(reader.offset_for_timestamp(int(from_timestamp)), nxt)
-        if requested >= nxt:
-            continue
-        if requested < reader.log_start_offset:
-            raise WarehouseError(
-                f"{topic}/{p}: cannot reprocess from {requested}: the log now starts at "
-                f"{reader.log_start_offset}, so offsets [{requested}, {reader.log_start_offset}) "
-                f"cannot be read again and the table holds the only copy; rewind from "
-                f"{reader.log_start_offset} or later")
-        plan = wh.plan_rewind(state, topic, p, requested)
-        out.append(_Part(p, requested, plan, nxt, (start, nxt)))
-    return out
-
-
-def run_reprocess(spark, *, root: str, topic: str, warehouse: str, table: str,
+def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
+                  topic: str | None = None, table: str | None = None,
                   partitions: list[int] | None = None, from_offset: int | None = None,
-                  from_timestamp: int | None = None, storage_options: dict | None = None,
-                  reason: str = "", load_options: Mapping[str, Any] | None = None,
-                  run_id: str | None = None, user: str | None = None,
+                  from_timestamp: int | None = None, reason: str = "",
+                  load_options: Mapping[str, Any] | None = None, run_id: str | None = None,
+                  user: str | None = None, allow_compacted: bool = False,
+                  allow_below_log_start: bool = False,
+                  catalog: Mapping[str, Any] | None = None, storage_options: dict | None = None,
                   max_bytes_per_partition: int | None = None,
                   max_rows_per_file: int = _load.DEFAULT_MAX_ROWS_PER_FILE,
-                  compression: str = "zstd", progress: bool = True,
-                  now_ms: int | None = None) -> ReprocessSummary:
-    """Replace ``table``'s rows of ``topic`` at and after ``from_offset`` (or the
+                  compression: str = "zstd", progress: bool = True) -> ReprocessSummary:
+    """Replace the table's rows of the topic at and after ``from_offset`` (or the
     first offset at or after ``from_timestamp``, per partition) with a fresh read
     of the log, for ``partitions`` (default: every partition the table loaded),
-    in one audited commit. See the module docstring.
+    in one audited transaction. ``spec`` (or ``topic``, ``table`` and
+    ``load_options``, a ``loads:`` entry) says how to decode. See the module
+    docstring for refusals.
     """
     started = time.monotonic()
-    opts = _decode_opts(load_options)
+    if spec is None:
+        if not topic or not table:
+            raise ConfigError("run_reprocess needs a spec, or a topic and a table")
+        spec = LoadSpec.from_entry({**dict(load_options or {}), "topic": topic, "table": table})
+    spec.decode_options()
+    topic, table = spec.topic, spec.table
+    wh = _load._warehouse(warehouse, catalog, storage_options)
+    tbl = wh.table(table)
     storage = Storage(root, storage_options)
-    tbl = wh.Table(warehouse, table, storage_options=storage_options)
-    state = tbl.state()
-    parts = plan_reprocess(state, storage, topic, partitions=partitions, from_offset=from_offset,
-                           from_timestamp=from_timestamp)
+    committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
+    plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
+                        from_timestamp=from_timestamp, allow_compacted=allow_compacted,
+                        allow_below_log_start=allow_below_log_start)
     run_id = run_id or f"reprocess-{topic}-{uuid.uuid4().hex[:16]}"
     summary = ReprocessSummary(topic, table, run_id)
-    if not parts:
+    if not plans:
         summary.noop = True
         summary.reason = "the table holds no rows at or after the rewind point"
         summary.seconds = time.monotonic() - started
         return summary
-
-    files: list[wh.DataFile] = []
-    # Rows of straddling files below the requested point: copied, unchanged.
-    for part in parts:
-        for f in part.plan.straddling:
-            copies = wh.copy_rows_below(tbl.url, f, part.requested, run_id=run_id,
-                                        storage_options=tbl.storage_options or None,
-                                        compression=compression)
-            files += [wh.DataFile.from_json(c) for c in copies]
-    copied = sum(f.rows for f in files)
-
+    for pl in plans:
+        summary.partitions[pl.range.partition] = {
+            "requested_from": pl.requested, "effective_from": pl.range.from_offset,
+            "until": pl.committed, "compacted": pl.compacted,
+            "below_log_start": pl.below_log_start}
+    who = user or _load._user()
+    audit = {"reason": reason or "", "user": who, "from_offset": from_offset,
+             "from_timestamp": from_timestamp,
+             "requested": {str(pl.range.partition): pl.requested for pl in plans},
+             "effective": {str(pl.range.partition): pl.range.from_offset for pl in plans},
+             "previous": {str(pl.range.partition): pl.committed for pl in plans},
+             "allow_compacted": allow_compacted, "allow_below_log_start": allow_below_log_start,
+             "compacted": sorted(pl.range.partition for pl in plans if pl.compacted),
+             "below_log_start": sorted(pl.range.partition for pl in plans if pl.below_log_start)}
+    tbl, dl = _load.ensure_tables(wh, spec)
+    target = _load.WriteTarget(tbl.location(), dl.location() if dl is not None else None,
+                               spec.partition_by, dict(storage_options or {}) or None, {},
+                               max_rows_per_file, compression)
+    reads = [pl.range for pl in plans if not pl.range.empty]
     tracker = _load.Progress(spark, f"reprocess {topic} -> {table}") if progress else None
     if tracker:
         tracker.start()
     try:
-        ranges = [_load.PartitionRange(x.partition, x.requested, x.until, 0, 0) for x in parts]
-        reloaded = _load.write_ranges(spark, root, topic, ranges, tbl, run_id, opts,
-                                      storage_options=storage_options,
-                                      max_bytes=max_bytes_per_partition,
-                                      counter=tracker.counter if tracker else None,
-                                      max_rows_per_file=max_rows_per_file,
-                                      compression=compression)
+        files = _load.write_ranges(spark, root, reads, spec, target, run_id,
+                                   storage_options=storage_options,
+                                   max_bytes=max_bytes_per_partition,
+                                   counter=tracker.counter if tracker else None)
     finally:
         if tracker:
             tracker.stop()
-    files += reloaded
-    _load.check_disjoint(files)
-
-    for x in parts:
-        summary.partitions[x.partition] = {
-            "requested_from": x.requested, "effective_from": x.plan.effective_from,
-            "until": x.until, "removed": [f.path for f in x.plan.remove],
-            "previous": list(x.committed)}
-    summary.rows = sum(f.rows for f in reloaded if f.kind == "data")
-    summary.dead_letters = sum(f.rows for f in reloaded if f.kind == "dead_letter")
-    summary.copied_rows = copied
-    summary.removed_files = sum(len(x.plan.remove) for x in parts)
-    info = {"reason": reason or "", "from_offset": from_offset, "from_timestamp": from_timestamp,
-            "requested_from": {str(x.partition): x.requested for x in parts},
-            "effective_from": {str(x.partition): x.plan.effective_from for x in parts},
-            "rows": summary.rows, "dead_letters": summary.dead_letters,
-            "copied_rows": copied, "value_format": opts.value_format}
-    who = user or _load._user()
-    commit_now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-
-    def build(current: wh.TableState) -> wh.Commit:
-        commit = wh.Commit.reprocess(
-            run_id, files,
-            {(topic, x.partition): (x.plan.effective_from, x.until) for x in parts},
-            [f.path for x in parts for f in x.plan.remove],
-            now_ms=commit_now, user=who, info=info)
-        if run_id in current.runs:
-            return commit   # already ours (a settled lost response): Table.commit makes it a no-op
-        # Refuse if a load or another rewind changed these partitions since we planned.
-        for x in parts:
-            again = wh.plan_rewind(current, topic, x.partition, x.requested) \
-                if (topic, x.partition) in current.offsets else None
-            if (current.offsets.get((topic, x.partition)) != x.committed or again is None
-                    or {f.path for f in again.remove} != {f.path for f in x.plan.remove}):
-                raise WarehouseError(
-                    f"{topic}/{x.partition}: the table changed while reprocessing (a load or "
-                    f"another reprocess committed); nothing was changed, run it again")
-        return commit
-
-    result = tbl.commit(build)
-    summary.version = result.version
+    summary.rows = sum(f["rows"] for f in files if f["kind"] == "data")
+    summary.dead_letters = sum(f["rows"] for f in files if f["kind"] == "dead_letter")
+    audit.update(rows=summary.rows, dead_letters=summary.dead_letters)
+    # The claimed ranges start at the rewind point: every offset from there to
+    # the committed end is replaced (rows below the log start only deleted).
+    claims = tuple(OffsetRange(topic, pl.range.partition, pl.requested, pl.committed)
+                   for pl in plans)
+    data = tuple(f["url"] for f in files if f["kind"] == "data")
+    dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
+    if dl is not None:
+        dl_done = ice.committed_offsets(dl)
+        ice.commit(dl, ice.KafkaCommit(
+            run_id, "reprocess", claims, dead, delete_from=claims, audit=audit,
+            expected={c.topic_partition: dl_done.get(c.topic_partition) for c in claims}))
+    schema = (_load.nullable(_load.file_schema(data[0], storage_options))
+              if data and spec.decoded else None)
+    result = ice.commit(tbl, ice.KafkaCommit(
+        run_id, "reprocess", claims, data, delete_from=claims, schema=schema, audit=audit,
+        expected={(topic, pl.range.partition): pl.committed for pl in plans}))
+    summary.snapshot_id = result.snapshot_id
     if result.noop:
-        summary.noop, summary.reason = True, f"run id committed earlier at version {result.version}"
+        summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
     summary.seconds = time.monotonic() - started
     return summary
