@@ -731,3 +731,39 @@ def validate_for_airflow(warehouse: str, table: str, snapshot_id: int | None, *,
                                storage_options=storage_options)
     print(result.render(), file=sys.stderr)
     return result.to_dict()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.quality --table T [--snapshot ID]``: validate a load's
+    snapshot (default: the newest) and move the ``validated`` tag; for the demo
+    and for people (Airflow runs :func:`validate_for_airflow`). Exit 1 on a
+    failed check or bad input (one line ``kafkastore: error: ...``)."""
+    import argparse
+
+    from kafkastore.config import load_config
+    from kafkastore.errors import KafkaStoreError
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.quality",
+                                description="validate a load's snapshot; move the validated tag")
+    p.add_argument("--conf")
+    p.add_argument("--root")
+    p.add_argument("--warehouse")
+    p.add_argument("--table", required=True)
+    p.add_argument("--snapshot", type=int, help="snapshot id (default: the newest load)")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.conf, root=args.root)
+        result = validate_snapshot(args.warehouse or cfg.warehouse, args.table, args.snapshot,
+                                   catalog=getattr(cfg, "catalog", None) or None, root=cfg.root,
+                                   thresholds=cfg.quality,
+                                   storage_options=cfg.storage_options or None,
+                                   raise_on_failure=False)
+    except KafkaStoreError as exc:
+        print(f"kafkastore: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(result.render())
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
