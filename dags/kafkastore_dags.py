@@ -294,19 +294,24 @@ def kafkastore_reprocess():
 
         p = context["params"]
         topic = p["topic"]
-        entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
-        table = p.get("table") or entry.get("table") or topic
         if (p.get("from_offset") is None) == (p.get("from_timestamp") is None):
             raise AirflowFailException("give exactly one of the params from_offset and "
                                        "from_timestamp")
         try:
+            from dataclasses import replace
+
+            entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
+            spec = load_spec(entry) if entry else None
+            if spec is not None and p.get("table") and spec.table != p["table"]:
+                spec = replace(spec, table=p["table"])   # the topic's decoding, another table
+            table = p.get("table") or (spec.table if spec else topic)
             summary = run_reprocess(
-                _get_spark(f"kafkastore-reprocess-{table}"), root=CFG.root, topic=topic,
-                warehouse=CFG.warehouse, table=table,
+                _get_spark(f"kafkastore-reprocess-{table}"), root=CFG.root,
+                warehouse=CFG.warehouse, spec=spec, topic=topic, table=table,
                 partitions=None if p.get("partition") is None else [int(p["partition"])],
                 from_offset=p.get("from_offset"), from_timestamp=p.get("from_timestamp"),
-                storage_options=CFG.storage_options or None, reason=p["reason"],
-                load_options=entry, run_id=f"airflow-{context['dag_run'].run_id}",
+                catalog=CFG.catalog or None, storage_options=CFG.storage_options or None,
+                reason=p["reason"], run_id=f"airflow-{context['dag_run'].run_id}",
                 progress=False)
         except ConfigError as exc:   # bad params: retrying cannot help
             raise AirflowFailException(str(exc)) from None

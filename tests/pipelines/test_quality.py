@@ -257,3 +257,17 @@ def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tm
     assert dead.num_rows == 1 and dead["partition"][0].as_py() == sent[100]
     tagged = catalog.load_table("default.orders").snapshot_by_name(VALIDATED_TAG)
     assert tagged.snapshot_id == summary.snapshot_id
+
+
+def test_the_command_line(wh, capsys):
+    from pipelines.quality import main
+
+    good = commit(wh, "t11", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1])])
+    assert main(["--warehouse", wh.url, "--table", "t11"]) == 0
+    assert f"tag validated -> {good}" in capsys.readouterr().out
+    bad = commit(wh, "t11", {("orders", 0): (2, 4)}, [rows("orders", 0, [2, 2])])
+    assert main(["--warehouse", wh.url, "--table", "t11", "--snapshot", str(bad)]) == 1
+    assert "FAIL" in capsys.readouterr().out and tag(wh, "t11") == good
+    assert main(["--warehouse", wh.url, "--table", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error: ") and err.count("\n") == 1
