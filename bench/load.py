@@ -1,24 +1,24 @@
-"""Benchmark: loading a topic into the warehouse vs Spark's own Parquet -> Parquet copy.
+"""Benchmark: loading a topic into an Iceberg table vs Spark's Parquet copy and the no-Spark ceiling.
 
     .venv/bin/python bench/load.py [--records N] [--partitions P] [--master local[2]]
 
 1. Builds (once; reused from ``--cache-dir`` afterwards) a topic of P partitions
-   and N records (default 10,000,000: 16-byte keys, 100-byte JSON-like values that
-   differ per record, no headers, one record every ms) with the Broker to a file:// root; the build time is printed
-   on its own.
-2. Loads it into a fresh warehouse table with :func:`pipelines.load.run_load`
-   (data source read, executor-side decode into Arrow, executor-side Parquet
-   writes, one commit) on ``--master`` (default local[2]).
-3. In the same session copies the identical rows (the table's data files) from
-   a Parquet dataset to a Parquet dataset with Spark alone: the native
-   columnar ceiling for "read N rows, write them as Parquet".
-   The load is also timed through the data source's row path
-   (``read_path="datasource"``, what JSON/Avro loads use) for comparison.
-4. Prints the rates (records/s, and MB/s of the log's bytes for those rows,
-   the same denominator for both) and the ratio load/copy (target >= 0.8).
-5. Tail reads: time to read the last 1,000 records of a partition of N/10 and
-   of N records (a separate two-partition topic, also cached) with the reader:
-   it must stay flat as the partition grows.
+   and N records (default 3,000,000: 16-byte keys, 100-byte JSON-like values that
+   differ per record, no headers, one record every ms) with the Broker to a
+   file:// root; the build time is printed on its own.
+2. Loads it into a fresh Iceberg table (embedded SQLite catalog) with
+   :func:`pipelines.load.run_load` (planned splits read on the executors to
+   Arrow, Parquet written there, one snapshot committed by the driver) on
+   ``--master`` (default local[2]).
+3. Baseline, same session: copies the identical rows (the table's data files,
+   as pyiceberg plans them) from Parquet to Parquet with Spark alone.
+4. Ceiling, same process, no Spark: the same splits decoded to Arrow with the
+   same reader and written as the same Parquet (same writer, partitioning and
+   codec) by pyarrow on 2 threads.
+5. Prints rates and the ratios load/copy (copy time / load time: > 1 means the
+   load is faster than Spark's copy) and load/ceiling (ceiling time / load time).
+6. Tail reads: time to read the last 1,000 records of a partition of N/10 and
+   of N records with the reader: it must stay flat as the partition grows.
 
 Other processes on the machine make the numbers noisy: rerun and compare.
 """
@@ -112,9 +112,41 @@ def _rate(records: int, nbytes: int, seconds: float) -> str:
             f"{nbytes / seconds / 1e6:8.1f} MB/s")
 
 
+def ceiling(root: str, topic: str, out_dir: str, compression: str, threads: int = 2):
+    """The load's work without Spark: the same splits (same planner, same split
+    size) read to Arrow and written as the same Parquet, ``threads`` at a time.
+    Returns (seconds, rows)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kafkastore.reader import READ_COMMITTED, read_range
+    from pipelines.datasource import plan_range_splits
+    from pipelines.load import DEFAULT_MAX_BYTES
+    from pipelines.offset_ranges import OffsetRange
+    from pipelines.table_files import write_files
+
+    storage = Storage(root)
+    ranges = []
+    for p in range(load_topic(storage, topic).partitions):
+        r = PartitionReader(storage, topic, p)
+        ranges.append(OffsetRange(topic, p, r.log_start_offset, r.last_stable_offset))
+    started = time.monotonic()
+    splits = plan_range_splits(storage, ranges, DEFAULT_MAX_BYTES)
+
+    def one(split) -> int:
+        batches = [read_range(storage, rr, include_headers=True, isolation=READ_COMMITTED)
+                   for rr in split]
+        files = write_files(f"file://{out_dir}", batches, run_id="ceiling",
+                            compression=compression)
+        return sum(f["rows"] for f in files)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        rows = sum(pool.map(one, splits))
+    return time.monotonic() - started, rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--records", type=int, default=3_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--cache-dir", default=os.path.join(
@@ -122,8 +154,6 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None, help="warehouse and copy output (default: cache)")
     ap.add_argument("--compression", default="zstd", help="Parquet codec for both sides")
     ap.add_argument("--skip-tail", action="store_true")
-    ap.add_argument("--skip-datasource", action="store_true",
-                    help="do not also time the load through the data source's row path")
     args = ap.parse_args(argv)
     os.makedirs(args.cache_dir, exist_ok=True)
     n, parts = args.records, args.partitions
@@ -136,9 +166,9 @@ def main(argv=None) -> int:
     nbytes = log_bytes(root, "bench")
     print(f"log size: {nbytes / 1e6:,.1f} MB")
 
+    from pipelines import iceberg as ice
     from pipelines.load import run_load
     from pipelines.session import get_spark
-    from pipelines import warehouse as wh
 
     work = args.work_dir or os.path.join(args.cache_dir, "work")
     shutil.rmtree(work, ignore_errors=True)
@@ -146,52 +176,45 @@ def main(argv=None) -> int:
     spark = get_spark(master=args.master, app_name="kafkastore-bench-load",
                       extra_conf={"spark.driver.memory": "4g", "spark.ui.enabled": "false",
                                   "spark.sql.parquet.compression.codec": args.compression})
-    # Warm-up on a small slice: Python workers (data source planning and reading,
-    # mapInArrow) and the JVM's Parquet paths start once, before anything is timed.
-    warm = f"file://{work}/warm"
+    # Warm-up on a small slice: Python workers (planning, reading, mapInArrow), the
+    # JVM's Parquet paths and pyiceberg start once, before anything is timed.
+    warm = ice.Warehouse(f"file://{work}/warm")
     run_load(spark, root=root, topic="bench", warehouse=warm, table="warm", progress=False,
              until_offsets={p: min(per[p], 10_000) for p in per})
-    warm_files = [os.path.join(work, "warm", "warm", f.path)
-                  for f in wh.Table(warm, "warm").live_files()]
+    warm_files = [u[len("file://"):] for u in ice.plan_scan(warm.table("warm")).urls()]
     spark.read.parquet(*warm_files).write.mode("overwrite").parquet(os.path.join(work, "warm-copy"))
 
+    wh = ice.Warehouse(f"file://{work}/warehouse")
     started = time.monotonic()
-    summary = run_load(spark, root=root, topic="bench", warehouse=f"file://{work}/warehouse",
-                       table="bench", compression=args.compression, progress=True,
-                       progress_interval_s=15)
+    summary = run_load(spark, root=root, topic="bench", warehouse=wh, table="bench",
+                       compression=args.compression, progress=True, progress_interval_s=15)
     load_s = time.monotonic() - started
-    table = wh.Table(f"file://{work}/warehouse", "bench")
-    files = table.live_files()
-    parquet_bytes = sum(f.bytes for f in files)
+    table = wh.table("bench")
+    plan = ice.plan_scan(table)
+    paths = [u[len("file://"):] for u in plan.urls()]
+    parquet_bytes = sum(os.path.getsize(p) for p in paths)
     print(summary.render().splitlines()[0])
 
-    ds_s = None
-    if not args.skip_datasource:
-        # The same load through spark.read.format("kafkastore") (the path decoded
-        # formats take): Spark converts every record to its row format and back.
-        started = time.monotonic()
-        run_load(spark, root=root, topic="bench", warehouse=f"file://{work}/warehouse-ds",
-                 table="bench", compression=args.compression, read_path="datasource",
-                 progress=False)
-        ds_s = time.monotonic() - started
-
-    paths = [os.path.join(work, "warehouse", "bench", f.path) for f in files]
     started = time.monotonic()
     src = spark.read.parquet(*paths)
     src.write.mode("overwrite").option("compression", args.compression).parquet(
         os.path.join(work, "copy"))
     copy_s = time.monotonic() - started
     copied = spark.read.parquet(os.path.join(work, "copy")).count()
+    spark.stop()
+
+    ceiling_s, ceiling_rows = ceiling(root, "bench", os.path.join(work, "ceiling"),
+                                      args.compression, threads=2)
 
     print()
-    print(f"rows: loaded {summary.rows:,}, copied {copied:,}; Parquet {parquet_bytes / 1e6:,.1f} MB "
-          f"in {len(files)} files ({args.compression}); master {args.master}")
-    print(f"load (log -> warehouse):       {_rate(summary.rows, nbytes, load_s)}")
-    if ds_s is not None:
-        print(f"load, data source row path:    {_rate(summary.rows, nbytes, ds_s)}")
-    print(f"copy (Parquet -> Parquet):     {_rate(copied, nbytes, copy_s)}")
-    print(f"ratio load/copy: {copy_s / load_s:.2f} (target >= 0.8)")
-    spark.stop()
+    print(f"rows: loaded {summary.rows:,}, copied {copied:,}, ceiling {ceiling_rows:,}; "
+          f"Parquet {parquet_bytes / 1e6:,.1f} MB in {len(paths)} files ({args.compression}); "
+          f"master {args.master}")
+    print(f"load (log -> Iceberg table):   {_rate(summary.rows, nbytes, load_s)}")
+    print(f"copy (Spark Parquet copy):     {_rate(copied, nbytes, copy_s)}")
+    print(f"ceiling (no Spark, 2 threads): {_rate(ceiling_rows, nbytes, ceiling_s)}")
+    print(f"ratio load/copy:    {copy_s / load_s:.2f} (copy s / load s; target >= 1.0)")
+    print(f"ratio load/ceiling: {ceiling_s / load_s:.2f} (ceiling s / load s; aim >= 0.6)")
 
     if not args.skip_tail:
         small, large = max(1000, n // 10), max(1000, n)

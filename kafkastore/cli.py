@@ -164,7 +164,8 @@ def cmd_offsets(args, cfg: Config) -> int:
     if warehouse:
         from pipelines.lag import table_lag
 
-        result["tables"] = table_lag(warehouse, args.topic, result["partitions"], cfg.storage_options)
+        result["tables"] = table_lag(warehouse, args.topic, result["partitions"],
+                                     cfg.storage_options, cfg.catalog)
     _print_json(result)
     return 0
 
@@ -245,21 +246,45 @@ def _spark(cfg: Config):
 def cmd_load(args, cfg: Config) -> int:
     from pipelines.load import load_options_from_args, run_load
 
-    summary = run_load(_spark(cfg), **load_options_from_args(args, cfg))
+    options = load_options_from_args(args, cfg)   # config mistakes fail before Spark starts
+    summary = run_load(_spark(cfg), **options)
     print(summary.render(), file=sys.stderr)
     return 0
 
 
 def cmd_reprocess(args, cfg: Config) -> int:
+    from pipelines.iceberg import Warehouse
+    from pipelines.load_spec import resolve_spec
     from pipelines.reprocess import run_reprocess
 
     summary = run_reprocess(
-        _spark(cfg), root=cfg.root, topic=args.topic, warehouse=args.warehouse or cfg.warehouse,
-        table=args.table, partitions=None if args.partition is None else [args.partition],
+        _spark(cfg), root=cfg.root,
+        warehouse=Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
+                            cfg.storage_options or None),
+        spec=resolve_spec(cfg, args.topic, args.table),
+        partitions=None if args.partition is None else [args.partition],
         from_offset=args.from_offset, from_timestamp=args.from_timestamp,
-        storage_options=cfg.storage_options, reason=args.reason,
-        load_options=cfg.load_for(args.topic, args.table))
+        storage_options=cfg.storage_options or None, reason=args.reason,
+        allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start)
     print(summary.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_vacuum(args, cfg: Config) -> int:
+    from pipelines.iceberg import Warehouse
+    from pipelines.vacuum import DEFAULT_GRACE_MS, vacuum
+
+    wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
+                   cfg.storage_options or None)
+    names = [args.table] if args.table else wh.list_tables()
+    if not names:
+        print(f"vacuum: warehouse {wh.url} has no tables", file=sys.stderr)
+    now = int(time.time() * 1000)
+    for name in names:
+        result = vacuum(wh.table(name), now_ms=now,
+                        grace_ms=DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms,
+                        retain_last=args.retain_last, dry_run=args.dry_run)
+        print(result.render(), file=sys.stderr)
     return 0
 
 
@@ -276,7 +301,7 @@ def cmd_retention(args, cfg: Config) -> int:
     from pipelines.retention_job import run_retention
 
     report = run_retention(cfg.root, args.topic, warehouse=args.warehouse or cfg.warehouse,
-                           storage_options=cfg.storage_options)
+                           storage_options=cfg.storage_options, catalog=cfg.catalog)
     print(report.render(), file=sys.stderr)
     return 0
 
@@ -413,6 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--value-format", choices=("raw", "json", "avro"))
     lo.add_argument("--value-schema", help="DDL (json) or Avro schema JSON")
     lo.add_argument("--value-schema-file")
+    lo.add_argument("--on-data-loss", choices=("fail", "skip"),
+                    help="when retention deleted offsets the table never loaded: fail (default) "
+                         "or skip them and record the gap in the snapshot")
+    lo.add_argument("--partition-by", action="append", metavar="FIELD",
+                    help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
+                         "(repeatable; default: the config's, else day(timestamp))")
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
@@ -423,8 +454,24 @@ def build_parser() -> argparse.ArgumentParser:
     g = rp.add_mutually_exclusive_group(required=True)
     g.add_argument("--from-offset", type=_non_negative)
     g.add_argument("--from-timestamp", type=_non_negative, metavar="MS")
-    rp.add_argument("--reason", default="", help="recorded in the audit commit")
+    rp.add_argument("--reason", default="", help="recorded in the snapshot's audit")
+    rp.add_argument("--allow-compacted", action="store_true",
+                    help="reprocess even where compaction rewrote the log since (records only "
+                         "the table holds are dropped); recorded in the audit")
+    rp.add_argument("--allow-below-log-start", action="store_true",
+                    help="rewind below the log start: rows the log no longer holds leave the "
+                         "table; recorded in the audit")
     rp.set_defaults(func=cmd_reprocess)
+
+    va = sub.add_parser("vacuum", help="expire old snapshots of warehouse tables and remove "
+                                       "unreferenced files after the grace period")
+    va.add_argument("--warehouse")
+    va.add_argument("--table", help="default: every table of the warehouse")
+    va.add_argument("--grace-ms", type=_non_negative, help="default: 7 days")
+    va.add_argument("--retain-last", type=int, default=1,
+                    help="snapshots of main always kept (default 1)")
+    va.add_argument("--dry-run", action="store_true")
+    va.set_defaults(func=cmd_vacuum)
 
     cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")
     cp.add_argument("topic")

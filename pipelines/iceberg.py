@@ -711,14 +711,15 @@ def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,
         except Exception as exc:   # outcome unknown: the catalog may or may not have applied it
             log.warning("commit of run %s: unknown outcome (%s: %s); reading back", c.run_id,
                         type(exc).__name__, exc)
-            snap = _read_back(table, c.run_id, branch, read_back_tries)
+            readable, snap = _read_back(table, c.run_id, branch, read_back_tries)
             if snap is not None:
                 return CommitResult(snap.snapshot_id, attempts=attempt, read_back=True,
                                     offsets=snapshot_offsets(snap) or {})
-            if snap is None and attempt >= max_attempts:
+            if not readable or attempt >= max_attempts:
                 raise CommitUnknownError(
-                    f"commit of run {c.run_id}: {type(exc).__name__}: {exc}; not found when read "
-                    f"back; its files are kept; rerun with the same run id") from None
+                    f"commit of run {c.run_id}: {type(exc).__name__}: {exc}; the outcome is "
+                    f"unknown ({'not found when read back' if readable else 'the table cannot be read back'}); "
+                    f"its files are kept; rerun with the same run id") from None
             continue   # not applied: safe to try again (the run id check guards a late landing)
         snap = find_run(table, c.run_id, branch)
         if snap is None:   # pragma: no cover - a catalog that acknowledged and lost the commit
@@ -729,15 +730,17 @@ def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,
 
 
 def _read_back(table, run_id: str, branch: str, tries: int):
-    """Reload ``table`` (a few times, with back-off) and find ``run_id``; None if absent."""
+    """Reload ``table`` (a few times, with back-off) and look for ``run_id``.
+    Returns ``(readable, snapshot or None)``; ``readable`` False: the catalog
+    could not be read at all, so the outcome stays unknown."""
     for i in range(max(1, tries)):
         try:
             table = table.refresh()
-            return find_run(table, run_id, branch)
+            return True, find_run(table, run_id, branch)
         except Exception as exc:   # the catalog is still unreachable: wait, try again
             log.warning("read back of run %s failed (%s); retrying", run_id, exc)
             time.sleep(min(2.0, 0.05 * 2 ** i))
-    return None
+    return False, None
 
 
 # ---------------------------------------------------------------------------
@@ -815,8 +818,10 @@ def read_arrow(table, *, snapshot_id: int | None = None, as_of_ms: int | None = 
 
     snap = resolve_snapshot(table, snapshot_id=snapshot_id, as_of_ms=as_of_ms, ref=ref)
     if snap is None:
-        return table.schema().as_arrow().empty_table() if columns is None else pa.table(
-            {c: pa.array([]) for c in columns})
+        schema = table.schema().as_arrow()
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns])
+        return schema.empty_table()
     kwargs: dict[str, Any] = {"snapshot_id": snap.snapshot_id}
     if row_filter is not None:
         kwargs["row_filter"] = row_filter

@@ -2,7 +2,8 @@
 report warehouse tables that lose data they never loaded.
 
 Wraps :func:`kafkastore.retention.retention_for_topic`, passing the committed
-offsets of every warehouse table that loads the topic, so the report names each
+offsets of every warehouse table that loads the topic (the Iceberg snapshot
+offsets, :func:`pipelines.lag.committed_offsets_by_table`), so the report names each
 table whose next offset falls below the new log start offset (its next load
 then fails with a data-loss error unless it skips the gap). With
 ``protect_unloaded=True`` retention keeps the segments some table has not
@@ -66,12 +67,13 @@ class RetentionReport:
         return "\n".join(lines)
 
 
-def run_retention(root: str, topic: str, *, warehouse: str | None = None,
+def run_retention(root: str, topic: str, *, warehouse=None,
                   storage_options: dict | None = None, protect_unloaded: bool = False,
-                  now_ms: int | None = None) -> RetentionReport:
-    """Apply retention to every partition of ``topic``; with ``warehouse``, check
-    (and with ``protect_unloaded``, protect) the data its tables have not loaded."""
-    tables = (committed_offsets_by_table(warehouse, topic, storage_options)
+                  now_ms: int | None = None, catalog: dict | None = None) -> RetentionReport:
+    """Apply retention to every partition of ``topic``; with ``warehouse`` (a URL,
+    with the config's ``catalog`` section, or a :class:`pipelines.iceberg.Warehouse`),
+    check (and with ``protect_unloaded``, protect) the data its tables have not loaded."""
+    tables = (committed_offsets_by_table(warehouse, topic, storage_options, catalog)
               if warehouse else {})
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     results = retention_for_topic(Storage(root, storage_options), topic, now,

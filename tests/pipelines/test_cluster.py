@@ -18,8 +18,10 @@ from tests.pipelines.cluster import group_alive, standalone_cluster
 JOB = r'''
 import json, sys, time
 from pipelines.session import get_spark
-from pipelines.warehouse import (Commit, DataFile, FILE_DESCRIPTOR_DDL, Table, arrow_writer,
-                                 read_files)
+from pipelines import iceberg as ice
+from pipelines.load import nullable, raw_schema
+from pipelines.offset_ranges import OffsetRange
+from pipelines.table_files import DESCRIPTOR_DDL, write_files
 
 master, warehouse = sys.argv[1], sys.argv[2]
 spark = get_spark(master=master, app_name="kafkastore-cluster-test",
@@ -32,29 +34,39 @@ while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.time() < deadli
 executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1
 
 def tag(batches):
-    import os, pyarrow as pa, pipelines.warehouse
+    import os, pyarrow as pa, pipelines.iceberg
     for b in batches:
         yield pa.RecordBatch.from_pydict({"n": [b.num_rows], "pid": [os.getpid()]})
 
 parts = spark.range(0, 1000, numPartitions=4).mapInArrow(tag, "n long, pid long").collect()
 
-# Executors write Parquet through the warehouse writer; the driver commits.
+# Executors write Parquet through the table writer; the driver commits one snapshot.
 rows = spark.sql("""
   SELECT CAST(NULL AS BINARY) AS key, CAST(CONCAT('v', id) AS BINARY) AS value,
          't' AS topic, CAST(id % 2 AS INT) AS partition, id DIV 2 AS offset,
          TIMESTAMP_MILLIS(1700000000000 + id) AS timestamp
   FROM range(0, 100, 1, 4)""")
-table = Table(warehouse, "cluster_tbl")
-descs = [DataFile.from_json(r.asDict()) for r in
-         rows.mapInArrow(arrow_writer(table.url, run_id="cluster-run"), FILE_DESCRIPTOR_DDL)
-             .collect()]
-table.commit(Commit.load("cluster-run", descs, {("t", 0): (0, 50), ("t", 1): (0, 50)},
-                         now_ms=1700000000000))
-back = read_files(table.url, table.live_files())
+wh = ice.Warehouse(warehouse)
+table = wh.create_table("cluster_tbl", nullable(raw_schema()))
+location = table.location()
+
+def write(batches):
+    import pyarrow as pa
+    from pipelines.table_files import descriptor_schema, write_files
+    out = write_files(location, list(batches), run_id="cluster-run")
+    if out:
+        yield pa.RecordBatch.from_pylist(out, schema=descriptor_schema())
+
+urls = [r.url for r in rows.mapInArrow(write, DESCRIPTOR_DDL).collect()]
+ice.commit(table, ice.KafkaCommit("cluster-run", "load",
+                                  (OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)),
+                                  tuple(urls)))
+table = wh.table("cluster_tbl")
+back = ice.read_arrow(table)
 print("RESULT " + json.dumps({
     "executors": executors, "rows": sum(p["n"] for p in parts),
     "pids": len({p["pid"] for p in parts}), "master": sc.master,
-    "committed": {f"{t}/{p}": n for (t, p), n in table.committed_offsets().items()},
+    "committed": {f"{t}/{p}": n for (t, p), n in ice.committed_offsets(table).items()},
     "read_back": back.num_rows}))
 spark.stop()
 '''

@@ -391,3 +391,50 @@ def test_load_options_from_args_uses_the_conf_entry():
     args.topic = "other"
     with pytest.raises(ConfigError, match="--table"):
         load_options_from_args(args, cfg)
+
+
+def test_cli_load_offsets_reprocess_retention_vacuum(spark, local_root, tmp_path, capsys):
+    from kafkastore.cli import main
+
+    root, warehouse = f"{local_root}/log", f"{local_root}/wh"
+    storage = make_topic(root, partitions=2, **{"retention.bytes": "1"})
+    produce(storage, "t", 20)
+    base = ["--root", root]
+    # Read-only uses of a warehouse that does not exist create nothing.
+    assert main(base + ["offsets", "t", "--warehouse", warehouse]) == 0
+    assert json.loads(capsys.readouterr().out)["tables"] == {}
+    assert not os.path.exists(warehouse[len("file://"):])
+    assert main(base + ["load", "t", "--warehouse", warehouse, "--table", "tbl",
+                        "--until-offsets", '{"t": {"0": 6, "1": 10}}']) == 0
+    assert "committed snapshot" in capsys.readouterr().err
+    assert main(base + ["offsets", "t", "--warehouse", warehouse]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tables"]["tbl"]["partitions"]["0"] == {"committed": 6, "lag": 4, "lost": 0}
+    assert out["tables"]["tbl"]["partitions"]["1"] == {"committed": 10, "lag": 0, "lost": 0}
+    assert out["tables"]["tbl"]["lag"] == 4
+    assert main(base + ["reprocess", "t", "--warehouse", warehouse, "--table", "tbl",
+                        "--partition", "0", "--from-offset", "3", "--reason", "bad parser"]) == 0
+    assert "rewound to 3" in capsys.readouterr().err
+    wh = ice.Warehouse(warehouse)
+    last = ice.history(wh.table("tbl"))[-1]
+    assert last.kafkastore_operation == "reprocess" and last.audit["reason"] == "bad parser"
+    assert_exactly_once(storage, "t", wh)
+    assert main(base + ["vacuum", "--warehouse", warehouse, "--table", "tbl",
+                        "--grace-ms", "0"]) == 0
+    assert "expired 1 snapshot(s)" in capsys.readouterr().err
+    assert_exactly_once(storage, "t", wh)
+    # Retention (retention.bytes=1 drops all but the newest segment) reports what
+    # the table never loaded from partition 0.
+    assert main(base + ["retention", "t", "--warehouse", warehouse]) == 0
+    err = capsys.readouterr().err
+    assert "table tbl LOSES offsets [6," in err
+    assert main(base + ["load", "t", "--warehouse", warehouse, "--table", "tbl"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error: data loss in t/0") and len(err.splitlines()) == 1
+    assert main(base + ["load", "t", "--warehouse", warehouse, "--table", "tbl",
+                        "--on-data-loss", "skip"]) == 0
+    assert "GAP partition 0" in capsys.readouterr().err
+    # A non-local warehouse without a catalog: one line, exit 1.
+    assert main(base + ["offsets", "t", "--warehouse", "s3://b/wh"]) == 1
+    err = capsys.readouterr().err
+    assert "catalog" in err and len(err.splitlines()) == 1

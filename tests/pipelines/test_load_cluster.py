@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pipelines import warehouse as wh
+from pipelines import iceberg as ice
 from pipelines.load import run_load
 from tests.pipelines.cluster import standalone_cluster
 from tests.pipelines.test_load import assert_exactly_once, make_topic, produce
@@ -39,12 +39,11 @@ def _value(i):
     return b"oops" if i % 11 == 4 else json.dumps({"id": i, "name": f"n{i}"}).encode()
 
 
-def _contents(table: wh.Table):
-    """Rows of every live file, keyed by kind, sorted by (partition, offset)."""
+def _contents(wh: ice.Warehouse):
+    """Rows of the table and of its dead letters, sorted by (partition, offset)."""
     out = {}
-    for kind in ("data", "dead_letter"):
-        t = wh.read_files(table.url, table.live_files(kind))
-        rows = t.to_pylist() if t is not None else []
+    for kind, name in (("data", "tbl"), ("dead_letter", "tbl_dead_letters")):
+        rows = ice.read_arrow(wh.table(name)).to_pylist()
         out[kind] = sorted(rows, key=lambda r: (r["partition"], r["offset"]))
     return out
 
@@ -72,11 +71,11 @@ def test_cluster_load_equals_local_load(spark, tmp_path):
     local = run_load(spark, root=root, topic="t", warehouse=f"file://{tmp_path}/wh-local",
                      table="tbl", value_format="json", value_schema="id long, name string",
                      progress=False)
-    on_cluster = wh.Table(f"file://{tmp_path}/wh-cluster", "tbl")
-    on_local = wh.Table(f"file://{tmp_path}/wh-local", "tbl")
-    assert on_cluster.committed_offsets() == on_local.committed_offsets()
+    on_cluster = ice.Warehouse(f"file://{tmp_path}/wh-cluster")
+    on_local = ice.Warehouse(f"file://{tmp_path}/wh-local")
+    assert ice.committed_offsets(on_cluster.table("tbl")) == ice.committed_offsets(on_local.table("tbl"))
     assert local.dead_letters == result["summary"]["dead_letters"] > 0
     assert _contents(on_cluster) == _contents(on_local)
     assert_exactly_once(storage, "t", on_cluster)
     # Small input splits: the cluster run wrote several files per partition.
-    assert len(on_cluster.live_files()) > 3
+    assert len(ice.plan_scan(on_cluster.table("tbl")).files) > 3

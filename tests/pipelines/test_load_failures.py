@@ -1,5 +1,5 @@
 """Loads under failure: SIGKILL at random points, a failed and retried Spark task,
-a lost commit response, and data deleted from the log before it was loaded.
+a lost catalog response, and data deleted from the log before it was loaded.
 
 The SIGKILL and task-retry cases run the job in a separate Python process (its
 own SparkSession): the test session's session is local[2] and must survive.
@@ -21,12 +21,12 @@ import pytest
 from kafkastore.errors import CommitUnknownError, WarehouseError
 from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
-from pipelines import warehouse as wh
+from pipelines import iceberg as ice
 from pipelines.load import run_load
-from tests.faults import faulty_storage
+from pipelines.vacuum import vacuum
 from tests.pipelines.cluster import PROJECT_ROOT, group_alive
-from tests.pipelines.test_load import (assert_exactly_once, make_topic, produce,
-                                       storage_options_for, table_offsets)
+from tests.pipelines.test_load import (assert_exactly_once, committed, make_topic, produce,
+                                       storage_options_for, table_offsets, warehouse_for)
 
 # Loads the topic in steps of `step` offsets per partition (several commits per
 # process lifetime, so a kill lands before, during or after any of them) until
@@ -35,18 +35,20 @@ JOB = textwrap.dedent(r'''
     import json, sys
     from pipelines.session import get_spark
     from pipelines.load import run_load
-    from pipelines import warehouse as wh
+    from pipelines import iceberg as ice
 
     root, warehouse, master, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     opts = json.loads(sys.argv[5]) or None
+    catalog = json.loads(sys.argv[6]) or None
     spark = get_spark(master=master, app_name="kafkastore-load-job",
                       extra_conf={"spark.ui.enabled": "false"})
     print("READY", flush=True)
-    table = wh.Table(warehouse, "tbl", storage_options=opts)
+    wh = ice.Warehouse(warehouse, catalog, opts)
     while True:
-        done = table.committed_offsets()
+        done = ice.committed_offsets(wh.load_table("tbl"))
         ends = {"t": {str(p): done.get(("t", p), 0) + step for p in range(3)}}
-        s = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+        s = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
+                     value_format="json", value_schema="id long",
                      until_offsets=ends, storage_options=opts, progress=False)
         print("LOADED", json.dumps(s.to_dict()), flush=True)
         if s.noop:
@@ -59,10 +61,10 @@ FAIL_ONCE = textwrap.dedent(r'''
     import os
     marker = os.environ.get("KAFKASTORE_TEST_FAIL_MARKER")
     if marker:
-        import pipelines.warehouse as _w
-        _orig = _w._write_one
+        import pipelines.table_files as _w
+        _orig = _w.write_files
 
-        def _write_one(*args, **kwargs):
+        def write_files(*args, **kwargs):
             out = _orig(*args, **kwargs)
             try:
                 os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
@@ -70,12 +72,12 @@ FAIL_ONCE = textwrap.dedent(r'''
                 return out
             raise RuntimeError("injected executor failure (once)")
 
-        _w._write_one = _write_one
+        _w.write_files = write_files
 ''')
 
 
 def _start_job(tmp_path, root, warehouse, *, master="local[2]", step=10, options=None,
-               env=None):
+               env=None, catalog=None):
     script = tmp_path / "load_job.py"
     script.write_text(JOB)
     full_env = dict(os.environ)
@@ -84,7 +86,8 @@ def _start_job(tmp_path, root, warehouse, *, master="local[2]", step=10, options
     full_env.update(env or {})
     full_env.pop("KAFKASTORE_SPARK_MASTER", None)
     return subprocess.Popen(
-        [sys.executable, str(script), root, warehouse, master, str(step), json.dumps(options)],
+        [sys.executable, str(script), root, warehouse, master, str(step), json.dumps(options),
+         json.dumps(catalog)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
         start_new_session=True)   # its own group: the kill reaches the JVM and Python workers
 
@@ -100,11 +103,11 @@ def _kill_group(proc):
         time.sleep(0.1)
 
 
-def _run_killed(tmp_path, root, warehouse, after, delay_s, options):
+def _run_killed(tmp_path, root, warehouse, after, delay_s, options, catalog=None):
     """Start the job; SIGKILL its whole process group ``delay_s`` after its first
     output line starting with ``after`` (``READY``: Spark is up; ``LOADED``: the
     first load committed, later ones take well under a second each)."""
-    proc = _start_job(tmp_path, root, warehouse, options=options)
+    proc = _start_job(tmp_path, root, warehouse, options=options, catalog=catalog)
     lines: list[str] = []
     seen = threading.Event()
 
@@ -137,53 +140,68 @@ def _run_to_completion(tmp_path, root, warehouse, options, **kw):
     return [json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("LOADED")]
 
 
+def _value(i):
+    return b"oops" if i % 9 == 4 else json.dumps({"id": i}).encode()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("backend,kills", [("file", 3), ("s3", 1)])
 def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
+    """JSON loads (a table and its dead letters, two commits per load) killed at
+    random points; whatever was committed holds each offset exactly once."""
     from tests.conftest import make_root_url
 
     base = make_root_url(backend, tmp_path, request)
     options = storage_options_for(base)
-    root, warehouse = f"{base}/log", f"{base}/warehouse"
+    root = f"{base}/log"
+    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
+    catalog = wh.catalog_config or None
     storage = make_topic(root, partitions=3, options=options)
     rng = random.Random(int(os.environ.get("KAFKASTORE_TEST_SEED", "0")) or None)
-    table = wh.Table(warehouse, "tbl", storage_options=options)
     history = []
     for k in range(kills):
         # New records each round, so every killed run has several loads to do
         # (steps of 10 offsets per partition: 3 commits and a final no-op).
-        produce(storage, "t", 90, start=90 * k, flush_every=13)
+        produce(storage, "t", 90, start=90 * k, flush_every=13, value=_value)
         # Alternate: during the first load of a fresh process (startup, read, write),
         # or among the later, quicker loads (write, commit, between commits).
         after = "LOADED" if k % 2 == 0 else "READY"
         delay = rng.uniform(0.0, 1.5) if after == "LOADED" else rng.uniform(0.0, 6.0)
-        loaded = _run_killed(tmp_path, root, warehouse, after, delay, options)
-        history.append((after, round(delay, 2), len(loaded), table.state().version))
+        loaded = _run_killed(tmp_path, root, wh.url, after, delay, options, catalog)
+        history.append((after, round(delay, 2), len(loaded), committed(wh)))
         # Whatever was committed so far holds each offset exactly once.
-        assert_exactly_once(storage, "t", table)
-    print("kills (after, delay s, loads reported, table version):", history)
-    produce(storage, "t", 90, start=90 * kills, flush_every=13)
-    final = _run_to_completion(tmp_path, root, warehouse, options)
+        assert_exactly_once(storage, "t", wh)
+    print("kills (after, delay s, loads reported, committed):", history)
+    produce(storage, "t", 90, start=90 * kills, flush_every=13, value=_value)
+    proc = _start_job(tmp_path, root, wh.url, options=options, catalog=catalog)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:
+        _kill_group(proc)
+    assert proc.returncode == 0, err[-4000:]
+    final = [json.loads(ln.split(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("LOADED")]
     assert final and final[-1]["noop"], (history, final)
-    assert_exactly_once(storage, "t", table)
+    assert_exactly_once(storage, "t", wh)
     for p in range(3):
         hw = PartitionReader(storage, "t", p).high_watermark
-        assert table.committed_offsets()[("t", p)] == hw == 30 * (kills + 1), history
-    # Killed runs may leave files no commit lists: invisible, and vacuum removes them.
-    listed = {f.path for f in table.live_files(None)}
-    stray = [o.path for o in table.storage.list(wh.DATA_DIR) if o.path not in listed]
-    result = wh.vacuum(table, now_ms=int(time.time() * 1000) + 10_000, grace_ms=0)
-    assert set(stray) <= set(result.deleted)
-    assert_exactly_once(storage, "t", table)
+        assert committed(wh)[p] == hw == 30 * (kills + 1), history
+    # Killed runs may leave files no snapshot lists: invisible, and vacuum removes them.
+    for name in ("tbl", "tbl_dead_letters"):
+        vacuum(wh.table(name), now_ms=int(time.time() * 1000) + 10_000, grace_ms=0)
+        tbl = wh.table(name)
+        listed = {u.split("://", 1)[1].lstrip("/") for u in ice.plan_scan(tbl).files}
+        fs, path = ice._fs(tbl, tbl.location() + "/data")
+        assert {p.lstrip("/") for p in fs.find(path)} == listed
+    assert_exactly_once(storage, "t", wh)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_failed_and_retried_task_leaves_no_duplicates(tmp_path, local_root):
-    root, warehouse = f"{local_root}/log", f"{local_root}/wh"
+    root, url = f"{local_root}/log", f"{local_root}/wh"
     storage = make_topic(root, partitions=3)
-    produce(storage, "t", 45)
+    produce(storage, "t", 45, value=_value)
     hook_dir = tmp_path / "hook"
     hook_dir.mkdir()
     (hook_dir / "sitecustomize.py").write_text(FAIL_ONCE)
@@ -191,67 +209,101 @@ def test_failed_and_retried_task_leaves_no_duplicates(tmp_path, local_root):
     env = {"KAFKASTORE_TEST_FAIL_MARKER": str(marker),
            "PYTHONPATH": os.pathsep.join([str(hook_dir), PROJECT_ROOT])}
     # local[2,2]: two cores, a task may fail twice before the job fails.
-    runs = _run_to_completion(tmp_path, root, warehouse, None, master="local[2,2]", step=100,
-                              env=env)
+    runs = _run_to_completion(tmp_path, root, url, None, master="local[2,2]", step=100, env=env)
     assert marker.exists(), "the injected failure never fired"
-    assert [r["rows"] for r in runs] == [45, 0] and not runs[0]["noop"]
-    table = wh.Table(warehouse, "tbl")
-    assert_exactly_once(storage, "t", table)
-    # The failed attempt's file is on storage but no commit lists it.
-    listed = {f.path for f in table.live_files(None)}
-    assert [o.path for o in table.storage.list(wh.DATA_DIR) if o.path not in listed]
+    assert [r["rows"] + r["dead_letters"] for r in runs] == [45, 0] and not runs[0]["noop"]
+    wh = ice.Warehouse(url)
+    assert_exactly_once(storage, "t", wh)
+    # The failed attempt's file is on storage but no snapshot lists it.
+    tbl = wh.table("tbl")
+    listed = {u.split("://", 1)[1] for u in ice.plan_scan(tbl).files}
+    fs, path = ice._fs(tbl, tbl.location() + "/data")
+    assert [p for p in fs.find(path) if p not in listed]
+
+
+class _LostResponse(Exception):
+    pass
 
 
 @pytest.mark.parametrize("backend", ["file", "s3"])
-def test_lost_commit_response_is_settled_by_reading_back(spark, backend, tmp_path, request):
+def test_lost_catalog_response_is_settled_by_reading_back(spark, backend, tmp_path, request,
+                                                          monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+
     from tests.conftest import make_root_url
 
     base = make_root_url(backend, tmp_path, request)
     options = storage_options_for(base)
-    root, warehouse = f"{base}/log", f"{base}/warehouse"
+    root = f"{base}/log"
+    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
     storage = make_topic(root, partitions=2, options=options)
     produce(storage, "t", 10)
-    wh_storage, fs = faulty_storage(warehouse, options)
-    fs.lose_response(match="_commits/")
-    s = run_load(spark, root=root, topic="t", warehouse=wh_storage, table="tbl",
+    real_commit, real_load = SqlCatalog.commit_table, SqlCatalog.load_table
+    state = {"lose": 1, "unreadable": 0}
+
+    def commit_table(self, table, requirements, updates):
+        out = real_commit(self, table, requirements, updates)   # the commit lands...
+        if state["lose"]:
+            state["lose"] -= 1
+            raise _LostResponse("connection reset")              # ...the response is lost
+        return out
+
+    def load_table(self, identifier):
+        if state["unreadable"]:
+            raise _LostResponse("catalog unreachable")
+        return real_load(self, identifier)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_table)
+    monkeypatch.setattr(SqlCatalog, "load_table", load_table)
+    s = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
                  storage_options=options, progress=False)
-    assert s.version == 1 and not s.noop and fs.log   # the fault fired; read-back found ours
-    table = wh.Table(warehouse, "tbl", storage_options=options)
-    assert table.state().version == 1
-    assert_exactly_once(storage, "t", table)
+    assert not s.noop and state["lose"] == 0   # the fault fired; read-back found ours
+    assert len(wh.table("tbl").metadata.snapshots) == 1
+    assert_exactly_once(storage, "t", wh)
     if backend == "s3":
         return
-    # Response lost AND the read-back fails: the outcome is unknown. The commit did
-    # land, so a rerun (same default run id, same range) finds nothing to do.
+    # Response lost AND the catalog unreadable: the outcome is unknown. The commit
+    # did land, so a rerun (same default run id, same range) finds nothing to do.
     produce(storage, "t", 4, start=10)
-    fs.lose_response(match="_commits/")
-    fs.fail_reads(match="_commits/00000000000000000002.json", count=None, ops=("read",))
+    state["lose"] = 1
+    real_refresh = type(wh.table("tbl")).refresh
+
+    def refresh(self):
+        if state["unreadable"]:
+            raise _LostResponse("catalog unreachable")
+        return real_refresh(self)
+
+    def commit_then_unreadable(self, table, requirements, updates):
+        out = real_commit(self, table, requirements, updates)
+        state["unreadable"] = 1
+        raise _LostResponse("connection reset")
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_then_unreadable)
+    monkeypatch.setattr(type(wh.table("tbl")), "refresh", refresh)
     with pytest.raises(CommitUnknownError, match="rerun with the same run id"):
-        run_load(spark, root=root, topic="t", warehouse=wh_storage, table="tbl", progress=False)
-    fs.clear()
-    again = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
-                     progress=False)
-    assert again.noop and table.state().version == 2
-    assert_exactly_once(storage, "t", table)
+        run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
+    state["unreadable"] = 0
+    monkeypatch.setattr(SqlCatalog, "commit_table", real_commit)
+    again = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
+    assert again.noop and len(wh.table("tbl").metadata.snapshots) == 2
+    assert_exactly_once(storage, "t", wh)
 
 
 def test_data_loss_fails_or_records_a_gap(spark, local_root):
-    root, warehouse = f"{local_root}/log", f"{local_root}/wh"
+    root = f"{local_root}/log"
+    wh = ice.Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=1)
     produce(storage, "t", 6)
-    run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl", progress=False)
+    run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     produce(storage, "t", 10, start=6)
     delete_records(storage, "t", 0, 9)      # offsets 6..8 go before the table loaded them
     with pytest.raises(WarehouseError, match=r"t/0.*next offset is 6.*starts at 9"):
-        run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl", progress=False)
-    s = run_load(spark, root=root, topic="t", warehouse=warehouse, table="tbl",
+        run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
+    s = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
                  on_data_loss="skip", progress=False)
     assert s.ranges == {0: (9, 16)} and s.gaps == [{"partition": 0, "from": 6, "until": 9}]
     assert "GAP partition 0" in s.render()
-    table = wh.Table(warehouse, "tbl")
-    assert table.state().gaps == [{"topic": "t", "partition": 0, "from": 6, "until": 9,
-                                   "version": 2}]
-    assert table.read_commit(2).allow_gap
-    assert table_offsets(table)[0] == list(range(6)) + list(range(9, 16))
-
-
+    props = wh.table("tbl").current_snapshot().summary.additional_properties
+    assert json.loads(props["kafkastore.gaps"]) == [{"topic": "t", "partition": 0, "from": 6,
+                                                     "until": 9}]
+    assert table_offsets(wh)[0] == list(range(6)) + list(range(9, 16))

@@ -1,0 +1,117 @@
+"""``kafkastore vacuum``: expire old snapshots of an Iceberg table and remove
+files no snapshot references, after a grace period (Spark-free).
+
+1. **Expire** the snapshots older than ``now - grace`` except: the heads of
+   every branch and tag (Iceberg keeps those anyway), the newest
+   ``retain_last`` snapshots of main, and the snapshot carrying the table's
+   current kafkastore offsets (so the next load always finds where to start,
+   even after other engines committed on top of it).
+2. **Remove unreferenced files** under the table location: data and delete
+   files, manifests, manifest lists and metadata files that neither a
+   remaining snapshot nor the metadata log (nor the current metadata)
+   references, and that are older than ``now - grace``. The grace period
+   protects files of jobs still running (written, not yet committed) and
+   readers planning on an older snapshot. A file whose age is unknown is kept.
+
+Files of failed task attempts, of killed loads and of commits that lost a race
+are exactly such unreferenced files.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from kafkastore.errors import ConfigError
+
+from . import iceberg as ice
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GRACE_MS = 7 * 24 * 3600 * 1000    # Iceberg's default max snapshot age is 5 days
+
+
+@dataclass
+class VacuumResult:
+    """What vacuum did (or would do, with ``dry_run``)."""
+
+    table: str
+    expired: list[int] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+    def render(self) -> str:
+        verb = "would expire" if self.dry_run else "expired"
+        rm = "would remove" if self.dry_run else "removed"
+        return (f"vacuum {self.table}: {verb} {len(self.expired)} snapshot(s), kept "
+                f"{len(self.kept)}, {rm} {len(self.deleted)} unreferenced file(s)")
+
+
+def _strip(url: str) -> str:
+    """A path comparable between catalog URLs and fsspec listings."""
+    return url.split("://", 1)[1].lstrip("/") if "://" in url else url.lstrip("/")
+
+
+def referenced_files(table) -> set[str]:
+    """Every file the table's metadata references (stripped of the scheme)."""
+    io = table.io
+    meta = table.metadata
+    out = {_strip(table.metadata_location)}
+    out.update(_strip(e.metadata_file) for e in meta.metadata_log)
+    for stats in list(getattr(meta, "statistics", []) or []) + list(
+            getattr(meta, "partition_statistics", []) or []):
+        out.add(_strip(stats.statistics_path))
+    for snap in meta.snapshots:
+        out.add(_strip(snap.manifest_list))
+        for manifest in snap.manifests(io):
+            out.add(_strip(manifest.manifest_path))
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                out.add(_strip(entry.data_file.file_path))
+    return out
+
+
+def _mtime_ms(info: dict) -> int | None:
+    """A listed object's modification time in ms; None when the store gives none."""
+    from kafkastore.storage import _mtime
+
+    seconds = _mtime(info)
+    return None if not seconds else int(seconds * 1000)
+
+
+def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last: int = 1,
+           dry_run: bool = False) -> VacuumResult:
+    """Expire and clean ``table`` (a pyiceberg table); see the module docstring.
+    A dry run lists the snapshots it would expire and the files unreferenced
+    now (not those only the expiring snapshots reference)."""
+    if grace_ms < 0 or retain_last < 1:
+        raise ConfigError("grace_ms must be >= 0 and retain_last >= 1")
+    cutoff = now_ms - grace_ms
+    result = VacuumResult(ice.table_name(table.name()), dry_run=dry_run)
+    protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    protected.update(s.snapshot_id for s in list(ice.ancestry(table))[:retain_last])
+    carrier = ice.offsets_snapshot(table)
+    if carrier is not None:
+        protected.add(carrier.snapshot_id)
+    expire = [s.snapshot_id for s in table.metadata.snapshots
+              if s.timestamp_ms < cutoff and s.snapshot_id not in protected]
+    result.expired = expire
+    result.kept = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in expire]
+    if expire and not dry_run:
+        table.maintenance.expire_snapshots().by_ids(expire).commit()
+        table = table.refresh()
+    keep = referenced_files(table)
+    fs, root = ice._fs(table, table.location())
+    try:
+        listing = fs.find(root, detail=True)
+    except FileNotFoundError:
+        listing = {}
+    for path, info in sorted(listing.items()):
+        if info.get("type") == "directory" or _strip(path) in keep:
+            continue
+        when = _mtime_ms(info)
+        if when is None or when >= cutoff:
+            continue
+        if not dry_run:
+            fs.rm_file(path)
+        result.deleted.append(path)
+    return result
