@@ -583,17 +583,33 @@ def _pending_after(chain, verdict) -> tuple[Any, int | None]:
 
 def _chain(table, target, tag_snapshot):
     """Snapshots of main's history after the tag up to ``target``, oldest first;
-    None when the tag is already at or past ``target``."""
+    None when the tag is already at or past ``target``.
+
+    A snapshot expired in between (its rows are still in the table but can no
+    longer be read on their own) is a WarehouseError: the tag is not moved over
+    unvalidated rows. pyiceberg's expiry cuts the child's parent link, so a cut
+    shows as a walk that ends at a root which is not the table's first snapshot
+    (sequence number above 1) or at a parent id that no longer exists.
+    """
     tag_line = set()
     if tag_snapshot is not None:
         tag_line = {s.snapshot_id for s in ir.main_ancestry(table, tag_snapshot)}
         if target.snapshot_id in tag_line:
             return None
-    out = []
-    for snap in ir.main_ancestry(table, target):
-        if snap.snapshot_id in tag_line:
-            break
+    out, snap = [], target
+    while snap.snapshot_id not in tag_line:
         out.append(snap)
+        parent = snap.parent_snapshot_id
+        nxt = None if parent is None else table.snapshot_by_id(parent)
+        if nxt is None:
+            if parent is not None or (snap.sequence_number or 1) > 1:
+                raise WarehouseError(
+                    f"table {iceberg.table_name(table.name())}: snapshots before "
+                    f"{snap.snapshot_id}, after the {ir.VALIDATED_TAG} tag, were expired before "
+                    f"they were validated; their rows cannot be checked, so the tag stays "
+                    f"(validate loads before vacuum expires them, or reprocess those offsets)")
+            break
+        snap = nxt
     return list(reversed(out))
 
 

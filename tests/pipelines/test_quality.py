@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, WarehouseError
 from pipelines import iceberg as ice
 from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.offset_ranges import OffsetRange
@@ -271,3 +271,14 @@ def test_the_command_line(wh, capsys):
     assert main(["--warehouse", wh.url, "--table", "nope"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("kafkastore: error: ") and err.count("\n") == 1
+
+
+def test_an_expired_unvalidated_snapshot_keeps_the_tag(wh):
+    l1 = commit(wh, "t12", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    validate_snapshot(wh.url, "t12", l1, compacted=False, docs=False)
+    l2 = commit(wh, "t12", {("orders", 0): (1, 2)}, [rows("orders", 0, [1, 1])])   # bad, unchecked
+    l3 = commit(wh, "t12", {("orders", 0): (2, 3)}, [rows("orders", 0, [2])])
+    wh.table("t12").maintenance.expire_snapshots().by_ids([l2]).commit()
+    with pytest.raises(WarehouseError, match="expired"):
+        validate_snapshot(wh.url, "t12", l3, compacted=False, docs=False)
+    assert tag(wh, "t12") == l1
