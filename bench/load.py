@@ -213,6 +213,8 @@ def main(argv=None) -> int:
     print(f"load (log -> Iceberg table):   {_rate(summary.rows, nbytes, load_s)}")
     print(f"copy (Spark Parquet copy):     {_rate(copied, nbytes, copy_s)}")
     print(f"ceiling (no Spark, 2 threads): {_rate(ceiling_rows, nbytes, ceiling_s)}")
+    print(f"  of the load: Iceberg commit (footers, manifests, catalog) "
+          f"{summary.commit_seconds:.2f} s")
     print(f"ratio load/copy:    {copy_s / load_s:.2f} (copy s / load s; target >= 1.0)")
     print(f"ratio load/ceiling: {ceiling_s / load_s:.2f} (ceiling s / load s; aim >= 0.6)")
 

@@ -200,6 +200,10 @@ class Warehouse:
                 self._catalog = load_catalog(self.name, **self.properties)
             except (ValueError, ImportError, NotImplementedError) as exc:
                 raise ConfigError(f"cannot open the Iceberg catalog of {self.url}: {exc}") from None
+            except Exception as exc:   # unreachable REST server, bad database URI...
+                raise WarehouseError(f"cannot open the Iceberg catalog of {self.url} "
+                                     f"({self.properties.get('type', '?')}): "
+                                     f"{type(exc).__name__}: {exc}") from None
         return self._catalog
 
     def list_tables(self) -> list[str]:

@@ -456,6 +456,7 @@ class LoadSummary:
     gaps: list[dict[str, int]] = field(default_factory=list)
     initial: dict[int, int] = field(default_factory=dict)
     dead_letter_snapshot_id: int | None = None
+    commit_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (for Airflow's XCom)."""
@@ -466,7 +467,8 @@ class LoadSummary:
                 "rows": self.rows, "dead_letters": self.dead_letters, "bytes": self.bytes,
                 "files": self.files, "seconds": round(self.seconds, 3), "gaps": self.gaps,
                 "initial": {str(p): o for p, o in self.initial.items()},
-                "dead_letter_snapshot_id": self.dead_letter_snapshot_id}
+                "dead_letter_snapshot_id": self.dead_letter_snapshot_id,
+                "commit_seconds": round(self.commit_seconds, 3)}
 
     def render(self) -> str:
         """Human-readable summary, one line per partition."""
@@ -615,6 +617,7 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     _tally(summary, files)
     data = [f["url"] for f in files if f["kind"] == "data"]
     dead = [f["url"] for f in files if f["kind"] == "dead_letter"]
+    commit_started = time.monotonic()
     try:
         if dl is not None and dl_ranges:
             r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
@@ -628,6 +631,7 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                                  f"Its files stay invisible; rerun to load from the committed "
                                  f"offsets") from None
     summary.snapshot_id = result.snapshot_id
+    summary.commit_seconds = time.monotonic() - commit_started
     if result.noop:
         summary.noop = True
         summary.reason = f"run id committed by an earlier attempt at snapshot {result.snapshot_id}"

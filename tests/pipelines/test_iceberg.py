@@ -95,6 +95,14 @@ def test_config_catalog_section(tmp_path):
         load_config(str(conf))
 
 
+def test_unreachable_catalog_is_a_warehouse_error():
+    from kafkastore.errors import WarehouseError
+
+    w = ice.Warehouse("s3://b/wh", catalog={"type": "rest", "uri": "http://127.0.0.1:9"})
+    with pytest.raises(WarehouseError, match="cannot open the Iceberg catalog"):
+        w.list_tables()
+
+
 def test_read_only_uses_create_nothing(tmp_path):
     w = ice.Warehouse(f"file://{tmp_path}/none")
     assert w.list_tables() == []

@@ -73,3 +73,18 @@ def test_vacuum_after_reprocess_removes_replaced_files(wh):
     assert len(t.metadata.snapshots) == 1
     assert all(not os.path.exists(f[len("file://"):]) for f in old_files)
     assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(10))
+
+
+def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
+    w = ice.Warehouse(f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}",
+                      catalog={"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db"},
+                      storage_options={"client_kwargs": {"endpoint_url": s3_endpoint}})
+    t = w.create_table("t", SCHEMA)
+    load(w, t, "t", 0, 0, 5)
+    load(w, w.table("t"), "t", 0, 5, 9)
+    orphan = write(w, t, rows("t", 0, 50, 51))
+    r = vacuum(w.table("t"), now_ms=_now() + 60_000, grace_ms=0)
+    assert len(r.expired) == 1 and orphan.split("://", 1)[1] in r.deleted
+    t = w.table("t")
+    assert ice.committed_offsets(t) == {("t", 0): 9}
+    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(9))
