@@ -723,13 +723,13 @@ def _target(tbl, snapshot_id: int | None):
             raise ConfigError(f"table {iceberg.table_name(tbl.name())} has no load or "
                               f"reprocess snapshot to validate")
         return snap
+    name = iceberg.table_name(tbl.name())
     snap = tbl.snapshot_by_id(int(snapshot_id))
     if snap is None or not _is_kafkastore(ir.summary_of(snap)):
-        raise ConfigError(f"snapshot {snapshot_id} of {iceberg.table_name(tbl.name())} is not a load or "
-                          f"reprocess snapshot")
+        raise ConfigError(f"snapshot {snapshot_id} of {name} is not a load or reprocess snapshot")
     if snap.snapshot_id not in {s.snapshot_id for s in main}:
-        raise ConfigError(f"snapshot {snapshot_id} of {iceberg.table_name(tbl.name())} is not in the "
-                          f"history of main (rolled back?)")
+        raise ConfigError(f"snapshot {snapshot_id} of {name} is not in the history of main "
+                          f"(rolled back?)")
     return snap
 
 

@@ -11,7 +11,8 @@ names AS (
 SELECT n.`table`,
        coalesce(d.records, 0) AS rows,
        coalesce(dl.records, 0) AS dead_letters,
-       round(coalesce(dl.records, 0) / greatest(coalesce(d.records, 0) + coalesce(dl.records, 0), 1), 6)
+       round(coalesce(dl.records, 0)
+             / greatest(coalesce(d.records, 0) + coalesce(dl.records, 0), 1), 6)
          AS dead_letter_fraction
 FROM names n
 LEFT JOIN per_table d ON d.`table` = n.`table`

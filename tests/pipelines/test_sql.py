@@ -502,7 +502,6 @@ def _add_position_delete(table, position):
     """Commit a position delete file for row ``position`` of the table's only data file,
     as a merge-on-read engine (Spark, Trino) would."""
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.typedef import Record
 
     (task,) = list(table.scan().plan_files())
     url = f"{table.location()}/data/delete-{uuid.uuid4().hex}.parquet"
@@ -519,7 +518,6 @@ def _add_position_delete(table, position):
     with table.transaction() as txn:
         with txn.update_snapshot().fast_append() as app:
             app.append_data_file(df)
-    return Record
 
 
 def test_only_what_the_query_needs_and_stale_views_dropped(spark, env, tmp_path):
