@@ -16,15 +16,16 @@ One module for both jobs, over the one range type
 * :func:`plan_rewind` -- per partition the rewind point of a reprocess (an
   offset, or the first offset at or after a timestamp) and the reload range
   ``[point, committed)``; refused below the log start (the table would hold the
-  only copy) and over offsets that compaction rewrote (the superseded records
-  exist only in the table) unless explicitly allowed.
+  only copy) and over offsets that compaction removed from the log since the
+  table loaded them (the superseded records exist only in the table) unless
+  explicitly allowed.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.reader import EARLIEST, LATEST, PartitionReader
@@ -154,24 +155,45 @@ class RewindPlan:
     below_log_start: bool = False
 
 
-def _compacted_within(reader: PartitionReader, lo: int, hi: int) -> bool:
-    """Whether a segment written by compaction covers any offset of ``[lo, hi)``."""
+def _compacted_span(reader: PartitionReader, lo: int, hi: int) -> tuple[int, int] | None:
+    """The offsets of ``[lo, hi)`` that segments written by compaction cover, as
+    one span ``[a, b)``, or None when compaction rewrote none of them."""
     from kafkastore.compaction import COMPACTION_WRITER_ID
 
-    m = reader.manifest
-    return any(s.writer_id == COMPACTION_WRITER_ID and s.base_offset < hi and s.next_offset > lo
-               for s in m.segments)
+    spans = [(max(lo, s.base_offset), min(hi, s.next_offset)) for s in reader.manifest.segments
+             if s.writer_id == COMPACTION_WRITER_ID and s.base_offset < hi and s.next_offset > lo]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def lost_to_compaction(reader: PartitionReader, lo: int, hi: int,
+                       table_offsets: Callable[[int, int, int], set] | None) -> bool:
+    """Whether the table holds offsets of ``[lo, hi)`` that compaction removed
+    from the log since (a reprocess would drop them). Without
+    ``table_offsets`` (``(partition, lo, hi) -> offsets in the table``) any
+    compacted segment in the range counts (conservative)."""
+    span = _compacted_span(reader, lo, hi)
+    if span is None:
+        return False
+    if table_offsets is None:
+        return True
+    a, b = span
+    in_log = set(reader.read(a, b, include_headers=False).column("offset").to_pylist())
+    return bool(table_offsets(reader.partition, a, b) - in_log)
 
 
 def plan_rewind(storage: Storage, topic: str, committed: Mapping[int, int], *,
                 partitions: Sequence[int] | None = None, from_offset: int | None = None,
                 from_timestamp: int | None = None, allow_compacted: bool = False,
-                allow_below_log_start: bool = False) -> list[RewindPlan]:
+                allow_below_log_start: bool = False,
+                table_offsets: Callable[[int, int, int], set] | None = None) -> list[RewindPlan]:
     """The per-partition rewind plans of a reprocess (see the module docstring).
 
     ``committed``: ``{partition: next offset}`` of the table. Partitions whose
     rewind point is at or after the committed offset are left out (nothing to
     redo). Refusals are :class:`WarehouseError` naming partition and offsets.
+    ``table_offsets``: see :func:`lost_to_compaction` (exact check when given).
     """
     if (from_offset is None) == (from_timestamp is None):
         raise ConfigError("give exactly one of from_offset and from_timestamp")
@@ -204,11 +226,11 @@ def plan_rewind(storage: Storage, topic: str, committed: Mapping[int, int], *,
                 f"so offsets [{requested}, {start}) cannot be read again and the table holds the "
                 f"only copy; rewind from {start} or later, or pass --allow-below-log-start to "
                 f"drop them from the table")
-        compacted = _compacted_within(reader, max(requested, start), nxt)
+        compacted = lost_to_compaction(reader, max(requested, start), nxt, table_offsets)
         if compacted and not allow_compacted:
             raise WarehouseError(
-                f"{topic}/{p}: offsets [{requested}, {nxt}) include log segments rewritten by "
-                f"compaction: records superseded by newer keys exist only in the table and a "
+                f"{topic}/{p}: offsets in [{requested}, {nxt}) were compacted since the table "
+                f"loaded them: records superseded by newer keys exist only in the table and a "
                 f"reprocess would drop them; pass --allow-compacted to reprocess anyway (recorded "
                 f"in the audit)")
         out.append(RewindPlan(OffsetRange(topic, p, max(requested, start), nxt), requested,

@@ -20,8 +20,9 @@ the load spec (a changed schema is merged by name, as for loads):
 Refused (:class:`WarehouseError`), unless explicitly allowed and then recorded
 in the audit: a rewind point below the log start offset (the table holds the
 only copy of those rows; ``allow_below_log_start`` drops them from the table),
-and a range that compaction rewrote (records superseded by newer keys exist
-only in the table; ``allow_compacted``).
+and a range where the table holds offsets that compaction removed from the
+log since it loaded them (records superseded by newer keys exist only in the
+table; ``allow_compacted``). A range compacted before it was loaded is fine.
 
 The snapshot summary carries ``kafkastore.operation = reprocess`` and
 ``kafkastore.audit``: requested and effective offsets per partition, the
@@ -83,6 +84,24 @@ class ReprocessSummary:
         return "\n".join(lines)
 
 
+def _table_offsets(wh, spec: LoadSpec):
+    """``(partition, lo, hi) -> offsets`` the table and its dead letters hold."""
+    def offsets(partition: int, lo: int, hi: int) -> set:
+        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+
+        flt = And(And(EqualTo("topic", spec.topic), EqualTo("partition", partition)),
+                  And(GreaterThanOrEqual("offset", lo), LessThan("offset", hi)))
+        out: set = set()
+        for name in (spec.table, spec.dead_letter_table):
+            tbl = wh.load_table(name)
+            if tbl is not None:
+                out.update(ice.read_arrow(tbl, row_filter=flt, columns=["offset"])
+                           .column("offset").to_pylist())
+        return out
+
+    return offsets
+
+
 def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                   topic: str | None = None, table: str | None = None,
                   partitions: list[int] | None = None, from_offset: int | None = None,
@@ -114,7 +133,8 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
     plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
                         from_timestamp=from_timestamp, allow_compacted=allow_compacted,
-                        allow_below_log_start=allow_below_log_start)
+                        allow_below_log_start=allow_below_log_start,
+                        table_offsets=_table_offsets(wh, spec))
     run_id = run_id or f"reprocess-{topic}-{uuid.uuid4().hex[:16]}"
     summary = ReprocessSummary(topic, table, run_id)
     if not plans:

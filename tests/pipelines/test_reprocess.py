@@ -138,7 +138,7 @@ def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_r
     assert len(table_offsets(wh)[0]) == 40
     report = compact_topic(spark, root, "t", force=True)
     assert report.ok
-    with pytest.raises(WarehouseError, match="compaction.*--allow-compacted"):
+    with pytest.raises(WarehouseError, match="compacted since the table loaded.*--allow-compacted"):
         run_reprocess(spark, root=root, topic="t", warehouse=wh, table="tbl", from_offset=0,
                       progress=False)
     assert len(table_offsets(wh)[0]) == 40
@@ -148,6 +148,17 @@ def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_r
     audit = ice.history(wh.table("tbl"))[-1].audit
     assert audit["allow_compacted"] and audit["compacted"] == [0]
     assert len(table_offsets(wh)[0]) < 40
+    # Now the table holds what the compacted log holds: no longer refused.
+    again = run_reprocess(spark, root=root, topic="t", warehouse=wh, table="tbl", from_offset=0,
+                          progress=False)
+    assert not again.partitions[0]["compacted"]
+    assert table_offsets(wh)[0] == log_offsets(storage)
+
+
+def log_offsets(storage, topic="t", partition=0):
+    from kafkastore.reader import PartitionReader
+
+    return PartitionReader(storage, topic, partition).read(0).column("offset").to_pylist()
 
 
 def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypatch):
