@@ -7,17 +7,22 @@ of the Airflow process. DAGs (see docs/airflow.md):
 
 * ``kafkastore_load_<table>``, one per ``loads`` entry, on the entry's
   ``schedule``: ``load`` (records with timestamp before the data interval's
-  end, exactly once) then ``validate`` (Great Expectations checks of the
-  commit; a failure fails the run and marks the commit not validated).
+  end, exactly once, as one Iceberg snapshot of the table's ``main``) then
+  ``validate`` (Great Expectations checks of that snapshot's rows; a pass
+  moves the table's ``validated`` tag over them, a failure fails the run and
+  leaves the tag where it was).
 * ``kafkastore_compaction`` on ``compaction.schedule``: one mapped task per
   compacted topic under the root.
 * ``kafkastore_retention`` on ``retention.schedule``: one mapped task per topic.
 * ``kafkastore_reprocess``, triggered by hand with params: rewind a table to
-  an offset or a time and reload, then validate.
+  an offset or a time and reload (one Iceberg snapshot), then validate.
 
-This file stays thin: it reads the config (YAML) at parse time and imports
-pipelines and pyspark only inside the task functions, where Spark runs
-(local by default, the master from the config file).
+This file stays thin: it reads the config (YAML) at parse time and parses each
+``loads`` entry into a typed :class:`pipelines.load_spec.LoadSpec` (light: no
+Spark), and imports the jobs and pyspark only inside the task functions, where
+Spark runs (local by default, the master from the config file). The entry keys
+``retries``, ``retry_delay_s``, ``max_retry_delay_s``, ``start_date`` and
+``catchup`` are the DAG's; the rest is the load spec.
 """
 from __future__ import annotations
 
@@ -119,14 +124,15 @@ def _get_spark(app: str):
                      conf_file=CONF)
 
 
-def _validate(table: str, version, interval_ms):
-    """Quality checks of a commit; a failed check fails the task without retrying
-    (the verdict would not change) after marking the commit ``failed``."""
+def _validate(table: str, snapshot_id, interval_ms):
+    """Quality checks of a load's snapshot; a pass moves the ``validated`` tag. A
+    failed check fails the task without retrying (the verdict would not change)."""
     from airflow.sdk.exceptions import AirflowFailException
     from pipelines.quality import QualityCheckFailed, validate_for_airflow
 
     try:
-        return validate_for_airflow(CFG.warehouse, table, version, root=CFG.root,
+        return validate_for_airflow(CFG.warehouse, table, snapshot_id,
+                                    catalog=CFG.catalog or None, root=CFG.root,
                                     interval=interval_ms, thresholds=CFG.quality,
                                     storage_options=CFG.storage_options or None)
     except QualityCheckFailed as exc:
@@ -141,11 +147,21 @@ def _dag_id(prefix: str, name: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
+DAG_KEYS = ("retries", "retry_delay_s", "max_retry_delay_s", "start_date", "catchup")
+
+
+def load_spec(entry: dict):
+    """The typed load spec of a ``loads`` entry (the DAG's own keys left out)."""
+    from pipelines.load_spec import LoadSpec
+
+    return LoadSpec.from_entry({k: v for k, v in entry.items() if k not in DAG_KEYS})
+
+
 def make_load_dag(entry: dict, shared_table: bool = False):
     """``kafkastore_load_<table>`` (``..._<table>__<topic>`` when several entries load
     one table): load the run's data interval, then validate it."""
-    topic = entry["topic"]
-    table = entry.get("table") or topic
+    spec = load_spec(entry)
+    topic, table = spec.topic, spec.table
     dag_id = _dag_id("kafkastore_load_", f"{table}__{topic}" if shared_table else table)
 
     @dag(dag_id=dag_id, schedule=_schedule(entry.get("schedule", "@hourly")),
@@ -160,25 +176,21 @@ def make_load_dag(entry: dict, shared_table: bool = False):
 
             start, end = _interval(context)
             return load_for_interval(
-                CFG.root, topic, CFG.warehouse, table, _ms(end),
-                warehouse_run_id(dag_id, table, start, end),
-                value_format=entry.get("value_format") or "raw",
-                value_schema=entry.get("value_schema"),
-                value_schema_file=entry.get("value_schema_file"),
-                storage_options=CFG.storage_options or None,
-                on_data_loss=entry.get("on_data_loss", "fail"), **_spark_args())
+                CFG.root, CFG.warehouse, spec, _ms(end),
+                warehouse_run_id(dag_id, table, start, end), catalog=CFG.catalog or None,
+                storage_options=CFG.storage_options or None, **_spark_args())
 
         @task(task_id="validate", retries=1)
         def validate(summary: dict, **context):
             start, end = _interval(context)
-            return _validate(table, summary.get("version"), (_ms(start), _ms(end)))
+            return _validate(table, summary.get("snapshot_id"), (_ms(start), _ms(end)))
 
         validate(load())
 
     return load_dag()
 
 
-_TABLES = [e.get("table") or e["topic"] for e in CFG.loads]
+_TABLES = [e.get("table") for e in CFG.loads]
 for _entry, _table in zip(CFG.loads, _TABLES):
     _d = make_load_dag(_entry, shared_table=_TABLES.count(_table) > 1)
     globals()[_d.dag_id] = _d
@@ -282,19 +294,24 @@ def kafkastore_reprocess():
 
         p = context["params"]
         topic = p["topic"]
-        entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
-        table = p.get("table") or entry.get("table") or topic
         if (p.get("from_offset") is None) == (p.get("from_timestamp") is None):
             raise AirflowFailException("give exactly one of the params from_offset and "
                                        "from_timestamp")
         try:
+            from dataclasses import replace
+
+            entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
+            spec = load_spec(entry) if entry else None
+            if spec is not None and p.get("table") and spec.table != p["table"]:
+                spec = replace(spec, table=p["table"])   # the topic's decoding, another table
+            table = p.get("table") or (spec.table if spec else topic)
             summary = run_reprocess(
-                _get_spark(f"kafkastore-reprocess-{table}"), root=CFG.root, topic=topic,
-                warehouse=CFG.warehouse, table=table,
+                _get_spark(f"kafkastore-reprocess-{table}"), root=CFG.root,
+                warehouse=CFG.warehouse, spec=spec, topic=topic, table=table,
                 partitions=None if p.get("partition") is None else [int(p["partition"])],
                 from_offset=p.get("from_offset"), from_timestamp=p.get("from_timestamp"),
-                storage_options=CFG.storage_options or None, reason=p["reason"],
-                load_options=entry, run_id=f"airflow-{context['dag_run'].run_id}",
+                catalog=CFG.catalog or None, storage_options=CFG.storage_options or None,
+                reason=p["reason"], run_id=f"airflow-{context['dag_run'].run_id}",
                 progress=False)
         except ConfigError as exc:   # bad params: retrying cannot help
             raise AirflowFailException(str(exc)) from None
@@ -303,7 +320,7 @@ def kafkastore_reprocess():
 
     @task(task_id="validate", retries=1)
     def validate(summary: dict):
-        return _validate(summary["table"], summary.get("version"), None)
+        return _validate(summary["table"], summary.get("snapshot_id"), None)
 
     validate(reprocess())
 

@@ -330,13 +330,27 @@ def cmd_sql(args, cfg: Config) -> int:
 
     query = args.query
     if args.file:
-        with open(args.file, encoding="utf-8") as f:
-            query = f.read()
+        query = _read_sql_file(args.file)
     if not query:
         raise ConfigError('give a query ("SELECT ...") or --file FILE')
     run_sql(_spark(cfg), query, root=cfg.root, warehouse=args.warehouse or cfg.warehouse,
-            storage_options=cfg.storage_options, fmt=args.format, out=sys.stdout)
+            storage_options=cfg.storage_options, fmt=args.format, out=sys.stdout,
+            catalog=getattr(cfg, "catalog", None) or None, as_of_snapshot=args.as_of_snapshot,
+            as_of_timestamp=args.as_of_timestamp)
     return 0
+
+
+def _read_sql_file(path: str) -> str:
+    """The text of ``--file``; a missing, unreadable or non-UTF-8 file is a ConfigError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"--file {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--file {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 # -- consumer groups -------------------------------------------------------------------
@@ -591,6 +605,11 @@ def build_parser() -> argparse.ArgumentParser:
     sq.add_argument("--file", help="read the query from a file")
     sq.add_argument("--warehouse")
     sq.add_argument("--format", choices=("table", "jsonl"), default="table")
+    tt = sq.add_mutually_exclusive_group()
+    tt.add_argument("--as-of-snapshot", metavar="ID",
+                    help="time travel: read the table holding this snapshot id as of it")
+    tt.add_argument("--as-of-timestamp", metavar="MS|ISO",
+                    help="time travel: read every table as of this time (epoch ms or ISO 8601)")
     sq.set_defaults(func=cmd_sql)
 
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")

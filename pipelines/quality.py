@@ -1,82 +1,98 @@
-"""Quality checks of one warehouse commit, with Great Expectations.
+"""Quality gate of an Iceberg warehouse table, with Great Expectations.
 
-:func:`validate_commit` checks the rows a ``load`` or ``reprocess`` commit
-added (data and dead letters together) against the commit itself:
+Each load or reprocess is one snapshot on ``main``. :func:`validate_snapshot`
+checks the rows that snapshot brought, and publishes them to readers of
+validated data by moving the table's ``validated`` **tag** (write-audit-publish
+with Iceberg's own refs; no side file holds a verdict):
 
-* ``offsets_unique``: no (topic, partition, offset) twice;
-* ``offsets_in_range``: every offset inside the commit's ``[from, until)`` for
-  its partition (two checks: ``offset >= from`` and ``until > offset``);
-* ``rows_match_commit``: the files hold as many rows per partition as the
-  commit lists (catches a file rewritten behind the commit log's back);
-* ``rows_cover_range``: for topics that are not compacted, rows (data + dead
-  letters) per partition equal ``until - from``: every offset loaded once.
+* ``main`` is everything loaded, validated or not: loads commit there and read
+  their offsets from it (DESIGN section 5).
+* ``validated`` is a tag on a snapshot of main's history such that every row
+  visible in it comes from a load or reprocess whose checks passed. Readers of
+  validated data read the table as of that tag (``<table>_validated`` in
+  ``kafkastore sql``; ``scan(snapshot_id=table.snapshot_by_name("validated")
+  .snapshot_id)`` in pyiceberg; ``FOR VERSION AS OF 'validated'`` in Trino or
+  Spark). No tag yet means no validated rows.
+
+Publishing walks main's history from the tag to the snapshot asked for,
+oldest first, and validates every kafkastore snapshot on the way (the verdict
+is recomputed, not stored: it is deterministic for a snapshot). The tag moves
+to the newest snapshot such that nothing between the old tag and it failed,
+except failures a later reprocess has replaced (a reprocess that deletes
+``offset >= N`` with ``N`` at or before the failed load's first offset, for
+every partition that load wrote). The move is a compare-and-set on the tag
+(pyiceberg's ``AssertRefSnapshotId``): two validators racing (two loads, a
+retried task) cannot move it backwards or past a failure; the loser reloads
+and walks again. Snapshots of other engines (maintenance rewrites) change no
+rows and are passed through.
+
+The rows of a snapshot are those inside the offset ranges its summary lists,
+read from that snapshot through pyiceberg's planning (deletes applied), plus
+the same ranges of ``<table>_dead_letters`` (at the snapshot with the same run
+id). The checks:
+
+* ``offsets_unique``: no (topic, partition, offset) twice (data and dead
+  letters together);
+* ``rows_match_snapshot``: an append snapshot holds as many rows in its ranges
+  as its summary's ``added-records`` (catches files written behind Iceberg's
+  back or rows outside the ranges it claims);
+* ``rows_cover_range``: for topics that are not compacted, rows plus dead
+  letters per partition equal ``until - from``: every offset loaded once.
   Compacted topics have holes in their offsets, so they skip it; so can topics
   written transactionally (commit markers take offsets) with
   ``thresholds={"exact_row_counts": False}``;
 * ``keys_not_null``: compacted topics only;
-* ``timestamps_before_interval_end``: when the load was bounded by time (the
-  ``interval`` given, else the ``until_timestamp`` the load recorded in its
-  commit), every timestamp is before the end. The start of the interval is not
-  checked unless ``check_interval_start=True``: a load starts at the committed
-  offsets, so a first load, a catch-up or a late record legitimately brings
-  older timestamps;
+* ``timestamps_in_interval``: when the load was bounded by time (the
+  ``interval`` given), every timestamp is before the end; the start is checked
+  only with ``check_interval_start=True`` (a first load or a catch-up brings
+  older records);
 * ``dead_letter_fraction``: dead letters / rows <= ``max_dead_letter_fraction``
   (the config file's ``quality`` section; default 0.01).
 
-Why pandas: the checks need only five narrow columns (topic, partition,
-offset, timestamp, whether the key is null) of *one commit's* files, which a
-load bounds by its schedule interval (about 40 bytes a row in memory). They
-are read with pyarrow through fsspec, so the same code validates ``file://``,
-``memory://`` and ``s3://`` tables without an ``s3a`` Spark setup, and GX runs
-on its pandas engine, its best-supported one (its Spark engine works with this
-pyspark too, but would add a Spark job per metric for no gain at this size).
-When a ``spark`` session is passed and the table is on ``file://``, Spark reads
-the columns instead (in parallel, through Arrow); the checks are the same.
+GX runs on its pandas engine over five narrow columns of one snapshot's new
+rows (about 40 bytes a row), read with pyiceberg, so ``file://`` and ``s3://``
+tables validate alike and no ``[spark]`` extra is needed.
 
-Outcome: the verdict is recorded in the table's commit log as a ``validate``
-commit (``Commit.validate(..., "passed" | "failed")``; none when the status is
-already that), so ``<table>_validated`` views and ``warehouse_commits`` see it.
-The GX data docs (HTML) and a JSON summary go under the warehouse, written
-through fsspec (so ``s3://`` works too)::
+The GX data docs (HTML) and a JSON summary of each validation are written
+under the warehouse through fsspec (reports for people, not state the gate
+reads)::
 
-    <warehouse>/_quality/<table>/index.html            GX's index of the latest validation
-    <warehouse>/_quality/<table>/validations/...       one page per suite and validation
-    <warehouse>/_quality/<table>/results/<version>.json  latest verdict on a version
-    <warehouse>/_quality/<table>/static/...            GX's styles, written once
+    <warehouse>/_quality/<table>/index.html                 GX's index
+    <warehouse>/_quality/<table>/validations/...            one page per validation
+    <warehouse>/_quality/<table>/results/<snapshot id>.json  the latest verdict on a snapshot
 
-A failed validation raises :class:`QualityCheckFailed` (after marking the
-commit and writing the docs) unless ``raise_on_failure=False``.
+A failed validation raises :class:`QualityCheckFailed` unless
+``raise_on_failure=False``; the tag then stays where it was.
 """
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import os
 import sys
 import tempfile
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 
-from . import warehouse as wh
+from . import iceberg
+from . import iceberg_read as ir
 
 log = logging.getLogger(__name__)
 
 QUALITY_DIR = "_quality"
 QUALITY_SETTINGS = ("max_dead_letter_fraction", "exact_row_counts")
 DEFAULT_MAX_DEAD_LETTER_FRACTION = 0.01
-# Rows of a partition the commit has no range for get [2**62, -1): both range checks fail.
-_NO_RANGE_FROM = 2 ** 62
+KAFKASTORE_OPERATIONS = ("load", "reprocess")
+PUBLISH_ATTEMPTS = 10
 _KEY_PRESENT = "present"
+_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 
 
 class QualityCheckFailed(WarehouseError):
-    """A commit failed its quality checks; ``result`` holds the details."""
+    """A snapshot failed its quality checks; ``result`` holds the details."""
 
     def __init__(self, message: str, result: "QualityResult"):
         super().__init__(message)
@@ -85,22 +101,26 @@ class QualityCheckFailed(WarehouseError):
 
 @dataclass
 class QualityResult:
-    """The outcome of :func:`validate_commit`.
+    """The outcome of :func:`validate_snapshot`.
 
     ``checks``: one entry per check: ``name``, ``success``, ``observed`` (a
     short text) and ``expectation`` (the GX expectation type).
-    ``marked_version``: the ``validate`` commit written (None when the status
-    was already recorded or ``mark=False``). ``docs_url``: the data docs index.
+    ``validated_snapshot``: where the ``validated`` tag points after this call
+    (None: no validated rows yet). ``published``: whether this snapshot's rows
+    are now visible through the tag. ``held_by``: the failed snapshot that keeps
+    them out when the checks passed but an earlier load failed.
     """
 
     table: str
-    version: int
+    snapshot_id: int
     operation: str
     success: bool
     checks: list[dict[str, Any]] = field(default_factory=list)
     rows: int = 0
     dead_letters: int = 0
-    marked_version: int | None = None
+    validated_snapshot: int | None = None
+    published: bool = False
+    held_by: int | None = None
     docs_url: str | None = None
     result_url: str | None = None
     pages: list[str] = field(default_factory=list)
@@ -114,69 +134,96 @@ class QualityResult:
         return [c["name"] for c in self.checks if not c["success"]]
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form (for Airflow's XCom and ``results/<version>.json``)."""
-        return {"table": self.table, "version": self.version, "operation": self.operation,
-                "status": self.status, "rows": self.rows, "dead_letters": self.dead_letters,
-                "checks": self.checks, "marked_version": self.marked_version,
-                "docs_url": self.docs_url, "result_url": self.result_url, "pages": self.pages}
+        """Plain JSON-able form (for Airflow's XCom and ``results/<id>.json``)."""
+        return {"table": self.table, "snapshot_id": self.snapshot_id,
+                "operation": self.operation, "status": self.status, "rows": self.rows,
+                "dead_letters": self.dead_letters, "checks": self.checks,
+                "validated_snapshot": self.validated_snapshot, "published": self.published,
+                "held_by": self.held_by, "docs_url": self.docs_url,
+                "result_url": self.result_url, "pages": self.pages}
 
     def render(self) -> str:
-        """One line per check."""
-        lines = [f"quality of {self.table} version {self.version} ({self.operation}): "
+        """One line per check, then where the ``validated`` tag is."""
+        lines = [f"quality of {self.table} snapshot {self.snapshot_id} ({self.operation}): "
                  f"{self.status.upper()} ({self.rows} rows, {self.dead_letters} dead letters)"]
         for c in self.checks:
             lines.append(f"  [{'ok' if c['success'] else 'FAIL'}] {c['name']}: {c['observed']}")
+        tag = f"  tag {ir.VALIDATED_TAG} -> {self.validated_snapshot}"
+        if self.held_by is not None:
+            tag += f" (held back by failed snapshot {self.held_by})"
+        lines.append(tag)
         if self.docs_url:
             lines.append(f"  data docs: {self.docs_url}")
         return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------
-# reading the commit's rows
+# what a snapshot brought
 
 
-def _read_rows(spark, table: wh.Table, files: list[wh.DataFile]):
-    """pyarrow Table of topic, partition, offset, timestamp_ms, key, dead_letter
-    for the rows of ``files``."""
+@dataclass(frozen=True)
+class Range:
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+
+def snapshot_ranges(summary: Mapping[str, str]) -> list[Range]:
+    """The half-open offset ranges a kafkastore snapshot covers (its summary's
+    ``kafkastore.ranges``: ``{"<topic>": {"<partition>": [from, until]}}``)."""
+    raw = summary.get(iceberg.RANGES_KEY)
+    if raw is None:
+        return []
+    data = json.loads(raw) if isinstance(raw, str) else raw
+    out = []
+    if isinstance(data, dict):
+        for topic, parts in data.items():
+            for p, bounds in parts.items():
+                start, until = _bounds(bounds)
+                out.append(Range(topic, int(p), start, until))
+    else:   # a list of {"topic", "partition", "from", "until"}
+        for r in data:
+            out.append(Range(r["topic"], int(r["partition"]), int(r["from"]), int(r["until"])))
+    return sorted(out, key=lambda r: (r.topic, r.partition))
+
+
+def _bounds(b) -> tuple[int, int]:
+    if isinstance(b, dict):
+        return int(b["from"]), int(b["until"])
+    return int(b[0]), int(b[1])
+
+
+def _is_kafkastore(summary: Mapping[str, str]) -> bool:
+    return summary.get("kafkastore.operation") in KAFKASTORE_OPERATIONS
+
+
+def _dead_letter_snapshot(dl_table, run_id: str | None):
+    """The newest snapshot of the dead-letter table written by ``run_id`` (else its
+    current one: a run without dead letters may not commit there)."""
+    if dl_table is None:
+        return None
+    if run_id:
+        for snap in ir.main_ancestry(dl_table):
+            if ir.summary_of(snap).get("kafkastore.run-id") == run_id:
+                return snap
+    return dl_table.current_snapshot()
+
+
+def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
+    """pyarrow Table of topic, partition, offset, timestamp_ms, key, dead_letter:
+    the rows of ``snapshot`` (and its dead letters) inside ``ranges``."""
     import pyarrow as pa
 
-    parts = []
-    use_spark = spark is not None and table.url.startswith("file://") and files
-    groups = [(kind, [f for f in files if f.kind == kind]) for kind in wh.KINDS]
-    for kind, group in groups:
-        if not group:
-            continue
-        if use_spark:
-            parts.append(_narrow(_read_spark(spark, table, group), kind))
-            continue
-        for f in group:
-            parts.append(_narrow(_read_arrow(table, f), kind))
-    if not parts:
+    if not ranges:
         return pa.table(_empty_columns())
+    expr = ir.range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
+    parts = [_narrow(ir.read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
+    run_id = ir.summary_of(snapshot).get("kafkastore.run-id")
+    dl_snap = _dead_letter_snapshot(dl_table, run_id)
+    if dl_snap is not None:
+        parts.append(_narrow(ir.read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
     return pa.concat_tables(parts)
-
-
-def _read_arrow(table: wh.Table, f: wh.DataFile):
-    """The needed columns of one file, range-read through fsspec."""
-    import pyarrow.parquet as pq
-
-    storage = table.storage
-    try:
-        with storage.fs.open(storage.full_path(f.path), "rb") as fh:
-            pf = pq.ParquetFile(fh)
-            cols = [c for c in ("topic", "partition", "offset", "timestamp", "key")
-                    if c in pf.schema_arrow.names]
-            return pf.read(columns=cols)
-    except FileNotFoundError:
-        raise WarehouseError(f"{table.url}: file {f.path} of the commit is missing "
-                             f"(vacuumed or deleted); cannot validate it") from None
-
-
-def _read_spark(spark, table: wh.Table, files: list[wh.DataFile]):
-    paths = [table.file_url(f.path) for f in files]
-    df = spark.read.option("mergeSchema", "true").parquet(*paths)
-    cols = [c for c in ("topic", "partition", "offset", "timestamp", "key") if c in df.columns]
-    return df.select(*cols).toArrow()
 
 
 def _empty_columns():
@@ -199,7 +246,7 @@ def _narrow(tbl, kind: str):
     else:
         key = pa.nulls(n, pa.string())
     if "timestamp" in tbl.column_names:
-        ts = wh._timestamps_ms(tbl.column("timestamp"))
+        ts = pc.cast(pc.cast(tbl.column("timestamp"), pa.timestamp("ms", tz="UTC")), pa.int64())
     else:
         ts = pa.nulls(n, pa.int64())
     return pa.table({
@@ -212,35 +259,23 @@ def _narrow(tbl, kind: str):
     })
 
 
-def _frames(commit: wh.Commit, rows):
+def _frames(ranges: list[Range], rows, added_records: int | None):
     """(row frame, partition frame) as pandas DataFrames."""
     import pandas as pd
 
-    ranges = {(r.topic, r.partition): r for r in commit.ranges}
     df = rows.to_pandas()
-    tp = list(zip(df["topic"], df["partition"]))
-    df["range_from"] = [ranges[k].from_offset if k in ranges else _NO_RANGE_FROM for k in tp]
-    df["range_until"] = [ranges[k].until if k in ranges else -1 for k in tp]
-    df = df.astype({"range_from": "int64", "range_until": "int64"})
-
     counts = df.groupby(["topic", "partition"]).agg(
         rows=("offset", "size"), dead_letters=("dead_letter", "sum")).to_dict("index")
-    committed: dict[tuple[str, int], int] = {}
-    for f in commit.add:
-        committed[f.topic_partition] = committed.get(f.topic_partition, 0) + f.rows
-    keys = sorted(set(ranges) | set(counts) | set(committed))
     parts = pd.DataFrame([{
-        "topic": t, "partition": p,
-        "range_from": ranges[(t, p)].from_offset if (t, p) in ranges else None,
-        "range_until": ranges[(t, p)].until if (t, p) in ranges else None,
-        "expected_rows": (ranges[(t, p)].until - ranges[(t, p)].from_offset
-                          if (t, p) in ranges else 0),
-        "rows": int(counts.get((t, p), {}).get("rows", 0)),
-        "dead_letters": int(counts.get((t, p), {}).get("dead_letters", 0)),
-        "committed_rows": committed.get((t, p), 0),
-    } for t, p in keys], columns=["topic", "partition", "range_from", "range_until",
-                                  "expected_rows", "rows", "dead_letters", "committed_rows"])
-    return df, parts
+        "topic": r.topic, "partition": r.partition, "range_from": r.start,
+        "range_until": r.until, "expected_rows": r.until - r.start,
+        "rows": int(counts.get((r.topic, r.partition), {}).get("rows", 0)),
+        "dead_letters": int(counts.get((r.topic, r.partition), {}).get("dead_letters", 0)),
+    } for r in ranges], columns=["topic", "partition", "range_from", "range_until",
+                                 "expected_rows", "rows", "dead_letters"])
+    totals = pd.DataFrame([{"data_rows": int((df["dead_letter"] == 0).sum()) if len(df) else 0,
+                            "added_records": added_records}])
+    return df, parts, totals
 
 
 # ---------------------------------------------------------------------------
@@ -298,20 +333,16 @@ class _Check:
 
 
 def _checks(gx, *, compacted: set[str], exact: set[str], interval_end: int | None,
-            interval_start: int | None, max_fraction: float, any_rows: bool) -> list[_Check]:
+            interval_start: int | None, max_fraction: float, any_rows: bool,
+            compare_added: bool) -> list[_Check]:
     E = gx.expectations
     checks = [
         _Check("offsets_unique", "rows",
                E.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "offset"])),
-        _Check("offsets_at_or_after_range_from", "rows",
-               E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="offset", column_B="range_from",
-                                                         or_equal=True)),
-        _Check("offsets_before_range_until", "rows",
-               E.ExpectColumnPairValuesAToBeGreaterThanB(column_A="range_until",
-                                                         column_B="offset")),
-        _Check("rows_match_commit", "partitions",
-               E.ExpectColumnPairValuesToBeEqual(column_A="rows", column_B="committed_rows")),
     ]
+    if compare_added:
+        checks.append(_Check("rows_match_snapshot", "totals", E.ExpectColumnPairValuesToBeEqual(
+            column_A="data_rows", column_B="added_records")))
     if exact:
         checks.append(_Check("rows_cover_range", "partitions", E.ExpectColumnPairValuesToBeEqual(
             column_A="rows", column_B="expected_rows", row_condition=_topic_in(exact),
@@ -354,7 +385,7 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _run_gx(table_name: str, version: int, frames: dict[str, Any], checks: list[_Check],
+def _run_gx(table_name: str, snapshot_id: int, frames: dict[str, Any], checks: list[_Check],
             docs_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the checks (one suite and checkpoint per frame) and build the data docs
     in ``docs_dir``. Returns (check entries, relative paths of validation pages)."""
@@ -362,7 +393,7 @@ def _run_gx(table_name: str, version: int, frames: dict[str, Any], checks: list[
     from great_expectations.core.run_identifier import RunIdentifier
 
     source = ctx.data_sources.add_pandas("kafkastore")
-    run_id = RunIdentifier(run_name=f"version-{version}")
+    run_id = RunIdentifier(run_name=f"snapshot-{snapshot_id}")
     by_type: dict[tuple[str, str], str] = {}
     entries: list[dict[str, Any]] = []
     for frame_name, df in frames.items():
@@ -370,7 +401,7 @@ def _run_gx(table_name: str, version: int, frames: dict[str, Any], checks: list[
         if not mine:
             continue
         batch = source.add_dataframe_asset(frame_name).add_batch_definition_whole_dataframe(
-            "commit")
+            "snapshot")
         suite = ctx.suites.add(gx.ExpectationSuite(name=f"{table_name}.{frame_name}"))
         for c in mine:
             added = suite.add_expectation(c.expectation)
@@ -399,7 +430,7 @@ def _run_gx(table_name: str, version: int, frames: dict[str, Any], checks: list[
 
 
 # ---------------------------------------------------------------------------
-# publishing and marking
+# docs
 
 
 def quality_url(warehouse: str, table: str) -> str:
@@ -407,7 +438,7 @@ def quality_url(warehouse: str, table: str) -> str:
     return f"{warehouse.rstrip('/')}/{QUALITY_DIR}/{table}"
 
 
-def _publish(storage: Storage, docs_dir: str, result: QualityResult) -> None:
+def _publish_docs(storage: Storage, docs_dir: str, result: QualityResult) -> None:
     """Upload the local docs site and the JSON summary (whole-object puts)."""
     static_done = storage.exists("static/styles/data_docs_default_styles.css")
     for base, _dirs, names in os.walk(docs_dir):
@@ -418,34 +449,13 @@ def _publish(storage: Storage, docs_dir: str, result: QualityResult) -> None:
                 continue   # GX's fonts and images (about 4 MB) are the same every time
             with open(local, "rb") as f:
                 storage.put(rel, f.read())
-    storage.put(f"results/{result.version:020d}.json",
+    storage.put(f"results/{result.snapshot_id}.json",
                 json.dumps(result.to_dict(), indent=1, sort_keys=True).encode())
 
 
-def _user() -> str | None:
-    try:
-        return getpass.getuser()
-    except Exception:   # no passwd entry (containers): the audit field stays empty
-        return None
-
-
-def _mark(table: wh.Table, version: int, status: str, info: dict, now_ms: int) -> int | None:
-    """Record ``status`` for ``version`` unless it is already the recorded one.
-
-    The run id is unique per attempt: a verdict may flip back and forth (fixed
-    thresholds, a repaired file), and each flip is its own audited commit.
-    """
-    if table.state().validation.get(version) == status:
-        return None
-    commit = wh.Commit.validate(f"validate-{version}-{status}-{uuid.uuid4().hex[:12]}",
-                                version, status, now_ms=now_ms, user=_user(), info=info)
-    return table.commit(commit).version
-
-
-def _topic_policies(commit: wh.Commit, root: str | None, topic_config,
+def _topic_policies(topics: set[str], root: str | None, topic_config,
                     compacted: bool | None, storage_options: dict | None) -> set[str]:
-    """The topics of the commit that are compacted."""
-    topics = sorted({r.topic for r in commit.ranges} | {f.topic for f in commit.add})
+    """The topics among ``topics`` that are compacted."""
     if compacted is not None:
         return set(topics) if compacted else set()
     if topic_config is not None:
@@ -463,31 +473,22 @@ def _topic_policies(commit: wh.Commit, root: str | None, topic_config,
 
 
 # ---------------------------------------------------------------------------
-# the entry point
+# checking one snapshot
 
 
-def validate_commit(spark, warehouse: str, table: str, version: int, *,
-                    root: str | None = None, topic_config=None, compacted: bool | None = None,
-                    interval: tuple[int | None, int | None] | None = None,
-                    check_interval_start: bool = False,
-                    thresholds: Mapping[str, Any] | None = None,
-                    storage_options: dict | None = None, mark: bool = True, docs: bool = True,
-                    raise_on_failure: bool = True, now_ms: int | None = None) -> QualityResult:
-    """Validate load/reprocess commit ``version`` of ``warehouse``/``table``.
+@dataclass
+class _Settings:
+    root: str | None
+    topic_config: Any
+    compacted: bool | None
+    interval: tuple[int | None, int | None] | None
+    check_interval_start: bool
+    max_fraction: float
+    exact_counts: bool
+    storage_options: dict | None
 
-    ``spark``: a SparkSession or None (see the module docstring). Whether the
-    topic is compacted: ``compacted`` if given, else ``topic_config`` (a
-    ``TopicConfig`` or a mapping of Kafka config names), else read from the
-    topic under ``root``, else not compacted. ``interval``: ``(start_ms,
-    end_ms)`` of the run (epoch ms; either may be None). ``thresholds``: the
-    config file's ``quality`` mapping (``max_dead_letter_fraction``,
-    ``exact_row_counts``). ``mark``: record the verdict in the commit log;
-    ``docs``: write data docs and the JSON summary under the warehouse.
 
-    Returns a :class:`QualityResult`; raises :class:`QualityCheckFailed` on a
-    failed validation (unless ``raise_on_failure=False``) and
-    :class:`WarehouseError` when ``version`` is not a load or reprocess commit.
-    """
+def _settings(thresholds: Mapping[str, Any] | None, **kw) -> _Settings:
     thresholds = dict(thresholds or {})
     unknown = sorted(set(thresholds) - set(QUALITY_SETTINGS))
     if unknown:
@@ -504,68 +505,281 @@ def validate_commit(spark, warehouse: str, table: str, version: int, *,
     if not 0 <= max_fraction <= 1:
         raise ConfigError(f"quality.max_dead_letter_fraction must be between 0 and 1, "
                           f"got {max_fraction}")
+    exact = str(thresholds.get("exact_row_counts", True)).strip().lower()
+    return _Settings(max_fraction=max_fraction,
+                     exact_counts=exact not in ("false", "0", "no", "off"), **kw)
 
-    tbl = wh.Table(warehouse, table, storage_options=storage_options)
-    state = tbl.state()
-    version = int(version)
-    if version not in state.validation:
-        raise WarehouseError(f"{tbl.url}: version {version} is not a load or reprocess commit "
-                             f"(latest version {state.version})")
-    commit = tbl.read_commit(version)
 
-    compacted_topics = _topic_policies(commit, root, topic_config, compacted, storage_options)
-    all_topics = {r.topic for r in commit.ranges} | {f.topic for f in commit.add}
-    exact_counts = str(thresholds.get("exact_row_counts", True)).strip().lower()
-    exact = set() if exact_counts in ("false", "0", "no", "off") else (
-        all_topics - compacted_topics)
-    start, end = (interval or (None, None))
-    if end is None and commit.info.get("until_timestamp") is not None:
-        end = int(commit.info["until_timestamp"])
-    if not check_interval_start:
+def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
+                   docs_dir: str | None = None) -> QualityResult:
+    """Run the checks on the rows ``snapshot`` brought (no tag is moved)."""
+    summary = ir.summary_of(snapshot)
+    ranges = snapshot_ranges(summary)
+    topics = {r.topic for r in ranges}
+    compacted = _topic_policies(topics, settings.root, settings.topic_config,
+                                settings.compacted, settings.storage_options)
+    exact = (topics - compacted) if settings.exact_counts else set()
+    start, end = settings.interval or (None, None)
+    if not settings.check_interval_start:
         start = None
+    append = summary.get("operation") == "append"
+    added = int(summary["added-records"]) if append and "added-records" in summary else None
 
-    rows, parts = _frames(commit, _read_rows(spark, tbl, list(commit.add)))
-    checks = _checks(_import_gx(), compacted=compacted_topics, exact=exact,
+    rows, parts, totals = _frames(ranges, _read_rows(table, dl_table, snapshot, ranges), added)
+    checks = _checks(_import_gx(), compacted=compacted, exact=exact,
                      interval_end=None if end is None else int(end),
                      interval_start=None if start is None else int(start),
-                     max_fraction=max_fraction, any_rows=len(rows) > 0)
-    with tempfile.TemporaryDirectory(prefix="kafkastore-quality-") as docs_dir:
-        entries, pages = _run_gx(table, version, {"rows": rows, "partitions": parts}, checks,
-                                 docs_dir)
-        result = QualityResult(
-            table=table, version=version, operation=commit.operation,
-            success=all(e["success"] for e in entries), checks=entries, rows=len(rows),
-            dead_letters=int(rows["dead_letter"].sum()) if len(rows) else 0)
-        site = quality_url(warehouse, table)
-        if docs:
-            result.docs_url = f"{site}/index.html"
-            result.result_url = f"{site}/results/{version:020d}.json"
-            result.pages = [f"{site}/{p}" for p in pages]
-            qstore = Storage(warehouse, storage_options).child(f"{QUALITY_DIR}/{table}")
-            _publish(qstore, docs_dir, result)
-    if mark:
-        info = {"failed": result.failed, "checks": len(entries), "rows": result.rows,
-                "dead_letters": result.dead_letters, "docs": result.result_url}
-        result.marked_version = _mark(tbl, version, result.status, info,
-                                      int(time.time() * 1000) if now_ms is None else int(now_ms))
-    if not result.success and raise_on_failure:
-        raise QualityCheckFailed(
-            f"{table} version {version} failed quality checks {result.failed}: "
-            + "; ".join(f"{c['name']}: {c['observed']}" for c in entries if not c["success"]),
-            result)
+                     max_fraction=settings.max_fraction, any_rows=len(rows) > 0,
+                     compare_added=added is not None)
+    own_dir = docs_dir or tempfile.mkdtemp(prefix="kafkastore-quality-")
+    try:
+        entries, pages = _run_gx(name, snapshot.snapshot_id,
+                                 {"rows": rows, "partitions": parts, "totals": totals},
+                                 checks, own_dir)
+    finally:
+        if docs_dir is None:
+            import shutil
+
+            shutil.rmtree(own_dir, ignore_errors=True)
+    result = QualityResult(
+        table=name, snapshot_id=snapshot.snapshot_id,
+        operation=summary.get("kafkastore.operation", summary.get("operation", "?")),
+        success=all(e["success"] for e in entries), checks=entries, rows=len(rows),
+        dead_letters=int(rows["dead_letter"].sum()) if len(rows) else 0)
+    result.pages = pages
     return result
 
 
-def validate_for_airflow(warehouse: str, table: str, version: int | None, *,
-                         root: str | None = None,
+# ---------------------------------------------------------------------------
+# the gate: moving the validated tag
+
+
+def _supersedes(reprocess: list[Range], failed: list[Range]) -> bool:
+    """Does a reprocess with ``reprocess`` ranges delete every row a failed
+    snapshot with ``failed`` ranges brought (``offset >= from`` per partition)?"""
+    starts = {(r.topic, r.partition): r.start for r in reprocess}
+    return all((f.topic, f.partition) in starts and starts[(f.topic, f.partition)] <= f.start
+               for f in failed if f.until > f.start)
+
+
+def _pending_after(chain, verdict) -> tuple[Any, int | None]:
+    """Walk ``chain`` (snapshots after the tag, oldest first) and return (the
+    newest snapshot the tag may point at, the failed snapshot holding back the
+    rest). ``verdict(snapshot)`` is True/False for kafkastore snapshots."""
+    pending: list[tuple[int, list[Range]]] = []
+    candidate = None
+    for snap in chain:
+        summary = ir.summary_of(snap)
+        if _is_kafkastore(summary):
+            ranges = snapshot_ranges(summary)
+            if summary.get("kafkastore.operation") == "reprocess":
+                pending = [(sid, r) for sid, r in pending if not _supersedes(ranges, r)]
+            if not verdict(snap):
+                pending.append((snap.snapshot_id, ranges))
+        if not pending:
+            candidate = snap
+    return candidate, (pending[0][0] if pending else None)
+
+
+def _chain(table, target, tag_snapshot):
+    """Snapshots of main's history after the tag up to ``target``, oldest first;
+    None when the tag is already at or past ``target``.
+
+    A snapshot expired in between (its rows are still in the table but can no
+    longer be read on their own) is a WarehouseError: the tag is not moved over
+    unvalidated rows. pyiceberg's expiry cuts the child's parent link, so a cut
+    shows as a walk that ends at a root which is not the table's first snapshot
+    (sequence number above 1) or at a parent id that no longer exists.
+    """
+    tag_line = set()
+    if tag_snapshot is not None:
+        tag_line = {s.snapshot_id for s in ir.main_ancestry(table, tag_snapshot)}
+        if target.snapshot_id in tag_line:
+            return None
+    out, snap = [], target
+    while snap.snapshot_id not in tag_line:
+        out.append(snap)
+        parent = snap.parent_snapshot_id
+        nxt = None if parent is None else table.snapshot_by_id(parent)
+        if nxt is None:
+            if parent is not None or (snap.sequence_number or 1) > 1:
+                raise WarehouseError(
+                    f"table {iceberg.table_name(table.name())}: snapshots before "
+                    f"{snap.snapshot_id}, after the {ir.VALIDATED_TAG} tag, were expired before "
+                    f"they were validated; their rows cannot be checked, so the tag stays "
+                    f"(validate loads before vacuum expires them, or reprocess those offsets)")
+            break
+        snap = nxt
+    return list(reversed(out))
+
+
+def publish(table, dl_table, target, verdict, *, attempts: int = PUBLISH_ATTEMPTS):
+    """Move the ``validated`` tag as far towards ``target`` as the verdicts allow
+    (see the module docstring); returns (tag snapshot id or None, held_by)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    for _ in range(attempts):
+        table = table.refresh()
+        tag = table.snapshot_by_name(ir.VALIDATED_TAG)
+        chain = _chain(table, target, tag)
+        if chain is None:
+            return tag.snapshot_id, None
+        candidate, held_by = _pending_after(chain, verdict)
+        if candidate is None:
+            return (tag.snapshot_id if tag is not None else None), held_by
+        try:
+            with table.manage_snapshots() as ms:
+                if tag is not None:
+                    ms.remove_tag(ir.VALIDATED_TAG)
+                ms.create_tag(candidate.snapshot_id, ir.VALIDATED_TAG)
+        except CommitFailedException:
+            log.info("tag %s of %s moved meanwhile; walking again", ir.VALIDATED_TAG,
+                     iceberg.table_name(table.name()))
+            continue
+        return candidate.snapshot_id, held_by
+    raise WarehouseError(f"table {iceberg.table_name(table.name())}: could not move tag "
+                         f"{ir.VALIDATED_TAG} after {attempts} attempts (too many racing "
+                         f"validations)")
+
+
+# ---------------------------------------------------------------------------
+# the entry points
+
+
+def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None, *,
+                      catalog: Mapping[str, Any] | None = None, root: str | None = None,
+                      topic_config=None, compacted: bool | None = None,
+                      interval: tuple[int | None, int | None] | None = None,
+                      check_interval_start: bool = False,
+                      thresholds: Mapping[str, Any] | None = None,
+                      storage_options: dict | None = None, publish_tag: bool = True,
+                      docs: bool = True, raise_on_failure: bool = True) -> QualityResult:
+    """Validate the load/reprocess snapshot ``snapshot_id`` of ``table`` (default:
+    main's newest kafkastore snapshot) and, with ``publish_tag``, move the
+    ``validated`` tag (see the module docstring).
+
+    ``catalog``: the config file's ``catalog:`` properties (None: the embedded
+    default). Whether a topic is compacted: ``compacted`` if given, else
+    ``topic_config`` (a ``TopicConfig`` or a mapping of Kafka config names),
+    else read from the topic under ``root``, else not compacted.
+    ``interval``: ``(start_ms, end_ms)`` of the run. ``thresholds``: the config
+    file's ``quality`` mapping. ``docs``: write data docs and a JSON summary
+    under the warehouse.
+
+    Returns a :class:`QualityResult`; raises :class:`QualityCheckFailed` on a
+    failed validation (unless ``raise_on_failure=False``) and
+    :class:`ConfigError` for a snapshot that is not a load or reprocess on main.
+    """
+    settings = _settings(thresholds, root=root, topic_config=topic_config, compacted=compacted,
+                         interval=interval, check_interval_start=check_interval_start,
+                         storage_options=storage_options)
+    wh = iceberg.Warehouse(warehouse, catalog, storage_options)
+    tbl = wh.table(table)
+    dl_tbl = wh.load_table(table + ir.DEAD_LETTERS_SUFFIX)
+    target = _target(tbl, snapshot_id)
+    name = table
+
+    with tempfile.TemporaryDirectory(prefix="kafkastore-quality-") as docs_dir:
+        result = check_snapshot(tbl, dl_tbl, target, settings, name=name, docs_dir=docs_dir)
+        if publish_tag:
+            verdicts = {target.snapshot_id: result.success}
+
+            def verdict(snap) -> bool:
+                if snap.snapshot_id not in verdicts:
+                    verdicts[snap.snapshot_id] = check_snapshot(
+                        tbl, dl_tbl, snap, settings, name=name).success
+                return verdicts[snap.snapshot_id]
+
+            result.validated_snapshot, held_by = publish(tbl, dl_tbl, target, verdict)
+            if result.success and result.validated_snapshot is not None:
+                now = tbl.refresh()
+                tag = now.snapshot_by_name(ir.VALIDATED_TAG)
+                line = {s.snapshot_id for s in ir.main_ancestry(now, tag)} if tag else set()
+                result.published = target.snapshot_id in line
+            result.held_by = None if result.published else held_by
+        if docs:
+            site = quality_url(warehouse, table)
+            result.docs_url = f"{site}/index.html"
+            result.result_url = f"{site}/results/{result.snapshot_id}.json"
+            result.pages = [f"{site}/{p}" for p in result.pages]
+            qstore = Storage(warehouse, storage_options).child(f"{QUALITY_DIR}/{table}")
+            _publish_docs(qstore, docs_dir, result)
+        else:
+            result.pages = []
+    if not result.success and raise_on_failure:
+        raise QualityCheckFailed(
+            f"{table} snapshot {result.snapshot_id} failed quality checks {result.failed}: "
+            + "; ".join(f"{c['name']}: {c['observed']}" for c in result.checks
+                        if not c["success"]), result)
+    return result
+
+
+def _target(tbl, snapshot_id: int | None):
+    """The snapshot to validate: a kafkastore snapshot of main's history."""
+    main = list(ir.main_ancestry(tbl))
+    if snapshot_id is None:
+        snap = next((s for s in main if _is_kafkastore(ir.summary_of(s))), None)
+        if snap is None:
+            raise ConfigError(f"table {iceberg.table_name(tbl.name())} has no load or "
+                              f"reprocess snapshot to validate")
+        return snap
+    name = iceberg.table_name(tbl.name())
+    snap = tbl.snapshot_by_id(int(snapshot_id))
+    if snap is None or not _is_kafkastore(ir.summary_of(snap)):
+        raise ConfigError(f"snapshot {snapshot_id} of {name} is not a load or reprocess snapshot")
+    if snap.snapshot_id not in {s.snapshot_id for s in main}:
+        raise ConfigError(f"snapshot {snapshot_id} of {name} is not in the history of main "
+                          f"(rolled back?)")
+    return snap
+
+
+def validate_for_airflow(warehouse: str, table: str, snapshot_id: int | None, *,
+                         catalog: Mapping[str, Any] | None = None, root: str | None = None,
                          interval: tuple[int | None, int | None] | None = None,
                          thresholds: Mapping[str, Any] | None = None,
                          storage_options: dict | None = None) -> dict[str, Any]:
     """For Airflow tasks: plain arguments in, a plain dict out (``{"status": "skipped"}``
-    when there is no version to check, e.g. a load that found nothing new)."""
-    if version is None:
-        return {"table": table, "version": None, "status": "skipped"}
-    result = validate_commit(None, warehouse, table, int(version), root=root, interval=interval,
-                             thresholds=thresholds, storage_options=storage_options)
+    when there is no snapshot to check, e.g. a load that found nothing new)."""
+    if snapshot_id is None:
+        return {"table": table, "snapshot_id": None, "status": "skipped"}
+    result = validate_snapshot(warehouse, table, int(snapshot_id), catalog=catalog, root=root,
+                               interval=interval, thresholds=thresholds,
+                               storage_options=storage_options)
     print(result.render(), file=sys.stderr)
     return result.to_dict()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipelines.quality --table T [--snapshot ID]``: validate a load's
+    snapshot (default: the newest) and move the ``validated`` tag; for the demo
+    and for people (Airflow runs :func:`validate_for_airflow`). Exit 1 on a
+    failed check or bad input (one line ``kafkastore: error: ...``)."""
+    import argparse
+
+    from kafkastore.config import load_config
+    from kafkastore.errors import KafkaStoreError
+
+    p = argparse.ArgumentParser(prog="python -m pipelines.quality",
+                                description="validate a load's snapshot; move the validated tag")
+    p.add_argument("--conf")
+    p.add_argument("--root")
+    p.add_argument("--warehouse")
+    p.add_argument("--table", required=True)
+    p.add_argument("--snapshot", type=int, help="snapshot id (default: the newest load)")
+    args = p.parse_args(argv)
+    try:
+        cfg = load_config(args.conf, root=args.root)
+        result = validate_snapshot(args.warehouse or cfg.warehouse, args.table, args.snapshot,
+                                   catalog=getattr(cfg, "catalog", None) or None, root=cfg.root,
+                                   thresholds=cfg.quality,
+                                   storage_options=cfg.storage_options or None,
+                                   raise_on_failure=False)
+    except KafkaStoreError as exc:
+        print(f"kafkastore: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    print(result.render())
+    return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Spark SQL over topics and warehouse tables: temporary views and ``kafkastore sql``.
+"""Spark SQL over topics and Iceberg warehouse tables: temporary views and ``kafkastore sql``.
 
 :func:`register_views` registers, in one SparkSession:
 
@@ -7,47 +7,57 @@ view                               holds
 =================================  ==========================================================
 ``<topic>``, ``topic_<topic>``     the topic, through the ``kafkastore`` data source (Spark's
                                    Kafka schema, ``headers`` included); read when queried
-``<table>``, ``table_<table>``     the table's committed live *data* files, as listed by the
-                                   commit log when the view was registered
-``<table>_dead_letters``           its live dead-letter files
-``<table>_validated``              only the rows of commits whose validation ``passed``
+``<table>``, ``table_<table>``     one snapshot of the Iceberg table (the current one of
+                                   ``main``, or the one time travel asks for)
+``<table>_dead_letters``           the dead-letter table, itself an Iceberg table
+``<table>_validated``              the table as of its ``validated`` tag: only rows of loads
+                                   whose quality checks passed (see docs/DECISIONS.md);
+                                   empty while no load passed
 ``kafkastore_offsets``             ``topic, partition, log_start_offset, high_watermark``
-``warehouse_commits``              ``table, version, run_id, operation, topic, partition,
-                                   from, until, validated, user, time, validates``: one row
-                                   per commit and offset range (commits without ranges:
-                                   one row, null range); ``validated`` is the current status
-                                   of a load/reprocess version, or the verdict of a
-                                   ``validate`` commit
-``warehouse_files``                ``table, path, kind, topic, partition, min_offset,
-                                   max_offset, rows, bytes, date, min_timestamp,
-                                   max_timestamp, version, validated``: every live file
+``warehouse_offsets``              ``table, topic, partition, committed_offset, snapshot_id,
+                                   committed_at``: the ``kafkastore.offsets`` of the snapshot
+                                   read (the newest carrying them in its ancestry)
+``warehouse_snapshots``            ``table, snapshot_id, parent_id, committed_at, operation,
+                                   kafkastore_operation, run_id, in_main, refs, summary``:
+                                   every snapshot of every table (summary as a map)
+``warehouse_files``                ``table, snapshot_id, path, records, bytes,
+                                   delete_files``: the data files planned for the snapshot
+                                   read
 views in ``sql/views/*.sql``       e.g. ``load_lag``, ``dead_letters_per_table``, built on
-                                   the three views above
+                                   the views above
 =================================  ==========================================================
 
-Naming. Topic and table names may hold ``.`` and ``-``; a view name is the
-name with every character outside ``[A-Za-z0-9_]`` replaced by ``_`` (and a
-leading ``_`` before a digit). Spark compares view names case-insensitively.
-When two views want the same name, the first claim in this order wins:
-built-in views (the three above and those of ``sql/views``), the aliases
-``table_<t>`` and ``topic_<t>``, table names, ``<table>_dead_letters`` /
-``<table>_validated``, topic names. So on a topic/table collision **the table
-keeps the plain name** and the topic is reachable as ``topic_<name>``. The
-aliases always exist: when even an alias is taken (two names that sanitize
-alike), it gets a ``_2``, ``_3``, ... suffix. :func:`register_views` returns
-what each view name holds.
+Naming. Tables of the ``default`` namespace are named as they are
+(``order_events``); tables of another namespace ``ns`` as ``ns.name``. Topic
+and table names may hold ``.`` and ``-``; a view name is the name with every
+character outside ``[A-Za-z0-9_]`` replaced by ``_`` (and a leading ``_``
+before a digit). Spark compares view names case-insensitively. When two views
+want the same name, the first claim in this order wins: built-in views (those
+above and those of ``sql/views``), the aliases ``table_<t>`` and
+``topic_<t>``, table names, ``<table>_validated``, topic names. So on a
+topic/table collision **the table keeps the plain name** and the topic is
+reachable as ``topic_<name>``. The aliases always exist: when even an alias
+is taken (two names that sanitize alike), it gets a ``_2``, ``_3``, ...
+suffix. :func:`register_views` returns what each view name holds.
 
-Reading tables. Views list files from the commit log (``Table.live_files``),
-never by directory discovery, so uncommitted or removed files are never read.
-``file://`` tables are read by Spark itself (``spark.read.parquet`` over the
-file paths, ``mergeSchema`` on, so columns added by later loads appear as null
-in older rows): scalable, the files never pass through the driver. Other URLs
-(``s3://``, ``memory://``) are read on the driver with pyarrow through fsspec
-and handed to Spark as an Arrow table: this session has no ``s3a``
-filesystem, and fsspec honours the same ``storage_options`` as every other
-part of kafkastore; it suits tables up to a few GB. A view is a snapshot of the
-table at registration; register again to see newer commits (``run_sql`` does
-for every call).
+Reading tables. A view reads exactly one snapshot: the data files pyiceberg
+plans for it (:mod:`pipelines.iceberg_read`), never a directory listing, so
+uncommitted, replaced or expired files are never read. When every planned file
+is on ``file://`` and none has delete files, Spark reads the Parquet files
+itself with the snapshot's Iceberg schema (columns a file lacks are null):
+scalable, the files never pass through the driver. Otherwise (``s3://`` and
+other object stores, which this Spark cannot read without ``s3a``; files with
+positional deletes) pyiceberg reads the snapshot to Arrow on the driver,
+applying the deletes (equality deletes are refused with an error), and hands
+it to Spark; that suits tables up to a few GB. A view is the snapshot chosen at
+registration; ``run_sql`` registers again for every call.
+
+Time travel (:class:`~pipelines.iceberg_read.AsOf`): ``as_of_snapshot`` reads
+the one table holding that snapshot id as of it (an id no table holds is an
+error); ``as_of_timestamp`` reads every table and dead-letter table as of its
+newest ``main`` snapshot at or before that time (empty when the table had
+none then). ``<table>_validated`` always reads the tag as it is now, and
+topics are always read as they are now (the log has no history).
 
 :func:`run_sql` registers the views a query needs (names it mentions, plus
 the dependencies of ``sql/views``; everything for ``SHOW ...``), runs one
@@ -68,33 +78,29 @@ import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, TextIO
+from typing import Any, Iterable, Iterator, Mapping, TextIO
 
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 from kafkastore.topics import describe_topic, list_topics
 
-from . import warehouse as wh
+from . import iceberg
+from . import iceberg_read as ir
 
 log = logging.getLogger(__name__)
 
 SQL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sql")
 VIEWS_DIR = os.path.join(SQL_DIR, "views")
-META_VIEWS = ("kafkastore_offsets", "warehouse_commits", "warehouse_files")
+META_VIEWS = ("kafkastore_offsets", "warehouse_offsets", "warehouse_snapshots", "warehouse_files")
 
-TOPIC_DDL = ("key binary, value binary, topic string, partition int, offset bigint, "
-             "timestamp timestamp, timestampType int, "
-             "headers array<struct<key: string, value: binary>>")
-DEAD_LETTER_DDL = ("topic string, partition int, offset bigint, timestamp timestamp, "
-                   "timestampType int, key binary, value binary, "
-                   "headers array<struct<key: string, value: binary>>, error string")
 OFFSETS_DDL = "topic string, partition int, log_start_offset bigint, high_watermark bigint"
-COMMITS_DDL = ("table string, version bigint, run_id string, operation string, topic string, "
-               "partition int, from bigint, until bigint, validated string, user string, "
-               "time_ms bigint, validates bigint")
-FILES_DDL = ("table string, path string, kind string, topic string, partition int, "
-             "min_offset bigint, max_offset bigint, rows bigint, bytes bigint, date string, "
-             "min_timestamp_ms bigint, max_timestamp_ms bigint, version bigint, validated string")
+WAREHOUSE_OFFSETS_DDL = ("table string, topic string, partition int, committed_offset bigint, "
+                         "snapshot_id bigint, committed_ms bigint")
+SNAPSHOTS_DDL = ("table string, snapshot_id bigint, parent_id bigint, committed_ms bigint, "
+                 "operation string, kafkastore_operation string, run_id string, in_main boolean, "
+                 "refs array<string>, summary map<string, string>")
+FILES_DDL = ("table string, snapshot_id bigint, path string, records bigint, bytes bigint, "
+             "delete_files int")
 
 _NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -115,6 +121,10 @@ def sanitize(name: str) -> str:
     return ident
 
 
+def is_dead_letter_table(name: str) -> bool:
+    return name.endswith(ir.DEAD_LETTERS_SUFFIX)
+
+
 # ---------------------------------------------------------------------------
 # naming
 
@@ -122,7 +132,7 @@ def sanitize(name: str) -> str:
 @dataclass(frozen=True)
 class _Claim:
     name: str          # wanted view name
-    kind: str          # topic | table | dead_letters | validated | meta
+    kind: str          # topic | table | validated | meta
     source: str        # topic or table name
     alias: bool        # aliases must exist: suffix on collision instead of skipping
 
@@ -133,9 +143,8 @@ def _claims(topics: list[str], tables: list[str], builtin: Iterable[str]) -> lis
     out += [_Claim(f"table_{sanitize(t)}", "table", t, True) for t in sorted(tables)]
     out += [_Claim(f"topic_{sanitize(t)}", "topic", t, True) for t in sorted(topics)]
     out += [_Claim(sanitize(t), "table", t, False) for t in sorted(tables)]
-    for t in sorted(tables):
-        out.append(_Claim(f"{sanitize(t)}_dead_letters", "dead_letters", t, False))
-        out.append(_Claim(f"{sanitize(t)}_validated", "validated", t, False))
+    out += [_Claim(f"{sanitize(t)}_validated", "validated", t, False) for t in sorted(tables)
+            if not is_dead_letter_table(t)]
     out += [_Claim(sanitize(t), "topic", t, False) for t in sorted(topics)]
     return out
 
@@ -267,33 +276,53 @@ def _sql_views(directory: str | None) -> list[_SqlView]:
 # registration
 
 
+@dataclass
+class _Read:
+    """One table as a view reads it: the pyiceberg table and the snapshot chosen."""
+
+    name: str
+    table: Any
+    snapshot: Any
+    schema: Any
+    note: str
+
+
 def register_views(spark, root: str | None, warehouse: str | None,
                    storage_options: dict | None = None, *, only: Iterable[str] | None = None,
-                   views_dir: str | None = VIEWS_DIR) -> dict[str, str]:
+                   views_dir: str | None = VIEWS_DIR, catalog: Mapping[str, Any] | None = None,
+                   as_of_snapshot: int | str | None = None,
+                   as_of_timestamp: int | str | None = None) -> dict[str, str]:
     """Register topics, tables and the built-in views as temporary views.
 
     ``root`` / ``warehouse``: storage URLs (either may be None to skip it).
-    ``only``: view names (lower case) to register, e.g. the words of a query;
-    the views they build on come along. None registers everything.
+    ``catalog``: the config file's ``catalog:`` properties (None: the embedded
+    default). ``only``: view names (lower case) to register, e.g. the words of
+    a query; the views they build on come along. None registers everything.
     ``views_dir``: the ``*.sql`` view definitions (default: the repository's
-    ``sql/views``; None for none). Returns ``{view name: what it holds}``.
-    Views this function registered earlier in the session and that no longer
-    exist (a dropped table) are dropped.
+    ``sql/views``; None for none). ``as_of_snapshot`` / ``as_of_timestamp``
+    (epoch ms or ISO 8601): time travel, see the module docstring. Returns
+    ``{view name: what it holds}``. Views this function registered earlier in
+    the session and that no longer exist (a dropped table) are dropped.
     """
     storage_options = dict(storage_options or {})
+    snapshot_id = None if as_of_snapshot is None else ir.parse_snapshot_id(as_of_snapshot)
+    ts = None if as_of_timestamp is None else ir.parse_timestamp(as_of_timestamp)
+    if snapshot_id is not None and ts is not None:
+        raise ConfigError("give --as-of-snapshot or --as-of-timestamp, not both")
     topics = list_topics(Storage(root, storage_options)) if root else []
-    tables = wh.list_tables(warehouse, storage_options) if warehouse else []
+    wh = iceberg.Warehouse(warehouse, catalog, storage_options) if warehouse else None
+    tables = wh.list_tables() if wh is not None else []
     sql_views = _sql_views(views_dir)
     names = plan_names(topics, tables, list(META_VIEWS) + [v.name for v in sql_views])
     wanted = _wanted(names, sql_views, only)
 
-    tables_needed = sorted({src for name, (kind, src) in names.items()
-                            if name.lower() in wanted and kind in ("table", "dead_letters",
-                                                                   "validated")})
     need_meta = {m for m in META_VIEWS if m in wanted}
-    if need_meta & {"warehouse_files", "warehouse_commits"}:
+    tables_needed = sorted({src for name, (kind, src) in names.items()
+                            if name.lower() in wanted and kind in ("table", "validated")})
+    if need_meta - {"kafkastore_offsets"} or snapshot_id is not None:
         tables_needed = sorted(tables)
-    states = _states(warehouse, tables_needed, storage_options)
+    loaded = _load_tables(wh, tables_needed)
+    reads = _choose(loaded, ir.AsOf(snapshot_id=snapshot_id, timestamp_ms=ts), warehouse)
 
     registered: dict[str, str] = {}
     for name, (kind, src) in names.items():
@@ -302,21 +331,29 @@ def register_views(spark, root: str | None, warehouse: str | None,
         if kind == "topic":
             _topic_frame(spark, root, src, storage_options).createOrReplaceTempView(name)
             registered[name] = f"topic {src!r} under {root}"
+            continue
+        if kind == "validated":
+            table = loaded[src]
+            read = _Read(src, table, table.snapshot_by_name(ir.VALIDATED_TAG), table.schema(),
+                         f"tag {ir.VALIDATED_TAG}")
         else:
-            table, state = states[src]
-            df, note = _table_frame(spark, table, state, kind)
-            df.createOrReplaceTempView(name)
-            registered[name] = f"{note} of table {src!r} (version {state.version})"
+            read = reads[src]
+        table_frame(spark, read.table, read.snapshot, read.schema).createOrReplaceTempView(name)
+        sid = read.snapshot.snapshot_id if read.snapshot is not None else None
+        registered[name] = f"table {src!r} at {read.note} (snapshot {sid})"
     if "kafkastore_offsets" in need_meta:
         _offsets_frame(spark, root, topics, storage_options).createOrReplaceTempView(
             "kafkastore_offsets")
         registered["kafkastore_offsets"] = "log start offset and high watermark per partition"
-    if "warehouse_commits" in need_meta:
-        _commits_frame(spark, states).createOrReplaceTempView("warehouse_commits")
-        registered["warehouse_commits"] = "every commit and offset range of every table"
+    if "warehouse_offsets" in need_meta:
+        _warehouse_offsets_frame(spark, reads).createOrReplaceTempView("warehouse_offsets")
+        registered["warehouse_offsets"] = "committed offsets of every table"
+    if "warehouse_snapshots" in need_meta:
+        _snapshots_frame(spark, loaded).createOrReplaceTempView("warehouse_snapshots")
+        registered["warehouse_snapshots"] = "every snapshot of every table"
     if "warehouse_files" in need_meta:
-        _files_frame(spark, states).createOrReplaceTempView("warehouse_files")
-        registered["warehouse_files"] = "every live file of every table"
+        _files_frame(spark, reads).createOrReplaceTempView("warehouse_files")
+        registered["warehouse_files"] = "the planned data files of every table"
     for v in sql_views:
         if v.name.lower() in wanted:
             spark.sql(v.statement)
@@ -324,6 +361,37 @@ def register_views(spark, root: str | None, warehouse: str | None,
 
     _drop_stale(spark, {n.lower() for n in registered}, wanted, only is None)
     return registered
+
+
+def _load_tables(wh, names: list[str]) -> dict[str, Any]:
+    """``{name: pyiceberg table}``, loaded in parallel (each reads its metadata file)."""
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
+        return dict(zip(names, pool.map(wh.table, names)))
+
+
+def _choose(loaded: dict[str, Any], as_of: ir.AsOf, warehouse: str | None) -> dict[str, _Read]:
+    """The snapshot each table is read at (time travel applied)."""
+    reads = {}
+    holder = None
+    if as_of.snapshot_id is not None:
+        holder = next((n for n, t in loaded.items()
+                       if t.snapshot_by_id(as_of.snapshot_id) is not None), None)
+        if holder is None:
+            raise ConfigError(f"unknown snapshot {as_of.snapshot_id}: no table under "
+                              f"{warehouse} has it (see the warehouse_snapshots view)")
+    for name, table in loaded.items():
+        if holder is not None and name != holder:
+            mine = ir.AsOf()
+        else:
+            mine = as_of
+        snap = ir.select_snapshot(table, mine)
+        schema = table.schema()
+        if mine != ir.AsOf() and snap is not None and snap.schema_id is not None:
+            schema = table.schemas().get(snap.schema_id, schema)
+        reads[name] = _Read(name, table, snap, schema, mine.describe())
+    return reads
 
 
 def _drop_stale(spark, now: set[str], wanted: set[str], full: bool) -> None:
@@ -353,18 +421,6 @@ def _wanted(names: dict[str, tuple[str, str]], sql_views: list[_SqlView],
     return wanted
 
 
-def _states(warehouse: str | None, tables: list[str], storage_options: dict):
-    """``{table: (Table, TableState)}``, read in parallel (each is a commit-log replay)."""
-    if not tables:
-        return {}
-
-    def one(name):
-        t = wh.Table(warehouse, name, storage_options=storage_options)
-        return name, (t, t.state())
-
-    with ThreadPoolExecutor(max_workers=min(8, len(tables))) as pool:
-        return dict(pool.map(one, tables))
-
 
 def _topic_frame(spark, root: str, topic: str, storage_options: dict):
     from .datasource import read_topic
@@ -373,49 +429,61 @@ def _topic_frame(spark, root: str, topic: str, storage_options: dict):
                       includeHeaders=True)
 
 
-def _table_frame(spark, table: wh.Table, state: wh.TableState, kind: str):
-    """(DataFrame over the table's live files of ``kind``, description)."""
-    if kind == "dead_letters":
-        files = state.live_files("dead_letter")
-        return _read_files(spark, table, files, DEAD_LETTER_DDL), "live dead-letter files"
-    files = state.live_files("data")
-    if kind == "validated":
-        files = [f for f in files if state.validation.get(f.version) == "passed"]
-        note = "rows of validated commits"
-    else:
-        note = "live data files"
-    # The schema comes from all live data files, so <t> and <t>_validated agree
-    # even when no validated file carries a newer column yet.
-    return _read_files(spark, table, files, TOPIC_DDL, schema_files=state.live_files("data")), note
+def table_frame(spark, table, snapshot, schema=None):
+    """A DataFrame over one snapshot of an Iceberg table (see the module
+    docstring on how it is read). ``schema``: the Iceberg schema to read with
+    (default: the table's current one)."""
+    schema = schema or table.schema()
+    ddl = spark_ddl(schema)
+    if snapshot is None:
+        return spark.createDataFrame([], ddl)
+    plan = iceberg.plan_scan(table, snapshot_id=snapshot.snapshot_id)
+    if not plan.files:
+        return spark.createDataFrame([], ddl)
+    if not plan.delete_files and all(f.startswith("file:") for f in plan.files):
+        from pyspark.errors import PySparkException
+
+        try:
+            return spark.read.schema(ddl).parquet(*plan.urls())
+        except PySparkException as exc:   # e.g. a data file deleted behind Iceberg's back
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise WarehouseError(f"table {plan.table} snapshot {plan.snapshot_id}: cannot read "
+                                 f"its data files: {first}") from None
+    arrow = ir.read_snapshot(table, snapshot)
+    if arrow.num_rows == 0:
+        return spark.createDataFrame([], ddl)
+    return spark.createDataFrame(arrow, ddl)
 
 
-def _read_files(spark, table: wh.Table, files: list[wh.DataFile], empty_ddl: str,
-                schema_files: list[wh.DataFile] | None = None):
-    """A DataFrame over ``files`` of ``table`` (see the module docstring on how).
+def spark_ddl(schema) -> str:
+    """Spark DDL for an Iceberg schema (``timestamptz`` -> ``timestamp``)."""
+    return ", ".join(f"`{f.name}` {_spark_type(f.field_type)}" for f in schema.fields)
 
-    ``schema_files`` (default ``files``) decide the schema; an empty file list
-    gives an empty frame with that schema, or ``empty_ddl`` when there are none.
-    """
-    schema_files = files if schema_files is None else schema_files
-    if not schema_files:
-        return spark.createDataFrame([], empty_ddl)
-    if table.url.startswith("file://"):
-        reader = spark.read.option("mergeSchema", "true")
-        if len(schema_files) != len(files):
-            schema = reader.parquet(*[table.file_url(f.path) for f in schema_files]).schema
-            if not files:
-                return spark.createDataFrame([], schema)
-            reader = reader.schema(schema)
-        return reader.parquet(*[table.file_url(f.path) for f in files])
-    if not files:
-        import io
 
-        import pyarrow.parquet as pq
+_PRIMITIVES = {"boolean": "boolean", "int": "int", "long": "bigint", "float": "float",
+               "double": "double", "date": "date", "string": "string", "uuid": "string",
+               "binary": "binary", "timestamptz": "timestamp", "timestamp": "timestamp_ntz",
+               "timestamptz_ns": "timestamp", "timestamp_ns": "timestamp_ntz", "time": "bigint"}
 
-        schema = pq.read_schema(io.BytesIO(table.storage.get(schema_files[0].path)))
-        return spark.createDataFrame(schema.empty_table())
-    return spark.createDataFrame(wh.read_files(table.url, files,
-                                               storage_options=table.storage_options))
+
+def _spark_type(t) -> str:
+    from pyiceberg import types as it
+
+    if isinstance(t, it.StructType):
+        return "struct<" + ", ".join(f"`{f.name}`: {_spark_type(f.field_type)}"
+                                     for f in t.fields) + ">"
+    if isinstance(t, it.ListType):
+        return f"array<{_spark_type(t.element_type)}>"
+    if isinstance(t, it.MapType):
+        return f"map<{_spark_type(t.key_type)}, {_spark_type(t.value_type)}>"
+    if isinstance(t, it.DecimalType):
+        return f"decimal({t.precision}, {t.scale})"
+    if isinstance(t, it.FixedType):
+        return "binary"
+    name = str(t)
+    if name not in _PRIMITIVES:
+        raise ConfigError(f"Iceberg type {name} has no Spark equivalent here")
+    return _PRIMITIVES[name]
 
 
 def _offsets_frame(spark, root: str | None, topics: list[str], storage_options: dict):
@@ -430,43 +498,50 @@ def _offsets_frame(spark, root: str | None, topics: list[str], storage_options: 
     return spark.createDataFrame(rows, OFFSETS_DDL)
 
 
-def _commits_frame(spark, states):
-    def history(item):
-        name, (table, state) = item
-        return name, state, table.history()
+def _with_time(df, column: str, alias: str):
+    cols = [f"`{c}`" if c != column else f"timestamp_millis(`{c}`) AS {alias}"
+            for c in df.columns]
+    return df.selectExpr(*cols)
 
+
+def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
     rows = []
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(states)))) as pool:
-        for name, state, commits in pool.map(history, sorted(states.items())):
-            for version, c in commits:
-                status = (state.validation.get(version) if c.operation in ("load", "reprocess")
-                          else c.validated)
-                common = (c.run_id, c.operation)
-                tail = (status, c.user, c.now_ms, c.validates)
-                if not c.ranges:
-                    rows.append((name, version, *common, None, None, None, None, *tail))
-                for r in c.ranges:
-                    rows.append((name, version, *common, r.topic, r.partition, r.from_offset,
-                                 r.until, *tail))
-    df = spark.createDataFrame(rows, COMMITS_DDL)
-    return df.selectExpr("`table`", "version", "run_id", "operation", "topic", "partition",
-                         "`from`", "`until`", "validated", "`user`",
-                         "timestamp_millis(time_ms) AS time", "validates")
+    for name, r in sorted(reads.items()):
+        snap = next((s for s in ir.main_ancestry(r.table, r.snapshot)
+                     if iceberg.snapshot_offsets(s) is not None), None)
+        if snap is None:
+            continue
+        for (topic, p), o in sorted(iceberg.snapshot_offsets(snap).items()):
+            rows.append((name, topic, p, o, snap.snapshot_id, snap.timestamp_ms))
+    return _with_time(spark.createDataFrame(rows, WAREHOUSE_OFFSETS_DDL), "committed_ms",
+                      "committed_at")
 
 
-def _files_frame(spark, states):
+def _snapshots_frame(spark, loaded: dict[str, Any]):
     rows = []
-    for name, (_table, state) in sorted(states.items()):
-        for f in state.live_files(None):
-            rows.append((name, f.path, f.kind, f.topic, f.partition, f.min_offset, f.max_offset,
-                         f.rows, f.bytes, f.date, f.min_timestamp, f.max_timestamp, f.version,
-                         state.validation.get(f.version)))
-    df = spark.createDataFrame(rows, FILES_DDL)
-    return df.selectExpr("`table`", "path", "kind", "topic", "partition", "min_offset",
-                         "max_offset", "rows", "bytes", "date",
-                         "timestamp_millis(min_timestamp_ms) AS min_timestamp",
-                         "timestamp_millis(max_timestamp_ms) AS max_timestamp",
-                         "version", "validated")
+    for name, table in sorted(loaded.items()):
+        main = {s.snapshot_id for s in ir.main_ancestry(table)}
+        refs: dict[int, list[str]] = {}
+        for ref, r in table.refs().items():
+            refs.setdefault(r.snapshot_id, []).append(ref)
+        for s in table.snapshots():
+            summary = ir.summary_of(s)
+            rows.append((name, s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms,
+                         summary.get("operation"), summary.get("kafkastore.operation"),
+                         summary.get("kafkastore.run-id"), s.snapshot_id in main,
+                         sorted(refs.get(s.snapshot_id, [])), summary))
+    return _with_time(spark.createDataFrame(rows, SNAPSHOTS_DDL), "committed_ms", "committed_at")
+
+
+def _files_frame(spark, reads: dict[str, _Read]):
+    rows = []
+    for name, r in sorted(reads.items()):
+        if r.snapshot is None:
+            continue
+        for t in r.table.scan(snapshot_id=r.snapshot.snapshot_id).plan_files():
+            rows.append((name, r.snapshot.snapshot_id, t.file.file_path, t.file.record_count,
+                         t.file.file_size_in_bytes, len(t.delete_files)))
+    return spark.createDataFrame(rows, FILES_DDL)
 
 
 # ---------------------------------------------------------------------------
@@ -475,12 +550,16 @@ def _files_frame(spark, states):
 
 def run_sql(spark, query: str, *, root: str | None, warehouse: str | None,
             storage_options: dict | None = None, fmt: str = "table",
-            out: TextIO | None = None, views_dir: str | None = VIEWS_DIR) -> list[Any]:
+            out: TextIO | None = None, views_dir: str | None = VIEWS_DIR,
+            catalog: Mapping[str, Any] | None = None, as_of_snapshot: int | str | None = None,
+            as_of_timestamp: int | str | None = None) -> list[Any]:
     """Register the views ``query`` needs, run its statements in order and print
     every result that has columns to ``out`` (default stdout).
 
     ``fmt``: ``table`` (aligned text, cells cut at 120 characters) or ``jsonl``
-    (one JSON object per row). Returns the DataFrames of the statements.
+    (one JSON object per row). ``catalog``, ``as_of_snapshot`` and
+    ``as_of_timestamp``: see :func:`register_views`. Returns the DataFrames of
+    the statements.
     """
     if fmt not in ("table", "jsonl"):
         raise ConfigError(f"format must be table or jsonl, got {fmt!r}")
@@ -490,7 +569,9 @@ def run_sql(spark, query: str, *, root: str | None, warehouse: str | None,
         raise ConfigError("no SQL statement given")
     words = referenced_names(query)
     only = None if "show" in words or "describe" in words else words
-    register_views(spark, root, warehouse, storage_options, only=only, views_dir=views_dir)
+    register_views(spark, root, warehouse, storage_options, only=only, views_dir=views_dir,
+                   catalog=catalog, as_of_snapshot=as_of_snapshot,
+                   as_of_timestamp=as_of_timestamp)
     frames, printed = [], 0
     for stmt in statements:
         with _spark_errors():

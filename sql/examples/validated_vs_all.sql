@@ -1,11 +1,13 @@
--- Rows per table version and validation status, and how many rows the
--- `order_events_validated` view (only commits whose quality checks passed) holds.
+-- The snapshots of `order_events` (main's history and the `validated` tag), and
+-- how many rows `order_events` (main: everything loaded) and
+-- `order_events_validated` (the `validated` tag: only loads whose quality checks
+-- passed) hold.
 --   kafkastore sql --file sql/examples/validated_vs_all.sql
-SELECT version, validated, kind, sum(rows) AS rows, count(*) AS files
-FROM warehouse_files
+SELECT snapshot_id, committed_at, kafkastore_operation, run_id, refs,
+       summary['added-records'] AS added_records
+FROM warehouse_snapshots
 WHERE `table` = 'order_events'
-GROUP BY version, validated, kind
-ORDER BY version, kind;
+ORDER BY committed_at, snapshot_id;
 
 SELECT (SELECT count(*) FROM order_events) AS all_rows,
        (SELECT count(*) FROM order_events_validated) AS validated_rows

@@ -1,7 +1,8 @@
-"""Great Expectations checks of warehouse commits (real GX, no mocks).
+"""The quality gate: Great Expectations checks of a load's snapshot and the
+``validated`` tag (real GX, real pyiceberg catalogs, no mocks).
 
-Most commits here are written directly with the warehouse writer (fast, and
-they can be tampered with precisely); one is a real Spark load.
+Most snapshots here are committed directly with the Iceberg table API (fast,
+and they can be tampered with precisely); one is a real Spark load.
 """
 from __future__ import annotations
 
@@ -13,237 +14,271 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError, WarehouseError
-from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
-from pipelines import warehouse as wh
-from pipelines.quality import QualityCheckFailed, validate_commit
+from pipelines import iceberg as ice
+from pipelines.iceberg_read import VALIDATED_TAG
+from pipelines.offset_ranges import OffsetRange
+from pipelines.quality import QualityCheckFailed, publish, validate_snapshot
 
 T0 = 1_704_067_200_000        # 2024-01-01T00:00Z
-NOW = T0 + 86_400_000
+SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                    ("partition", pa.int32()), ("offset", pa.int64()),
+                    ("timestamp", pa.timestamp("us", tz="UTC"))])
+DL_SCHEMA = pa.schema(list(SCHEMA) + [pa.field("error", pa.string())])
 
 
-def rows(topic, partition, offsets, *, ts=None, keys=None):
+def rows(topic, partition, offsets, *, ts=None, keys=None, error=None):
     """Kafka-schema rows: one per offset, timestamps T0 + offset seconds unless given."""
     n = len(offsets)
     ts = ts if ts is not None else [T0 + o * 1000 for o in offsets]
-    keys = keys if keys is not None else [b"k%d" % o for o in offsets]
-    return pa.table({
-        "key": pa.array(keys, pa.binary()), "value": pa.array([b"{}"] * n, pa.binary()),
-        "topic": pa.array([topic] * n, pa.string()),
-        "partition": pa.array([partition] * n, pa.int32()),
-        "offset": pa.array(offsets, pa.int64()),
-        "timestamp": pa.array(ts, pa.timestamp("ms", tz="UTC")),
-        "timestampType": pa.array([0] * n, pa.int32()),
-    })
+    cols = {"key": keys if keys is not None else [b"k%d" % o for o in offsets],
+            "value": [b"{}"] * n, "topic": [topic] * n, "partition": [partition] * n,
+            "offset": list(offsets), "timestamp": [t * 1000 for t in ts]}
+    if error is not None:
+        cols["error"] = [error] * n
+        return pa.table(cols, schema=DL_SCHEMA)
+    return pa.table(cols, schema=SCHEMA)
 
 
-def commit(warehouse, table, ranges, data=(), dead=(), *, run=None, info=None):
-    """Write ``data`` / ``dead`` (pyarrow tables) and commit them as one load."""
-    t = wh.Table(warehouse, table)
-    run = run or f"run-{t.state().version + 1}"
-    files = []
-    for tbl in data:
-        files += wh.write_files(t.url, tbl, run_id=run)
-    for tbl in dead:
-        files += wh.write_files(t.url, tbl.append_column("error", pa.array(
-            ["bad"] * tbl.num_rows, pa.string())), run_id=run, kind="dead_letter")
-    return t.commit(wh.Commit.load(run, files, ranges, now_ms=NOW, info=info)).version
+def _write(wh, table, data) -> str:
+    url = f"{table.location()}/data/{uuid.uuid4().hex}.parquet"
+    with fsspec.open(url, "wb", **wh.storage_options) as f:
+        pq.write_table(data, f)
+    return url
+
+
+def commit(wh, name, ranges, data=(), dead=(), *, operation="load", delete_from=()):
+    """Commit ``data`` (and ``dead`` to ``<name>_dead_letters``) as one run;
+    ``ranges``: ``{(topic, partition): (from, until)}``. Returns the snapshot id."""
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    rs = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items()))
+    if dead:
+        dl = wh.create_table(name + "_dead_letters", DL_SCHEMA)
+        ice.commit(dl, ice.KafkaCommit(run, operation, rs,
+                                       files=tuple(_write(wh, dl, d) for d in dead)))
+    table = wh.create_table(name, SCHEMA)
+    deletes = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items())
+                    ) if operation == "reprocess" else ()
+    return ice.commit(table, ice.KafkaCommit(
+        run, operation, rs, files=tuple(_write(wh, table, d) for d in data),
+        delete_from=delete_from or deletes)).snapshot_id
+
+
+def tag(wh, name):
+    snap = wh.table(name).snapshot_by_name(VALIDATED_TAG)
+    return None if snap is None else snap.snapshot_id
+
+
+def validated_offsets(wh, name):
+    t = wh.table(name)
+    snap = t.snapshot_by_name(VALIDATED_TAG)
+    if snap is None:
+        return []
+    return sorted(t.scan(snapshot_id=snap.snapshot_id).to_arrow()["offset"].to_pylist())
 
 
 @pytest.fixture
-def wh_url(tmp_path):
-    return f"file://{tmp_path}/warehouse"
+def wh(tmp_path):
+    return ice.Warehouse(f"file://{tmp_path}/warehouse")
 
 
-def test_clean_commit_passes_is_marked_and_documented(wh_url, tmp_path):
-    v = commit(wh_url, "t1", {("orders", 0): (0, 10), ("orders", 1): (5, 8)},
-               [rows("orders", 0, list(range(10))), rows("orders", 1, [5, 6, 7])])
-    result = validate_commit(None, wh_url, "t1", v, compacted=False)
-    assert result.success and result.status == "passed"
-    assert result.rows == 13 and result.dead_letters == 0
+def test_clean_load_passes_moves_the_tag_and_is_documented(wh, tmp_path):
+    sid = commit(wh, "t1", {("orders", 0): (0, 3), ("orders", 1): (0, 2)},
+                 [rows("orders", 0, [0, 1, 2]), rows("orders", 1, [0, 1])])
+    result = validate_snapshot(wh.url, "t1", sid, compacted=False)
+    assert result.success and result.rows == 5 and result.dead_letters == 0
+    assert result.published and result.validated_snapshot == sid == tag(wh, "t1")
     names = [c["name"] for c in result.checks]
-    assert names == ["offsets_unique", "offsets_at_or_after_range_from",
-                     "offsets_before_range_until", "rows_match_commit", "rows_cover_range",
-                     "dead_letter_fraction"]
-    table = wh.Table(wh_url, "t1")
-    assert table.state().validation[v] == "passed"
-    assert result.marked_version == v + 1
-    assert table.read_commit(v + 1).operation == "validate"
-    site = tmp_path / "warehouse" / "_quality" / "t1"
-    assert (site / "index.html").exists()
-    assert (site / "static" / "styles" / "data_docs_default_styles.css").exists()
-    assert len(result.pages) == 2
-    for page in result.pages:
-        assert (site / page.split("/_quality/t1/", 1)[1]).exists()
-    summary = json.loads((site / "results" / f"{v:020d}.json").read_text())
-    assert summary["status"] == "passed" and summary["version"] == v
-    # Validating again records nothing new (the status is already there).
-    again = validate_commit(None, wh_url, "t1", v, compacted=False)
-    assert again.success and again.marked_version is None
-    assert table.state().version == v + 1
+    assert {"offsets_unique", "rows_match_snapshot", "rows_cover_range",
+            "dead_letter_fraction"} <= set(names)
+    index = tmp_path / "warehouse" / "_quality" / "t1" / "index.html"
+    assert index.exists() and "<html" in index.read_text().lower()
+    summary = json.loads((tmp_path / "warehouse" / "_quality" / "t1" / "results" /
+                          f"{sid}.json").read_text())
+    assert summary["status"] == "passed" and summary["validated_snapshot"] == sid
+    # Validating again changes nothing.
+    assert validate_snapshot(wh.url, "t1", sid, compacted=False, docs=False).published
 
 
-def test_duplicate_offsets_fail_and_mark_the_commit_failed(wh_url, tmp_path):
-    # A tampered commit: offset 3 of partition 0 is in two files.
-    v = commit(wh_url, "t2", {("orders", 0): (0, 6)},
-               [rows("orders", 0, [0, 1, 2, 3]), rows("orders", 0, [3, 4, 5])])
+def test_duplicate_offsets_fail_and_keep_the_tag(wh):
+    good = commit(wh, "t2", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1])])
+    validate_snapshot(wh.url, "t2", good, compacted=False, docs=False)
+    bad = commit(wh, "t2", {("orders", 0): (2, 4)},
+                 [rows("orders", 0, [2, 3]), rows("orders", 0, [3])])
     with pytest.raises(QualityCheckFailed) as e:
-        validate_commit(None, wh_url, "t2", v, compacted=False)
-    result = e.value.result
-    assert not result.success
-    assert "offsets_unique" in result.failed and "rows_cover_range" in result.failed
-    assert "offsets_unique" in str(e.value)
-    assert wh.Table(wh_url, "t2").state().validation[v] == "failed"
-    # The data docs of the failure are there too.
-    summary = json.loads((tmp_path / "warehouse" / "_quality" / "t2" / "results"
-                          / f"{v:020d}.json").read_text())
-    assert summary["status"] == "failed"
-    assert (tmp_path / "warehouse" / "_quality" / "t2" / "index.html").exists()
+        validate_snapshot(wh.url, "t2", bad, compacted=False, docs=False)
+    assert "offsets_unique" in e.value.result.failed
+    assert "\n" not in str(e.value)
+    assert tag(wh, "t2") == good
+    assert validated_offsets(wh, "t2") == [0, 1]
 
 
-def test_offsets_outside_the_range_and_rows_of_unlisted_partitions_fail(wh_url):
-    t = wh.Table(wh_url, "t3")
-    files = wh.write_files(t.url, rows("orders", 0, [0, 1, 2]), run_id="r")
-    files += wh.write_files(t.url, rows("orders", 1, [0]), run_id="r")
-    # The commit claims partition 0 holds [0, 2) and knows nothing of partition 1:
-    # the warehouse refuses that, so build the tampering the way a buggy writer would,
-    # by lying about the file's bounds.
-    lying = [dict(f, max_offset=1, rows=2) if f["partition"] == 0 else dict(f, partition=0,
-             min_offset=1, max_offset=1) for f in files]
-    v = t.commit(wh.Commit.load("r", lying, {("orders", 0): (0, 2)}, now_ms=NOW)).version
-    result = validate_commit(None, wh_url, "t3", v, compacted=False, raise_on_failure=False)
-    assert not result.success
-    assert {"offsets_before_range_until", "offsets_at_or_after_range_from"} <= set(result.failed)
+def test_rows_outside_the_ranges_the_snapshot_claims_fail(wh):
+    # The file holds offset 7, which the snapshot's range [0, 2) does not cover.
+    sid = commit(wh, "t3", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1, 7])])
+    result = validate_snapshot(wh.url, "t3", sid, compacted=False, docs=False,
+                               raise_on_failure=False)
+    assert result.failed == ["rows_match_snapshot"]
+    assert tag(wh, "t3") is None and not result.published
 
 
-def test_a_file_rewritten_behind_the_commit_log_fails(wh_url, tmp_path):
-    v = commit(wh_url, "t4", {("orders", 0): (0, 10)}, [rows("orders", 0, list(range(10)))])
-    table = wh.Table(wh_url, "t4")
-    (f,) = table.live_files()
-    path = tmp_path / "warehouse" / "t4" / f.path
-    tbl = pq.read_table(path)
-    pq.write_table(tbl.slice(0, 9), path)          # one row gone
-    result = validate_commit(None, wh_url, "t4", v, compacted=False, raise_on_failure=False)
-    assert set(result.failed) == {"rows_match_commit", "rows_cover_range"}
-    assert table.state().validation[v] == "failed"
-
-
-def test_compacted_topics_skip_counts_but_need_keys(wh_url):
-    # Offsets with holes (compacted away) are fine for a compacted topic ...
-    v = commit(wh_url, "t5", {("customers", 0): (0, 10)}, [rows("customers", 0, [1, 4, 9])])
-    result = validate_commit(None, wh_url, "t5", v, compacted=True)
-    assert result.success
-    assert "rows_cover_range" not in [c["name"] for c in result.checks]
-    assert "keys_not_null" in [c["name"] for c in result.checks]
-    # ... but not for a topic that is not.
-    bad = validate_commit(None, wh_url, "t5", v, compacted=False, raise_on_failure=False)
-    assert bad.failed == ["rows_cover_range"]
-    # Unless told that offsets have holes (transactional topics: markers take offsets).
-    assert validate_commit(None, wh_url, "t5", v, compacted=False,
-                           thresholds={"exact_row_counts": False}).success
-    # A null key in a compacted topic fails.
-    v2 = commit(wh_url, "t5", {("customers", 0): (10, 12)},
-                [rows("customers", 0, [10, 11], keys=[b"a", None])])
-    result = validate_commit(None, wh_url, "t5", v2, compacted=True, raise_on_failure=False)
+def test_compacted_topics_skip_counts_but_need_keys(wh):
+    sid = commit(wh, "t4", {("users", 0): (0, 10)}, [rows("users", 0, [2, 5, 9])])
+    assert validate_snapshot(wh.url, "t4", sid, compacted=True, docs=False).success
+    sid = commit(wh, "t4", {("users", 0): (10, 12)},
+                 [rows("users", 0, [10, 11], keys=[b"k", None])])
+    result = validate_snapshot(wh.url, "t4", sid, compacted=True, docs=False,
+                               raise_on_failure=False)
     assert result.failed == ["keys_not_null"]
+    result = validate_snapshot(wh.url, "t4", sid, compacted=False, docs=False,
+                               raise_on_failure=False)
+    assert "rows_cover_range" not in result.failed          # 2 rows for 2 offsets
 
 
-def test_compaction_policy_is_read_from_the_topic_under_root(wh_url, tmp_path):
-    root = f"file://{tmp_path}/log"
-    create_topic(Storage(root), "customers", 1, {"cleanup.policy": "compact"})
-    v = commit(wh_url, "t6", {("customers", 0): (0, 10)}, [rows("customers", 0, [2, 7])])
-    assert validate_commit(None, wh_url, "t6", v, root=root).success
-
-
-def test_timestamps_must_be_before_the_interval_end(wh_url):
-    end = T0 + 5_000
-    v = commit(wh_url, "t7", {("orders", 0): (0, 6)}, [rows("orders", 0, list(range(6)))])
-    result = validate_commit(None, wh_url, "t7", v, compacted=False, interval=(T0, end),
-                             raise_on_failure=False)
+def test_timestamps_must_be_before_the_interval_end(wh):
+    sid = commit(wh, "t5", {("orders", 0): (0, 3)}, [rows("orders", 0, [0, 1, 2])])
+    end = T0 + 2000                                          # offset 2 is at T0 + 2 s
+    result = validate_snapshot(wh.url, "t5", sid, compacted=False, interval=(None, end),
+                               docs=False, raise_on_failure=False)
     assert result.failed == ["timestamps_in_interval"]
-    assert "1 unexpected of 6" in [c for c in result.checks
-                                   if c["name"] == "timestamps_in_interval"][0]["observed"]
-    # Without an explicit interval, the bound the load recorded in its commit is used.
-    v2 = commit(wh_url, "t7b", {("orders", 0): (0, 6)}, [rows("orders", 0, list(range(6)))],
-                info={"until_timestamp": end})
-    assert validate_commit(None, wh_url, "t7b", v2, compacted=False,
-                           raise_on_failure=False).failed == ["timestamps_in_interval"]
-    # Records older than the interval start are fine (catch-up, late records) ...
-    assert validate_commit(None, wh_url, "t7", v, compacted=False,
-                           interval=(T0 + 3_000, T0 + 60_000)).success
-    # ... unless asked.
-    strict = validate_commit(None, wh_url, "t7", v, compacted=False,
-                             interval=(T0 + 3_000, T0 + 60_000), check_interval_start=True,
-                             raise_on_failure=False)
-    assert strict.failed == ["timestamps_in_interval"]
+    assert validate_snapshot(wh.url, "t5", sid, compacted=False, interval=(T0, end + 1),
+                             docs=False).success
 
 
-def test_dead_letter_fraction_threshold(wh_url):
-    v = commit(wh_url, "t8", {("orders", 0): (0, 10)}, [rows("orders", 0, list(range(9)))],
-               [rows("orders", 0, [9])])
-    result = validate_commit(None, wh_url, "t8", v, compacted=False,
-                             thresholds={"max_dead_letter_fraction": 0.05},
-                             raise_on_failure=False)
-    assert result.failed == ["dead_letter_fraction"]
-    assert result.dead_letters == 1 and result.rows == 10
-    table = wh.Table(wh_url, "t8")
-    assert table.state().validation[v] == "failed"
-    # A looser threshold passes, and the verdict flips in a new audited commit.
-    ok = validate_commit(None, wh_url, "t8", v, compacted=False,
-                         thresholds={"max_dead_letter_fraction": 0.1})
-    assert ok.success and table.state().validation[v] == "passed"
-    assert [c.validated for _, c in table.history() if c.operation == "validate"] == [
-        "failed", "passed"]
+def test_dead_letters_count_towards_coverage_and_their_fraction(wh):
+    sid = commit(wh, "t6", {("orders", 0): (0, 4)}, [rows("orders", 0, [0, 1, 2])],
+                 [rows("orders", 0, [3], error="not json")])
+    result = validate_snapshot(wh.url, "t6", sid, compacted=False, docs=False,
+                               raise_on_failure=False)
+    assert result.rows == 4 and result.dead_letters == 1
+    assert result.failed == ["dead_letter_fraction"]         # 1/4 > 0.01
+    assert validate_snapshot(wh.url, "t6", sid, compacted=False, docs=False,
+                             thresholds={"max_dead_letter_fraction": 0.5}).success
     with pytest.raises(ConfigError):
-        validate_commit(None, wh_url, "t8", v, thresholds={"max_dead_letter_fraction": 2})
+        validate_snapshot(wh.url, "t6", sid, thresholds={"max_dead_letter_fraction": 2})
 
 
-def test_only_load_and_reprocess_commits_can_be_validated(wh_url):
-    v = commit(wh_url, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
-    validate_commit(None, wh_url, "t9", v, compacted=False)
-    with pytest.raises(WarehouseError, match="not a load or reprocess"):
-        validate_commit(None, wh_url, "t9", v + 1)
-    with pytest.raises(WarehouseError, match="not a load or reprocess"):
-        validate_commit(None, wh_url, "t9", 99)
+def test_a_failed_load_holds_back_later_loads_until_a_reprocess_replaces_it(wh):
+    l1 = commit(wh, "t7", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1])])
+    l2 = commit(wh, "t7", {("orders", 0): (2, 4)}, [rows("orders", 0, [2, 2])])   # bad
+    l3 = commit(wh, "t7", {("orders", 0): (4, 6)}, [rows("orders", 0, [4, 5])])
+    # Validating l3 first walks l1 and l2 too: the tag stops before the failure.
+    r3 = validate_snapshot(wh.url, "t7", l3, compacted=False, docs=False)
+    assert r3.success and not r3.published and r3.held_by == l2
+    assert tag(wh, "t7") == l1 and validated_offsets(wh, "t7") == [0, 1]
+    with pytest.raises(QualityCheckFailed):
+        validate_snapshot(wh.url, "t7", l2, compacted=False, docs=False)
+    assert tag(wh, "t7") == l1
+    # A reprocess from offset 2 deletes l2's (and l3's) rows and reloads them.
+    rp = commit(wh, "t7", {("orders", 0): (2, 6)}, [rows("orders", 0, [2, 3, 4, 5])],
+                operation="reprocess")
+    r = validate_snapshot(wh.url, "t7", rp, compacted=False, docs=False)
+    assert r.published and tag(wh, "t7") == rp
+    assert validated_offsets(wh, "t7") == [0, 1, 2, 3, 4, 5]
+    # The tag never moves back: validating l1 again leaves it at the reprocess.
+    assert validate_snapshot(wh.url, "t7", l1, compacted=False, docs=False).published
+    assert tag(wh, "t7") == rp
 
 
-@pytest.mark.parametrize("backend", ["memory", "s3"])
-def test_docs_are_written_through_fsspec(backend, request):
-    if backend == "s3":
-        request.getfixturevalue("s3_endpoint")
-        url = f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}"
-    else:
-        url = f"memory://quality-{uuid.uuid4().hex[:8]}"
-    v = commit(url, "t10", {("orders", 0): (0, 3)}, [rows("orders", 0, [0, 1, 2])])
-    result = validate_commit(None, url, "t10", v, compacted=False)
-    assert result.success and result.docs_url == f"{url}/_quality/t10/index.html"
+def test_a_racing_validator_moving_the_tag_is_seen_and_never_undone(wh):
+    l1 = commit(wh, "t8", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    l2 = commit(wh, "t8", {("orders", 0): (1, 2)}, [rows("orders", 0, [1])])
+    table = wh.table("t8")
+    raced = []
+
+    def verdict(snap):
+        if not raced:   # another validator publishes l2 while this one is checking
+            other = wh.table("t8")
+            other.manage_snapshots().create_tag(l2, VALIDATED_TAG).commit()
+            raced.append(True)
+        return True
+
+    target = table.snapshot_by_id(l1)
+    assert publish(table, None, target, verdict) == (l2, None)
+    assert tag(wh, "t8") == l2                               # not moved back to l1
+
+
+def test_only_kafkastore_snapshots_of_main_can_be_validated(wh):
+    sid = commit(wh, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    with pytest.raises(ConfigError, match="not a load or reprocess"):
+        validate_snapshot(wh.url, "t9", 12345, docs=False)
+    assert validate_snapshot(wh.url, "t9", None, compacted=False, docs=False).snapshot_id == sid
+
+
+def test_s3_warehouse_with_a_local_catalog(s3_endpoint, tmp_path):
+    url = f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}"
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"}
+    wh = ice.Warehouse(url, catalog)
+    sid = commit(wh, "t10", {("orders", 0): (0, 3)}, [rows("orders", 0, [0, 1, 2])])
+    result = validate_snapshot(url, "t10", sid, catalog=catalog, compacted=False)
+    assert result.success and result.published
+    assert result.docs_url == f"{url}/_quality/t10/index.html"
     fs, path = fsspec.core.url_to_fs(result.docs_url)
     assert b"<html" in fs.cat_file(path)[:2000].lower()
-    summary = json.loads(fs.cat_file(fsspec.core.url_to_fs(result.result_url)[1]))
-    assert summary["status"] == "passed"
-    assert wh.Table(url, "t10").state().validation[v] == "passed"
+    assert tag(wh, "t10") == sid
 
 
-def test_a_real_spark_load_passes_with_and_without_spark(spark, tmp_path):
+def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tmp_path):
+    from kafkastore.broker import Broker
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+    from pipelines.load import run_load
+
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/warehouse"
     storage = Storage(root)
     create_topic(storage, "orders", 2)
     broker = Broker(storage)
+    sent = {}
     for i in range(200):
         body = b"not json" if i == 100 else json.dumps({"id": i}).encode()
-        broker.send("orders", body, key=b"k%d" % (i % 7), timestamp=T0 + i * 1000)
+        sent[i] = broker.send("orders", body, key=b"k%d" % (i % 7), timestamp=T0 + i * 1000)
     broker.flush()
-    from pipelines.load import run_load
-
     summary = run_load(spark, root=root, topic="orders", warehouse=warehouse, table="orders",
                        value_format="json", value_schema="id INT", until_timestamp=T0 + 150_000,
                        progress=False)
     assert summary.rows + summary.dead_letters == 150
-    for session in (None, spark):
-        result = validate_commit(session, warehouse, "orders", summary.version, root=root,
-                                 thresholds={"max_dead_letter_fraction": 0.01})
-        assert result.success, result.render()
-        assert result.rows == 150 and result.dead_letters == 1
-        assert "timestamps_in_interval" in [c["name"] for c in result.checks]
+    result = validate_snapshot(warehouse, "orders", summary.snapshot_id, root=root,
+                               interval=(None, T0 + 150_000), docs=False,
+                               thresholds={"max_dead_letter_fraction": 0.01})
+    assert result.success, result.render()
+    assert result.rows == 150 and result.dead_letters == 1 and result.published
+    assert "timestamps_in_interval" in [c["name"] for c in result.checks]
+
+    # An independent reader: pyiceberg on the catalog database, not our code path.
+    from pyiceberg.catalog import load_catalog
+
+    # The SQL catalog keys tables by catalog name: kafkastore names its catalog "kafkastore".
+    catalog = load_catalog("kafkastore", type="sql",
+                           uri=f"sqlite:///{tmp_path}/warehouse/catalog.db")
+    data = catalog.load_table("default.orders").scan().to_arrow()
+    assert sorted(data["id"].to_pylist()) == [i for i in range(150) if i != 100]
+    assert len(set(zip(data["partition"].to_pylist(), data["offset"].to_pylist()))) == 149
+    dead = catalog.load_table("default.orders_dead_letters").scan().to_arrow()
+    assert dead.num_rows == 1 and dead["partition"][0].as_py() == sent[100]
+    tagged = catalog.load_table("default.orders").snapshot_by_name(VALIDATED_TAG)
+    assert tagged.snapshot_id == summary.snapshot_id
+
+
+def test_the_command_line(wh, capsys):
+    from pipelines.quality import main
+
+    good = commit(wh, "t11", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1])])
+    assert main(["--warehouse", wh.url, "--table", "t11"]) == 0
+    assert f"tag validated -> {good}" in capsys.readouterr().out
+    bad = commit(wh, "t11", {("orders", 0): (2, 4)}, [rows("orders", 0, [2, 2])])
+    assert main(["--warehouse", wh.url, "--table", "t11", "--snapshot", str(bad)]) == 1
+    assert "FAIL" in capsys.readouterr().out and tag(wh, "t11") == good
+    assert main(["--warehouse", wh.url, "--table", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error: ") and err.count("\n") == 1
+
+
+def test_an_expired_unvalidated_snapshot_keeps_the_tag(wh):
+    l1 = commit(wh, "t12", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    validate_snapshot(wh.url, "t12", l1, compacted=False, docs=False)
+    l2 = commit(wh, "t12", {("orders", 0): (1, 2)}, [rows("orders", 0, [1, 1])])   # bad, unchecked
+    l3 = commit(wh, "t12", {("orders", 0): (2, 3)}, [rows("orders", 0, [2])])
+    wh.table("t12").maintenance.expire_snapshots().by_ids([l2]).commit()
+    with pytest.raises(WarehouseError, match="expired"):
+        validate_snapshot(wh.url, "t12", l3, compacted=False, docs=False)
+    assert tag(wh, "t12") == l1

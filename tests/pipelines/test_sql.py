@@ -1,5 +1,7 @@
-"""Spark SQL over topics and tables: view registration and naming, committed-only
-reads, the built-in views, every file under sql/, and the two output formats."""
+"""Spark SQL over topics and Iceberg tables: view registration and naming, reads of
+exactly one snapshot (committed files only, deletes applied or refused), the
+validated tag, time travel, the built-in views, every file under sql/, the two
+output formats and one-line errors."""
 from __future__ import annotations
 
 import base64
@@ -10,13 +12,16 @@ import os
 import uuid
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import warehouse as wh
+from pipelines import iceberg as ice
+from pipelines.iceberg_read import VALIDATED_TAG
+from pipelines.offset_ranges import OffsetRange
 from pipelines.sql import (SQL_DIR, plan_names, referenced_names, register_views, run_sql,
                            sanitize, split_statements, to_json_value)
 
@@ -35,7 +40,8 @@ def test_sanitize_and_collisions():
     assert sanitize("web.page-views") == "web_page_views"
     assert sanitize("2024") == "_2024"
     names = plan_names(topics=["orders", "clicks", "web.page-views", "web_page-views"],
-                       tables=["clicks", "order_events", "Orders_dead_letters"])
+                       tables=["clicks", "order_events", "order_events_dead_letters",
+                               "Orders_validated"])
     # The table keeps the plain name; the topic is reachable through its alias.
     assert names["clicks"] == ("table", "clicks")
     assert names["topic_clicks"] == ("topic", "clicks")
@@ -45,13 +51,17 @@ def test_sanitize_and_collisions():
     assert names["web_page_views"] == ("topic", "web.page-views")
     assert names["topic_web_page_views"] == ("topic", "web.page-views")
     assert names["topic_web_page_views_2"] == ("topic", "web_page-views")
+    # Dead-letter tables are tables (no _validated view of their own).
+    assert names["order_events_dead_letters"] == ("table", "order_events_dead_letters")
+    assert names["order_events_validated"] == ("validated", "order_events")
+    assert "order_events_dead_letters_validated" not in names
     # Table names win over derived views of other tables, case-insensitively.
-    assert names["Orders_dead_letters"] == ("table", "Orders_dead_letters")
-    assert "orders_dead_letters" not in names
+    assert names["Orders_validated"] == ("table", "Orders_validated")
+    assert "orders_validated" not in names
     # Built-in views win over everything.
-    clash = plan_names(topics=["load_lag", "warehouse_commits"], tables=[],
-                       builtin=["warehouse_commits", "load_lag"])
-    assert clash["warehouse_commits"] == ("meta", "warehouse_commits")
+    clash = plan_names(topics=["load_lag", "warehouse_offsets"], tables=[],
+                       builtin=["warehouse_offsets", "load_lag"])
+    assert clash["warehouse_offsets"] == ("meta", "warehouse_offsets")
     assert clash["topic_load_lag"] == ("topic", "load_lag")
 
 
@@ -79,13 +89,63 @@ def test_json_values():
 # ---------------------------------------------------------------------------
 # a root and a warehouse like the demo's
 
+ORDERS_SCHEMA = pa.schema([
+    ("order_id", pa.string()), ("customer", pa.string()), ("amount", pa.float64()),
+    ("currency", pa.string()), ("ts", pa.int64()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC"))])
+KAFKA_SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+    ("partition", pa.int32()), ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
+DL_SCHEMA = pa.schema(list(KAFKA_SCHEMA) + [pa.field("error", pa.string())])
+
 
 def _produce(storage, topic, records):
+    """Send ``records``; returns ``[(partition, offset)]`` in order (fresh topics)."""
     broker = Broker(storage)
+    where, next_offset = [], {}
     for rec in records:
-        broker.send(topic, rec.get("value"), key=rec.get("key"), timestamp=rec["ts"],
-                    headers=rec.get("headers", ()))
+        p = broker.send(topic, rec.get("value"), key=rec.get("key"), timestamp=rec["ts"],
+                        headers=rec.get("headers", ()), partition=rec.get("partition"))
+        where.append((p, next_offset.get(p, 0)))
+        next_offset[p] = next_offset.get(p, 0) + 1
     broker.flush()
+    return where
+
+
+def _write(table, data) -> str:
+    import fsspec
+
+    url = f"{table.location()}/data/{uuid.uuid4().hex}.parquet"
+    with fsspec.open(url, "wb") as f:
+        pq.write_table(data, f)
+    return url
+
+
+def _commit(table, run_id, ranges, data, operation="load"):
+    """One kafkastore commit of ``data`` covering ``ranges`` (``{(t, p): (a, b)}``)."""
+    rs = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items()))
+    files = (_write(table, data),) if data is not None and data.num_rows else ()
+    return ice.commit(table, ice.KafkaCommit(run_id, operation, rs, files=files)).snapshot_id
+
+
+def _order_rows(batch):
+    values = [json.loads(r["value"]) for r in batch]
+    return pa.table({
+        **{c: [v[c] for v in values] for c in ("order_id", "customer", "amount", "currency",
+                                                "ts")},
+        "topic": ["orders"] * len(batch), "partition": [r["partition"] for r in batch],
+        "offset": [r["offset"] for r in batch],
+        "timestamp": [r["ts"] * 1000 for r in batch]}, schema=ORDERS_SCHEMA)
+
+
+def _ranges(batch, start):
+    out = {}
+    for r in batch:
+        a, b = out.get(("orders", r["partition"]), (start.get(r["partition"], 0), 0))
+        out[("orders", r["partition"])] = (a, max(b, r["offset"] + 1))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +162,11 @@ def env(tmp_path_factory, spark):
     for i in range(90):
         value = {"order_id": f"o{i}", "customer": f"c{i % 5}", "amount": float(i),
                  "currency": "EUR", "ts": T0 + i * MINUTE}
-        orders.append({"key": f"c{i % 5}".encode(), "ts": T0 + i * MINUTE,
+        orders.append({"key": f"c{i % 5}".encode(), "ts": T0 + i * MINUTE, "partition": i % 3,
                        "value": b"\xffnot json" if i == BAD else json.dumps(value).encode(),
                        "headers": [("source", b"test")]})
-    _produce(storage, "orders", orders)
+    for rec, (p, o) in zip(orders, _produce(storage, "orders", orders)):
+        rec["partition"], rec["offset"] = p, o
     customers, latest = [], {}
     for i in range(40):
         key = f"c{i % 6}"
@@ -118,33 +179,32 @@ def env(tmp_path_factory, spark):
                                  for i in range(10)])
     _produce(storage, "web.page-views", [{"key": b"p", "value": b"/", "ts": T0}])
 
-    from pipelines.load import run_load
-
-    first = run_load(spark, root=root, topic="orders", warehouse=warehouse, table="order_events",
-                     value_format="json", value_schema=SCHEMA, until_timestamp=T0 + 60 * MINUTE,
-                     progress=False)
-    events = wh.Table(warehouse, "order_events")
-    events.commit(wh.Commit.validate("v1", first.version, "passed", now_ms=T0))
-    second = run_load(spark, root=root, topic="orders", warehouse=warehouse,
-                      table="order_events", value_format="json", value_schema=SCHEMA,
-                      progress=False)
-    # An orphan: a file no commit lists (a failed writer's) must never be read.
-    wh.write_files(events.url, pa.table({
-        "topic": ["orders"], "partition": pa.array([0], pa.int32()),
-        "offset": pa.array([999], pa.int64()),
-        "timestamp": pa.array([T0], pa.timestamp("ms", tz="UTC"))}), run_id="orphan")
+    # order_events: two loads (the first validated), one dead letter in the second.
+    wh = ice.Warehouse(warehouse)
+    events = wh.create_table("order_events", ORDERS_SCHEMA)
+    bad = orders[BAD]
+    first = [r for r in orders[:60] if r is not bad]
+    dl = wh.create_table("order_events_dead_letters", DL_SCHEMA)
+    _commit(dl, "load-1", _ranges(orders[:60], {}), pa.table({
+        "key": [bad["key"]], "value": [b"\xffnot json"], "topic": ["orders"],
+        "partition": [bad["partition"]], "offset": [bad["offset"]],
+        "timestamp": [bad["ts"] * 1000], "timestampType": [0],
+        "error": ["value is not UTF-8 JSON"]}, schema=DL_SCHEMA))
+    s1 = _commit(events, "load-1", _ranges(orders[:60], {}), _order_rows(first))
+    events.manage_snapshots().create_tag(s1, VALIDATED_TAG).commit()
+    end1 = {p: b for (_t, p), (_a, b) in _ranges(orders[:60], {}).items()}
+    s2 = _commit(events, "load-2", _ranges(orders[60:], end1), _order_rows(orders[60:]))
+    # An orphan: a file no snapshot lists (a failed writer's) must never be read.
+    _write(events, _order_rows([dict(first[0], offset=999)]))
     # A table named like a topic, holding the first 5 of its 10 offsets.
-    clicks = wh.Table(warehouse, "clicks")
-    files = wh.write_files(clicks.url, pa.table({
-        "key": pa.array([None] * 5, pa.binary()),
-        "value": pa.array([b"click %d" % i for i in range(5)], pa.binary()),
-        "topic": ["clicks"] * 5, "partition": pa.array([0] * 5, pa.int32()),
-        "offset": pa.array(range(5), pa.int64()),
-        "timestamp": pa.array([T0 + i for i in range(5)], pa.timestamp("ms", tz="UTC"))}),
-        run_id="c1")
-    clicks.commit(wh.Commit.load("c1", files, {("clicks", 0): (0, 5)}, now_ms=T0))
+    clicks = wh.create_table("clicks", KAFKA_SCHEMA)
+    _commit(clicks, "c1", {("clicks", 0): (0, 5)}, pa.table({
+        "key": [None] * 5, "value": [b"click %d" % i for i in range(5)],
+        "topic": ["clicks"] * 5, "partition": [0] * 5, "offset": list(range(5)),
+        "timestamp": [(T0 + i) * 1000 for i in range(5)], "timestampType": [0] * 5},
+        schema=KAFKA_SCHEMA))
     return {"root": root, "warehouse": warehouse, "orders": orders, "latest": latest,
-            "first": first, "second": second}
+            "first_rows": len(first), "s1": s1, "s2": s2}
 
 
 def sql_rows(spark, env, query, **kw):
@@ -159,9 +219,12 @@ def test_views_and_names(spark, env):
     for name in ("orders", "customers", "topic_orders", "web_page_views", "order_events",
                  "table_order_events", "order_events_dead_letters", "order_events_validated",
                  "clicks", "topic_clicks", "table_clicks", "kafkastore_offsets",
-                 "warehouse_commits", "warehouse_files", "load_lag", "dead_letters_per_table"):
+                 "warehouse_offsets", "warehouse_snapshots", "warehouse_files", "load_lag",
+                 "dead_letters_per_table"):
         assert name in views, name
-    assert views["clicks"].startswith("live data files of table 'clicks'")
+    assert views["clicks"].startswith("table 'clicks' at main (snapshot ")
+    assert views["order_events_validated"] == (f"table 'order_events' at tag validated "
+                                               f"(snapshot {env['s1']})")
     assert views["topic_clicks"].startswith("topic 'clicks'")
     count = lambda v: spark.sql(f"SELECT count(*) AS n FROM {v}").first().n  # noqa: E731
     assert count("orders") == 90 and count("topic_orders") == 90
@@ -172,19 +235,55 @@ def test_views_and_names(spark, env):
                                              "timestamp", "timestampType", "headers"]
 
 
-def test_table_views_read_only_committed_files(spark, env):
+def test_table_views_read_one_snapshot_and_the_validated_tag(spark, env):
     register_views(spark, env["root"], env["warehouse"])
     r = spark.sql("SELECT count(*) AS n, count(DISTINCT partition, offset) AS d, max(offset) AS m "
                   "FROM order_events").first()
     assert r.n == r.d == 89 and r.m < 999              # the orphan is invisible
     dl = spark.sql("SELECT offset, error FROM order_events_dead_letters").collect()
     assert len(dl) == 1 and "UTF-8" in dl[0].error
-    first = env["first"]
     validated = spark.sql("SELECT count(*) AS n FROM order_events_validated").first().n
-    assert validated == first.rows == 59                # only the validated first commit
-    assert set(spark.table("order_events_validated").columns) == set(
-        spark.table("order_events").columns)
-    assert {"order_id", "amount"} <= set(spark.table("order_events").columns)
+    assert validated == env["first_rows"] == 59          # only the validated first load
+    assert spark.table("order_events_validated").columns == spark.table("order_events").columns
+    assert dict(spark.table("order_events").dtypes)["timestamp"] == "timestamp"
+
+
+def test_pyiceberg_sees_what_the_views_see(spark, env):
+    """An independent reader (pyiceberg's own scan) agrees with our views."""
+    table = ice.Warehouse(env["warehouse"]).table("order_events")
+    theirs = sorted(zip(*[table.scan().to_arrow()[c].to_pylist() for c in ("partition", "offset")]))
+    ours = sorted((r["partition"], r["offset"]) for r in sql_rows(
+        spark, env, "SELECT partition, offset FROM order_events"))
+    assert ours == theirs and len(ours) == 89
+
+
+def test_time_travel(spark, env):
+    n = "SELECT count(*) AS n FROM order_events"
+    assert sql_rows(spark, env, n, as_of_snapshot=env["s1"]) == [{"n": 59}]
+    assert sql_rows(spark, env, n, as_of_snapshot=str(env["s2"])) == [{"n": 89}]
+    snap = ice.Warehouse(env["warehouse"]).table("order_events").snapshot_by_id(env["s1"])
+    iso = _iso(snap.timestamp_ms)
+    assert sql_rows(spark, env, n, as_of_timestamp=iso) == [{"n": 59}]
+    assert sql_rows(spark, env, n, as_of_timestamp=snap.timestamp_ms - 1) == [{"n": 0}]
+    offsets = sql_rows(spark, env, "SELECT sum(committed_offset) AS o FROM warehouse_offsets "
+                                   "WHERE `table` = 'order_events'", as_of_snapshot=env["s1"])
+    assert offsets == [{"o": 60}]
+    # Other tables stay at their current snapshot under --as-of-snapshot.
+    assert sql_rows(spark, env, "SELECT count(*) AS n FROM clicks",
+                    as_of_snapshot=env["s1"]) == [{"n": 5}]
+    for bad in ({"as_of_snapshot": 12345}, {"as_of_snapshot": "x"},
+                {"as_of_timestamp": "yesterday"},
+                {"as_of_snapshot": env["s1"], "as_of_timestamp": 1}):
+        with pytest.raises(ConfigError) as e:
+            sql_rows(spark, env, n, **bad)
+        assert "\n" not in str(e.value)
+
+
+def _iso(ms):
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
 
 
 def test_builtin_views(spark, env):
@@ -192,19 +291,27 @@ def test_builtin_views(spark, env):
                                    "ORDER BY partition")
     assert [o["partition"] for o in offsets] == [0, 1, 2]
     assert sum(o["high_watermark"] for o in offsets) == 90
-    assert all(o["log_start_offset"] == 0 for o in offsets)
-    commits = sql_rows(spark, env, "SELECT * FROM warehouse_commits WHERE `table` = "
-                                   "'order_events' ORDER BY version, partition")
-    assert list(commits[0]) == ["table", "version", "run_id", "operation", "topic", "partition",
-                                "from", "until", "validated", "user", "time", "validates"]
-    assert [(c["version"], c["operation"], c["validated"]) for c in commits] == [
-        (1, "load", "passed")] * 3 + [(2, "validate", "passed")] + [(3, "load", None)] * 3
-    assert commits[3]["validates"] == 1 and commits[3]["partition"] is None
-    assert sum(c["until"] - c["from"] for c in commits if c["operation"] == "load") == 90
-    assert commits[0]["time"] == "2024-01-01T00:00:00.000Z" or commits[0]["time"].endswith("Z")
-    files = sql_rows(spark, env, "SELECT kind, sum(rows) AS rows FROM warehouse_files WHERE "
-                                 "`table` = 'order_events' GROUP BY kind ORDER BY kind")
-    assert files == [{"kind": "data", "rows": 89}, {"kind": "dead_letter", "rows": 1}]
+    committed = sql_rows(spark, env, "SELECT * FROM warehouse_offsets ORDER BY `table`, "
+                                     "topic, partition")
+    assert list(committed[0]) == ["table", "topic", "partition", "committed_offset",
+                                  "snapshot_id", "committed_at"]
+    assert [(c["table"], c["partition"], c["committed_offset"]) for c in committed
+            if c["table"] != "order_events_dead_letters"] == [
+        ("clicks", 0, 5), ("order_events", 0, 30), ("order_events", 1, 30),
+        ("order_events", 2, 30)]
+    snaps = sql_rows(spark, env, "SELECT * FROM warehouse_snapshots WHERE `table` = "
+                                 "'order_events' ORDER BY committed_at, snapshot_id")
+    assert list(snaps[0]) == ["table", "snapshot_id", "parent_id", "committed_at", "operation",
+                              "kafkastore_operation", "run_id", "in_main", "refs", "summary"]
+    assert [(s["snapshot_id"], s["run_id"], s["refs"], s["in_main"]) for s in snaps] == [
+        (env["s1"], "load-1", ["validated"], True), (env["s2"], "load-2", ["main"], True)]
+    assert json.loads(snaps[1]["summary"]["kafkastore.offsets"]) == {
+        "orders": {"0": 30, "1": 30, "2": 30}}
+    files = sql_rows(spark, env, "SELECT `table`, sum(records) AS rows, sum(delete_files) AS d "
+                                 "FROM warehouse_files GROUP BY `table` ORDER BY `table`")
+    assert files == [{"table": "clicks", "rows": 5, "d": 0},
+                     {"table": "order_events", "rows": 89, "d": 0},
+                     {"table": "order_events_dead_letters", "rows": 1, "d": 0}]
 
 
 @pytest.mark.parametrize("path", SQL_FILES, ids=[os.path.relpath(p, SQL_DIR) for p in SQL_FILES])
@@ -259,11 +366,16 @@ def _dead_letters(rows, env):
 
 
 def _validated_vs_all(rows, env):
-    by_version = {(r["version"], r["kind"]): r for r in rows if "version" in r}
-    assert by_version[(1, "data")]["validated"] == "passed"
-    assert by_version[(3, "data")]["validated"] is None
+    snaps = [r for r in rows if "snapshot_id" in r]
+    assert [(r["snapshot_id"], r["refs"], r["added_records"]) for r in snaps] == [
+        (env["s1"], ["validated"], "59"), (env["s2"], ["main"], "30")]
     (totals,) = [r for r in rows if "all_rows" in r]
-    assert totals == {"all_rows": 89, "validated_rows": env["first"].rows}
+    assert totals == {"all_rows": 89, "validated_rows": 59}
+
+
+def _time_travel(rows, env):
+    assert {r["partition"]: r["committed_offset"] for r in rows} == {0: 30, 1: 30, 2: 30}
+    assert {r["rows"] for r in rows} == {89}
 
 
 def _dead_letters_per_table(rows, env):
@@ -277,6 +389,7 @@ CHECKS = {
     "examples/load_lag.sql": _load_lag,
     "examples/dead_letters.sql": _dead_letters,
     "examples/validated_vs_all.sql": _validated_vs_all,
+    "examples/time_travel.sql": _time_travel,
     "views/load_lag.sql": _load_lag_view,
     "views/dead_letters_per_table.sql": _dead_letters_per_table,
 }
@@ -327,11 +440,91 @@ def test_errors_are_one_line_config_errors(spark, env):
         run_sql(spark, "SELECT 1", root=None, warehouse=None, fmt="csv")
 
 
+def test_cli_input_errors_are_one_line(spark, env, tmp_path, capsys, monkeypatch):
+    from kafkastore.cli import main
+
+    monkeypatch.setenv("KAFKASTORE_ROOT", env["root"])
+    wh = ["--warehouse", env["warehouse"]]
+    bad_utf8 = tmp_path / "bad.sql"
+    bad_utf8.write_bytes(b"SELECT '\xff'")
+    cases = [
+        (["sql", "--file", str(tmp_path / "missing.sql")] + wh, "missing.sql"),
+        (["sql", "--file", str(bad_utf8)] + wh, "not UTF-8"),
+        (["sql", "SELECT 1 FROM order_events", "--as-of-snapshot", "42"] + wh,
+         "unknown snapshot 42"),
+        (["sql", "SELECT 1 FROM order_events", "--as-of-timestamp", "noon"] + wh,
+         "bad timestamp"),
+        (["sql", "SELEC 1"] + wh, "SQL error"),
+    ]
+    for argv, expected in cases:
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert err.startswith("kafkastore: error: ") and expected in err, (argv, err)
+        assert err.count("\n") == 1, err
+    assert main(["sql", "SELECT count(*) AS n FROM order_events", "--format", "jsonl",
+                 "--as-of-snapshot", str(env["s1"])] + wh) == 0
+    assert json.loads(capsys.readouterr().out) == {"n": 59}
+
+
+def test_a_data_file_deleted_behind_icebergs_back_is_one_line(spark, tmp_path, capsys):
+    from kafkastore.cli import main
+
+    warehouse = f"file://{tmp_path}/wh"
+    table = ice.Warehouse(warehouse).create_table("gone", KAFKA_SCHEMA)
+    _commit(table, "g1", {("t", 0): (0, 1)}, pa.table({
+        "key": [b"k"], "value": [b"v"], "topic": ["t"], "partition": [0], "offset": [0],
+        "timestamp": [T0 * 1000], "timestampType": [0]}, schema=KAFKA_SCHEMA))
+    (path,) = ice.plan_scan(table).files
+    os.remove(path[len("file://"):])
+    assert main(["sql", "SELECT * FROM gone", "--warehouse", warehouse]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkastore: error: ") and err.count("\n") == 1, err
+
+
+def test_positional_deletes_are_applied_not_ignored(spark, tmp_path):
+    """Another engine's merge-on-read delete (a position delete file): the view
+    reads through pyiceberg, which applies it."""
+    warehouse = f"file://{tmp_path}/wh"
+    table = ice.Warehouse(warehouse).create_table("mor", KAFKA_SCHEMA)
+    _commit(table, "m1", {("t", 0): (0, 3)}, pa.table({
+        "key": [b"a", b"b", b"c"], "value": [b"1", b"2", b"3"], "topic": ["t"] * 3,
+        "partition": [0] * 3, "offset": [0, 1, 2], "timestamp": [T0 * 1000] * 3,
+        "timestampType": [0] * 3}, schema=KAFKA_SCHEMA))
+    _add_position_delete(table, position=1)
+    assert ice.plan_scan(table).delete_files
+    out = io.StringIO()
+    run_sql(spark, "SELECT offset FROM mor ORDER BY offset", root=None, warehouse=warehouse,
+            fmt="jsonl", out=out)
+    assert [json.loads(x)["offset"] for x in out.getvalue().splitlines()] == [0, 2]
+
+
+def _add_position_delete(table, position):
+    """Commit a position delete file for row ``position`` of the table's only data file,
+    as a merge-on-read engine (Spark, Trino) would."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    (task,) = list(table.scan().plan_files())
+    url = f"{table.location()}/data/delete-{uuid.uuid4().hex}.parquet"
+    deletes = pa.table({"file_path": [task.file.file_path], "pos": pa.array([position],
+                                                                            pa.int64())})
+    import fsspec
+
+    with fsspec.open(url, "wb") as f:
+        pq.write_table(deletes, f)
+    df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=url,
+                            file_format=FileFormat.PARQUET, partition=task.file.partition,
+                            record_count=1, file_size_in_bytes=os.path.getsize(url[7:]),
+                            spec_id=task.file.spec_id)
+    with table.transaction() as txn:
+        with txn.update_snapshot().fast_append() as app:
+            app.append_data_file(df)
+
+
 def test_only_what_the_query_needs_and_stale_views_dropped(spark, env, tmp_path):
     views = register_views(spark, env["root"], env["warehouse"], only={"select", "orders"})
     assert set(views) == {"orders"}
     views = register_views(spark, env["root"], env["warehouse"], only={"load_lag"})
-    assert set(views) == {"load_lag", "warehouse_commits", "kafkastore_offsets"}
+    assert set(views) == {"load_lag", "warehouse_offsets", "kafkastore_offsets"}
     register_views(spark, env["root"], env["warehouse"])
     assert spark.catalog.tableExists("order_events")
     # Against an empty warehouse, the table views of the earlier call go away.
@@ -339,25 +532,30 @@ def test_only_what_the_query_needs_and_stale_views_dropped(spark, env, tmp_path)
     views = register_views(spark, env["root"], empty)
     assert "order_events" not in views
     assert not spark.catalog.tableExists("order_events")
-    assert spark.sql("SELECT count(*) AS n FROM warehouse_commits").first().n == 0
+    assert spark.sql("SELECT count(*) AS n FROM warehouse_snapshots").first().n == 0
 
 
-def test_non_local_tables_are_read_through_arrow(spark, env):
-    url = f"memory://sql-{uuid.uuid4().hex[:8]}"
-    table = wh.Table(url, "mem.table")
-    files = wh.write_files(table.url, pa.table({
+def test_s3_tables_are_read_through_arrow(spark, s3_endpoint, tmp_path):
+    url = f"s3://kafkastore-test/sql-{uuid.uuid4().hex[:8]}"
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"}
+    wh = ice.Warehouse(url, catalog)
+    table = wh.create_table("mem.table", KAFKA_SCHEMA)
+    import fsspec
+
+    data = pa.table({
         "key": pa.array([b"k", None], pa.binary()), "value": pa.array([b"\xff", b"v"]),
-        "topic": ["t", "t"], "partition": pa.array([0, 0], pa.int32()),
-        "offset": pa.array([0, 1], pa.int64()),
-        "timestamp": pa.array([T0, T0 + 1], pa.timestamp("ms", tz="UTC"))}), run_id="m1")
-    table.commit(wh.Commit.load("m1", files, {("t", 0): (0, 2)}, now_ms=T0))
-    rows = []
+        "topic": ["t", "t"], "partition": [0, 0], "offset": [0, 1],
+        "timestamp": [T0 * 1000, (T0 + 1) * 1000], "timestampType": [0, 0]},
+        schema=KAFKA_SCHEMA)
+    path = f"{table.location()}/data/{uuid.uuid4().hex}.parquet"
+    with fsspec.open(path, "wb") as f:
+        pq.write_table(data, f)
+    ice.commit(table, ice.KafkaCommit("m1", "load", (OffsetRange("t", 0, 0, 2),), files=(path,)))
     out = io.StringIO()
     run_sql(spark, "SELECT * FROM mem_table ORDER BY offset; "
-                   "SELECT count(*) AS n FROM mem_table_validated; "
-                   "SELECT count(*) AS n FROM mem_table_dead_letters",
-            root=None, warehouse=url, fmt="jsonl", out=out)
+                   "SELECT count(*) AS n FROM mem_table_validated",
+            root=None, warehouse=url, catalog=catalog, fmt="jsonl", out=out)
     rows = [json.loads(x) for x in out.getvalue().splitlines()]
     assert rows[0]["value"] == {"base64": "/w=="} and rows[0]["key"] == "k"
     assert rows[1]["key"] is None and rows[1]["timestamp"] == "2024-01-01T00:00:00.001Z"
-    assert rows[2:] == [{"n": 0}, {"n": 0}]
+    assert rows[2:] == [{"n": 0}]
