@@ -108,7 +108,7 @@ from .arrow_decode import decode_to_arrow
 from .compression import Compression
 from .control import ControlType, parse_control_record
 from .crc import crc32c
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, StaleUploadError
 from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments,
                        SegmentEntry, SetCleanerOffset)
 from .offset_index import INT32_MAX
@@ -736,7 +736,7 @@ class CommitOutcome:
 
 def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult], *,
                     clock: Callable[[], float] = time.time, writer: str = "compaction",
-                    max_attempts: int = 10) -> CommitOutcome:
+                    max_attempts: int | None = None) -> CommitOutcome:
     """Swap the rewritten groups in with one manifest commit (see the module docstring).
 
     Rebuilds the commit on the latest version after each conflict (brokers
@@ -767,8 +767,12 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
         return updates, [AssertSegmentsPresent(ids)]
 
     store = ManifestStore(storage, plan.topic, plan.partition)
-    new = store.commit(build, operation="compaction", writer=writer, now_ms=int(clock() * 1000),
-                       max_attempts=max_attempts)
+    try:
+        new = store.commit(build, operation="compaction", writer=writer, now_ms=int(clock() * 1000),
+                           max_attempts=max_attempts)
+    except StaleUploadError as exc:
+        return CommitOutcome(None, f"{exc}; files left to GC (raise file.delete.delay.ms or "
+                                   f"compact smaller groups)")
     if "reason" in why:
         return CommitOutcome(None, why["reason"])
     return CommitOutcome(new)

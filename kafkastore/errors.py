@@ -92,6 +92,19 @@ class CommitUnknownError(StorageError):
     """A commit whose outcome could not be decided even by reading back."""
 
 
+class StaleUploadError(KafkaStoreError):
+    """A commit would list a newly written segment file that is older than half the GC grace
+    floor, or already gone: GC may delete such a file, so the commit is refused before it lands.
+
+    ``segment_ids`` are the offending new segments; the writer may upload them again under
+    new ids and retry, or abort. Nothing was committed.
+    """
+
+    def __init__(self, message: str, *, segment_ids: tuple[str, ...] = ()):
+        self.segment_ids = tuple(segment_ids)
+        super().__init__(message)
+
+
 class FencedError(KafkaStoreError):
     """A writer whose epoch is older than the manifest's: it must stop writing."""
 
