@@ -188,6 +188,10 @@ class Broker:
         self.linger_ms = linger_ms
         self.clock = clock or _now_ms
         self.commit_on_roll = commit_on_roll
+        #: Called with each :class:`AppendResult` once its manifest version landed (also for
+        #: commits made by :meth:`send` when a segment rolls), so callers can always tell
+        #: exactly what is committed, even when a later commit fails.
+        self.on_commit: Callable[[AppendResult], None] | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._settings: dict[str, _TopicSettings] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
@@ -439,7 +443,7 @@ class Broker:
     def _commit_unit(self, tp: tuple[str, int], st: _TopicSettings, buf: _PartitionBuffer,
                      unit: list[_Pending]) -> AppendResult:
         try:
-            return self._commit(tp, st, unit)
+            result = self._commit(tp, st, unit)
         except StorageError:
             # Failed or unknown outcome: keep the batches (and their sequence numbers) for
             # the next flush; if this attempt landed after all, idempotence drops the retry.
@@ -450,6 +454,9 @@ class Broker:
             self._buffers[tp] = _PartitionBuffer()
             self._sequences.pop(tp, None)
             raise
+        if self.on_commit is not None:
+            self.on_commit(result)
+        return result
 
     def _commit(self, tp: tuple[str, int], st: _TopicSettings,
                 pending: list[_Pending]) -> AppendResult:

@@ -14,10 +14,11 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from typing import Any
 
 from .config import Config, load_config
-from .errors import ConfigError, KafkaStoreError, UnknownTopicError
+from .errors import ConfigError, KafkaStoreError, ProduceStoppedError, UnknownTopicError
 
 
 def _storage(cfg: Config):
@@ -93,25 +94,66 @@ def cmd_produce(args, cfg: Config) -> int:
         records = ((lineno, parse_produce_line(line, lineno)) for lineno, line in lines)
     sent = 0
     results = []
-    for lineno, rec in records:
-        partition = rec.partition if rec.partition is not None else args.partition
-        try:
-            broker.send(args.topic, rec.value, key=rec.key, headers=rec.headers,
-                        timestamp=rec.timestamp, partition=partition)
-        except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as exc:
-            raise type(exc)(f"line {lineno}: {exc}") from None
-        sent += 1
-        if args.flush_every and sent % args.flush_every == 0:
-            results += broker.flush()
-    results += broker.flush()
-    ranges = {}
-    for r in results:
-        lo, hi = ranges.get(r.partition, (r.base_offset, r.next_offset))
-        ranges[r.partition] = (min(lo, r.base_offset), max(hi, r.next_offset))
-    where = ", ".join(f"p{p} [{lo}, {hi})" for p, (lo, hi) in sorted(ranges.items()))
+    # Line numbers sent to each partition and not yet committed, oldest first: a partition's
+    # commits land in order, so each commit settles the oldest of them.
+    pending_lines: dict[int, deque] = {}
+    committed_lines: list[int] = []
+
+    def settled(result):
+        results.append(result)
+        lines = pending_lines.get(result.partition, deque())
+        for _ in range(min(result.record_count, len(lines))):
+            committed_lines.append(lines.popleft())
+
+    broker.on_commit = settled
+    try:
+        for lineno, rec in records:
+            partition = rec.partition if rec.partition is not None else args.partition
+            try:
+                p = broker.send(args.topic, rec.value, key=rec.key, headers=rec.headers,
+                                timestamp=rec.timestamp, partition=partition)
+            except (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError) as exc:
+                raise type(exc)(f"line {lineno}: {exc}") from None
+            pending_lines.setdefault(p, deque()).append(lineno)
+            sent += 1
+            if args.flush_every and sent % args.flush_every == 0:
+                broker.flush()
+        broker.flush()
+    except KafkaStoreError as exc:
+        if not results:
+            raise
+        raise ProduceStoppedError(
+            f"{exc} -- stopped after committing {len(committed_lines)} record(s) to "
+            f"{args.topic}: {_offset_ranges(results)} (input lines "
+            f"{_line_ranges(committed_lines)}); no other line was committed") from exc
+    where = _offset_ranges(results)
     print(f"produced {sent} record(s) to {args.topic}" + (f": {where}" if where else ""),
           file=sys.stderr)
     return 0
+
+
+def _offset_ranges(results) -> str:
+    """``p0 [0, 10), p1 [4, 9)``: the offsets the commits in ``results`` took, per partition."""
+    ranges: dict[int, list[list[int]]] = {}
+    for r in sorted(results, key=lambda r: (r.partition, r.base_offset)):
+        spans = ranges.setdefault(r.partition, [])
+        if spans and spans[-1][1] == r.base_offset:
+            spans[-1][1] = r.next_offset
+        else:
+            spans.append([r.base_offset, r.next_offset])
+    return ", ".join(f"p{p} " + " ".join(f"[{lo}, {hi})" for lo, hi in spans)
+                     for p, spans in sorted(ranges.items()))
+
+
+def _line_ranges(lines: list[int]) -> str:
+    """``1-5, 8, 10-12`` of a list of line numbers."""
+    out: list[list[int]] = []
+    for n in sorted(lines):
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in out) or "none"
 
 
 def cmd_consume(args, cfg: Config) -> int:

@@ -54,6 +54,12 @@ class CrcMismatchError(CorruptRecordError):
     """A batch whose stored CRC-32C does not match its bytes."""
 
 
+class SegmentMismatchError(CorruptRecordError):
+    """A segment object whose bytes disagree with its manifest entry (size, record count,
+    checksum, offsets outside the listed range, an index entry that points at the wrong
+    batch): damaged or replaced. Readers refuse it rather than return other data."""
+
+
 class CompressionError(KafkaStoreError):
     """Unknown codec, or a compressed payload that does not decompress."""
 
@@ -103,6 +109,10 @@ class StaleUploadError(KafkaStoreError):
     def __init__(self, message: str, *, segment_ids: tuple[str, ...] = ()):
         self.segment_ids = tuple(segment_ids)
         super().__init__(message)
+
+
+class ProduceStoppedError(KafkaStoreError):
+    """A produce run that stopped part way: the message says which records were committed."""
 
 
 class FencedError(KafkaStoreError):
