@@ -322,6 +322,16 @@ def read_checked(storage: Storage, rr: ReadRange) -> bytes:
     return data[:rr.size]
 
 
+def whole_segment_range(topic: str, partition: int, seg: SegmentEntry) -> ReadRange:
+    """The :class:`ReadRange` of a whole segment object, all of it, with its manifest facts
+    (for readers that fetch whole objects, such as compaction, and check them with
+    :func:`check_range`)."""
+    return ReadRange(topic, partition, seg.paths(topic, partition)[".log"], seg.base_offset,
+                     0, seg.size, seg.base_offset, seg.next_offset,
+                     segment_next_offset=seg.next_offset, segment_size=seg.size,
+                     segment_records=seg.record_count, segment_checksum=seg.checksum)
+
+
 _BATCH_HEAD = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _RECORD_COUNT_AT = 57
@@ -347,10 +357,14 @@ def check_range(rr: ReadRange, data) -> None:
                                    segment=rr.path, offset=offset, position=position)
 
     if len(data) < size:
-        fail("object size", f"{rr.byte_start + len(data)} bytes (or less)", f"{rr.segment_size} bytes")
+        fail("size", rr.byte_start + len(data), rr.segment_size)
     if len(data) > size:
-        fail("object size", f"more than {rr.segment_size} bytes", f"{rr.segment_size} bytes")
+        fail("size", f"more than {rr.segment_size}", rr.segment_size)
     view = memoryview(data)[:size]
+    if rr.whole_segment and rr.segment_checksum >= 0:
+        got = crc32c(view)
+        if got != rr.segment_checksum:
+            fail("checksum", f"crc32c:{got:08x}", f"crc32c:{rr.segment_checksum:08x}")
     pos, prev_last, records = 0, None, 0
     first = True
     while pos < size:
@@ -381,13 +395,8 @@ def check_range(rr: ReadRange, data) -> None:
         fail("last offset before the indexed end", prev_last,
              f"at least {rr.last_anchor} (the index points before it)",
              position=rr.byte_start + pos)
-    if rr.whole_segment:
-        if rr.segment_records >= 0 and records != rr.segment_records:
-            fail("record count", records, rr.segment_records)
-        if rr.segment_checksum >= 0:
-            got = crc32c(view)
-            if got != rr.segment_checksum:
-                fail("checksum", f"crc32c:{got:08x}", f"crc32c:{rr.segment_checksum:08x}")
+    if rr.whole_segment and rr.segment_records >= 0 and records != rr.segment_records:
+        fail("record count", records, rr.segment_records)
 
 
 _SCAN_WINDOW = 64 << 10       # first read of a timestamp search: the answer is usually close
