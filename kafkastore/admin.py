@@ -7,10 +7,10 @@ from dataclasses import dataclass, field, replace
 
 from . import layout
 from .crc import crc32c
-from .errors import ConfigError, StaleUploadError
+from .errors import ConfigError, ObjectNotFoundError, StaleUploadError
 from .kafka_import import read_kafka_partition_dir
-from .manifest import AppendSegments, Manifest, ManifestStore, ProducerState, SegmentEntry, \
-    UpdateProducerState, check_invariants
+from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
+    SegmentEntry, UpdateProducerState, check_invariants
 from .storage import Storage
 from .topics import load_topic
 from .transactions import iter_control_types, scan_transactions
@@ -126,6 +126,17 @@ def verify_partition(storage: Storage, topic: str, partition: int) -> PartitionR
         check_invariants(m)
     except Exception as exc:  # noqa: BLE001 - any invariant failure is a finding
         report.problems.append(f"manifest invariant broken: {exc}")
+    # Older versions too: readers of an older snapshot use them, and GC skips damaged ones.
+    store = ManifestStore(storage, topic, partition)
+    for v in store.versions():
+        if v == m.version:
+            continue
+        try:
+            store.load(v)
+        except ObjectNotFoundError:
+            continue  # expired meanwhile
+        except CorruptMetadataError as exc:
+            report.problems.append(str(exc))
     for entry in m.segments:
         paths = entry.paths(topic, partition)
         name = paths[".log"].rsplit("/", 1)[-1]

@@ -21,10 +21,11 @@ from .config import Config, load_config
 from .errors import ConfigError, KafkaStoreError, ProduceStoppedError, UnknownTopicError
 
 
-def _storage(cfg: Config):
+def _storage(cfg: Config, *, read_only: bool = False):
+    """The root's Storage; ``read_only`` commands create nothing (not even a local root)."""
     from .storage import Storage
 
-    return Storage(cfg.root, cfg.storage_options)
+    return Storage(cfg.root, cfg.storage_options, create=not read_only)
 
 
 def _print_json(obj: Any) -> None:
@@ -36,7 +37,7 @@ def cmd_topics(args, cfg: Config) -> int:
     from .topic_config import parse_assignments
     from .topics import create_topic, describe_topic, list_topics
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=args.topics_cmd in ("list", "describe"))
     if args.topics_cmd == "create":
         configs = parse_assignments(args.config or [])
         create_topic(storage, args.topic, args.partitions, configs)
@@ -53,6 +54,7 @@ def cmd_topics(args, cfg: Config) -> int:
             except TopicExistsError:
                 print(f"topic {name} exists", file=sys.stderr)
     elif args.topics_cmd == "list":
+        storage.require_root()
         for name in list_topics(storage):
             print(name)
     elif args.topics_cmd == "describe":
@@ -163,7 +165,7 @@ def cmd_consume(args, cfg: Config) -> int:
     from .reader import EARLIEST, PartitionReader
     from .topics import load_topic
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=True)
     meta = load_topic(storage, args.topic)
     partitions = [args.partition] if args.partition is not None else range(meta.partitions)
     remaining = args.limit
@@ -198,7 +200,7 @@ def cmd_consume(args, cfg: Config) -> int:
 def cmd_offsets(args, cfg: Config) -> int:
     from .topics import describe_topic
 
-    info = describe_topic(_storage(cfg), args.topic)
+    info = describe_topic(_storage(cfg, read_only=True), args.topic)
     result: dict[str, Any] = {"topic": args.topic, "partitions": {
         str(o.partition): {"log_start_offset": o.log_start_offset, "high_watermark": o.high_watermark}
         for o in info.offsets}}
@@ -236,7 +238,7 @@ def cmd_verify(args, cfg: Config) -> int:
     from .admin import verify_partition
     from .topics import load_topic
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=True)
     meta = load_topic(storage, args.topic)
     if args.partition is not None and args.partition >= meta.partitions:
         raise UnknownTopicError(
@@ -310,6 +312,15 @@ def cmd_compact(args, cfg: Config) -> int:
 
     report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
                            force=args.force)
+    failed = [r for r in report.partitions if r.status == "error"]
+    if failed:
+        # One line (the report's table would bury the cause); the reasons name the segment
+        # and the log file with the full trace.
+        others = len(report.partitions) - len(failed)
+        raise KafkaStoreError(
+            f"compaction of {args.topic} failed for partition(s) "
+            + "; ".join(f"{r.partition}: {r.reason}" for r in failed)
+            + (f" ({others} other partition(s) done)" if others else ""))
     print(report.render(), file=sys.stderr)
     return 0 if report.ok else 1
 
@@ -441,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--value-format", choices=("raw", "json", "avro"))
     lo.add_argument("--value-schema", help="DDL (json) or Avro schema JSON")
     lo.add_argument("--value-schema-file")
+    lo.add_argument("--on-data-loss", choices=("fail", "skip"),
+                    help="when offsets were deleted before they were loaded: fail (default) or "
+                         "skip them, recording the gap")
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
@@ -473,12 +487,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Commands that run Spark jobs: their Spark and py4j failures become one line (see below).
+SPARK_COMMANDS = frozenset({"load", "reprocess", "compact", "retention", "sql", "vacuum"})
+
+
+def _run_spark_command(args, cfg: Config) -> int:
+    """Run a Spark command so that a Spark failure (a worker's error wrapped in a
+    PythonException, a py4j error) is one line naming table, partition, segment and cause,
+    with the full trace in a log file (:mod:`pipelines.spark_errors`). The Spark commands
+    live in ``pipelines`` and are imported lazily, as each ``cmd_*`` above does."""
+    from pipelines.spark_errors import spark_errors
+
+    # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
+    # segment) would bury the one-line error; the full trace goes to the log file instead.
+    os.environ.setdefault("KAFKASTORE_SPARK_LOG_LEVEL", "OFF")
+    with spark_errors(args.command, table=getattr(args, "table", None),
+                      topic=getattr(args, "topic", None)):
+        return args.func(args, cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kafkastore`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.conf, root=args.root)
+        if args.command in SPARK_COMMANDS:
+            return _run_spark_command(args, cfg)
         return args.func(args, cfg)
     except KafkaStoreError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message holds

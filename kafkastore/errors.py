@@ -90,6 +90,11 @@ class StorageError(KafkaStoreError):
     """The object store failed (network, permissions, missing object)."""
 
 
+class StoragePermissionError(StorageError):
+    """The store refused the operation (permissions, credentials): a definite failure, so a
+    refused write did not happen (its outcome is known, unlike a lost response)."""
+
+
 class CommitConflict(StorageError):
     """Put-if-absent lost the race: the version already exists. Re-read, re-validate, retry."""
 

@@ -158,7 +158,9 @@ def _collect_partition(storage: Storage, topic: str, partition: int, now_ms: int
     if not candidates:
         return
     # After expiry and after the listing: every version that may still be read is among these.
-    referenced = store.referenced_files()
+    unreadable: list[str] = []
+    referenced = store.referenced_files(unreadable=unreadable)
+    report.errors.extend(f"skipped unreadable {e}" for e in unreadable)
     doomed: list[ObjectInfo] = []
     for info in candidates:
         if info.path in referenced:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from . import layout
 from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
                      KafkaStoreError, ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
-                     StorageError)
+                     StorageError, StoragePermissionError)
 from .storage import Storage
 
 MANIFEST_FORMAT = 1
@@ -778,11 +778,18 @@ class ManifestStore:
         return [v for v, _ in self._listing()]
 
     def load(self, version: int) -> Manifest:
-        """One version; :class:`ObjectNotFoundError` if it is not stored."""
-        m = Manifest.from_json(self.storage.get(self.path(version)))
+        """One version; :class:`ObjectNotFoundError` if it is not stored,
+        :class:`CorruptMetadataError` (naming topic, partition and version) if it is damaged."""
+        try:
+            m = Manifest.from_json(self.storage.get(self.path(version)))
+        except CorruptMetadataError as exc:
+            raise CorruptMetadataError(
+                f"manifest of {self.topic}/{self.partition} version {version} "
+                f"({self.path(version)}): {exc}") from None
         if (m.topic, m.partition, m.version) != (self.topic, self.partition, version):
             raise CorruptMetadataError(
-                f"{self.path(version)} holds {m.topic}/{m.partition} version {m.version}")
+                f"manifest of {self.topic}/{self.partition} version {version} "
+                f"({self.path(version)}) holds {m.topic}/{m.partition} version {m.version}")
         return m
 
     def latest(self) -> Manifest | None:
@@ -910,6 +917,13 @@ class ManifestStore:
                     return False
                 owner = self._read_back(path, new)
                 return bool(owner)  # None here (vanished) cannot happen for a held version
+            except StoragePermissionError:
+                if not uncertain:
+                    raise  # refused, so not written: a definite failure, not an unknown outcome
+                uncertain = True
+                owner = self._read_back(path, new)
+                if owner is not None:
+                    return owner
             except StorageError:
                 uncertain = True
                 owner = self._read_back(path, new)
@@ -992,8 +1006,12 @@ class ManifestStore:
             return None
         return float(m.commit.timestamp_ms) if m.commit else None
 
-    def referenced_files(self, versions: Iterable[int] | None = None) -> set[str]:
+    def referenced_files(self, versions: Iterable[int] | None = None, *,
+                         unreadable: list[str] | None = None) -> set[str]:
         """Relative paths of the segment objects that any of ``versions`` lists (default: all stored).
+
+        With ``unreadable`` (a list), a damaged version other than the newest is skipped
+        and its error appended there instead of raised.
 
         Garbage collection may delete a segment object only if it is in no
         such set *and* older than its grace period (an upload whose commit is
@@ -1001,11 +1019,20 @@ class ManifestStore:
         """
         chosen = self.versions() if versions is None else list(versions)
         out: set[str] = set()
+        newest = max(chosen, default=None)
         for v in chosen:
             try:
                 m = self.load(v)
             except ObjectNotFoundError:
                 continue  # expired meanwhile: its files are no longer protected
+            except CorruptMetadataError as exc:
+                # An older version nobody can read protects nothing (no reader can be using
+                # it; the versions after it list every file still live). The newest one
+                # decides what is live: damage there stops the caller.
+                if unreadable is None or v == newest:
+                    raise
+                unreadable.append(str(exc))
+                continue
             for seg in m.segments:
                 out.update(seg.paths(self.topic, self.partition).values())
         return out

@@ -41,7 +41,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from .errors import CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError
+from .errors import (CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError,
+                     StoragePermissionError)
 
 _MEMORY_LOCK = threading.Lock()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
@@ -166,7 +167,7 @@ class Storage:
     _PUT_TIMES_KEEP_S = 3600.0
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None,
-                 clock=None):
+                 clock=None, create: bool = True):
         self.protocol, self._base = _split_url(url)
         #: Wall clock in epoch seconds; injectable so tests can age uploads without waiting.
         self.clock = clock or time.time
@@ -186,7 +187,7 @@ class Storage:
                 self.fs = fsspec.filesystem(self.protocol, **options)
             except (ImportError, TypeError, ValueError) as exc:
                 raise ConfigError(f"cannot open storage {url!r}: {exc}") from None
-        if self.protocol == "file":
+        if self.protocol == "file" and create:  # read-only users pass create=False
             try:
                 os.makedirs(self._base, exist_ok=True)
             except OSError as exc:
@@ -198,6 +199,21 @@ class Storage:
     def __reduce__(self):
         # Storage objects travel to Spark executors: rebuild from URL and options.
         return (Storage, (self.url, self.storage_options))
+
+    def require_root(self) -> None:
+        """Raise :class:`StorageError` if the root's bucket does not exist (object stores),
+        so that listing a misspelt bucket is an error rather than an empty answer."""
+        if self.protocol in ("file", "memory"):
+            return
+        bucket = self._base.split("/", 1)[0]
+        try:
+            found = self.fs.exists(bucket)
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("stat bucket", bucket, exc) from exc
+        if not found:
+            raise StorageError(f"bucket {bucket!r} of {self.url} does not exist")
 
     # -- paths -------------------------------------------------------------
     def full_path(self, rel: str) -> str:
@@ -218,6 +234,9 @@ class Storage:
         return full[len(root):].lstrip("/") if root else full
 
     def _fail(self, verb: str, rel: str, exc: BaseException) -> StorageError:
+        if isinstance(exc, PermissionError):
+            return StoragePermissionError(f"permission denied: cannot {verb} {rel!r} under "
+                                          f"{self.url}: {exc}")
         return StorageError(f"cannot {verb} {rel!r} under {self.url}: {exc}")
 
     # -- reads -------------------------------------------------------------

@@ -160,8 +160,8 @@ def plan_ranges(storage: Storage, topic: str, committed: Mapping[int, int], *,
                 raise WarehouseError(
                     f"data loss in {topic}/{p}: the table's next offset is {from_offset} but the "
                     f"log now starts at {start} (offsets [{from_offset}, {start}) were deleted "
-                    f"before they were loaded); load with on_data_loss='skip' to record the gap "
-                    f"and go on")
+                    f"before they were loaded); rerun with `kafkastore load --on-data-loss skip` "
+                    f"(on_data_loss: skip in a loads entry) to record the gap and go on")
             gap_from, from_offset = from_offset, start
         if until_offsets is not None:
             want = until_offsets[p]
@@ -768,7 +768,7 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
         "until_timestamp": getattr(args, "until_timestamp", None),
         "value_format": fmt or "raw", "value_schema": schema, "value_schema_file": schema_file,
         "decode": extra or None, "storage_options": dict(cfg.storage_options or {}) or None,
-        "on_data_loss": entry.get("on_data_loss", "fail"),
+        "on_data_loss": getattr(args, "on_data_loss", None) or entry.get("on_data_loss", "fail"),
     }
 
 
