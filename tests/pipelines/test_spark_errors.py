@@ -76,3 +76,17 @@ def test_compact_of_a_damaged_segment_is_one_line(tmp_path):
     stem = damaged_log(root, {"cleanup.policy": "compact"})
     p = run("--root", root, "compact", T, "--force", log_dir=tmp_path)
     assert_one_line_naming(p, stem, tmp_path)
+
+
+def test_data_source_read_of_a_damaged_segment_names_it(spark, tmp_path):
+    """The Spark data source reads through kafkastore.reader.read_range, so it refuses the
+    damaged segment; the summary carries the worker's SegmentMismatchError."""
+    from pipelines.spark_errors import SparkJobError, spark_errors
+
+    root = f"file://{tmp_path}/log"
+    stem = damaged_log(root, {})
+    with pytest.raises(SparkJobError) as err:
+        with spark_errors("read", topic=T):
+            spark.read.format("kafkastore").option("root", root).option("topic", T).load().collect()
+    assert err.value.cause_type == "SegmentMismatchError" and stem in str(err.value)
+    assert "\n" not in str(err.value)
