@@ -49,6 +49,19 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
     segments = read_kafka_partition_dir(path, index_interval_bytes=meta.config.index_interval_bytes)
     if not segments:
         raise ConfigError(f"{path!r} holds no Kafka log segments (<20-digit offset>.log)")
+    end_offset = None
+    if segments[-1].stats.is_empty:
+        # An empty active segment (rolled just before the copy, or its only batch torn and
+        # cut): no object of its own; its base offset is the log end, absorbed by the
+        # previous segment's range as gaps are. Kafka's recovery adopts the same records.
+        empty = segments.pop()
+        if not segments:
+            raise ConfigError(f"{empty.path}: no complete record batch to import "
+                              f"({'; '.join(empty.notes) or 'empty'})")
+        end_offset = empty.base_offset
+        segments[-1].notes.append(f"log ends at offset {end_offset}: the last segment "
+                                  f"{os.path.basename(empty.path)} holds no complete batch"
+                                  + (f" ({'; '.join(empty.notes)})" if empty.notes else ""))
     batches = [hc for seg in segments for hc in iter_control_types(seg.log, verify_crc=False)]
     aborted, open_txns = scan_transactions(batches)
     store = ManifestStore(storage, topic, partition)
@@ -56,7 +69,8 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
     def upload(i: int) -> SegmentEntry:
         seg = segments[i]
         st = seg.stats
-        next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else st.next_offset
+        next_offset = (segments[i + 1].base_offset if i + 1 < len(segments)
+                       else max(st.next_offset, end_offset or 0))
         seg_id = layout.new_segment_id()
         for ext, data in ((".index", seg.index), (".timeindex", seg.timeindex), (".log", seg.log)):
             storage.put(layout.segment_path(topic, partition, seg.base_offset, seg_id, ext), data)

@@ -116,7 +116,10 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
         try:
             report.partitions.extend(run_plans(spark, storage, plans, manifests))
         except Exception as exc:  # noqa: BLE001 - isolate the failing partition(s) below
-            log.warning("compaction of %s failed (%s); retrying partition by partition", topic, exc)
+            # Info, not warning: the per-partition outcome below is what the user sees (one line
+            # each); the first failure's full text would be a Spark trace on stderr.
+            log.info("compaction of %s failed (%s); retrying partition by partition", topic,
+                     (str(exc).strip().splitlines() or [""])[0])
             for plan, m in zip(plans, manifests):
                 t0 = time.monotonic()
                 try:
