@@ -12,7 +12,7 @@ import pytest
 
 from kafkastore.admin import import_kafka_dir, verify_partition
 from kafkastore.cli import main
-from kafkastore.errors import CorruptRecordError, StorageError, StoragePermissionError
+from kafkastore.errors import CorruptRecordError, StoragePermissionError
 from kafkastore.gc import collect_garbage
 from kafkastore.broker import Broker
 from kafkastore.manifest import AppendSegments, ManifestStore
