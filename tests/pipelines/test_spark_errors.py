@@ -92,3 +92,22 @@ def test_data_source_read_of_a_damaged_segment_names_it(spark, tmp_path):
             spark.read.format("kafkastore").option("root", root).option("topic", T).load().collect()
     assert err.value.cause_type == "SegmentMismatchError" and stem in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_sql_over_a_damaged_segment_is_one_line(spark, tmp_path, capsys, monkeypatch):
+    """A Spark SQL query whose scan hits a damaged segment, through the CLI: one line
+    naming the segment and the worker's error."""
+    from kafkastore.cli import main
+
+    monkeypatch.setenv("KAFKASTORE_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("KAFKASTORE_SPARK_LOG_LEVEL", "WARN")  # keep the shared session as it is
+    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE"):
+        monkeypatch.delenv(name, raising=False)
+    root = f"file://{tmp_path}/log"
+    stem = damaged_log(root, {})
+    rc = main(["--root", root, "sql", f"SELECT count(*) FROM {T}", "--warehouse", f"file://{tmp_path}/wh"])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("kafkastore: error: ")]
+    assert rc == 1 and len(errors) == 1, err
+    assert "SegmentMismatchError" in errors[0] and stem in errors[0], errors[0]
+    assert "Traceback" not in errors[0]
