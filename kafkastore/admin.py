@@ -7,14 +7,18 @@ from dataclasses import dataclass, field, replace
 
 from . import layout
 from .crc import crc32c
-from .errors import ConfigError
+from .errors import ConfigError, ObjectNotFoundError, StaleUploadError
 from .kafka_import import read_kafka_partition_dir
-from .manifest import AppendSegments, Manifest, ManifestStore, ProducerState, SegmentEntry, \
-    UpdateProducerState, check_invariants
+from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
+    SegmentEntry, UpdateProducerState, check_invariants
 from .storage import Storage
 from .topics import load_topic
 from .transactions import iter_control_types, scan_transactions
 from .verify import SegmentReport, verify_segment
+
+
+#: How often an import uploads files again that grew too old before its commit.
+_STALE_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -45,33 +49,64 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
     segments = read_kafka_partition_dir(path, index_interval_bytes=meta.config.index_interval_bytes)
     if not segments:
         raise ConfigError(f"{path!r} holds no Kafka log segments (<20-digit offset>.log)")
+    end_offset = None
+    if segments[-1].stats.is_empty:
+        # An empty active segment (rolled just before the copy, or its only batch torn and
+        # cut): no object of its own; its base offset is the log end, absorbed by the
+        # previous segment's range as gaps are. Kafka's recovery adopts the same records.
+        empty = segments.pop()
+        if not segments:
+            raise ConfigError(f"{empty.path}: no complete record batch to import "
+                              f"({'; '.join(empty.notes) or 'empty'})")
+        end_offset = empty.base_offset
+        segments[-1].notes.append(f"log ends at offset {end_offset}: the last segment "
+                                  f"{os.path.basename(empty.path)} holds no complete batch"
+                                  + (f" ({'; '.join(empty.notes)})" if empty.notes else ""))
     batches = [hc for seg in segments for hc in iter_control_types(seg.log, verify_crc=False)]
     aborted, open_txns = scan_transactions(batches)
     store = ManifestStore(storage, topic, partition)
-    entries = []
-    for i, seg in enumerate(segments):
+
+    def upload(i: int) -> SegmentEntry:
+        seg = segments[i]
         st = seg.stats
-        next_offset = segments[i + 1].base_offset if i + 1 < len(segments) else st.next_offset
+        next_offset = (segments[i + 1].base_offset if i + 1 < len(segments)
+                       else max(st.next_offset, end_offset or 0))
         seg_id = layout.new_segment_id()
         for ext, data in ((".index", seg.index), (".timeindex", seg.timeindex), (".log", seg.log)):
             storage.put(layout.segment_path(topic, partition, seg.base_offset, seg_id, ext), data)
         txns = tuple((a.producer_id, a.first_offset, a.last_offset) for a in aborted
                      if seg.base_offset <= a.last_offset < next_offset)
-        entries.append(SegmentEntry(
+        return SegmentEntry(
             base_offset=seg.base_offset, next_offset=next_offset, record_count=st.record_count,
             size=len(seg.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
             segment_id=seg_id, writer_id=-1, leader_epoch=0, checksum=crc32c(seg.log),
             index_size=len(seg.index), timeindex_size=len(seg.timeindex), aborted_txns=txns,
-            max_timestamp_offset=st.offset_of_max_timestamp))
+            max_timestamp_offset=st.offset_of_max_timestamp)
+
+    entries = [upload(i) for i in range(len(segments))]
 
     def build(m: Manifest | None):
+        # Files the commit would refuse as too old for GC's grace are uploaded again.
+        stale = {e.segment_id for e in store.stale_uploads(entries)}
+        for i, e in enumerate(entries):
+            if e.segment_id in stale:
+                entries[i] = upload(i)
         updates = [AppendSegments(tuple(entries))]
         for pid, first in open_txns.items():
             state = (m.producers.get(pid) if m else None) or ProducerState(epoch=0)
             updates.append(UpdateProducerState(pid, replace(state, txn_first_offset=first)))
         return updates, []
 
-    m = store.commit(build, operation="import", writer=writer, now_ms=now_ms)
+    m = None
+    for round_ in range(_STALE_ROUNDS):
+        try:
+            m = store.commit(build, operation="import", writer=writer, now_ms=now_ms)
+            break
+        except StaleUploadError as exc:
+            if round_ + 1 == _STALE_ROUNDS:
+                raise StaleUploadError(
+                    f"{exc}; gave up after uploading the {len(segments)} segment(s) of {path!r} "
+                    f"{_STALE_ROUNDS} times: nothing was imported", segment_ids=exc.segment_ids) from None
     notes = tuple(f"{os.path.basename(seg.path)}: {n}" for seg in segments for n in seg.notes)
     return ImportResult(topic, partition, len(entries), sum(e.record_count for e in entries),
                         m.log_start_offset, m.high_watermark, notes)
@@ -105,6 +140,17 @@ def verify_partition(storage: Storage, topic: str, partition: int) -> PartitionR
         check_invariants(m)
     except Exception as exc:  # noqa: BLE001 - any invariant failure is a finding
         report.problems.append(f"manifest invariant broken: {exc}")
+    # Older versions too: readers of an older snapshot use them, and GC skips damaged ones.
+    store = ManifestStore(storage, topic, partition)
+    for v in store.versions():
+        if v == m.version:
+            continue
+        try:
+            store.load(v)
+        except ObjectNotFoundError:
+            continue  # expired meanwhile
+        except CorruptMetadataError as exc:
+            report.problems.append(str(exc))
     for entry in m.segments:
         paths = entry.paths(topic, partition)
         name = paths[".log"].rsplit("/", 1)[-1]

@@ -45,8 +45,8 @@ from . import layout
 from .compression import Compression
 from .control import encode_marker_batch
 from .crc import crc32c
-from .errors import (ConfigError, InvalidRecordError, OutOfOrderSequenceError,
-                     RecordTooLargeError, StorageError, UnknownTopicError)
+from .errors import (ConfigError, InvalidRecordError, KafkaStoreError, OutOfOrderSequenceError,
+                     RecordTooLargeError, StaleUploadError, StorageError, UnknownTopicError)
 from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifest,
                        ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
                        UpdateProducerState)
@@ -64,6 +64,8 @@ _BATCH_OVERHEAD = 61
 #: Largest record timestamp accepted: readers hold timestamps as int64 microseconds.
 MAX_TIMESTAMP_MS = (2 ** 63 - 1) // 1000
 _LONG_MAX = 2 ** 63 - 1
+#: How often a flush uploads files again that grew too old before its commit (see _commit).
+_STALE_ROUNDS = 3
 
 
 def _now_ms() -> int:
@@ -186,6 +188,10 @@ class Broker:
         self.linger_ms = linger_ms
         self.clock = clock or _now_ms
         self.commit_on_roll = commit_on_roll
+        #: Called with each :class:`AppendResult` once its manifest version landed (also for
+        #: commits made by :meth:`send` when a segment rolls), so callers can always tell
+        #: exactly what is committed, even when a later commit fails.
+        self.on_commit: Callable[[AppendResult], None] | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._settings: dict[str, _TopicSettings] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
@@ -365,7 +371,8 @@ class Broker:
         else sticky). The same rules as :meth:`send` apply, checked vectorised;
         the batches are encoded straight from the Arrow buffers (C encoder).
         Rows before the first refused one stay buffered and that row's error is
-        raised with ``error.row`` set to its index (as the same :meth:`send`
+        raised with ``error.row`` set to its index and ``error.partitions`` to the
+        partitions of the rows buffered before it (as the same :meth:`send`
         calls would do).
         """
         import numpy as np
@@ -431,8 +438,12 @@ class Broker:
                 self._buffer_rows((topic, p), st, cols, idx if len(idx) != rows else None,
                                   len(idx), ts, sizes, now)
         if first_bad < n:
-            self._raise_for_row(topic, st, cols, first_bad, int(ts[first_bad]), klen, sizes,
-                                int(parts[first_bad]) if explicit[first_bad] else None, now)
+            try:
+                self._raise_for_row(topic, st, cols, first_bad, int(ts[first_bad]), klen, sizes,
+                                    int(parts[first_bad]) if explicit[first_bad] else None, now)
+            except KafkaStoreError as exc:
+                exc.partitions = parts[:first_bad].astype(np.int32)  # of the rows buffered
+                raise
         return parts.astype(np.int32)
 
     def _raise_for_row(self, topic, st, cols, i, timestamp, klen, sizes, partition, now):
@@ -598,7 +609,7 @@ class Broker:
     def _commit_unit(self, tp: tuple[str, int], st: _TopicSettings, buf: _PartitionBuffer,
                      unit: list[_Pending]) -> AppendResult:
         try:
-            return self._commit(tp, st, unit)
+            result = self._commit(tp, st, unit)
         except StorageError:
             # Failed or unknown outcome: keep the batches (and their sequence numbers) for
             # the next flush; if this attempt landed after all, idempotence drops the retry.
@@ -609,6 +620,9 @@ class Broker:
             self._buffers[tp] = _PartitionBuffer()
             self._sequences.pop(tp, None)
             raise
+        if self.on_commit is not None:
+            self.on_commit(result)
+        return result
 
     def _commit(self, tp: tuple[str, int], st: _TopicSettings,
                 pending: list[_Pending]) -> AppendResult:
@@ -622,8 +636,9 @@ class Broker:
         last_seq = ((first_seq + sum(p.count for p in data_batches) - 1) & 0x7FFFFFFF
                     if data_batches else -1)
         max_ts = max((parse_header(p.data).max_timestamp for p in pending), default=NO_TIMESTAMP)
-        uploaded: dict[int, tuple[float, list[SegmentEntry]]] = {}
+        uploaded: dict[int, list[SegmentEntry]] = {}
         outcome: dict[str, object] = {}
+        store = self._store(topic, partition)
 
         def build(m: Manifest | None):
             m = m or Manifest.empty(topic, partition)
@@ -642,14 +657,18 @@ class Broker:
                     outcome["dup"] = dup
                     return None
             hw = m.high_watermark
-            # GC may delete unreferenced files older than the grace period (at least
-            # ManifestStore.min_keep_ms), so files are only committed while young: past half
-            # of that they are uploaded again under a new id.
+            # The commit refuses files older than half the GC grace floor (GC may delete
+            # them): upload again, under new ids, whatever has grown too old meanwhile.
             fresh = uploaded.get(hw)
-            if fresh is None or time.monotonic() - fresh[0] > ManifestStore.min_keep_ms / 2000:
-                fresh = uploaded[hw] = (time.monotonic(), [
-                    self._upload(topic, partition, seg, hw - rel0, epoch) for seg in segments])
-            entries = _with_aborted(fresh[1], pending, hw - rel0, state)
+            if fresh is None:
+                fresh = uploaded[hw] = [self._upload(topic, partition, seg, hw - rel0, epoch)
+                                        for seg in segments]
+            else:
+                stale = {e.segment_id for e in store.stale_uploads(fresh)}
+                for i, e in enumerate(fresh):
+                    if e.segment_id in stale:
+                        fresh[i] = self._upload(topic, partition, segments[i], hw - rel0, epoch)
+            entries = _with_aborted(fresh, pending, hw - rel0, state)
             new_state = _producer_state(state, self.producer_epoch, pending, hw - rel0,
                                         first_seq, last_seq, max_ts)
             updates = [AppendSegments(tuple(entries))]
@@ -658,8 +677,18 @@ class Broker:
             outcome["hw"] = hw
             return updates, [AssertLeaderEpoch(epoch)]
 
-        store = self._store(topic, partition)
-        store.commit(build, operation="append", writer=self._writer(), now_ms=self.clock())
+        for round_ in range(_STALE_ROUNDS):
+            try:
+                store.commit(build, operation="append", writer=self._writer(), now_ms=self.clock())
+                break
+            except StaleUploadError as exc:
+                if round_ + 1 == _STALE_ROUNDS:
+                    raise StaleUploadError(
+                        f"{exc}; gave up after uploading {len(segments)} segment(s) "
+                        f"{_STALE_ROUNDS} times: their upload takes longer than "
+                        f"{store.max_upload_age_ms / 1000:g} s, nothing of this flush was "
+                        f"committed (flush fewer records at a time, e.g. produce --flush-every)",
+                        segment_ids=exc.segment_ids) from None
         if "dup" in outcome:
             dup = outcome["dup"]
             return AppendResult(topic, partition, dup.first_offset, dup.last_offset + 1, count,

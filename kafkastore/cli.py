@@ -17,13 +17,14 @@ import time
 from typing import Any
 
 from .config import Config, load_config
-from .errors import ConfigError, KafkaStoreError, UnknownTopicError
+from .errors import ConfigError, KafkaStoreError, ProduceStoppedError, UnknownTopicError
 
 
-def _storage(cfg: Config):
+def _storage(cfg: Config, *, read_only: bool = False):
+    """The root's Storage; ``read_only`` commands create nothing (not even a local root)."""
     from .storage import Storage
 
-    return Storage(cfg.root, cfg.storage_options)
+    return Storage(cfg.root, cfg.storage_options, create=not read_only)
 
 
 def _print_json(obj: Any) -> None:
@@ -35,7 +36,7 @@ def cmd_topics(args, cfg: Config) -> int:
     from .topic_config import parse_assignments
     from .topics import create_topic, describe_topic, list_topics
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=args.topics_cmd in ("list", "describe"))
     if args.topics_cmd == "create":
         configs = parse_assignments(args.config or [])
         create_topic(storage, args.topic, args.partitions, configs)
@@ -52,6 +53,7 @@ def cmd_topics(args, cfg: Config) -> int:
             except TopicExistsError:
                 print(f"topic {name} exists", file=sys.stderr)
     elif args.topics_cmd == "list":
+        storage.require_root()
         for name in list_topics(storage):
             print(name)
     elif args.topics_cmd == "describe":
@@ -63,6 +65,8 @@ def cmd_topics(args, cfg: Config) -> int:
 def cmd_produce(args, cfg: Config) -> int:
     from .broker import Broker
     from .errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
+    import numpy as np
+
     from .jsonl_bulk import iter_chunks, parse_chunk
 
     storage = _storage(cfg)
@@ -76,43 +80,66 @@ def cmd_produce(args, cfg: Config) -> int:
     refusals = (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError)
     sent = 0
     results = []
+    # Line numbers of the rows sent to each partition, oldest first, and how many of those
+    # rows are committed: a partition's commits land in order, so a commit of N records
+    # settles its N oldest rows. Only read when a run stops part way.
+    pending_lines: dict[int, list] = {}
+    committed: dict[int, int] = {}
     refused = None  # atomic mode: the first refused record, reported unless a line is bad
 
+    def settled(result):
+        results.append(result)
+        committed[result.partition] = committed.get(result.partition, 0) + result.record_count
+
+    def remember(parts, lines) -> None:
+        for p in np.unique(parts):
+            pending_lines.setdefault(int(p), []).append(lines[parts == p])
+
     def send(table, lines) -> None:
-        nonlocal sent, results
+        nonlocal sent
         i, n = 0, table.num_rows
         while i < n:
             j = min(n, i + args.flush_every - sent % args.flush_every) if args.flush_every else n
             try:
-                broker.send_arrow(args.topic, table.slice(i, j - i), partition=args.partition)
+                parts = broker.send_arrow(args.topic, table.slice(i, j - i), partition=args.partition)
             except refusals as exc:
-                lineno = int(lines[i + getattr(exc, "row", 0)])
-                raise type(exc)(f"line {lineno}: {exc}") from None
+                row = getattr(exc, "row", 0)
+                # The rows before the refused one are buffered (and may commit on a roll).
+                remember(getattr(exc, "partitions", np.zeros(0, np.int32)), lines[i:i + row])
+                raise type(exc)(f"line {int(lines[i + row])}: {exc}") from None
+            remember(parts, lines[i:j])
             sent += j - i
             if args.flush_every and sent % args.flush_every == 0:
-                results += broker.flush()
+                broker.flush()
             i = j
 
-    # Chunks of whole lines, parsed in bulk (pyarrow) or line by line where that decides.
-    for first, chunk in iter_chunks(_binary_stdin()):
-        parsed = parse_chunk(chunk, first)
-        if refused is None and parsed.table.num_rows:
-            try:
-                send(parsed.table, parsed.lines)
-            except refusals as exc:
-                if not atomic:
-                    raise
-                refused = exc
-        if parsed.error is not None:
-            raise parsed.error
-    if refused is not None:
-        raise refused
-    results += broker.flush()
-    ranges = {}
-    for r in results:
-        lo, hi = ranges.get(r.partition, (r.base_offset, r.next_offset))
-        ranges[r.partition] = (min(lo, r.base_offset), max(hi, r.next_offset))
-    where = ", ".join(f"p{p} [{lo}, {hi})" for p, (lo, hi) in sorted(ranges.items()))
+    broker.on_commit = settled
+    try:
+        # Chunks of whole lines, parsed in bulk (pyarrow) or line by line where that decides.
+        for first, chunk in iter_chunks(_binary_stdin()):
+            parsed = parse_chunk(chunk, first)
+            if refused is None and parsed.table.num_rows:
+                try:
+                    send(parsed.table, parsed.lines)
+                except refusals as exc:
+                    if not atomic:
+                        raise
+                    refused = exc
+            if parsed.error is not None:
+                raise parsed.error
+        if refused is not None:
+            raise refused
+        broker.flush()
+    except KafkaStoreError as exc:
+        if not results:
+            raise
+        done = [int(n) for p, chunks in pending_lines.items()
+                for n in np.concatenate(chunks)[:committed.get(p, 0)]]
+        raise ProduceStoppedError(
+            f"{exc} -- stopped after committing {len(done)} record(s) to "
+            f"{args.topic}: {_offset_ranges(results)} (input lines "
+            f"{_line_ranges(done)}); no other line was committed") from exc
+    where = _offset_ranges(results)
     print(f"produced {sent} record(s) to {args.topic}" + (f": {where}" if where else ""),
           file=sys.stderr)
     return 0
@@ -133,6 +160,30 @@ def _binary_stdin():
     return raw if raw is not None else _TextAsBinary(sys.stdin)
 
 
+def _offset_ranges(results) -> str:
+    """``p0 [0, 10), p1 [4, 9)``: the offsets the commits in ``results`` took, per partition."""
+    ranges: dict[int, list[list[int]]] = {}
+    for r in sorted(results, key=lambda r: (r.partition, r.base_offset)):
+        spans = ranges.setdefault(r.partition, [])
+        if spans and spans[-1][1] == r.base_offset:
+            spans[-1][1] = r.next_offset
+        else:
+            spans.append([r.base_offset, r.next_offset])
+    return ", ".join(f"p{p} " + " ".join(f"[{lo}, {hi})" for lo, hi in spans)
+                     for p, spans in sorted(ranges.items()))
+
+
+def _line_ranges(lines: list[int]) -> str:
+    """``1-5, 8, 10-12`` of a list of line numbers."""
+    out: list[list[int]] = []
+    for n in sorted(lines):
+        if out and out[-1][1] == n - 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in out) or "none"
+
+
 def cmd_consume(args, cfg: Config) -> int:
     import pyarrow as pa
 
@@ -140,7 +191,7 @@ def cmd_consume(args, cfg: Config) -> int:
     from .reader import EARLIEST, PartitionReader
     from .topics import load_topic
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=True)
     meta = load_topic(storage, args.topic)
     partitions = [args.partition] if args.partition is not None else range(meta.partitions)
     remaining = args.limit
@@ -175,7 +226,7 @@ def cmd_consume(args, cfg: Config) -> int:
 def cmd_offsets(args, cfg: Config) -> int:
     from .topics import describe_topic
 
-    info = describe_topic(_storage(cfg), args.topic)
+    info = describe_topic(_storage(cfg, read_only=True), args.topic)
     result: dict[str, Any] = {"topic": args.topic, "partitions": {
         str(o.partition): {"log_start_offset": o.log_start_offset, "high_watermark": o.high_watermark}
         for o in info.offsets}}
@@ -214,7 +265,7 @@ def cmd_verify(args, cfg: Config) -> int:
     from .admin import verify_partition
     from .topics import load_topic
 
-    storage = _storage(cfg)
+    storage = _storage(cfg, read_only=True)
     meta = load_topic(storage, args.topic)
     if args.partition is not None and args.partition >= meta.partitions:
         raise UnknownTopicError(
@@ -312,6 +363,15 @@ def cmd_compact(args, cfg: Config) -> int:
 
     report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
                            force=args.force)
+    failed = [r for r in report.partitions if r.status == "error"]
+    if failed:
+        # One line (the report's table would bury the cause); the reasons name the segment
+        # and the log file with the full trace.
+        others = len(report.partitions) - len(failed)
+        raise KafkaStoreError(
+            f"compaction of {args.topic} failed for partition(s) "
+            + "; ".join(f"{r.partition}: {r.reason}" for r in failed)
+            + (f" ({others} other partition(s) done)" if others else ""))
     print(report.render(), file=sys.stderr)
     return 0 if report.ok else 1
 
@@ -635,12 +695,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Commands that run Spark jobs: their Spark and py4j failures become one line (see below).
+SPARK_COMMANDS = frozenset({"load", "reprocess", "compact", "retention", "sql", "vacuum"})
+
+
+def _run_spark_command(args, cfg: Config) -> int:
+    """Run a Spark command so that a Spark failure (a worker's error wrapped in a
+    PythonException, a py4j error) is one line naming table, partition, segment and cause,
+    with the full trace in a log file (:mod:`pipelines.spark_errors`). The Spark commands
+    live in ``pipelines`` and are imported lazily, as each ``cmd_*`` above does."""
+    from pipelines.spark_errors import spark_errors
+
+    # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
+    # segment) would bury the one-line error; the full trace goes to the log file instead.
+    os.environ.setdefault("KAFKASTORE_SPARK_LOG_LEVEL", "OFF")
+    with spark_errors(args.command, table=getattr(args, "table", None),
+                      topic=getattr(args, "topic", None)):
+        return args.func(args, cfg)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kafkastore`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.conf, root=args.root)
+        if args.command in SPARK_COMMANDS:
+            return _run_spark_command(args, cfg)
         return args.func(args, cfg)
     except KafkaStoreError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message holds

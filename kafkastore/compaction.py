@@ -108,11 +108,12 @@ from .arrow_decode import decode_to_arrow
 from .compression import Compression
 from .control import ControlType, parse_control_record
 from .crc import crc32c
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, StaleUploadError
 from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments,
                        SegmentEntry, SetCleanerOffset)
 from .offset_index import INT32_MAX
-from .reader import PartitionReader, ReadRange, last_stable_offset
+from .reader import (PartitionReader, ReadRange, check_range, last_stable_offset, read_checked,
+                     whole_segment_range)
 from .record_batch import (LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch,
                            iter_batches)
 from .segment import SegmentBuilder
@@ -390,7 +391,7 @@ def scan_task(storage: Storage, task: ScanTask) -> pa.RecordBatch:
     """The :data:`SCAN_SCHEMA` rows of one task: keyed committed records, and per producer
     the greatest offsets of its transactional data batches and markers (see :data:`SCAN_SCHEMA`)."""
     rr = task.range
-    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end)
+    data = read_checked(storage, rr)  # checked against the manifest entry, as every reader
     rb = decode_to_arrow(data, topic=rr.topic, partition=rr.partition, start_offset=rr.start_offset,
                          end_offset=rr.end_offset, aborted=rr.aborted, include_headers=False,
                          segment=f"{rr.path}@{rr.byte_start}", base_position=rr.byte_start)
@@ -552,9 +553,7 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
         records_in += seg.record_count
         name = seg.paths(ctx.topic, ctx.partition)[".log"]
         log = storage.get(name)
-        if len(log) != seg.size or crc32c(log) != seg.checksum:
-            raise CorruptRecordError(f"segment {name} does not match its manifest entry "
-                                     f"(size {len(log)} vs {seg.size}, or checksum)", segment=name)
+        check_range(whole_segment_range(ctx.topic, ctx.partition, seg), log)
         for chunk_start, batches in _chunks(log, name):
             chunk = memoryview(log)[chunk_start:batches[-1][0] + batches[-1][1].size]
             cols = _decode_chunk(chunk, ctx, name, chunk_start)
@@ -739,7 +738,7 @@ class CommitOutcome:
 
 def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult], *,
                     clock: Callable[[], float] = time.time, writer: str = "compaction",
-                    max_attempts: int = 10) -> CommitOutcome:
+                    max_attempts: int | None = None) -> CommitOutcome:
     """Swap the rewritten groups in with one manifest commit (see the module docstring).
 
     Rebuilds the commit on the latest version after each conflict (brokers
@@ -770,8 +769,12 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
         return updates, [AssertSegmentsPresent(ids)]
 
     store = ManifestStore(storage, plan.topic, plan.partition)
-    new = store.commit(build, operation="compaction", writer=writer, now_ms=int(clock() * 1000),
-                       max_attempts=max_attempts)
+    try:
+        new = store.commit(build, operation="compaction", writer=writer, now_ms=int(clock() * 1000),
+                           max_attempts=max_attempts)
+    except StaleUploadError as exc:
+        return CommitOutcome(None, f"{exc}; files left to GC (raise file.delete.delay.ms or "
+                                   f"compact smaller groups)")
     if "reason" in why:
         return CommitOutcome(None, why["reason"])
     return CommitOutcome(new)

@@ -97,12 +97,19 @@ def load_config(path: str | None = None, *, root: str | None = None,
     topics = data.get("topics") or {}
     if not isinstance(topics, dict):
         raise ConfigError("'topics' must be a mapping like {orders: {partitions: 3, config: {...}}}")
+    for name, spec in topics.items():
+        _check_topic_spec(name, spec)
+    for key in ("storage_options", "compaction", "retention", "quality"):
+        _mapping(data, key, "{key: value, ...}")
+    if not isinstance(spark.get("conf") or {}, dict):
+        raise ConfigError("'spark.conf' must be a mapping like {spark.sql.shuffle.partitions: '8'}")
     return Config(
-        root=resolve_url(root or os.environ.get("KAFKASTORE_ROOT") or data.get("root") or DEFAULT_ROOT),
-        warehouse=resolve_url(warehouse or os.environ.get("KAFKASTORE_WAREHOUSE")
-                              or data.get("warehouse") or DEFAULT_WAREHOUSE),
+        root=resolve_url(_url("--root", root, os.environ.get("KAFKASTORE_ROOT") or None,
+                              _text(data, "root"), DEFAULT_ROOT)),
+        warehouse=resolve_url(_url("--warehouse", warehouse, os.environ.get("KAFKASTORE_WAREHOUSE") or None,
+                                   _text(data, "warehouse"), DEFAULT_WAREHOUSE)),
         storage_options=dict(data.get("storage_options") or {}),
-        spark_master=os.environ.get("KAFKASTORE_SPARK_MASTER") or spark.get("master"),
+        spark_master=os.environ.get("KAFKASTORE_SPARK_MASTER") or _text(spark, "master", "spark.master"),
         spark_conf={str(k): str(v) for k, v in (spark.get("conf") or {}).items()},
         topics={str(k): dict(v or {}) for k, v in topics.items()},
         loads=[dict(x) for x in loads],
@@ -122,3 +129,48 @@ def _catalog(value: Any) -> dict[str, Any]:
         raise ConfigError("'catalog' must be a mapping of pyiceberg catalog properties like "
                           "{type: rest, uri: 'http://...'}")
     return {str(k): v for k, v in value.items()}
+
+
+def _text(data: dict, key: str, name: str | None = None) -> str | None:
+    """``data[key]`` if it is a string (None if absent); a ConfigError naming the key if not."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"'{name or key}' in the config file must be a string, "
+                          f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _mapping(data: dict, key: str, shape: str) -> None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise ConfigError(f"'{key}' in the config file must be a mapping like {shape}, "
+                          f"got {type(value).__name__} {value!r}")
+
+
+def _url(flag: str, explicit: str | None, env: str | None, from_file: str | None,
+         default: str) -> str:
+    """The first setting given, in precedence order. An empty one is an error, never a
+    silent fall-through to the demo default."""
+    for where, value in ((flag, explicit), ("the environment", env), ("the config file", from_file)):
+        if value is not None:
+            if not value.strip():
+                raise ConfigError(f"{flag} is empty (from {where}): give a URL like "
+                                  f"file:///data/log or s3://bucket/prefix")
+            return value
+    return default
+
+
+def _check_topic_spec(name, spec) -> None:
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise ConfigError(f"topic {name!r} in the config file must be a mapping like "
+                          f"{{partitions: 3, config: {{...}}}}, got {type(spec).__name__} {spec!r}")
+    partitions = spec.get("partitions", 1)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise ConfigError(f"topic {name!r} in the config file: partitions must be a positive "
+                          f"integer, got {partitions!r}")
+    config = spec.get("config")
+    if config is not None and not isinstance(config, dict):
+        raise ConfigError(f"topic {name!r} in the config file: config must be a mapping of "
+                          f"Kafka topic configs, got {type(config).__name__} {config!r}")

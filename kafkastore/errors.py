@@ -54,6 +54,12 @@ class CrcMismatchError(CorruptRecordError):
     """A batch whose stored CRC-32C does not match its bytes."""
 
 
+class SegmentMismatchError(CorruptRecordError):
+    """A segment object whose bytes disagree with its manifest entry (size, record count,
+    checksum, offsets outside the listed range, an index entry that points at the wrong
+    batch): damaged or replaced. Readers refuse it rather than return other data."""
+
+
 class CompressionError(KafkaStoreError):
     """Unknown codec, or a compressed payload that does not decompress."""
 
@@ -92,12 +98,34 @@ class StorageError(KafkaStoreError):
     """The object store failed (network, permissions, missing object)."""
 
 
+class StoragePermissionError(StorageError):
+    """The store refused the operation (permissions, credentials): a definite failure, so a
+    refused write did not happen (its outcome is known, unlike a lost response)."""
+
+
 class CommitConflict(StorageError):
     """Put-if-absent lost the race: the version already exists. Re-read, re-validate, retry."""
 
 
 class CommitUnknownError(StorageError):
     """A commit whose outcome could not be decided even by reading back."""
+
+
+class StaleUploadError(KafkaStoreError):
+    """A commit would list a newly written segment file that is older than half the GC grace
+    floor, or already gone: GC may delete such a file, so the commit is refused before it lands.
+
+    ``segment_ids`` are the offending new segments; the writer may upload them again under
+    new ids and retry, or abort. Nothing was committed.
+    """
+
+    def __init__(self, message: str, *, segment_ids: tuple[str, ...] = ()):
+        self.segment_ids = tuple(segment_ids)
+        super().__init__(message)
+
+
+class ProduceStoppedError(KafkaStoreError):
+    """A produce run that stopped part way: the message says which records were committed."""
 
 
 class FencedError(KafkaStoreError):

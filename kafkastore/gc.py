@@ -20,7 +20,7 @@ the files are live). This module does, per partition, in this order:
 
 The grace period is ``grace_ms`` or the topic's ``file.delete.delay.ms``
 (Kafka's name for the delay before a deleted segment's files go), at least
-:attr:`ManifestStore.min_keep_ms`.
+:attr:`ManifestStore.min_keep_ms` (an explicit shorter one is refused).
 
 Why this is safe to run at any time, concurrently with itself, writers,
 compaction and readers:
@@ -32,7 +32,9 @@ compaction and readers:
   superseded.
 * A writer uploads segment files first and commits the version listing them
   afterwards; until then the files are unreferenced but young. Assumption (the
-  writer's guarantee): **a version that lists a segment file is committed
+  writer's guarantee, enforced for every writer by
+  :meth:`ManifestStore.commit`, which refuses to list a new file older than
+  half the floor): **a version that lists a segment file is committed
   within the grace period after the file was written, or never**; a writer
   whose commit would land later must re-upload under a new segment id
   instead. Then a file older than the grace period that no stored version
@@ -110,9 +112,9 @@ def collect_garbage(storage: Storage, topic: str, partition: int | None = None, 
     """Expire old manifest versions and delete unreferenced files older than the grace period.
 
     ``partition`` None means every partition of the topic. ``grace_ms``
-    defaults to the topic's ``file.delete.delay.ms``; either is raised to
-    :attr:`ManifestStore.min_keep_ms` (60 s) if lower, the floor version
-    expiry uses too. With
+    defaults to the topic's ``file.delete.delay.ms`` (raised to
+    :attr:`ManifestStore.min_keep_ms`, 60 s, the floor version expiry uses
+    too); an explicit ``grace_ms`` below that floor is a :class:`ConfigError`. With
     ``dry_run`` nothing is expired or deleted and the files that would go are
     reported (computed against every stored version, so possibly fewer than a
     real run deletes). See the module docstring for the safety argument.
@@ -124,10 +126,14 @@ def collect_garbage(storage: Storage, topic: str, partition: int | None = None, 
     meta = None
     if grace_ms is None or partition is None:
         meta = load_topic(storage, topic)
-    grace = grace_ms if grace_ms is not None else meta.config.file_delete_delay_ms
-    # Same floor as version expiry: a grace shorter than a writer's upload-to-commit time would
-    # delete the files of commits in flight (file.delete.delay.ms=0 is a valid Kafka config).
-    grace = max(grace, int(ManifestStore.min_keep_ms))
+    floor = int(ManifestStore.min_keep_ms)
+    if grace_ms is not None and grace_ms < floor:
+        # Commits list files up to half the floor old: a shorter grace would delete the files
+        # of commits in flight. Refused rather than silently raised, so the user knows.
+        raise ConfigError(f"grace period {grace_ms} ms is below the safe floor of {floor} ms "
+                          f"(commits list files up to {floor // 2} ms old)")
+    # A topic's file.delete.delay.ms below the floor (0 is a valid Kafka config) is raised to it.
+    grace = grace_ms if grace_ms is not None else max(meta.config.file_delete_delay_ms, floor)
     if partition is None:
         partitions = list(range(meta.partitions))
     else:
@@ -152,7 +158,9 @@ def _collect_partition(storage: Storage, topic: str, partition: int, now_ms: int
     if not candidates:
         return
     # After expiry and after the listing: every version that may still be read is among these.
-    referenced = store.referenced_files()
+    unreadable: list[str] = []
+    referenced = store.referenced_files(unreadable=unreadable)
+    report.errors.extend(f"skipped unreadable {e}" for e in unreadable)
     doomed: list[ObjectInfo] = []
     for info in candidates:
         if info.path in referenced:

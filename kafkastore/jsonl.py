@@ -44,18 +44,32 @@ class ProduceRecord:
     partition: int | None
 
 
+def _utf8(text: str, what: str, lineno: int) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (``"\\ud800"`` in JSON) is a ConfigError, not a crash."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"line {lineno}: {what} holds a lone surrogate (\\u{ord(text[exc.start]):04x}), "
+            f"which is not Unicode text; send bytes as {{\"base64\": ...}}") from None
+
+
+def _reject_constant(name: str):
+    raise ConfigError(f"{name} is not JSON (JSON has no NaN or Infinity)")
+
+
 def _bytes_field(value, what: str, lineno: int) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return _utf8(value, what, lineno)
     if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
         try:
             return base64.b64decode(value["base64"], validate=True)
         except ValueError:
             raise ConfigError(f"line {lineno}: {what} has invalid base64") from None
     if what == "value":
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return _utf8(json.dumps(value, separators=(",", ":"), ensure_ascii=False), what, lineno)
     raise ConfigError(f"line {lineno}: {what} must be a string, null or {{\"base64\": ...}}, "
                       f"got {type(value).__name__}")
 
@@ -63,9 +77,11 @@ def _bytes_field(value, what: str, lineno: int) -> bytes | None:
 def parse_produce_line(line: str, lineno: int) -> ProduceRecord:
     """Parse one ``produce`` input line; ConfigError names the line and the problem."""
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"line {lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"line {lineno}: not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ConfigError(f"line {lineno}: expected a JSON object like {{\"key\": ..., \"value\": ...}}")
     extra = set(obj) - _FIELDS - _IGNORED
@@ -80,6 +96,7 @@ def parse_produce_line(line: str, lineno: int) -> ProduceRecord:
     for h in headers_in:
         if not (isinstance(h, list) and len(h) == 2 and isinstance(h[0], str)):
             raise ConfigError(f"line {lineno}: each header must be [\"key\", value], got {h!r}")
+        _utf8(h[0], "header key", lineno)
         headers.append((h[0], _bytes_field(h[1], "header value", lineno)))
     ts = obj.get("timestamp")
     if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int)

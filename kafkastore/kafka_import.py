@@ -98,7 +98,26 @@ def read_kafka_partition_dir(path, *, index_interval_bytes: int = DEFAULT_INDEX_
                 prev.notes.append(f"no offsets in [{prev.stats.next_offset}, {base}) before the "
                                   f"next segment (compacted away or never written)")
         segments.append(seg)
+    last = segments[-1]
+    if last.stats.is_empty and last.truncated_bytes:
+        # Recovery cut the whole last segment. A batch being written when the broker stopped
+        # (it starts like one) is Kafka's torn tail, and the segment stays, empty, fixing the
+        # log end offset; anything else is not a Kafka segment at all.
+        raw = _read_file(last.path) or b""
+        if not _looks_like_batch_start(raw, last.base_offset):
+            raise CorruptRecordError(
+                f"{last.path}: not a Kafka log segment (no record batch v2 at the start: "
+                f"{(last.notes or ['empty'])[0]})", segment=last.path, offset=last.base_offset,
+                position=0)
     return segments
+
+
+def _looks_like_batch_start(raw: bytes, base_offset: int) -> bool:
+    """Whether ``raw`` starts like a record batch v2 at ``base_offset`` (base offset field equal
+    to the file name's, magic 2): a torn batch rather than foreign bytes."""
+    if len(raw) < 17:
+        return len(raw) < 8 or int.from_bytes(raw[:8], "big", signed=True) == base_offset
+    return int.from_bytes(raw[:8], "big", signed=True) == base_offset and raw[16] == 2
 
 
 def _read_file(path: str) -> bytes | None:

@@ -36,7 +36,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import layout
 from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
-                     KafkaStoreError, ObjectNotFoundError, OffsetOutOfRangeError, StorageError)
+                     KafkaStoreError, ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
+                     StorageError, StoragePermissionError)
 from .storage import Storage
 
 MANIFEST_FORMAT = 1
@@ -727,24 +728,33 @@ class ManifestStore:
     :meth:`expire_versions` keeps the directory short).
     """
 
-    #: Floor for :meth:`expire_versions`'s ``keep_ms``. A writer whose commit
-    #: attempt takes longer than half of it checks that it did not re-create an
-    #: expired version number (see :meth:`commit`).
+    #: The GC grace floor: :mod:`kafkastore.gc` refuses a shorter grace period, and
+    #: :meth:`expire_versions` never keeps versions for less. Every commit refuses to list a
+    #: newly written segment file older than half of it (:meth:`stale_uploads`), so a file a
+    #: commit in flight will list is never old enough for GC. A writer whose commit attempt
+    #: takes longer than half of it also checks that it did not re-create an expired version
+    #: number (see :meth:`commit`).
     min_keep_ms: int = 60_000
     backoff_initial_s: float = 0.01
     backoff_max_s: float = 1.0
     #: How often a put with an unknown outcome (and the read-back) is retried.
     unknown_retries: int = 3
 
-    def __init__(self, storage: Storage, topic: str, partition: int):
+    def __init__(self, storage: Storage, topic: str, partition: int, *,
+                 sleep: Callable[[float], None] | None = None, rng: random.Random | None = None):
         self.storage = storage
         self.topic = layout.validate_topic_name(topic)
         if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
             raise ConfigError(f"partition must be an integer >= 0, got {partition!r}")
         self.partition = partition
         self.dir = layout.manifest_dir(topic, partition)
-        self._rng = random.Random()
-        self._sleep = time.sleep
+        self._rng = rng or random.Random()
+        self._sleep = sleep or time.sleep
+
+    @property
+    def max_upload_age_ms(self) -> float:
+        """Oldest a newly written segment file may be when a commit lists it: half the GC floor."""
+        return self.min_keep_ms / 2
 
     def __repr__(self) -> str:
         return f"ManifestStore({self.storage.url!r}, {self.topic!r}, {self.partition})"
@@ -768,11 +778,18 @@ class ManifestStore:
         return [v for v, _ in self._listing()]
 
     def load(self, version: int) -> Manifest:
-        """One version; :class:`ObjectNotFoundError` if it is not stored."""
-        m = Manifest.from_json(self.storage.get(self.path(version)))
+        """One version; :class:`ObjectNotFoundError` if it is not stored,
+        :class:`CorruptMetadataError` (naming topic, partition and version) if it is damaged."""
+        try:
+            m = Manifest.from_json(self.storage.get(self.path(version)))
+        except CorruptMetadataError as exc:
+            raise CorruptMetadataError(
+                f"manifest of {self.topic}/{self.partition} version {version} "
+                f"({self.path(version)}): {exc}") from None
         if (m.topic, m.partition, m.version) != (self.topic, self.partition, version):
             raise CorruptMetadataError(
-                f"{self.path(version)} holds {m.topic}/{m.partition} version {m.version}")
+                f"manifest of {self.topic}/{self.partition} version {version} "
+                f"({self.path(version)}) holds {m.topic}/{m.partition} version {m.version}")
         return m
 
     def latest(self) -> Manifest | None:
@@ -793,28 +810,38 @@ class ManifestStore:
 
     # -- committing ------------------------------------------------------------
     def commit(self, build: Build, *, operation: str = "", writer: str = "",
-               now_ms: int | None = None, max_attempts: int = 10) -> Manifest | None:
+               now_ms: int | None = None, max_attempts: int | None = None) -> Manifest | None:
         """Commit the updates ``build(base)`` returns, retrying on conflicts.
 
         ``build`` gets the latest manifest (None if none) and returns
         ``(updates, requirements)``, or None when there is nothing to do (then
         the latest manifest is returned unchanged). On :class:`CommitConflict`
-        it is called again on the new latest version, after a jittered
-        back-off, up to ``max_attempts`` times (then :class:`CommitConflict`).
+        it is called again on the new latest version, after a back-off with
+        full jitter (exponential up to :attr:`backoff_max_s`). A conflict means
+        another writer's version landed, i.e. the log made progress, so by
+        default there is no attempt cap; ``max_attempts`` sets one (then
+        :class:`CommitConflict` after that many attempts).
         Errors of :func:`apply` (fencing, failed requirements, invalid updates)
         propagate at once. When the put's outcome is unknown the version is
         read back: ours means success, someone else's means conflict, absent
         means the same bytes are put again; if that cannot settle it,
         :class:`CommitUnknownError`. Nothing is ever deleted here.
 
+        Before the put, every segment the new version lists and the base does
+        not must be younger than :attr:`max_upload_age_ms` (by
+        :meth:`Storage.upload_time`), else :class:`StaleUploadError` and
+        nothing is written: the caller uploads them again or gives up.
+
         ``operation``, ``writer`` and ``now_ms`` (default: the wall clock) go
         into the version's audit record.
         """
-        if max_attempts < 1:
+        if max_attempts is not None and max_attempts < 1:
             raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
-        for attempt in range(max_attempts):
+        attempt = 0
+        while max_attempts is None or attempt < max_attempts:
             if attempt:
                 self._backoff(attempt)
+            attempt += 1
             started = time.monotonic()
             base = self.latest()
             planned = build(base)
@@ -829,6 +856,7 @@ class ManifestStore:
                 timestamp_ms=int(time.time() * 1000) if now_ms is None else int(now_ms))
             new = apply(base, updates, requirements, topic=self.topic, partition=self.partition,
                         commit=info)
+            self._check_uploads(base, new)
             if not self._put(new):
                 continue
             if (time.monotonic() - started) * 1000 >= self.min_keep_ms / 2 and self._superseded(new.version):
@@ -838,6 +866,43 @@ class ManifestStore:
             return new
         raise CommitConflict(
             f"gave up committing to {self.topic}/{self.partition} after {max_attempts} conflicting attempts")
+
+    def stale_uploads(self, segments: Iterable[SegmentEntry]) -> list[SegmentEntry]:
+        """Those of ``segments`` that a commit may not newly list: a file of theirs is missing
+        or was written more than :attr:`max_upload_age_ms` ago (see :meth:`Storage.upload_time`).
+
+        Writers call this to decide what to upload again; :meth:`commit` calls it on
+        every segment it adds. An index whose recorded size is 0 may be absent.
+        """
+        now = self.storage.clock()
+        limit_s = self.max_upload_age_ms / 1000
+        out = []
+        for seg in segments:
+            for ext, path in seg.paths(self.topic, self.partition).items():
+                try:
+                    written = self.storage.upload_time(path)
+                except ObjectNotFoundError:
+                    optional = (ext == ".index" and not seg.index_size
+                                or ext == ".timeindex" and not seg.timeindex_size)
+                    if optional:
+                        continue
+                    out.append(seg)
+                    break
+                if now - written > limit_s:
+                    out.append(seg)
+                    break
+        return out
+
+    def _check_uploads(self, base: Manifest | None, new: Manifest) -> None:
+        known = set(base.segment_ids()) if base is not None else set()
+        added = [s for s in new.segments if s.segment_id not in known]
+        stale = self.stale_uploads(added) if added else []
+        if stale:
+            raise StaleUploadError(
+                f"refusing to commit {len(stale)} of {len(added)} new segment(s) of "
+                f"{self.topic}/{self.partition} (first {stale[0].stem}): written more than "
+                f"{self.max_upload_age_ms / 1000:g} s ago (half the GC grace floor) or missing, "
+                f"so GC may delete them; upload them again", segment_ids=tuple(s.segment_id for s in stale))
 
     def _put(self, new: Manifest) -> bool:
         """Put-if-absent ``new``; True if it landed, False if another commit holds the version."""
@@ -852,6 +917,13 @@ class ManifestStore:
                     return False
                 owner = self._read_back(path, new)
                 return bool(owner)  # None here (vanished) cannot happen for a held version
+            except StoragePermissionError:
+                if not uncertain:
+                    raise  # refused, so not written: a definite failure, not an unknown outcome
+                uncertain = True
+                owner = self._read_back(path, new)
+                if owner is not None:
+                    return owner
             except StorageError:
                 uncertain = True
                 owner = self._read_back(path, new)
@@ -898,8 +970,9 @@ class ManifestStore:
         return any(v > version and mtime < ours - slack for v, mtime in listing.items())
 
     def _backoff(self, attempt: int) -> None:
-        delay = min(self.backoff_max_s, self.backoff_initial_s * (2 ** (attempt - 1)))
-        self._sleep(delay * self._rng.uniform(0.5, 1.5))
+        # Full jitter (uniform in [0, cap]): racing writers spread out instead of colliding again.
+        cap = min(self.backoff_max_s, self.backoff_initial_s * (2 ** min(attempt - 1, 30)))
+        self._sleep(self._rng.uniform(0, cap))
 
     # -- history housekeeping --------------------------------------------------
     def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1) -> list[int]:
@@ -933,8 +1006,12 @@ class ManifestStore:
             return None
         return float(m.commit.timestamp_ms) if m.commit else None
 
-    def referenced_files(self, versions: Iterable[int] | None = None) -> set[str]:
+    def referenced_files(self, versions: Iterable[int] | None = None, *,
+                         unreadable: list[str] | None = None) -> set[str]:
         """Relative paths of the segment objects that any of ``versions`` lists (default: all stored).
+
+        With ``unreadable`` (a list), a damaged version other than the newest is skipped
+        and its error appended there instead of raised.
 
         Garbage collection may delete a segment object only if it is in no
         such set *and* older than its grace period (an upload whose commit is
@@ -942,11 +1019,20 @@ class ManifestStore:
         """
         chosen = self.versions() if versions is None else list(versions)
         out: set[str] = set()
+        newest = max(chosen, default=None)
         for v in chosen:
             try:
                 m = self.load(v)
             except ObjectNotFoundError:
                 continue  # expired meanwhile: its files are no longer protected
+            except CorruptMetadataError as exc:
+                # An older version nobody can read protects nothing (no reader can be using
+                # it; the versions after it list every file still live). The newest one
+                # decides what is live: damage there stops the caller.
+                if unreadable is None or v == newest:
+                    raise
+                unreadable.append(str(exc))
+                continue
             for seg in m.segments:
                 out.update(seg.paths(self.topic, self.partition).values())
         return out

@@ -21,11 +21,14 @@ import pyarrow as pa
 
 from . import offset_index, time_index
 from .arrow_decode import KAFKA_SCHEMA, decode_to_arrow
-from .errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError, UnknownTopicError
+from .crc import crc32c
+from .errors import (ConfigError, CorruptRecordError, OffsetOutOfRangeError, SegmentMismatchError,
+                     UnknownTopicError)
 from .manifest import Manifest, ManifestStore, SegmentEntry
 from .record_batch import LOG_OVERHEAD, decode_batch, parse_header
 from .storage import Storage
 from .topics import load_topic
+from .verify import mismatch
 
 EARLIEST = -2
 LATEST = -1
@@ -53,10 +56,22 @@ class ReadRange:
     start_offset: int
     end_offset: int
     aborted: tuple[tuple[int, int, int], ...] = ()
+    # What the manifest entry promises, checked by read_range (-1: unknown, not checked).
+    segment_next_offset: int = -1   # every batch lies in [base_offset, segment_next_offset)
+    segment_size: int = -1          # the object's size
+    segment_records: int = -1       # records of the whole object (checked on whole reads)
+    segment_checksum: int = -1      # CRC-32C of the whole object (checked on whole reads)
+    first_anchor: int = -1          # the first batch starts at or before this offset
+    last_anchor: int = -1           # the last batch ends at or after this offset
 
     @property
     def size(self) -> int:
         return self.byte_end - self.byte_start
+
+    @property
+    def whole_segment(self) -> bool:
+        """Whether the range is the whole object (then count and checksum are checked)."""
+        return self.byte_start == 0 and self.byte_end == self.segment_size
 
 
 class _IndexCache:
@@ -174,17 +189,26 @@ class PartitionReader:
         return tuple(t for seg in self.manifest.segments_from(start) for t in seg.aborted_txns
                      if t[2] >= start and t[1] < end)
 
-    def _byte_bounds(self, seg: SegmentEntry, index: bytes, start: int, end: int) -> tuple[int, int]:
-        lo = offset_index.lookup(index, seg.base_offset, start) if index and start > seg.base_offset else 0
-        hi = seg.size
+    def _byte_bounds(self, seg: SegmentEntry, index: bytes, start: int,
+                     end: int) -> tuple[int, int, int, int]:
+        """``(lo, hi, first_anchor, last_anchor)``: the byte range of ``seg`` holding offsets
+        ``[start, end)`` by its index, and what the batches there must then hold (see
+        :func:`read_range`): an index entry is (last offset of an append, its position)."""
+        lo, first_anchor = 0, -1
+        if index and start > seg.base_offset:
+            first_anchor, lo = offset_index.lookup_entry(index, seg.base_offset, start)
+            if lo == 0:
+                first_anchor = -1
+        hi, last_anchor = seg.size, -1
         if index and end < seg.next_offset:
             # Entries are (last offset of a batch, its position). The entry after
             # the first one reaching end-1 starts past the batch holding end-1.
             n = offset_index.entry_count(index)
             for i in _bisect_entries(index, seg.base_offset, end - 1, n):
                 hi = offset_index.entry(index, seg.base_offset, i)[1]
+                last_anchor = offset_index.entry(index, seg.base_offset, i - 1)[0]
                 break
-        return lo, max(lo, hi)
+        return lo, max(lo, hi), first_anchor, last_anchor
 
     def plan(self, start: int, end: int, *, max_bytes: int | None = None,
              fail_on_data_loss: bool = True) -> list[ReadRange]:
@@ -205,19 +229,22 @@ class PartitionReader:
             path = seg.paths(self.topic, self.partition)[".log"]
             index = (_INDEXES.get(self.storage, seg.paths(self.topic, self.partition)[".index"])
                      if seg.index_size else b"")
-            lo, hi = self._byte_bounds(seg, index, start, end)
-            cuts = [lo]
+            lo, hi, first_anchor, last_anchor = self._byte_bounds(seg, index, start, end)
+            cuts = [(lo, first_anchor)]
             if max_bytes and hi - lo > max_bytes and index:
                 n = offset_index.entry_count(index)
                 for i in range(n):
-                    pos = offset_index.entry(index, seg.base_offset, i)[1]
-                    if pos - cuts[-1] >= max_bytes and pos < hi and pos > lo:
-                        cuts.append(pos)
-            cuts.append(hi)
-            for a, b in zip(cuts, cuts[1:]):
+                    off, pos = offset_index.entry(index, seg.base_offset, i)
+                    if pos - cuts[-1][0] >= max_bytes and pos < hi and pos > lo:
+                        cuts.append((pos, off))
+            cuts.append((hi, -1))
+            for (a, anchor), (b, _) in zip(cuts, cuts[1:]):
                 if b > a:
-                    out.append(ReadRange(self.topic, self.partition, path, seg.base_offset,
-                                         a, b, start, end, aborted))
+                    out.append(ReadRange(
+                        self.topic, self.partition, path, seg.base_offset, a, b, start, end,
+                        aborted, segment_next_offset=seg.next_offset, segment_size=seg.size,
+                        segment_records=seg.record_count, segment_checksum=seg.checksum,
+                        first_anchor=anchor, last_anchor=last_anchor if b == hi else -1))
         return out
 
     # -- reading -------------------------------------------------------------
@@ -270,13 +297,114 @@ def _bisect_entries(index: bytes, base_offset: int, target: int, n: int) -> Iter
 
 def read_range(storage: Storage, rr: ReadRange, *, include_headers: bool = True,
                isolation: str = READ_COMMITTED, verify_crc: bool = True) -> pa.RecordBatch:
-    """Range-read and decode one :class:`ReadRange` into an Arrow record batch."""
-    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end)
+    """Range-read and decode one :class:`ReadRange` into an Arrow record batch.
+
+    The bytes are checked against what the manifest entry promises before
+    anything is decoded (:func:`check_range`), so a truncated, replaced or
+    mis-indexed segment is a :class:`SegmentMismatchError`, never silently
+    other or fewer records. Every reader (consume, the Spark data source, the
+    load, the broker's fetch) comes through here.
+    """
+    data = read_checked(storage, rr)
     aborted = rr.aborted if isolation == READ_COMMITTED else ()
     return decode_to_arrow(data, topic=rr.topic, partition=rr.partition,
                            start_offset=rr.start_offset, end_offset=rr.end_offset,
                            aborted=aborted, include_headers=include_headers,
                            verify_crc=verify_crc, segment=rr.path, base_position=rr.byte_start)
+
+
+def read_checked(storage: Storage, rr: ReadRange) -> bytes:
+    """The bytes of ``rr``, checked by :func:`check_range`. One extra byte is asked for at
+    the end of the object, so an object longer than listed is caught without a HEAD."""
+    at_end = rr.segment_size >= 0 and rr.byte_end == rr.segment_size
+    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end + (1 if at_end else 0))
+    check_range(rr, data)
+    return data[:rr.size]
+
+
+def whole_segment_range(topic: str, partition: int, seg: SegmentEntry) -> ReadRange:
+    """The :class:`ReadRange` of a whole segment object, all of it, with its manifest facts
+    (for readers that fetch whole objects, such as compaction, and check them with
+    :func:`check_range`)."""
+    return ReadRange(topic, partition, seg.paths(topic, partition)[".log"], seg.base_offset,
+                     0, seg.size, seg.base_offset, seg.next_offset,
+                     segment_next_offset=seg.next_offset, segment_size=seg.size,
+                     segment_records=seg.record_count, segment_checksum=seg.checksum)
+
+
+# baseOffset, batchLength, (epoch, magic, crc, attributes), lastOffsetDelta,
+# (timestamps, producer id/epoch, base sequence), recordCount: one unpack per batch.
+_HEADER_FIELDS = struct.Struct(">qi11xi30xi")
+_BATCH_HEADER_SIZE = 61
+_LAST_DELTA_AT = 23
+
+
+def check_range(rr: ReadRange, data) -> None:
+    """Raise :class:`SegmentMismatchError` unless ``data`` (the bytes of ``rr``, plus one
+    more byte when the range ends the object) agrees with the manifest entry: the object's
+    size; for a whole-object read its CRC-32C (which implies the rest); otherwise every batch
+    inside ``[base_offset, segment_next_offset)`` and in order, the first batch starting at
+    or before the index entry the range starts at, the last one reaching the entry it ends
+    at, and (whole object without a checksum) the record count.
+
+    Only batch headers are read here (the decoder checks the rest, CRCs included).
+    """
+    size = rr.size
+    if rr.segment_size < 0:
+        return  # a range planned without its manifest entry (nothing to check against)
+
+    def fail(what: str, got, want, *, offset=None, position=None):
+        raise SegmentMismatchError(f"does not match its manifest entry: {mismatch(what, got, want)}",
+                                   segment=rr.path, offset=offset, position=position)
+
+    if len(data) < size:
+        fail("size", rr.byte_start + len(data), rr.segment_size)
+    if len(data) > size:
+        fail("size", f"more than {rr.segment_size}", rr.segment_size)
+    view = memoryview(data)[:size]
+    if rr.whole_segment and rr.segment_checksum >= 0:
+        got = crc32c(view)
+        if got != rr.segment_checksum:
+            fail("checksum", f"crc32c:{got:08x}", f"crc32c:{rr.segment_checksum:08x}")
+        # The bytes are exactly the ones committed (whose batches, ranges and record count
+        # the writer derived the entry from): walking the headers again would prove nothing
+        # more, and costs a Python step per batch (CRC-32C runs at memory speed).
+        return
+    pos, prev_last, records = 0, None, 0
+    unpack = _HEADER_FIELDS.unpack_from
+    seg_base, seg_next = rr.base_offset, rr.segment_next_offset
+    anchor = rr.first_anchor
+    while pos < size:
+        if size - pos < _BATCH_HEADER_SIZE:
+            fail("batch header", f"cut short after {size - pos} bytes", "a whole batch",
+                 position=rr.byte_start + pos)
+        base, length, last_delta, count = unpack(view, pos)
+        last = base + last_delta
+        end = pos + LOG_OVERHEAD + length
+        if length < _BATCH_HEADER_SIZE - LOG_OVERHEAD or end > size:
+            fail("batch length", length, f"a batch within the range's {size - pos} bytes",
+                 offset=base, position=rr.byte_start + pos)
+        if not seg_base <= base <= last < seg_next:
+            fail("batch offsets", f"[{base}, {last + 1})",
+                 f"inside the segment's [{seg_base}, {seg_next})",
+                 offset=base, position=rr.byte_start + pos)
+        if prev_last is None:
+            if 0 <= anchor < base:
+                fail("first batch at the indexed position", f"offset {base}",
+                     f"a batch holding offset {anchor} (the index points past it)",
+                     offset=base, position=rr.byte_start + pos)
+        elif base <= prev_last:
+            fail("batch base offset", base, f"after the previous batch's last offset {prev_last}",
+                 offset=base, position=rr.byte_start + pos)
+        records += count
+        prev_last = last
+        pos = end
+    if rr.last_anchor >= 0 and (prev_last is None or prev_last < rr.last_anchor):
+        fail("last offset before the indexed end", prev_last,
+             f"at least {rr.last_anchor} (the index points before it)",
+             position=rr.byte_start + pos)
+    if rr.whole_segment and rr.segment_records >= 0 and records != rr.segment_records:
+        fail("record count", records, rr.segment_records)
 
 
 _SCAN_WINDOW = 64 << 10       # first read of a timestamp search: the answer is usually close

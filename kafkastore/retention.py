@@ -296,7 +296,7 @@ def apply_retention(storage: Storage, topic: str, partition: int, now_ms: int, *
                     config: TopicConfig | None = None,
                     committed_offsets: CommittedOffsets | None = None,
                     protect_unloaded: bool = False, writer: str = "retention",
-                    max_attempts: int = 10) -> RetentionResult:
+                    max_attempts: int | None = None) -> RetentionResult:
     """Apply retention to one partition: commit the planned log start advance, if any.
 
     Plans against the latest manifest and commits an
@@ -348,7 +348,7 @@ def retention_for_topic(storage: Storage, topic: str, now_ms: int, *,
 def delete_records(storage: Storage, topic: str, partition: int, before_offset: int, *,
                    committed_offsets: CommittedOffsets | None = None,
                    now_ms: int | None = None, writer: str = "delete-records",
-                   max_attempts: int = 10) -> RetentionResult:
+                   max_attempts: int | None = None) -> RetentionResult:
     """Kafka's DeleteRecords: make offsets below ``before_offset`` unreadable.
 
     The log start offset moves to ``before_offset`` (``-1``: the high

@@ -32,6 +32,7 @@ import datetime as _dt
 import errno
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -40,7 +41,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from .errors import CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError
+from .errors import (CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError,
+                     StoragePermissionError)
 
 _MEMORY_LOCK = threading.Lock()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
@@ -161,8 +163,16 @@ class Storage:
     filesystem, which is how tests inject faults (see ``tests/faults.py``).
     """
 
-    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None):
+    #: Upload times older than this are forgotten (:meth:`upload_time` then asks the store).
+    _PUT_TIMES_KEEP_S = 3600.0
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None,
+                 clock=None, create: bool = True):
         self.protocol, self._base = _split_url(url)
+        #: Wall clock in epoch seconds; injectable so tests can age uploads without waiting.
+        self.clock = clock or time.time
+        # rel path -> clock() when this process started writing it (see upload_time).
+        self._put_times: dict[str, float] = {}
         self.url = url if "://" in url else f"file://{self._base}"
         self.storage_options = dict(storage_options or {})
         if fs is not None:
@@ -177,7 +187,7 @@ class Storage:
                 self.fs = fsspec.filesystem(self.protocol, **options)
             except (ImportError, TypeError, ValueError) as exc:
                 raise ConfigError(f"cannot open storage {url!r}: {exc}") from None
-        if self.protocol == "file":
+        if self.protocol == "file" and create:  # read-only users pass create=False
             try:
                 os.makedirs(self._base, exist_ok=True)
             except OSError as exc:
@@ -190,6 +200,21 @@ class Storage:
         # Storage objects travel to Spark executors: rebuild from URL and options.
         return (Storage, (self.url, self.storage_options))
 
+    def require_root(self) -> None:
+        """Raise :class:`StorageError` if the root's bucket does not exist (object stores),
+        so that listing a misspelt bucket is an error rather than an empty answer."""
+        if self.protocol in ("file", "memory"):
+            return
+        bucket = self._base.split("/", 1)[0]
+        try:
+            found = self.fs.exists(bucket)
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("stat bucket", bucket, exc) from exc
+        if not found:
+            raise StorageError(f"bucket {bucket!r} of {self.url} does not exist")
+
     # -- paths -------------------------------------------------------------
     def full_path(self, rel: str) -> str:
         """Filesystem path (without protocol) of ``rel`` under the root."""
@@ -197,10 +222,10 @@ class Storage:
         return f"{self._base}/{rel}" if rel else self._base
 
     def child(self, rel: str) -> "Storage":
-        """A Storage rooted at ``rel`` below this one, sharing the filesystem."""
+        """A Storage rooted at ``rel`` below this one, sharing the filesystem and clock."""
         base = self.full_path(rel)
         url = f"file://{base}" if self.protocol == "file" else f"{self.protocol}://{base}"
-        return Storage(url, self.storage_options, fs=self.fs)
+        return Storage(url, self.storage_options, fs=self.fs, clock=self.clock)
 
     def _rel(self, full: str) -> str:
         # fsspec spells paths with or without a leading "/" depending on the backend.
@@ -209,6 +234,9 @@ class Storage:
         return full[len(root):].lstrip("/") if root else full
 
     def _fail(self, verb: str, rel: str, exc: BaseException) -> StorageError:
+        if isinstance(exc, PermissionError):
+            return StoragePermissionError(f"permission denied: cannot {verb} {rel!r} under "
+                                          f"{self.url}: {exc}")
         return StorageError(f"cannot {verb} {rel!r} under {self.url}: {exc}")
 
     # -- reads -------------------------------------------------------------
@@ -301,13 +329,52 @@ class Storage:
 
     # -- writes ------------------------------------------------------------
     def put(self, rel: str, data: bytes) -> None:
-        """Write an object whole, replacing any previous one; readers never see a partial object."""
+        """Write an object whole, replacing any previous one; readers never see a partial object.
+
+        The time the write started is remembered for :meth:`upload_time`.
+        """
+        started = self.clock()
         try:
             write_object(self.fs, self.full_path(rel), bytes(data), exclusive=False)
         except Exception as exc:
             if not _is_store_failure(exc):
                 raise
             raise self._fail("write", rel, exc) from exc
+        self._remember_put(rel.strip("/"), started)
+
+    def _remember_put(self, rel: str, started: float) -> None:
+        times = self._put_times
+        times.pop(rel, None)  # re-insert: the dict stays ordered by write time
+        times[rel] = started
+        if len(times) > 10_000 and len(times) % 1000 == 0:
+            horizon = started - self._PUT_TIMES_KEEP_S
+            for old in [k for k, t in times.items() if t < horizon]:
+                del times[old]
+
+    def upload_time(self, rel: str) -> float:
+        """When object ``rel`` was written, epoch seconds, as late as it can be wrong.
+
+        For a write of this :class:`Storage` object, the :attr:`clock` time
+        when the write started (the object's own time is later, so its age is
+        never under-estimated); otherwise the store's modification time.
+        :class:`ObjectNotFoundError` if the object does not exist (the
+        manifest commit uses this to refuse listing files that are not there).
+        """
+        rel = rel.strip("/")
+        known = self._put_times.get(rel)
+        if known is not None:
+            return known
+        try:
+            info = self.fs.info(self.full_path(rel))
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("stat", rel, exc) from exc
+        mtime = _mtime(info)
+        # No object time: assume the worst (written at the epoch), so a commit re-uploads.
+        return mtime if mtime else 0.0
 
     def put_if_absent(self, rel: str, data: bytes) -> None:
         """Create ``rel`` with ``data`` only if it does not exist.
@@ -330,6 +397,7 @@ class Storage:
         if isinstance(rels, str):
             rels = [rels]
         for rel in rels:
+            self._put_times.pop(rel.strip("/"), None)
             try:
                 self.fs.rm_file(self.full_path(rel))
             except FileNotFoundError:

@@ -152,6 +152,12 @@ def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_of
     return report
 
 
+def mismatch(what: str, got, want) -> str:
+    """How a value that disagrees with the manifest is reported, by ``verify`` and by readers
+    (:class:`kafkastore.errors.SegmentMismatchError`) alike."""
+    return f"{what} is {got}, expected {want}"
+
+
 def _compare_expected(report: SegmentReport, log_bytes, expected) -> None:
     if not isinstance(expected, Mapping):  # SegmentStats, a manifest entry, ...
         expected = {k: getattr(expected, k, None) for k in EXPECTED_KEYS}
@@ -168,8 +174,8 @@ def _compare_expected(report: SegmentReport, log_bytes, expected) -> None:
                 report.problems.append(f"checksum: {e}")
                 continue
             if got.lower() != str(want).lower():
-                report.problems.append(f"checksum is {got}, expected {want}")
+                report.problems.append(mismatch("checksum", got, want))
             continue
         got = report.base_offset if key == "base_offset" else getattr(actual, key)
         if got != want:
-            report.problems.append(f"{key.replace('_', ' ')} is {got}, expected {want}")
+            report.problems.append(mismatch(key.replace('_', ' '), got, want))

@@ -48,6 +48,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
+from pipelines.spark_errors import is_spark_error, summarize
 
 __all__ = ["compact_partition", "compact_topic", "run_plans", "CompactionReport", "PartitionResult"]
 
@@ -115,12 +116,17 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
         try:
             report.partitions.extend(run_plans(spark, storage, plans, manifests))
         except Exception as exc:  # noqa: BLE001 - isolate the failing partition(s) below
-            log.warning("compaction of %s failed (%s); retrying partition by partition", topic, exc)
+            # Info, not warning: the per-partition outcome below is what the user sees (one line
+            # each); the first failure's full text would be a Spark trace on stderr.
+            log.info("compaction of %s failed (%s); retrying partition by partition", topic,
+                     (str(exc).strip().splitlines() or [""])[0])
             for plan, m in zip(plans, manifests):
                 t0 = time.monotonic()
                 try:
                     report.partitions.extend(run_plans(spark, storage, [plan], [m]))
                 except Exception as exc2:  # noqa: BLE001 - reported per partition
+                    if is_spark_error(exc2):  # the worker's own error, not "PythonException"
+                        exc2 = summarize(exc2, "compact", topic=topic)
                     report.partitions.append(partition_error(topic, plan.partition, exc2,
                                                              time.monotonic() - t0))
     report.partitions.sort(key=lambda r: r.partition)

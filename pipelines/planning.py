@@ -120,7 +120,7 @@ def plan_load(storage: Storage, topic: str, committed: Mapping[int, int], *,
                 raise WarehouseError(
                     f"data loss in {topic}/{p}: the table's next offset is {from_offset} but the "
                     f"log now starts at {start} (offsets [{from_offset}, {start}) were deleted "
-                    f"before they were loaded); load with --on-data-loss skip to record the gap "
+                    f"before they were loaded); rerun with `kafkastore load --on-data-loss skip` to record the gap "
                     f"and go on")
             gap, from_offset = OffsetRange(topic, p, from_offset, start), start
         if until_offsets is not None:

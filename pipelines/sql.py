@@ -608,6 +608,9 @@ def _spark_errors():
     try:
         yield
     except PySparkException as exc:
+        if "Python worker" in str(exc):  # a worker's own error (a damaged segment...): name it
+            from pipelines.spark_errors import summarize
+            raise summarize(exc, "sql") from None
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
         raise ConfigError(f"SQL error: {first}") from None

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kafkastore import layout
-from kafkastore.errors import KafkaStoreError, ObjectNotFoundError, StorageError
+from kafkastore.errors import ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError
 from kafkastore.gc import collect_garbage
 from kafkastore.manifest import ManifestStore, ReplaceSegments
 from kafkastore.reader import PartitionReader
@@ -310,6 +310,17 @@ def test_report_renders(storage):
 def test_grace_has_a_floor(storage):
     """file.delete.delay.ms=0 is valid, but must not delete the files of a commit in flight."""
     log_with_old_data(storage, 1)
+    alter_topic(storage, T, set_configs={"file.delete.delay.ms": 0})
     upload_segment(storage, T, P, 2, [1])  # uploaded just now, commit not landed yet
-    report = collect_garbage(storage, T, P, now_ms=now_ms() + 1_000, grace_ms=0)
+    report = collect_garbage(storage, T, P, now_ms=now_ms() + 1_000)
     assert report.grace_ms == ManifestStore.min_keep_ms and report.deleted == [] and len(report.young) == 3
+
+
+@pytest.mark.parametrize("grace", [0, 1_000, 59_999])
+def test_explicit_grace_below_the_floor_is_refused(storage, grace):
+    """Issue 14 item 1: an explicit grace below the floor is an error, not silently raised."""
+    log_with_old_data(storage, 1)
+    upload_segment(storage, T, P, 2, [1])
+    with pytest.raises(ConfigError, match="below the safe floor"):
+        collect_garbage(storage, T, P, now_ms=now_ms() + 1_000, grace_ms=grace)
+    assert len(stored_paths(storage)) >= 6

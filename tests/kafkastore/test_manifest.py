@@ -28,6 +28,11 @@ T, P = "orders", 0
 _ids = itertools.count()
 
 
+@pytest.fixture(autouse=True)
+def _synthetic_entries(metadata_only_commits):
+    """The entries here have no files behind them (see tests/conftest.py)."""
+
+
 def seg(base, nxt, *, sid=None, epoch=0, count=None, writer=1, **kw):
     return SegmentEntry(base_offset=base, next_offset=nxt, record_count=nxt - base if count is None else count,
                         size=10 * (nxt - base), min_timestamp=1000 + base, max_timestamp=1000 + nxt,

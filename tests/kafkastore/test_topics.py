@@ -90,7 +90,7 @@ def _segment(base, nxt, sid):
     return SegmentEntry(base, nxt, nxt - base, 100, 1, 2, sid, writer_id=1, leader_epoch=0, checksum=0)
 
 
-def test_describe_reports_offsets_from_manifests(storage):
+def test_describe_reports_offsets_from_manifests(storage, metadata_only_commits):
     create_topic(storage, "orders", 3, {"segment.bytes": 1024})
     store = ManifestStore(storage, "orders", 1)
     store.commit(lambda base: ([AppendSegments((_segment(0, 10, "a"), _segment(10, 25, "b")))], []))
