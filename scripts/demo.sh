@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole story on the embedded default (a local root, local Spark):
-# topics -> produce -> consume -> load exactly-once into Iceberg -> validate -> compact -> SQL.
+# topics -> produce (CLI and a Kafka client through `kafkastore serve`) -> consume -> load exactly-once into Iceberg -> validate -> compact -> SQL.
 # Run through `./run demo`, which sets up the venv first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,9 @@ run kafkastore topics list
 say "2. Produce a sample stream (JSON lines on stdin; keys partitioned by murmur2 as Kafka does)"
 python scripts/sample_data.py orders 20000 --seed 1 | run kafkastore produce orders
 python scripts/sample_data.py customers 3000 --seed 1 | run kafkastore produce customers --flush-every 500
+
+say "2b. A Kafka client (confluent-kafka) produces and consumes through \`kafkastore serve\`"
+run python scripts/serve_demo.py --root "file://$PWD/demo/log" --topic clicks --records 1000
 
 say "3. Read it back"
 run kafkastore consume orders --partition 0 --limit 2

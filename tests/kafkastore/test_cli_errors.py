@@ -111,9 +111,9 @@ def test_data_loss_hint_names_a_real_flag(cli):
 
     args = build_parser().parse_args(["load", "t", "--on-data-loss", "skip", "--table", "x"])
     assert args.on_data_loss == "skip"
-    import pipelines.load as load
+    import pipelines.planning as planning
 
-    assert "kafkastore load --on-data-loss skip" in open(load.__file__).read()
+    assert "kafkastore load --on-data-loss skip" in open(planning.__file__).read()
 
 
 def test_stopped_produce_says_what_was_committed(cli):
