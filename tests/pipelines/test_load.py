@@ -419,8 +419,13 @@ def test_cli_load_offsets_reprocess_retention_vacuum(spark, local_root, tmp_path
     last = ice.history(wh.table("tbl"))[-1]
     assert last.kafkastore_operation == "reprocess" and last.audit["reason"] == "bad parser"
     assert_exactly_once(storage, "t", wh)
+    # Nothing validated yet: vacuum keeps every snapshot of main for the quality gate...
     assert main(base + ["vacuum", "--warehouse", warehouse, "--table", "tbl",
                         "--grace-ms", "0"]) == 0
+    assert "expired 0 snapshot(s), kept 2 (2 awaiting validation)" in capsys.readouterr().err
+    # ...unless told the table has no gate.
+    assert main(base + ["vacuum", "--warehouse", warehouse, "--table", "tbl",
+                        "--grace-ms", "0", "--expire-unvalidated"]) == 0
     assert "expired 1 snapshot(s)" in capsys.readouterr().err
     assert_exactly_once(storage, "t", wh)
     # Retention (retention.bytes=1 drops all but the newest segment) reports what
