@@ -187,6 +187,12 @@ def test_load_spec_from_config(tmp_path):
     assert resolve_spec(cfg, "other", "tbl").value_format == "raw"
     with pytest.raises(ConfigError, match="--table"):
         resolve_spec(cfg, "other")
+    # The DAG's keys are parsed with the rest and kept as given (the DAG reads them).
+    dag = LoadSpec.from_entry({"topic": "t", "table": "x", "schedule": None, "retries": 0,
+                               "start_date": "2024-01-01", "catchup": True})
+    assert dag.scheduling == {"schedule": None, "retries": 0, "start_date": "2024-01-01",
+                              "catchup": True}
+    assert spec.scheduling == {} and dag == LoadSpec("t", "x", scheduling=dag.scheduling)
     for bad in ({"topic": "t", "table": "x", "nope": 1}, {"topic": "t", "table": "x",
                                                           "value_format": "xml"},
                 {"topic": "t", "table": "x", "partition_by": ["bucket(2, key)"]},

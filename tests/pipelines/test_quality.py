@@ -259,16 +259,23 @@ def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tm
     assert tagged.snapshot_id == summary.snapshot_id
 
 
-def test_the_command_line(wh, capsys):
+def test_the_command_line(wh, capsys, tmp_path):
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
     from pipelines.quality import main
 
+    # The checks read whether the topic is compacted from the log: give the CLI a
+    # root that has it (not the config's default demo root, which a clean clone lacks).
+    root = f"file://{tmp_path}/log"
+    create_topic(Storage(root), "orders", 1)
+    base = ["--root", root, "--warehouse", wh.url]
     good = commit(wh, "t11", {("orders", 0): (0, 2)}, [rows("orders", 0, [0, 1])])
-    assert main(["--warehouse", wh.url, "--table", "t11"]) == 0
+    assert main(base + ["--table", "t11"]) == 0
     assert f"tag validated -> {good}" in capsys.readouterr().out
     bad = commit(wh, "t11", {("orders", 0): (2, 4)}, [rows("orders", 0, [2, 2])])
-    assert main(["--warehouse", wh.url, "--table", "t11", "--snapshot", str(bad)]) == 1
+    assert main(base + ["--table", "t11", "--snapshot", str(bad)]) == 1
     assert "FAIL" in capsys.readouterr().out and tag(wh, "t11") == good
-    assert main(["--warehouse", wh.url, "--table", "nope"]) == 1
+    assert main(base + ["--table", "nope"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("kafkastore: error: ") and err.count("\n") == 1
 
