@@ -86,12 +86,14 @@ def awaiting_validation(table) -> list[int]:
     own ancestry, i.e. everything loaded after the validated rows. Without one,
     nothing is validated yet and the gate's first walk goes down to main's first
     snapshot, so all of main's ancestry waits, provided it holds a kafkastore
-    load or reprocess (the only snapshots the gate validates). Dead-letter
-    tables (``<table>_dead_letters``) are never tagged and the gate does not
-    walk them: nothing of theirs waits.
+    load or reprocess (the only snapshots the gate validates). A dead-letter
+    table (``<table>_dead_letters``) is never tagged: its snapshots written by
+    the runs still awaiting validation in ``<table>`` wait with them (the gate
+    reads a run's dead letters at that run's snapshot).
     """
-    if ice.table_name(table.name()).endswith(DEAD_LETTERS_SUFFIX):
-        return []
+    ident = tuple(table.name())
+    if ident[-1].endswith(DEAD_LETTERS_SUFFIX):
+        return _dead_letters_awaiting(table, ident[:-1] + (ident[-1][:-len(DEAD_LETTERS_SUFFIX)],))
     main = list(ice.ancestry(table))
     if table.snapshot_by_name(VALIDATED_TAG) is None:
         loaded = any((s.summary.additional_properties.get(ice.OPERATION_KEY) if s.summary
@@ -99,6 +101,22 @@ def awaiting_validation(table) -> list[int]:
         return [s.snapshot_id for s in main] if loaded else []
     done = {s.snapshot_id for s in ice.ancestry(table, VALIDATED_TAG)}
     return [s.snapshot_id for s in main if s.snapshot_id not in done]
+
+
+def _dead_letters_awaiting(dl_table, parent_ident) -> list[int]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        parent = dl_table.catalog.load_table(parent_ident)
+    except NoSuchTableError:
+        return []
+    waiting = set(awaiting_validation(parent))
+    runs = {_run_id(s) for s in ice.ancestry(parent) if s.snapshot_id in waiting} - {None}
+    return [s.snapshot_id for s in ice.ancestry(dl_table) if _run_id(s) in runs]
+
+
+def _run_id(snapshot) -> str | None:
+    return snapshot.summary.additional_properties.get(ice.RUN_ID_KEY) if snapshot.summary else None
 
 
 def _mtime_ms(info: dict) -> int | None:

@@ -135,12 +135,15 @@ def test_without_a_tag_vacuum_keeps_all_of_main_until_the_first_validation(wh):
     l2 = qcommit(wh, "n", {("orders", 0): (2, 3)}, [qrows("orders", 0, [2])])
     r = _vacuum_now(wh, "n")
     assert r.expired == [] and r.awaiting == [l2, l1]
-    # Dead-letter tables are never tagged: nothing of theirs waits.
-    qcommit(wh, "n2", {("orders", 0): (0, 1)}, [qrows("orders", 0, [0])],
-            [qrows("orders", 0, [1], error="x")])
-    qcommit(wh, "n2", {("orders", 0): (1, 3)}, [qrows("orders", 0, [1, 2])],
+    # A dead-letter table's snapshots wait with the runs of its table that wait.
+    n1 = qcommit(wh, "n2", {("orders", 0): (0, 2)}, [qrows("orders", 0, [0])],
+                 [qrows("orders", 0, [1], error="x")])
+    qcommit(wh, "n2", {("orders", 0): (2, 4)}, [qrows("orders", 0, [2])],
             [qrows("orders", 0, [3], error="x")])
-    assert len(_vacuum_now(wh, "n2_dead_letters").expired) == 1
+    assert _vacuum_now(wh, "n2_dead_letters").expired == []
+    validate_snapshot(wh.url, "n2", n1, compacted=False, docs=False,
+                      thresholds={"max_dead_letter_fraction": 0.5})
+    assert len(_vacuum_now(wh, "n2_dead_letters").expired) == 1     # n1's run is validated
     # A table with no kafkastore load (another engine's) has nothing to validate.
     other = wh.create_table("foreign", SCHEMA)
     for i in range(2):
