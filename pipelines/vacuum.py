@@ -96,8 +96,7 @@ def awaiting_validation(table) -> list[int]:
         return _dead_letters_awaiting(table, ident[:-1] + (ident[-1][:-len(DEAD_LETTERS_SUFFIX)],))
     main = list(ice.ancestry(table))
     if table.snapshot_by_name(VALIDATED_TAG) is None:
-        loaded = any((s.summary.additional_properties.get(ice.OPERATION_KEY) if s.summary
-                      else None) in ice.OPERATIONS for s in main)
+        loaded = any(_prop(s, ice.OPERATION_KEY) in ice.OPERATIONS for s in main)
         return [s.snapshot_id for s in main] if loaded else []
     done = {s.snapshot_id for s in ice.ancestry(table, VALIDATED_TAG)}
     return [s.snapshot_id for s in main if s.snapshot_id not in done]
@@ -111,12 +110,13 @@ def _dead_letters_awaiting(dl_table, parent_ident) -> list[int]:
     except NoSuchTableError:
         return []
     waiting = set(awaiting_validation(parent))
-    runs = {_run_id(s) for s in ice.ancestry(parent) if s.snapshot_id in waiting} - {None}
-    return [s.snapshot_id for s in ice.ancestry(dl_table) if _run_id(s) in runs]
+    runs = {_prop(s, ice.RUN_ID_KEY) for s in ice.ancestry(parent)
+            if s.snapshot_id in waiting} - {None}
+    return [s.snapshot_id for s in ice.ancestry(dl_table) if _prop(s, ice.RUN_ID_KEY) in runs]
 
 
-def _run_id(snapshot) -> str | None:
-    return snapshot.summary.additional_properties.get(ice.RUN_ID_KEY) if snapshot.summary else None
+def _prop(snapshot, key: str) -> str | None:
+    return snapshot.summary.additional_properties.get(key) if snapshot.summary else None
 
 
 def _mtime_ms(info: dict) -> int | None:
