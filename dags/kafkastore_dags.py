@@ -21,8 +21,8 @@ This file stays thin: it reads the config (YAML) at parse time and parses each
 ``loads`` entry into a typed :class:`pipelines.load_spec.LoadSpec` (light: no
 Spark), and imports the jobs and pyspark only inside the task functions, where
 Spark runs (local by default, the master from the config file). The entry keys
-``retries``, ``retry_delay_s``, ``max_retry_delay_s``, ``start_date`` and
-``catchup`` are the DAG's; the rest is the load spec.
+``schedule``, ``start_date``, ``catchup``, ``retries``, ``retry_delay_s`` and
+``max_retry_delay_s`` are the DAG's: the DAG reads them from ``spec.scheduling``.
 """
 from __future__ import annotations
 
@@ -147,26 +147,18 @@ def _dag_id(prefix: str, name: str) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-DAG_KEYS = ("retries", "retry_delay_s", "max_retry_delay_s", "start_date", "catchup")
-
-
-def load_spec(entry: dict):
-    """The typed load spec of a ``loads`` entry (the DAG's own keys left out)."""
-    from pipelines.load_spec import LoadSpec
-
-    return LoadSpec.from_entry({k: v for k, v in entry.items() if k not in DAG_KEYS})
-
-
 def make_load_dag(entry: dict, shared_table: bool = False):
     """``kafkastore_load_<table>`` (``..._<table>__<topic>`` when several entries load
     one table): load the run's data interval, then validate it."""
-    spec = load_spec(entry)
-    topic, table = spec.topic, spec.table
+    from pipelines.load_spec import LoadSpec
+
+    spec = LoadSpec.from_entry(entry)
+    topic, table, when = spec.topic, spec.table, spec.scheduling
     dag_id = _dag_id("kafkastore_load_", f"{table}__{topic}" if shared_table else table)
 
-    @dag(dag_id=dag_id, schedule=_schedule(entry.get("schedule", "@hourly")),
-         start_date=_start_date(entry.get("start_date")), catchup=bool(entry.get("catchup", False)),
-         max_active_runs=1, default_args=_retry_args(entry), tags=["kafkastore", "load"],
+    @dag(dag_id=dag_id, schedule=_schedule(when.get("schedule", "@hourly")),
+         start_date=_start_date(when.get("start_date")), catchup=bool(when.get("catchup", False)),
+         max_active_runs=1, default_args=_retry_args(when), tags=["kafkastore", "load"],
          doc_md=f"Load topic `{topic}` into warehouse table `{table}` (records with timestamp "
                 f"before the end of the data interval), then validate the commit.")
     def load_dag():
@@ -300,8 +292,10 @@ def kafkastore_reprocess():
         try:
             from dataclasses import replace
 
+            from pipelines.load_spec import LoadSpec
+
             entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
-            spec = load_spec(entry) if entry else None
+            spec = LoadSpec.from_entry(entry) if entry else None
             if spec is not None and p.get("table") and spec.table != p["table"]:
                 spec = replace(spec, table=p["table"])   # the topic's decoding, another table
             table = p.get("table") or (spec.table if spec else topic)

@@ -353,7 +353,8 @@ def cmd_vacuum(args, cfg: Config) -> int:
     for name in names:
         result = vacuum(wh.table(name), now_ms=now,
                         grace_ms=DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms,
-                        retain_last=args.retain_last, dry_run=args.dry_run)
+                        retain_last=args.retain_last, dry_run=args.dry_run,
+                        expire_unvalidated=args.expire_unvalidated)
         print(result.render(), file=sys.stderr)
     return 0
 
@@ -630,6 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--retain-last", type=int, default=1,
                     help="snapshots of main always kept (default 1)")
     va.add_argument("--dry-run", action="store_true")
+    va.add_argument("--expire-unvalidated", action="store_true",
+                    help="also expire old snapshots the quality gate has not validated yet "
+                         "(for tables nobody validates; the validated tag can then no longer "
+                         "move past them)")
     va.set_defaults(func=cmd_vacuum)
 
     cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")

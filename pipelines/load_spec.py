@@ -7,15 +7,15 @@ dictionaries. A config entry::
     loads:
       - topic: orders
         table: orders                 # default.orders; ns.orders accepted
-        schedule: "@hourly"           # for the DAGs
+        schedule: "@hourly"           # for the DAGs: LoadSpec.scheduling
         value_format: json            # raw (default) | json | avro
         value_schema: "id long, name string"   # DDL (json) or Avro schema JSON
         value_schema_file: null
         confluent_wire_format: false  # more decoder options (pipelines.decoding)
         partition_by: ["day(timestamp)"]       # Iceberg hidden partitioning; [] = none
         on_data_loss: fail            # fail | skip (record the gap and go on)
-        start_date: "2024-01-01"      # DAG scheduling keys (also catchup, retries,
-                                      # retry_delay_s, max_retry_delay_s): LoadSpec.scheduling
+        start_date: "2024-01-01"      # more DAG keys (also catchup, retries, retry_delay_s,
+                                      # max_retry_delay_s): LoadSpec.scheduling too
 
 Spark-free, so the CLI and Airflow's scheduler can parse it cheaply.
 """
@@ -30,9 +30,11 @@ VALUE_FORMATS = ("raw", "json", "avro")
 ON_DATA_LOSS = ("fail", "skip")
 DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value")
 DEFAULT_PARTITION_BY = ("day(timestamp)",)
-#: Keys only the DAGs read (kept in ``LoadSpec.scheduling``).
-SCHEDULING = ("start_date", "catchup", "retries", "retry_delay_s", "max_retry_delay_s")
-KNOWN = {"topic", "table", "schedule", "value_format", "value_schema", "value_schema_file",
+#: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
+#: key and ``schedule: null``, a DAG run only by hand, differ).
+SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
+              "max_retry_delay_s")
+KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
          "partition_by", "on_data_loss", *DECODE_EXTRA, *SCHEDULING}
 DEAD_LETTER_SUFFIX = "_dead_letters"
 
@@ -49,7 +51,6 @@ class LoadSpec:
     decode: Mapping[str, Any] = field(default_factory=dict)
     partition_by: tuple[str, ...] = DEFAULT_PARTITION_BY
     on_data_loss: str = "fail"
-    schedule: str | None = None
     scheduling: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -111,7 +112,6 @@ class LoadSpec:
                    decode={k: entry[k] for k in DECODE_EXTRA if entry.get(k) is not None},
                    partition_by=tuple(str(x) for x in pb),
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
-                   schedule=entry.get("schedule"),
                    scheduling={k: entry[k] for k in SCHEDULING if k in entry})
 
 

@@ -587,7 +587,8 @@ def _chain(table, target, tag_snapshot):
 
     A snapshot expired in between (its rows are still in the table but can no
     longer be read on their own) is a WarehouseError: the tag is not moved over
-    unvalidated rows. pyiceberg's expiry cuts the child's parent link, so a cut
+    unvalidated rows. ``kafkastore vacuum`` never expires these snapshots
+    (``pipelines.vacuum.awaiting_validation``) unless told to. pyiceberg's expiry cuts the child's parent link, so a cut
     shows as a walk that ends at a root which is not the table's first snapshot
     (sequence number above 1) or at a parent id that no longer exists.
     """
@@ -607,7 +608,8 @@ def _chain(table, target, tag_snapshot):
                     f"table {iceberg.table_name(table.name())}: snapshots before "
                     f"{snap.snapshot_id}, after the {ir.VALIDATED_TAG} tag, were expired before "
                     f"they were validated; their rows cannot be checked, so the tag stays "
-                    f"(validate loads before vacuum expires them, or reprocess those offsets)")
+                    f"(kafkastore vacuum keeps such snapshots unless run with "
+                    f"--expire-unvalidated; a reprocess does not restore them)")
             break
         snap = nxt
     return list(reversed(out))

@@ -3,9 +3,15 @@ files no snapshot references, after a grace period (Spark-free).
 
 1. **Expire** the snapshots older than ``now - grace`` except: the heads of
    every branch and tag (Iceberg keeps those anyway), the newest
-   ``retain_last`` snapshots of main, and the snapshot carrying the table's
+   ``retain_last`` snapshots of main, the snapshot carrying the table's
    current kafkastore offsets (so the next load always finds where to start,
-   even after other engines committed on top of it).
+   even after other engines committed on top of it), and the snapshots
+   **awaiting validation** (:func:`awaiting_validation`): the quality gate
+   (``pipelines/quality.py``) moves the ``validated`` tag by walking main's
+   history from the tag to the snapshot it validates and checks each load on
+   its own; one expired snapshot on that walk would keep the tag where it is
+   forever. ``expire_unvalidated=True`` drops that protection for tables
+   nobody validates.
 2. **Remove unreferenced files** under the table location: data and delete
    files, manifests, manifest lists and metadata files that neither a
    remaining snapshot nor the metadata log (nor the current metadata)
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from kafkastore.errors import ConfigError
 
 from . import iceberg as ice
+from .iceberg_read import DEAD_LETTERS_SUFFIX, VALIDATED_TAG
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +44,16 @@ class VacuumResult:
     table: str
     expired: list[int] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
+    awaiting: list[int] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     dry_run: bool = False
 
     def render(self) -> str:
         verb = "would expire" if self.dry_run else "expired"
         rm = "would remove" if self.dry_run else "removed"
+        waiting = f" ({len(self.awaiting)} awaiting validation)" if self.awaiting else ""
         return (f"vacuum {self.table}: {verb} {len(self.expired)} snapshot(s), kept "
-                f"{len(self.kept)}, {rm} {len(self.deleted)} unreferenced file(s)")
+                f"{len(self.kept)}{waiting}, {rm} {len(self.deleted)} unreferenced file(s)")
 
 
 def _strip(url: str) -> str:
@@ -70,6 +79,46 @@ def referenced_files(table) -> set[str]:
     return out
 
 
+def awaiting_validation(table) -> list[int]:
+    """Ids of the snapshots of main the quality gate has yet to walk, newest first.
+
+    With a ``validated`` tag: main's ancestry down to (not including) the tag's
+    own ancestry, i.e. everything loaded after the validated rows. Without one,
+    nothing is validated yet and the gate's first walk goes down to main's first
+    snapshot, so all of main's ancestry waits, provided it holds a kafkastore
+    load or reprocess (the only snapshots the gate validates). A dead-letter
+    table (``<table>_dead_letters``) is never tagged: its snapshots written by
+    the runs still awaiting validation in ``<table>`` wait with them (the gate
+    reads a run's dead letters at that run's snapshot).
+    """
+    ident = tuple(table.name())
+    if ident[-1].endswith(DEAD_LETTERS_SUFFIX):
+        return _dead_letters_awaiting(table, ident[:-1] + (ident[-1][:-len(DEAD_LETTERS_SUFFIX)],))
+    main = list(ice.ancestry(table))
+    if table.snapshot_by_name(VALIDATED_TAG) is None:
+        loaded = any(_prop(s, ice.OPERATION_KEY) in ice.OPERATIONS for s in main)
+        return [s.snapshot_id for s in main] if loaded else []
+    done = {s.snapshot_id for s in ice.ancestry(table, VALIDATED_TAG)}
+    return [s.snapshot_id for s in main if s.snapshot_id not in done]
+
+
+def _dead_letters_awaiting(dl_table, parent_ident) -> list[int]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        parent = dl_table.catalog.load_table(parent_ident)
+    except NoSuchTableError:
+        return []
+    waiting = set(awaiting_validation(parent))
+    runs = {_prop(s, ice.RUN_ID_KEY) for s in ice.ancestry(parent)
+            if s.snapshot_id in waiting} - {None}
+    return [s.snapshot_id for s in ice.ancestry(dl_table) if _prop(s, ice.RUN_ID_KEY) in runs]
+
+
+def _prop(snapshot, key: str) -> str | None:
+    return snapshot.summary.additional_properties.get(key) if snapshot.summary else None
+
+
 def _mtime_ms(info: dict) -> int | None:
     """A listed object's modification time in ms; None when the store gives none."""
     from kafkastore.storage import _mtime
@@ -79,10 +128,13 @@ def _mtime_ms(info: dict) -> int | None:
 
 
 def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last: int = 1,
-           dry_run: bool = False) -> VacuumResult:
+           dry_run: bool = False, expire_unvalidated: bool = False) -> VacuumResult:
     """Expire and clean ``table`` (a pyiceberg table); see the module docstring.
     A dry run lists the snapshots it would expire and the files unreferenced
-    now (not those only the expiring snapshots reference)."""
+    now (not those only the expiring snapshots reference).
+    ``expire_unvalidated``: also expire old snapshots awaiting validation (for
+    tables without a quality gate; a gate can then no longer move its tag past
+    them)."""
     if grace_ms < 0 or retain_last < 1:
         raise ConfigError("grace_ms must be >= 0 and retain_last >= 1")
     cutoff = now_ms - grace_ms
@@ -92,6 +144,9 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
     carrier = ice.offsets_snapshot(table)
     if carrier is not None:
         protected.add(carrier.snapshot_id)
+    if not expire_unvalidated:
+        result.awaiting = awaiting_validation(table)
+        protected.update(result.awaiting)
     expire = [s.snapshot_id for s in table.metadata.snapshots
               if s.timestamp_ms < cutoff and s.snapshot_id not in protected]
     result.expired = expire

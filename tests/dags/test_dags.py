@@ -54,7 +54,8 @@ def kafkastore_env(tmp_path_factory):
         "spark": {"master": "local[2]"},
         "topics": {"orders": {"partitions": 3}},
         "loads": [{"topic": "orders", "table": "order_events", "schedule": "@hourly",
-                   "value_format": "json", "value_schema": SCHEMA, "retries": 0}],
+                   "value_format": "json", "value_schema": SCHEMA, "retries": 0,
+                   "retry_delay_s": 7, "start_date": "2023-12-31"}],
         "compaction": {"schedule": "@daily", "retries": 0},
         "retention": {"schedule": "@hourly", "retries": 0},
         "quality": {"max_dead_letter_fraction": 0.05},
@@ -118,6 +119,11 @@ def loaded(kafkastore_env, airflow_db, spark):
 
 def test_load_dag_loads_the_interval_and_validates(loaded, kafkastore_env):
     assert str(loaded["run"].state) == "success", loaded["states"]
+    # The entry's scheduling keys reach the DAG (through LoadSpec.scheduling).
+    dag = loaded["dag"]
+    assert dag.start_date == datetime(2023, 12, 31, tzinfo=timezone.utc)
+    task = dag.get_task("load")
+    assert task.retries == 0 and task.retry_delay == timedelta(seconds=7)
     assert set(loaded["states"].values()) == {"success"}
     table, tbl = _rows(kafkastore_env["warehouse"])
     end_ms = T0 + 120 * MINUTE         # the data interval ends at 02:00

@@ -187,6 +187,12 @@ def test_load_spec_from_config(tmp_path):
     assert resolve_spec(cfg, "other", "tbl").value_format == "raw"
     with pytest.raises(ConfigError, match="--table"):
         resolve_spec(cfg, "other")
+    # The DAG's keys are parsed with the rest and kept as given (the DAG reads them).
+    dag = LoadSpec.from_entry({"topic": "t", "table": "x", "schedule": None, "retries": 0,
+                               "start_date": "2024-01-01", "catchup": True})
+    assert dag.scheduling == {"schedule": None, "retries": 0, "start_date": "2024-01-01",
+                              "catchup": True}
+    assert spec.scheduling == {} and dag == LoadSpec("t", "x", scheduling=dag.scheduling)
     for bad in ({"topic": "t", "table": "x", "nope": 1}, {"topic": "t", "table": "x",
                                                           "value_format": "xml"},
                 {"topic": "t", "table": "x", "partition_by": ["bucket(2, key)"]},
@@ -419,8 +425,13 @@ def test_cli_load_offsets_reprocess_retention_vacuum(spark, local_root, tmp_path
     last = ice.history(wh.table("tbl"))[-1]
     assert last.kafkastore_operation == "reprocess" and last.audit["reason"] == "bad parser"
     assert_exactly_once(storage, "t", wh)
+    # Nothing validated yet: vacuum keeps every snapshot of main for the quality gate...
     assert main(base + ["vacuum", "--warehouse", warehouse, "--table", "tbl",
                         "--grace-ms", "0"]) == 0
+    assert "expired 0 snapshot(s), kept 2 (2 awaiting validation)" in capsys.readouterr().err
+    # ...unless told the table has no gate.
+    assert main(base + ["vacuum", "--warehouse", warehouse, "--table", "tbl",
+                        "--grace-ms", "0", "--expire-unvalidated"]) == 0
     assert "expired 1 snapshot(s)" in capsys.readouterr().err
     assert_exactly_once(storage, "t", wh)
     # Retention (retention.bytes=1 drops all but the newest segment) reports what

@@ -1,5 +1,9 @@
 """vacuum (pipelines/vacuum.py): expires old snapshots but never the one carrying the
-current offsets, removes unreferenced files only after the grace period. Spark-free."""
+current offsets nor those awaiting validation, removes unreferenced files only after
+the grace period. Spark-free.
+
+The first tests vacuum tables nobody validates (``expire_unvalidated=True``); the
+last ones run vacuum between loads and the quality gate."""
 from __future__ import annotations
 
 import os
@@ -10,8 +14,14 @@ import pytest
 
 from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
+from kafkastore.errors import WarehouseError
+from pipelines.quality import validate_snapshot
 from pipelines.vacuum import vacuum
 from tests.pipelines.test_iceberg import SCHEMA, load, rows, write
+from tests.pipelines.test_quality import commit as qcommit
+from tests.pipelines.test_quality import rows as qrows
+from tests.pipelines.test_quality import tag as qtag
+from tests.pipelines.test_quality import validated_offsets
 
 
 @pytest.fixture
@@ -33,7 +43,7 @@ def test_vacuum_expires_but_keeps_the_offsets_snapshot(wh):
     other = wh.table("t")
     other.add_files([write(wh, other, rows("x", 0, 0, 2))])
     orphan = write(wh, t, rows("t", 0, 99, 100))          # a killed load's file
-    r = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0)
+    r = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
     t = wh.table("t")
     kept = {s.snapshot_id for s in t.metadata.snapshots}
     assert carrier in kept and t.current_snapshot().snapshot_id in kept
@@ -54,7 +64,8 @@ def test_vacuum_respects_the_grace_period_and_dry_run(wh):
     r = vacuum(wh.table("t"), now_ms=_now(), grace_ms=3_600_000)
     assert r.expired == [] and r.deleted == []
     assert os.path.exists(young[len("file://"):])
-    dry = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, dry_run=True)
+    dry = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, dry_run=True,
+                 expire_unvalidated=True)
     assert dry.expired and young.split("://", 1)[1] in dry.deleted
     assert os.path.exists(young[len("file://"):])
     assert len(wh.table("t").metadata.snapshots) == 2
@@ -68,7 +79,7 @@ def test_vacuum_after_reprocess_removes_replaced_files(wh):
     ice.commit(wh.table("t"), ice.KafkaCommit(
         "rp", "reprocess", (OffsetRange("t", 0, 5, 10),), (url,),
         delete_from=(OffsetRange("t", 0, 5, 10),)))
-    vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0)
+    vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
     t = wh.table("t")
     assert len(t.metadata.snapshots) == 1
     assert all(not os.path.exists(f[len("file://"):]) for f in old_files)
@@ -83,8 +94,74 @@ def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
     load(w, t, "t", 0, 0, 5)
     load(w, w.table("t"), "t", 0, 5, 9)
     orphan = write(w, t, rows("t", 0, 50, 51))
-    r = vacuum(w.table("t"), now_ms=_now() + 60_000, grace_ms=0)
+    r = vacuum(w.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
     assert len(r.expired) == 1 and orphan.split("://", 1)[1] in r.deleted
     t = w.table("t")
     assert ice.committed_offsets(t) == {("t", 0): 9}
     assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(9))
+
+
+# ---------------------------------------------------------------------------
+# vacuum and the quality gate's ``validated`` tag
+
+
+def _vacuum_now(wh, name, **kw):
+    return vacuum(wh.table(name), now_ms=_now() + 60_000, grace_ms=0, **kw)
+
+
+def test_vacuum_keeps_loads_after_the_tag_until_they_are_validated(wh):
+    l1 = qcommit(wh, "g", {("orders", 0): (0, 2)}, [qrows("orders", 0, [0, 1])])
+    validate_snapshot(wh.url, "g", l1, compacted=False, docs=False)
+    l2 = qcommit(wh, "g", {("orders", 0): (2, 4)}, [qrows("orders", 0, [2, 3])])
+    l3 = qcommit(wh, "g", {("orders", 0): (4, 5)}, [qrows("orders", 0, [4])])
+    r = _vacuum_now(wh, "g")
+    # The gate walks l2 and l3: the tag moves to the head (before the fix vacuum
+    # expired l2 and the gate refused to move the tag, for ever).
+    assert validate_snapshot(wh.url, "g", l3, compacted=False, docs=False).published
+    assert qtag(wh, "g") == l3 == wh.table("g").current_snapshot().snapshot_id
+    # l2 (not the head, not the carrier, not tagged) awaited validation: kept.
+    assert r.expired == [] and r.awaiting == [l3, l2]
+    assert "2 awaiting validation" in r.render()
+    # Once validated, the old snapshots go; the tag and the rows stay.
+    r = _vacuum_now(wh, "g")
+    assert sorted(r.expired) == sorted([l1, l2]) and r.awaiting == []
+    assert validated_offsets(wh, "g") == [0, 1, 2, 3, 4]
+    l4 = qcommit(wh, "g", {("orders", 0): (5, 6)}, [qrows("orders", 0, [5])])
+    assert validate_snapshot(wh.url, "g", l4, compacted=False, docs=False).published
+
+
+def test_without_a_tag_vacuum_keeps_all_of_main_until_the_first_validation(wh):
+    l1 = qcommit(wh, "n", {("orders", 0): (0, 2)}, [qrows("orders", 0, [0, 1])])
+    l2 = qcommit(wh, "n", {("orders", 0): (2, 3)}, [qrows("orders", 0, [2])])
+    r = _vacuum_now(wh, "n")
+    assert r.expired == [] and r.awaiting == [l2, l1]
+    # A dead-letter table's snapshots wait with the runs of its table that wait.
+    n1 = qcommit(wh, "n2", {("orders", 0): (0, 2)}, [qrows("orders", 0, [0])],
+                 [qrows("orders", 0, [1], error="x")])
+    qcommit(wh, "n2", {("orders", 0): (2, 4)}, [qrows("orders", 0, [2])],
+            [qrows("orders", 0, [3], error="x")])
+    assert _vacuum_now(wh, "n2_dead_letters").expired == []
+    validate_snapshot(wh.url, "n2", n1, compacted=False, docs=False,
+                      thresholds={"max_dead_letter_fraction": 0.5})
+    assert len(_vacuum_now(wh, "n2_dead_letters").expired) == 1     # n1's run is validated
+    # A table with no kafkastore load (another engine's) has nothing to validate.
+    other = wh.create_table("foreign", SCHEMA)
+    for i in range(2):
+        other.add_files([write(wh, other, rows("x", 0, i, i + 1))])
+        other = wh.table("foreign")
+    assert len(_vacuum_now(wh, "foreign").expired) == 1
+    # The gate's first walk reaches l1: the tag moves to the head.
+    assert validate_snapshot(wh.url, "n", l2, compacted=False, docs=False).published
+    assert qtag(wh, "n") == l2
+    assert _vacuum_now(wh, "n").expired == [l1]
+
+
+def test_expire_unvalidated_is_the_old_rule_and_the_gate_refuses_the_cut(wh):
+    l1 = qcommit(wh, "u", {("orders", 0): (0, 1)}, [qrows("orders", 0, [0])])
+    validate_snapshot(wh.url, "u", l1, compacted=False, docs=False)
+    l2 = qcommit(wh, "u", {("orders", 0): (1, 2)}, [qrows("orders", 0, [1])])
+    l3 = qcommit(wh, "u", {("orders", 0): (2, 3)}, [qrows("orders", 0, [2])])
+    assert _vacuum_now(wh, "u", expire_unvalidated=True).expired == [l2]
+    with pytest.raises(WarehouseError, match="expired"):
+        validate_snapshot(wh.url, "u", l3, compacted=False, docs=False)
+    assert qtag(wh, "u") == l1
