@@ -50,7 +50,8 @@ from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
 from pipelines.spark_errors import is_spark_error, summarize
 
-__all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport", "PartitionResult"]
+__all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",
+           "PartitionResult"]
 
 log = logging.getLogger(__name__)
 
