@@ -53,7 +53,7 @@ from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifes
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
-from .segment import SegmentBuilder
+from .segment import index_batches
 from .storage import Storage
 from .topics import TopicMetadata, load_topic
 
@@ -635,7 +635,8 @@ class Broker:
         first_seq = parse_header(data_batches[0].data).base_sequence if data_batches else -1
         last_seq = ((first_seq + sum(p.count for p in data_batches) - 1) & 0x7FFFFFFF
                     if data_batches else -1)
-        max_ts = max((parse_header(p.data).max_timestamp for p in pending), default=NO_TIMESTAMP)
+        max_ts = max((_MAX_TS_AND_COUNT.unpack_from(p.data, _MAX_TS_OFFSET)[0] for p in pending),
+                     default=NO_TIMESTAMP)
         uploaded: dict[int, list[SegmentEntry]] = {}
         outcome: dict[str, object] = {}
         store = self._store(topic, partition)
@@ -698,11 +699,7 @@ class Broker:
 
     def _upload(self, topic: str, partition: int, seg: "_BuiltSegment", shift: int,
                 epoch: int) -> SegmentEntry:
-        log = bytearray(seg.log)
-        for pos in seg.positions:
-            rel = _BASE_OFFSET.unpack_from(log, pos)[0]
-            _BASE_OFFSET.pack_into(log, pos, rel + shift)
-        log = bytes(log)
+        log = seg.log(shift)
         base = seg.stats.base_offset + shift
         seg_id = layout.new_segment_id()
         # Index and time index first, the log last: a half-uploaded set is an orphan either way.
@@ -875,31 +872,54 @@ def _check_timestamp(st: _TopicSettings, timestamp: int, now: int) -> int:
     return timestamp
 
 
+# MaxTimestamp (offset 35 of a v2 batch) and RecordCount (offset 57) in one read.
+_MAX_TS_AND_COUNT = struct.Struct(">q14xi")
+_MAX_TS_OFFSET = 35
+
+
 @dataclass(frozen=True)
 class _BuiltSegment:
-    log: bytes
+    """A segment of sealed batches, its log not yet joined: :meth:`log` writes the batches'
+    final base offsets into the one copy that joins them."""
+
+    rels: tuple[int, ...]            # each batch's relative base offset
+    tails: tuple[memoryview, ...]    # each batch after its BaseOffset field
     index: bytes
     timeindex: bytes
     stats: object
-    positions: tuple[int, ...]
     pending: tuple[_Pending, ...]
+
+    def log(self, shift: int) -> bytes:
+        """The ``.log`` bytes with every batch's base offset moved by ``shift``. BaseOffset
+        is outside the batch CRC, so the batches stay valid."""
+        pack = _BASE_OFFSET.pack
+        parts = [b""] * (2 * len(self.rels))
+        parts[0::2] = [pack(rel + shift) for rel in self.rels]
+        parts[1::2] = self.tails
+        return b"".join(parts)
 
 
 def _build_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int,
                     index_interval_bytes: int) -> list[_BuiltSegment]:
     """Group sealed batches into segments (at least one batch each) as Kafka rolls them: a new
     segment when the next batch would take the segment past ``segment.bytes``, or arrived
-    ``segment.ms`` or more after the segment's first batch."""
+    ``segment.ms`` or more after the segment's first batch. The batches were encoded here,
+    so their indexes come from their header fields (:func:`index_batches`), unchecked."""
     out: list[_BuiltSegment] = []
     group: list[_Pending] = []
     size = 0
+    unpack = _MAX_TS_AND_COUNT.unpack_from
 
     def close():
-        builder = SegmentBuilder(group[0].rel_base, index_interval_bytes=index_interval_bytes)
-        positions = tuple(builder.append(p.data, min_timestamp=p.min_timestamp) for p in group)
-        built = builder.build()
-        out.append(_BuiltSegment(built.log, built.index, built.timeindex, built.stats,
-                                 positions, tuple(group)))
+        fields = [unpack(p.data, _MAX_TS_OFFSET) for p in group]
+        built = index_batches(
+            group[0].rel_base, [len(p.data) for p in group], group[0].rel_base,
+            [p.rel_base + p.count - 1 for p in group], [f[1] for f in fields],
+            [f[0] for f in fields], [p.min_timestamp for p in group],
+            index_interval_bytes=index_interval_bytes)
+        out.append(_BuiltSegment(tuple(p.rel_base for p in group),
+                                 tuple(memoryview(p.data)[8:] for p in group),
+                                 built.index, built.timeindex, built.stats, tuple(group)))
 
     for p in pending:
         if group and (size + len(p.data) > segment_bytes

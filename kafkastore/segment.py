@@ -41,7 +41,7 @@ import bisect
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -594,6 +594,56 @@ class SegmentBuilder:
         """
         index, timeindex = self._indexes.finish()
         return BuiltSegment(bytes(self._log), index, timeindex, self._stats.stats())
+
+
+class IndexedBatches(NamedTuple):
+    """What :func:`index_batches` computes for a segment made of known batches."""
+
+    index: bytes
+    timeindex: bytes
+    stats: SegmentStats
+    positions: tuple[int, ...]
+
+
+def index_batches(base_offset: int, sizes: Sequence[int], first_offset: int, last_offsets: Sequence[int],
+                  record_counts: Sequence[int], max_timestamps: Sequence[int],
+                  min_timestamps: Sequence[int], *,
+                  index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> IndexedBatches:
+    """Indexes, stats and positions of a segment that is the concatenation of whole, valid
+    batches, each appended on its own (as :class:`SegmentBuilder` appending them one by one
+    would compute them, byte for byte), from the batches' header fields alone.
+
+    For a writer that encoded the batches itself: nothing is parsed or checked
+    (no framing, CRC or offset order checks), so the log can be joined in one
+    copy when it is written. ``first_offset``: the first batch's base offset;
+    ``min_timestamps``: smallest record timestamp of each batch (< 0 or None: none).
+    """
+    n = len(sizes)
+    if n == 0:
+        raise ValueError("index_batches needs at least one batch")
+    positions = [0] * n
+    indexes = _IndexAccumulator(base_offset, index_interval_bytes)
+    pos = 0
+    max_ts, offset_of_max = NO_TIMESTAMP, base_offset
+    min_ts = None
+    for i in range(n):
+        positions[i] = pos
+        size, last, ts = sizes[i], last_offsets[i], max_timestamps[i]
+        indexes.add(pos, size, last, ts, last)
+        if ts > max_ts:
+            max_ts, offset_of_max = ts, last
+        low = min_timestamps[i]
+        if low is not None and low >= 0 and (min_ts is None or low < min_ts):
+            min_ts = low
+        pos += size
+    index, timeindex = indexes.finish()
+    stats = SegmentStats(
+        base_offset=base_offset, next_offset=last_offsets[-1] + 1,
+        record_count=int(sum(record_counts)), batch_count=n, size=pos,
+        min_timestamp=NO_TIMESTAMP if min_ts is None else min_ts,
+        max_timestamp=max_ts, offset_of_max_timestamp=offset_of_max,
+        first_offset=first_offset, first_batch_timestamp=max_timestamps[0])
+    return IndexedBatches(index, timeindex, stats, tuple(positions))
 
 
 def rebuild_indexes(log_bytes, base_offset: int,

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, CleaningPlan,
-                                   CompactionReport, GroupResult, PartitionResult, Skip,
+                                   CompactionReport, GroupResult, PartitionResult, ScanTask, Skip,
                                    finish_partition, group_specs, load_plan, partition_error,
                                    rewrite_group, scan_task, scan_tasks, skipped_result)
 from kafkastore.errors import ConfigError
@@ -50,7 +50,8 @@ from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
 from pipelines.spark_errors import is_spark_error, summarize
 
-__all__ = ["compact_partition", "compact_topic", "run_plans", "CompactionReport", "PartitionResult"]
+__all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",
+           "PartitionResult"]
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +153,7 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     sc.setJobDescription(f"compaction of {plans[0].topic} partitions "
                          f"{','.join(str(p.partition) for p in plans)}")
     try:
-        keep = _survivors(spark, storage, tasks)
+        keep = _survivors(spark, storage, tasks, scan_slices(tasks, sc.defaultParallelism, scan_bytes))
         sentinels = spark.createDataFrame([(g.index, KIND_GROUP, -1, -1) for g in groups], _KEEP_DDL)
         rows = keep.unionByName(sentinels)
         # One task per group as far as the cluster allows; an explicit count is
@@ -182,18 +183,43 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     return out
 
 
-def _survivors(spark, storage: Storage, tasks):
-    """DataFrame ``(grp, kind, offset, pid)``: survivor offsets and transaction carries per group."""
+def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> list[list[int]]:
+    """The scan tasks (numbers, in order) each Spark task reads: consecutive tasks packed into
+    slices of about equal bytes, at most ~``max_bytes`` each, and as many slices as
+    ``parallelism`` (the cores) when there are that many tasks. The Spark task count so
+    follows the bytes to read and the cores, not the number of segments or partitions (a
+    task per segment made the cost per record grow with the partition count)."""
+    if not tasks:
+        return []
+    sizes = [t.range.size for t in tasks]
+    total = sum(sizes)
+    want = min(len(tasks), max(parallelism, -(-total // max(1, max_bytes)), 1))
+    target = total / want  # each slice's even share
+    slices: list[list[int]] = [[]]
+    size = 0
+    for i, n in enumerate(sizes):
+        if slices[-1] and size + n > target:
+            slices.append([])
+            size = 0
+        slices[-1].append(i)
+        size += n
+    return slices
+
+
+def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
+    """DataFrame ``(grp, kind, offset, pid)``: survivor offsets and transaction carries per group;
+    one Spark task per slice of scan tasks (:func:`scan_slices`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if tasks:
         def scan(batches):
             for b in batches:
-                for i in b.column(0).to_pylist():
-                    yield scan_task(storage, tasks[i])
+                for s in b.column(0).to_pylist():
+                    for i in slices[s]:
+                        yield scan_task(storage, tasks[i])
 
-        scanned = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(scan, _SCAN_DDL)
+        scanned = spark.range(0, len(slices), 1, len(slices)).mapInArrow(scan, _SCAN_DDL)
     else:  # only empty segments below the first uncleanable offset
         scanned = spark.createDataFrame([], _SCAN_DDL)
     w = Window.partitionBy("plan", "kind", "key").orderBy("offset")

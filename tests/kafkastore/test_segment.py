@@ -18,11 +18,11 @@ from kafkastore import offset_index, time_index
 from kafkastore.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
 from kafkastore.record_batch import Record, decode_batch, encode_batch, parse_header
-from kafkastore.segment import (BuiltSegment, OffsetOrderError, SegmentBuilder,
+from kafkastore.segment import (BuiltSegment, batch_min_timestamp, OffsetOrderError, SegmentBuilder,
                                 SegmentOffsetOverflowError, TruncatedBatchError,
                                 UnsupportedFormatError, check_indexes, find_offset_for_timestamp,
-                                find_position, load_indexes, rebuild_indexes, recover, scan_log,
-                                segment_stats)
+                                find_position, index_batches, load_indexes, rebuild_indexes,
+                                recover, scan_log, segment_stats)
 
 TS0 = 1_700_000_000_000
 
@@ -299,6 +299,24 @@ def test_rebuild_equals_builder(specs, base, interval):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=batch_specs(), base=st.sampled_from([0, 7, 10**12]),
+       interval=st.sampled_from([0, 1, 100, 300, 1000, 4096]))
+def test_index_batches_equals_builder(specs, base, interval):
+    """The writer's shortcut (indexes from header fields, nothing parsed) gives the builder's
+    indexes and stats byte for byte."""
+    batches = batches_from_specs(base, specs)
+    built = build_log(base, batches, interval)
+    headers = [parse_header(b) for b in batches]
+    got = index_batches(base, [len(b) for b in batches], headers[0].base_offset,
+                        [h.last_offset for h in headers], [h.record_count for h in headers],
+                        [h.max_timestamp for h in headers],
+                        [batch_min_timestamp(b, 0, h) for b, h in zip(batches, headers)],
+                        index_interval_bytes=interval)
+    assert (got.index, got.timeindex, got.stats) == (built.index, built.timeindex, built.stats)
+    sizes = [len(b) for b in batches]
+    assert got.positions == tuple(sum(sizes[:i]) for i in range(len(sizes)))
+
+
 @given(specs=batch_specs(), base=st.sampled_from([0, 1000]),
        interval=st.sampled_from([0, 50, 200, 4096]), data=st.data())
 def test_find_position_matches_brute_force(specs, base, interval, data):

@@ -8,16 +8,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kafkastore.broker import Broker
-from kafkastore.compaction import (STATUS_CLEANED, STATUS_GAVE_UP, STATUS_SKIPPED,
+from kafkastore.compaction import (ScanTask, STATUS_CLEANED, STATUS_GAVE_UP, STATUS_SKIPPED,
                                    compact_partition_local)
 from kafkastore.errors import CommitUnknownError, ConfigError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.reader import PartitionReader, ReadRange
 from kafkastore.record_batch import iter_batches
 from kafkastore.storage import Storage
-from pipelines.compaction import compact_partition, compact_topic
+from pipelines.compaction import compact_partition, compact_topic, scan_slices
 from tests.faults import faulty_storage
 from tests.kafkastore.test_compaction import (T0, TOPIC, check_compacted, latest_manifest,
                                               latest_per_key, make_topic, produce,
@@ -344,3 +346,27 @@ def test_a_reader_on_the_old_version_reads_all_of_it_after_the_swap(spark, stora
     assert len(read_all(storage)) < len(before)
     assert read_all(storage, manifest=old) == before
     assert json.loads(storage.get(f"topics/{TOPIC}/0/_manifest/{old.version:020d}.json"))
+
+
+def _scan_task(i: int, size: int) -> ScanTask:
+    rr = ReadRange("t", i % 3, f"s{i}.log", 0, 0, size, 0, 1)
+    return ScanTask(i % 3, i, 0, 0, rr)
+
+
+@given(sizes=st.lists(st.integers(1, 1000), max_size=60), parallelism=st.integers(1, 8),
+       max_bytes=st.integers(1, 5000))
+def test_scan_slices_pack_tasks_by_bytes_not_by_segment(sizes, parallelism, max_bytes):
+    """Every scan task is read once, in order; there are as many Spark tasks as cores (if
+    there are that many scan tasks) or as the bytes need, not one per segment."""
+    tasks = [_scan_task(i, n) for i, n in enumerate(sizes)]
+    slices = scan_slices(tasks, parallelism, max_bytes)
+    assert [i for s in slices for i in s] == list(range(len(tasks)))
+    assert all(slices)
+    total = sum(sizes)
+    want = min(len(tasks), max(parallelism, -(-total // max_bytes)))
+    for s in slices:  # over the even share (so over max_bytes) only as a lone scan task
+        assert len(s) == 1 or sum(sizes[i] for i in s) <= total / want
+    # a slice and the next one hold more than the share: at most about twice the count wanted
+    assert len(slices) <= 2 * want
+    if len(set(sizes)) == 1:
+        assert len(slices) >= want  # equal segments: never fewer tasks than cores
