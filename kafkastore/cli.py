@@ -1,8 +1,11 @@
 """The ``kafkastore`` command line (DESIGN.md section 7).
 
-Log commands (topics, produce, consume, offsets, import, verify, gc) run in
-this process without Spark. Job commands (load, reprocess, compact,
-retention, sql) import :mod:`pipelines` lazily, so the log commands stay fast.
+The log's commands (topics, produce, consume, offsets, import, verify, gc,
+delete-records, groups, serve) live here and never touch Spark. The Spark jobs'
+commands (load, reprocess, vacuum, compact, retention, sql, ``offsets
+--warehouse``) live with the jobs in :mod:`pipelines.cli`, which extends this
+parser; the ``kafkastore`` console script is ``pipelines.cli:main``. Nothing
+here imports ``pipelines`` (DESIGN.md section 1).
 
 Errors the user can act on are :class:`KafkaStoreError`: one line on stderr,
 exit status 1. Usage errors exit with status 2 (argparse).
@@ -14,7 +17,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .config import Config, load_config
 from .errors import ConfigError, KafkaStoreError, ProduceStoppedError, UnknownTopicError
@@ -27,7 +30,7 @@ def _storage(cfg: Config, *, read_only: bool = False):
     return Storage(cfg.root, cfg.storage_options, create=not read_only)
 
 
-def _print_json(obj: Any) -> None:
+def print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False))
 
 
@@ -57,7 +60,7 @@ def cmd_topics(args, cfg: Config) -> int:
         for name in list_topics(storage):
             print(name)
     elif args.topics_cmd == "describe":
-        _print_json(describe_topic(storage, args.topic).to_dict(include_defaults=args.all))
+        print_json(describe_topic(storage, args.topic).to_dict(include_defaults=args.all))
     return 0
 
 
@@ -223,20 +226,18 @@ def cmd_consume(args, cfg: Config) -> int:
     return 0
 
 
-def cmd_offsets(args, cfg: Config) -> int:
+def offsets_of(args, cfg: Config) -> dict[str, Any]:
+    """``offsets``' JSON: log start and high watermark per partition."""
     from .topics import describe_topic
 
     info = describe_topic(_storage(cfg, read_only=True), args.topic)
-    result: dict[str, Any] = {"topic": args.topic, "partitions": {
+    return {"topic": args.topic, "partitions": {
         str(o.partition): {"log_start_offset": o.log_start_offset, "high_watermark": o.high_watermark}
         for o in info.offsets}}
-    warehouse = args.warehouse
-    if warehouse:
-        from pipelines.lag import table_lag
 
-        result["tables"] = table_lag(warehouse, args.topic, result["partitions"],
-                                     cfg.storage_options, cfg.catalog)
-    _print_json(result)
+
+def cmd_offsets(args, cfg: Config) -> int:
+    print_json(offsets_of(args, cfg))
     return 0
 
 
@@ -307,113 +308,6 @@ def cmd_delete_records(args, cfg: Config) -> int:
 
 
 # -- Spark jobs ---------------------------------------------------------------------
-def _spark(cfg: Config):
-    from pipelines.session import get_spark
-
-    return get_spark(master=cfg.spark_master, app_name="kafkastore-cli", extra_conf=cfg.spark_conf)
-
-
-def cmd_load(args, cfg: Config) -> int:
-    from pipelines.load import load_options_from_args, run_load
-
-    options = load_options_from_args(args, cfg)   # config mistakes fail before Spark starts
-    summary = run_load(_spark(cfg), **options)
-    print(summary.render(), file=sys.stderr)
-    return 0
-
-
-def cmd_reprocess(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse
-    from pipelines.load_spec import resolve_spec
-    from pipelines.reprocess import run_reprocess
-
-    summary = run_reprocess(
-        _spark(cfg), root=cfg.root,
-        warehouse=Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
-                            cfg.storage_options or None),
-        spec=resolve_spec(cfg, args.topic, args.table),
-        partitions=None if args.partition is None else [args.partition],
-        from_offset=args.from_offset, from_timestamp=args.from_timestamp,
-        storage_options=cfg.storage_options or None, reason=args.reason,
-        allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start)
-    print(summary.render(), file=sys.stderr)
-    return 0
-
-
-def cmd_vacuum(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse
-    from pipelines.vacuum import DEFAULT_GRACE_MS, vacuum
-
-    wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
-                   cfg.storage_options or None)
-    names = [args.table] if args.table else wh.list_tables()
-    if not names:
-        print(f"vacuum: warehouse {wh.url} has no tables", file=sys.stderr)
-    now = int(time.time() * 1000)
-    for name in names:
-        result = vacuum(wh.table(name), now_ms=now,
-                        grace_ms=DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms,
-                        retain_last=args.retain_last, dry_run=args.dry_run,
-                        expire_unvalidated=args.expire_unvalidated)
-        print(result.render(), file=sys.stderr)
-    return 0
-
-
-def cmd_compact(args, cfg: Config) -> int:
-    from pipelines.compaction import compact_topic
-
-    report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
-                           force=args.force)
-    failed = [r for r in report.partitions if r.status == "error"]
-    if failed:
-        # One line (the report's table would bury the cause); the reasons name the segment
-        # and the log file with the full trace.
-        others = len(report.partitions) - len(failed)
-        raise KafkaStoreError(
-            f"compaction of {args.topic} failed for partition(s) "
-            + "; ".join(f"{r.partition}: {r.reason}" for r in failed)
-            + (f" ({others} other partition(s) done)" if others else ""))
-    print(report.render(), file=sys.stderr)
-    return 0 if report.ok else 1
-
-
-def cmd_retention(args, cfg: Config) -> int:
-    from pipelines.retention_job import run_retention
-
-    report = run_retention(cfg.root, args.topic, warehouse=args.warehouse or cfg.warehouse,
-                           storage_options=cfg.storage_options, catalog=cfg.catalog)
-    print(report.render(), file=sys.stderr)
-    return 0
-
-
-def cmd_sql(args, cfg: Config) -> int:
-    from pipelines.sql import run_sql
-
-    query = args.query
-    if args.file:
-        query = _read_sql_file(args.file)
-    if not query:
-        raise ConfigError('give a query ("SELECT ...") or --file FILE')
-    run_sql(_spark(cfg), query, root=cfg.root, warehouse=args.warehouse or cfg.warehouse,
-            storage_options=cfg.storage_options, fmt=args.format, out=sys.stdout,
-            catalog=getattr(cfg, "catalog", None) or None, as_of_snapshot=args.as_of_snapshot,
-            as_of_timestamp=args.as_of_timestamp)
-    return 0
-
-
-def _read_sql_file(path: str) -> str:
-    """The text of ``--file``; a missing, unreadable or non-UTF-8 file is a ConfigError."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ConfigError(f"--file {path}: {exc.strerror or exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"--file {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-
-
 # -- consumer groups -------------------------------------------------------------------
 def cmd_groups(args, cfg: Config) -> int:
     from . import group_admin
@@ -423,7 +317,7 @@ def cmd_groups(args, cfg: Config) -> int:
         for name in group_admin.list_groups(storage):
             print(name)
     elif args.groups_cmd == "describe":
-        _print_json(group_admin.describe_group(storage, args.group))
+        print_json(group_admin.describe_group(storage, args.group))
     elif args.groups_cmd == "delete":
         group_admin.delete_group(storage, args.group)
         print(f"deleted consumer group {args.group}", file=sys.stderr)
@@ -437,14 +331,14 @@ def cmd_groups(args, cfg: Config) -> int:
         else:
             target = group_admin.ResetTarget("datetime", group_admin.parse_datetime_ms(args.to_datetime))
         plan = group_admin.reset_offsets(storage, args.group, args.topic, target, execute=args.execute)
-        _print_json(plan)
+        print_json(plan)
         if not args.execute:
             print("dry run: nothing changed (add --execute to commit these offsets)", file=sys.stderr)
     return 0
 
 
 # -- parser -------------------------------------------------------------------------
-def _non_negative(value: str) -> int:
+def non_negative(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
@@ -454,8 +348,8 @@ def _non_negative(value: str) -> int:
     return n
 
 
-def _positive(value: str) -> int:
-    n = _non_negative(value)
+def positive(value: str) -> int:
+    n = non_negative(value)
     if n == 0:
         raise argparse.ArgumentTypeError("expected a positive integer, got 0")
     return n
@@ -519,12 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", help="log root URL (file://, memory://, s3://); env KAFKASTORE_ROOT")
     p.add_argument("--conf", help="config file (YAML); env KAFKASTORE_CONF")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p.commands = sub  # the jobs' command line (pipelines/cli.py) adds its commands here
 
     t = sub.add_parser("topics", help="create, list or describe topics")
     tsub = t.add_subparsers(dest="topics_cmd", required=True, metavar="ACTION")
     c = tsub.add_parser("create", help="create a topic")
     c.add_argument("topic")
-    c.add_argument("--partitions", type=_positive, default=1)
+    c.add_argument("--partitions", type=positive, default=1)
     c.add_argument("--config", action="append", metavar="KEY=VALUE",
                    help="topic config, Kafka's names (repeatable)")
     tsub.add_parser("list", help="list topics")
@@ -538,114 +433,52 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("topic")
     pr.add_argument("--compression", default="none",
                     help="producer codec: none, gzip, snappy, lz4, zstd (the topic's compression.type wins unless 'producer')")
-    pr.add_argument("--partition", type=_non_negative, help="send every record to this partition")
-    pr.add_argument("--batch-size", type=_positive, default=16384, help="batch.size in bytes")
-    pr.add_argument("--linger-ms", type=_non_negative, default=0, help="linger.ms")
-    pr.add_argument("--flush-every", type=_non_negative, default=0,
+    pr.add_argument("--partition", type=non_negative, help="send every record to this partition")
+    pr.add_argument("--batch-size", type=positive, default=16384, help="batch.size in bytes")
+    pr.add_argument("--linger-ms", type=non_negative, default=0, help="linger.ms")
+    pr.add_argument("--flush-every", type=non_negative, default=0,
                     help="commit every N records (default: once at the end of input)")
     pr.set_defaults(func=cmd_produce)
 
     co = sub.add_parser("consume", help="print records as JSON lines")
     co.add_argument("topic")
-    co.add_argument("--partition", type=_non_negative)
+    co.add_argument("--partition", type=non_negative)
     g = co.add_mutually_exclusive_group()
-    g.add_argument("--from-offset", type=_non_negative)
-    g.add_argument("--from-timestamp", type=_non_negative, metavar="MS")
-    co.add_argument("--limit", type=_non_negative)
+    g.add_argument("--from-offset", type=non_negative)
+    g.add_argument("--from-timestamp", type=non_negative, metavar="MS")
+    co.add_argument("--limit", type=non_negative)
     co.add_argument("--isolation-level", default="read_committed",
                     choices=("read_committed", "read_uncommitted"))
     co.set_defaults(func=cmd_consume)
 
     of = sub.add_parser("offsets", help="log start offset and high watermark per partition (JSON)")
     of.add_argument("topic")
-    of.add_argument("--warehouse", help="also committed offsets and lag of the tables loading it")
     of.set_defaults(func=cmd_offsets)
 
     im = sub.add_parser("import", help="adopt a Kafka partition directory's segments")
     im.add_argument("dir")
     im.add_argument("--topic")
-    im.add_argument("--partition", type=_non_negative)
+    im.add_argument("--partition", type=non_negative)
     im.set_defaults(func=cmd_import)
 
     ve = sub.add_parser("verify", help="check CRCs, indexes and manifests of a topic")
     ve.add_argument("topic")
-    ve.add_argument("--partition", type=_non_negative)
+    ve.add_argument("--partition", type=non_negative)
     ve.set_defaults(func=cmd_verify)
 
     gc = sub.add_parser("gc", help="delete files no manifest references, after the grace period")
     gc.add_argument("topic")
-    gc.add_argument("--grace-ms", type=_non_negative, help="default: the topic's file.delete.delay.ms")
+    gc.add_argument("--grace-ms", type=non_negative, help="default: the topic's file.delete.delay.ms")
     gc.add_argument("--dry-run", action="store_true")
     gc.set_defaults(func=cmd_gc)
 
     dr = sub.add_parser("delete-records",
                         help="make offsets below N unreadable (Kafka's DeleteRecords)")
     dr.add_argument("topic")
-    dr.add_argument("--partition", type=_non_negative, required=True)
+    dr.add_argument("--partition", type=non_negative, required=True)
     dr.add_argument("--before-offset", type=int, required=True,
                     help="new log start offset; -1 = the high watermark")
     dr.set_defaults(func=cmd_delete_records)
-
-    lo = sub.add_parser("load", help="load a topic into a warehouse table, exactly once (Spark)")
-    lo.add_argument("topic")
-    lo.add_argument("--warehouse")
-    lo.add_argument("--table")
-    lo.add_argument("--run-id", help="idempotency key: a rerun of a committed run id is a no-op")
-    lo.add_argument("--until-offsets", metavar="JSON",
-                    help='end offsets, Spark Kafka-source JSON: {"t":{"0":100}} (default: latest at start)')
-    lo.add_argument("--until-timestamp", type=_non_negative, metavar="MS",
-                    help="load records before this time (first offset at or after it, per partition)")
-    lo.add_argument("--value-format", choices=("raw", "json", "avro"))
-    lo.add_argument("--value-schema", help="DDL (json) or Avro schema JSON")
-    lo.add_argument("--value-schema-file")
-    lo.add_argument("--on-data-loss", choices=("fail", "skip"),
-                    help="when retention deleted offsets the table never loaded: fail (default) "
-                         "or skip them and record the gap in the snapshot")
-    lo.add_argument("--partition-by", action="append", metavar="FIELD",
-                    help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
-                         "(repeatable; default: the config's, else day(timestamp))")
-    lo.set_defaults(func=cmd_load)
-
-    rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
-    rp.add_argument("topic")
-    rp.add_argument("--warehouse")
-    rp.add_argument("--table", required=True)
-    rp.add_argument("--partition", type=_non_negative, help="default: every partition")
-    g = rp.add_mutually_exclusive_group(required=True)
-    g.add_argument("--from-offset", type=_non_negative)
-    g.add_argument("--from-timestamp", type=_non_negative, metavar="MS")
-    rp.add_argument("--reason", default="", help="recorded in the snapshot's audit")
-    rp.add_argument("--allow-compacted", action="store_true",
-                    help="reprocess even where compaction rewrote the log since (records only "
-                         "the table holds are dropped); recorded in the audit")
-    rp.add_argument("--allow-below-log-start", action="store_true",
-                    help="rewind below the log start: rows the log no longer holds leave the "
-                         "table; recorded in the audit")
-    rp.set_defaults(func=cmd_reprocess)
-
-    va = sub.add_parser("vacuum", help="expire old snapshots of warehouse tables and remove "
-                                       "unreferenced files after the grace period")
-    va.add_argument("--warehouse")
-    va.add_argument("--table", help="default: every table of the warehouse")
-    va.add_argument("--grace-ms", type=_non_negative, help="default: 7 days")
-    va.add_argument("--retain-last", type=int, default=1,
-                    help="snapshots of main always kept (default 1)")
-    va.add_argument("--dry-run", action="store_true")
-    va.add_argument("--expire-unvalidated", action="store_true",
-                    help="also expire old snapshots the quality gate has not validated yet "
-                         "(for tables nobody validates; the validated tag can then no longer "
-                         "move past them)")
-    va.set_defaults(func=cmd_vacuum)
-
-    cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")
-    cp.add_argument("topic")
-    cp.add_argument("--force", action="store_true", help="ignore min.cleanable.dirty.ratio")
-    cp.set_defaults(func=cmd_compact)
-
-    rt = sub.add_parser("retention", help="apply retention.ms / retention.bytes to a topic")
-    rt.add_argument("topic")
-    rt.add_argument("--warehouse", help="report tables whose unloaded data retention would drop")
-    rt.set_defaults(func=cmd_retention)
 
     gr = sub.add_parser("groups", help="list, describe, delete consumer groups; reset their offsets")
     gsub = gr.add_subparsers(dest="groups_cmd", required=True, metavar="ACTION")
@@ -660,28 +493,16 @@ def build_parser() -> argparse.ArgumentParser:
     gt = gre.add_mutually_exclusive_group(required=True)
     gt.add_argument("--to-earliest", action="store_true")
     gt.add_argument("--to-latest", action="store_true")
-    gt.add_argument("--to-offset", type=_non_negative, metavar="N")
+    gt.add_argument("--to-offset", type=non_negative, metavar="N")
     gt.add_argument("--to-datetime", metavar="ISO", help="e.g. 2024-01-02T03:04:05.000 (UTC unless a zone is given)")
     gre.add_argument("--execute", action="store_true", help="commit the new offsets")
     gr.set_defaults(func=cmd_groups)
-
-    sq = sub.add_parser("sql", help="Spark SQL over every topic and warehouse table")
-    sq.add_argument("query", nargs="?")
-    sq.add_argument("--file", help="read the query from a file")
-    sq.add_argument("--warehouse")
-    sq.add_argument("--format", choices=("table", "jsonl"), default="table")
-    tt = sq.add_mutually_exclusive_group()
-    tt.add_argument("--as-of-snapshot", metavar="ID",
-                    help="time travel: read the table holding this snapshot id as of it")
-    tt.add_argument("--as-of-timestamp", metavar="MS|ISO",
-                    help="time travel: read every table as of this time (epoch ms or ISO 8601)")
-    sq.set_defaults(func=cmd_sql)
 
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
     sv.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
                     help="listen address (default 127.0.0.1:9092; port 0 picks a free one)")
     sv.add_argument("--advertise", metavar="HOST:PORT", help="address clients are told to use")
-    sv.add_argument("--node-id", type=_non_negative, help="broker id (default: smallest free one)")
+    sv.add_argument("--node-id", type=non_negative, help="broker id (default: smallest free one)")
     sv.add_argument("--commit-interval-ms", type=float, default=5.0,
                     help="group commit: wait this long after a partition's first append (default 5)")
     sv.add_argument("--tls-cert", help="TLS certificate chain (PEM)")
@@ -692,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="allow a non-loopback listener without TLS and SASL")
     sv.add_argument("--auto-create-topics", action="store_true",
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
-    sv.add_argument("--default-partitions", type=_positive, default=1,
+    sv.add_argument("--default-partitions", type=positive, default=1,
                     help="partitions of auto-created topics (default 1)")
     sv.add_argument("-v", "--verbose", action="count", default=0,
                     help="-v: log clients and the API versions they use; -vv: every commit too")
@@ -700,34 +521,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-#: Commands that run Spark jobs: their Spark and py4j failures become one line (see below).
-SPARK_COMMANDS = frozenset({"load", "reprocess", "compact", "retention", "sql", "vacuum"})
+def _run(args, cfg: Config) -> int:
+    return args.func(args, cfg)
 
 
-def _run_spark_command(args, cfg: Config) -> int:
-    """Run a Spark command so that a Spark failure (a worker's error wrapped in a
-    PythonException, a py4j error) is one line naming table, partition, segment and cause,
-    with the full trace in a log file (:mod:`pipelines.spark_errors`). The Spark commands
-    live in ``pipelines`` and are imported lazily, as each ``cmd_*`` above does."""
-    from pipelines.spark_errors import spark_errors
-
-    # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
-    # segment) would bury the one-line error; the full trace goes to the log file instead.
-    os.environ.setdefault("KAFKASTORE_SPARK_LOG_LEVEL", "OFF")
-    with spark_errors(args.command, table=getattr(args, "table", None),
-                      topic=getattr(args, "topic", None)):
-        return args.func(args, cfg)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``kafkastore`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def main(argv: list[str] | None = None, *, parser: argparse.ArgumentParser | None = None,
+         run: Callable[[argparse.Namespace, Config], int] | None = None) -> int:
+    """Run one command: the log's commands (:func:`build_parser`), or those of ``parser`` with
+    ``run`` (the ``kafkastore`` console script passes the jobs' ones: :mod:`pipelines.cli`)."""
+    args = (parser or build_parser()).parse_args(argv)
     try:
         cfg = load_config(args.conf, root=args.root)
-        if args.command in SPARK_COMMANDS:
-            return _run_spark_command(args, cfg)
-        return args.func(args, cfg)
+        return (run or _run)(args, cfg)
     except KafkaStoreError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message holds
         print(f"kafkastore: error: {message}", file=sys.stderr)

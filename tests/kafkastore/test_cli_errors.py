@@ -107,7 +107,7 @@ def test_topics_list_on_a_missing_bucket_is_an_error(cli, s3_endpoint):
 
 
 def test_data_loss_hint_names_a_real_flag(cli):
-    from kafkastore.cli import build_parser
+    from pipelines.cli import build_parser
 
     args = build_parser().parse_args(["load", "t", "--on-data-loss", "skip", "--table", "x"])
     assert args.on_data_loss == "skip"

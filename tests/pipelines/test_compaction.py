@@ -235,7 +235,7 @@ def test_report_renders_every_partition(spark, storage):
 
 
 def test_the_cli_runs_the_job(spark, storage, capsys):
-    from kafkastore.cli import main
+    from pipelines.cli import main
 
     make_topic(storage, segment_bytes=10 ** 6)
     produce_segments(storage, ROUNDS, ts=1000)

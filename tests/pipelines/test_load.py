@@ -400,7 +400,7 @@ def test_load_options_from_args_uses_the_conf_entry():
 
 
 def test_cli_load_offsets_reprocess_retention_vacuum(spark, local_root, tmp_path, capsys):
-    from kafkastore.cli import main
+    from pipelines.cli import main
 
     root, warehouse = f"{local_root}/log", f"{local_root}/wh"
     storage = make_topic(root, partitions=2, **{"retention.bytes": "1"})

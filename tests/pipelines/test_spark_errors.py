@@ -97,7 +97,7 @@ def test_data_source_read_of_a_damaged_segment_names_it(spark, tmp_path):
 def test_sql_over_a_damaged_segment_is_one_line(spark, tmp_path, capsys, monkeypatch):
     """A Spark SQL query whose scan hits a damaged segment, through the CLI: one line
     naming the segment and the worker's error."""
-    from kafkastore.cli import main
+    from pipelines.cli import main
 
     monkeypatch.setenv("KAFKASTORE_LOG_DIR", str(tmp_path))
     monkeypatch.setenv("KAFKASTORE_SPARK_LOG_LEVEL", "WARN")  # keep the shared session as it is

@@ -441,7 +441,7 @@ def test_errors_are_one_line_config_errors(spark, env):
 
 
 def test_cli_input_errors_are_one_line(spark, env, tmp_path, capsys, monkeypatch):
-    from kafkastore.cli import main
+    from pipelines.cli import main
 
     monkeypatch.setenv("KAFKASTORE_ROOT", env["root"])
     wh = ["--warehouse", env["warehouse"]]
@@ -467,7 +467,7 @@ def test_cli_input_errors_are_one_line(spark, env, tmp_path, capsys, monkeypatch
 
 
 def test_a_data_file_deleted_behind_icebergs_back_is_one_line(spark, tmp_path, capsys):
-    from kafkastore.cli import main
+    from pipelines.cli import main
 
     warehouse = f"file://{tmp_path}/wh"
     table = ice.Warehouse(warehouse).create_table("gone", KAFKA_SCHEMA)

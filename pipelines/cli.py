@@ -1,0 +1,251 @@
+"""The ``kafkastore`` console script: the log's commands (:mod:`kafkastore.cli`) plus
+the Spark jobs' (DESIGN.md section 7).
+
+``load``, ``reprocess``, ``vacuum``, ``compact``, ``retention``, ``sql`` and
+``offsets --warehouse`` live here, with the jobs, so that :mod:`kafkastore`
+never imports :mod:`pipelines` (DESIGN.md section 1). Job modules are imported
+inside each command, so the log's commands start without loading Spark.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from kafkastore import cli as log_cli
+from kafkastore.cli import non_negative, offsets_of, print_json
+from kafkastore.config import Config
+from kafkastore.errors import ConfigError, KafkaStoreError
+
+
+def cmd_offsets(args, cfg: Config) -> int:
+    """``offsets``, and with ``--warehouse`` the committed offsets and lag of each table."""
+    result = offsets_of(args, cfg)
+    if args.warehouse:
+        from pipelines.lag import table_lag
+
+        result["tables"] = table_lag(args.warehouse, args.topic, result["partitions"],
+                                     cfg.storage_options, cfg.catalog)
+    print_json(result)
+    return 0
+
+
+def _spark(cfg: Config):
+    from pipelines.session import get_spark
+
+    return get_spark(master=cfg.spark_master, app_name="kafkastore-cli", extra_conf=cfg.spark_conf)
+
+
+def cmd_load(args, cfg: Config) -> int:
+    from pipelines.load import load_options_from_args, run_load
+
+    options = load_options_from_args(args, cfg)   # config mistakes fail before Spark starts
+    summary = run_load(_spark(cfg), **options)
+    print(summary.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_reprocess(args, cfg: Config) -> int:
+    from pipelines.iceberg import Warehouse
+    from pipelines.load_spec import resolve_spec
+    from pipelines.reprocess import run_reprocess
+
+    summary = run_reprocess(
+        _spark(cfg), root=cfg.root,
+        warehouse=Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
+                            cfg.storage_options or None),
+        spec=resolve_spec(cfg, args.topic, args.table),
+        partitions=None if args.partition is None else [args.partition],
+        from_offset=args.from_offset, from_timestamp=args.from_timestamp,
+        storage_options=cfg.storage_options or None, reason=args.reason,
+        allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start)
+    print(summary.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_vacuum(args, cfg: Config) -> int:
+    from pipelines.iceberg import Warehouse
+    from pipelines.vacuum import DEFAULT_GRACE_MS, vacuum
+
+    wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
+                   cfg.storage_options or None)
+    names = [args.table] if args.table else wh.list_tables()
+    if not names:
+        print(f"vacuum: warehouse {wh.url} has no tables", file=sys.stderr)
+    now = int(time.time() * 1000)
+    for name in names:
+        result = vacuum(wh.table(name), now_ms=now,
+                        grace_ms=DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms,
+                        retain_last=args.retain_last, dry_run=args.dry_run,
+                        expire_unvalidated=args.expire_unvalidated)
+        print(result.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_compact(args, cfg: Config) -> int:
+    from pipelines.compaction import compact_topic
+
+    report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
+                           force=args.force)
+    failed = [r for r in report.partitions if r.status == "error"]
+    if failed:
+        # One line (the report's table would bury the cause); the reasons name the segment
+        # and the log file with the full trace.
+        others = len(report.partitions) - len(failed)
+        raise KafkaStoreError(
+            f"compaction of {args.topic} failed for partition(s) "
+            + "; ".join(f"{r.partition}: {r.reason}" for r in failed)
+            + (f" ({others} other partition(s) done)" if others else ""))
+    print(report.render(), file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def cmd_retention(args, cfg: Config) -> int:
+    from pipelines.retention_job import run_retention
+
+    report = run_retention(cfg.root, args.topic, warehouse=args.warehouse or cfg.warehouse,
+                           storage_options=cfg.storage_options, catalog=cfg.catalog)
+    print(report.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_sql(args, cfg: Config) -> int:
+    from pipelines.sql import run_sql
+
+    query = args.query
+    if args.file:
+        query = _read_sql_file(args.file)
+    if not query:
+        raise ConfigError('give a query ("SELECT ...") or --file FILE')
+    run_sql(_spark(cfg), query, root=cfg.root, warehouse=args.warehouse or cfg.warehouse,
+            storage_options=cfg.storage_options, fmt=args.format, out=sys.stdout,
+            catalog=getattr(cfg, "catalog", None) or None, as_of_snapshot=args.as_of_snapshot,
+            as_of_timestamp=args.as_of_timestamp)
+    return 0
+
+
+def _read_sql_file(path: str) -> str:
+    """The text of ``--file``; a missing, unreadable or non-UTF-8 file is a ConfigError."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError(f"--file {path}: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--file {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The log's parser with the jobs' commands added."""
+    p = log_cli.build_parser()
+    sub = p.commands
+    of = sub.choices["offsets"]
+    of.add_argument("--warehouse", help="also committed offsets and lag of the tables loading it")
+    of.set_defaults(func=cmd_offsets)
+
+    lo = sub.add_parser("load", help="load a topic into a warehouse table, exactly once (Spark)")
+    lo.add_argument("topic")
+    lo.add_argument("--warehouse")
+    lo.add_argument("--table")
+    lo.add_argument("--run-id", help="idempotency key: a rerun of a committed run id is a no-op")
+    lo.add_argument("--until-offsets", metavar="JSON",
+                    help='end offsets, Spark Kafka-source JSON: {"t":{"0":100}} (default: latest at start)')
+    lo.add_argument("--until-timestamp", type=non_negative, metavar="MS",
+                    help="load records before this time (first offset at or after it, per partition)")
+    lo.add_argument("--value-format", choices=("raw", "json", "avro"))
+    lo.add_argument("--value-schema", help="DDL (json) or Avro schema JSON")
+    lo.add_argument("--value-schema-file")
+    lo.add_argument("--on-data-loss", choices=("fail", "skip"),
+                    help="when retention deleted offsets the table never loaded: fail (default) "
+                         "or skip them and record the gap in the snapshot")
+    lo.add_argument("--partition-by", action="append", metavar="FIELD",
+                    help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
+                         "(repeatable; default: the config's, else day(timestamp))")
+    lo.set_defaults(func=cmd_load)
+
+    rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
+    rp.add_argument("topic")
+    rp.add_argument("--warehouse")
+    rp.add_argument("--table", required=True)
+    rp.add_argument("--partition", type=non_negative, help="default: every partition")
+    g = rp.add_mutually_exclusive_group(required=True)
+    g.add_argument("--from-offset", type=non_negative)
+    g.add_argument("--from-timestamp", type=non_negative, metavar="MS")
+    rp.add_argument("--reason", default="", help="recorded in the snapshot's audit")
+    rp.add_argument("--allow-compacted", action="store_true",
+                    help="reprocess even where compaction rewrote the log since (records only "
+                         "the table holds are dropped); recorded in the audit")
+    rp.add_argument("--allow-below-log-start", action="store_true",
+                    help="rewind below the log start: rows the log no longer holds leave the "
+                         "table; recorded in the audit")
+    rp.set_defaults(func=cmd_reprocess)
+
+    va = sub.add_parser("vacuum", help="expire old snapshots of warehouse tables and remove "
+                                       "unreferenced files after the grace period")
+    va.add_argument("--warehouse")
+    va.add_argument("--table", help="default: every table of the warehouse")
+    va.add_argument("--grace-ms", type=non_negative, help="default: 7 days")
+    va.add_argument("--retain-last", type=int, default=1,
+                    help="snapshots of main always kept (default 1)")
+    va.add_argument("--dry-run", action="store_true")
+    va.add_argument("--expire-unvalidated", action="store_true",
+                    help="also expire old snapshots the quality gate has not validated yet "
+                         "(for tables nobody validates; the validated tag can then no longer "
+                         "move past them)")
+    va.set_defaults(func=cmd_vacuum)
+
+    cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")
+    cp.add_argument("topic")
+    cp.add_argument("--force", action="store_true", help="ignore min.cleanable.dirty.ratio")
+    cp.set_defaults(func=cmd_compact)
+
+    rt = sub.add_parser("retention", help="apply retention.ms / retention.bytes to a topic")
+    rt.add_argument("topic")
+    rt.add_argument("--warehouse", help="report tables whose unloaded data retention would drop")
+    rt.set_defaults(func=cmd_retention)
+
+    sq = sub.add_parser("sql", help="Spark SQL over every topic and warehouse table")
+    sq.add_argument("query", nargs="?")
+    sq.add_argument("--file", help="read the query from a file")
+    sq.add_argument("--warehouse")
+    sq.add_argument("--format", choices=("table", "jsonl"), default="table")
+    tt = sq.add_mutually_exclusive_group()
+    tt.add_argument("--as-of-snapshot", metavar="ID",
+                    help="time travel: read the table holding this snapshot id as of it")
+    tt.add_argument("--as-of-timestamp", metavar="MS|ISO",
+                    help="time travel: read every table as of this time (epoch ms or ISO 8601)")
+    sq.set_defaults(func=cmd_sql)
+    return p
+
+
+#: Commands that run Spark jobs: their Spark and py4j failures become one line (see below).
+SPARK_COMMANDS = frozenset({"load", "reprocess", "compact", "retention", "sql", "vacuum"})
+
+
+def _run(args, cfg: Config) -> int:
+    """Run a Spark command so that a Spark failure (a worker's error wrapped in a
+    PythonException, a py4j error) is one line naming table, partition, segment and cause,
+    with the full trace in a log file (:mod:`pipelines.spark_errors`). The Spark commands
+    import :mod:`pipelines` modules lazily, so the log's commands start without Spark."""
+    from pipelines.spark_errors import spark_errors
+
+    # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
+    # segment) would bury the one-line error; the full trace goes to the log file instead.
+    os.environ.setdefault("KAFKASTORE_SPARK_LOG_LEVEL", "OFF")
+    if args.command not in SPARK_COMMANDS:
+        return args.func(args, cfg)
+    with spark_errors(args.command, table=getattr(args, "table", None),
+                      topic=getattr(args, "topic", None)):
+        return args.func(args, cfg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``kafkastore`` console script."""
+    return log_cli.main(argv, parser=build_parser(), run=_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

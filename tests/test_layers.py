@@ -1,0 +1,31 @@
+"""DESIGN.md section 1, enforced by reading the imports: the log library (kafkastore/,
+its protocol server included) never imports Spark, Airflow, Great Expectations or the
+jobs, not even inside a function."""
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FORBIDDEN = {"pyspark", "airflow", "great_expectations", "pipelines", "dags"}
+
+
+def imported_modules(path: pathlib.Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module
+
+
+def test_the_log_library_imports_no_jobs_spark_or_airflow():
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "kafkastore").rglob("*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0] in FORBIDDEN)
+    assert offending == []
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def f():\n    from pipelines.load import run_load\n    import pyspark\n")
+    assert list(imported_modules(f)) == ["pipelines.load", "pyspark"]
