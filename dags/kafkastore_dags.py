@@ -51,9 +51,9 @@ def _absolute(url: str | None) -> str | None:
 
 
 def _config():
-    """The resolved config (kafkastore.config is light: stdlib and yaml only)."""
+    """The resolved config (pipelines.config is light: stdlib and yaml only)."""
     import yaml
-    from kafkastore.config import load_config
+    from pipelines.config import load_config
 
     with open(CONF, encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}

@@ -526,12 +526,14 @@ def _run(args, cfg: Config) -> int:
 
 
 def main(argv: list[str] | None = None, *, parser: argparse.ArgumentParser | None = None,
-         run: Callable[[argparse.Namespace, Config], int] | None = None) -> int:
+         run: Callable[[argparse.Namespace, Config], int] | None = None,
+         load: Callable[..., Config] = load_config) -> int:
     """Run one command: the log's commands (:func:`build_parser`), or those of ``parser`` with
-    ``run`` (the ``kafkastore`` console script passes the jobs' ones: :mod:`pipelines.cli`)."""
+    ``run`` and the config ``load``-er (the ``kafkastore`` console script passes the jobs'
+    ones: :mod:`pipelines.cli`, :mod:`pipelines.config`)."""
     args = (parser or build_parser()).parse_args(argv)
     try:
-        cfg = load_config(args.conf, root=args.root)
+        cfg = load(args.conf, root=args.root)
         return (run or _run)(args, cfg)
     except KafkaStoreError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the message holds

@@ -1,7 +1,14 @@
-"""The configuration file (``conf/kafkastore.yaml``) and how settings are resolved.
+"""The configuration file (``conf/kafkastore.yaml``): the log's part, and how it is resolved.
+
+One YAML file serves the log and the jobs. This module reads the file and owns
+what the log and the broker read: ``root``, ``storage_options`` and ``topics``.
+The jobs' sections (``warehouse``, ``catalog``, ``spark``, ``loads``,
+``compaction``, ``retention``, ``quality``) are parsed by :mod:`pipelines.config`,
+which extends :class:`Config`; here they are only known by name, so that the
+same file is valid for both.
 
 Precedence, highest first: command-line flags, environment
-(``KAFKASTORE_ROOT``, ``KAFKASTORE_WAREHOUSE``, ``KAFKASTORE_SPARK_MASTER``),
+(``KAFKASTORE_ROOT``; the jobs add ``KAFKASTORE_WAREHOUSE``, ``KAFKASTORE_SPARK_MASTER``),
 the file named by ``--conf`` or ``KAFKASTORE_CONF``, built-in defaults.
 
 The file::
@@ -26,32 +33,21 @@ from typing import Any
 from .errors import ConfigError
 
 DEFAULT_ROOT = "file://./demo/log"
-DEFAULT_WAREHOUSE = "file://./demo/warehouse"
+
+#: The sections the log reads.
+LOG_SECTIONS = ("root", "storage_options", "topics")
+#: The sections the jobs read (:mod:`pipelines.config`); the log leaves them alone.
+JOB_SECTIONS = ("warehouse", "catalog", "spark", "loads", "compaction", "retention", "quality")
 
 
 @dataclass(frozen=True)
 class Config:
-    """Resolved settings; see the module docstring for the file's shape."""
+    """The log's resolved settings; see the module docstring for the file's shape."""
 
     root: str = DEFAULT_ROOT
-    warehouse: str = DEFAULT_WAREHOUSE
     storage_options: dict[str, Any] = field(default_factory=dict)
-    spark_master: str | None = None
-    spark_conf: dict[str, str] = field(default_factory=dict)
     topics: dict[str, dict[str, Any]] = field(default_factory=dict)
-    loads: list[dict[str, Any]] = field(default_factory=list)
-    compaction: dict[str, Any] = field(default_factory=dict)
-    retention: dict[str, Any] = field(default_factory=dict)
-    quality: dict[str, Any] = field(default_factory=dict)
-    catalog: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
-
-    def load_for(self, topic: str, table: str | None = None) -> dict[str, Any]:
-        """The ``loads`` entry for ``topic`` (and ``table`` if given), or ``{}``."""
-        for entry in self.loads:
-            if entry.get("topic") == topic and (table is None or entry.get("table") == table):
-                return entry
-        return {}
 
 
 def resolve_url(url: str) -> str:
@@ -64,9 +60,9 @@ def resolve_url(url: str) -> str:
     return url
 
 
-def load_config(path: str | None = None, *, root: str | None = None,
-                warehouse: str | None = None) -> Config:
-    """Read the config file (if any) and apply environment and explicit overrides."""
+def read_config_file(path: str | None = None) -> tuple[str | None, dict[str, Any]]:
+    """``(path, data)``: the file named by ``path`` or ``KAFKASTORE_CONF`` (``{}`` if none),
+    checked to be a mapping of known sections."""
     path = path or os.environ.get("KAFKASTORE_CONF")
     data: dict[str, Any] = {}
     if path:
@@ -83,55 +79,39 @@ def load_config(path: str | None = None, *, root: str | None = None,
             raise ConfigError(f"config file {path!r} is not valid YAML: {exc}".splitlines()[0]) from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file {path!r} must hold a mapping at the top level")
-    known = {"root", "warehouse", "storage_options", "spark", "topics", "loads",
-             "compaction", "retention", "quality", "catalog"}
+    known = set(LOG_SECTIONS) | set(JOB_SECTIONS)
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} in {path!r}; expected some of {sorted(known)}")
-    spark = data.get("spark") or {}
-    if not isinstance(spark, dict):
-        raise ConfigError("'spark' must be a mapping like {master: 'local[*]', conf: {...}}")
-    loads = data.get("loads") or []
-    if not isinstance(loads, list) or not all(isinstance(x, dict) and "topic" in x for x in loads):
-        raise ConfigError("'loads' must be a list of mappings like {topic: t, table: name}")
+    return path, data
+
+
+def log_settings(data: dict[str, Any], *, path: str | None = None,
+                 root: str | None = None) -> dict[str, Any]:
+    """The log's fields of :class:`Config` from a read file's ``data`` and the overrides."""
     topics = data.get("topics") or {}
     if not isinstance(topics, dict):
         raise ConfigError("'topics' must be a mapping like {orders: {partitions: 3, config: {...}}}")
     for name, spec in topics.items():
         _check_topic_spec(name, spec)
-    for key in ("storage_options", "compaction", "retention", "quality"):
-        _mapping(data, key, "{key: value, ...}")
-    if not isinstance(spark.get("conf") or {}, dict):
-        raise ConfigError("'spark.conf' must be a mapping like {spark.sql.shuffle.partitions: '8'}")
-    return Config(
-        root=resolve_url(_url("--root", root, os.environ.get("KAFKASTORE_ROOT") or None,
-                              _text(data, "root"), DEFAULT_ROOT)),
-        warehouse=resolve_url(_url("--warehouse", warehouse, os.environ.get("KAFKASTORE_WAREHOUSE") or None,
-                                   _text(data, "warehouse"), DEFAULT_WAREHOUSE)),
+    mapping(data, "storage_options", "{key: value, ...}")
+    return dict(
+        root=resolve_url(setting("--root", root, os.environ.get("KAFKASTORE_ROOT") or None,
+                                 text(data, "root"), DEFAULT_ROOT)),
         storage_options=dict(data.get("storage_options") or {}),
-        spark_master=os.environ.get("KAFKASTORE_SPARK_MASTER") or _text(spark, "master", "spark.master"),
-        spark_conf={str(k): str(v) for k, v in (spark.get("conf") or {}).items()},
         topics={str(k): dict(v or {}) for k, v in topics.items()},
-        loads=[dict(x) for x in loads],
-        compaction=dict(data.get("compaction") or {}),
-        retention=dict(data.get("retention") or {}),
-        quality=dict(data.get("quality") or {}),
-        catalog=_catalog(data.get("catalog")),
         source=path,
     )
 
 
-def _catalog(value: Any) -> dict[str, Any]:
-    """The ``catalog:`` section: pyiceberg catalog properties (a mapping of scalars)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError("'catalog' must be a mapping of pyiceberg catalog properties like "
-                          "{type: rest, uri: 'http://...'}")
-    return {str(k): v for k, v in value.items()}
+def load_config(path: str | None = None, *, root: str | None = None) -> Config:
+    """Read the config file (if any) and apply environment and explicit overrides: the
+    log's settings (the jobs' are :func:`pipelines.config.load_config`)."""
+    path, data = read_config_file(path)
+    return Config(**log_settings(data, path=path, root=root))
 
 
-def _text(data: dict, key: str, name: str | None = None) -> str | None:
+def text(data: dict, key: str, name: str | None = None) -> str | None:
     """``data[key]`` if it is a string (None if absent); a ConfigError naming the key if not."""
     value = data.get(key)
     if value is not None and not isinstance(value, str):
@@ -140,16 +120,17 @@ def _text(data: dict, key: str, name: str | None = None) -> str | None:
     return value
 
 
-def _mapping(data: dict, key: str, shape: str) -> None:
+def mapping(data: dict, key: str, shape: str) -> None:
+    """A ConfigError naming ``key`` unless ``data[key]`` is absent or a mapping."""
     value = data.get(key)
     if value is not None and not isinstance(value, dict):
         raise ConfigError(f"'{key}' in the config file must be a mapping like {shape}, "
                           f"got {type(value).__name__} {value!r}")
 
 
-def _url(flag: str, explicit: str | None, env: str | None, from_file: str | None,
-         default: str) -> str:
-    """The first setting given, in precedence order. An empty one is an error, never a
+def setting(flag: str, explicit: str | None, env: str | None, from_file: str | None,
+            default: str) -> str:
+    """The first URL setting given, in precedence order. An empty one is an error, never a
     silent fall-through to the demo default."""
     for where, value in ((flag, explicit), ("the environment", env), ("the config file", from_file)):
         if value is not None:

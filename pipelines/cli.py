@@ -15,7 +15,7 @@ import time
 
 from kafkastore import cli as log_cli
 from kafkastore.cli import non_negative, offsets_of, print_json
-from kafkastore.config import Config
+from pipelines.config import Config, load_config
 from kafkastore.errors import ConfigError, KafkaStoreError
 
 
@@ -244,7 +244,7 @@ def _run(args, cfg: Config) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kafkastore`` console script."""
-    return log_cli.main(argv, parser=build_parser(), run=_run)
+    return log_cli.main(argv, parser=build_parser(), run=_run, load=load_config)
 
 
 if __name__ == "__main__":

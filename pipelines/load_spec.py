@@ -116,7 +116,7 @@ class LoadSpec:
 
 
 def load_specs(cfg) -> list[LoadSpec]:
-    """Every ``loads:`` entry of a :class:`kafkastore.config.Config`, parsed."""
+    """Every ``loads:`` entry of a :class:`pipelines.config.Config`, parsed."""
     return [LoadSpec.from_entry(e) for e in cfg.loads]
 
 

@@ -758,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
     failed check or bad input (one line ``kafkastore: error: ...``)."""
     import argparse
 
-    from kafkastore.config import load_config
+    from pipelines.config import load_config
     from kafkastore.errors import KafkaStoreError
 
     p = argparse.ArgumentParser(prog="python -m pipelines.quality",

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore.config import load_config
+from pipelines.config import load_config
 from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
                                SchemaEvolutionError, TableChangedError, TableNotFoundError,
                                UnsupportedDeletesError)

@@ -173,7 +173,7 @@ def test_default_run_id_depends_on_ranges(local_root):
 
 
 def test_load_spec_from_config(tmp_path):
-    from kafkastore.config import Config
+    from pipelines.config import Config
     from pipelines.load_spec import LoadSpec, load_specs, resolve_spec
 
     cfg = Config(loads=[{"topic": "orders", "table": "sales.orders", "value_format": "json",
@@ -382,7 +382,7 @@ def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, mon
 def test_load_options_from_args_uses_the_conf_entry():
     from types import SimpleNamespace
 
-    from kafkastore.config import Config
+    from pipelines.config import Config
 
     cfg = Config(root="file:///r", warehouse="file:///w",
                  loads=[{"topic": "orders", "table": "order_events", "value_format": "json",
