@@ -1,7 +1,11 @@
-"""Every error kafkastore raises on purpose derives from :class:`KafkaStoreError`.
+"""Every error kafkastore and its jobs raise on purpose derives from :class:`KafkaStoreError`.
 
 The CLI catches that one class and prints its message on a single line; anything
 else is a bug and keeps its traceback.
+
+One tree, each class defined once, here: the log's errors, the protocol
+server's and the jobs' (``pipelines/`` defines no error classes of its own,
+see docs/ARCHITECTURE.md). One condition is one type.
 """
 from __future__ import annotations
 
@@ -60,6 +64,34 @@ class SegmentMismatchError(CorruptRecordError):
     batch): damaged or replaced. Readers refuse it rather than return other data."""
 
 
+class TruncatedBatchError(CorruptRecordError):
+    """A batch (or batch header) cut short by the end of the bytes."""
+
+
+class OffsetOrderError(CorruptRecordError):
+    """An intact batch whose offsets do not continue the segment (backwards or below its base)."""
+
+
+class UnsupportedFormatError(CorruptRecordError):
+    """An intact message in Kafka's legacy format (magic 0 or 1), which kafkastore does not read."""
+
+
+class SegmentOffsetOverflowError(CorruptRecordError):
+    """A batch whose last offset is more than 2^31-1 past the segment's base offset.
+
+    Kafka's ``LogSegmentOffsetOverflowException``: the writer must roll a new
+    segment before appending it (see :meth:`kafkastore.segment.SegmentBuilder.can_append`).
+    """
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An ``.index`` or ``.timeindex`` that is not valid for its log.
+
+    Never fatal for the data: the caller rebuilds the index from the log
+    (see :func:`kafkastore.segment.load_indexes`).
+    """
+
+
 class CompressionError(KafkaStoreError):
     """Unknown codec, or a compressed payload that does not decompress."""
 
@@ -69,13 +101,24 @@ class RecordTooLargeError(KafkaStoreError):
 
 
 class OffsetOutOfRangeError(KafkaStoreError):
-    """A fetch offset outside ``[log_start_offset, high_watermark]``."""
+    """A fetch offset outside ``[log_start_offset, high_watermark]``.
 
-    def __init__(self, message: str, *, log_start_offset: int, high_watermark: int):
+    The message ends with both bounds unless ``bounds_in_message=False`` (for
+    messages that already state them)."""
+
+    def __init__(self, message: str, *, log_start_offset: int, high_watermark: int,
+                 bounds_in_message: bool = True):
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
         super().__init__(
-            f"{message} (log start offset {log_start_offset}, high watermark {high_watermark})")
+            f"{message} (log start offset {log_start_offset}, high watermark {high_watermark})"
+            if bounds_in_message else message)
+
+
+class DataLossError(OffsetOutOfRangeError):
+    """Offsets a reader or a load still needed were deleted (retention, delete-records)
+    before it read them. Raised by the data source (``failOnDataLoss``) and by load
+    planning (``on_data_loss: fail``)."""
 
 
 class UnknownTopicError(KafkaStoreError):
@@ -111,6 +154,18 @@ class CommitUnknownError(StorageError):
     """A commit whose outcome could not be decided even by reading back."""
 
 
+class InvalidUpdateError(KafkaStoreError, ValueError):
+    """An update that would break a manifest invariant (overlap, gap, offsets moving backwards...)."""
+
+
+class RequirementFailedError(KafkaStoreError):
+    """A commit's precondition does not hold on the current manifest: re-plan against the new state."""
+
+
+class CorruptMetadataError(KafkaStoreError):
+    """A stored manifest (or ``_topic.json``) that cannot be parsed or breaks an invariant."""
+
+
 class StaleUploadError(KafkaStoreError):
     """A commit would list a newly written segment file that is older than half the GC grace
     floor, or already gone: GC may delete such a file, so the commit is refused before it lands.
@@ -136,10 +191,6 @@ class DuplicateSequenceError(KafkaStoreError):
     """An idempotent producer retried a batch that is already in the log."""
 
 
-class WarehouseError(KafkaStoreError):
-    """A warehouse commit that is refused (overlap, gap) or a table that is not a table."""
-
-
 class ObjectNotFoundError(StorageError, FileNotFoundError):
     """The object does not exist in the store."""
 
@@ -154,6 +205,30 @@ class OutOfOrderSequenceError(KafkaStoreError):
 
 class ListenError(KafkaStoreError):
     """A broker cannot listen on its address (in use, not permitted, unknown host)."""
+
+
+# -- the protocol server (kafkastore/protocol/) ----------------------------------------------
+
+class ProtocolError(KafkaStoreError):
+    """A request the server cannot decode (bad frame, header or body): the connection is closed."""
+
+
+class FetchCheckError(KafkaStoreError):
+    """A stored batch that does not agree with its manifest entry."""
+
+
+class BatchRejected(KafkaStoreError):
+    """A produced batch the broker refuses; ``code`` is the Kafka error code for the client."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+# -- the jobs (pipelines/) ---------------------------------------------------------------------
+
+class WarehouseError(KafkaStoreError):
+    """A warehouse commit that is refused (overlap, gap) or a table that is not a table."""
 
 
 class OffsetOverlapError(WarehouseError):
@@ -178,3 +253,22 @@ class SchemaEvolutionError(WarehouseError):
 
 class UnsupportedDeletesError(WarehouseError):
     """A snapshot with delete files that the reader cannot apply (refused, never ignored)."""
+
+
+class QualityCheckFailed(WarehouseError):
+    """A snapshot failed its quality checks; ``result`` holds the details
+    (a :class:`pipelines.quality.QualityResult`)."""
+
+    def __init__(self, message: str, result):
+        super().__init__(message)
+        self.result = result
+
+
+class SparkJobError(KafkaStoreError):
+    """A Spark job failed; the message names command, table, partition, segment and cause,
+    and the log file with the full trace (``log_path``)."""
+
+    def __init__(self, message: str, *, log_path: str | None = None, cause_type: str | None = None):
+        self.log_path = log_path
+        self.cause_type = cause_type
+        super().__init__(message)

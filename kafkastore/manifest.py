@@ -36,8 +36,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import layout
 from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
-                     KafkaStoreError, ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
+                     ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
                      StorageError, StoragePermissionError)
+from .errors import CorruptMetadataError, InvalidUpdateError, RequirementFailedError  # noqa: F401  (re-exported)
 from .storage import Storage
 
 MANIFEST_FORMAT = 1
@@ -47,16 +48,10 @@ _VERSION_RE = re.compile(r"^(\d{20})\.json$")
 _SEGMENT_ID_RE = re.compile(r"^[0-9a-zA-Z]+$")
 
 
-class InvalidUpdateError(KafkaStoreError, ValueError):
-    """An update that would break a manifest invariant (overlap, gap, offsets moving backwards...)."""
 
 
-class RequirementFailedError(KafkaStoreError):
-    """A commit's precondition does not hold on the current manifest: re-plan against the new state."""
 
 
-class CorruptMetadataError(KafkaStoreError):
-    """A stored manifest (or ``_topic.json``) that cannot be parsed or breaks an invariant."""
 
 
 # ---------------------------------------------------------------------------

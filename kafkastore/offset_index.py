@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-from .errors import CorruptRecordError
+from .errors import CorruptIndexError
 
 ENTRY_SIZE = 8
 INT32_MAX = (1 << 31) - 1
@@ -34,12 +34,6 @@ _ENTRY = struct.Struct(">ii")
 _REL = struct.Struct(">i")
 
 
-class CorruptIndexError(CorruptRecordError):
-    """An ``.index`` or ``.timeindex`` that is not valid for its log.
-
-    Never fatal for the data: the caller rebuilds the index from the log
-    (see :func:`kafkastore.segment.load_indexes`).
-    """
 
 
 def encode(entries: Iterable[tuple[int, int]], base_offset: int) -> bytes:

@@ -48,7 +48,9 @@ import numpy as np
 from . import offset_index, time_index
 from .crc import crc32c
 from .errors import CorruptRecordError, CrcMismatchError
-from .offset_index import INT32_MAX, CorruptIndexError
+from .offset_index import INT32_MAX
+from .errors import (CorruptIndexError, OffsetOrderError, SegmentOffsetOverflowError,  # noqa: F401
+                     TruncatedBatchError, UnsupportedFormatError)  # (re-exported)
 from .record_batch import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_APPEND_TIME,
                            LOG_OVERHEAD, MAGIC, MAGIC_OFFSET, MIN_BATCH_LENGTH, NO_TIMESTAMP,
                            BatchHeader, check_crc, decode_batch, parse_header)
@@ -63,24 +65,12 @@ _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
 
-class TruncatedBatchError(CorruptRecordError):
-    """A batch (or batch header) cut short by the end of the bytes."""
 
 
-class OffsetOrderError(CorruptRecordError):
-    """An intact batch whose offsets do not continue the segment (backwards or below its base)."""
 
 
-class UnsupportedFormatError(CorruptRecordError):
-    """An intact message in Kafka's legacy format (magic 0 or 1), which kafkastore does not read."""
 
 
-class SegmentOffsetOverflowError(CorruptRecordError):
-    """A batch whose last offset is more than 2^31-1 past the segment's base offset.
-
-    Kafka's ``LogSegmentOffsetOverflowException``: the writer must roll a new
-    segment before appending it (see :meth:`SegmentBuilder.can_append`).
-    """
 
 
 # An intact batch in the wrong place is never a torn write; every other scan

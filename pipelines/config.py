@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkastore import config as log_config
-from kafkastore.config import DEFAULT_ROOT, resolve_url  # noqa: F401  (re-exported)
+from kafkastore.config import resolve_url
 from kafkastore.errors import ConfigError
 
 DEFAULT_WAREHOUSE = "file://./demo/warehouse"

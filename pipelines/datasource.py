@@ -116,7 +116,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                StructField, StructType, TimestampType)
 
 from kafkastore import layout
-from kafkastore.errors import ConfigError, OffsetOutOfRangeError
+from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from kafkastore.manifest import Manifest, ManifestStore
 from kafkastore.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, ReadRange,
                                read_range)
@@ -574,7 +574,7 @@ def _resolve_range(opts: SourceOptions, reader: PartitionReader,
     lost = [f"{name} offset {n}" for name, kind, n in (("starting", s_kind, start), ("ending", e_kind, end))
             if kind == "offset" and n < log_start]
     if lost and opts.fail_on_data_loss:
-        raise OffsetOutOfRangeError(
+        raise DataLossError(
             f"Cannot read {' and '.join(lost)} of {topic}-{partition}: the log now starts at "
             f"offset {log_start}, so offsets [{min(start, end)}, {log_start}) are no longer "
             f"available (deleted by retention or delete-records). Some data may have been lost. "

@@ -549,7 +549,7 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     Spark Kafka JSON (``{"t": {"0": 100}}``) or ``{partition: offset}``;
     ``until_timestamp``: epoch ms, load records before it. ``storage_options``
     serve the log and the warehouse. Raises :class:`OffsetOverlapError` when a
-    racing run committed first, :class:`WarehouseError` on data loss (unless
+    racing run committed first, :class:`~kafkastore.errors.DataLossError` on data loss (unless
     ``on_data_loss="skip"``).
     """
     started = time.monotonic()

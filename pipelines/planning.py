@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError, DataLossError, WarehouseError
 from kafkastore.reader import EARLIEST, LATEST, PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
@@ -117,11 +117,11 @@ def plan_load(storage: Storage, topic: str, committed: Mapping[int, int], *,
         gap = None
         if from_offset < start:
             if on_data_loss == "fail":
-                raise WarehouseError(
+                raise DataLossError(
                     f"data loss in {topic}/{p}: the table's next offset is {from_offset} but the "
                     f"log now starts at {start} (offsets [{from_offset}, {start}) were deleted "
                     f"before they were loaded); rerun with `kafkastore load --on-data-loss skip` to record the gap "
-                    f"and go on")
+                    f"and go on", log_start_offset=start, high_watermark=hw, bounds_in_message=False)
             gap, from_offset = OffsetRange(topic, p, from_offset, start), start
         if until_offsets is not None:
             want = until_offsets[p]

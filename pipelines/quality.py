@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
 
 from . import iceberg
@@ -91,12 +92,6 @@ _KEY_PRESENT = "present"
 _COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
 
 
-class QualityCheckFailed(WarehouseError):
-    """A snapshot failed its quality checks; ``result`` holds the details."""
-
-    def __init__(self, message: str, result: "QualityResult"):
-        super().__init__(message)
-        self.result = result
 
 
 @dataclass

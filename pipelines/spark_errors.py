@@ -23,6 +23,7 @@ import traceback
 from typing import Iterator
 
 from kafkastore.errors import KafkaStoreError
+from kafkastore.errors import SparkJobError  # noqa: F401  (re-exported)
 
 #: Where full traces go: ``$KAFKASTORE_LOG_DIR`` or ``<tmp>/kafkastore-logs``.
 LOG_DIR_ENV = "KAFKASTORE_LOG_DIR"
@@ -35,14 +36,6 @@ _OURS = re.compile(r"^(?P<mod>(?:kafkastore|pipelines)(?:\.\w+)*)\.(?P<cls>\w+)\
 _SEGMENT = re.compile(r"topics/(?P<topic>[^/\s]+)/(?P<partition>\d+)/(?P<segment>\d{20}-\w+)\.log")
 
 
-class SparkJobError(KafkaStoreError):
-    """A Spark job failed; the message names command, table, partition, segment and cause,
-    and the log file with the full trace (``log_path``)."""
-
-    def __init__(self, message: str, *, log_path: str | None = None, cause_type: str | None = None):
-        self.log_path = log_path
-        self.cause_type = cause_type
-        super().__init__(message)
 
 
 def is_spark_error(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ import time
 
 from .. import offset_index
 from ..errors import KafkaStoreError
+from ..errors import FetchCheckError
 from ..manifest import Manifest
 from ..reader import _INDEXES, PartitionReader, last_stable_offset
 from ..record_batch import LOG_OVERHEAD
@@ -40,8 +41,6 @@ _LAST_DELTA_POS = 23
 _POLL_S = 0.1
 
 
-class FetchCheckError(KafkaStoreError):
-    """A stored batch that does not agree with its manifest entry."""
 
 
 class PartitionRead:

@@ -44,6 +44,7 @@ from ..compression import Compression
 from ..crc import crc32c
 from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcMismatchError,
                       KafkaStoreError, StorageError)
+from ..errors import BatchRejected  # noqa: F401  (re-exported)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
 from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
@@ -66,12 +67,6 @@ PRODUCER_ID_EXPIRATION_MS = 86_400_000
 GROUP_COMMIT_BYTES = 1 << 20  # Kafka's producer.id.expiration.ms
 
 
-class BatchRejected(KafkaStoreError):
-    """A produced batch the broker refuses; ``code`` is the Kafka error code for the client."""
-
-    def __init__(self, code: int, message: str):
-        self.code = code
-        super().__init__(message)
 
 
 def check_batch(data) -> BatchHeader:

@@ -33,15 +33,13 @@ from kio import index as kio_index
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from ..errors import KafkaStoreError
+from ..errors import ProtocolError
 
 _HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 
 
-class ProtocolError(KafkaStoreError):
-    """A request the server cannot decode (bad frame, header or body): the connection is closed."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 from kafkastore import layout
 from kafkastore.broker import Broker
 from kafkastore.crc import crc32c
-from kafkastore.errors import ConfigError, OffsetOutOfRangeError
+from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.record_batch import Record, encode_batch
 from kafkastore.segment import SegmentBuilder
@@ -282,7 +282,7 @@ def test_fail_on_data_loss(spark, tmp_path):
     broker.flush()
     ManifestStore(storage, "old", 0).commit(lambda m: ([AdvanceLogStart(10)], []))
     start = {"old": {"0": 4}}
-    with pytest.raises(OffsetOutOfRangeError, match=r"starting offset 4 .*log now starts at offset 10"):
+    with pytest.raises(DataLossError, match=r"starting offset 4 .*log now starts at offset 10"):
         plan_offsets(root, "old", startingOffsets=start)
     with pytest.raises(Exception, match=r"starting offset 4 .*starts at offset 10.*failOnDataLoss"):
         _read(spark, root, topic="old", startingOffsets=start).collect()

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from kafkastore.broker import Broker
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError, DataLossError, WarehouseError
 from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
 from kafkastore.storage import Storage
@@ -148,8 +148,9 @@ def test_plan_load_starts_at_committed_or_log_start(local_root):
     assert spans[0] == (10, 20, False)
     # Never loaded: starts at the log start as of now, and says so.
     assert spans[1] == (4, 20, True)
-    with pytest.raises(WarehouseError, match=r"t/1.*next offset is 2.*starts at 4"):
+    with pytest.raises(DataLossError, match=r"t/1.*next offset is 2.*starts at 4") as lost:
         plan_load(storage, "t", {0: 10, 1: 2})
+    assert str(lost.value).endswith("and go on") and lost.value.log_start_offset == 4
     skipped = {pl.partition: pl for pl in plan_load(storage, "t", {1: 2}, on_data_loss="skip")}
     assert skipped[1].gap == OffsetRange("t", 1, 2, 4) and skipped[1].range.from_offset == 4
     # Explicit ends: clamped to the readable end; unlisted partitions are not loaded.

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from kafkastore.errors import CommitUnknownError, WarehouseError
+from kafkastore.errors import CommitUnknownError, DataLossError
 from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
@@ -297,7 +297,7 @@ def test_data_loss_fails_or_records_a_gap(spark, local_root):
     run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     produce(storage, "t", 10, start=6)
     delete_records(storage, "t", 0, 9)      # offsets 6..8 go before the table loaded them
-    with pytest.raises(WarehouseError, match=r"t/0.*next offset is 6.*starts at 9"):
+    with pytest.raises(DataLossError, match=r"t/0.*next offset is 6.*starts at 9"):
         run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     s = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
                  on_data_loss="skip", progress=False)
