@@ -264,6 +264,11 @@ class QualityCheckFailed(WarehouseError):
         self.result = result
 
 
+class MissingExtraError(ConfigError):
+    """A command that needs an optional part of the install (``kafkastore[spark]``,
+    ``kafkastore[airflow]``) that is not installed; the message names the extra."""
+
+
 class SparkJobError(KafkaStoreError):
     """A Spark job failed; the message names command, table, partition, segment and cause,
     and the log file with the full trace (``log_path``)."""

@@ -4,7 +4,10 @@ the Spark jobs' (DESIGN.md section 7).
 ``load``, ``reprocess``, ``vacuum``, ``compact``, ``retention``, ``sql`` and
 ``offsets --warehouse`` live here, with the jobs, so that :mod:`kafkastore`
 never imports :mod:`pipelines` (DESIGN.md section 1). Job modules are imported
-inside each command, so the log's commands start without loading Spark.
+inside each command, so the log's commands start without loading Spark and work
+when only the log library is installed (``pip install kafkastore``, without the
+``spark`` extra); a job command then says in one line which extra to install
+(:class:`~kafkastore.errors.MissingExtraError`).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import time
 from kafkastore import cli as log_cli
 from kafkastore.cli import non_negative, offsets_of, print_json
 from pipelines.config import Config, load_config
-from kafkastore.errors import ConfigError, KafkaStoreError
+from kafkastore.errors import ConfigError, KafkaStoreError, MissingExtraError
 
 
 def cmd_offsets(args, cfg: Config) -> int:
@@ -224,6 +227,21 @@ def build_parser() -> argparse.ArgumentParser:
 #: Commands that run Spark jobs: their Spark and py4j failures become one line (see below).
 SPARK_COMMANDS = frozenset({"load", "reprocess", "compact", "retention", "sql", "vacuum"})
 
+#: The packages only the jobs need, by the extra that installs them (setup.cfg).
+EXTRAS = {"pyspark": "spark", "py4j": "spark", "pyiceberg": "spark", "pandas": "spark",
+          "fastavro": "spark", "great_expectations": "airflow", "airflow": "airflow"}
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str) -> MissingExtraError | None:
+    """The one-line error for a job command whose extra is not installed (None: another
+    missing module, a bug that keeps its traceback)."""
+    extra = EXTRAS.get((exc.name or "").split(".")[0])
+    if extra is None:
+        return None
+    return MissingExtraError(
+        f"`kafkastore {command}` needs the {extra} extra ({exc.name} is not installed): "
+        f"pip install 'kafkastore[{extra}]'")
+
 
 def _run(args, cfg: Config) -> int:
     """Run a Spark command so that a Spark failure (a worker's error wrapped in a
@@ -235,11 +253,18 @@ def _run(args, cfg: Config) -> int:
     # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
     # segment) would bury the one-line error; the full trace goes to the log file instead.
     os.environ.setdefault("KAFKASTORE_SPARK_LOG_LEVEL", "OFF")
-    if args.command not in SPARK_COMMANDS:
-        return args.func(args, cfg)
-    with spark_errors(args.command, table=getattr(args, "table", None),
-                      topic=getattr(args, "topic", None)):
-        return args.func(args, cfg)
+    try:
+        if args.command not in SPARK_COMMANDS:
+            return args.func(args, cfg)
+        with spark_errors(args.command, table=getattr(args, "table", None),
+                          topic=getattr(args, "topic", None)):
+            return args.func(args, cfg)
+    except ModuleNotFoundError as exc:
+        # Installed without the jobs' extra: the log's commands work, a job's says what to add.
+        error = missing_extra(exc, args.command)
+        if error is None:
+            raise
+        raise error from None
 
 
 def main(argv: list[str] | None = None) -> int:
