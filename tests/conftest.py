@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 
 import pytest
 
-BACKENDS = ("file", "memory", "s3")
+from tests.helpers.cli import CONFIG_ENV
+from tests.helpers.roots import BACKENDS, make_root_url
 
 
 @pytest.fixture(scope="session")
@@ -44,19 +44,6 @@ def s3_endpoint():
 
 _AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
             "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
-
-
-def make_root_url(backend: str, tmp_path, request) -> str:
-    """A fresh, empty root URL on ``backend``."""
-    unique = uuid.uuid4().hex[:12]
-    if backend == "file":
-        return f"file://{tmp_path}/root-{unique}"
-    if backend == "memory":
-        return f"memory://kafkastore-{unique}"
-    if backend == "s3":
-        request.getfixturevalue("s3_endpoint")
-        return f"s3://kafkastore-test/root-{unique}"
-    raise ValueError(backend)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -100,3 +87,10 @@ def metadata_only_commits(monkeypatch):
     from kafkastore.manifest import ManifestStore
 
     monkeypatch.setattr(ManifestStore, "stale_uploads", lambda self, segments: [])
+
+
+@pytest.fixture
+def clean_config_env(monkeypatch):
+    """No config from the environment (KAFKASTORE_ROOT, _CONF, _WAREHOUSE, _SPARK_MASTER)."""
+    for name in CONFIG_ENV:
+        monkeypatch.delenv(name, raising=False)

@@ -36,7 +36,7 @@ sys.exit(rc)
 """
 
 
-def kafkastore(root: str, *argv: str, stdin: str | None = None, **popen):
+def kafkastore(root: str, *argv: str):
     """The console script without the extras: ``(argv for Popen, env)``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKASTORE_")}
     env["PYTHONPATH"] = str(ROOT)

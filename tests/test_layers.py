@@ -14,6 +14,12 @@ def imported_modules(path: pathlib.Path):
             yield from (a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield node.module
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            # `from .x import y` in a/b/m.py is a.b.x (a.b.x.y when x is empty: a.b.y)
+            package = path.resolve().relative_to(ROOT).parent.parts
+            package = package[:len(package) - node.level + 1]
+            yield ".".join((*package, node.module) if node.module else
+                           (*package, *(a.name for a in node.names[:1])))
 
 
 def test_the_log_library_imports_no_jobs_spark_or_airflow():
@@ -29,3 +35,14 @@ def test_the_check_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def f():\n    from pipelines.load import run_load\n    import pyspark\n")
     assert list(imported_modules(f)) == ["pipelines.load", "pyspark"]
+
+
+def test_no_test_module_imports_another_test_module_or_conftest():
+    """Shared test code lives in tests/helpers/ (and tests/faults.py), fixtures in conftest.py."""
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "tests").rglob("*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0] == "tests"
+        and name.rsplit(".", 1)[-1].startswith(("test_", "conftest")))
+    assert offending == []

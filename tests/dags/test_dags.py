@@ -15,7 +15,8 @@ from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
 from pipelines.iceberg_read import VALIDATED_TAG
 
-from .conftest import DAGS
+DAGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    "dags")
 
 DAG_FILE = os.path.join(DAGS, "kafkastore_dags.py")
 T0 = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)

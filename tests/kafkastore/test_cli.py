@@ -3,7 +3,6 @@ for the console script itself, as subprocesses."""
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import random
@@ -17,6 +16,7 @@ from kafkastore.cli import main
 from kafkastore.control import encode_marker_batch
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
+from tests.helpers.cli import cli_runner
 
 kp_default = pytest.importorskip("kafka.partitioner.default")
 kp_records = pytest.importorskip("kafka.record.default_records")
@@ -34,18 +34,7 @@ def clean_env(monkeypatch):
 @pytest.fixture
 def cli(capsys, monkeypatch, local_root):
     """``cli(*argv, stdin=...) -> (exit status, stdout, stderr)`` against ``local_root``."""
-
-    def run(*argv, stdin: str | bytes | None = None, root: str | None = local_root):
-        if stdin is not None:
-            data = stdin.encode() if isinstance(stdin, str) else stdin
-            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
-        capsys.readouterr()
-        rc = main((["--root", root] if root else []) + list(argv))
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    run.root = local_root
-    return run
+    return cli_runner(main, capsys, monkeypatch, local_root)
 
 
 def jsonl(*objs) -> str:

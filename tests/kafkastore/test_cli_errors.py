@@ -2,10 +2,8 @@
 smaller fixes (empty --root, read-only commands, a missing bucket, the data-loss hint)."""
 from __future__ import annotations
 
-import io
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -20,6 +18,7 @@ from kafkastore.record_batch import Record, encode_batch
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
+from tests.helpers.cli import cli_runner, one_error_line
 from tests.kafkastore.logdata import upload_segment
 
 
@@ -31,23 +30,7 @@ def clean_env(monkeypatch):
 
 @pytest.fixture
 def cli(capsys, monkeypatch, local_root):
-    def run(*argv, stdin: str | None = None, root: str | None = local_root):
-        if stdin is not None:
-            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode()), encoding="utf-8"))
-        capsys.readouterr()
-        rc = main((["--root", root] if root is not None else []) + list(argv))
-        out, err = capsys.readouterr()
-        return rc, out, err
-
-    run.root = local_root
-    return run
-
-
-def one_error_line(rc, err) -> str:
-    assert rc == 1
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("kafkastore: error: "), err
-    return lines[0]
+    return cli_runner(main, capsys, monkeypatch, local_root)
 
 
 @pytest.mark.parametrize("line, what", [

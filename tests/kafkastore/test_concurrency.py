@@ -20,7 +20,7 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from tests.conftest import make_root_url
+from tests.helpers.roots import make_root_url
 from tests.faults import faulty_storage
 
 T = "t"

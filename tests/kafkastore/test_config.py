@@ -7,19 +7,10 @@ import pytest
 
 from kafkastore.config import DEFAULT_ROOT, Config, load_config, read_config_file, resolve_url
 from kafkastore.errors import ConfigError
+from tests.helpers.cli import write_conf
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE",
-                 "KAFKASTORE_SPARK_MASTER"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def write(tmp_path, text: str) -> str:
-    path = tmp_path / "k.yaml"
-    path.write_text(text)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 def test_no_file_gives_the_demo_defaults(tmp_path, monkeypatch):
@@ -30,7 +21,7 @@ def test_no_file_gives_the_demo_defaults(tmp_path, monkeypatch):
 
 
 def test_flag_beats_environment_beats_file(tmp_path, monkeypatch):
-    conf = write(tmp_path, "root: file:///from-file\nstorage_options: {anon: true}\n"
+    conf = write_conf(tmp_path, "root: file:///from-file\nstorage_options: {anon: true}\n"
                            "topics: {orders: {partitions: 3, config: {retention.ms: '1000'}}}\n")
     assert load_config(conf).root == "file:///from-file"
     monkeypatch.setenv("KAFKASTORE_ROOT", "s3://env/prefix")
@@ -43,12 +34,12 @@ def test_flag_beats_environment_beats_file(tmp_path, monkeypatch):
 
 
 def test_the_file_comes_from_kafkastore_conf(tmp_path, monkeypatch):
-    monkeypatch.setenv("KAFKASTORE_CONF", write(tmp_path, "root: memory://conf-env\n"))
+    monkeypatch.setenv("KAFKASTORE_CONF", write_conf(tmp_path, "root: memory://conf-env\n"))
     assert load_config().root == "memory://conf-env"
 
 
 def test_the_jobs_sections_are_known_but_not_read_by_the_log(tmp_path):
-    conf = write(tmp_path, "root: memory://r\nwarehouse: 5\nspark: {conf: 5}\nloads: x\n")
+    conf = write_conf(tmp_path, "root: memory://r\nwarehouse: 5\nspark: {conf: 5}\nloads: x\n")
     cfg = load_config(conf)  # the jobs' sections are pipelines.config's to check
     assert cfg == Config(root="memory://r", source=conf)
     assert not hasattr(cfg, "warehouse")
@@ -71,7 +62,7 @@ def test_relative_urls_become_absolute(tmp_path, monkeypatch):
 ])
 def test_bad_files_are_config_errors(tmp_path, text, message):
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text))
+        load_config(write_conf(tmp_path, text))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
 

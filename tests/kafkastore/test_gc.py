@@ -16,7 +16,7 @@ from kafkastore.reader import PartitionReader
 from kafkastore.retention import apply_retention
 from kafkastore.storage import Storage
 from kafkastore.topics import alter_topic, create_topic
-from tests.conftest import make_root_url
+from tests.helpers.roots import make_root_url
 from tests.faults import FaultyFS
 from tests.kafkastore.logdata import append_segment, segment_files, upload_segment
 

@@ -9,7 +9,7 @@ from kafkastore.errors import ConfigError, CorruptRecordError, CrcMismatchError
 from kafkastore.kafka_import import parse_kafka_dir_name, read_kafka_partition_dir
 from kafkastore.segment import OffsetOrderError, rebuild_indexes
 
-from .test_segment import build_log, simple_batches
+from tests.helpers.segments import build_log, simple_batches
 
 INDEX_PREALLOC = 1 << 20  # brokers use segment.index.bytes = 10 MiB; 1 MiB keeps tests quick
 

@@ -70,7 +70,7 @@ def _produce(root: str, tag: str, n: int) -> subprocess.Popen:
 
 @pytest.mark.parametrize("backend, n", [("file", 300), ("s3", 60)])  # moto is slow: fewer
 def test_two_producers_flushing_every_record_both_finish(backend, n, tmp_path, request):
-    from tests.conftest import make_root_url
+    from tests.helpers.roots import make_root_url
 
     root = make_root_url(backend, tmp_path, request)
     create_topic(Storage(root), T, 1)

@@ -16,7 +16,7 @@ from kafkastore.retention import (REASON_SIZE, REASON_TIME, apply_retention, del
 from kafkastore.storage import Storage
 from kafkastore.topic_config import TopicConfig
 from kafkastore.topics import create_topic
-from tests.conftest import make_root_url
+from tests.helpers.roots import make_root_url
 from tests.kafkastore.logdata import append_segment
 
 T, P = "events", 0

@@ -17,57 +17,20 @@ from hypothesis import strategies as st
 from kafkastore import offset_index, time_index
 from kafkastore.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
-from kafkastore.record_batch import Record, decode_batch, encode_batch, parse_header
-from kafkastore.segment import (BuiltSegment, batch_min_timestamp, OffsetOrderError, SegmentBuilder,
-                                SegmentOffsetOverflowError, TruncatedBatchError,
-                                UnsupportedFormatError, check_indexes, find_offset_for_timestamp,
-                                find_position, index_batches, load_indexes, rebuild_indexes,
+from kafkastore.record_batch import decode_batch, parse_header
+from kafkastore.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
+                                SegmentOffsetOverflowError,
+                                TruncatedBatchError,
+                                UnsupportedFormatError,
+                                check_indexes,
+                                find_offset_for_timestamp,
+                                find_position, index_batches,
+                                load_indexes, rebuild_indexes,
                                 recover, scan_log, segment_stats)
+from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 
-TS0 = 1_700_000_000_000
 
 # ----------------------------------------------------------------- helpers
-
-
-def make_batch(base_offset: int, timestamps=(TS0,), *, value_size: int = 10, gaps=None,
-               compression=Compression.NONE, log_append_time: int | None = None,
-               last_offset: int | None = None) -> bytes:
-    """One v2 batch: a record per timestamp, offsets from ``base_offset`` (plus ``gaps``)."""
-    records = []
-    offset = base_offset
-    for i, ts in enumerate(timestamps):
-        if gaps and i:
-            offset += gaps[i - 1]
-        records.append(Record(offset, ts, None, bytes([65 + i % 26]) * value_size, ()))
-        offset += 1
-    if not records:
-        return encode_batch([], base_offset=base_offset,
-                            last_offset=base_offset if last_offset is None else last_offset)
-    kwargs = {}
-    if log_append_time is not None:
-        kwargs = {"timestamp_type": 1, "max_timestamp": log_append_time}
-    return encode_batch(records, compression=compression, base_offset=base_offset,
-                        last_offset=last_offset, **kwargs)
-
-
-def build_log(base_offset: int, batches, index_interval_bytes: int = 4096) -> BuiltSegment:
-    """Append each batch separately to a SegmentBuilder and build."""
-    builder = SegmentBuilder(base_offset, index_interval_bytes=index_interval_bytes)
-    for batch in batches:
-        builder.append(batch)
-    return builder.build()
-
-
-def simple_batches(base_offset: int, n: int, *, per_batch: int = 3, value_size: int = 30,
-                   ts0: int = TS0):
-    """``n`` batches of ``per_batch`` records, increasing timestamps."""
-    out = []
-    offset = base_offset
-    for i in range(n):
-        out.append(make_batch(offset, [ts0 + 10 * (offset + j) for j in range(per_batch)],
-                              value_size=value_size))
-        offset += per_batch
-    return out
 
 
 def all_records(log: bytes):

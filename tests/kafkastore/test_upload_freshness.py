@@ -24,7 +24,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
 from tests.kafkastore.logdata import upload_segment
-from tests.kafkastore.test_admin import kafka_batch, write_kafka_dir
+from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
 
 T, P = "events", 0
 FLOOR_MS = 400  # the patched GC grace floor; commits accept files up to 200 ms old

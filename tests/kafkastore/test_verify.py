@@ -9,7 +9,7 @@ from kafkastore import offset_index, time_index
 from kafkastore.crc import crc32c
 from kafkastore.verify import SegmentReport, checksum, verify_segment
 
-from .test_segment import TS0, build_log, make_batch, simple_batches
+from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 
 
 def _seg(n=8, base=1000):

@@ -21,9 +21,9 @@ from kafkastore.record_batch import iter_batches
 from kafkastore.storage import Storage
 from pipelines.compaction import compact_partition, compact_topic, scan_slices
 from tests.faults import faulty_storage
-from tests.kafkastore.test_compaction import (T0, TOPIC, check_compacted, latest_manifest,
-                                              latest_per_key, make_topic, produce,
-                                              produce_segments, read_all)
+from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest,
+                                      latest_per_key, make_topic, produce,
+                                      produce_segments, read_all)
 
 ROUNDS = [[("a", "1"), ("b", "1"), ("c", "1")], [("a", "2"), ("b", "2")], [("a", "3"), ("d", "1")],
           [("c", "2"), ("e", "1")], [("a", "4"), ("f", "1")]]
@@ -250,7 +250,7 @@ def test_a_memory_root_is_refused(spark):
 
 
 def test_on_s3(spark, s3_endpoint, request, tmp_path):
-    from tests.conftest import make_root_url
+    from tests.helpers.roots import make_root_url
 
     url = make_root_url("s3", tmp_path, request)
     # Python workers may have started before the moto environment was set: be explicit.

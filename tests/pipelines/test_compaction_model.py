@@ -31,7 +31,7 @@ from kafkastore.retention import apply_retention
 from kafkastore.storage import Storage
 from pipelines.compaction import compact_partition
 from tests.faults import faulty_storage
-from tests.kafkastore.test_compaction import T0, TOPIC, make_topic, read_all
+from tests.helpers.compaction import T0, TOPIC, make_topic, read_all
 
 DELETE_RETENTION_MS = 1000
 RETENTION_MS = 6000

@@ -5,25 +5,16 @@ import pytest
 
 from kafkastore import config as log_config
 from kafkastore.errors import ConfigError
+from tests.helpers.cli import write_conf
 from pipelines.cli import main
 from pipelines.config import Config, load_config
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE",
-                 "KAFKASTORE_SPARK_MASTER"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def write(tmp_path, text: str) -> str:
-    path = tmp_path / "k.yaml"
-    path.write_text(text)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 def test_the_jobs_config_extends_the_logs(tmp_path, monkeypatch):
-    conf = write(tmp_path, "root: memory://r\nwarehouse: file:///wh\n"
+    conf = write_conf(tmp_path, "root: memory://r\nwarehouse: file:///wh\n"
                            "spark: {master: 'local[2]', conf: {spark.sql.shuffle.partitions: 4}}\n"
                            "loads: [{topic: orders, table: sales}]\nquality: {max_null: 0.1}\n"
                            "catalog: {type: sql}\ntopics: {orders: {partitions: 2}}\n")
@@ -59,12 +50,12 @@ def test_defaults(tmp_path, monkeypatch):
 ])
 def test_bad_job_sections_are_config_errors(tmp_path, text, message):
     with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text))
+        load_config(write_conf(tmp_path, text))
     assert message in str(info.value)
 
 
 def test_the_console_script_checks_the_jobs_sections_in_one_line(tmp_path, capsys):
-    rc = main(["--conf", write(tmp_path, "spark: {conf: 5}\n"), "topics", "list"])
+    rc = main(["--conf", write_conf(tmp_path, "spark: {conf: 5}\n"), "topics", "list"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 1 and len(err) == 1
     assert err[0].startswith("kafkastore: error: 'spark.conf' must be a mapping")

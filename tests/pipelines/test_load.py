@@ -1,7 +1,7 @@
 """Exactly-once loads of a topic into a warehouse table (pipelines.load).
 
-Helpers here (``make_topic``, ``produce``, ``log_records``, ``assert_exactly_once``)
-are shared with the reprocess and failure tests.
+The helpers (``make_topic``, ``produce``, ``log_records``, ``assert_exactly_once``) are
+tests/helpers/loads.py, shared with the reprocess and failure tests.
 """
 from __future__ import annotations
 
@@ -11,113 +11,14 @@ import threading
 
 import pytest
 
-from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError, DataLossError, WarehouseError
-from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
-from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, load_topic
 from pipelines import iceberg as ice
 from pipelines.load import load_for_interval, load_options_from_args, run_load
 from pipelines.offset_ranges import OffsetRange
 from pipelines.planning import default_run_id, parse_offsets_json, plan_load
-
-DAY = 86_400_000
-T0 = 1_700_000_000_000 - (1_700_000_000_000 % DAY) + DAY - 30_000   # 30 s before midnight UTC
-
-
-# ---------------------------------------------------------------------------
-# helpers (imported by the other pipeline test modules)
-
-
-def storage_options_for(url: str) -> dict | None:
-    """Explicit S3 options for moto (Python workers may predate the moto env)."""
-    if url.startswith("s3://"):
-        return {"endpoint_url": os.environ["AWS_ENDPOINT_URL"], "key": "testing",
-                "secret": "testing"}
-    return None
-
-
-def make_topic(root: str, topic: str = "t", partitions: int = 2, options=None, **configs) -> Storage:
-    storage = Storage(root, options)
-    create_topic(storage, topic, partitions, {"segment.bytes": "2048", **configs})
-    return storage
-
-
-def produce(storage: Storage, topic: str, count: int, *, start: int = 0, value=None,
-            ts=None, flush_every: int = 7) -> None:
-    """``count`` records numbered ``start..``, round-robin over partitions, with a
-    header, a key, and timestamps one second apart from T0 (crossing midnight)."""
-    broker = Broker(storage, batch_size=256)
-    parts = load_topic(storage, topic).partitions
-    for i in range(start, start + count):
-        v = value(i) if value else f"value-{i}".encode()
-        broker.send(topic, v, key=f"k{i}".encode(), headers=[("h", str(i).encode())],
-                    timestamp=ts(i) if ts else T0 + i * 1000, partition=i % parts)
-        if (i + 1) % flush_every == 0:
-            broker.flush()
-    broker.flush()
-
-
-def log_records(storage: Storage, topic: str) -> dict[int, list[tuple[int, bytes]]]:
-    """``{partition: [(offset, value), ...]}`` of the whole readable log."""
-    out = {}
-    for p in range(load_topic(storage, topic).partitions):
-        t = PartitionReader(storage, topic, p).read(-2)
-        out[p] = list(zip(t.column("offset").to_pylist(), t.column("value").to_pylist()))
-    return out
-
-
-def warehouse_for(url: str, tmp_path=None, options=None) -> ice.Warehouse:
-    """The Warehouse of ``url``: embedded catalog for file://, else SQLite on local disk."""
-    catalog = None
-    if not url.startswith("file://"):
-        catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog-{abs(hash(url))}.db"}
-    return ice.Warehouse(url, catalog, options)
-
-
-def _tables(wh: ice.Warehouse, table: str, kinds):
-    names = {"data": table, "dead_letter": table + "_dead_letters"}
-    return [t for t in (wh.load_table(names[k]) for k in kinds) if t is not None]
-
-
-def table_offsets(wh: ice.Warehouse, table: str = "tbl",
-                  kinds=("data", "dead_letter")) -> dict[int, list[int]]:
-    """``{partition: sorted offsets}`` over the current snapshot of the tables of ``kinds``."""
-    out: dict[int, list[int]] = {}
-    for t in _tables(wh, table, kinds):
-        rows = ice.read_arrow(t, columns=["partition", "offset"])
-        for p, o in zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()):
-            out.setdefault(p, []).append(o)
-    return {p: sorted(v) for p, v in out.items()}
-
-
-def committed(wh: ice.Warehouse, table: str = "tbl", topic: str = "t") -> dict[int, int]:
-    return {p: n for (t, p), n in ice.committed_offsets(wh.load_table(table)).items() if t == topic}
-
-
-def assert_exactly_once(storage: Storage, topic: str, wh: ice.Warehouse, table: str = "tbl") -> None:
-    """Every log offset below the committed one is in the table (or its dead
-    letters) exactly once, and nothing else is; the dead-letter table never
-    claims more than the table."""
-    log = log_records(storage, topic)
-    done = committed(wh, table, topic)
-    got = table_offsets(wh, table)
-    for p, records in log.items():
-        want = [o for o, _ in records if o < done.get(p, 0)]
-        have = got.get(p, [])
-        assert len(have) == len(set(have)), f"p{p}: duplicate offsets in the table"
-        assert have == want, f"p{p}: table offsets differ from the log"
-        assert done.get(p, 0) <= PartitionReader(storage, topic, p).high_watermark
-    dl = wh.load_table(table + "_dead_letters")
-    if dl is not None:
-        for (t, p), n in ice.committed_offsets(dl).items():
-            assert n >= done.get(p, 0) or t != topic
-
-
-def rows_by_offset(wh: ice.Warehouse, table: str = "tbl", columns=None) -> dict[tuple[int, int], dict]:
-    back = ice.read_arrow(wh.table(table), columns=columns)
-    return {(r["partition"], r["offset"]): r for r in back.to_pylist()}
+from tests.helpers.loads import (T0, assert_exactly_once, committed, log_records, make_topic,
+                                 produce, rows_by_offset, storage_options_for, warehouse_for)
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +109,7 @@ def test_load_spec_from_config(tmp_path):
 
 @pytest.mark.parametrize("backend", ["file", "s3"])
 def test_load_holds_exactly_the_log(spark, backend, tmp_path, request):
-    from tests.conftest import make_root_url
+    from tests.helpers.roots import make_root_url
 
     base = make_root_url(backend, tmp_path, request)
     options = storage_options_for(base)

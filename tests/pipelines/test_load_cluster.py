@@ -16,7 +16,7 @@ import pytest
 from pipelines import iceberg as ice
 from pipelines.load import run_load
 from tests.pipelines.cluster import standalone_cluster
-from tests.pipelines.test_load import assert_exactly_once, make_topic, produce
+from tests.helpers.loads import assert_exactly_once, make_topic, produce
 
 JOB = r'''
 import json, sys

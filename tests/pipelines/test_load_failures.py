@@ -25,8 +25,8 @@ from pipelines import iceberg as ice
 from pipelines.load import run_load
 from pipelines.vacuum import vacuum
 from tests.pipelines.cluster import PROJECT_ROOT, group_alive
-from tests.pipelines.test_load import (assert_exactly_once, committed, make_topic, produce,
-                                       storage_options_for, table_offsets, warehouse_for)
+from tests.helpers.loads import (assert_exactly_once, committed, make_topic, produce,
+                                 storage_options_for, table_offsets, warehouse_for)
 
 # Loads the topic in steps of `step` offsets per partition (several commits per
 # process lifetime, so a kill lands before, during or after any of them) until
@@ -150,7 +150,7 @@ def _value(i):
 def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
     """JSON loads (a table and its dead letters, two commits per load) killed at
     random points; whatever was committed holds each offset exactly once."""
-    from tests.conftest import make_root_url
+    from tests.helpers.roots import make_root_url
 
     base = make_root_url(backend, tmp_path, request)
     options = storage_options_for(base)
@@ -230,7 +230,7 @@ def test_lost_catalog_response_is_settled_by_reading_back(spark, backend, tmp_pa
                                                           monkeypatch):
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from tests.conftest import make_root_url
+    from tests.helpers.roots import make_root_url
 
     base = make_root_url(backend, tmp_path, request)
     options = storage_options_for(base)

@@ -11,8 +11,8 @@ from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.load import run_load
 from pipelines.reprocess import run_reprocess
-from tests.pipelines.test_load import (T0, assert_exactly_once, committed, make_topic, produce,
-                                       rows_by_offset, table_offsets)
+from tests.helpers.loads import (T0, assert_exactly_once, committed, make_topic, produce,
+                                 rows_by_offset, table_offsets)
 
 JSON = {"value_format": "json", "value_schema": "id long"}
 

@@ -17,11 +17,11 @@ from pipelines.offset_ranges import OffsetRange
 from kafkastore.errors import WarehouseError
 from pipelines.quality import validate_snapshot
 from pipelines.vacuum import vacuum
-from tests.pipelines.test_iceberg import SCHEMA, load, rows, write
-from tests.pipelines.test_quality import commit as qcommit
-from tests.pipelines.test_quality import rows as qrows
-from tests.pipelines.test_quality import tag as qtag
-from tests.pipelines.test_quality import validated_offsets
+from tests.helpers.iceberg_tables import SCHEMA, load, rows, write
+from tests.helpers.quality_tables import commit as qcommit
+from tests.helpers.quality_tables import rows as qrows
+from tests.helpers.quality_tables import tag as qtag
+from tests.helpers.quality_tables import validated_offsets
 
 
 @pytest.fixture

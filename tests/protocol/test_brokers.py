@@ -16,8 +16,8 @@ from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
-from .test_clients import cli_consume, confluent_consume
-from .test_wire import batch, produce
+from tests.helpers.kafka_clients import cli_consume, confluent_consume
+from tests.helpers.wire_requests import batch, produce
 from .wire import Wire
 
 
@@ -159,7 +159,7 @@ def test_two_brokers_on_s3_and_a_client(s3_endpoint):
 def test_fetch_beyond_a_stale_cache_is_not_out_of_range(module_root, storage):
     """A consumer that read offset N from one broker may ask another whose cached manifest is
     older: that broker must re-read, not answer OFFSET_OUT_OF_RANGE (a consumer would reset)."""
-    from .test_wire import fetch
+    from tests.helpers.wire_requests import fetch
 
     create_topic(storage, "stale", 1)
     opts = ServeOptions(port=0, commit_interval_ms=1)

@@ -13,7 +13,7 @@ from kafkastore.protocol.server import BrokerThread, ServeOptions, check_listene
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
-from .test_clients import confluent_consume
+from tests.helpers.kafka_clients import confluent_consume
 
 
 def test_non_loopback_needs_tls_and_sasl_or_insecure(capsys, tmp_path):

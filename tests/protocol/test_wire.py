@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
-from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v8 import request as lo_req
 from kio.schema.metadata.v12 import request as md_req
@@ -23,39 +22,12 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.protocol import codec
 from kafkastore.protocol import error_codes as E
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.record_batch import Record, decode_batch, encode_batch, iter_batches, parse_header
+from kafkastore.record_batch import decode_batch, iter_batches, parse_header
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from .wire import Wire
-
-
-def batch(values, *, pid=-1, epoch=-1, seq=-1, ts=None, compression=0):
-    now = int(time.time() * 1000) if ts is None else ts
-    recs = [Record(offset=i, timestamp=now, key=b"k%d" % i, value=v, headers=())
-            for i, v in enumerate(values)]
-    return encode_batch(recs, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                        compression=compression)
-
-
-def produce(w, topic, partition, data, acks=-1):
-    req = prod_req.ProduceRequest(acks=acks, timeout=datetime.timedelta(seconds=10), topic_data=(
-        prod_req.TopicProduceData(name=topic, partition_data=(
-            prod_req.PartitionProduceData(index=partition, records=data),)),))
-    if acks == 0:
-        w.send(req)
-        return None
-    r = w.call(req).responses[0].partition_responses[0]
-    return int(r.error_code), r.base_offset
-
-
-def fetch(w, topic, partition, offset, *, max_wait_ms=0, min_bytes=1, isolation=0, max_bytes=1 << 20):
-    req = fetch_req.FetchRequest(
-        max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=min_bytes, isolation_level=isolation,
-        topics=(fetch_req.FetchTopic(topic=topic, partitions=(fetch_req.FetchPartition(
-            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes),)),),
-        forgotten_topics_data=())
-    return w.call(req).responses[0].partitions[0]
+from tests.helpers.wire_requests import batch, fetch, produce
 
 
 def records_of(data):

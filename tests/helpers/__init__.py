@@ -1,0 +1,2 @@
+"""Helpers shared by test modules (test modules never import each other; tests/test_layers.py
+checks). ``tests/faults.py`` (FaultyFS) and the fixtures of tests/conftest.py are shared too."""

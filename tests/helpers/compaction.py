@@ -1,0 +1,76 @@
+"""Compacted topics for the compaction tests (tests/kafkastore/test_compaction.py,
+tests/pipelines/test_compaction*.py): make, produce, read back, check."""
+from __future__ import annotations
+
+from kafkastore.broker import Broker
+from kafkastore.manifest import Manifest, ManifestStore
+from kafkastore.reader import EARLIEST, PartitionReader
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+T0 = 1_700_000_000_000
+DAY = 24 * 3600 * 1000
+TOPIC = "t"
+
+
+def make_topic(storage: Storage, name: str = TOPIC, partitions: int = 1, **config) -> None:
+    """A compacted topic; ``config`` keys use underscores for dots (segment_bytes=...)."""
+    conf = {"cleanup.policy": "compact"}
+    conf.update({k.replace("_", "."): v for k, v in config.items()})
+    create_topic(storage, name, partitions, conf, now_ms=T0)
+
+
+def produce(storage: Storage, items, *, ts: int = T0, topic: str = TOPIC, partition: int = 0,
+            broker: Broker | None = None, flush: bool = True) -> Broker:
+    """Send ``(key, value)`` pairs (str or None) with timestamp ``ts``; one flush = one commit."""
+    broker = broker or Broker(storage, clock=lambda: ts, producer_id=1)
+    for key, value in items:
+        broker.send(topic, None if value is None else value.encode(),
+                    key=None if key is None else key.encode(), timestamp=ts, partition=partition)
+    if flush:
+        broker.flush()
+    return broker
+
+
+def produce_segments(storage: Storage, rounds, *, ts: int = T0, step: int = 0, **kw) -> None:
+    """One flush (hence at least one segment) per list of ``(key, value)`` in ``rounds``."""
+    for i, items in enumerate(rounds):
+        produce(storage, items, ts=ts + i * step, **kw)
+
+
+def read_all(storage: Storage, topic: str = TOPIC, partition: int = 0,
+             manifest: Manifest | None = None) -> list[tuple[int, str, str | None]]:
+    """Every committed record as ``(offset, key, value)`` (read_committed)."""
+    reader = PartitionReader(storage, topic, partition, manifest=manifest)
+    t = reader.read(EARLIEST)
+    return [(o, k.decode() if k is not None else None, v.decode() if v is not None else None)
+            for o, k, v in zip(t["offset"].to_pylist(), t["key"].to_pylist(), t["value"].to_pylist())]
+
+
+def latest_per_key(records) -> dict[str, tuple[int, str | None]]:
+    """key -> (offset, value) of its last record."""
+    out = {}
+    for o, k, v in records:
+        out[k] = (o, v)
+    return out
+
+
+def latest_manifest(storage: Storage, topic: str = TOPIC, partition: int = 0) -> Manifest:
+    return ManifestStore(storage, topic, partition).latest()
+
+
+def check_compacted(before, after, cleaned_below: int) -> None:
+    """Kafka's guarantees between two reads of a partition (a compaction in between):
+    offsets and values never change, order never changes, nothing at or above
+    ``cleaned_below`` is removed, and the last record of every key survives
+    (tombstones aside: callers check those)."""
+    original = {o: (k, v) for o, k, v in before}
+    offsets = [o for o, _, _ in after]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    for o, k, v in after:
+        assert original[o] == (k, v)
+    kept = set(offsets)
+    assert [o for o, _, _ in before if o >= cleaned_below] == [o for o in offsets if o >= cleaned_below]
+    for k, (o, v) in latest_per_key(before).items():
+        if v is not None:
+            assert o in kept, f"last value of key {k!r} (offset {o}) was removed"

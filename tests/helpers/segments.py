@@ -1,0 +1,50 @@
+"""Record batches and segment logs built with the library's own encoder (the segment,
+verify and import tests)."""
+from __future__ import annotations
+
+from kafkastore.compression import Compression
+from kafkastore.record_batch import Record, encode_batch
+from kafkastore.segment import BuiltSegment, SegmentBuilder
+
+TS0 = 1_700_000_000_000
+
+
+def make_batch(base_offset: int, timestamps=(TS0,), *, value_size: int = 10, gaps=None,
+               compression=Compression.NONE, log_append_time: int | None = None,
+               last_offset: int | None = None) -> bytes:
+    """One v2 batch: a record per timestamp, offsets from ``base_offset`` (plus ``gaps``)."""
+    records = []
+    offset = base_offset
+    for i, ts in enumerate(timestamps):
+        if gaps and i:
+            offset += gaps[i - 1]
+        records.append(Record(offset, ts, None, bytes([65 + i % 26]) * value_size, ()))
+        offset += 1
+    if not records:
+        return encode_batch([], base_offset=base_offset,
+                            last_offset=base_offset if last_offset is None else last_offset)
+    kwargs = {}
+    if log_append_time is not None:
+        kwargs = {"timestamp_type": 1, "max_timestamp": log_append_time}
+    return encode_batch(records, compression=compression, base_offset=base_offset,
+                        last_offset=last_offset, **kwargs)
+
+
+def build_log(base_offset: int, batches, index_interval_bytes: int = 4096) -> BuiltSegment:
+    """Append each batch separately to a SegmentBuilder and build."""
+    builder = SegmentBuilder(base_offset, index_interval_bytes=index_interval_bytes)
+    for batch in batches:
+        builder.append(batch)
+    return builder.build()
+
+
+def simple_batches(base_offset: int, n: int, *, per_batch: int = 3, value_size: int = 30,
+                   ts0: int = TS0):
+    """``n`` batches of ``per_batch`` records, increasing timestamps."""
+    out = []
+    offset = base_offset
+    for i in range(n):
+        out.append(make_batch(offset, [ts0 + 10 * (offset + j) for j in range(per_batch)],
+                              value_size=value_size))
+        offset += per_batch
+    return out
