@@ -34,9 +34,9 @@
  *     and counts; the decoder is empty afterwards.
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
- * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages
- *                                              (default), 2 MADV_POPULATE_WRITE,
- *                                              3 huge pages + MADV_POPULATE_WRITE
+ * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages,
+ *                                              2 populate ahead (default),
+ *                                              3 huge pages + populate ahead
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
@@ -308,9 +308,15 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
  * records), and on Linux the kernel's page faults and page zeroing for fresh
  * memory cost as much as the decoding itself.  So:
  *
- * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings; from
- *   2 MiB up they are advised as transparent huge pages (MADV_HUGEPAGE: THP
- *   is usually in "madvise" mode) and sized in 2 MiB steps;
+ * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings, sized in
+ *   2 MiB steps from 2 MiB up; by default the pages about to be written are
+ *   faulted in ahead, 2 MiB per call (gb_reserve / gb_populate), never the
+ *   unwritten rest of a reservation; alloc modes 1 and 3 advise transparent
+ *   huge pages instead / as well;
+ * - Decoder.lend(buf): the value column may be written into the caller's
+ *   writable input, behind the read position (a "borrowed" gbuf, never
+ *   freed; moved to a block of our own when a batch could overrun input not
+ *   read yet);
  * - freed blocks (the column buffers, once Arrow lets go of them) go to a
  *   small cache, bounded by `cache_limit` bytes of touched memory and
  *   CACHE_SLOTS blocks, marked MADV_FREE so the kernel can still take the
@@ -331,8 +337,11 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 #include "pythread.h"
 
 #define GB_MIN 256
-/* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE,
- * 3 = both (the whole block faulted in by one call; bench/decode.py --cold compares) */
+/* 0 = plain mappings (a fault per 4 KiB page), 1 = MADV_HUGEPAGE, 2 = populate
+ * ahead (default: MADV_POPULATE_WRITE, see gb_populate), 3 = both.  Huge pages
+ * fault in slowly on VMs that return free 2 MiB blocks to the host, and
+ * populating in bulk halves the kernel's cost per 4 KiB page (bench/decode.py
+ * --cold compares). */
 static int alloc_mode = 2;
 #define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -904,7 +913,7 @@ static int dec_reset(Decoder *d) {
     d->presized_end = 0;
     gbuf *offs[] = {&d->koff, &d->voff, &d->hoff, &d->hkoff, &d->hvoff};
     for (int i = 0; i < 5; i++) {
-        if (gb_reserve(offs[i], GB_MIN, 0) < 0)
+        if (gb_reserve(offs[i], GB_MIN, offs[i] == &d->hoff) < 0)
             return -1;
         memset(offs[i]->p, 0, 4);
     }
@@ -935,13 +944,16 @@ static int dec_is_aborted(const Decoder *d, int64_t pid, int64_t base) {
     return 0;
 }
 
-/* Room for `k` more rows in every per-row column. */
+/* Room for `k` more rows in every per-row column.  timestampType and the
+ * headers offsets are zero-filled and only non-zero entries are written:
+ * with create-time batches and no headers (the common case) their fresh
+ * pages are never touched by the decode (no faults, no populate). */
 static int dec_reserve_rows(Decoder *d, int64_t k) {
     size_t n = (size_t)(d->rows + k);
     size_t bits = (n + 7) / 8 + 1;
     if (gb_reserve(&d->off, n * 8, 0) || gb_reserve(&d->ts, n * 8, 0) ||
-        gb_reserve(&d->tst, n * 4, 0) || gb_reserve(&d->koff, (n + 1) * 4, 0) ||
-        gb_reserve(&d->voff, (n + 1) * 4, 0) || gb_reserve(&d->hoff, (n + 1) * 4, 0) ||
+        gb_reserve_space(&d->tst, n * 4, 1) || gb_reserve(&d->koff, (n + 1) * 4, 0) ||
+        gb_reserve(&d->voff, (n + 1) * 4, 0) || gb_reserve_space(&d->hoff, (n + 1) * 4, 1) ||
         gb_reserve(&d->kvalid, bits, 1) || gb_reserve(&d->vvalid, bits, 1) ||
         gb_reserve(&d->hvalid, bits, 1))
         return -1;
@@ -1117,7 +1129,8 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
             RERR("record %d: internal row overflow", (int)i);
         o_off[rows] = offset;
         o_ts[rows] = ts * 1000;
-        o_tst[rows] = tstype;
+        if (tstype) /* zero-filled (dec_reserve_rows) */
+            o_tst[rows] = tstype;
         if (klen >= 0) {
             memcpy(o_kdata + klen_tot, kp, (size_t)klen);
             klen_tot += (size_t)klen;
@@ -1142,7 +1155,8 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         } else {
             hnulls++;
         }
-        o_hoff[rows + 1] = (int32_t)d->nhdr;
+        if (d->nhdr) /* zero-filled, and nhdr only grows (dec_reserve_rows) */
+            o_hoff[rows + 1] = (int32_t)d->nhdr;
         rows++;
     }
     if (KS_UNLIKELY(q != e)) {

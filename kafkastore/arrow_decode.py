@@ -65,8 +65,13 @@ Memory (C kernel): the output is written into fresh column buffers (about
 the size of the records); Arrow owns them and frees them with the batch.
 Freed buffers are kept for the next decode, up to 256 MiB of touched memory
 by default, marked reclaimable (MADV_FREE); ``KAFKASTORE_DECODE_CACHE_MB``
-changes the bound (0: no cache). Large buffers use transparent huge pages.
-The GIL is released while the C kernel decodes (64 KiB or more at once).
+changes the bound (0: no cache). Fresh memory is faulted in ahead of the
+writes, 2 MiB at a time (MADV_POPULATE_WRITE), never more than is written;
+``KAFKASTORE_DECODE_ALLOC`` picks another way (``plain``: fault page by
+page; ``huge``: transparent huge pages; ``huge+populate``); with
+``reuse_input=True`` the value column is written into the caller's writable
+input instead (see :func:`decode_to_arrow`). The GIL is released while the
+C kernel decodes (64 KiB or more at once).
 """
 from __future__ import annotations
 
@@ -124,6 +129,16 @@ if _native is not None and os.environ.get("KAFKASTORE_DECODE_CACHE_MB"):
         _native.set_buffer_cache(max(0, int(os.environ["KAFKASTORE_DECODE_CACHE_MB"])) << 20)
     except ValueError:
         pass
+# How the C kernel gets fresh memory (see the module docstring).
+_ALLOC_MODES = {"plain": 0, "huge": 1, "populate": 2, "huge+populate": 3}
+if _native is not None and os.environ.get("KAFKASTORE_DECODE_ALLOC"):
+    _mode = os.environ["KAFKASTORE_DECODE_ALLOC"].strip().lower()
+    if _mode in _ALLOC_MODES:
+        _native._set_alloc_mode(_ALLOC_MODES[_mode])
+    else:  # at import: no error to raise to a caller; say it and keep the default
+        import warnings
+        warnings.warn(f"KAFKASTORE_DECODE_ALLOC={_mode!r} ignored: expected one of "
+                      f"{', '.join(_ALLOC_MODES)}", RuntimeWarning, stacklevel=2)
 #: "native" or "pure": what decode_to_arrow uses.
 IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
                   and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
