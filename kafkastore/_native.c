@@ -34,9 +34,9 @@
  *     and counts; the decoder is empty afterwards.
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
- * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages
- *                                              (default), 2 MADV_POPULATE_WRITE,
- *                                              3 huge pages + MADV_POPULATE_WRITE
+ * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages,
+ *                                              2 populate ahead (default),
+ *                                              3 huge pages + populate ahead
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
@@ -308,9 +308,15 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
  * records), and on Linux the kernel's page faults and page zeroing for fresh
  * memory cost as much as the decoding itself.  So:
  *
- * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings; from
- *   2 MiB up they are advised as transparent huge pages (MADV_HUGEPAGE: THP
- *   is usually in "madvise" mode) and sized in 2 MiB steps;
+ * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings, sized in
+ *   2 MiB steps from 2 MiB up; by default the pages about to be written are
+ *   faulted in ahead, 2 MiB per call (gb_reserve / gb_populate), never the
+ *   unwritten rest of a reservation; alloc modes 1 and 3 advise transparent
+ *   huge pages instead / as well;
+ * - Decoder.lend(buf): the value column may be written into the caller's
+ *   writable input, behind the read position (a "borrowed" gbuf, never
+ *   freed; moved to a block of our own when a batch could overrun input not
+ *   read yet);
  * - freed blocks (the column buffers, once Arrow lets go of them) go to a
  *   small cache, bounded by `cache_limit` bytes of touched memory and
  *   CACHE_SLOTS blocks, marked MADV_FREE so the kernel can still take the
@@ -331,9 +337,12 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 #include "pythread.h"
 
 #define GB_MIN 256
-/* 0 = plain mappings, 1 = MADV_HUGEPAGE (default), 2 = MADV_POPULATE_WRITE,
- * 3 = both (the whole block faulted in by one call; bench/decode.py --cold compares) */
-static int alloc_mode = 1;
+/* 0 = plain mappings (a fault per 4 KiB page), 1 = MADV_HUGEPAGE, 2 = populate
+ * ahead (default: MADV_POPULATE_WRITE, see gb_populate), 3 = both.  Huge pages
+ * fault in slowly on VMs that return free 2 MiB blocks to the host, and
+ * populating in bulk halves the kernel's cost per 4 KiB page (bench/decode.py
+ * --cold compares). */
+static int alloc_mode = 2;
 #define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
 #define MAP_STEP ((size_t)64 << 10)
@@ -344,6 +353,8 @@ typedef struct {
     size_t len; /* bytes in use (only tracked for data buffers) */
     size_t cap;
     int mapped; /* p is an mmap of cap bytes */
+    size_t pop; /* bytes from p known to be faulted in (populate modes) */
+    int borrowed; /* p is memory lent by the caller (Decoder.lend): never freed */
 } gbuf;
 
 #ifdef KS_MMAP
@@ -505,6 +516,17 @@ static PyTypeObject BufferType = {
 /* Ensure cap >= need; new bytes are zero when `zero`.  0 ok, -1 no memory.
  * Callable without the GIL. */
 static int gb_grow(gbuf *b, size_t need, int zero) {
+    if (b->borrowed) {
+        /* Lent memory cannot grow: move what is written to a block of our own. */
+        gbuf t = {NULL, 0, 0, 0, 0, 0};
+        if (gb_grow(&t, need > b->len ? need : b->len, zero) < 0)
+            return -1;
+        if (b->len)
+            memcpy(t.p, b->p, b->len);
+        t.len = b->len;
+        *b = t;
+        return 0;
+    }
     size_t cap = b->cap ? b->cap : GB_MIN;
     while (cap < need) {
         if (cap > ((size_t)-1) / 4)
@@ -525,6 +547,9 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
             if (b->p)
                 block_free(b->p, b->cap, b->mapped, b->cap);
             cap = got;
+            /* Its pages are most likely still there (MADV_FREE is lazy): no
+             * populate call; a page the kernel took back faults as usual. */
+            b->pop = got;
         } else if (b->mapped) {
             np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
             if (np == MAP_FAILED)
@@ -537,15 +562,12 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
                 memcpy(np, b->p, b->cap);
                 free(b->p);
             }
+            b->pop = 0;
         }
         /* Fresh mapped memory is zero already. */
 #ifdef MADV_HUGEPAGE
         if ((alloc_mode == 1 || alloc_mode == 3) && cap >= HUGE_PAGE)
             madvise(np, cap, MADV_HUGEPAGE); /* advisory: failure is harmless */
-#endif
-#ifdef MADV_POPULATE_WRITE
-        if (alloc_mode == 2 || alloc_mode == 3)
-            madvise(np + b->cap, cap - b->cap, MADV_POPULATE_WRITE);
 #endif
         b->p = np;
         b->cap = cap;
@@ -563,16 +585,51 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
     return 0;
 }
 
-static inline int gb_reserve(gbuf *b, size_t need, int zero) {
+/* Fault in [pop, need) of a mapped block in one call (rounded up to
+ * POP_STEP), so the pages are not faulted one by one as they are written.
+ * Only what is about to be written: never the address space reserved
+ * beyond it. */
+#define POP_STEP ((size_t)2 << 20)
+static void gb_populate(gbuf *b, size_t need) {
+#if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
+    size_t upto = (need + POP_STEP - 1) & ~(POP_STEP - 1);
+    if (upto > b->cap)
+        upto = b->cap;
+    size_t from = b->pop & ~((size_t)4095);
+    if (upto > from && madvise(b->p + from, upto - from, MADV_POPULATE_WRITE) < 0) {
+        b->pop = b->cap; /* not supported (kernel < 5.14): stop asking */
+        return;
+    }
+    b->pop = upto;
+#else
+    b->pop = b->cap;
+    (void)need;
+#endif
+}
+
+/* Room for `need` bytes (address space; nothing faulted in). */
+static inline int gb_reserve_space(gbuf *b, size_t need, int zero) {
     if (KS_LIKELY(need <= b->cap))
         return 0;
     return gb_grow(b, need, zero);
 }
 
+/* Room for `need` bytes that are about to be written: in the populate
+ * modes, the pages up to `need` are faulted in ahead, in bulk. */
+static inline int gb_reserve(gbuf *b, size_t need, int zero) {
+    if (KS_UNLIKELY(need > b->cap) && gb_grow(b, need, zero) < 0)
+        return -1;
+    if (KS_UNLIKELY(need > b->pop) && b->mapped && (alloc_mode == 2 || alloc_mode == 3))
+        gb_populate(b, need);
+    return 0;
+}
+
 static void gb_free(gbuf *b) {
-    block_free(b->p, b->cap, b->mapped, b->cap);
+    if (!b->borrowed)
+        block_free(b->p, b->cap, b->mapped, b->cap);
+    b->borrowed = 0;
     b->p = NULL;
-    b->len = b->cap = 0;
+    b->len = b->cap = b->pop = 0;
     b->mapped = 0;
 }
 
@@ -588,14 +645,14 @@ static PyObject *gb_to_buffer(gbuf *b, size_t size) {
     o->cap = b->cap;
     o->mapped = b->mapped;
     b->p = NULL;
-    b->len = b->cap = 0;
+    b->len = b->cap = b->pop = 0;
     b->mapped = 0;
     return (PyObject *)o;
 }
 
 static PyObject *new_buffer(size_t size) {
-    gbuf b = {NULL, 0, 0, 0};
-    if (gb_grow(&b, size ? size : 1, 0) < 0)
+    gbuf b = {NULL, 0, 0, 0, 0, 0};
+    if (gb_reserve(&b, size ? size : 1, 0) < 0)
         return PyErr_NoMemory();
     PyObject *o = gb_to_buffer(&b, size);
     if (!o)
@@ -808,6 +865,8 @@ typedef struct {
     int64_t knulls, vnulls, hnulls, hvnulls;
     const void *presized_buf; /* region already sized by dec_presize */
     Py_ssize_t presized_end;
+    Py_buffer lent;  /* the caller's writable input (lend()): vdata may live in it */
+    int has_lent;
     gbuf off, ts, tst;             /* int64, int64 (us), int32 */
     gbuf kvalid, koff, kdata;      /* key: bitmap, int32 offsets, bytes */
     gbuf vvalid, voff, vdata;      /* value */
@@ -829,16 +888,32 @@ static void dec_free_bufs(Decoder *d) {
         gb_free(b);
 }
 
+static void dec_release_lent(Decoder *d) {
+    if (d->has_lent) {
+        PyBuffer_Release(&d->lent);
+        d->has_lent = 0;
+    }
+}
+
+/* Move the value bytes out of lent memory into a block of our own (when the
+ * next batch could overwrite input not read yet).  0 ok, -1 no memory. */
+static int dec_unborrow(Decoder *d) {
+    if (!d->vdata.borrowed)
+        return 0;
+    return gb_grow(&d->vdata, d->vdata.len > GB_MIN ? d->vdata.len : GB_MIN, 0);
+}
+
 /* Fresh state: offset buffers start with their leading 0. */
 static int dec_reset(Decoder *d) {
     dec_free_bufs(d);
+    dec_release_lent(d);
     d->rows = d->nhdr = 0;
     d->knulls = d->vnulls = d->hnulls = d->hvnulls = 0;
     d->presized_buf = NULL;
     d->presized_end = 0;
     gbuf *offs[] = {&d->koff, &d->voff, &d->hoff, &d->hkoff, &d->hvoff};
     for (int i = 0; i < 5; i++) {
-        if (gb_reserve(offs[i], GB_MIN, 0) < 0)
+        if (gb_reserve(offs[i], GB_MIN, offs[i] == &d->hoff) < 0)
             return -1;
         memset(offs[i]->p, 0, 4);
     }
@@ -869,13 +944,16 @@ static int dec_is_aborted(const Decoder *d, int64_t pid, int64_t base) {
     return 0;
 }
 
-/* Room for `k` more rows in every per-row column. */
+/* Room for `k` more rows in every per-row column.  timestampType and the
+ * headers offsets are zero-filled and only non-zero entries are written:
+ * with create-time batches and no headers (the common case) their fresh
+ * pages are never touched by the decode (no faults, no populate). */
 static int dec_reserve_rows(Decoder *d, int64_t k) {
     size_t n = (size_t)(d->rows + k);
     size_t bits = (n + 7) / 8 + 1;
     if (gb_reserve(&d->off, n * 8, 0) || gb_reserve(&d->ts, n * 8, 0) ||
-        gb_reserve(&d->tst, n * 4, 0) || gb_reserve(&d->koff, (n + 1) * 4, 0) ||
-        gb_reserve(&d->voff, (n + 1) * 4, 0) || gb_reserve(&d->hoff, (n + 1) * 4, 0) ||
+        gb_reserve_space(&d->tst, n * 4, 1) || gb_reserve(&d->koff, (n + 1) * 4, 0) ||
+        gb_reserve(&d->voff, (n + 1) * 4, 0) || gb_reserve_space(&d->hoff, (n + 1) * 4, 1) ||
         gb_reserve(&d->kvalid, bits, 1) || gb_reserve(&d->vvalid, bits, 1) ||
         gb_reserve(&d->hvalid, bits, 1))
         return -1;
@@ -948,6 +1026,7 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
     int32_t *o_hoff = (int32_t *)d->hoff.p;
     uint8_t *o_kvalid = d->kvalid.p, *o_vvalid = d->vvalid.p, *o_hvalid = d->hvalid.p;
     uint8_t *o_kdata = d->kdata.p, *o_vdata = d->vdata.p;
+    const int inplace = d->vdata.borrowed;
     size_t klen_tot = d->kdata.len, vlen_tot = d->vdata.len;
     int64_t knulls = d->knulls, vnulls = d->vnulls, hnulls = d->hnulls;
     const int64_t rows_cap = d->rows + (count < maxrows ? count : maxrows);
@@ -1050,7 +1129,8 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
             RERR("record %d: internal row overflow", (int)i);
         o_off[rows] = offset;
         o_ts[rows] = ts * 1000;
-        o_tst[rows] = tstype;
+        if (tstype) /* zero-filled (dec_reserve_rows) */
+            o_tst[rows] = tstype;
         if (klen >= 0) {
             memcpy(o_kdata + klen_tot, kp, (size_t)klen);
             klen_tot += (size_t)klen;
@@ -1060,7 +1140,10 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         }
         o_koff[rows + 1] = (int32_t)klen_tot;
         if (vlen >= 0) {
-            memcpy(o_vdata + vlen_tot, vp, (size_t)vlen);
+            if (inplace) /* behind the read position, possibly overlapping */
+                memmove(o_vdata + vlen_tot, vp, (size_t)vlen);
+            else
+                memcpy(o_vdata + vlen_tot, vp, (size_t)vlen);
             vlen_tot += (size_t)vlen;
             o_vvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
         } else {
@@ -1072,7 +1155,8 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         } else {
             hnulls++;
         }
-        o_hoff[rows + 1] = (int32_t)d->nhdr;
+        if (d->nhdr) /* zero-filled, and nhdr only grows (dec_reserve_rows) */
+            o_hoff[rows + 1] = (int32_t)d->nhdr;
         rows++;
     }
     if (KS_UNLIKELY(q != e)) {
@@ -1192,6 +1276,12 @@ static int dec_walk(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t e
                 *stop = pos;
                 return 0;
             }
+            /* Values written in place stay behind what is read (see lend). */
+            if (d->vdata.borrowed && d->vdata.p + d->vdata.len > p + HEADER_SIZE &&
+                dec_unborrow(d) < 0) {
+                err->kind = ERR_NOMEM;
+                return -1;
+            }
             if (dec_records(d, &h, p + HEADER_SIZE, (size_t)(size - HEADER_SIZE), pos, err) < 0)
                 return -1;
         }
@@ -1249,8 +1339,8 @@ static int dec_presize(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_
     /* Values first: they are usually the bigger column, and get the cached
      * block with the most pages still in place. */
     if (dec_reserve_rows(d, (int64_t)rows) < 0 ||
-        gb_reserve(&d->vdata, d->vdata.len + bytes, 0) < 0 ||
-        gb_reserve(&d->kdata, d->kdata.len + bytes, 0) < 0)
+        gb_reserve_space(&d->vdata, d->vdata.len + bytes, 0) < 0 ||
+        gb_reserve_space(&d->kdata, d->kdata.len + bytes, 0) < 0)
         return -1;
     return 0;
 }
@@ -1283,6 +1373,14 @@ static PyObject *Decoder_feed(Decoder *self, PyObject *args) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "feed: pos/end outside the buffer");
         return NULL;
+    }
+    /* Values in lent memory only while feeding from it, behind pos. */
+    if (self->vdata.borrowed &&
+        (view.buf != self->lent.buf ||
+         self->vdata.p + self->vdata.len > (uint8_t *)view.buf + pos) &&
+        dec_unborrow(self) < 0) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
     }
     kerr err;
     err.kind = ERR_NONE;
@@ -1335,9 +1433,24 @@ static PyObject *Decoder_feed_records(Decoder *self, PyObject *args) {
     }
     bheader h;
     parse_header((const uint8_t *)view.buf + pos, &h);
+    const uint8_t *bufp = (const uint8_t *)view.buf;
+    Py_ssize_t buflen = view.len;
     PyBuffer_Release(&view);
     if (get_view(recobj, &rec) < 0)
         return NULL;
+    /* Values in lent memory: this batch's may not pass its own end there. */
+    if (self->vdata.borrowed) {
+        Py_ssize_t bend = h.batch_length >= 0 ? pos + (Py_ssize_t)h.batch_length + LOG_OVERHEAD
+                                              : pos;
+        if ((const void *)bufp != self->lent.buf || bend > buflen ||
+            (size_t)rec.len > (size_t)(bufp + bend - (self->vdata.p + self->vdata.len)) ||
+            self->vdata.p + self->vdata.len > bufp + bend) {
+            if (dec_unborrow(self) < 0) {
+                PyBuffer_Release(&rec);
+                return PyErr_NoMemory();
+            }
+        }
+    }
     kerr err;
     err.kind = ERR_NONE;
     int rc;
@@ -1395,7 +1508,17 @@ static PyObject *Decoder_finish(Decoder *self, PyObject *Py_UNUSED(ignored)) {
         {"header_value_data", &self->hvdata, self->hvdata.len},
     };
     for (size_t i = 0; i < sizeof(items) / sizeof(items[0]); i++) {
-        PyObject *b = gb_to_buffer(items[i].b, items[i].size);
+        PyObject *b;
+        if (items[i].b->borrowed) {
+            /* Values written in place: a memoryview of the caller's buffer. */
+            PyObject *mv = PyMemoryView_FromObject(self->lent.obj);
+            b = mv ? PySequence_GetSlice(mv, 0, (Py_ssize_t)items[i].size) : NULL;
+            Py_XDECREF(mv);
+            if (b)
+                gb_free(items[i].b);
+        } else {
+            b = gb_to_buffer(items[i].b, items[i].size);
+        }
         if (!b || PyDict_SetItemString(res, items[i].name, b) < 0) {
             Py_XDECREF(b);
             Py_DECREF(res);
@@ -1486,8 +1609,29 @@ static int Decoder_init(Decoder *self, PyObject *args, PyObject *kwds) {
 
 static void Decoder_dealloc(Decoder *self) {
     dec_free_bufs(self);
+    dec_release_lent(self);
     free(self->ab);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Decoder_lend(Decoder *self, PyObject *obj) {
+    if (dec_check_usable(self) < 0)
+        return NULL;
+    if (self->has_lent || self->rows || self->vdata.len)
+        Py_RETURN_FALSE;
+    if (PyObject_GetBuffer(obj, &self->lent, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear(); /* read-only (bytes): values go to fresh memory */
+        Py_RETURN_FALSE;
+    }
+    self->has_lent = 1;
+    gb_free(&self->vdata);
+    self->vdata.p = (uint8_t *)self->lent.buf;
+    self->vdata.len = 0;
+    self->vdata.cap = (size_t)self->lent.len;
+    self->vdata.pop = self->vdata.cap;
+    self->vdata.mapped = 0;
+    self->vdata.borrowed = 1;
+    Py_RETURN_TRUE;
 }
 
 static PyObject *Decoder_get_rows(Decoder *self, void *Py_UNUSED(c)) {
@@ -1499,6 +1643,9 @@ static PyMethodDef Decoder_methods[] = {
      "feed(buf, pos=0, end=-1) -> None | (pos, codec, rec_start, rec_end)"},
     {"feed_records", (PyCFunction)Decoder_feed_records, METH_VARARGS,
      "feed_records(buf, pos, records): decode the decompressed records of the batch at pos"},
+    {"lend", (PyCFunction)Decoder_lend, METH_O,
+     "lend(buf) -> bool: buf (writable, the memory fed next) may hold the value column; "
+     "its bytes are unspecified afterwards. False (nothing lent) for read-only buffers"},
     {"finish", (PyCFunction)Decoder_finish, METH_NOARGS,
      "finish() -> dict of column buffers and counts; resets the decoder"},
     {NULL, NULL, 0, NULL},

@@ -65,8 +65,13 @@ Memory (C kernel): the output is written into fresh column buffers (about
 the size of the records); Arrow owns them and frees them with the batch.
 Freed buffers are kept for the next decode, up to 256 MiB of touched memory
 by default, marked reclaimable (MADV_FREE); ``KAFKASTORE_DECODE_CACHE_MB``
-changes the bound (0: no cache). Large buffers use transparent huge pages.
-The GIL is released while the C kernel decodes (64 KiB or more at once).
+changes the bound (0: no cache). Fresh memory is faulted in ahead of the
+writes, 2 MiB at a time (MADV_POPULATE_WRITE), never more than is written;
+``KAFKASTORE_DECODE_ALLOC`` picks another way (``plain``: fault page by
+page; ``huge``: transparent huge pages; ``huge+populate``); with
+``reuse_input=True`` the value column is written into the caller's writable
+input instead (see :func:`decode_to_arrow`). The GIL is released while the
+C kernel decodes (64 KiB or more at once).
 """
 from __future__ import annotations
 
@@ -124,6 +129,16 @@ if _native is not None and os.environ.get("KAFKASTORE_DECODE_CACHE_MB"):
         _native.set_buffer_cache(max(0, int(os.environ["KAFKASTORE_DECODE_CACHE_MB"])) << 20)
     except ValueError:
         pass
+# How the C kernel gets fresh memory (see the module docstring).
+_ALLOC_MODES = {"plain": 0, "huge": 1, "populate": 2, "huge+populate": 3}
+if _native is not None and os.environ.get("KAFKASTORE_DECODE_ALLOC"):
+    _mode = os.environ["KAFKASTORE_DECODE_ALLOC"].strip().lower()
+    if _mode in _ALLOC_MODES:
+        _native._set_alloc_mode(_ALLOC_MODES[_mode])
+    else:  # at import: no error to raise to a caller; say it and keep the default
+        import warnings
+        warnings.warn(f"KAFKASTORE_DECODE_ALLOC={_mode!r} ignored: expected one of "
+                      f"{', '.join(_ALLOC_MODES)}", RuntimeWarning, stacklevel=2)
 #: "native" or "pure": what decode_to_arrow uses.
 IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
                   and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
@@ -200,7 +215,8 @@ def _from_native(e, segment, base_position: int) -> KafkaStoreError:
 def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: int,
             start_offset: int = 0, end_offset: int | None = None,
             aborted: Iterable = (), include_headers: bool = True, verify_crc: bool = True,
-            segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+            segment: str | None = None, base_position: int = 0,
+            reuse_input: bool = False) -> pa.RecordBatch:
     if not isinstance(topic, str):
         raise TypeError(f"topic must be a str, got {type(topic).__name__}")
     if not 0 <= int(partition) <= _INT32_MAX:
@@ -209,6 +225,8 @@ def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: in
     end = _INT64_MAX if end_offset is None else int(end_offset)
     dec = impl(int(start_offset), end, bool(include_headers), bool(verify_crc),
                _aborted_tuples(aborted))
+    if reuse_input and impl is _NativeDecoder:
+        dec.lend(view)  # False for read-only memory: fresh memory then
     pos = 0
     try:
         while True:
@@ -624,8 +642,9 @@ class _PureDecoder:
 def decode_to_arrow_pure(buf, *, topic: str, partition: int, start_offset: int = 0,
                          end_offset: int | None = None, aborted: Iterable = (),
                          include_headers: bool = True, verify_crc: bool = True,
-                         segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
-    """:func:`decode_to_arrow` with the pure-Python decoder."""
+                         segment: str | None = None, base_position: int = 0,
+                         reuse_input: bool = False) -> pa.RecordBatch:
+    """:func:`decode_to_arrow` with the pure-Python decoder (``reuse_input`` has no effect)."""
     return _decode(_PureDecoder, buf, topic=topic, partition=partition,
                    start_offset=start_offset, end_offset=end_offset, aborted=aborted,
                    include_headers=include_headers, verify_crc=verify_crc, segment=segment,
@@ -635,7 +654,8 @@ def decode_to_arrow_pure(buf, *, topic: str, partition: int, start_offset: int =
 def decode_to_arrow_native(buf, *, topic: str, partition: int, start_offset: int = 0,
                            end_offset: int | None = None, aborted: Iterable = (),
                            include_headers: bool = True, verify_crc: bool = True,
-                           segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+                           segment: str | None = None, base_position: int = 0,
+                           reuse_input: bool = False) -> pa.RecordBatch:
     """:func:`decode_to_arrow` with the C decoder (RuntimeError if it is not built)."""
     if _NativeDecoder is None:
         raise RuntimeError("kafkastore._native is not built (pip install . with a C compiler, "
@@ -643,13 +663,14 @@ def decode_to_arrow_native(buf, *, topic: str, partition: int, start_offset: int
     return _decode(_NativeDecoder, buf, topic=topic, partition=partition,
                    start_offset=start_offset, end_offset=end_offset, aborted=aborted,
                    include_headers=include_headers, verify_crc=verify_crc, segment=segment,
-                   base_position=base_position)
+                   base_position=base_position, reuse_input=reuse_input)
 
 
 def decode_to_arrow(buf, *, topic: str, partition: int, start_offset: int = 0,
                     end_offset: int | None = None, aborted: Iterable = (),
                     include_headers: bool = True, verify_crc: bool = True,
-                    segment: str | None = None, base_position: int = 0) -> pa.RecordBatch:
+                    segment: str | None = None, base_position: int = 0,
+                    reuse_input: bool = False) -> pa.RecordBatch:
     """Decode whole consecutive v2 batches into one RecordBatch of :data:`KAFKA_SCHEMA`.
 
     ``buf``: bytes-like holding a segment or a batch-aligned byte range of one
@@ -657,10 +678,16 @@ def decode_to_arrow(buf, *, topic: str, partition: int, start_offset: int = 0,
     positions). Keeps records with ``start_offset <= offset < end_offset``
     (``end_offset`` None: no upper bound), drops control batches and the
     ``aborted`` transactions' batches, checks CRCs when ``verify_crc``.
+    ``reuse_input=True``: ``buf`` is writable memory the caller hands over
+    (say a bytearray the segment was read into, not used again): the C kernel
+    may write the value column into it instead of into fresh memory (the
+    batch then keeps ``buf`` alive, and a bytearray cannot be resized while
+    it lives); ``buf``'s bytes are unspecified afterwards, also after an error.
+    No effect on read-only memory (bytes) or with the pure decoder.
     See the module docstring for the column semantics and errors.
     """
     impl = _NativeDecoder if IMPLEMENTATION == "native" else _PureDecoder
     return _decode(impl, buf, topic=topic, partition=partition,
                    start_offset=start_offset, end_offset=end_offset, aborted=aborted,
                    include_headers=include_headers, verify_crc=verify_crc, segment=segment,
-                   base_position=base_position)
+                   base_position=base_position, reuse_input=reuse_input)

@@ -296,30 +296,36 @@ def _bisect_entries(index: bytes, base_offset: int, target: int, n: int) -> Iter
 
 
 def read_range(storage: Storage, rr: ReadRange, *, include_headers: bool = True,
-               isolation: str = READ_COMMITTED, verify_crc: bool = True) -> pa.RecordBatch:
+               isolation: str = READ_COMMITTED, verify_crc: bool = True,
+               reuse_input: bool = False) -> pa.RecordBatch:
     """Range-read and decode one :class:`ReadRange` into an Arrow record batch.
 
     The bytes are checked against what the manifest entry promises before
     anything is decoded (:func:`check_range`), so a truncated, replaced or
     mis-indexed segment is a :class:`SegmentMismatchError`, never silently
     other or fewer records. Every reader (consume, the Spark data source, the
-    load, the broker's fetch) comes through here.
+    load, the broker's fetch) comes through here. ``reuse_input=True``: read
+    local files into writable memory and let the decoder write the value
+    column into it (``decode_to_arrow(..., reuse_input=True)``: less fresh memory).
     """
-    data = read_checked(storage, rr)
+    data = read_checked(storage, rr, writable=reuse_input)
     aborted = rr.aborted if isolation == READ_COMMITTED else ()
     return decode_to_arrow(data, topic=rr.topic, partition=rr.partition,
                            start_offset=rr.start_offset, end_offset=rr.end_offset,
                            aborted=aborted, include_headers=include_headers,
-                           verify_crc=verify_crc, segment=rr.path, base_position=rr.byte_start)
+                           verify_crc=verify_crc, segment=rr.path, base_position=rr.byte_start,
+                           reuse_input=reuse_input)
 
 
-def read_checked(storage: Storage, rr: ReadRange) -> bytes:
-    """The bytes of ``rr``, checked by :func:`check_range`. One extra byte is asked for at
-    the end of the object, so an object longer than listed is caught without a HEAD."""
+def read_checked(storage: Storage, rr: ReadRange, *, writable: bool = False):
+    """The bytes of ``rr`` (bytes-like), checked by :func:`check_range`. One extra byte is
+    asked for at the end of the object, so an object longer than listed is caught without
+    a HEAD; it is cut off with a view, not a copy. ``writable``: see ``Storage.get_range``."""
     at_end = rr.segment_size >= 0 and rr.byte_end == rr.segment_size
-    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end + (1 if at_end else 0))
+    data = storage.get_range(rr.path, rr.byte_start, rr.byte_end + (1 if at_end else 0),
+                             **({"writable": True} if writable else {}))
     check_range(rr, data)
-    return data[:rr.size]
+    return memoryview(data)[:rr.size] if len(data) > rr.size else data
 
 
 def whole_segment_range(topic: str, partition: int, seg: SegmentEntry) -> ReadRange:

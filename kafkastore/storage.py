@@ -251,13 +251,20 @@ class Storage:
                 raise
             raise self._fail("read", rel, exc) from exc
 
-    def get_range(self, rel: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of an object (shorter, possibly empty, if the object is shorter)."""
+    def get_range(self, rel: str, start: int, end: int, *, writable: bool = False):
+        """Bytes ``[start, end)`` of an object (shorter, possibly empty, if the object is shorter).
+
+        ``writable=True``: the caller wants memory it may write to (a decoder that writes
+        its output into its input): local files are read straight into fresh writable
+        memory (a memoryview of an anonymous mapping); other stores hand back their bytes
+        as usual (making them writable would cost a copy)."""
         if start < 0 or end < 0:
             raise ValueError(f"byte range must be non-negative, got [{start}, {end})")
         if end <= start:
             return b""
         try:
+            if writable and isinstance(self.fs, LocalFileSystem):
+                return _read_into_fresh_memory(self.fs, self.full_path(rel), start, end)
             return bytes(self.fs.cat_file(self.full_path(rel), start=start, end=end))
         except FileNotFoundError:
             raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
@@ -425,3 +432,21 @@ def _mtime(info: dict) -> float:
             except ValueError:
                 continue
     return 0.0
+
+
+def _read_into_fresh_memory(fs, path: str, start: int, end: int) -> memoryview:
+    """``[start, end)`` of a local file read into an anonymous mapping (writable, and not
+    zero-filled first as a bytearray would be), as a memoryview of the bytes read."""
+    import mmap
+
+    buf = mmap.mmap(-1, end - start)
+    view = memoryview(buf)
+    n = 0
+    with fs.open(path, "rb") as f:
+        f.seek(start)
+        while n < len(view):
+            got = f.readinto(view[n:])
+            if not got:
+                break
+            n += got
+    return view[:n]

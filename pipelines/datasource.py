@@ -905,7 +905,10 @@ def _read_batches(root: str, storage_options: Mapping[str, Any], ranges: Sequenc
         return
     storage = _cached_storage(root, storage_options)
     for rr in ranges:
-        batch = read_range(storage, rr, include_headers=include_headers, isolation=isolation)
+        # reuse_input: the range is read for this decode only, so the value column may be
+        # written into it (local files; other stores hand back read-only bytes).
+        batch = read_range(storage, rr, include_headers=include_headers, isolation=isolation,
+                           reuse_input=True)
         if not include_headers:
             batch = batch.drop_columns(["headers"])
         for start in range(0, batch.num_rows, _ROWS_PER_BATCH):
