@@ -128,6 +128,14 @@ def write_object(fs, path: str, data: bytes, *, exclusive: bool = False) -> None
 def _local_write(path: str, data: bytes, exclusive: bool) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
+    tmp = _local_temp(directory, data)
+    _local_publish(tmp, path, exclusive)
+    # fsync the directory so the new name survives a crash once we report success.
+    _fsync_dir(directory)
+
+
+def _local_temp(directory: str, data) -> str:
+    """Write ``data`` to a new temporary file in ``directory`` and fsync it; its path."""
     tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -138,21 +146,61 @@ def _local_write(path: str, data: bytes, exclusive: bool) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return tmp
+
+
+def _local_publish(tmp: str, path: str, exclusive: bool) -> None:
+    """Give the complete temporary file ``tmp`` its final name (not yet durable: the
+    caller fsyncs the directory)."""
+    try:
         if exclusive:
             os.link(tmp, path)  # EEXIST atomically if someone else got there first
         else:
             os.replace(tmp, path)
     finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass  # renamed by os.replace
-    # fsync the directory so the new name survives a crash once we report success.
+        _unlink_quietly(tmp)  # a no-op after os.replace
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
     dfd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _local_write_many(items: list[tuple[str, Any]]) -> None:
+    """Overwrite several local files: each one written to a temporary file and fsynced,
+    renamed in order, then each directory fsynced once (not once per file). Success
+    means every file is durable under its final name, as after that many
+    :func:`_local_write` calls; a failure part way leaves each name either old or new."""
+    directories: dict[str, None] = {}
+    temps: list[tuple[str, str]] = []
+    try:
+        for path, data in items:
+            directory = os.path.dirname(path)
+            if directory not in directories:
+                os.makedirs(directory, exist_ok=True)
+                directories[directory] = None
+            temps.append((_local_temp(directory, data), path))
+        while temps:
+            tmp, path = temps.pop(0)
+            _local_publish(tmp, path, False)
+    finally:
+        for tmp, _ in temps:
+            _unlink_quietly(tmp)
+    for directory in directories:
+        _fsync_dir(directory)
 
 
 class Storage:
@@ -341,6 +389,32 @@ class Storage:
                 raise
             raise self._fail("write", rel, exc) from exc
         self._remember_put(rel.strip("/"), started)
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        """:meth:`put` of several objects ``(rel, data)``, in order. ``data`` may be any
+        bytes-like object; it must not change until this returns.
+
+        On local files this is cheaper than as many :meth:`put` calls and as
+        durable: each file is fsynced, and each directory once after all the
+        renames (see docs/DECISIONS.md), before this returns. Elsewhere it is
+        those :meth:`put` calls.
+        """
+        items = list(items)
+        if not (isinstance(self.fs, LocalFileSystem)
+                and getattr(self.fs, "kafkastore_write", None) is None):
+            for rel, data in items:
+                self.put(rel, data)
+            return
+        started = self.clock()
+        try:
+            _local_write_many([(self.full_path(rel), data) for rel, data in items])
+        except Exception as exc:
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail("write", items[0][0] if len(items) == 1
+                             else ", ".join(rel for rel, _ in items), exc) from exc
+        for rel, _ in items:
+            self._remember_put(rel.strip("/"), started)
 
     def _remember_put(self, rel: str, started: float) -> None:
         times = self._put_times
