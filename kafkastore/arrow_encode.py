@@ -369,12 +369,15 @@ def _encode_batches(native: bool, cols: Columns, sizes, batch_limit: int, *, off
                     partition_leader_epoch: int = -1,
                     transactional: bool = False) -> EncodedBatches | None:
     check_timestamp_type(timestamp_type)
-    n = cols.n if rows is None else len(rows)
     offsets = np.ascontiguousarray(offsets, np.int64)
     timestamps = np.ascontiguousarray(timestamps, np.int64)
     sizes = np.ascontiguousarray(sizes, np.int64)
-    if n == 0 or len(offsets) != n or len(timestamps) != n or len(sizes) != n:
+    n = len(offsets)  # rows [0, n) of cols, or rows[:n]
+    if (n == 0 or len(timestamps) != n or len(sizes) != n
+            or n > (cols.n if rows is None else len(rows))):
         raise ConfigError("one offset, timestamp and size per row are needed")
+    if rows is not None:
+        rows = rows[:n]
     if native:
         attributes = ((TIMESTAMP_TYPE_MASK if timestamp_type else 0)
                       | (TRANSACTIONAL_MASK if transactional else 0))
