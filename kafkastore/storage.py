@@ -179,28 +179,68 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
+def _fsync_all(fds: list[int]) -> None:
+    """fsync every descriptor, concurrently: a journaling filesystem (ext4's jbd2, XFS)
+    commits concurrent fsyncs together, so three files cost about one commit, not three.
+    Threads are started per call (fork-safe, and cheap next to an fsync)."""
+    if len(fds) == 1:
+        os.fsync(fds[0])
+        return
+    errors: list[BaseException] = []
+
+    def sync(fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=sync, args=(fd,), daemon=True) for fd in fds[1:]]
+    for t in threads:
+        t.start()
+    sync(fds[0])
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
 def _local_write_many(items: list[tuple[str, Any]]) -> None:
-    """Overwrite several local files: each one written to a temporary file and fsynced,
-    renamed in order, then each directory fsynced once (not once per file). Success
-    means every file is durable under its final name, as after that many
+    """Overwrite several local files: each written to a temporary file, all fsynced
+    (concurrently), renamed in order, then each directory fsynced once (not once per
+    file). Success means every file is durable under its final name, as after that many
     :func:`_local_write` calls; a failure part way leaves each name either old or new."""
     directories: dict[str, None] = {}
     temps: list[tuple[str, str]] = []
+    fds: list[int] = []
     try:
         for path, data in items:
             directory = os.path.dirname(path)
             if directory not in directories:
                 os.makedirs(directory, exist_ok=True)
                 directories[directory] = None
-            temps.append((_local_temp(directory, data), path))
+            tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
+            fds.append(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            temps.append((tmp, path))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fds[-1], view):]
+        _fsync_all(fds)
+        while fds:
+            os.close(fds.pop())
         while temps:
             tmp, path = temps.pop(0)
             _local_publish(tmp, path, False)
     finally:
+        for fd in fds:
+            os.close(fd)
         for tmp, _ in temps:
             _unlink_quietly(tmp)
-    for directory in directories:
-        _fsync_dir(directory)
+    dfds = [os.open(d, os.O_RDONLY) for d in directories]
+    try:
+        _fsync_all(dfds)
+    finally:
+        for fd in dfds:
+            os.close(fd)
 
 
 class Storage:
