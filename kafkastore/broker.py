@@ -53,7 +53,7 @@ from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifes
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
-from .segment import index_batches
+from .segment import index_batch_arrays, index_batches
 from .storage import Storage
 from .topics import TopicMetadata, load_topic
 
@@ -1084,10 +1084,9 @@ def _build_run_segments(pending: list[_Pending], segment_bytes: int, segment_ms:
         late = np.flatnonzero(app[s + 1:e] - app[s] >= segment_ms)
         if late.size:
             e = s + 1 + int(late[0])
-        built = index_batches(
-            int(a["rel"][s]), sizes[s:e].tolist(), int(a["rel"][s]), lasts[s:e].tolist(),
-            a["count"][s:e].tolist(), a["max"][s:e].tolist(), a["min"][s:e].tolist(),
-            index_interval_bytes=index_interval_bytes)
+        built = index_batch_arrays(
+            int(a["rel"][s]), sizes[s:e], int(a["rel"][s]), lasts[s:e], a["count"][s:e],
+            a["max"][s:e], a["min"][s:e], index_interval_bytes=index_interval_bytes)
         src = a["src"][s:e]
         breaks = np.flatnonzero(np.diff(src)) + 1
         parts = []
