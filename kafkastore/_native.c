@@ -54,6 +54,8 @@
  * encode_arrow_batches(n, sizes, batch_limit, <15 column buffers>, rows, header)
  *     -> (EncBuffer, cuts, positions, max_ts, min_ts) | None   many whole uncompressed
  *     batches back to back in one writable buffer (Broker.send_arrow's fast path)
+ * pylist_binary(seq) / pylist_int64(seq)   Arrow buffers of a list of bytes / ints
+ *     (None allowed) in one pass, or None for any other type (Broker.send_many)
  * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
  *
  * Memory: see "Memory blocks" below (huge pages, a small cache of freed
@@ -2343,6 +2345,118 @@ done:
     return res;
 }
 
+/* Python lists -> Arrow buffers for Broker.send_many, in one pass: exact
+ * types only (bytes or None; int or None, bool excluded), else None so that
+ * the caller judges the records one by one through send(). */
+
+static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "pylist_binary needs a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *offs = NULL, *data = NULL, *bitmap = NULL, *res = NULL;
+    int64_t total = 0, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        if (o == Py_None) {
+            nulls++;
+        } else if (PyBytes_CheckExact(o)) {
+            total += PyBytes_GET_SIZE(o);
+        } else {
+            goto decline;
+        }
+    }
+    if (total > INT32_MAX)
+        goto decline;
+    offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    data = offs ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
+    if (!data)
+        goto done;
+    if (nulls) {
+        bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!bitmap)
+            goto done;
+        memset(PyBytes_AS_STRING(bitmap), 0, (size_t)((n + 7) / 8));
+    }
+    int32_t *o32 = (int32_t *)PyBytes_AS_STRING(offs);
+    uint8_t *d = (uint8_t *)PyBytes_AS_STRING(data);
+    uint8_t *bm = bitmap ? (uint8_t *)PyBytes_AS_STRING(bitmap) : NULL;
+    int32_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        o32[i] = at;
+        if (o != Py_None) {
+            Py_ssize_t len = PyBytes_GET_SIZE(o);
+            memcpy(d + at, PyBytes_AS_STRING(o), (size_t)len);
+            at += (int32_t)len;
+            if (bm)
+                bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+    }
+    o32[n] = at;
+    res = Py_BuildValue("(nLOOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, offs, data);
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    res = Py_None;
+done:
+    Py_XDECREF(offs);
+    Py_XDECREF(data);
+    Py_XDECREF(bitmap);
+    Py_DECREF(seq);
+    return res;
+}
+
+static PyObject *mod_pylist_int64(PyObject *Py_UNUSED(m), PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "pylist_int64 needs a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *vals = PyBytes_FromStringAndSize(NULL, n * 8), *bitmap = NULL, *res = NULL;
+    if (!vals)
+        goto done;
+    int64_t *v = (int64_t *)PyBytes_AS_STRING(vals);
+    int64_t nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        if (o == Py_None) {
+            v[i] = 0;
+            if (!bitmap) {
+                bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+                if (!bitmap)
+                    goto done;
+                memset(PyBytes_AS_STRING(bitmap), 0xFF, (size_t)((n + 7) / 8));
+            }
+            ((uint8_t *)PyBytes_AS_STRING(bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            nulls++;
+            continue;
+        }
+        if (!PyLong_CheckExact(o))
+            goto decline;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto decline;
+        }
+        v[i] = x;
+    }
+    if (bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
+        ((uint8_t *)PyBytes_AS_STRING(bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
+    res = Py_BuildValue("(nLOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, vals);
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    res = Py_None;
+done:
+    Py_XDECREF(vals);
+    Py_XDECREF(bitmap);
+    Py_DECREF(seq);
+    return res;
+}
+
 /* Kafka's murmur2 (Utils.murmur2) of each non-null key of an Arrow binary
  * column: int32[n] (0 for a null key). */
 static int32_t murmur2_c(const uint8_t *d, int32_t len) {
@@ -2556,6 +2670,14 @@ static PyMethodDef module_methods[] = {
      "uncompressed batches of at most batch_limit estimated bytes, written back to back; "
      "header = (attributes, partition_leader_epoch, max_timestamp or None, producer_id, "
      "producer_epoch, first base_sequence); the arrays are int64 bytes"},
+    {"pylist_binary", mod_pylist_binary, METH_O,
+     "pylist_binary(seq) -> (n, null_count, validity bitmap or None, int32 offsets, data) | "
+     "None: Arrow binary buffers of a sequence of bytes/None (None: another type, or over "
+     "2 GiB)"},
+    {"pylist_int64", mod_pylist_int64, METH_O,
+     "pylist_int64(seq) -> (n, null_count, validity bitmap or None, int64 values) | None: "
+     "Arrow int64 buffers of a sequence of int/None (None: another type, bool, or out of "
+     "range)"},
     {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
      "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,

@@ -45,6 +45,7 @@ except ImportError:  # not built
 
 __all__ = ["Columns", "prepare", "encode_rows", "encode_rows_pure", "encode_rows_native",
            "EncodedBatches", "encode_batches", "encode_batches_pure", "encode_batches_native",
+           "binary_array", "int64_array",
            "murmur2_column", "IMPLEMENTATION", "NATIVE_AVAILABLE"]
 
 NATIVE_AVAILABLE = _native is not None and hasattr(_native, "encode_arrow")
@@ -442,6 +443,50 @@ def encode_batches_native(cols: Columns, sizes, batch_limit: int,
     if not NATIVE_AVAILABLE:
         raise RuntimeError("kafkastore._native is not built (python setup.py build_ext --inplace)")
     return _encode_batches(True, cols, sizes, batch_limit, **kw)
+
+
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
+_INT_OR_NONE = frozenset({int, type(None)})
+
+
+def binary_array(seq, *, native: bool | None = None) -> pa.Array | None:
+    """A sequence of ``bytes`` / None as an Arrow binary array, or None when an element
+    has another type (exactly bytes: no str, bytearray or subclass) or the data passes
+    2 GiB. One C pass when the extension is built (``native``: force a path)."""
+    if native if native is not None else IMPLEMENTATION == "native":
+        out = _native.pylist_binary(seq)
+        if out is None:
+            return None
+        n, nulls, bitmap, offsets, data = out
+        return pa.Array.from_buffers(pa.binary(), n, [
+            None if bitmap is None else pa.py_buffer(bitmap), pa.py_buffer(offsets),
+            pa.py_buffer(data)], null_count=nulls)
+    if not set(map(type, seq)) <= _BYTES_OR_NONE:
+        return None
+    try:
+        arr = pa.array(seq, pa.binary())
+    except (pa.ArrowException, OverflowError):
+        return None
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def int64_array(seq, *, native: bool | None = None) -> pa.Array | None:
+    """A sequence of ``int`` / None as an Arrow int64 array, or None when an element has
+    another type (bool and int subclasses included) or does not fit int64."""
+    if native if native is not None else IMPLEMENTATION == "native":
+        out = _native.pylist_int64(seq)
+        if out is None:
+            return None
+        n, nulls, bitmap, values = out
+        return pa.Array.from_buffers(pa.int64(), n, [
+            None if bitmap is None else pa.py_buffer(bitmap), pa.py_buffer(values)],
+            null_count=nulls)
+    if not set(map(type, seq)) <= _INT_OR_NONE:
+        return None
+    try:
+        return pa.array(seq, pa.int64())
+    except (pa.ArrowException, OverflowError):
+        return None
 
 
 def murmur2_column(key: _Binary, n: int) -> np.ndarray:

@@ -924,29 +924,23 @@ class Broker:
         return self.flush()
 
 
-_INT_OR_NONE = frozenset({int, type(None)})
-_BYTES_OR_NONE = frozenset({bytes, type(None)})
-
-
 def _as_table(values, keys, headers, timestamps):
     """send_many's arguments as an Arrow table, or None when they do not convert exactly
     (then :meth:`Broker.send` judges each record as before)."""
     import pyarrow as pa
 
     from .arrow_decode import HEADERS_TYPE
+    from .arrow_encode import binary_array, int64_array
 
-    # Exact types only (as send() would judge them), checked at C speed: set(map(type, ...)).
-    if timestamps is not None and not set(map(type, timestamps)) <= _INT_OR_NONE:
+    # Exact types only (as send() would judge them), converted in one C pass when built.
+    cols = {"value": binary_array(values)}
+    if keys is not None:
+        cols["key"] = binary_array(keys)
+    if timestamps is not None:
+        cols["timestamp"] = int64_array(timestamps)
+    if any(c is None for c in cols.values()):
         return None
-    for seq in (values, keys):
-        if seq is not None and not set(map(type, seq)) <= _BYTES_OR_NONE:
-            return None
     try:
-        cols = {"value": pa.array(values, pa.binary())}
-        if keys is not None:
-            cols["key"] = pa.array(keys, pa.binary())
-        if timestamps is not None:
-            cols["timestamp"] = pa.array(timestamps, pa.int64())
         if headers is not None and any(headers):
             cols["headers"] = pa.array(
                 [[{"key": k, "value": v} for k, v in hs] if hs else None for hs in headers],

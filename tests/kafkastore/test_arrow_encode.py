@@ -249,3 +249,31 @@ def test_encode_batches_native_buffer_is_writable():
     view[0:8] = (42).to_bytes(8, "big")
     assert rb.parse_header(bytes(enc.data)).base_offset == 42
     decode_batch(bytes(enc.data), 0)  # base offset is outside the CRC
+
+
+# -- send_many's list conversion ---------------------------------------------------------
+
+@pytest.mark.parametrize("native", [True, False])
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(blob, max_size=40),
+       stamps=st.lists(st.none() | st.integers(-(1 << 63), (1 << 63) - 1), max_size=40))
+def test_list_conversion_equals_pyarrow(native, values, stamps):
+    if native and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    got = ae.binary_array(values, native=native)
+    got.validate(full=True)
+    assert got.equals(pa.array(values, pa.binary())) and got.null_count == values.count(None)
+    got = ae.int64_array(stamps, native=native)
+    got.validate(full=True)
+    assert got.to_pylist() == stamps and got.null_count == stamps.count(None)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_list_conversion_declines_inexact_types(native):
+    if native and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    for bad in ([b"a", "x"], [bytearray(b"a")], [b"a", 1], [memoryview(b"x")]):
+        assert ae.binary_array(bad, native=native) is None
+    for bad in ([1, True], [1, 2.0], [1 << 63], [-(1 << 63) - 1], [1, b"x"]):
+        assert ae.int64_array(bad, native=native) is None
+    assert ae.binary_array((b"a", None), native=native).to_pylist() == [b"a", None]  # tuples too
