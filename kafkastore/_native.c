@@ -2303,7 +2303,8 @@ static PyObject *mod_encode_arrow_batches(PyObject *Py_UNUSED(m), PyObject *args
         st_be64(h + 35, (uint64_t)maxs[bi]);
         st_be64(h + 43, (uint64_t)hv[3]);
         st_be16(h + 51, (uint16_t)hv[4]);
-        st_be32(h + 53, (uint32_t)((hv[5] + cuts[bi]) & 0x7FFFFFFF));
+        /* NO_SEQUENCE (-1) stays; sequences wrap at 2^31 as Kafka's do */
+        st_be32(h + 53, (uint32_t)(hv[5] < 0 ? hv[5] : (hv[5] + cuts[bi]) & 0x7FFFFFFF));
         st_be32(h + 57, (uint32_t)count);
         st_be32(h + 17, ks_crc32c(0, h + 21, (size_t)(40 + body[bi])));
     }

@@ -177,23 +177,24 @@ def test_encode_rows_gathers_rows_without_a_copy(impl):
 
 # -- many batches in one call (Broker.send_arrow's fast path) --------------------------
 
-def _batches_kw(draw_rows, records, log_append, txn):
+def _batches_kw(draw_rows, records, log_append, txn, seq=0x7FFFFFFE):
     n = len(records) if draw_rows is None else len(draw_rows)
     return dict(offsets=np.arange(100, 100 + n, dtype=np.int64),
                 timestamps=np.array([records[i].timestamp for i in
                                      (range(n) if draw_rows is None else draw_rows)], np.int64),
                 rows=draw_rows, timestamp_type=int(log_append),
                 max_timestamp=(1 << 41) if log_append else None, producer_id=77,
-                producer_epoch=3, base_sequence=0x7FFFFFFE, partition_leader_epoch=5,
+                producer_epoch=3, base_sequence=seq, partition_leader_epoch=5,
                 transactional=txn)
 
 
 @pytest.mark.parametrize("impl", ["native", "pure"])
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fields=st.lists(record_fields, min_size=1, max_size=30), limit=st.integers(1, 400),
-       log_append=st.booleans(), txn=st.booleans(), data=st.data())
+       log_append=st.booleans(), txn=st.booleans(), seq=st.sampled_from([-1, 0, 0x7FFFFFFE]),
+       data=st.data())
 def test_encode_batches_equal_per_batch_encode_and_concatenation(impl, fields, limit, log_append,
-                                                                txn, data):
+                                                                txn, seq, data):
     """Each batch of encode_batches is byte for byte encode_rows (pure) of its rows, cut as
     batch_cuts says; positions, sequences and timestamps agree; both paths."""
     if impl == "native" and not NATIVE:
@@ -204,7 +205,7 @@ def test_encode_batches_equal_per_batch_encode_and_concatenation(impl, fields, l
                                           max_size=30).map(lambda r: np.array(r, np.int64)))
     n = len(records) if rows is None else len(rows)
     sizes = np.array(data.draw(st.lists(st.integers(21, 200), min_size=n, max_size=n)), np.int64)
-    kw = _batches_kw(rows, records, log_append, txn)
+    kw = _batches_kw(rows, records, log_append, txn, seq)
     enc = (ae.encode_batches_native if impl == "native" else ae.encode_batches_pure)(
         cols, sizes, limit, **kw)
     assert enc is not None
@@ -215,7 +216,8 @@ def test_encode_batches_equal_per_batch_encode_and_concatenation(impl, fields, l
         expected.append(ae.encode_rows_pure(
             cols, a, b, offsets=kw["offsets"][a:b], timestamps=kw["timestamps"][a:b], rows=rows,
             timestamp_type=kw["timestamp_type"], max_timestamp=kw["max_timestamp"],
-            producer_id=77, producer_epoch=3, base_sequence=(0x7FFFFFFE + a) & 0x7FFFFFFF,
+            producer_id=77, producer_epoch=3,
+            base_sequence=(seq + a) & 0x7FFFFFFF if seq >= 0 else seq,
             partition_leader_epoch=5, transactional=txn))
         assert enc.min_timestamps[len(expected) - 1] == kw["timestamps"][a:b].min()
     assert bytes(enc.data) == b"".join(expected)
