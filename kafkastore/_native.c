@@ -1868,6 +1868,118 @@ static inline int arow(const acols *a, Py_ssize_t i, int64_t base_offset, int64_
     return 0;
 }
 
+/* Write record i (validated by arow before); returns the new end. */
+static inline uint8_t *wr_arow(uint8_t *q, const acols *a, Py_ssize_t i, int64_t base_offset,
+                               int64_t base_ts) {
+    int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
+    int64_t r = a->rows ? a->rows[i] : a->row0 + i;
+    arow(a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
+    q = wr_varint(q, size);
+    *q++ = 0;
+    q = wr_varint(q, tsd);
+    q = wr_varint(q, od);
+    q = wr_bytes(q, kn < 0 ? NULL : a->kdata + a->koff[r], kn);
+    q = wr_bytes(q, vn < 0 ? NULL : a->vdata + a->voff[r], vn);
+    q = wr_varint(q, h1 - h0);
+    for (int64_t j = h0; j < h1; j++) {
+        q = wr_bytes(q, a->hkdata + a->hkoff[j], a->hkoff[j + 1] - a->hkoff[j]);
+        if (a->hvval && !a->hvval[j])
+            q = wr_bytes(q, NULL, -1);
+        else
+            q = wr_bytes(q, a->hvdata + a->hvoff[j], a->hvoff[j + 1] - a->hvoff[j]);
+    }
+    return q;
+}
+
+/* The v2 header at h, as record_batch.assemble_batch packs it, around `body` bytes of
+ * records already written at h + 61, then the CRC-32C of attributes..end. */
+static void wr_batch_header(uint8_t *h, int64_t body, int64_t base_offset, int64_t leader_epoch,
+                            int64_t attributes, int64_t last_offset_delta, int64_t base_ts,
+                            int64_t max_ts, int64_t producer_id, int64_t producer_epoch,
+                            int64_t base_sequence, int64_t count) {
+    st_be64(h + 0, (uint64_t)base_offset);
+    st_be32(h + 8, (uint32_t)(49 + body));
+    st_be32(h + 12, (uint32_t)leader_epoch);
+    h[16] = 2;
+    st_be16(h + 21, (uint16_t)attributes);
+    st_be32(h + 23, (uint32_t)last_offset_delta);
+    st_be64(h + 27, (uint64_t)base_ts);
+    st_be64(h + 35, (uint64_t)max_ts);
+    st_be64(h + 43, (uint64_t)producer_id);
+    st_be16(h + 51, (uint16_t)producer_epoch);
+    st_be32(h + 53, (uint32_t)base_sequence);
+    st_be32(h + 57, (uint32_t)count);
+    st_be32(h + 17, ks_crc32c(0, h + 21, (size_t)(40 + body)));
+}
+
+/* Get the 15 column buffers and the optional row numbers, check that every row
+ * index lies within every per-row buffer, and fill `a`.  0 ok; -1 Python error set;
+ * -2 the buffers and row numbers do not agree (the caller raises). */
+static int acols_load(acols *a, optbuf b[NBUF], optbuf *rb, PyObject *const o[NBUF],
+                      PyObject *rows_obj, Py_ssize_t n, long long row0, const char *what) {
+    for (int i = 0; i < NBUF; i++)
+        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
+            return -1;
+    if (opt_get(rows_obj, rb, n * 8) < 0)
+        return -1;
+    if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
+        PyErr_Format(PyExc_ValueError, "%s: offsets, timestamps, key and value offsets and "
+                                       "data are required", what);
+        return -1;
+    }
+    a->offs = b[0].v.buf;
+    a->tss = b[1].v.buf;
+    a->rows = rb->set ? rb->v.buf : NULL;
+    a->row0 = row0;
+    a->kval = b[2].set ? b[2].v.buf : NULL;
+    a->koff = b[3].v.buf;
+    a->kdata = b[4].v.buf;
+    a->vval = b[5].set ? b[5].v.buf : NULL;
+    a->voff = b[6].v.buf;
+    a->vdata = b[7].v.buf;
+    a->hoff = b[8].set ? b[8].v.buf : NULL;
+    a->hval = b[9].set ? b[9].v.buf : NULL;
+    a->hkoff = b[10].set ? b[10].v.buf : NULL;
+    a->hkdata = b[11].set ? b[11].v.buf : NULL;
+    a->hvval = b[12].set ? b[12].v.buf : NULL;
+    a->hvoff = b[13].set ? b[13].v.buf : NULL;
+    a->hvdata = b[14].set ? b[14].v.buf : NULL;
+    a->kspan = (size_t)b[4].v.len;
+    a->vspan = (size_t)b[7].v.len;
+    a->hkspan = a->hkdata ? (size_t)b[11].v.len : 0;
+    a->hvspan = a->hvdata ? (size_t)b[14].v.len : 0;
+    a->n_entries = 0;
+    /* every row index within every per-row buffer */
+    int64_t rmax = -1;
+    if (a->rows) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (a->rows[i] < 0)
+                return -2;
+            if (a->rows[i] > rmax)
+                rmax = a->rows[i];
+        }
+    } else if (n) {
+        rmax = row0 + n - 1;
+    }
+    if (rmax >= 0) {
+        if ((a->kval && b[2].v.len <= rmax) || (a->vval && b[5].v.len <= rmax) ||
+            (a->hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
+            b[6].v.len < (rmax + 2) * 4 || (a->hoff && b[8].v.len < (rmax + 2) * 4))
+            return -2;
+    }
+    if (a->hoff) {
+        if (!a->hkoff || !a->hvoff || !a->hkdata || !a->hvdata)
+            return -2;
+        int64_t ne = b[10].v.len / 4 - 1;
+        if (b[13].v.len / 4 - 1 < ne)
+            ne = b[13].v.len / 4 - 1;
+        if (a->hvval && b[12].v.len < ne)
+            ne = b[12].v.len;
+        a->n_entries = ne;
+    }
+    return 0;
+}
+
 static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t n;
     long long base_offset, base_ts, row0 = 0;
@@ -1908,67 +2020,12 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "negative row count or first row");
         return NULL;
     }
-    for (int i = 0; i < NBUF; i++)
-        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
-            goto done;
-    if (opt_get(rows_obj, &rb, n * 8) < 0)
-        goto done;
-    if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
-        PyErr_SetString(PyExc_ValueError, "encode_arrow: offsets, timestamps, key and value "
-                                          "offsets and data are required");
-        goto done;
-    }
     acols a;
-    a.offs = b[0].v.buf;
-    a.tss = b[1].v.buf;
-    a.rows = rb.set ? rb.v.buf : NULL;
-    a.row0 = row0;
-    a.kval = b[2].set ? b[2].v.buf : NULL;
-    a.koff = b[3].v.buf;
-    a.kdata = b[4].v.buf;
-    a.vval = b[5].set ? b[5].v.buf : NULL;
-    a.voff = b[6].v.buf;
-    a.vdata = b[7].v.buf;
-    a.hoff = b[8].set ? b[8].v.buf : NULL;
-    a.hval = b[9].set ? b[9].v.buf : NULL;
-    a.hkoff = b[10].set ? b[10].v.buf : NULL;
-    a.hkdata = b[11].set ? b[11].v.buf : NULL;
-    a.hvval = b[12].set ? b[12].v.buf : NULL;
-    a.hvoff = b[13].set ? b[13].v.buf : NULL;
-    a.hvdata = b[14].set ? b[14].v.buf : NULL;
-    a.kspan = (size_t)b[4].v.len;
-    a.vspan = (size_t)b[7].v.len;
-    a.hkspan = a.hkdata ? (size_t)b[11].v.len : 0;
-    a.hvspan = a.hvdata ? (size_t)b[14].v.len : 0;
-    a.n_entries = 0;
-    /* every row index within every per-row buffer */
-    int64_t rmax = -1;
-    if (a.rows) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (a.rows[i] < 0)
-                goto bad_rows;
-            if (a.rows[i] > rmax)
-                rmax = a.rows[i];
-        }
-    } else if (n) {
-        rmax = row0 + n - 1;
-    }
-    if (rmax >= 0) {
-        if ((a.kval && b[2].v.len <= rmax) || (a.vval && b[5].v.len <= rmax) ||
-            (a.hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
-            b[6].v.len < (rmax + 2) * 4 || (a.hoff && b[8].v.len < (rmax + 2) * 4))
-            goto bad_rows;
-    }
-    if (a.hoff) {
-        if (!a.hkoff || !a.hvoff || !a.hkdata || !a.hvdata)
-            goto bad_rows;
-        int64_t ne = b[10].v.len / 4 - 1;
-        if (b[13].v.len / 4 - 1 < ne)
-            ne = b[13].v.len / 4 - 1;
-        if (a.hvval && b[12].v.len < ne)
-            ne = b[12].v.len;
-        a.n_entries = ne;
-    }
+    int lr = acols_load(&a, b, &rb, o, rows_obj, n, row0, "encode_arrow");
+    if (lr == -1)
+        goto done;
+    if (lr == -2)
+        goto bad_rows;
     int64_t prev = (int64_t)base_offset - 1, max_ts = 0, total = 0;
     int have_max = 0, status = 0;
     int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
@@ -2007,48 +2064,13 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     uint8_t *q = (uint8_t *)PyBytes_AS_STRING(data) + hsize;
     /* pass 2: write (the same checks cannot fail now) */
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = a.rows ? a.rows[i] : a.row0 + i;
-        arow(&a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
-        q = wr_varint(q, size);
-        *q++ = 0;
-        q = wr_varint(q, tsd);
-        q = wr_varint(q, od);
-        q = wr_bytes(q, kn < 0 ? NULL : a.kdata + a.koff[r], kn);
-        q = wr_bytes(q, vn < 0 ? NULL : a.vdata + a.voff[r], vn);
-        q = wr_varint(q, h1 - h0);
-        for (int64_t j = h0; j < h1; j++) {
-            q = wr_bytes(q, a.hkdata + a.hkoff[j], a.hkoff[j + 1] - a.hkoff[j]);
-            if (a.hvval && !a.hvval[j])
-                q = wr_bytes(q, NULL, -1);
-            else
-                q = wr_bytes(q, a.hvdata + a.hvoff[j], a.hvoff[j + 1] - a.hvoff[j]);
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        q = wr_arow(q, &a, i, base_offset, base_ts);
+    if (hsize)
+        wr_batch_header((uint8_t *)PyBytes_AS_STRING(data), total, base_offset, hv[1], hv[0],
+                        hv[2], base_ts, has_max_override ? hv[3] : (have_max ? max_ts : -1),
+                        hv[4], hv[5], hv[6], n);
     Py_END_ALLOW_THREADS
-    if (hsize) {
-        /* The v2 header, as record_batch.assemble_batch packs it, then the CRC-32C of
-         * attributes..end. */
-        uint8_t *h = (uint8_t *)PyBytes_AS_STRING(data);
-        int64_t mts = has_max_override ? hv[3] : (have_max ? max_ts : -1);
-        st_be64(h + 0, (uint64_t)base_offset);
-        st_be32(h + 8, (uint32_t)(49 + total));
-        st_be32(h + 12, (uint32_t)hv[1]);
-        h[16] = 2;
-        st_be16(h + 21, (uint16_t)hv[0]);
-        st_be32(h + 23, (uint32_t)hv[2]);
-        st_be64(h + 27, (uint64_t)base_ts);
-        st_be64(h + 35, (uint64_t)mts);
-        st_be64(h + 43, (uint64_t)hv[4]);
-        st_be16(h + 51, (uint16_t)hv[5]);
-        st_be32(h + 53, (uint32_t)hv[6]);
-        st_be32(h + 57, (uint32_t)n);
-        uint32_t crc;
-        Py_BEGIN_ALLOW_THREADS
-        crc = ks_crc32c(0, h + 21, (size_t)(40 + total));
-        Py_END_ALLOW_THREADS
-        st_be32(h + 17, crc);
-    }
     if (have_max)
         res = Py_BuildValue("(NL)", data, (long long)max_ts);
     else
@@ -2075,41 +2097,23 @@ done:
  * sequence base_sequence + cuts[b] (mod 2^31).  Each batch's bytes equal
  * encode_arrow of the same rows with the same header (tests check it). */
 
-typedef struct {
-    PyObject_HEAD
-    uint8_t *data;
-    Py_ssize_t size;
-    size_t cap;
-    int mapped;
-} EncBufferObject;
-
-static void EncBuffer_dealloc(EncBufferObject *self) {
-    block_free(self->data, self->cap, self->mapped, (size_t)self->size);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int EncBuffer_getbuffer(EncBufferObject *self, Py_buffer *view, int flags) {
+/* BufferObject's layout, dealloc and length; only writable. */
+static int EncBuffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
     return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, 0, flags);
 }
-
-static Py_ssize_t EncBuffer_len(EncBufferObject *self) { return self->size; }
 
 static PyBufferProcs EncBuffer_as_buffer = {
     (getbufferproc)EncBuffer_getbuffer,
     NULL,
 };
 
-static PySequenceMethods EncBuffer_as_sequence = {
-    .sq_length = (lenfunc)EncBuffer_len,
-};
-
 static PyTypeObject EncBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kafkastore._native.EncBuffer",
-    .tp_basicsize = sizeof(EncBufferObject),
-    .tp_dealloc = (destructor)EncBuffer_dealloc,
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)Buffer_dealloc,
     .tp_as_buffer = &EncBuffer_as_buffer,
-    .tp_as_sequence = &EncBuffer_as_sequence,
+    .tp_as_sequence = &Buffer_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Encoded record batches from encode_arrow_batches() (writable: the writer "
               "sets the batches' base offsets in place at commit).",
@@ -2154,65 +2158,19 @@ static PyObject *mod_encode_arrow_batches(PyObject *Py_UNUSED(m), PyObject *args
     PyObject *res = NULL;
     int64_t *cuts = NULL, *pos = NULL, *maxs = NULL, *mins = NULL, *body = NULL;
     gbuf out = {NULL, 0, 0, 0};
-    for (int i = 0; i < NBUF; i++)
-        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
-            goto done;
-    if (opt_get(rows_obj, &rb, n * 8) < 0 || opt_get(sizes_obj, &sb, n * 8) < 0)
+    if (opt_get(sizes_obj, &sb, n * 8) < 0)
         goto done;
-    if (!sb.set || !b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
-        PyErr_SetString(PyExc_ValueError, "encode_arrow_batches: sizes, offsets, timestamps, key "
-                                          "and value offsets and data are required");
+    if (!sb.set) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow_batches: sizes are required");
         goto done;
     }
-    acols a;
-    a.offs = b[0].v.buf;
-    a.tss = b[1].v.buf;
-    a.rows = rb.set ? rb.v.buf : NULL;
-    a.row0 = 0;
-    a.kval = b[2].set ? b[2].v.buf : NULL;
-    a.koff = b[3].v.buf;
-    a.kdata = b[4].v.buf;
-    a.vval = b[5].set ? b[5].v.buf : NULL;
-    a.voff = b[6].v.buf;
-    a.vdata = b[7].v.buf;
-    a.hoff = b[8].set ? b[8].v.buf : NULL;
-    a.hval = b[9].set ? b[9].v.buf : NULL;
-    a.hkoff = b[10].set ? b[10].v.buf : NULL;
-    a.hkdata = b[11].set ? b[11].v.buf : NULL;
-    a.hvval = b[12].set ? b[12].v.buf : NULL;
-    a.hvoff = b[13].set ? b[13].v.buf : NULL;
-    a.hvdata = b[14].set ? b[14].v.buf : NULL;
-    a.kspan = (size_t)b[4].v.len;
-    a.vspan = (size_t)b[7].v.len;
-    a.hkspan = a.hkdata ? (size_t)b[11].v.len : 0;
-    a.hvspan = a.hvdata ? (size_t)b[14].v.len : 0;
-    a.n_entries = 0;
     const int64_t *sizes = sb.v.buf;
-    int64_t rmax = -1;
-    if (a.rows) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (a.rows[i] < 0)
-                goto bad_rows;
-            if (a.rows[i] > rmax)
-                rmax = a.rows[i];
-        }
-    } else {
-        rmax = n - 1;
-    }
-    if ((a.kval && b[2].v.len <= rmax) || (a.vval && b[5].v.len <= rmax) ||
-        (a.hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
-        b[6].v.len < (rmax + 2) * 4 || (a.hoff && b[8].v.len < (rmax + 2) * 4))
+    acols a;
+    int lr = acols_load(&a, b, &rb, o, rows_obj, n, 0, "encode_arrow_batches");
+    if (lr == -1)
+        goto done;
+    if (lr == -2)
         goto bad_rows;
-    if (a.hoff) {
-        if (!a.hkoff || !a.hvoff || !a.hkdata || !a.hvdata)
-            goto bad_rows;
-        int64_t ne = b[10].v.len / 4 - 1;
-        if (b[13].v.len / 4 - 1 < ne)
-            ne = b[13].v.len / 4 - 1;
-        if (a.hvval && b[12].v.len < ne)
-            ne = b[12].v.len;
-        a.n_entries = ne;
-    }
     cuts = malloc((size_t)(n + 1) * sizeof(int64_t));
     pos = malloc((size_t)(n + 1) * sizeof(int64_t));
     maxs = malloc((size_t)n * sizeof(int64_t));
@@ -2274,42 +2232,16 @@ static PyObject *mod_encode_arrow_batches(PyObject *Py_UNUSED(m), PyObject *args
         uint8_t *h = out.p + pos[bi];
         uint8_t *q = h + 61;
         int64_t base = a.offs[cuts[bi]], base_ts = a.tss[cuts[bi]];
-        for (Py_ssize_t r = cuts[bi]; r < cuts[bi + 1]; r++) {
-            int64_t row = a.rows ? a.rows[r] : r;
-            arow(&a, r, base, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
-            q = wr_varint(q, size);
-            *q++ = 0;
-            q = wr_varint(q, tsd);
-            q = wr_varint(q, od);
-            q = wr_bytes(q, kn < 0 ? NULL : a.kdata + a.koff[row], kn);
-            q = wr_bytes(q, vn < 0 ? NULL : a.vdata + a.voff[row], vn);
-            q = wr_varint(q, h1 - h0);
-            for (int64_t e = h0; e < h1; e++) {
-                q = wr_bytes(q, a.hkdata + a.hkoff[e], a.hkoff[e + 1] - a.hkoff[e]);
-                if (a.hvval && !a.hvval[e])
-                    q = wr_bytes(q, NULL, -1);
-                else
-                    q = wr_bytes(q, a.hvdata + a.hvoff[e], a.hvoff[e + 1] - a.hvoff[e]);
-            }
-        }
-        int64_t count = cuts[bi + 1] - cuts[bi];
-        st_be64(h + 0, (uint64_t)base);
-        st_be32(h + 8, (uint32_t)(49 + body[bi]));
-        st_be32(h + 12, (uint32_t)hv[1]);
-        h[16] = 2;
-        st_be16(h + 21, (uint16_t)hv[0]);
-        st_be32(h + 23, (uint32_t)(a.offs[cuts[bi + 1] - 1] - base));
-        st_be64(h + 27, (uint64_t)base_ts);
-        st_be64(h + 35, (uint64_t)maxs[bi]);
-        st_be64(h + 43, (uint64_t)hv[3]);
-        st_be16(h + 51, (uint16_t)hv[4]);
+        for (Py_ssize_t r = cuts[bi]; r < cuts[bi + 1]; r++)
+            q = wr_arow(q, &a, r, base, base_ts);
         /* NO_SEQUENCE (-1) stays; sequences wrap at 2^31 as Kafka's do */
-        st_be32(h + 53, (uint32_t)(hv[5] < 0 ? hv[5] : (hv[5] + cuts[bi]) & 0x7FFFFFFF));
-        st_be32(h + 57, (uint32_t)count);
-        st_be32(h + 17, ks_crc32c(0, h + 21, (size_t)(40 + body[bi])));
+        wr_batch_header(h, body[bi], base, hv[1], hv[0], a.offs[cuts[bi + 1] - 1] - base, base_ts,
+                        maxs[bi], hv[3], hv[4],
+                        hv[5] < 0 ? hv[5] : (hv[5] + cuts[bi]) & 0x7FFFFFFF,
+                        cuts[bi + 1] - cuts[bi]);
     }
     Py_END_ALLOW_THREADS
-    EncBufferObject *eb = PyObject_New(EncBufferObject, &EncBufferType);
+    BufferObject *eb = PyObject_New(BufferObject, &EncBufferType);
     if (!eb)
         goto done;
     eb->data = out.p;
