@@ -34,6 +34,7 @@ import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -179,29 +180,36 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
+_FSYNC_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_FSYNC_POOL_LOCK = threading.Lock()
+
+
+def _fsync_pool() -> ThreadPoolExecutor:
+    """A few threads that fsync for :func:`_fsync_all`, made once per process (a forked
+    child, such as a Spark worker, makes its own: the parent's threads are not there)."""
+    global _FSYNC_POOL
+    with _FSYNC_POOL_LOCK:
+        if _FSYNC_POOL is None or _FSYNC_POOL[0] != os.getpid():
+            _FSYNC_POOL = (os.getpid(), ThreadPoolExecutor(
+                max_workers=4, thread_name_prefix="kafkastore-fsync"))
+        return _FSYNC_POOL[1]
+
+
 def _fsync_all(fds: list[int]) -> None:
     """fsync every descriptor, concurrently: a journaling filesystem (ext4's jbd2, XFS)
     commits concurrent fsyncs together, so three files cost about one commit, not three.
-    Threads are started per call (fork-safe, and cheap next to an fsync)."""
+    Returns (or raises the first error) once every fsync has finished."""
     if len(fds) == 1:
         os.fsync(fds[0])
         return
-    errors: list[BaseException] = []
-
-    def sync(fd: int) -> None:
-        try:
-            os.fsync(fd)
-        except BaseException as exc:  # re-raised in the caller's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=sync, args=(fd,), daemon=True) for fd in fds[1:]]
-    for t in threads:
-        t.start()
-    sync(fds[0])
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    pool = _fsync_pool()
+    futures = [pool.submit(os.fsync, fd) for fd in fds[1:]]
+    try:
+        os.fsync(fds[0])
+    finally:
+        wait(futures)  # never let the caller close a descriptor that is still being synced
+    for f in futures:
+        f.result()
 
 
 def _local_write_many(items: list[tuple[str, Any]]) -> None:
