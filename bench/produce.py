@@ -5,15 +5,21 @@
 N records (default 1,000,000) with 16-byte random keys and 100-byte random
 values (incompressible, no compression, create time, no headers) go through
 ``Broker.send`` (one call per record), ``Broker.send_many`` (lists in one
-call: converted to Arrow, then as send_arrow) and ``Broker.send_arrow`` (an
-Arrow table; checks, murmur2 and batching vectorised, batches encoded by the
-C encoder straight from the Arrow buffers), with a flush
+call: converted to Arrow buffers in one C pass, then as send_arrow) and
+``Broker.send_arrow`` (an Arrow table; checks, murmur2 and batching
+vectorised, all the batches of a call encoded by one C call into one buffer,
+segments indexed vectorised and uploaded from that buffer), with a flush
 (segment upload + manifest commit per partition) every ``--flush-every``
 records, to:
 
 * a ``file://`` root in a temporary directory (the writes are fsync'ed);
 * an ``s3://`` root on moto's S3 server, started here on 127.0.0.1
   (``ThreadedMotoServer``; loopback HTTP, in-memory objects).
+
+Also reported: the fixed cost of one commit on ``file://`` (a one-record
+flush: three segment objects and a manifest version, their fsyncs), and what
+the run's commits cost at that price as a share of the ceiling: a floor no
+encoder speed removes (flush more records at a time to amortise it).
 
 Reported per run: records/s and MB/s of ``.log`` bytes written (wall clock;
 in brackets the rate by the CPU time of this process, which is steadier on a
@@ -109,7 +115,8 @@ def produce(url: str, keys, values, *, partitions: int, flush_every: int, mode: 
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     size, records, segments = log_bytes(storage, partitions)
     assert records == n, (records, n)
-    return {"wall": wall, "cpu": cpu, "bytes": size, "segments": segments}
+    commits = partitions * -(-n // flush_every)
+    return {"wall": wall, "cpu": cpu, "bytes": size, "segments": segments, "commits": commits}
 
 
 def ceiling(nbytes: int, directory: str) -> float:
@@ -132,6 +139,21 @@ def ceiling(nbytes: int, directory: str) -> float:
         best = elapsed if best is None else min(best, elapsed)
         os.unlink(path)
     return best
+
+
+def commit_cost(directory: str, rounds: int = 20) -> float:
+    """Median seconds of one commit of one record on ``file://`` (fixed cost per commit)."""
+    storage = Storage(f"file://{directory}/root-commit-cost")
+    create_topic(storage, TOPIC, 1)
+    broker = Broker(storage)
+    one = pa.table({"value": pa.array([b"x" * VALUE_SIZE], pa.binary())})
+    times = []
+    for _ in range(rounds):
+        broker.send_arrow(TOPIC, one, partition=0)
+        t = time.perf_counter()
+        broker.flush()
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2]
 
 
 def start_moto():
@@ -284,6 +306,11 @@ def main(argv=None) -> int:
         print("through the Broker (wall clock; CPU of this process in brackets):")
         for name, r in results:
             report(name, n, r, ceiling_s)
+        fixed = commit_cost(tmp)
+        commits = results[0][1]["commits"]
+        print(f"fixed cost of one commit (one record, file://): {fixed * 1000:.1f} ms; the "
+              f"{commits} commits of a run at that price: {commits * fixed * 1000:.0f} ms = "
+              f"{commits * fixed / ceiling_s:.2f} x the ceiling's time")
         if args.cli:
             print("\nCLI produce of a JSON-lines file (subprocess, console script):")
             cli_produce_bench(n, tmp, args.partitions)

@@ -51,6 +51,11 @@
  *     The records section of a v2 batch (kafkastore.arrow_encode), byte for
  *     byte what record_batch._encode_records writes; None when the pure
  *     encoder must decide (it raises the precise error).
+ * encode_arrow_batches(n, sizes, batch_limit, <15 column buffers>, rows, header)
+ *     -> (EncBuffer, cuts, positions, max_ts, min_ts) | None   many whole uncompressed
+ *     batches back to back in one writable buffer (Broker.send_arrow's fast path)
+ * pylist_binary(seq) / pylist_int64(seq)   Arrow buffers of a list of bytes / ints
+ *     (None allowed) in one pass, or None for any other type (Broker.send_many)
  * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
  *
  * Memory: see "Memory blocks" below (huge pages, a small cache of freed
@@ -2010,6 +2015,118 @@ static inline int arow(const acols *a, Py_ssize_t i, int64_t base_offset, int64_
     return 0;
 }
 
+/* Write record i (validated by arow before); returns the new end. */
+static inline uint8_t *wr_arow(uint8_t *q, const acols *a, Py_ssize_t i, int64_t base_offset,
+                               int64_t base_ts) {
+    int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
+    int64_t r = a->rows ? a->rows[i] : a->row0 + i;
+    arow(a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
+    q = wr_varint(q, size);
+    *q++ = 0;
+    q = wr_varint(q, tsd);
+    q = wr_varint(q, od);
+    q = wr_bytes(q, kn < 0 ? NULL : a->kdata + a->koff[r], kn);
+    q = wr_bytes(q, vn < 0 ? NULL : a->vdata + a->voff[r], vn);
+    q = wr_varint(q, h1 - h0);
+    for (int64_t j = h0; j < h1; j++) {
+        q = wr_bytes(q, a->hkdata + a->hkoff[j], a->hkoff[j + 1] - a->hkoff[j]);
+        if (a->hvval && !a->hvval[j])
+            q = wr_bytes(q, NULL, -1);
+        else
+            q = wr_bytes(q, a->hvdata + a->hvoff[j], a->hvoff[j + 1] - a->hvoff[j]);
+    }
+    return q;
+}
+
+/* The v2 header at h, as record_batch.assemble_batch packs it, around `body` bytes of
+ * records already written at h + 61, then the CRC-32C of attributes..end. */
+static void wr_batch_header(uint8_t *h, int64_t body, int64_t base_offset, int64_t leader_epoch,
+                            int64_t attributes, int64_t last_offset_delta, int64_t base_ts,
+                            int64_t max_ts, int64_t producer_id, int64_t producer_epoch,
+                            int64_t base_sequence, int64_t count) {
+    st_be64(h + 0, (uint64_t)base_offset);
+    st_be32(h + 8, (uint32_t)(49 + body));
+    st_be32(h + 12, (uint32_t)leader_epoch);
+    h[16] = 2;
+    st_be16(h + 21, (uint16_t)attributes);
+    st_be32(h + 23, (uint32_t)last_offset_delta);
+    st_be64(h + 27, (uint64_t)base_ts);
+    st_be64(h + 35, (uint64_t)max_ts);
+    st_be64(h + 43, (uint64_t)producer_id);
+    st_be16(h + 51, (uint16_t)producer_epoch);
+    st_be32(h + 53, (uint32_t)base_sequence);
+    st_be32(h + 57, (uint32_t)count);
+    st_be32(h + 17, ks_crc32c(0, h + 21, (size_t)(40 + body)));
+}
+
+/* Get the 15 column buffers and the optional row numbers, check that every row
+ * index lies within every per-row buffer, and fill `a`.  0 ok; -1 Python error set;
+ * -2 the buffers and row numbers do not agree (the caller raises). */
+static int acols_load(acols *a, optbuf b[NBUF], optbuf *rb, PyObject *const o[NBUF],
+                      PyObject *rows_obj, Py_ssize_t n, long long row0, const char *what) {
+    for (int i = 0; i < NBUF; i++)
+        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
+            return -1;
+    if (opt_get(rows_obj, rb, n * 8) < 0)
+        return -1;
+    if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
+        PyErr_Format(PyExc_ValueError, "%s: offsets, timestamps, key and value offsets and "
+                                       "data are required", what);
+        return -1;
+    }
+    a->offs = b[0].v.buf;
+    a->tss = b[1].v.buf;
+    a->rows = rb->set ? rb->v.buf : NULL;
+    a->row0 = row0;
+    a->kval = b[2].set ? b[2].v.buf : NULL;
+    a->koff = b[3].v.buf;
+    a->kdata = b[4].v.buf;
+    a->vval = b[5].set ? b[5].v.buf : NULL;
+    a->voff = b[6].v.buf;
+    a->vdata = b[7].v.buf;
+    a->hoff = b[8].set ? b[8].v.buf : NULL;
+    a->hval = b[9].set ? b[9].v.buf : NULL;
+    a->hkoff = b[10].set ? b[10].v.buf : NULL;
+    a->hkdata = b[11].set ? b[11].v.buf : NULL;
+    a->hvval = b[12].set ? b[12].v.buf : NULL;
+    a->hvoff = b[13].set ? b[13].v.buf : NULL;
+    a->hvdata = b[14].set ? b[14].v.buf : NULL;
+    a->kspan = (size_t)b[4].v.len;
+    a->vspan = (size_t)b[7].v.len;
+    a->hkspan = a->hkdata ? (size_t)b[11].v.len : 0;
+    a->hvspan = a->hvdata ? (size_t)b[14].v.len : 0;
+    a->n_entries = 0;
+    /* every row index within every per-row buffer */
+    int64_t rmax = -1;
+    if (a->rows) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (a->rows[i] < 0)
+                return -2;
+            if (a->rows[i] > rmax)
+                rmax = a->rows[i];
+        }
+    } else if (n) {
+        rmax = row0 + n - 1;
+    }
+    if (rmax >= 0) {
+        if ((a->kval && b[2].v.len <= rmax) || (a->vval && b[5].v.len <= rmax) ||
+            (a->hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
+            b[6].v.len < (rmax + 2) * 4 || (a->hoff && b[8].v.len < (rmax + 2) * 4))
+            return -2;
+    }
+    if (a->hoff) {
+        if (!a->hkoff || !a->hvoff || !a->hkdata || !a->hvdata)
+            return -2;
+        int64_t ne = b[10].v.len / 4 - 1;
+        if (b[13].v.len / 4 - 1 < ne)
+            ne = b[13].v.len / 4 - 1;
+        if (a->hvval && b[12].v.len < ne)
+            ne = b[12].v.len;
+        a->n_entries = ne;
+    }
+    return 0;
+}
+
 static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     Py_ssize_t n;
     long long base_offset, base_ts, row0 = 0;
@@ -2050,67 +2167,12 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "negative row count or first row");
         return NULL;
     }
-    for (int i = 0; i < NBUF; i++)
-        if (opt_get(o[i], &b[i], i < 2 ? n * 8 : 0) < 0)
-            goto done;
-    if (opt_get(rows_obj, &rb, n * 8) < 0)
-        goto done;
-    if (!b[0].set || !b[1].set || !b[3].set || !b[4].set || !b[6].set || !b[7].set) {
-        PyErr_SetString(PyExc_ValueError, "encode_arrow: offsets, timestamps, key and value "
-                                          "offsets and data are required");
-        goto done;
-    }
     acols a;
-    a.offs = b[0].v.buf;
-    a.tss = b[1].v.buf;
-    a.rows = rb.set ? rb.v.buf : NULL;
-    a.row0 = row0;
-    a.kval = b[2].set ? b[2].v.buf : NULL;
-    a.koff = b[3].v.buf;
-    a.kdata = b[4].v.buf;
-    a.vval = b[5].set ? b[5].v.buf : NULL;
-    a.voff = b[6].v.buf;
-    a.vdata = b[7].v.buf;
-    a.hoff = b[8].set ? b[8].v.buf : NULL;
-    a.hval = b[9].set ? b[9].v.buf : NULL;
-    a.hkoff = b[10].set ? b[10].v.buf : NULL;
-    a.hkdata = b[11].set ? b[11].v.buf : NULL;
-    a.hvval = b[12].set ? b[12].v.buf : NULL;
-    a.hvoff = b[13].set ? b[13].v.buf : NULL;
-    a.hvdata = b[14].set ? b[14].v.buf : NULL;
-    a.kspan = (size_t)b[4].v.len;
-    a.vspan = (size_t)b[7].v.len;
-    a.hkspan = a.hkdata ? (size_t)b[11].v.len : 0;
-    a.hvspan = a.hvdata ? (size_t)b[14].v.len : 0;
-    a.n_entries = 0;
-    /* every row index within every per-row buffer */
-    int64_t rmax = -1;
-    if (a.rows) {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            if (a.rows[i] < 0)
-                goto bad_rows;
-            if (a.rows[i] > rmax)
-                rmax = a.rows[i];
-        }
-    } else if (n) {
-        rmax = row0 + n - 1;
-    }
-    if (rmax >= 0) {
-        if ((a.kval && b[2].v.len <= rmax) || (a.vval && b[5].v.len <= rmax) ||
-            (a.hval && b[9].v.len <= rmax) || b[3].v.len < (rmax + 2) * 4 ||
-            b[6].v.len < (rmax + 2) * 4 || (a.hoff && b[8].v.len < (rmax + 2) * 4))
-            goto bad_rows;
-    }
-    if (a.hoff) {
-        if (!a.hkoff || !a.hvoff || !a.hkdata || !a.hvdata)
-            goto bad_rows;
-        int64_t ne = b[10].v.len / 4 - 1;
-        if (b[13].v.len / 4 - 1 < ne)
-            ne = b[13].v.len / 4 - 1;
-        if (a.hvval && b[12].v.len < ne)
-            ne = b[12].v.len;
-        a.n_entries = ne;
-    }
+    int lr = acols_load(&a, b, &rb, o, rows_obj, n, row0, "encode_arrow");
+    if (lr == -1)
+        goto done;
+    if (lr == -2)
+        goto bad_rows;
     int64_t prev = (int64_t)base_offset - 1, max_ts = 0, total = 0;
     int have_max = 0, status = 0;
     int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
@@ -2149,48 +2211,13 @@ static PyObject *mod_encode_arrow(PyObject *Py_UNUSED(m), PyObject *args) {
     uint8_t *q = (uint8_t *)PyBytes_AS_STRING(data) + hsize;
     /* pass 2: write (the same checks cannot fail now) */
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t r = a.rows ? a.rows[i] : a.row0 + i;
-        arow(&a, i, base_offset, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
-        q = wr_varint(q, size);
-        *q++ = 0;
-        q = wr_varint(q, tsd);
-        q = wr_varint(q, od);
-        q = wr_bytes(q, kn < 0 ? NULL : a.kdata + a.koff[r], kn);
-        q = wr_bytes(q, vn < 0 ? NULL : a.vdata + a.voff[r], vn);
-        q = wr_varint(q, h1 - h0);
-        for (int64_t j = h0; j < h1; j++) {
-            q = wr_bytes(q, a.hkdata + a.hkoff[j], a.hkoff[j + 1] - a.hkoff[j]);
-            if (a.hvval && !a.hvval[j])
-                q = wr_bytes(q, NULL, -1);
-            else
-                q = wr_bytes(q, a.hvdata + a.hvoff[j], a.hvoff[j + 1] - a.hvoff[j]);
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        q = wr_arow(q, &a, i, base_offset, base_ts);
+    if (hsize)
+        wr_batch_header((uint8_t *)PyBytes_AS_STRING(data), total, base_offset, hv[1], hv[0],
+                        hv[2], base_ts, has_max_override ? hv[3] : (have_max ? max_ts : -1),
+                        hv[4], hv[5], hv[6], n);
     Py_END_ALLOW_THREADS
-    if (hsize) {
-        /* The v2 header, as record_batch.assemble_batch packs it, then the CRC-32C of
-         * attributes..end. */
-        uint8_t *h = (uint8_t *)PyBytes_AS_STRING(data);
-        int64_t mts = has_max_override ? hv[3] : (have_max ? max_ts : -1);
-        st_be64(h + 0, (uint64_t)base_offset);
-        st_be32(h + 8, (uint32_t)(49 + total));
-        st_be32(h + 12, (uint32_t)hv[1]);
-        h[16] = 2;
-        st_be16(h + 21, (uint16_t)hv[0]);
-        st_be32(h + 23, (uint32_t)hv[2]);
-        st_be64(h + 27, (uint64_t)base_ts);
-        st_be64(h + 35, (uint64_t)mts);
-        st_be64(h + 43, (uint64_t)hv[4]);
-        st_be16(h + 51, (uint16_t)hv[5]);
-        st_be32(h + 53, (uint32_t)hv[6]);
-        st_be32(h + 57, (uint32_t)n);
-        uint32_t crc;
-        Py_BEGIN_ALLOW_THREADS
-        crc = ks_crc32c(0, h + 21, (size_t)(40 + total));
-        Py_END_ALLOW_THREADS
-        st_be32(h + 17, crc);
-    }
     if (have_max)
         res = Py_BuildValue("(NL)", data, (long long)max_ts);
     else
@@ -2204,6 +2231,309 @@ done:
             PyBuffer_Release(&b[i].v);
     if (rb.set)
         PyBuffer_Release(&rb.v);
+    return res;
+}
+
+/* Many batches in one call (Broker.send_arrow): rows cut into batches of at
+ * most batch_limit estimated bytes (at least one record each), every batch
+ * written whole (header, records, CRC) back to back into one writable
+ * buffer, with each batch's row cut, byte position, max and min timestamp
+ * returned as int64 arrays, so the caller builds the segment's indexes
+ * vectorised and writes the log without joining.  Batch b holds records
+ * [cuts[b], cuts[b+1]); its base offset is offsets[cuts[b]], its base
+ * sequence base_sequence + cuts[b] (mod 2^31).  Each batch's bytes equal
+ * encode_arrow of the same rows with the same header (tests check it). */
+
+/* BufferObject's layout, dealloc and length; only writable. */
+static int EncBuffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, 0, flags);
+}
+
+static PyBufferProcs EncBuffer_as_buffer = {
+    (getbufferproc)EncBuffer_getbuffer,
+    NULL,
+};
+
+static PyTypeObject EncBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kafkastore._native.EncBuffer",
+    .tp_basicsize = sizeof(BufferObject),
+    .tp_dealloc = (destructor)Buffer_dealloc,
+    .tp_as_buffer = &EncBuffer_as_buffer,
+    .tp_as_sequence = &Buffer_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Encoded record batches from encode_arrow_batches() (writable: the writer "
+              "sets the batches' base offsets in place at commit).",
+};
+
+static PyObject *i64_bytes(const int64_t *v, Py_ssize_t k) {
+    return PyBytes_FromStringAndSize((const char *)v, k * (Py_ssize_t)sizeof(int64_t));
+}
+
+static PyObject *mod_encode_arrow_batches(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_ssize_t n;
+    long long batch_limit;
+    PyObject *o[NBUF], *sizes_obj, *rows_obj = Py_None, *hdr_obj, *mx = Py_None;
+    long long hv[6] = {0}; /* attributes, leader epoch, (max ts), producer id, epoch, base seq */
+    if (!PyArg_ParseTuple(args, "nOLOOOOOOOOOOOOOOOOO:encode_arrow_batches", &n, &sizes_obj,
+                          &batch_limit, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &rows_obj,
+                          &hdr_obj))
+        return NULL;
+    if (!PyArg_ParseTuple(hdr_obj, "LLOLLL:header", &hv[0], &hv[1], &mx, &hv[3], &hv[4], &hv[5])) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    long long max_override = 0;
+    if (mx != Py_None) {
+        max_override = PyLong_AsLongLong(mx);
+        if (max_override == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if (hv[0] < INT16_MIN || hv[0] > INT16_MAX || hv[1] < INT32_MIN || hv[1] > INT32_MAX ||
+        hv[4] < INT16_MIN || hv[4] > INT16_MAX || hv[5] < INT32_MIN || hv[5] > INT32_MAX ||
+        n > INT32_MAX)
+        Py_RETURN_NONE;
+    if (n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow_batches: no rows");
+        return NULL;
+    }
+    optbuf b[NBUF], rb = {0}, sb = {0};
+    memset(b, 0, sizeof(b));
+    PyObject *res = NULL;
+    int64_t *cuts = NULL, *pos = NULL, *maxs = NULL, *mins = NULL, *body = NULL;
+    gbuf out = {NULL, 0, 0, 0};
+    if (opt_get(sizes_obj, &sb, n * 8) < 0)
+        goto done;
+    if (!sb.set) {
+        PyErr_SetString(PyExc_ValueError, "encode_arrow_batches: sizes are required");
+        goto done;
+    }
+    const int64_t *sizes = sb.v.buf;
+    acols a;
+    int lr = acols_load(&a, b, &rb, o, rows_obj, n, 0, "encode_arrow_batches");
+    if (lr == -1)
+        goto done;
+    if (lr == -2)
+        goto bad_rows;
+    cuts = malloc((size_t)(n + 1) * sizeof(int64_t));
+    pos = malloc((size_t)(n + 1) * sizeof(int64_t));
+    maxs = malloc((size_t)n * sizeof(int64_t));
+    mins = malloc((size_t)n * sizeof(int64_t));
+    body = malloc((size_t)n * sizeof(int64_t));
+    if (!cuts || !pos || !maxs || !mins || !body) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* pass 1: cut (as Broker._buffer_rows: records while their estimates fit batch_limit),
+     * validate and size */
+    Py_ssize_t k = 0, i = 0;
+    int64_t total = 0;
+    int64_t od = 0, tsd = 0, kn = 0, vn = 0, h0 = 0, h1 = 0, size = 0;
+    while (i < n) {
+        Py_ssize_t j = i;
+        int64_t est = 0;
+        while (j < n && (j == i || est + sizes[j] <= batch_limit)) {
+            est += sizes[j];
+            j++;
+        }
+        int64_t base = a.offs[i], base_ts = a.tss[i], prev = base - 1, bt = 0;
+        int64_t mx_ts = a.tss[i], mn_ts = a.tss[i];
+        for (Py_ssize_t r = i; r < j; r++) {
+            if (a.offs[r] <= prev)
+                goto fallback;
+            prev = a.offs[r];
+            int st = arow(&a, r, base, base_ts, &od, &tsd, &kn, &vn, &h0, &h1, &size);
+            if (st == 2)
+                goto bad_rows;
+            if (st)
+                goto fallback;
+            bt += vsize(size) + size;
+            if (a.tss[r] > mx_ts)
+                mx_ts = a.tss[r];
+            if (a.tss[r] < mn_ts)
+                mn_ts = a.tss[r];
+        }
+        if (bt > INT32_MAX - 49 || a.offs[j - 1] - base > INT32_MAX)
+            goto fallback;
+        cuts[k] = i;
+        pos[k] = total;
+        body[k] = bt;
+        maxs[k] = mx != Py_None ? max_override : mx_ts; /* the MaxTimestamp header field */
+        mins[k] = mn_ts;
+        total += 61 + bt;
+        k++;
+        i = j;
+    }
+    cuts[k] = n;
+    pos[k] = total;
+    if (gb_grow(&out, (size_t)total, 0) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* pass 2: write (the same checks cannot fail now) */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t bi = 0; bi < k; bi++) {
+        uint8_t *h = out.p + pos[bi];
+        uint8_t *q = h + 61;
+        int64_t base = a.offs[cuts[bi]], base_ts = a.tss[cuts[bi]];
+        for (Py_ssize_t r = cuts[bi]; r < cuts[bi + 1]; r++)
+            q = wr_arow(q, &a, r, base, base_ts);
+        /* NO_SEQUENCE (-1) stays; sequences wrap at 2^31 as Kafka's do */
+        wr_batch_header(h, body[bi], base, hv[1], hv[0], a.offs[cuts[bi + 1] - 1] - base, base_ts,
+                        maxs[bi], hv[3], hv[4],
+                        hv[5] < 0 ? hv[5] : (hv[5] + cuts[bi]) & 0x7FFFFFFF,
+                        cuts[bi + 1] - cuts[bi]);
+    }
+    Py_END_ALLOW_THREADS
+    BufferObject *eb = PyObject_New(BufferObject, &EncBufferType);
+    if (!eb)
+        goto done;
+    eb->data = out.p;
+    eb->size = (Py_ssize_t)total;
+    eb->cap = out.cap;
+    eb->mapped = out.mapped;
+    out.p = NULL;
+    out.cap = 0;
+    res = Py_BuildValue("(NNNNN)", (PyObject *)eb, i64_bytes(cuts, k + 1), i64_bytes(pos, k + 1),
+                        i64_bytes(maxs, k), i64_bytes(mins, k));
+    goto done;
+fallback:
+    Py_INCREF(Py_None);
+    res = Py_None;
+    goto done;
+bad_rows:
+    PyErr_SetString(PyExc_ValueError,
+                    "encode_arrow_batches: column buffers and offsets do not agree");
+done:
+    if (out.p)
+        gb_free(&out);
+    free(cuts);
+    free(pos);
+    free(maxs);
+    free(mins);
+    free(body);
+    for (int bi = 0; bi < NBUF; bi++)
+        if (b[bi].set)
+            PyBuffer_Release(&b[bi].v);
+    if (rb.set)
+        PyBuffer_Release(&rb.v);
+    if (sb.set)
+        PyBuffer_Release(&sb.v);
+    return res;
+}
+
+/* Python lists -> Arrow buffers for Broker.send_many, in one pass: exact
+ * types only (bytes or None; int or None, bool excluded), else None so that
+ * the caller judges the records one by one through send(). */
+
+static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "pylist_binary needs a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *offs = NULL, *data = NULL, *bitmap = NULL, *res = NULL;
+    int64_t total = 0, nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        if (o == Py_None) {
+            nulls++;
+        } else if (PyBytes_CheckExact(o)) {
+            total += PyBytes_GET_SIZE(o);
+        } else {
+            goto decline;
+        }
+    }
+    if (total > INT32_MAX)
+        goto decline;
+    offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    data = offs ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
+    if (!data)
+        goto done;
+    if (nulls) {
+        bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!bitmap)
+            goto done;
+        memset(PyBytes_AS_STRING(bitmap), 0, (size_t)((n + 7) / 8));
+    }
+    int32_t *o32 = (int32_t *)PyBytes_AS_STRING(offs);
+    uint8_t *d = (uint8_t *)PyBytes_AS_STRING(data);
+    uint8_t *bm = bitmap ? (uint8_t *)PyBytes_AS_STRING(bitmap) : NULL;
+    int32_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        o32[i] = at;
+        if (o != Py_None) {
+            Py_ssize_t len = PyBytes_GET_SIZE(o);
+            memcpy(d + at, PyBytes_AS_STRING(o), (size_t)len);
+            at += (int32_t)len;
+            if (bm)
+                bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+    }
+    o32[n] = at;
+    res = Py_BuildValue("(nLOOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, offs, data);
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    res = Py_None;
+done:
+    Py_XDECREF(offs);
+    Py_XDECREF(data);
+    Py_XDECREF(bitmap);
+    Py_DECREF(seq);
+    return res;
+}
+
+static PyObject *mod_pylist_int64(PyObject *Py_UNUSED(m), PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "pylist_int64 needs a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    PyObject *vals = PyBytes_FromStringAndSize(NULL, n * 8), *bitmap = NULL, *res = NULL;
+    if (!vals)
+        goto done;
+    int64_t *v = (int64_t *)PyBytes_AS_STRING(vals);
+    int64_t nulls = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = items[i];
+        if (o == Py_None) {
+            v[i] = 0;
+            if (!bitmap) {
+                bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+                if (!bitmap)
+                    goto done;
+                memset(PyBytes_AS_STRING(bitmap), 0xFF, (size_t)((n + 7) / 8));
+            }
+            ((uint8_t *)PyBytes_AS_STRING(bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            nulls++;
+            continue;
+        }
+        if (!PyLong_CheckExact(o))
+            goto decline;
+        int overflow = 0;
+        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow || (x == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            goto decline;
+        }
+        v[i] = x;
+    }
+    if (bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
+        ((uint8_t *)PyBytes_AS_STRING(bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
+    res = Py_BuildValue("(nLOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, vals);
+    goto done;
+decline:
+    Py_INCREF(Py_None);
+    res = Py_None;
+done:
+    Py_XDECREF(vals);
+    Py_XDECREF(bitmap);
+    Py_DECREF(seq);
     return res;
 }
 
@@ -2414,6 +2744,20 @@ static PyMethodDef module_methods[] = {
      "buffers (record i is column row rows[i] or row0 + i); with header = (attributes, "
      "partition_leader_epoch, last_offset_delta, max_timestamp or None, producer_id, "
      "producer_epoch, base_sequence) the whole uncompressed batch, CRC included"},
+    {"encode_arrow_batches", mod_encode_arrow_batches, METH_VARARGS,
+     "encode_arrow_batches(n, sizes, batch_limit, <the 15 buffers of encode_arrow>, rows, "
+     "header) -> (EncBuffer, cuts, positions, max_ts, min_ts) | None: rows cut into "
+     "uncompressed batches of at most batch_limit estimated bytes, written back to back; "
+     "header = (attributes, partition_leader_epoch, max_timestamp or None, producer_id, "
+     "producer_epoch, first base_sequence); the arrays are int64 bytes"},
+    {"pylist_binary", mod_pylist_binary, METH_O,
+     "pylist_binary(seq) -> (n, null_count, validity bitmap or None, int32 offsets, data) | "
+     "None: Arrow binary buffers of a sequence of bytes/None (None: another type, or over "
+     "2 GiB)"},
+    {"pylist_int64", mod_pylist_int64, METH_O,
+     "pylist_int64(seq) -> (n, null_count, validity bitmap or None, int64 values) | None: "
+     "Arrow int64 buffers of a sequence of int/None (None: another type, bool, or out of "
+     "range)"},
     {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
      "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
@@ -2448,7 +2792,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         pthread_atfork(NULL, NULL, cache_after_fork_child);
     }
 #endif
-    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&DecoderType) < 0)
+    if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&DecoderType) < 0 ||
+        PyType_Ready(&EncBufferType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
     if (!m)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,8 @@ except ImportError:  # not built
     _native = None
 
 __all__ = ["Columns", "prepare", "encode_rows", "encode_rows_pure", "encode_rows_native",
+           "EncodedBatches", "encode_batches", "encode_batches_pure", "encode_batches_native",
+           "binary_array", "int64_array",
            "murmur2_column", "IMPLEMENTATION", "NATIVE_AVAILABLE"]
 
 NATIVE_AVAILABLE = _native is not None and hasattr(_native, "encode_arrow")
@@ -333,6 +336,157 @@ def encode_rows_native(cols: Columns, start: int, stop: int, **kw) -> bytes:
     if not NATIVE_AVAILABLE:
         raise RuntimeError("kafkastore._native is not built (python setup.py build_ext --inplace)")
     return _encode(True, cols, start, stop, **kw)
+
+
+class EncodedBatches(NamedTuple):
+    """Uncompressed batches back to back (see :func:`encode_batches`)."""
+
+    data: object             # bytes-like, writable when the C encoder made it
+    cuts: np.ndarray         # int64[k+1]: batch b holds records [cuts[b], cuts[b+1])
+    positions: np.ndarray    # int64[k+1]: byte position of each batch, then the total
+    max_timestamps: np.ndarray  # int64[k]: each batch's MaxTimestamp header field
+    min_timestamps: np.ndarray  # int64[k]: each batch's smallest record timestamp
+
+
+def batch_cuts(sizes: np.ndarray, batch_limit: int) -> np.ndarray:
+    """int64[k+1] row cuts: each batch takes records while the sum of their ``sizes``
+    (estimates) stays within ``batch_limit``, and at least one."""
+    csum = np.cumsum(sizes)
+    cuts = [0]
+    n = len(sizes)
+    i = 0
+    while i < n:
+        before = int(csum[i - 1]) if i else 0
+        j = min(n, max(i + 1, int(np.searchsorted(csum, batch_limit + before, side="right"))))
+        cuts.append(j)
+        i = j
+    return np.array(cuts, np.int64)
+
+
+def _encode_batches(native: bool, cols: Columns, sizes, batch_limit: int, *, offsets,
+                    timestamps, rows=None, timestamp_type: int = CREATE_TIME,
+                    max_timestamp: int | None = None, producer_id: int = NO_PRODUCER_ID,
+                    producer_epoch: int = -1, base_sequence: int = NO_SEQUENCE,
+                    partition_leader_epoch: int = -1,
+                    transactional: bool = False) -> EncodedBatches | None:
+    check_timestamp_type(timestamp_type)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    timestamps = np.ascontiguousarray(timestamps, np.int64)
+    sizes = np.ascontiguousarray(sizes, np.int64)
+    n = len(offsets)  # rows [0, n) of cols, or rows[:n]
+    if (n == 0 or len(timestamps) != n or len(sizes) != n
+            or n > (cols.n if rows is None else len(rows))):
+        raise ConfigError("one offset, timestamp and size per row are needed")
+    if rows is not None:
+        rows = rows[:n]
+    if native:
+        attributes = ((TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+                      | (TRANSACTIONAL_MASK if transactional else 0))
+        k, v = cols.key, cols.value
+        if cols.h_offsets is not None:
+            hk, hv = cols.h_key, cols.h_value
+            hbufs = (cols.h_offsets, cols.h_valid, hk.offsets, hk.data, hv.valid, hv.offsets,
+                     hv.data)
+        else:
+            hbufs = (None,) * 7
+        out = _native.encode_arrow_batches(
+            n, sizes, batch_limit, offsets, timestamps, k.valid, k.offsets, k.data,
+            v.valid, v.offsets, v.data, *hbufs,
+            None if rows is None else np.ascontiguousarray(rows, np.int64),
+            (attributes, partition_leader_epoch, max_timestamp, producer_id, producer_epoch,
+             base_sequence))
+        if out is None:
+            return None
+        data, cuts, positions, max_ts, min_ts = out
+        return EncodedBatches(data, np.frombuffer(cuts, np.int64),
+                              np.frombuffer(positions, np.int64), np.frombuffer(max_ts, np.int64),
+                              np.frombuffer(min_ts, np.int64))
+    cuts = batch_cuts(sizes, batch_limit)
+    parts, max_ts, min_ts = [], [], []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        seq = (base_sequence + a) & 0x7FFFFFFF if base_sequence != NO_SEQUENCE else base_sequence
+        part = _encode(False, cols, a, b, offsets=offsets[a:b], timestamps=timestamps[a:b],
+                       rows=rows, timestamp_type=timestamp_type, max_timestamp=max_timestamp,
+                       producer_id=producer_id, producer_epoch=producer_epoch,
+                       base_sequence=seq, partition_leader_epoch=partition_leader_epoch,
+                       transactional=transactional)
+        parts.append(part)
+        max_ts.append(int(np.frombuffer(part, ">i8", 1, 35)[0]))
+        min_ts.append(int(timestamps[a:b].min()))
+    positions = np.concatenate(([0], np.cumsum([len(p) for p in parts]))).astype(np.int64)
+    return EncodedBatches(bytearray(b"".join(parts)), cuts, positions,
+                          np.array(max_ts, np.int64), np.array(min_ts, np.int64))
+
+
+def encode_batches(cols: Columns, sizes, batch_limit: int, **kw) -> EncodedBatches | None:
+    """Rows of ``cols`` (``rows``: their numbers, default all) as uncompressed data batches
+    back to back in one buffer: cut where the records' estimated ``sizes`` would pass
+    ``batch_limit`` (at least one record a batch), as :func:`batch_cuts` says.
+
+    Keywords: ``offsets`` and ``timestamps`` (int64, one per row, required),
+    ``rows``, and the header fields of :func:`encode_rows` (``base_sequence`` is
+    the first batch's; batch b starts at ``base_sequence + cuts[b]``). Each batch's
+    bytes equal :func:`encode_rows` of its rows. None when the C encoder declines
+    (the caller then encodes batch by batch, which raises the precise error).
+    """
+    return _encode_batches(IMPLEMENTATION == "native", cols, sizes, batch_limit, **kw)
+
+
+def encode_batches_pure(cols: Columns, sizes, batch_limit: int, **kw) -> EncodedBatches | None:
+    """:func:`encode_batches` with the pure encoder (batch by batch, then joined)."""
+    return _encode_batches(False, cols, sizes, batch_limit, **kw)
+
+
+def encode_batches_native(cols: Columns, sizes, batch_limit: int,
+                          **kw) -> EncodedBatches | None:
+    """:func:`encode_batches` with the C encoder (RuntimeError if it is not built)."""
+    if not NATIVE_AVAILABLE:
+        raise RuntimeError("kafkastore._native is not built (python setup.py build_ext --inplace)")
+    return _encode_batches(True, cols, sizes, batch_limit, **kw)
+
+
+_BYTES_OR_NONE = frozenset({bytes, type(None)})
+_INT_OR_NONE = frozenset({int, type(None)})
+
+
+def binary_array(seq, *, native: bool | None = None) -> pa.Array | None:
+    """A sequence of ``bytes`` / None as an Arrow binary array, or None when an element
+    has another type (exactly bytes: no str, bytearray or subclass) or the data passes
+    2 GiB. One C pass when the extension is built (``native``: force a path)."""
+    if native if native is not None else IMPLEMENTATION == "native":
+        out = _native.pylist_binary(seq)
+        if out is None:
+            return None
+        n, nulls, bitmap, offsets, data = out
+        return pa.Array.from_buffers(pa.binary(), n, [
+            None if bitmap is None else pa.py_buffer(bitmap), pa.py_buffer(offsets),
+            pa.py_buffer(data)], null_count=nulls)
+    if not set(map(type, seq)) <= _BYTES_OR_NONE:
+        return None
+    try:
+        arr = pa.array(seq, pa.binary())
+    except (pa.ArrowException, OverflowError):
+        return None
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def int64_array(seq, *, native: bool | None = None) -> pa.Array | None:
+    """A sequence of ``int`` / None as an Arrow int64 array, or None when an element has
+    another type (bool and int subclasses included) or does not fit int64."""
+    if native if native is not None else IMPLEMENTATION == "native":
+        out = _native.pylist_int64(seq)
+        if out is None:
+            return None
+        n, nulls, bitmap, values = out
+        return pa.Array.from_buffers(pa.int64(), n, [
+            None if bitmap is None else pa.py_buffer(bitmap), pa.py_buffer(values)],
+            null_count=nulls)
+    if not set(map(type, seq)) <= _INT_OR_NONE:
+        return None
+    try:
+        return pa.array(seq, pa.int64())
+    except (pa.ArrowException, OverflowError):
+        return None
 
 
 def murmur2_column(key: _Binary, n: int) -> np.ndarray:

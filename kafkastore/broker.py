@@ -53,7 +53,7 @@ from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifes
 from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
-from .segment import index_batches
+from .segment import index_batch_arrays, index_batches
 from .storage import Storage
 from .topics import TopicMetadata, load_topic
 
@@ -84,9 +84,23 @@ class AppendResult:
     duplicate: bool = False
 
 
+class _Run(NamedTuple):
+    """The batches of a :class:`_Pending` holding many (send_arrow's fast path), as arrays."""
+
+    positions: object     # int64[k+1]: each batch's byte position in the data, then its size
+    rels: object          # int64[k]: each batch's relative base offset
+    counts: object        # int64[k]: records per batch
+    max_ts: object        # int64[k]: each batch's MaxTimestamp field
+    min_ts: object        # int64[k]: each batch's smallest record timestamp
+
+
 @dataclass
 class _Pending:
-    """A sealed batch waiting for its flush: bytes encoded with offsets relative to the flush."""
+    """A sealed batch waiting for its flush: bytes encoded with offsets relative to the flush.
+
+    With ``run`` set, ``data`` is many data batches back to back (one C encoder call);
+    ``rel_base`` / ``count`` / ``min_timestamp`` are then those of the whole run.
+    """
 
     data: bytes
     rel_base: int
@@ -96,6 +110,7 @@ class _Pending:
     marker: bool = False  # a transaction marker
     abort: bool = False
     appended_ms: int = 0  # broker clock when the batch's first record was buffered
+    run: _Run | None = None
 
 
 class _Buffered(NamedTuple):
@@ -480,6 +495,11 @@ class Broker:
             buf = self._buffers[tp] = _PartitionBuffer()
         self._seal(tp, st)
         in_txn = self._txn_partitions is not None
+        if st.codec == Compression.NONE and self._buffer_run(tp, st, cols, rows, n, ts, sizes,
+                                                              now, in_txn):
+            if in_txn:
+                self._txn_partitions.add(tp)
+            return
         csum = np.cumsum(sizes)
         i = 0
         while i < n:
@@ -522,6 +542,88 @@ class Broker:
             i = j
         if in_txn:
             self._txn_partitions.add(tp)
+
+    def _buffer_run(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
+                    sizes, now: int, in_txn: bool) -> bool:
+        """The fast path of :meth:`_buffer_rows` (uncompressed topics, C encoder): every
+        batch in one call, into one buffer, cut and rolled as the batch-by-batch path
+        does; sealed as one :class:`_Pending` per segment roll. False (nothing changed)
+        when the encoder declines or a batch exceeds max.message.bytes: the caller then
+        goes batch by batch, which halves batches or raises the precise error."""
+        import numpy as np
+
+        from .arrow_encode import IMPLEMENTATION, encode_batches
+
+        if IMPLEMENTATION != "native":
+            return False
+        buf = self._buffers[tp]
+        ts, sizes = ts[:n], sizes[:n]  # with rows=None: rows [0, n) of longer columns
+        append_time = self.clock() if st.log_append else None
+        seq0 = self._next_sequence(tp, n)
+        try:
+            enc = encode_batches(
+                cols, sizes, st.batch_limit,
+                offsets=np.arange(buf.next_rel, buf.next_rel + n, dtype=np.int64),
+                timestamps=ts, rows=rows,
+                timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
+                max_timestamp=append_time, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=seq0, transactional=in_txn)
+        except BaseException:
+            self._sequences[tp] = seq0
+            raise
+        pos = enc.positions if enc is not None else None
+        if enc is None or int(np.diff(pos).max()) > st.max_message_bytes:
+            self._sequences[tp] = seq0
+            return False
+        cuts = enc.cuts
+        k = len(cuts) - 1
+        csum = np.concatenate(([0], np.cumsum(sizes)))
+        est = csum[cuts[1:]] - csum[cuts[:-1]]  # the estimate the batch-by-batch path rolls by
+        # under LogAppendTime every record's timestamp is the append time
+        mins = np.full(k, append_time, np.int64) if st.log_append else enc.min_timestamps
+        data = memoryview(enc.data)
+        b = 0
+        try:
+            while b < k:
+                e = k
+                if self.commit_on_roll:
+                    # Roll before batch c when the buffer holds sealed batches and segment.ms
+                    # has passed or batch c's estimate would not fit segment.bytes.
+                    first_ms = buf.first_append_ms if buf.sealed else now
+                    sealed = buf.sealed_bytes + (pos[b:k] - pos[b])
+                    has_sealed = np.arange(b, k) > b
+                    if buf.sealed:
+                        has_sealed[:] = True
+                    roll = has_sealed & ((now - first_ms >= st.segment_ms)
+                                         | (sealed + est[b:k] > st.segment_bytes))
+                    hit = np.flatnonzero(roll)
+                    if hit.size:
+                        if hit[0] == 0:
+                            self._flush_partition(tp)
+                            buf = self._buffers[tp]
+                            continue
+                        e = b + int(hit[0])
+                rel = buf.next_rel
+                count = int(cuts[e] - cuts[b])
+                run = _Run(pos[b:e + 1] - pos[b], rel + (cuts[b:e] - cuts[b]),
+                           cuts[b + 1:e + 1] - cuts[b:e], enc.max_timestamps[b:e], mins[b:e])
+                if not buf.sealed and not buf.records:
+                    buf.first_append_ms = now
+                min_ts = int(run.min_ts.min())
+                buf.sealed.append(_Pending(data[pos[b]:pos[e]], rel, count, min_ts, in_txn,
+                                           appended_ms=now, run=run))
+                buf.sealed_bytes += int(pos[e] - pos[b])
+                buf.next_rel += count
+                b = e
+                if b < k:
+                    self._flush_partition(tp)
+                    buf = self._buffers[tp]
+        except BaseException:
+            # Batches from b on were not buffered: give their sequence numbers back.
+            if tp in self._sequences:
+                self._sequences[tp] = (seq0 + int(cuts[b])) & 0x7FFFFFFF
+            raise
+        return True
 
     def _check_partition(self, meta: TopicMetadata, partition: int) -> None:
         if (not isinstance(partition, int) or isinstance(partition, bool)
@@ -635,8 +737,8 @@ class Broker:
         first_seq = parse_header(data_batches[0].data).base_sequence if data_batches else -1
         last_seq = ((first_seq + sum(p.count for p in data_batches) - 1) & 0x7FFFFFFF
                     if data_batches else -1)
-        max_ts = max((_MAX_TS_AND_COUNT.unpack_from(p.data, _MAX_TS_OFFSET)[0] for p in pending),
-                     default=NO_TIMESTAMP)
+        max_ts = max((_MAX_TS_AND_COUNT.unpack_from(p.data, _MAX_TS_OFFSET)[0] if p.run is None
+                      else int(p.run.max_ts.max()) for p in pending), default=NO_TIMESTAMP)
         uploaded: dict[int, list[SegmentEntry]] = {}
         outcome: dict[str, object] = {}
         store = self._store(topic, partition)
@@ -703,8 +805,10 @@ class Broker:
         base = seg.stats.base_offset + shift
         seg_id = layout.new_segment_id()
         # Index and time index first, the log last: a half-uploaded set is an orphan either way.
-        for ext, data in ((".index", seg.index), (".timeindex", seg.timeindex), (".log", log)):
-            self.storage.put(layout.segment_path(topic, partition, base, seg_id, ext), data)
+        # One put_many: on local files one directory fsync for the three (docs/DECISIONS.md).
+        self.storage.put_many((layout.segment_path(topic, partition, base, seg_id, ext), data)
+                              for ext, data in ((".index", seg.index),
+                                                (".timeindex", seg.timeindex), (".log", log)))
         st = seg.stats
         return SegmentEntry(
             base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,
@@ -826,18 +930,17 @@ def _as_table(values, keys, headers, timestamps):
     import pyarrow as pa
 
     from .arrow_decode import HEADERS_TYPE
+    from .arrow_encode import binary_array, int64_array
 
-    if timestamps is not None and not all(type(t) is int or t is None for t in timestamps):
+    # Exact types only (as send() would judge them), converted in one C pass when built.
+    cols = {"value": binary_array(values)}
+    if keys is not None:
+        cols["key"] = binary_array(keys)
+    if timestamps is not None:
+        cols["timestamp"] = int64_array(timestamps)
+    if any(c is None for c in cols.values()):
         return None
-    for seq in (values, keys):
-        if seq is not None and not all(type(v) is bytes or v is None for v in seq):
-            return None
     try:
-        cols = {"value": pa.array(values, pa.binary())}
-        if keys is not None:
-            cols["key"] = pa.array(keys, pa.binary())
-        if timestamps is not None:
-            cols["timestamp"] = pa.array(timestamps, pa.int64())
         if headers is not None and any(headers):
             cols["headers"] = pa.array(
                 [[{"key": k, "value": v} for k, v in hs] if hs else None for hs in headers],
@@ -899,12 +1002,107 @@ class _BuiltSegment:
         return b"".join(parts)
 
 
+@dataclass(frozen=True)
+class _RunSegment:
+    """A segment holding batches of runs (:class:`_Run`): the batches' base offsets are
+    written by :meth:`log`, vectorised, into the run's own buffer when the segment is one
+    stretch of one run (no copy), else into one joined copy."""
+
+    parts: tuple[memoryview, ...]    # contiguous stretches of the pendings' data, in order
+    rels: object                     # int64[k]: each batch's relative base offset
+    positions: object                # int64[k]: each batch's position in the log
+    size: int
+    index: bytes
+    timeindex: bytes
+    stats: object
+
+    def log(self, shift: int):
+        """The ``.log`` bytes (a bytes-like object) with every batch's base offset moved by
+        ``shift``. BaseOffset is outside the batch CRC, so the batches stay valid."""
+        import numpy as np
+
+        if len(self.parts) == 1 and not self.parts[0].readonly:
+            out = self.parts[0]
+        else:
+            out = bytearray(self.size)
+            view, at = memoryview(out), 0
+            for part in self.parts:
+                view[at:at + len(part)] = part
+                at += len(part)
+        arr = np.frombuffer(out, np.uint8)
+        arr[self.positions[:, None] + np.arange(8)] = (
+            (self.rels + shift).astype(">i8").view(np.uint8).reshape(-1, 8))
+        return out
+
+
+def _build_run_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int,
+                        index_interval_bytes: int) -> list[_RunSegment]:
+    """:func:`_build_segments` when some pendings are runs: the same rolls, per batch."""
+    import numpy as np
+
+    unpack = _MAX_TS_AND_COUNT.unpack_from
+    cols: dict[str, list] = {k: [] for k in ("size", "app", "rel", "count", "offsets", "max",
+                                             "min", "src", "start")}
+    for i, p in enumerate(pending):
+        r = p.run
+        if r is None:
+            mts, cnt = unpack(p.data, _MAX_TS_OFFSET)
+            r = _Run(np.array([0, len(p.data)], np.int64), np.array([p.rel_base], np.int64),
+                     np.array([cnt], np.int64), np.array([mts], np.int64),
+                     np.array([p.min_timestamp], np.int64))
+            taken = np.array([p.count], np.int64)
+        else:
+            taken = r.counts
+        k = len(r.rels)
+        cols["size"].append(np.diff(r.positions))
+        cols["app"].append(np.full(k, p.appended_ms, np.int64))
+        cols["rel"].append(r.rels)
+        cols["count"].append(r.counts)
+        cols["offsets"].append(taken)
+        cols["max"].append(r.max_ts)
+        cols["min"].append(r.min_ts)
+        cols["src"].append(np.full(k, i, np.int64))
+        cols["start"].append(r.positions[:-1])
+    a = {k: np.concatenate(v).astype(np.int64) for k, v in cols.items()}
+    sizes, app = a["size"], a["app"]
+    lasts = a["rel"] + a["offsets"] - 1
+    cum = np.concatenate(([0], np.cumsum(sizes)))
+    total = len(sizes)
+    out = []
+    s = 0
+    while s < total:
+        # first batch after s that would take the segment past segment.bytes, or came
+        # segment.ms or more after the segment's first batch
+        e = max(s + 1, int(np.searchsorted(cum, cum[s] + segment_bytes, side="right")) - 1)
+        e = min(e, total)
+        late = np.flatnonzero(app[s + 1:e] - app[s] >= segment_ms)
+        if late.size:
+            e = s + 1 + int(late[0])
+        built = index_batch_arrays(
+            int(a["rel"][s]), sizes[s:e], int(a["rel"][s]), lasts[s:e], a["count"][s:e],
+            a["max"][s:e], a["min"][s:e], index_interval_bytes=index_interval_bytes)
+        src = a["src"][s:e]
+        breaks = np.flatnonzero(np.diff(src)) + 1
+        parts = []
+        for lo, hi in zip(np.concatenate(([0], breaks)).tolist(),
+                          np.concatenate((breaks, [e - s])).tolist()):
+            data = memoryview(pending[int(src[lo])].data)
+            first, last = s + lo, s + hi - 1
+            parts.append(data[int(a["start"][first]):int(a["start"][last] + sizes[last])])
+        out.append(_RunSegment(tuple(parts), a["rel"][s:e], cum[s:e] - cum[s],
+                               int(cum[e] - cum[s]), built.index, built.timeindex, built.stats))
+        s = e
+    return out
+
+
 def _build_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int,
-                    index_interval_bytes: int) -> list[_BuiltSegment]:
+                    index_interval_bytes: int) -> list:
     """Group sealed batches into segments (at least one batch each) as Kafka rolls them: a new
     segment when the next batch would take the segment past ``segment.bytes``, or arrived
     ``segment.ms`` or more after the segment's first batch. The batches were encoded here,
     so their indexes come from their header fields (:func:`index_batches`), unchecked."""
+    if any(p.run is not None for p in pending):
+        return _build_run_segments(pending, segment_bytes, segment_ms, index_interval_bytes)
     out: list[_BuiltSegment] = []
     group: list[_Pending] = []
     size = 0

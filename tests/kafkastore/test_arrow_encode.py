@@ -173,3 +173,109 @@ def test_encode_rows_gathers_rows_without_a_copy(impl):
     want = encode_batch([Record(10 + j, r.timestamp, r.key, r.value, r.headers)
                          for j, r in enumerate(records[i] for i in rows[1:4])])
     assert got == want
+
+
+# -- many batches in one call (Broker.send_arrow's fast path) --------------------------
+
+def _batches_kw(draw_rows, records, log_append, txn, seq=0x7FFFFFFE):
+    n = len(records) if draw_rows is None else len(draw_rows)
+    return dict(offsets=np.arange(100, 100 + n, dtype=np.int64),
+                timestamps=np.array([records[i].timestamp for i in
+                                     (range(n) if draw_rows is None else draw_rows)], np.int64),
+                rows=draw_rows, timestamp_type=int(log_append),
+                max_timestamp=(1 << 41) if log_append else None, producer_id=77,
+                producer_epoch=3, base_sequence=seq, partition_leader_epoch=5,
+                transactional=txn)
+
+
+@pytest.mark.parametrize("impl", ["native", "pure"])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fields=st.lists(record_fields, min_size=1, max_size=30), limit=st.integers(1, 400),
+       log_append=st.booleans(), txn=st.booleans(), seq=st.sampled_from([-1, 0, 0x7FFFFFFE]),
+       data=st.data())
+def test_encode_batches_equal_per_batch_encode_and_concatenation(impl, fields, limit, log_append,
+                                                                txn, seq, data):
+    """Each batch of encode_batches is byte for byte encode_rows (pure) of its rows, cut as
+    batch_cuts says; positions, sequences and timestamps agree; both paths."""
+    if impl == "native" and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    records = records_of(fields)
+    cols = ae.prepare(table_of(records))
+    rows = data.draw(st.none() | st.lists(st.integers(0, len(records) - 1), min_size=1,
+                                          max_size=30).map(lambda r: np.array(r, np.int64)))
+    n = len(records) if rows is None else len(rows)
+    sizes = np.array(data.draw(st.lists(st.integers(21, 200), min_size=n, max_size=n)), np.int64)
+    kw = _batches_kw(rows, records, log_append, txn, seq)
+    enc = (ae.encode_batches_native if impl == "native" else ae.encode_batches_pure)(
+        cols, sizes, limit, **kw)
+    assert enc is not None
+    cuts = ae.batch_cuts(sizes, limit)
+    assert enc.cuts.tolist() == cuts.tolist()
+    expected = []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        expected.append(ae.encode_rows_pure(
+            cols, a, b, offsets=kw["offsets"][a:b], timestamps=kw["timestamps"][a:b], rows=rows,
+            timestamp_type=kw["timestamp_type"], max_timestamp=kw["max_timestamp"],
+            producer_id=77, producer_epoch=3,
+            base_sequence=(seq + a) & 0x7FFFFFFF if seq >= 0 else seq,
+            partition_leader_epoch=5, transactional=txn))
+        assert enc.min_timestamps[len(expected) - 1] == kw["timestamps"][a:b].min()
+    assert bytes(enc.data) == b"".join(expected)
+    assert enc.positions.tolist() == np.cumsum([0] + [len(e) for e in expected]).tolist()
+    for pos, e, mx in zip(enc.positions, expected, enc.max_timestamps):
+        header = rb.parse_header(e)
+        assert header.max_timestamp == mx
+        _, decoded = decode_batch(bytes(enc.data), int(pos))  # CRC checked
+        assert len(decoded) == header.record_count
+
+
+@needs_native
+def test_encode_batches_native_declines_what_the_pure_encoder_must_judge():
+    records = [Record(0, 0, b"k", b"v", ()), Record(1, 1 << 62, b"k", b"v", ())]
+    cols = ae.prepare(table_of(records))
+    kw = dict(offsets=np.array([0, 1], np.int64),
+              timestamps=np.array([-(1 << 62), 1 << 62], np.int64))  # delta beyond int64
+    assert ae.encode_batches_native(cols, np.array([30, 30], np.int64), 1000, **kw) is None
+    with pytest.raises(ConfigError):
+        ae.encode_batches(cols, np.array([30], np.int64), 1000, **kw)  # one size for two rows
+
+
+@needs_native
+def test_encode_batches_native_buffer_is_writable():
+    cols = ae.prepare(table_of([Record(0, 5, b"k", b"v", ())]))
+    enc = ae.encode_batches_native(cols, np.array([30], np.int64), 1000,
+                                   offsets=np.array([0], np.int64),
+                                   timestamps=np.array([5], np.int64))
+    view = memoryview(enc.data)
+    assert not view.readonly
+    view[0:8] = (42).to_bytes(8, "big")
+    assert rb.parse_header(bytes(enc.data)).base_offset == 42
+    decode_batch(bytes(enc.data), 0)  # base offset is outside the CRC
+
+
+# -- send_many's list conversion ---------------------------------------------------------
+
+@pytest.mark.parametrize("native", [True, False])
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(blob, max_size=40),
+       stamps=st.lists(st.none() | st.integers(-(1 << 63), (1 << 63) - 1), max_size=40))
+def test_list_conversion_equals_pyarrow(native, values, stamps):
+    if native and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    got = ae.binary_array(values, native=native)
+    got.validate(full=True)
+    assert got.equals(pa.array(values, pa.binary())) and got.null_count == values.count(None)
+    got = ae.int64_array(stamps, native=native)
+    got.validate(full=True)
+    assert got.to_pylist() == stamps and got.null_count == stamps.count(None)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_list_conversion_declines_inexact_types(native):
+    if native and not NATIVE:
+        pytest.skip("kafkastore._native is not built")
+    for bad in ([b"a", "x"], [bytearray(b"a")], [b"a", 1], [memoryview(b"x")]):
+        assert ae.binary_array(bad, native=native) is None
+    for bad in ([1, True], [1, 2.0], [1 << 63], [-(1 << 63) - 1], [1, b"x"]):
+        assert ae.int64_array(bad, native=native) is None
+    assert ae.binary_array((b"a", None), native=native).to_pylist() == [b"a", None]  # tuples too

@@ -842,3 +842,89 @@ def test_send_many_falls_back_to_send_for_what_arrow_would_change(local_root):
     b.send_many(T, [b"d"], headers=[(("h", b"1"),)], partition=0)
     b.flush()
     assert [v for _, _, v in records(storage)] == [b"a", b"b", b"d"]
+
+
+def _segment_files(storage, partitions, topic=T):
+    """Per partition: every live segment's (base offset, .log, .index, .timeindex) bytes and
+    manifest fields other than its id."""
+    out = {}
+    for p in range(partitions):
+        m = manifest(storage, p, topic)
+        out[p] = [(s.base_offset, s.next_offset, s.record_count, s.size, s.min_timestamp,
+                   s.max_timestamp, s.max_timestamp_offset, s.checksum)
+                  + tuple(storage.get(s.paths(topic, p)[ext])
+                          for ext in (".log", ".index", ".timeindex"))
+                  for s in (m.segments if m else ())]
+    return out
+
+
+@pytest.mark.parametrize("commit_on_roll", [True, False])
+@pytest.mark.parametrize("log_append", [False, True])
+def test_send_arrow_fast_path_writes_the_bytes_of_the_batch_by_batch_path(
+        local_root, monkeypatch, commit_on_roll, log_append):
+    """Many batches per C call into one buffer (Broker._buffer_run), segments cut and
+    rolled from arrays, base offsets set in place: the same segment files, indexes and
+    manifest entries as encoding batch by batch, also mixed with send() in one flush."""
+    import pyarrow as pa
+
+    rnd = random.Random(5)
+    n = 700
+    table = pa.table({
+        "key": pa.array([None if i % 7 == 0 else b"k%d" % (i % 5) for i in range(n)], pa.binary()),
+        "value": pa.array([rnd.randbytes(rnd.randrange(0, 120)) for _ in range(n)], pa.binary()),
+        "timestamp": pa.array([1_700_000_000_000 - (i * 7919) % 5000 for i in range(n)],
+                              pa.int64())})
+    configs = dict(segment_bytes=9000, index_interval_bytes=700)
+    if log_append:
+        configs["message_timestamp_type"] = "LogAppendTime"
+    out = {}
+    for name in ("fast", "slow"):
+        storage = setup(f"{local_root}/{name}", 3, **configs)
+        if name == "slow":
+            monkeypatch.setattr(Broker, "_buffer_run", lambda self, *a, **k: False)
+        b = Broker(storage, rng=random.Random(2), producer_id=42, batch_size=1500,
+                   clock=Clock(), commit_on_roll=commit_on_roll)
+        b.send_arrow(T, table.slice(0, 400))
+        b.send(T, b"between", key=b"k1", timestamp=1_700_000_000_000)
+        b.send_arrow(T, table.slice(400))
+        b.flush()
+        b.send_arrow(T, table.slice(100, 50), partition=1)
+        b.flush()
+        out[name] = (_segment_files(storage, 3), _read_all(storage, 3))
+        monkeypatch.undo()
+    assert out["fast"] == out["slow"]
+    assert sum(len(v) for v in out["fast"][1].values()) == n + 1 + 50
+    assert max(len(v) for v in out["fast"][0].values()) > 2  # segments rolled
+
+
+def test_send_arrow_fast_path_gives_back_sequences_when_a_roll_fails(local_root):
+    """A roll's commit fails part way through a send_arrow: the rows before stay buffered
+    (with their sequence numbers), the rest were not, and a retry writes each row once."""
+    import pyarrow as pa
+
+    from kafkastore.errors import StorageError
+
+    setup(local_root, 1, segment_bytes=3000)
+    fs, faulty = faulty_storage(local_root)
+    b = Broker(fs, batch_size=500, clock=Clock(), producer_id=9)
+    vals = [b"%04d" % i + b"v" * 60 for i in range(200)]
+    seen = []
+
+    def second_manifest_write(op, path):
+        if "_manifest/" in path:
+            seen.append(path)
+            return len(seen) >= 2  # the first roll lands, the second never does
+        return False
+
+    faulty.fail_before_write(match=second_manifest_write, count=None)
+    with pytest.raises(StorageError):
+        b.send_arrow(T, pa.table({"value": vals}))
+    faulty.clear()
+    b.flush()
+    got = [v for _, _, v in records(fs)]
+    assert got == vals[:len(got)] and 0 < len(got) < len(vals)
+    b.send_arrow(T, pa.table({"value": vals[len(got):]}))
+    b.flush()
+    assert [v for _, _, v in records(fs)] == vals
+    seqs = [(h.base_sequence, h.record_count) for _, h in batches(fs)]
+    assert all(s + c == t for (s, c), (t, _) in zip(seqs, seqs[1:]))  # no gap, no reuse

@@ -17,15 +17,11 @@ from hypothesis import strategies as st
 from kafkastore import offset_index, time_index
 from kafkastore.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
-from kafkastore.record_batch import decode_batch, parse_header
-from kafkastore.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
-                                SegmentOffsetOverflowError,
-                                TruncatedBatchError,
-                                UnsupportedFormatError,
-                                check_indexes,
-                                find_offset_for_timestamp,
-                                find_position, index_batches,
-                                load_indexes, rebuild_indexes,
+from kafkastore.record_batch import Record, decode_batch, encode_batch, parse_header
+from kafkastore.segment import (BuiltSegment, batch_min_timestamp, OffsetOrderError, SegmentBuilder,
+                                SegmentOffsetOverflowError, TruncatedBatchError,
+                                UnsupportedFormatError, check_indexes, find_offset_for_timestamp,
+                                find_position, index_batch_arrays, index_batches, load_indexes, rebuild_indexes,
                                 recover, scan_log, segment_stats)
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 
@@ -278,6 +274,30 @@ def test_index_batches_equals_builder(specs, base, interval):
     assert (got.index, got.timeindex, got.stats) == (built.index, built.timeindex, built.stats)
     sizes = [len(b) for b in batches]
     assert got.positions == tuple(sum(sizes[:i]) for i in range(len(sizes)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(61, 6000), st.integers(1, 40),
+                                  st.integers(-1, 50), st.integers(-1, 50)), min_size=1,
+                        max_size=40),
+       base=st.sampled_from([0, 7, 10**12]),
+       interval=st.sampled_from([0, 1, 100, 300, 1000, 4096, 10**6]))
+def test_index_batch_arrays_equals_index_batches(batches, base, interval):
+    """The vectorised index builder (Broker.send_arrow's) is byte for byte index_batches,
+    whatever the sizes, intervals and (unordered, missing) timestamps."""
+    import numpy as np
+
+    sizes = [b[0] for b in batches]
+    counts = [b[1] for b in batches]
+    lasts = list(np.cumsum(counts) + base - 1)
+    max_ts = [b[2] for b in batches]
+    min_ts = [b[3] for b in batches]
+    ref = index_batches(base, sizes, base, [int(x) for x in lasts], counts, max_ts, min_ts,
+                        index_interval_bytes=interval)
+    got = index_batch_arrays(base, np.array(sizes), base, np.array(lasts), np.array(counts),
+                             np.array(max_ts), np.array(min_ts), index_interval_bytes=interval)
+    assert (got.index, got.timeindex, got.stats) == (ref.index, ref.timeindex, ref.stats)
+    assert tuple(got.positions.tolist()) == ref.positions
 
 
 @given(specs=batch_specs(), base=st.sampled_from([0, 1000]),

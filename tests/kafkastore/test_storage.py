@@ -235,3 +235,48 @@ def test_faulty_fs_callback_runs_before_write(root_url):
     assert seen and not storage.exists("b")
     storage.put("b", b"1")
     assert storage.get("b") == b"1"
+
+
+def test_put_many_writes_every_object_in_order(storage):
+    storage.put("p/0/x.index", b"old")
+    view = memoryview(bytearray(b"0123456789"))[2:8]
+    storage.put_many([("p/0/x.index", b"idx"), ("p/0/x.log", view), ("q/y.bin", bytearray(b"y"))])
+    assert storage.get("p/0/x.index") == b"idx"
+    assert storage.get("p/0/x.log") == b"234567"
+    assert storage.get("q/y.bin") == b"y"
+    assert storage.upload_time("p/0/x.log") <= storage.upload_time("q/y.bin") + 1e-6
+    assert [o.path for o in storage.list("p")] == ["p/0/x.index", "p/0/x.log"]
+
+
+def test_put_many_local_fsyncs_each_file_and_each_directory_once(local_root, monkeypatch):
+    """The durability argument of put_many (docs/DECISIONS.md): every file's data is
+    fsynced, and every directory holding a new name is fsynced after its renames."""
+    storage = Storage(local_root)
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    storage.put_many([(f"t/0/s{i}.{ext}", b"x" * i) for i in range(2) for ext in ("a", "b")]
+                     + [("t/1/s.a", b"z")])
+    base = storage.full_path("")
+    dirs = [p for p in synced if os.path.isdir(p)]
+    files = [p for p in synced if not os.path.isdir(p)]
+    assert len(files) == 5  # every data file (under its temporary name)
+    assert sorted(dirs) == sorted({os.path.join(base, "t/0"), os.path.join(base, "t/1")})
+    assert synced[-2:] == dirs  # the directories last, after every rename
+    assert not [n for n in os.listdir(os.path.join(base, "t/0")) if n.startswith(".tmp-")]
+
+
+def test_put_many_failure_leaves_no_temporary_files(local_root):
+    storage = Storage(local_root)
+    os.makedirs(storage.full_path("d"), exist_ok=True)
+    storage.put("d/a", b"old")
+    os.makedirs(storage.full_path("d/b"))  # a directory where a file should go: rename fails
+    with pytest.raises(StorageError):
+        storage.put_many([("d/a", b"new"), ("d/b", b"x"), ("d/c", b"y")])
+    assert sorted(os.listdir(storage.full_path("d"))) == ["a", "b"]
+    assert storage.get("d/a") == b"new"  # renamed before the failure: each name old or new
