@@ -28,9 +28,8 @@ from kafkastore.errors import CommitUnknownError, CorruptRecordError, StorageErr
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, ManifestStore,
                                  ProducerState, SegmentEntry, SetCleanerOffset, apply)
 from kafkastore.reader import EARLIEST, PartitionReader
-from kafkastore.record_batch import (DELETE_HORIZON_MASK, Record, decode_batch, encode_batch,
-                                     iter_batches)
-from kafkastore.segment import SegmentBuilder
+from kafkastore.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
+from kafkastore.segment import SegmentBuilder, iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topic_config import TopicConfig
 from kafkastore.topics import alter_topic, create_topic

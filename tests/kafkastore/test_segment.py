@@ -20,13 +20,35 @@ from kafkastore.errors import CorruptRecordError, CrcMismatchError
 from kafkastore.record_batch import Record, decode_batch, encode_batch, parse_header
 from kafkastore.segment import (BuiltSegment, batch_min_timestamp, OffsetOrderError, SegmentBuilder,
                                 SegmentOffsetOverflowError, TruncatedBatchError,
-                                UnsupportedFormatError, check_indexes, find_offset_for_timestamp,
-                                find_position, index_batches, load_indexes, rebuild_indexes,
-                                recover, scan_log, segment_stats)
+                                UnsupportedFormatError, check_indexes, index_batches,
+                                iter_batches, load_indexes, rebuild_indexes, recover, scan_log,
+                                segment_stats)
+from kafkastore.reader import segment_offset_for_timestamp
+from kafkastore.storage import Storage
 
 TS0 = 1_700_000_000_000
 
 # ----------------------------------------------------------------- helpers
+
+_LOOKUP_STORAGE = Storage("memory://test-segment-lookups")
+
+
+def find_position(log_bytes, index_bytes, base_offset: int, target_offset: int) -> int:
+    """Where a reader starts for ``target_offset``: the offset index's position, then the
+    walk to the first batch whose last offset >= target (``len(log)`` if none)."""
+    start = offset_index.lookup(index_bytes, base_offset, target_offset) if index_bytes else 0
+    return next((p for p, h in iter_batches(log_bytes, start) if h.last_offset >= target_offset),
+                len(log_bytes))
+
+
+def find_offset_for_timestamp(log_bytes, index_bytes, timeindex_bytes, base_offset: int,
+                              target_timestamp: int, *, starting_offset: int | None = None):
+    """The reader's per-segment timestamp lookup over ``log_bytes`` stored as an object."""
+    _LOOKUP_STORAGE.put("seg.log", bytes(log_bytes))
+    start = base_offset if starting_offset is None else max(starting_offset, base_offset)
+    return segment_offset_for_timestamp(_LOOKUP_STORAGE, "seg.log", len(log_bytes),
+                                        index_bytes or b"", timeindex_bytes or b"", base_offset,
+                                        target_timestamp, start)
 
 
 def make_batch(base_offset: int, timestamps=(TS0,), *, value_size: int = 10, gaps=None,
