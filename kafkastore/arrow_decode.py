@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import os
 import struct
+from itertools import chain
 from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
@@ -407,21 +408,17 @@ class _PureDecoder:
 
     def finish(self) -> dict[str, Any]:
         n = len(self.offsets)
-        h_offsets = [0]
-        h_null = []
-        total = 0
-        for hs in self.headers:
-            total += len(hs)
-            h_null.append(not hs)
-            h_offsets.append(total)
-        flat = [kv for hs in self.headers if hs for kv in hs]
+        counts = np.fromiter(map(len, self.headers), dtype=np.int64, count=n)
+        h_offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(counts, out=h_offsets[1:])
+        flat = list(chain.from_iterable(self.headers)) if h_offsets[-1] else []
         hstruct = pa.StructArray.from_arrays(
             [_one_chunk([k for k, _ in flat], pa.string(), "header key"),
              _one_chunk([v for _, v in flat], pa.binary(), "header value")],
             fields=list(HEADER_STRUCT_TYPE))
         headers = pa.ListArray.from_arrays(
-            pa.array(h_offsets, pa.int32()), hstruct, type=HEADERS_TYPE,
-            mask=pa.array(h_null, pa.bool_()) if n else None)
+            pa.array(h_offsets), hstruct, type=HEADERS_TYPE,
+            mask=pa.array(counts == 0) if n else None)
         cols = {
             "rows": n,
             "key": _one_chunk(self.keys, pa.binary(), "key"),

@@ -368,29 +368,43 @@ def decode_records(data: bytes, h: BatchHeader, start: int = _INT64_MIN,
         offset = base_offset + offset_delta
         emit = start <= offset < stop
 
-        for field in (0, 1):  # key, value: nullable length-prefixed bytes
-            b = data[pos] if pos < rec_end else 0x80
-            if b < 0x80:
-                n, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif pos + 1 < rec_end and data[pos + 1] < 0x80:
-                b = (b & 0x7F) | (data[pos + 1] << 7)
-                n, pos = (b >> 1) ^ -(b & 1), pos + 2
-            else:
-                n, pos = varint(data, pos, rec_end)
-            if n >= 0:
-                if n > rec_end - pos:
-                    raise CorruptRecordError(f"record {index}: {_FIELDS[field]} length {n} "
-                                             f"exceeds the {rec_end - pos} bytes left")
-                got = data[pos:pos + n] if emit else None
-                pos += n
-            elif n == -1:
-                got = None
-            else:
-                raise CorruptRecordError(f"record {index}: invalid {_FIELDS[field]} length {n}")
-            if field:
-                value = got
-            else:
-                key = got
+        # key and value: nullable length-prefixed bytes (written out twice: the hot loop)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            n, pos = varint(data, pos, rec_end)
+        if n >= 0:
+            if n > rec_end - pos:
+                raise CorruptRecordError(
+                    f"record {index}: key length {n} exceeds the {rec_end - pos} bytes left")
+            key = data[pos:pos + n] if emit else None
+            pos += n
+        elif n == -1:
+            key = None
+        else:
+            raise CorruptRecordError(f"record {index}: invalid key length {n}")
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            n, pos = varint(data, pos, rec_end)
+        if n >= 0:
+            if n > rec_end - pos:
+                raise CorruptRecordError(
+                    f"record {index}: value length {n} exceeds the {rec_end - pos} bytes left")
+            value = data[pos:pos + n] if emit else None
+            pos += n
+        elif n == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record {index}: invalid value length {n}")
 
         b = data[pos] if pos < rec_end else 0x80
         if b < 0x80:
@@ -445,8 +459,6 @@ def decode_records(data: bytes, h: BatchHeader, start: int = _INT64_MIN,
             f"record count mismatch: {count} records decoded, {end - pos} bytes left over")
     return offsets, timestamps, keys, values, all_headers
 
-
-_FIELDS = ("key", "value")
 
 
 # ----------------------------------------------------------------- encode
