@@ -284,15 +284,10 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
             raise CompressionError(
                 f"{e} (offset {header.base_offset}, position {pos})") from e
     try:
-        records = _decode_records(payload, header)
+        records = list(map(Record, *decode_records(payload, header)))
     except CorruptRecordError as e:
         raise e.located(offset=header.base_offset, position=pos) from None
     return header, records
-
-
-def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
-    """``h.record_count`` records filling all of ``data``, as :class:`Record` objects."""
-    return list(map(Record, *decode_records(data, h)))
 
 
 def decode_records(data: bytes, h: BatchHeader, start: int = _INT64_MIN,
