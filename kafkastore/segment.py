@@ -446,9 +446,9 @@ def scan_log(buf, *, base_offset: int | None = None, segment: str | None = None,
     batches: list[tuple[int, BatchHeader]] = []
     error = None
     try:
-        for item in iter_batches(buf, verify_crc=verify_crc, base_offset=base_offset,
-                                 check_order=True, segment=segment):
-            batches.append(item)
+        # extend keeps the batches yielded before an error
+        batches.extend(iter_batches(buf, verify_crc=verify_crc, base_offset=base_offset,
+                                    check_order=True, segment=segment))
     except CorruptRecordError as e:
         error = e
     pos = batches[-1][0] + batches[-1][1].size if batches else 0
