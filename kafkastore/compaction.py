@@ -114,9 +114,8 @@ from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSe
 from .offset_index import INT32_MAX
 from .reader import (PartitionReader, ReadRange, check_range, last_stable_offset, read_checked,
                      whole_segment_range)
-from .record_batch import (LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch,
-                           iter_batches)
-from .segment import SegmentBuilder
+from .record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
+from .segment import SegmentBuilder, iter_batches
 from .storage import Storage
 from .topic_config import TopicConfig
 from .topics import load_topic

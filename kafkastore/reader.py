@@ -25,7 +25,8 @@ from .crc import crc32c
 from .errors import (ConfigError, CorruptRecordError, OffsetOutOfRangeError, SegmentMismatchError,
                      UnknownTopicError)
 from .manifest import Manifest, ManifestStore, SegmentEntry
-from .record_batch import LOG_OVERHEAD, decode_batch, parse_header
+from .record_batch import LOG_OVERHEAD, decode_batch
+from .segment import iter_batches
 from .storage import Storage
 from .topics import load_topic
 from .verify import mismatch
@@ -171,11 +172,9 @@ class PartitionReader:
             paths = seg.paths(self.topic, self.partition)
             index = _INDEXES.get(self.storage, paths[".index"]) if seg.index_size else b""
             tindex = _INDEXES.get(self.storage, paths[".timeindex"]) if seg.timeindex_size else b""
-            start = max(seg.base_offset, self.log_start_offset)
-            approx = time_index.lookup(tindex, seg.base_offset, timestamp_ms) if tindex else seg.base_offset
-            pos = offset_index.lookup(index, seg.base_offset, max(approx, start)) if index else 0
-            found = _scan_for_timestamp(self.storage, paths[".log"], pos, seg.size,
-                                        timestamp_ms, start)
+            found = segment_offset_for_timestamp(
+                self.storage, paths[".log"], seg.size, index, tindex, seg.base_offset,
+                timestamp_ms, max(seg.base_offset, self.log_start_offset))
             if found is not None:
                 return found
         return self.high_watermark
@@ -418,6 +417,18 @@ _MAX_SCAN_WINDOW = 8 << 20    # later reads grow up to this, so a long scan cost
 _OFFSET_LENGTH = struct.Struct(">qi")
 
 
+def segment_offset_for_timestamp(storage: Storage, path: str, size: int, index: bytes,
+                                 timeindex: bytes, base_offset: int, timestamp_ms: int,
+                                 start_offset: int) -> int | None:
+    """First offset >= ``start_offset`` whose timestamp >= ``timestamp_ms`` in one segment
+    (``size`` bytes at ``path``, its indexes possibly empty), None if none: Kafka's
+    ``findOffsetByTimestamp``, a time index lookup, an offset index lookup of
+    ``max(that offset, start_offset)``, then a forward scan of the log from there."""
+    approx = time_index.lookup(timeindex, base_offset, timestamp_ms) if timeindex else base_offset
+    pos = offset_index.lookup(index, base_offset, max(approx, start_offset)) if index else 0
+    return _scan_for_timestamp(storage, path, pos, size, timestamp_ms, start_offset)
+
+
 def _scan_for_timestamp(storage: Storage, path: str, pos: int, end: int, timestamp_ms: int,
                         start_offset: int) -> int | None:
     """First offset >= ``start_offset`` with a timestamp >= ``timestamp_ms`` in the batches of
@@ -428,31 +439,25 @@ def _scan_for_timestamp(storage: Storage, path: str, pos: int, end: int, timesta
     """
     window = _SCAN_WINDOW
     while pos < end:
-        buf = storage.get_range(path, pos, min(end, pos + window))
-        i, length = 0, -1
-        while len(buf) - i >= LOG_OVERHEAD:
-            length = _OFFSET_LENGTH.unpack_from(buf, i)[1]
-            if length < 0 or i + LOG_OVERHEAD + length > len(buf):
-                break
-            header = parse_header(buf, i)
-            if header.last_offset >= start_offset and header.max_timestamp >= timestamp_ms:
-                _, records = decode_batch(buf, i, verify_crc=False)
-                for r in records:
-                    if r.offset >= start_offset and r.timestamp >= timestamp_ms:
-                        return r.offset
-            i += header.size
-        if i == 0:
-            if pos + len(buf) >= end or length < 0 or LOG_OVERHEAD + length > end - pos:
-                # Cut short or a bad length: let the header parser name the damage.
-                try:
-                    parse_header(buf, 0)
-                except CorruptRecordError as e:
-                    raise type(e)(e.reason, segment=path, offset=e.offset, position=pos) from None
-                raise CorruptRecordError("batch runs past the end of the segment",
-                                         segment=path, position=pos)
-            window = LOG_OVERHEAD + length  # one batch larger than the window: fetch it whole
+        want = min(end, pos + window)
+        buf = storage.get_range(path, pos, want)
+        done = 0
+        try:
+            # A window that stops short of the segment's end cuts its last batch: partial.
+            for i, header in iter_batches(buf, verify_crc=False, check_order=False,
+                                          partial=pos + len(buf) == want < end):
+                done = i + header.size
+                if header.last_offset >= start_offset and header.max_timestamp >= timestamp_ms:
+                    _, records = decode_batch(buf, i, verify_crc=False)
+                    for r in records:
+                        if r.offset >= start_offset and r.timestamp >= timestamp_ms:
+                            return r.offset
+        except CorruptRecordError as e:
+            raise type(e)(e.reason, segment=path, offset=e.offset, position=pos + e.position) from None
+        if done == 0:  # one batch larger than the window: fetch it whole
+            window = LOG_OVERHEAD + _OFFSET_LENGTH.unpack_from(buf, 0)[1]
             continue
-        pos += i
+        pos += done
         window = min(window * 2, _MAX_SCAN_WINDOW)
     return None
 

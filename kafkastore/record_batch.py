@@ -52,7 +52,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 from .compression import MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .crc import crc32c
@@ -245,28 +245,6 @@ def check_crc(buf, pos: int, header: BatchHeader) -> None:
             offset=header.base_offset, position=pos)
 
 
-def iter_batches(buf, *, verify_crc: bool = True,
-                 segment: str | None = None) -> Iterator[tuple[int, BatchHeader]]:
-    """Walk the batches of a log (a segment's bytes): yields ``(position, header)``.
-
-    The whole of ``buf`` must be batches: a torn or corrupt batch raises
-    CorruptRecordError (CrcMismatchError for a bad CRC) carrying ``segment``,
-    the batch's offset and position; batches before it have been yielded.
-    Records are not decoded.
-    """
-    end = len(buf)
-    pos = 0
-    while pos < end:
-        try:
-            header = parse_header(buf, pos)
-            if verify_crc:
-                check_crc(buf, pos, header)
-        except CorruptRecordError as e:
-            raise e.located(segment=segment) from None
-        yield pos, header
-        pos += header.size
-
-
 # ----------------------------------------------------------------- records
 
 @dataclass(frozen=True, slots=True)
@@ -306,17 +284,25 @@ def decode_batch(buf, pos: int = 0, *, verify_crc: bool = True,
             raise CompressionError(
                 f"{e} (offset {header.base_offset}, position {pos})") from e
     try:
-        records = _decode_records(payload, header)
+        records = list(map(Record, *decode_records(payload, header)))
     except CorruptRecordError as e:
         raise e.located(offset=header.base_offset, position=pos) from None
     return header, records
 
 
-def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
-    """Parse ``h.record_count`` records filling all of ``data``.
+def decode_records(data: bytes, h: BatchHeader, start: int = _INT64_MIN,
+                   stop: int = _INT64_MAX + 1, *, headers: bool = True
+                   ) -> tuple[list[int], list[int], list, list, list[tuple]]:
+    """The pure record decoder: parse the ``h.record_count`` records filling all of ``data``
+    (a batch's uncompressed records section), shared by :func:`decode_batch` and the pure
+    Arrow decoder (the C kernel in ``_native.c`` is its accelerated twin).
 
-    Every varint read and every length is bounded by the end of its record,
-    so no field can run into the next record or past the buffer.
+    Returns the records with ``start <= offset < stop`` as columns ``(offsets, timestamps
+    (ms), keys, values, headers)``, ``headers`` a tuple of ``(str, bytes or None)`` per
+    record (``()`` for all when ``headers=False``: header keys are then not decoded). Every
+    record is checked, kept or not: every varint read and every length is bounded by the end
+    of its record, so no field can run into the next record or past the buffer
+    (CorruptRecordError naming the record).
     """
     base_offset = h.base_offset
     base_ts = h.base_timestamp
@@ -325,13 +311,16 @@ def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
     count = h.record_count
     end = len(data)
     varint, varlong = decode_varint, decode_varlong
-    records = []
-    append = records.append
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list = []
+    values: list = []
+    all_headers: list[tuple] = []
     pos = 0
     prev_delta = -1
 
     # Most varints in a record (small deltas, short lengths, -1 for null) are
-    # one byte: decode those inline and call out only for longer ones.
+    # one or two bytes: decode those inline and call out only for longer ones.
     for index in range(count):
         if pos >= end:
             raise CorruptRecordError(
@@ -339,6 +328,9 @@ def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
         b = data[pos]
         if b < 0x80:
             length, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            length, pos = (b >> 1) ^ -(b & 1), pos + 2
         else:
             length, pos = varint(data, pos)
         if length < 1 or length > end - pos:
@@ -347,10 +339,20 @@ def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
                 if length else f"record {index}: empty record")
         rec_end = pos + length
         pos += 1  # attributes: unused by Kafka
-        ts_delta, pos = varlong(data, pos, rec_end)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            ts_delta, pos = varlong(data, pos, rec_end)
         b = data[pos] if pos < rec_end else 0x80
         if b < 0x80:
             offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            offset_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
         else:
             offset_delta, pos = varint(data, pos, rec_end)
         if not prev_delta < offset_delta <= last_delta:
@@ -358,57 +360,100 @@ def _decode_records(data: bytes, h: BatchHeader) -> list[Record]:
                 f"record {index}: offset delta {offset_delta} not increasing within "
                 f"[0, {last_delta}] (previous {prev_delta})")
         prev_delta = offset_delta
+        offset = base_offset + offset_delta
+        emit = start <= offset < stop
 
-        key, pos = _read_bytes(data, pos, rec_end, index, "key")
-        value, pos = _read_bytes(data, pos, rec_end, index, "value")
-        n_headers, pos = varint(data, pos, rec_end)
+        # key and value: nullable length-prefixed bytes (written out twice: the hot loop)
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            n, pos = varint(data, pos, rec_end)
+        if n >= 0:
+            if n > rec_end - pos:
+                raise CorruptRecordError(
+                    f"record {index}: key length {n} exceeds the {rec_end - pos} bytes left")
+            key = data[pos:pos + n] if emit else None
+            pos += n
+        elif n == -1:
+            key = None
+        else:
+            raise CorruptRecordError(f"record {index}: invalid key length {n}")
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n, pos = (b >> 1) ^ -(b & 1), pos + 1
+        elif pos + 1 < rec_end and data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            n, pos = (b >> 1) ^ -(b & 1), pos + 2
+        else:
+            n, pos = varint(data, pos, rec_end)
+        if n >= 0:
+            if n > rec_end - pos:
+                raise CorruptRecordError(
+                    f"record {index}: value length {n} exceeds the {rec_end - pos} bytes left")
+            value = data[pos:pos + n] if emit else None
+            pos += n
+        elif n == -1:
+            value = None
+        else:
+            raise CorruptRecordError(f"record {index}: invalid value length {n}")
+
+        b = data[pos] if pos < rec_end else 0x80
+        if b < 0x80:
+            n_headers, pos = (b >> 1) ^ -(b & 1), pos + 1
+        else:
+            n_headers, pos = varint(data, pos, rec_end)
         if n_headers < 0 or n_headers * 2 > rec_end - pos:
             raise CorruptRecordError(f"record {index}: invalid header count {n_headers}")
+        record_headers = ()
         if n_headers:
-            headers = []
+            keep = emit and headers
+            hs = []
             for _ in range(n_headers):
                 hkey_len, pos = varint(data, pos, rec_end)
                 if hkey_len < 0 or hkey_len > rec_end - pos:
                     raise CorruptRecordError(
                         f"record {index}: invalid header key length {hkey_len}")
-                try:
-                    hkey = str(data[pos:pos + hkey_len], "utf-8")
-                except UnicodeDecodeError:
-                    raise CorruptRecordError(
-                        f"record {index}: header key is not valid UTF-8") from None
+                hkey = data[pos:pos + hkey_len]
                 pos += hkey_len
-                hvalue, pos = _read_bytes(data, pos, rec_end, index, "header value")
-                headers.append((hkey, hvalue))
-            headers = tuple(headers)
-        else:
-            headers = ()
+                hvalue_len, pos = varint(data, pos, rec_end)
+                if hvalue_len >= 0:
+                    if hvalue_len > rec_end - pos:
+                        raise CorruptRecordError(
+                            f"record {index}: header value length {hvalue_len} exceeds the "
+                            f"{rec_end - pos} bytes left")
+                    hvalue = data[pos:pos + hvalue_len]
+                    pos += hvalue_len
+                elif hvalue_len == -1:
+                    hvalue = None
+                else:
+                    raise CorruptRecordError(
+                        f"record {index}: invalid header value length {hvalue_len}")
+                if keep:
+                    try:
+                        hs.append((str(hkey, "utf-8"), hvalue))
+                    except UnicodeDecodeError:
+                        raise CorruptRecordError(
+                            f"record {index}: header key is not valid UTF-8") from None
+            if keep:
+                record_headers = tuple(hs)
         if pos != rec_end:
             raise CorruptRecordError(
                 f"record {index}: length {length} but fields end {pos - rec_end:+d} bytes off")
-        timestamp = base_ts + ts_delta if append_time is None else append_time
-        append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+        if emit:
+            offsets.append(offset)
+            timestamps.append(base_ts + ts_delta if append_time is None else append_time)
+            keys.append(key)
+            values.append(value)
+            all_headers.append(record_headers)
     if pos != end:
         raise CorruptRecordError(
             f"record count mismatch: {count} records decoded, {end - pos} bytes left over")
-    return records
+    return offsets, timestamps, keys, values, all_headers
 
-
-def _read_bytes(data: bytes, pos: int, rec_end: int, index: int,
-                what: str) -> tuple[bytes | None, int]:
-    """A nullable length-prefixed byte string that must end within its record."""
-    b = data[pos] if pos < rec_end else 0x80
-    if b < 0x80:
-        n, pos = (b >> 1) ^ -(b & 1), pos + 1
-    else:
-        n, pos = decode_varint(data, pos, rec_end)
-    if n < 0:
-        if n == -1:
-            return None, pos
-        raise CorruptRecordError(f"record {index}: invalid {what} length {n}")
-    if n > rec_end - pos:
-        raise CorruptRecordError(
-            f"record {index}: {what} length {n} exceeds the {rec_end - pos} bytes left")
-    return data[pos:pos + n], pos + n
 
 
 # ----------------------------------------------------------------- encode

@@ -41,7 +41,7 @@ import bisect
 import struct
 import zlib
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -58,8 +58,8 @@ from .record_batch import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_APPEN
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
 
 _OFFSET_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA_AT = 23            # int32 in the v2 header
-_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+_INT64_MAX = (1 << 63) - 1
 _UINT32 = struct.Struct(">I")
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
@@ -231,9 +231,59 @@ class _IndexAccumulator:
 
 # ----------------------------------------------------------------- framing
 
+def iter_batches(buf, start: int = 0, end: int | None = None, *, verify_crc: bool = True,
+                 base_offset: int | None = None, expected_offset: int | None = None,
+                 check_order: bool = False, stop_offset: int | None = None,
+                 partial: bool = False,
+                 segment: str | None = None) -> Iterator[tuple[int, BatchHeader]]:
+    """The batch walker: yields ``(position, header)`` for each batch of ``buf[start:end]``.
+
+    Every reader of batch framing comes through here (segment scans and
+    recovery, import, verify, compaction, timestamp lookups, the pure Arrow
+    decoder), so a log is judged the same way everywhere; the C kernel in
+    ``_native.c`` is its accelerated twin. Per batch (:func:`_read_batch`):
+    the bytes are there (a batch or header cut short is
+    :class:`TruncatedBatchError`, as are zeros), magic 2 (an intact legacy
+    message is :class:`UnsupportedFormatError`), length and header fields
+    consistent, the last offset within int64, the CRC-32C (``verify_crc``);
+    given ``base_offset``, offsets within ``[base_offset, base_offset + 2^31-1]``
+    (:class:`SegmentOffsetOverflowError`, :class:`OffsetOrderError`); with
+    ``check_order``, each batch after the previous one (``expected_offset``:
+    the first batch's lower bound).
+
+    Damage raises (located with ``segment``, the batch's offset and its
+    position in ``buf``) after the batches before it were yielded; for the
+    recovery mode that stops at the last valid batch and keeps the error see
+    :func:`scan_log`. The walk ends quietly at the first batch whose base
+    offset is ``>= stop_offset`` (before its CRC is checked), and with
+    ``partial`` (``buf`` is a window of a longer log) at a batch that runs
+    past ``end``: the caller resumes at the last yielded batch's end.
+    """
+    if end is None:
+        end = len(buf)
+    pos = start
+    expected = expected_offset if check_order else None
+    while pos < end:
+        if partial:
+            avail = end - pos
+            if avail < LOG_OVERHEAD or _OFFSET_LENGTH.unpack_from(buf, pos)[1] > avail - LOG_OVERHEAD:
+                return
+        try:
+            header = _read_batch(buf, pos, end, base_offset, expected, verify_crc, stop_offset)
+        except CorruptRecordError as e:
+            raise e.located(segment=segment, position=pos) from None
+        if header is None:
+            return
+        yield pos, header
+        if check_order:
+            expected = header.next_offset
+        pos += header.size
+
+
 def _read_batch(buf, pos: int, end: int, base_offset: int | None, expected_offset: int | None,
-                verify_crc: bool) -> BatchHeader:
-    """Header of the batch at ``pos`` after framing, CRC and offset checks.
+                verify_crc: bool, stop_offset: int | None = None) -> BatchHeader | None:
+    """Header of the batch at ``pos`` after framing, CRC and offset checks (None: at or past
+    ``stop_offset``, CRC not checked).
 
     Raises TruncatedBatchError / CorruptRecordError / CrcMismatchError for
     bytes that are not an intact batch, OffsetOrderError /
@@ -241,8 +291,10 @@ def _read_batch(buf, pos: int, end: int, base_offset: int | None, expected_offse
     """
     avail = end - pos
     if avail < LOG_OVERHEAD:
+        offset = _INT64.unpack_from(buf, pos)[0] if avail >= 8 else None
         raise TruncatedBatchError(
-            f"{avail} trailing bytes are too short for a batch header", position=pos)
+            f"truncated batch header: {avail} bytes left are too short for its {HEADER_SIZE}",
+            offset=offset, position=pos)
     batch_offset, length = _OFFSET_LENGTH.unpack_from(buf, pos)
     magic = buf[pos + MAGIC_OFFSET] if avail > MAGIC_OFFSET else MAGIC
     if length < MIN_BATCH_LENGTH or magic != MAGIC:
@@ -257,14 +309,20 @@ def _read_batch(buf, pos: int, end: int, base_offset: int | None, expected_offse
             raise CorruptRecordError(
                 f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}",
                 offset=batch_offset, position=pos)
-        raise CorruptRecordError(f"magic byte {magic} is not 2", offset=batch_offset, position=pos)
+        raise CorruptRecordError(
+            f"unsupported magic {magic if magic < 128 else magic - 256} "
+            f"(only v2 record batches are supported)", offset=batch_offset, position=pos)
     # A size running past the end is a partial write (Kafka's
     # FileLogInputStream stops there too).
     if length > avail - LOG_OVERHEAD:
         raise TruncatedBatchError(
-            f"batch of {length + LOG_OVERHEAD} bytes is cut short: {avail} bytes left",
-            offset=batch_offset, position=pos)
+            f"batch length {length} runs past the end of the buffer "
+            f"({avail - LOG_OVERHEAD} bytes left): cut short", offset=batch_offset, position=pos)
     header = parse_header(buf, pos)
+    if header.base_offset + header.last_offset_delta > _INT64_MAX:
+        raise CorruptRecordError("last offset overflows int64", offset=batch_offset, position=pos)
+    if stop_offset is not None and header.base_offset >= stop_offset:
+        return None
     if verify_crc:
         check_crc(buf, pos, header)
     if base_offset is not None:
@@ -375,21 +433,16 @@ def scan_log(buf, *, base_offset: int | None = None, segment: str | None = None,
     problem is returned in ``error`` (located with ``segment``, offset and
     position) and ``valid_bytes`` is where it starts.
     """
-    end = len(buf)
     batches: list[tuple[int, BatchHeader]] = []
-    pos = 0
-    expected = None
     error = None
-    while pos < end:
-        try:
-            header = _read_batch(buf, pos, end, base_offset, expected, verify_crc)
-        except CorruptRecordError as e:
-            error = e.located(segment=segment, position=pos)
-            break
-        batches.append((pos, header))
-        expected = header.next_offset
-        pos += header.size
-    return LogScan(batches, pos, end, base_offset, error)
+    try:
+        # extend keeps the batches yielded before an error
+        batches.extend(iter_batches(buf, verify_crc=verify_crc, base_offset=base_offset,
+                                    check_order=True, segment=segment))
+    except CorruptRecordError as e:
+        error = e
+    pos = batches[-1][0] + batches[-1][1].size if batches else 0
+    return LogScan(batches, pos, len(buf), base_offset, error)
 
 
 def _valid_batches(buf, base_offset: int | None, segment: str | None,
@@ -543,19 +596,14 @@ class SegmentBuilder:
         position = len(self._log)
         if end == 0:
             return position
-        headers: list[tuple[int, BatchHeader]] = []
-        pos = 0
         expected = self._stats.next_offset if self._stats.batch_count else None
-        while pos < end:
-            try:
-                header = _read_batch(data, pos, end, self.base_offset, expected, self.verify_crc)
-            except CorruptRecordError as e:
-                # Report where the batch would sit in the segment, not in ``data``.
-                raise type(e)(e.reason, segment=self.name, offset=e.offset,
-                              position=position + pos) from None
-            headers.append((pos, header))
-            expected = header.next_offset
-            pos += header.size
+        try:
+            headers = list(iter_batches(data, verify_crc=self.verify_crc, base_offset=self.base_offset,
+                                        check_order=True, expected_offset=expected))
+        except CorruptRecordError as e:
+            # Report where the batch would sit in the segment, not in ``data``.
+            raise type(e)(e.reason, segment=self.name, offset=e.offset,
+                          position=position + e.position) from None
         mins = []
         max_ts, offset_of_max = NO_TIMESTAMP, self.base_offset
         for pos, header in headers:
@@ -715,67 +763,6 @@ def rebuild_indexes(log_bytes, base_offset: int,
     for pos, header in batches:
         acc.add(pos, header.size, header.last_offset, header.max_timestamp, header.last_offset)
     return acc.finish()
-
-
-# ----------------------------------------------------------------- lookups
-
-def _scan_to_offset(log_bytes, start: int, target_offset: int) -> int:
-    """First batch at or after ``start`` whose last offset >= target; ``len(log)`` if none."""
-    end = len(log_bytes)
-    if not 0 <= start <= end:
-        raise CorruptIndexError(f"index position {start} is outside the log ({end} bytes)",
-                                position=start)
-    pos = start
-    while pos < end:
-        if end - pos < HEADER_SIZE:
-            raise TruncatedBatchError(f"{end - pos} trailing bytes are too short for a batch header",
-                                      position=pos)
-        batch_offset, length = _OFFSET_LENGTH.unpack_from(log_bytes, pos)
-        if length < MIN_BATCH_LENGTH or length > end - pos - LOG_OVERHEAD:
-            raise CorruptRecordError(f"bad batch length {length}", offset=batch_offset, position=pos)
-        if batch_offset + _INT32.unpack_from(log_bytes, pos + _LAST_OFFSET_DELTA_AT)[0] >= target_offset:
-            return pos
-        pos += LOG_OVERHEAD + length
-    return end
-
-
-def find_position(log_bytes, index_bytes, base_offset: int, target_offset: int) -> int:
-    """Byte position of the batch holding ``target_offset`` (Kafka's ``translateOffset``).
-
-    Looks up the largest index entry <= target, then walks batch headers
-    forward to the first batch whose last offset >= target. Returns
-    ``len(log_bytes)`` when every batch ends before the target, so
-    ``[find_position(a), find_position(b))`` is the byte range of offsets
-    ``[a, b)``. ``index_bytes`` may be None (scan from the start).
-    """
-    start = offset_index.lookup(index_bytes, base_offset, target_offset) if index_bytes else 0
-    return _scan_to_offset(log_bytes, start, target_offset)
-
-
-def find_offset_for_timestamp(log_bytes, index_bytes, timeindex_bytes, base_offset: int,
-                              target_timestamp: int, *,
-                              starting_offset: int | None = None) -> int | None:
-    """First offset (>= ``starting_offset``) whose record timestamp >= ``target_timestamp``.
-
-    Kafka's ``findOffsetByTimestamp``: time index lookup, offset index lookup
-    of ``max(that offset, starting_offset)``, then a forward scan that skips
-    batches whose max timestamp is below the target and decodes the others.
-    None when no record qualifies. Either index may be None.
-    """
-    start_offset = base_offset if starting_offset is None else max(starting_offset, base_offset)
-    ts_offset = (time_index.lookup(timeindex_bytes, base_offset, target_timestamp)
-                 if timeindex_bytes else base_offset)
-    pos = find_position(log_bytes, index_bytes, base_offset, max(ts_offset, start_offset))
-    end = len(log_bytes)
-    while pos < end:
-        header = parse_header(log_bytes, pos)
-        if header.max_timestamp >= target_timestamp and header.last_offset >= start_offset:
-            _, records = decode_batch(log_bytes, pos, verify_crc=False)
-            for r in records:
-                if r.timestamp >= target_timestamp and r.offset >= start_offset:
-                    return r.offset
-        pos += header.size
-    return None
 
 
 # ----------------------------------------------------------------- index validation

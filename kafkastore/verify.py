@@ -17,7 +17,7 @@ from .errors import CorruptRecordError, KafkaStoreError
 from .record_batch import BatchHeader, decode_batch
 from .segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
                       _read_batch, _SearchGaveUp, _StatsAccumulator, batch_min_timestamp,
-                      check_indexes)
+                      check_indexes, iter_batches)
 
 #: Keys of ``expected`` that :func:`verify_segment` compares with the log.
 EXPECTED_KEYS = ("base_offset", "next_offset", "record_count", "batch_count", "size",
@@ -102,40 +102,26 @@ def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_of
     expected_offset = None
     while pos < end and len(problems) < max_problems:
         try:
-            header = _read_batch(log_bytes, pos, end, None, None, False)
+            # Framing only: a bad CRC or offset is reported below and the walk goes on.
+            for pos, header in iter_batches(log_bytes, pos, verify_crc=False, check_order=False):
+                if len(problems) >= max_problems:
+                    break
+                _check_batch(log_bytes, pos, header, base_offset, expected_offset,
+                             decode_records, problem, batches, acc)
+                expected_offset = max(expected_offset or 0, header.next_offset)
+            break
         except CorruptRecordError as e:
+            pos = e.position
             problem(e.reason, offset=e.offset, position=pos)
-            try:
-                found = _find_valid_batch(log_bytes, pos + 1, None, None)
-            except _SearchGaveUp:
-                found = None
-            if found is None:
-                problem(f"{end - pos} bytes from position {pos} to the end are not valid batches")
-                break
-            problem(f"skipped {found[0] - pos} bytes up to the next valid batch", position=found[0])
-            pos = found[0]
-            continue
-        crc_ok = True
         try:
-            _read_batch(log_bytes, pos, end, base_offset, expected_offset, True)
-        except (OffsetOrderError, SegmentOffsetOverflowError) as e:
-            problem(e.reason, offset=e.offset, position=pos)
-        except CorruptRecordError as e:  # CRC mismatch: framing is fine, keep walking
-            crc_ok = False
-            problem(e.reason, offset=e.offset, position=pos)
-        min_ts = None
-        if crc_ok:
-            try:
-                if decode_records:
-                    decode_batch(log_bytes, pos, verify_crc=False)
-                min_ts = batch_min_timestamp(log_bytes, pos, header)
-            except KafkaStoreError as e:  # CorruptRecordError or CompressionError
-                problem(f"records do not decode: {getattr(e, 'reason', e)}",
-                        offset=header.base_offset, position=pos)
-        batches.append((pos, header))
-        acc.add(header, min_ts)
-        expected_offset = max(expected_offset or 0, header.next_offset)
-        pos += header.size
+            found = _find_valid_batch(log_bytes, pos + 1, None, None)
+        except _SearchGaveUp:
+            found = None
+        if found is None:
+            problem(f"{end - pos} bytes from position {pos} to the end are not valid batches")
+            break
+        problem(f"skipped {found[0] - pos} bytes up to the next valid batch", position=found[0])
+        pos = found[0]
     acc.size = end
     report.stats = acc.stats()
 
@@ -150,6 +136,32 @@ def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_of
     if expected is not None:
         _compare_expected(report, log_bytes, expected)
     return report
+
+
+def _check_batch(log_bytes, pos: int, header: BatchHeader, base_offset: int,
+                 expected_offset: int | None, decode_records: bool, problem, batches: list,
+                 acc: _StatsAccumulator) -> None:
+    """CRC, offsets and (``decode_records``) records of one framed batch, reported to
+    ``problem``; the batch joins ``batches`` and the stats either way."""
+    crc_ok = True
+    try:
+        _read_batch(log_bytes, pos, pos + header.size, base_offset, expected_offset, True)
+    except (OffsetOrderError, SegmentOffsetOverflowError) as e:
+        problem(e.reason, offset=e.offset, position=pos)
+    except CorruptRecordError as e:  # CRC mismatch: framing is fine, keep walking
+        crc_ok = False
+        problem(e.reason, offset=e.offset, position=pos)
+    min_ts = None
+    if crc_ok:
+        try:
+            if decode_records:
+                decode_batch(log_bytes, pos, verify_crc=False)
+            min_ts = batch_min_timestamp(log_bytes, pos, header)
+        except KafkaStoreError as e:  # CorruptRecordError or CompressionError
+            problem(f"records do not decode: {getattr(e, 'reason', e)}",
+                    offset=header.base_offset, position=pos)
+    batches.append((pos, header))
+    acc.add(header, min_ts)
 
 
 def mismatch(what: str, got, want) -> str:

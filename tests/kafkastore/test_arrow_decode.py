@@ -18,7 +18,8 @@ from kafkastore.compression import Compression
 from kafkastore.control import encode_marker_batch
 from kafkastore.crc import crc32c
 from kafkastore.errors import CorruptRecordError, CrcMismatchError, KafkaStoreError
-from kafkastore.record_batch import Record, decode_batch, encode_batch, iter_batches
+from kafkastore.record_batch import Record, decode_batch, encode_batch
+from kafkastore.segment import iter_batches
 from kafkastore.transactions import AbortedTxn, is_aborted
 
 IMPLS = {"pure": ad.decode_to_arrow_pure}

@@ -13,7 +13,8 @@ from kafkastore.errors import (ConfigError, FencedError, InvalidRecordError, Out
                                RecordTooLargeError, StorageError, UnknownTopicError)
 from kafkastore.manifest import ManifestStore
 from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
-from kafkastore.record_batch import LOG_APPEND_TIME, Record, decode_batch, iter_batches
+from kafkastore.record_batch import LOG_APPEND_TIME, Record, decode_batch
+from kafkastore.segment import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import faulty_storage

@@ -27,9 +27,8 @@ from kafkastore.crc import crc32c
 from kafkastore.errors import CommitUnknownError, CorruptRecordError, StorageError
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, ManifestStore,
                                  ProducerState, SegmentEntry, SetCleanerOffset, apply)
-from kafkastore.record_batch import (DELETE_HORIZON_MASK, Record, decode_batch, encode_batch,
-                                     iter_batches)
-from kafkastore.segment import SegmentBuilder
+from kafkastore.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
+from kafkastore.segment import SegmentBuilder, iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topic_config import TopicConfig
 from kafkastore.topics import alter_topic

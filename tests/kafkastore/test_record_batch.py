@@ -18,7 +18,8 @@ from kafkastore.errors import (
 from kafkastore.record_batch import (
     ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, CRC_OFFSET, DELETE_HORIZON_MASK,
     HEADER_SIZE, HEADER_STRUCT, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
-    Record, check_crc, decode_batch, encode_batch, iter_batches, parse_header)
+    Record, check_crc, decode_batch, encode_batch, parse_header)
+from kafkastore.segment import iter_batches
 from kafkastore.varint import encode_varint, encode_varlong
 
 CODECS = list(Compression)

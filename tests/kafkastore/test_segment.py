@@ -20,13 +20,35 @@ from kafkastore.errors import CorruptRecordError, CrcMismatchError
 from kafkastore.record_batch import Record, decode_batch, encode_batch, parse_header
 from kafkastore.segment import (BuiltSegment, batch_min_timestamp, OffsetOrderError, SegmentBuilder,
                                 SegmentOffsetOverflowError, TruncatedBatchError,
-                                UnsupportedFormatError, check_indexes, find_offset_for_timestamp,
-                                find_position, index_batch_arrays, index_batches, load_indexes, rebuild_indexes,
-                                recover, scan_log, segment_stats)
+                                UnsupportedFormatError, check_indexes, index_batches,
+                                index_batch_arrays, iter_batches, load_indexes, rebuild_indexes, recover, scan_log,
+                                segment_stats)
+from kafkastore.reader import segment_offset_for_timestamp
+from kafkastore.storage import Storage
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 
 
 # ----------------------------------------------------------------- helpers
+
+_LOOKUP_STORAGE = Storage("memory://test-segment-lookups")
+
+
+def position_for_offset(log_bytes, index_bytes, base_offset: int, target_offset: int) -> int:
+    """Where a reader starts for ``target_offset``: the offset index's position, then the
+    walk to the first batch whose last offset >= target (``len(log)`` if none)."""
+    start = offset_index.lookup(index_bytes, base_offset, target_offset) if index_bytes else 0
+    return next((p for p, h in iter_batches(log_bytes, start) if h.last_offset >= target_offset),
+                len(log_bytes))
+
+
+def offset_for_timestamp(log_bytes, index_bytes, timeindex_bytes, base_offset: int,
+                         target_timestamp: int, *, starting_offset: int | None = None):
+    """The reader's per-segment timestamp lookup over ``log_bytes`` stored as an object."""
+    _LOOKUP_STORAGE.put("seg.log", bytes(log_bytes))
+    start = base_offset if starting_offset is None else max(starting_offset, base_offset)
+    return segment_offset_for_timestamp(_LOOKUP_STORAGE, "seg.log", len(log_bytes),
+                                        index_bytes or b"", timeindex_bytes or b"", base_offset,
+                                        target_timestamp, start)
 
 
 def all_records(log: bytes):
@@ -302,19 +324,19 @@ def test_index_batch_arrays_equals_index_batches(batches, base, interval):
 
 @given(specs=batch_specs(), base=st.sampled_from([0, 1000]),
        interval=st.sampled_from([0, 50, 200, 4096]), data=st.data())
-def test_find_position_matches_brute_force(specs, base, interval, data):
+def test_indexed_position_matches_brute_force(specs, base, interval, data):
     built = build_log(base, batches_from_specs(base, specs), interval)
     batches = batch_list(built.log)
     targets = data.draw(st.lists(st.integers(base - 3, built.stats.next_offset + 3), max_size=15))
     for target in targets + [base, built.stats.next_offset - 1, built.stats.next_offset]:
         expected = next((p for p, h in batches if h.last_offset >= target), len(built.log))
-        assert find_position(built.log, built.index, base, target) == expected
-        assert find_position(built.log, None, base, target) == expected
+        assert position_for_offset(built.log, built.index, base, target) == expected
+        assert position_for_offset(built.log, None, base, target) == expected
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(specs=batch_specs(), interval=st.sampled_from([0, 50, 200, 4096]), data=st.data())
-def test_find_offset_for_timestamp_matches_brute_force(specs, interval, data):
+def test_reader_offset_for_timestamp_matches_brute_force(specs, interval, data):
     base = 500
     built = build_log(base, batches_from_specs(base, specs), interval)
     recs = all_records(built.log)
@@ -323,10 +345,10 @@ def test_find_offset_for_timestamp_matches_brute_force(specs, interval, data):
         for start in (None, data.draw(st.integers(base, built.stats.next_offset + 1))):
             lo = base if start is None else start
             expected = next((o for o, ts in recs if ts >= target and o >= lo), None)
-            got = find_offset_for_timestamp(built.log, built.index, built.timeindex, base, target,
+            got = offset_for_timestamp(built.log, built.index, built.timeindex, base, target,
                                             starting_offset=start)
             assert got == expected, (target, start)
-            assert find_offset_for_timestamp(built.log, None, None, base, target,
+            assert offset_for_timestamp(built.log, None, None, base, target,
                                              starting_offset=start) == expected
 
 
@@ -352,10 +374,65 @@ def test_grouped_appends_give_other_valid_indexes(specs, groups, interval, data)
     recs = all_records(built.log)
     for target in data.draw(st.lists(st.integers(base, built.stats.next_offset), max_size=8)):
         expected = next((p for p, h in listing if h.last_offset >= target), len(built.log))
-        assert find_position(built.log, built.index, base, target) == expected
+        assert position_for_offset(built.log, built.index, base, target) == expected
     for ts in data.draw(st.lists(st.integers(TS0 - 5100, TS0 + 5100), max_size=8)):
         expected = next((o for o, t in recs if t >= ts), None)
-        assert find_offset_for_timestamp(built.log, built.index, built.timeindex, base, ts) == expected
+        assert offset_for_timestamp(built.log, built.index, built.timeindex, base, ts) == expected
+
+
+def test_timestamp_lookup_in_small_windows(monkeypatch):
+    """Windows smaller than a batch: the walk stops at the cut batch, the window widens, and
+    every answer is still the brute-force one."""
+    from kafkastore import reader
+    monkeypatch.setattr(reader, "_SCAN_WINDOW", 40)
+    monkeypatch.setattr(reader, "_MAX_SCAN_WINDOW", 300)
+    batches = [make_batch(10 + 4 * i, [TS0 + 7 * i + j for j in range(4)], value_size=5 + 40 * (i % 3))
+               for i in range(12)]
+    built = build_log(10, batches, 100)
+    recs = all_records(built.log)
+    for target in range(TS0 - 1, TS0 + 7 * 12 + 5, 3):
+        expected = next((o for o, ts in recs if ts >= target), None)
+        assert offset_for_timestamp(built.log, built.index, built.timeindex, 10, target) == expected
+        assert offset_for_timestamp(built.log, None, None, 10, target) == expected
+
+
+def test_timestamp_lookup_on_a_short_object_raises(monkeypatch):
+    """An object shorter than its manifest size: the last window is not a partial one, the
+    cut batch is named (not fetched again and again)."""
+    from kafkastore import reader
+    monkeypatch.setattr(reader, "_SCAN_WINDOW", 40)
+    log = b"".join(simple_batches(0, 3))
+    _LOOKUP_STORAGE.put("short.log", log[:-10])
+    with pytest.raises(TruncatedBatchError) as e:
+        segment_offset_for_timestamp(_LOOKUP_STORAGE, "short.log", len(log), b"", b"", 0,
+                                     TS0 + 10**6, 0)
+    assert e.value.segment == "short.log" and e.value.position == 2 * len(log) // 3
+
+
+def test_walker_modes():
+    batches = simple_batches(0, 4)
+    log = b"".join(batches)
+    ends = [sum(map(len, batches[:i + 1])) for i in range(4)]
+    assert [p for p, _ in iter_batches(log)] == [0] + ends[:3]
+    # stop_offset: the walk ends before the first batch at or past it, CRC unchecked
+    damaged = bytearray(log)
+    damaged[-1] ^= 1
+    assert [h.base_offset for _, h in iter_batches(bytes(damaged), stop_offset=7)] == [0, 3, 6]
+    with pytest.raises(CrcMismatchError):
+        list(iter_batches(bytes(damaged), stop_offset=10))
+    # partial: a window cutting a batch ends quietly; without it the cut is an error
+    window = log[:ends[1] + 20]
+    assert [p for p, _ in iter_batches(window, partial=True)] == [0, ends[0]]
+    with pytest.raises(TruncatedBatchError, match="past the end"):
+        list(iter_batches(window))
+    # start/end: a slice of the log, positions in ``buf``'s coordinates
+    assert [p for p, _ in iter_batches(log, ends[0], ends[2])] == ends[:2]
+    # offset order only when asked for
+    twice = batches[1] + batches[0]
+    assert len(list(iter_batches(twice))) == 2
+    with pytest.raises(OffsetOrderError) as e:
+        list(iter_batches(twice, check_order=True, segment="s"))
+    assert (e.value.offset, e.value.position, e.value.segment) == (0, len(batches[1]), "s")
 
 
 # ----------------------------------------------------------------- scanning and recovery

@@ -17,7 +17,7 @@ from kafkastore.compaction import (ScanTask, STATUS_CLEANED, STATUS_GAVE_UP, STA
 from kafkastore.errors import CommitUnknownError, ConfigError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.reader import PartitionReader, ReadRange
-from kafkastore.record_batch import iter_batches
+from kafkastore.segment import iter_batches
 from kafkastore.storage import Storage
 from pipelines.compaction import compact_partition, compact_topic, scan_slices
 from tests.faults import faulty_storage
