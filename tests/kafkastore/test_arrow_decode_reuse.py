@@ -236,3 +236,19 @@ def test_read_range_reuse_input_equals_plain_read(root_url):
             reused = read_range(storage, rr, isolation=READ_UNCOMMITTED, reuse_input=True)
             assert reused.equals(plain)
             assert reused.num_rows == plain.num_rows > 0
+
+
+@pytest.mark.parametrize("value,mode,warns", [("plain", 0, False), ("huge", 1, False),
+                                              ("populate", 2, False), ("nonsense", 2, True)])
+def test_alloc_mode_from_the_environment(value, mode, warns):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KAFKASTORE_DECODE_ALLOC=value)
+    out = subprocess.run([sys.executable, "-W", "always", "-c",
+                          "from kafkastore import arrow_decode as ad; "
+                          "print(ad._native._set_alloc_mode(2))"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(mode)
+    assert ("KAFKASTORE_DECODE_ALLOC" in out.stderr) == warns
