@@ -35,8 +35,10 @@
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
  * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages,
- *                                              2 populate ahead (default),
- *                                              3 huge pages + populate ahead
+ *                                              2 populate ahead, 3 huge pages +
+ *                                              populate ahead, 4 populate ahead,
+ *                                              huge pages or not by measure (default)
+ * _alloc_stats() -> (ns/MiB 4 KiB, ns/MiB huge, chunks)   mode 4's measurements
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
@@ -67,6 +69,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KS_X86 1
@@ -311,8 +314,8 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
  * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings, sized in
  *   2 MiB steps from 2 MiB up; by default the pages about to be written are
  *   faulted in ahead, 2 MiB per call (gb_reserve / gb_populate), never the
- *   unwritten rest of a reservation; alloc modes 1 and 3 advise transparent
- *   huge pages instead / as well;
+ *   unwritten rest of a reservation, as transparent huge pages or 4 KiB
+ *   pages, whichever the process measured cheaper (alloc mode 4);
  * - Decoder.lend(buf): the value column may be written into the caller's
  *   writable input, behind the read position (a "borrowed" gbuf, never
  *   freed; moved to a block of our own when a batch could overrun input not
@@ -338,11 +341,12 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 
 #define GB_MIN 256
 /* 0 = plain mappings (a fault per 4 KiB page), 1 = MADV_HUGEPAGE, 2 = populate
- * ahead (default: MADV_POPULATE_WRITE, see gb_populate), 3 = both.  Huge pages
- * fault in slowly on VMs that return free 2 MiB blocks to the host, and
- * populating in bulk halves the kernel's cost per 4 KiB page (bench/decode.py
- * --cold compares). */
-static int alloc_mode = 2;
+ * ahead (MADV_POPULATE_WRITE, see gb_populate), 3 = both, 4 = populate ahead,
+ * huge or 4 KiB pages per chunk, whichever measured cheaper (default; see
+ * auto_pick_huge).  Huge pages fault in slowly on VMs that return free 2 MiB
+ * blocks to the host, and populating in bulk halves the kernel's cost per
+ * 4 KiB page (bench/decode.py --cold compares). */
+static int alloc_mode = 4;
 #define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
 #define MAP_STEP ((size_t)64 << 10)
@@ -590,16 +594,70 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
  * Only what is about to be written: never the address space reserved
  * beyond it. */
 #define POP_STEP ((size_t)2 << 20)
+#if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
+/* Alloc mode 4 (auto): whether fresh memory is cheaper as huge pages or as
+ * 4 KiB pages depends on the machine, and on a VM on the moment (a huge page
+ * the host has taken back faults in 4 KiB at a time on the host: 5x slower
+ * than 4 KiB pages, else 2x faster).  So each populate call of 2 MiB or more
+ * is timed, per kind (ns per MiB, moving average), and the next chunk takes
+ * the cheaper kind; every AUTO_EXPLORE-th chunk tries the other one. */
+#define AUTO_EXPLORE 32
+static int64_t pop_cost[2] = {0, 0}; /* [0] 4 KiB pages, [1] huge pages; 0 = not yet known */
+static unsigned pop_chunks = 0;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Trials (the kind not known or not preferred) only on chunks of one huge
+ * page, so a trial of the slow kind costs one 2 MiB chunk. */
+static int auto_pick_huge(size_t len) {
+    int64_t small = __atomic_load_n(&pop_cost[0], __ATOMIC_RELAXED);
+    int64_t huge = __atomic_load_n(&pop_cost[1], __ATOMIC_RELAXED);
+    int best = small && huge ? huge < small : (small ? 0 : huge ? 1 : 0);
+    if (len > HUGE_PAGE)
+        return best;
+    unsigned k = __atomic_add_fetch(&pop_chunks, 1, __ATOMIC_RELAXED);
+    if (!small || !huge)
+        return !small ? 0 : 1;
+    return best != (k % AUTO_EXPLORE == 0);
+}
+
+static void auto_record(int huge, int64_t ns, size_t len) {
+    int64_t x = (int64_t)((double)ns * (double)(1 << 20) / (double)len);
+    int64_t old = __atomic_load_n(&pop_cost[huge], __ATOMIC_RELAXED);
+    __atomic_store_n(&pop_cost[huge], old ? (3 * old + x) / 4 : (x ? x : 1), __ATOMIC_RELAXED);
+}
+#endif
+
 static void gb_populate(gbuf *b, size_t need) {
 #if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
     size_t upto = (need + POP_STEP - 1) & ~(POP_STEP - 1);
     if (upto > b->cap)
         upto = b->cap;
     size_t from = b->pop & ~((size_t)4095);
-    if (upto > from && madvise(b->p + from, upto - from, MADV_POPULATE_WRITE) < 0) {
+    if (upto <= from) {
+        b->pop = upto > b->pop ? upto : b->pop;
+        return;
+    }
+    size_t len = upto - from;
+    int timed = alloc_mode == 4 && len >= HUGE_PAGE, huge = 0;
+    int64_t t0 = 0;
+    if (timed) {
+        huge = auto_pick_huge(len);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+        madvise(b->p + from, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#endif
+        t0 = now_ns();
+    }
+    if (madvise(b->p + from, len, MADV_POPULATE_WRITE) < 0) {
         b->pop = b->cap; /* not supported (kernel < 5.14): stop asking */
         return;
     }
+    if (timed)
+        auto_record(huge, now_ns() - t0, len);
     b->pop = upto;
 #else
     b->pop = b->cap;
@@ -619,7 +677,7 @@ static inline int gb_reserve_space(gbuf *b, size_t need, int zero) {
 static inline int gb_reserve(gbuf *b, size_t need, int zero) {
     if (KS_UNLIKELY(need > b->cap) && gb_grow(b, need, zero) < 0)
         return -1;
-    if (KS_UNLIKELY(need > b->pop) && b->mapped && (alloc_mode == 2 || alloc_mode == 3))
+    if (KS_UNLIKELY(need > b->pop) && b->mapped && alloc_mode >= 2)
         gb_populate(b, need);
     return 0;
 }
@@ -2378,9 +2436,21 @@ static PyObject *mod_set_alloc_mode(PyObject *Py_UNUSED(m), PyObject *args) {
     int mode;
     if (!PyArg_ParseTuple(args, "i", &mode))
         return NULL;
+    if (mode < 0 || mode > 4) {
+        PyErr_SetString(PyExc_ValueError, "alloc mode must be in 0..4");
+        return NULL;
+    }
     int old = alloc_mode;
     alloc_mode = mode;
     return PyLong_FromLong(old);
+}
+
+static PyObject *mod_alloc_stats(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+#if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
+    return Py_BuildValue("(LLI)", (long long)pop_cost[0], (long long)pop_cost[1], pop_chunks);
+#else
+    return Py_BuildValue("(LLI)", 0LL, 0LL, 0u);
+#endif
 }
 
 static PyObject *mod_set_buffer_cache(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -2419,9 +2489,12 @@ static PyMethodDef module_methods[] = {
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
+    {"_alloc_stats", mod_alloc_stats, METH_NOARGS,
+     "_alloc_stats() -> (ns per MiB populated as 4 KiB pages, as huge pages, chunks): "
+     "alloc mode 4's measurements (0: none yet)"},
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
-     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate, "
-     "3 huge pages + populate (tuning)"},
+     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages, 2 populate, "
+     "3 huge pages + populate, 4 populate, huge pages where measured cheaper (default)"},
     {"repeat_binary", mod_repeat_binary, METH_VARARGS,
      "repeat_binary(value, n) -> (int32 offsets Buffer, data Buffer) of n copies"},
     {"fill_int32", mod_fill_int32, METH_VARARGS, "fill_int32(v, n) -> Buffer of n int32 v"},

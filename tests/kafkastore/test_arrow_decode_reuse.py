@@ -126,7 +126,7 @@ def test_cached_blocks_of_nonzero_columns_come_back_zeroed():
         assert ad.decode_to_arrow_native(ct, topic="t", partition=0).equals(want)
 
 
-@pytest.mark.parametrize("mode", [0, 2])
+@pytest.mark.parametrize("mode", [0, 2, 4])
 def test_populate_ahead_across_growth(mode):
     """Presized buffers, buffers that grow past the presize (compressed batches), and
     both allocation modes: same rows as pure."""
@@ -239,7 +239,8 @@ def test_read_range_reuse_input_equals_plain_read(root_url):
 
 
 @pytest.mark.parametrize("value,mode,warns", [("plain", 0, False), ("huge", 1, False),
-                                              ("populate", 2, False), ("nonsense", 2, True)])
+                                              ("populate", 2, False), ("auto", 4, False),
+                                              ("nonsense", 4, True)])
 def test_alloc_mode_from_the_environment(value, mode, warns):
     import os
     import subprocess
@@ -248,7 +249,31 @@ def test_alloc_mode_from_the_environment(value, mode, warns):
     env = dict(os.environ, KAFKASTORE_DECODE_ALLOC=value)
     out = subprocess.run([sys.executable, "-W", "always", "-c",
                           "from kafkastore import arrow_decode as ad; "
-                          "print(ad._native._set_alloc_mode(2))"],
+                          "print(ad._native._set_alloc_mode(4))"],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(mode)
     assert ("KAFKASTORE_DECODE_ALLOC" in out.stderr) == warns
+
+
+def test_auto_mode_measures_both_kinds_of_pages():
+    """Mode 4 times its populate calls: after decodes into fresh memory it has a cost for
+    4 KiB pages and one for huge pages (a trial), and the rows are the pure decoder's."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("anonymous mappings and MADV_POPULATE_WRITE are Linux's")
+    seg, _ = log_of([([(b"k%d" % i, b"v" * 1000, ()) for i in range(500)],
+                      Compression.NONE)] * 30)   # ~15 MB of values: several 2 MiB chunks
+    want = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old = ad._native._set_alloc_mode(4)
+    cache = ad._native.set_buffer_cache(0)
+    try:
+        for _ in range(3):
+            assert ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(want)
+        small, huge, chunks = ad._native._alloc_stats()
+    finally:
+        ad._native._set_alloc_mode(old)
+        ad._native.set_buffer_cache(cache)
+    assert chunks > 0 and small > 0 and huge > 0
+    with pytest.raises(ValueError):
+        ad._native._set_alloc_mode(9)
