@@ -556,8 +556,16 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
             b->pop = got;
         } else if (b->mapped) {
             np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
-            if (np == MAP_FAILED)
-                return -1;
+            if (np == MAP_FAILED) {
+                /* mremap refuses a range of several mappings (chunks advised
+                 * differently in mode 4 split it): copy instead. */
+                np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (np == MAP_FAILED)
+                    return -1;
+                memcpy(np, b->p, b->cap);
+                munmap(b->p, b->cap);
+                b->pop = 0;
+            }
         } else {
             np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (np == MAP_FAILED)
@@ -2445,9 +2453,18 @@ static PyObject *mod_set_alloc_mode(PyObject *Py_UNUSED(m), PyObject *args) {
     return PyLong_FromLong(old);
 }
 
-static PyObject *mod_alloc_stats(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+static PyObject *mod_alloc_stats(PyObject *Py_UNUSED(m), PyObject *args) {
+    long long small = -1, huge = -1;
+    if (!PyArg_ParseTuple(args, "|LL:_alloc_stats", &small, &huge))
+        return NULL;
 #if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
-    return Py_BuildValue("(LLI)", (long long)pop_cost[0], (long long)pop_cost[1], pop_chunks);
+    PyObject *r = Py_BuildValue("(LLI)", (long long)pop_cost[0], (long long)pop_cost[1],
+                                pop_chunks);
+    if (small >= 0) /* tests: set the measurements */
+        __atomic_store_n(&pop_cost[0], (int64_t)small, __ATOMIC_RELAXED);
+    if (huge >= 0)
+        __atomic_store_n(&pop_cost[1], (int64_t)huge, __ATOMIC_RELAXED);
+    return r;
 #else
     return Py_BuildValue("(LLI)", 0LL, 0LL, 0u);
 #endif
@@ -2489,9 +2506,9 @@ static PyMethodDef module_methods[] = {
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
-    {"_alloc_stats", mod_alloc_stats, METH_NOARGS,
-     "_alloc_stats() -> (ns per MiB populated as 4 KiB pages, as huge pages, chunks): "
-     "alloc mode 4's measurements (0: none yet)"},
+    {"_alloc_stats", mod_alloc_stats, METH_VARARGS,
+     "_alloc_stats(small=-1, huge=-1) -> (ns per MiB populated as 4 KiB pages, as huge "
+     "pages, chunks): alloc mode 4's measurements (0: none yet); sets them when >= 0 (tests)"},
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
      "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages, 2 populate, "
      "3 huge pages + populate, 4 populate, huge pages where measured cheaper (default)"},

@@ -277,3 +277,35 @@ def test_auto_mode_measures_both_kinds_of_pages():
     assert chunks > 0 and small > 0 and huge > 0
     with pytest.raises(ValueError):
         ad._native._set_alloc_mode(9)
+
+
+def test_growing_a_block_advised_in_pieces():
+    """A block whose chunks were advised differently (huge pages for the block, 4 KiB pages
+    for chunks populated in mode 4) is several kernel mappings, which mremap refuses to
+    grow: the decoder copies instead of failing with MemoryError."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("anonymous mappings are Linux's")
+    from kafkastore import _native
+
+    batches = [encode_batch([Record(b * 100 + i, 5, b"k", b"v" * 2000, ()) for i in range(20)])
+               for b in range(150)]
+    seg = b"".join(batches)
+    want = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old_mode, cache = _native._set_alloc_mode(4), _native.set_buffer_cache(0)
+    old_small, old_huge, _ = _native._alloc_stats(1, 1000)   # 4 KiB pages measured cheaper
+    try:
+        dec = ad._NativeDecoder(0, 2**63 - 1, True, True, [])
+        pos = 0
+        for i, b in enumerate(batches):   # small feeds: no presize, buffers grow by doubling
+            _native._set_alloc_mode(3 if i % 5 == 0 else 4)
+            dec.feed(seg, pos, pos + len(b))
+            pos += len(b)
+        cols = dec.finish()
+    finally:
+        _native._set_alloc_mode(old_mode)
+        _native.set_buffer_cache(cache)
+        _native._alloc_stats(old_small, old_huge)
+    assert cols["rows"] == want.num_rows
+    assert cols["value"].equals(want.column("value"))
