@@ -29,8 +29,13 @@
  *   .feed_records(buf, pos, records)
  *     Decodes the (decompressed) records section `records` of the batch whose
  *     header is at buf[pos:pos+61].
+ *   .lend(buf) -> bool
+ *     Before the first feed: buf (writable; the memory fed next) may hold the
+ *     value column, written behind the read position; its bytes are
+ *     unspecified afterwards.  False (nothing lent) for read-only memory.
  *   .finish() -> dict
- *     Hands over the column buffers (objects exporting the buffer protocol)
+ *     Hands over the column buffers (objects exporting the buffer protocol;
+ *     the values as a memoryview of the lent buffer when they stayed there)
  *     and counts; the decoder is empty afterwards.
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
@@ -55,8 +60,9 @@
  *     encoder must decide (it raises the precise error).
  * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
  *
- * Memory: see "Memory blocks" below (huge pages, a small cache of freed
- * column buffers, buffers sized once per region).  The GIL is released while
+ * Memory: see "Memory blocks" below (fresh pages faulted in ahead in bulk, huge
+ * pages where measured cheaper, a small cache of freed column buffers, buffers
+ * sized once per region, values written into a lent input).  The GIL is released while
  * a region or records section of 64 KiB or more is decoded.
  *
  * Safety: every length read from the input is bounds-checked against the
