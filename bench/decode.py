@@ -183,10 +183,11 @@ print(*cold, *warm, t_import, t_first)
 
 #: (allocation mode, reuse_input, label) per cold figure.
 COLD_MODES = (
-    (2, False, "populate ahead (default)"),
+    (4, False, "auto (default)"),
+    (2, False, "populate, 4 KiB pages"),
     (0, False, "fault page by page"),
     (1, False, "transparent huge pages"),
-    (2, True, "reuse_input=True"),
+    (4, True, "auto + reuse_input=True"),
 )
 
 

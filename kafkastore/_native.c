@@ -29,14 +29,21 @@
  *   .feed_records(buf, pos, records)
  *     Decodes the (decompressed) records section `records` of the batch whose
  *     header is at buf[pos:pos+61].
+ *   .lend(buf) -> bool
+ *     Before the first feed: buf (writable; the memory fed next) may hold the
+ *     value column, written behind the read position; its bytes are
+ *     unspecified afterwards.  False (nothing lent) for read-only memory.
  *   .finish() -> dict
- *     Hands over the column buffers (objects exporting the buffer protocol)
+ *     Hands over the column buffers (objects exporting the buffer protocol;
+ *     the values as a memoryview of the lent buffer when they stayed there)
  *     and counts; the decoder is empty afterwards.
  * repeat_binary(value, n) -> (offsets, data)   a constant string column's buffers
  * fill_int32(v, n) -> Buffer                   a constant int32 column's buffer
  * _set_alloc_mode(mode) -> old                 tuning: 0 plain mmap, 1 huge pages,
- *                                              2 populate ahead (default),
- *                                              3 huge pages + populate ahead
+ *                                              2 populate ahead, 3 huge pages +
+ *                                              populate ahead, 4 populate ahead,
+ *                                              huge pages or not by measure (default)
+ * _alloc_stats() -> (ns/MiB 4 KiB, ns/MiB huge, chunks)   mode 4's measurements
  * DecodeError(kind, message, offset, position)
  *     kind 0 = corrupt batch, 1 = CRC mismatch, 2 = output too large for one
  *     Arrow batch.  offset is the batch's base offset (None if unreadable),
@@ -58,8 +65,9 @@
  *     (None allowed) in one pass, or None for any other type (Broker.send_many)
  * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
  *
- * Memory: see "Memory blocks" below (huge pages, a small cache of freed
- * column buffers, buffers sized once per region).  The GIL is released while
+ * Memory: see "Memory blocks" below (fresh pages faulted in ahead in bulk, huge
+ * pages where measured cheaper, a small cache of freed column buffers, buffers
+ * sized once per region, values written into a lent input).  The GIL is released while
  * a region or records section of 64 KiB or more is decoded.
  *
  * Safety: every length read from the input is bounds-checked against the
@@ -72,6 +80,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define KS_X86 1
@@ -316,8 +325,8 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
  * - blocks of MAP_THRESHOLD bytes and more are anonymous mappings, sized in
  *   2 MiB steps from 2 MiB up; by default the pages about to be written are
  *   faulted in ahead, 2 MiB per call (gb_reserve / gb_populate), never the
- *   unwritten rest of a reservation; alloc modes 1 and 3 advise transparent
- *   huge pages instead / as well;
+ *   unwritten rest of a reservation, as transparent huge pages or 4 KiB
+ *   pages, whichever the process measured cheaper (alloc mode 4);
  * - Decoder.lend(buf): the value column may be written into the caller's
  *   writable input, behind the read position (a "borrowed" gbuf, never
  *   freed; moved to a block of our own when a batch could overrun input not
@@ -343,11 +352,12 @@ static inline uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n) {
 
 #define GB_MIN 256
 /* 0 = plain mappings (a fault per 4 KiB page), 1 = MADV_HUGEPAGE, 2 = populate
- * ahead (default: MADV_POPULATE_WRITE, see gb_populate), 3 = both.  Huge pages
- * fault in slowly on VMs that return free 2 MiB blocks to the host, and
- * populating in bulk halves the kernel's cost per 4 KiB page (bench/decode.py
- * --cold compares). */
-static int alloc_mode = 2;
+ * ahead (MADV_POPULATE_WRITE, see gb_populate), 3 = both, 4 = populate ahead,
+ * huge or 4 KiB pages per chunk, whichever measured cheaper (default; see
+ * auto_pick_huge).  Huge pages fault in slowly on VMs that return free 2 MiB
+ * blocks to the host, and populating in bulk halves the kernel's cost per
+ * 4 KiB page (bench/decode.py --cold compares). */
+static int alloc_mode = 4;
 #define MAP_THRESHOLD ((size_t)128 << 10)
 #define HUGE_PAGE ((size_t)2 << 20)
 #define MAP_STEP ((size_t)64 << 10)
@@ -557,8 +567,16 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
             b->pop = got;
         } else if (b->mapped) {
             np = mremap(b->p, b->cap, cap, MREMAP_MAYMOVE);
-            if (np == MAP_FAILED)
-                return -1;
+            if (np == MAP_FAILED) {
+                /* mremap refuses a range of several mappings (chunks advised
+                 * differently in mode 4 split it): copy instead. */
+                np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (np == MAP_FAILED)
+                    return -1;
+                memcpy(np, b->p, b->cap);
+                munmap(b->p, b->cap);
+                b->pop = 0;
+            }
         } else {
             np = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (np == MAP_FAILED)
@@ -595,16 +613,70 @@ static int gb_grow(gbuf *b, size_t need, int zero) {
  * Only what is about to be written: never the address space reserved
  * beyond it. */
 #define POP_STEP ((size_t)2 << 20)
+#if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
+/* Alloc mode 4 (auto): whether fresh memory is cheaper as huge pages or as
+ * 4 KiB pages depends on the machine, and on a VM on the moment (a huge page
+ * the host has taken back faults in 4 KiB at a time on the host: 5x slower
+ * than 4 KiB pages, else 2x faster).  So each populate call of 2 MiB or more
+ * is timed, per kind (ns per MiB, moving average), and the next chunk takes
+ * the cheaper kind; every AUTO_EXPLORE-th chunk tries the other one. */
+#define AUTO_EXPLORE 32
+static int64_t pop_cost[2] = {0, 0}; /* [0] 4 KiB pages, [1] huge pages; 0 = not yet known */
+static unsigned pop_chunks = 0;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Trials (the kind not known or not preferred) only on chunks of one huge
+ * page, so a trial of the slow kind costs one 2 MiB chunk. */
+static int auto_pick_huge(size_t len) {
+    int64_t small = __atomic_load_n(&pop_cost[0], __ATOMIC_RELAXED);
+    int64_t huge = __atomic_load_n(&pop_cost[1], __ATOMIC_RELAXED);
+    int best = small && huge ? huge < small : (small ? 0 : huge ? 1 : 0);
+    if (len > HUGE_PAGE)
+        return best;
+    unsigned k = __atomic_add_fetch(&pop_chunks, 1, __ATOMIC_RELAXED);
+    if (!small || !huge)
+        return !small ? 0 : 1;
+    return best != (k % AUTO_EXPLORE == 0);
+}
+
+static void auto_record(int huge, int64_t ns, size_t len) {
+    int64_t x = (int64_t)((double)ns * (double)(1 << 20) / (double)len);
+    int64_t old = __atomic_load_n(&pop_cost[huge], __ATOMIC_RELAXED);
+    __atomic_store_n(&pop_cost[huge], old ? (3 * old + x) / 4 : (x ? x : 1), __ATOMIC_RELAXED);
+}
+#endif
+
 static void gb_populate(gbuf *b, size_t need) {
 #if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
     size_t upto = (need + POP_STEP - 1) & ~(POP_STEP - 1);
     if (upto > b->cap)
         upto = b->cap;
     size_t from = b->pop & ~((size_t)4095);
-    if (upto > from && madvise(b->p + from, upto - from, MADV_POPULATE_WRITE) < 0) {
+    if (upto <= from) {
+        b->pop = upto > b->pop ? upto : b->pop;
+        return;
+    }
+    size_t len = upto - from;
+    int timed = alloc_mode == 4 && len >= HUGE_PAGE, huge = 0;
+    int64_t t0 = 0;
+    if (timed) {
+        huge = auto_pick_huge(len);
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+        madvise(b->p + from, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#endif
+        t0 = now_ns();
+    }
+    if (madvise(b->p + from, len, MADV_POPULATE_WRITE) < 0) {
         b->pop = b->cap; /* not supported (kernel < 5.14): stop asking */
         return;
     }
+    if (timed)
+        auto_record(huge, now_ns() - t0, len);
     b->pop = upto;
 #else
     b->pop = b->cap;
@@ -624,7 +696,7 @@ static inline int gb_reserve_space(gbuf *b, size_t need, int zero) {
 static inline int gb_reserve(gbuf *b, size_t need, int zero) {
     if (KS_UNLIKELY(need > b->cap) && gb_grow(b, need, zero) < 0)
         return -1;
-    if (KS_UNLIKELY(need > b->pop) && b->mapped && (alloc_mode == 2 || alloc_mode == 3))
+    if (KS_UNLIKELY(need > b->pop) && b->mapped && alloc_mode >= 2)
         gb_populate(b, need);
     return 0;
 }
@@ -2708,9 +2780,30 @@ static PyObject *mod_set_alloc_mode(PyObject *Py_UNUSED(m), PyObject *args) {
     int mode;
     if (!PyArg_ParseTuple(args, "i", &mode))
         return NULL;
+    if (mode < 0 || mode > 4) {
+        PyErr_SetString(PyExc_ValueError, "alloc mode must be in 0..4");
+        return NULL;
+    }
     int old = alloc_mode;
     alloc_mode = mode;
     return PyLong_FromLong(old);
+}
+
+static PyObject *mod_alloc_stats(PyObject *Py_UNUSED(m), PyObject *args) {
+    long long small = -1, huge = -1;
+    if (!PyArg_ParseTuple(args, "|LL:_alloc_stats", &small, &huge))
+        return NULL;
+#if defined(KS_MMAP) && defined(MADV_POPULATE_WRITE)
+    PyObject *r = Py_BuildValue("(LLI)", (long long)pop_cost[0], (long long)pop_cost[1],
+                                pop_chunks);
+    if (small >= 0) /* tests: set the measurements */
+        __atomic_store_n(&pop_cost[0], (int64_t)small, __ATOMIC_RELAXED);
+    if (huge >= 0)
+        __atomic_store_n(&pop_cost[1], (int64_t)huge, __ATOMIC_RELAXED);
+    return r;
+#else
+    return Py_BuildValue("(LLI)", 0LL, 0LL, 0u);
+#endif
 }
 
 static PyObject *mod_set_buffer_cache(PyObject *Py_UNUSED(m), PyObject *args) {
@@ -2763,9 +2856,12 @@ static PyMethodDef module_methods[] = {
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
+    {"_alloc_stats", mod_alloc_stats, METH_VARARGS,
+     "_alloc_stats(small=-1, huge=-1) -> (ns per MiB populated as 4 KiB pages, as huge "
+     "pages, chunks): alloc mode 4's measurements (0: none yet); sets them when >= 0 (tests)"},
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
-     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages (default), 2 populate, "
-     "3 huge pages + populate (tuning)"},
+     "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages, 2 populate, "
+     "3 huge pages + populate, 4 populate, huge pages where measured cheaper (default)"},
     {"repeat_binary", mod_repeat_binary, METH_VARARGS,
      "repeat_binary(value, n) -> (int32 offsets Buffer, data Buffer) of n copies"},
     {"fill_int32", mod_fill_int32, METH_VARARGS, "fill_int32(v, n) -> Buffer of n int32 v"},

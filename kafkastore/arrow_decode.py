@@ -66,9 +66,11 @@ the size of the records); Arrow owns them and frees them with the batch.
 Freed buffers are kept for the next decode, up to 256 MiB of touched memory
 by default, marked reclaimable (MADV_FREE); ``KAFKASTORE_DECODE_CACHE_MB``
 changes the bound (0: no cache). Fresh memory is faulted in ahead of the
-writes, 2 MiB at a time (MADV_POPULATE_WRITE), never more than is written;
-``KAFKASTORE_DECODE_ALLOC`` picks another way (``plain``: fault page by
-page; ``huge``: transparent huge pages; ``huge+populate``); with
+writes, 2 MiB at a time (MADV_POPULATE_WRITE), never more than is written,
+as transparent huge pages or 4 KiB pages, whichever the process measured
+cheaper (``auto``); ``KAFKASTORE_DECODE_ALLOC`` picks another way
+(``populate``: 4 KiB pages only; ``plain``: fault page by page; ``huge``:
+huge pages faulted on write; ``huge+populate``); with
 ``reuse_input=True`` the value column is written into the caller's writable
 input instead (see :func:`decode_to_arrow`). The GIL is released while the
 C kernel decodes (64 KiB or more at once).
@@ -133,7 +135,7 @@ if _native is not None and os.environ.get("KAFKASTORE_DECODE_CACHE_MB"):
     except ValueError:
         pass
 # How the C kernel gets fresh memory (see the module docstring).
-_ALLOC_MODES = {"plain": 0, "huge": 1, "populate": 2, "huge+populate": 3}
+_ALLOC_MODES = {"plain": 0, "huge": 1, "populate": 2, "huge+populate": 3, "auto": 4}
 if _native is not None and os.environ.get("KAFKASTORE_DECODE_ALLOC"):
     _mode = os.environ["KAFKASTORE_DECODE_ALLOC"].strip().lower()
     if _mode in _ALLOC_MODES:

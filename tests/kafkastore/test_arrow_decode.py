@@ -756,7 +756,7 @@ def test_native_and_pure_agree_on_damaged_bytes(data):
         assert a == b
 
 
-@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3, 4])
 def test_every_allocation_mode_decodes_the_same(mode):
     """The C kernel's allocation modes (plain, huge pages, populate, both) only change how
     fresh memory is obtained, never the result."""

@@ -126,7 +126,7 @@ def test_cached_blocks_of_nonzero_columns_come_back_zeroed():
         assert ad.decode_to_arrow_native(ct, topic="t", partition=0).equals(want)
 
 
-@pytest.mark.parametrize("mode", [0, 2])
+@pytest.mark.parametrize("mode", [0, 2, 4])
 def test_populate_ahead_across_growth(mode):
     """Presized buffers, buffers that grow past the presize (compressed batches), and
     both allocation modes: same rows as pure."""
@@ -236,3 +236,76 @@ def test_read_range_reuse_input_equals_plain_read(root_url):
             reused = read_range(storage, rr, isolation=READ_UNCOMMITTED, reuse_input=True)
             assert reused.equals(plain)
             assert reused.num_rows == plain.num_rows > 0
+
+
+@pytest.mark.parametrize("value,mode,warns", [("plain", 0, False), ("huge", 1, False),
+                                              ("populate", 2, False), ("auto", 4, False),
+                                              ("nonsense", 4, True)])
+def test_alloc_mode_from_the_environment(value, mode, warns):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KAFKASTORE_DECODE_ALLOC=value)
+    out = subprocess.run([sys.executable, "-W", "always", "-c",
+                          "from kafkastore import arrow_decode as ad; "
+                          "print(ad._native._set_alloc_mode(4))"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(mode)
+    assert ("KAFKASTORE_DECODE_ALLOC" in out.stderr) == warns
+
+
+def test_auto_mode_measures_both_kinds_of_pages():
+    """Mode 4 times its populate calls: after decodes into fresh memory it has a cost for
+    4 KiB pages and one for huge pages (a trial), and the rows are the pure decoder's."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("anonymous mappings and MADV_POPULATE_WRITE are Linux's")
+    seg, _ = log_of([([(b"k%d" % i, b"v" * 1000, ()) for i in range(500)],
+                      Compression.NONE)] * 30)   # ~15 MB of values: several 2 MiB chunks
+    want = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old = ad._native._set_alloc_mode(4)
+    cache = ad._native.set_buffer_cache(0)
+    try:
+        for _ in range(3):
+            assert ad.decode_to_arrow_native(seg, topic="t", partition=0).equals(want)
+        small, huge, chunks = ad._native._alloc_stats()
+    finally:
+        ad._native._set_alloc_mode(old)
+        ad._native.set_buffer_cache(cache)
+    assert chunks > 0 and small > 0 and huge > 0
+    with pytest.raises(ValueError):
+        ad._native._set_alloc_mode(9)
+
+
+def test_growing_a_block_advised_in_pieces():
+    """A block whose chunks were advised differently (huge pages for the block, 4 KiB pages
+    for chunks populated in mode 4) is several kernel mappings, which mremap refuses to
+    grow: the decoder copies instead of failing with MemoryError."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("anonymous mappings are Linux's")
+    from kafkastore import _native
+
+    batches = [encode_batch([Record(b * 100 + i, 5, b"k", b"v" * 2000, ()) for i in range(20)])
+               for b in range(150)]
+    seg = b"".join(batches)
+    want = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old_mode, cache = _native._set_alloc_mode(4), _native.set_buffer_cache(0)
+    old_small, old_huge, _ = _native._alloc_stats(1, 1000)   # 4 KiB pages measured cheaper
+    try:
+        dec = ad._NativeDecoder(0, 2**63 - 1, True, True, [])
+        pos = 0
+        for i, b in enumerate(batches):   # small feeds: no presize, buffers grow by doubling
+            _native._set_alloc_mode(3 if i % 5 == 0 else 4)
+            dec.feed(seg, pos, pos + len(b))
+            pos += len(b)
+        cols = dec.finish()
+    finally:
+        _native._set_alloc_mode(old_mode)
+        _native.set_buffer_cache(cache)
+        _native._alloc_stats(old_small, old_huge)
+    assert cols["rows"] == want.num_rows
+    assert cols["value"].equals(want.column("value"))
