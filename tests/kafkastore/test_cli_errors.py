@@ -22,10 +22,7 @@ from tests.helpers.cli import cli_runner, one_error_line
 from tests.kafkastore.logdata import upload_segment
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 @pytest.fixture
