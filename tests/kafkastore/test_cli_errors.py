@@ -19,7 +19,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.cli import cli_runner, one_error_line
-from tests.kafkastore.logdata import upload_segment
+from tests.helpers.logdata import upload_segment
 
 
 pytestmark = pytest.mark.usefixtures("clean_config_env")

@@ -24,7 +24,7 @@ from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.load import run_load
 from pipelines.vacuum import vacuum
-from tests.pipelines.cluster import PROJECT_ROOT, group_alive
+from tests.helpers.cluster import PROJECT_ROOT, group_alive
 from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehouse, make_topic,
                                  produce, table_offsets)
 

@@ -8,7 +8,7 @@ from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
 from pipelines.retention_job import run_retention
 from tests.helpers.iceberg_tables import SCHEMA, load
-from tests.kafkastore.logdata import append_segment
+from tests.helpers.logdata import append_segment
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000 + 10 * DAY
