@@ -68,7 +68,7 @@ def segment_stem(base_offset: int, segment_id: str) -> str:
 def segment_path(topic: str, partition: int, base_offset: int, segment_id: str, ext: str) -> str:
     """Path of one segment file; ``ext`` is ``.log``, ``.index`` or ``.timeindex``."""
     if ext not in SEGMENT_EXTENSIONS:
-        raise ValueError(f"segment extension must be one of {SEGMENT_EXTENSIONS}, got {ext!r}")
+        raise ConfigError(f"segment extension must be one of {SEGMENT_EXTENSIONS}, got {ext!r}")
     return f"{partition_dir(topic, partition)}/{segment_stem(base_offset, segment_id)}{ext}"
 
 

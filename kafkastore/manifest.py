@@ -38,7 +38,8 @@ from . import layout
 from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
                      ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
                      StorageError, StoragePermissionError)
-from .errors import CorruptMetadataError, InvalidUpdateError, RequirementFailedError  # noqa: F401  (re-exported)
+from .errors import (CorruptMetadataError, InvalidUpdateError,  # noqa: F401 (re-exported)
+                     RequirementFailedError)
 from .storage import Storage
 
 MANIFEST_FORMAT = 1

@@ -121,7 +121,8 @@ def plan_load(storage: Storage, topic: str, committed: Mapping[int, int], *,
                     f"data loss in {topic}/{p}: the table's next offset is {from_offset} but the "
                     f"log now starts at {start} (offsets [{from_offset}, {start}) were deleted "
                     f"before they were loaded); rerun with `kafkastore load --on-data-loss skip` to record the gap "
-                    f"and go on", log_start_offset=start, high_watermark=hw, bounds_in_message=False)
+                    f"and go on",
+                    log_start_offset=start, high_watermark=hw, bounds_in_message=False)
             gap, from_offset = OffsetRange(topic, p, from_offset, start), start
         if until_offsets is not None:
             want = until_offsets[p]

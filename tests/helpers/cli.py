@@ -38,5 +38,18 @@ def write_conf(tmp_path, text: str) -> str:
     return str(path)
 
 
+def config_error(load_config, tmp_path, text: str) -> str:
+    """The message of the ConfigError ``load_config`` raises on a file holding ``text``
+    (asserted: raised, and one line)."""
+    from kafkastore.errors import ConfigError
+
+    try:
+        load_config(write_conf(tmp_path, text))
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        return str(exc)
+    raise AssertionError(f"no ConfigError for {text!r}")
+
+
 #: The environment variables the config reads; tests of precedence clear them.
 CONFIG_ENV = ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE", "KAFKASTORE_SPARK_MASTER")

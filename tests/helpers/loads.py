@@ -9,6 +9,7 @@ from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, load_topic
 from pipelines import iceberg as ice
+from tests.helpers.roots import make_root_url
 
 DAY = 86_400_000
 T0 = 1_700_000_000_000 - (1_700_000_000_000 % DAY) + DAY - 30_000   # 30 s before midnight UTC
@@ -102,3 +103,13 @@ def assert_exactly_once(storage: Storage, topic: str, wh: ice.Warehouse, table: 
 def rows_by_offset(wh: ice.Warehouse, table: str = "tbl", columns=None) -> dict[tuple[int, int], dict]:
     back = ice.read_arrow(wh.table(table), columns=columns)
     return {(r["partition"], r["offset"]): r for r in back.to_pylist()}
+
+
+def log_and_warehouse(backend: str, tmp_path, request, *, partitions: int = 2):
+    """A fresh log root and warehouse side by side on ``backend`` with topic ``t`` of
+    ``partitions`` partitions: ``(root, warehouse, storage, storage_options)``."""
+    base = make_root_url(backend, tmp_path, request)
+    options = storage_options_for(base)
+    root = f"{base}/log"
+    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
+    return root, wh, make_topic(root, partitions=partitions, options=options), options

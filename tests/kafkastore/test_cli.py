@@ -25,10 +25,7 @@ KAFKASTORE = os.path.join(os.path.dirname(sys.executable), "kafkastore")
 FIELDS = ["topic", "partition", "offset", "timestamp", "key", "value", "headers"]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 @pytest.fixture

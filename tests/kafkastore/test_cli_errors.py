@@ -19,13 +19,10 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.cli import cli_runner, one_error_line
-from tests.kafkastore.logdata import upload_segment
+from tests.helpers.logdata import upload_segment
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_config_env")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from kafkastore.config import DEFAULT_ROOT, Config, load_config, read_config_file, resolve_url
 from kafkastore.errors import ConfigError
-from tests.helpers.cli import write_conf
+from tests.helpers.cli import config_error, write_conf
 
 
 pytestmark = pytest.mark.usefixtures("clean_config_env")
@@ -61,10 +61,7 @@ def test_relative_urls_become_absolute(tmp_path, monkeypatch):
     ("topics: [a]\n", "'topics' must be a mapping"),
 ])
 def test_bad_files_are_config_errors(tmp_path, text, message):
-    with pytest.raises(ConfigError) as info:
-        load_config(write_conf(tmp_path, text))
-    assert message in str(info.value)
-    assert "\n" not in str(info.value)
+    assert message in config_error(load_config, tmp_path, text)
 
 
 def test_a_missing_file_is_a_config_error(tmp_path):

@@ -18,7 +18,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import alter_topic, create_topic
 from tests.helpers.roots import make_root_url
 from tests.faults import FaultyFS
-from tests.kafkastore.logdata import append_segment, segment_files, upload_segment
+from tests.helpers.logdata import append_segment, segment_files, upload_segment
 
 T, P = "events", 0
 DAY = 24 * 3600 * 1000

@@ -15,7 +15,7 @@ from kafkastore.manifest import AppendSegments, ManifestStore, SetExtra
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
-from tests.kafkastore.logdata import upload_segment
+from tests.helpers.logdata import upload_segment
 
 KAFKASTORE = os.path.join(os.path.dirname(sys.executable), "kafkastore")
 T = "race"

@@ -17,7 +17,7 @@ from kafkastore.storage import Storage
 from kafkastore.topic_config import TopicConfig
 from kafkastore.topics import create_topic
 from tests.helpers.roots import make_root_url
-from tests.kafkastore.logdata import append_segment
+from tests.helpers.logdata import append_segment
 
 T, P = "events", 0
 DAY = 24 * 3600 * 1000

@@ -23,7 +23,7 @@ from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
-from tests.kafkastore.logdata import upload_segment
+from tests.helpers.logdata import upload_segment
 from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
 
 T, P = "events", 0

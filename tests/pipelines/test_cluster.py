@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.pipelines.cluster import group_alive, standalone_cluster
+from tests.helpers.cluster import group_alive, standalone_cluster
 
 JOB = r'''
 import json, sys, time

@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from kafkastore import config as log_config
-from kafkastore.errors import ConfigError
-from tests.helpers.cli import write_conf
+from tests.helpers.cli import config_error, write_conf
 from pipelines.cli import main
 from pipelines.config import Config, load_config
 
@@ -49,9 +48,7 @@ def test_defaults(tmp_path, monkeypatch):
     ("warehouse: ''\n", "--warehouse is empty (from the config file)"),
 ])
 def test_bad_job_sections_are_config_errors(tmp_path, text, message):
-    with pytest.raises(ConfigError) as info:
-        load_config(write_conf(tmp_path, text))
-    assert message in str(info.value)
+    assert message in config_error(load_config, tmp_path, text)
 
 
 def test_the_console_script_checks_the_jobs_sections_in_one_line(tmp_path, capsys):

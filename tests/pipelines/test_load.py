@@ -17,8 +17,8 @@ from pipelines import iceberg as ice
 from pipelines.load import load_for_interval, load_options_from_args, run_load
 from pipelines.offset_ranges import OffsetRange
 from pipelines.planning import default_run_id, parse_offsets_json, plan_load
-from tests.helpers.loads import (T0, assert_exactly_once, committed, log_records, make_topic,
-                                 produce, rows_by_offset, storage_options_for, warehouse_for)
+from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,
+                                 log_records, make_topic, produce, rows_by_offset)
 
 
 # ---------------------------------------------------------------------------
@@ -109,13 +109,7 @@ def test_load_spec_from_config(tmp_path):
 
 @pytest.mark.parametrize("backend", ["file", "s3"])
 def test_load_holds_exactly_the_log(spark, backend, tmp_path, request):
-    from tests.helpers.roots import make_root_url
-
-    base = make_root_url(backend, tmp_path, request)
-    options = storage_options_for(base)
-    root = f"{base}/log"
-    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
-    storage = make_topic(root, partitions=3, options=options)
+    root, wh, storage, options = log_and_warehouse(backend, tmp_path, request, partitions=3)
     produce(storage, "t", 60)
     summary = run_load(spark, root=root, topic="t", warehouse=wh, table="events",
                        storage_options=options, progress=False)

@@ -15,7 +15,7 @@ import pytest
 
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from tests.pipelines.cluster import standalone_cluster
+from tests.helpers.cluster import standalone_cluster
 from tests.helpers.loads import assert_exactly_once, make_topic, produce
 
 JOB = r'''

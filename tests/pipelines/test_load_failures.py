@@ -24,9 +24,9 @@ from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.load import run_load
 from pipelines.vacuum import vacuum
-from tests.pipelines.cluster import PROJECT_ROOT, group_alive
-from tests.helpers.loads import (assert_exactly_once, committed, make_topic, produce,
-                                 storage_options_for, table_offsets, warehouse_for)
+from tests.helpers.cluster import PROJECT_ROOT, group_alive
+from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehouse, make_topic,
+                                 produce, table_offsets)
 
 # Loads the topic in steps of `step` offsets per partition (several commits per
 # process lifetime, so a kill lands before, during or after any of them) until
@@ -150,14 +150,8 @@ def _value(i):
 def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
     """JSON loads (a table and its dead letters, two commits per load) killed at
     random points; whatever was committed holds each offset exactly once."""
-    from tests.helpers.roots import make_root_url
-
-    base = make_root_url(backend, tmp_path, request)
-    options = storage_options_for(base)
-    root = f"{base}/log"
-    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
+    root, wh, storage, options = log_and_warehouse(backend, tmp_path, request, partitions=3)
     catalog = wh.catalog_config or None
-    storage = make_topic(root, partitions=3, options=options)
     rng = random.Random(int(os.environ.get("KAFKASTORE_TEST_SEED", "0")) or None)
     history = []
     for k in range(kills):
@@ -230,13 +224,7 @@ def test_lost_catalog_response_is_settled_by_reading_back(spark, backend, tmp_pa
                                                           monkeypatch):
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from tests.helpers.roots import make_root_url
-
-    base = make_root_url(backend, tmp_path, request)
-    options = storage_options_for(base)
-    root = f"{base}/log"
-    wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
-    storage = make_topic(root, partitions=2, options=options)
+    root, wh, storage, options = log_and_warehouse(backend, tmp_path, request, partitions=2)
     produce(storage, "t", 10)
     real_commit, real_load = SqlCatalog.commit_table, SqlCatalog.load_table
     state = {"lose": 1, "unreadable": 0}
