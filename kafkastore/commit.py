@@ -29,6 +29,7 @@ run the engine without sleeping.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from .errors import (CommitConflict, CommitGaveUpError, CommitUnknownError, Conf
                      ObjectNotFoundError, StorageError, StoragePermissionError)
 
 P = TypeVar("P")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -226,8 +228,9 @@ class CommitEngine:
                 return _READ_BACK if uncertain else _LANDED
             except target.fatal_errors:
                 raise
-            except target.conflict_errors:
+            except target.conflict_errors as exc:
                 if uncertain is None:
+                    log.info("%s lost a race (%s); retrying", target.describe(planned), exc)
                     return _CONFLICT
                 # An earlier put may have been ours. Empty cannot happen for a held slot.
                 return _READ_BACK if self._read_back(target, planned, uncertain) else _CONFLICT
@@ -237,6 +240,8 @@ class CommitEngine:
                 uncertain = exc
             except target.unknown_errors as exc:
                 uncertain = exc
+            log.warning("%s: unknown outcome (%s: %s); reading back", target.describe(planned),
+                        type(uncertain).__name__, uncertain)
             owner = self._read_back(target, planned, uncertain)
             if owner is not None:
                 return _READ_BACK if owner else _CONFLICT
