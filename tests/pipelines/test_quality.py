@@ -198,6 +198,27 @@ def test_a_racing_validator_moving_the_tag_is_seen_and_never_undone(wh):
     assert tag(wh, "t8") == l2                               # not moved back to l1
 
 
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_lost_response_moving_the_tag_is_read_back(wh, monkeypatch, landed):
+    l1 = commit(wh, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    table = wh.table("t9")
+    cat = wh.catalog()
+    real = type(cat).commit_table
+    lost = []
+
+    def flaky(self, tbl, requirements, updates):
+        if not lost:
+            lost.append(1)
+            if landed:
+                real(self, tbl, requirements, updates)
+            raise ConnectionResetError("connection reset")
+        return real(self, tbl, requirements, updates)
+
+    monkeypatch.setattr(type(cat), "commit_table", flaky)
+    assert publish(table, None, table.snapshot_by_id(l1), lambda snap: True) == (l1, None)
+    assert lost and tag(wh, "t9") == l1
+
+
 def test_only_kafkastore_snapshots_of_main_can_be_validated(wh):
     sid = commit(wh, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
     with pytest.raises(ConfigError, match="not a load or reprocess"):
