@@ -19,6 +19,7 @@ from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
                                UnsupportedDeletesError)
 from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
+from tests.faults import lose_catalog_response
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                     ("timestamp", pa.timestamp("us", tz="UTC")), ("value", pa.binary())])
@@ -294,27 +295,11 @@ def test_racing_load_same_base_loses_then_noop_or_refused(wh, table, monkeypatch
     assert r.noop and ice.read_arrow(wh.table("t")).num_rows == 12
 
 
-class _LostResponse(Exception):
-    pass
-
-
 @pytest.mark.parametrize("landed", [True, False])
 def test_lost_catalog_response_is_read_back(wh, table, monkeypatch, landed):
     """The catalog call fails with an unknown outcome after (or before) applying
     the commit: the run id decides; files are never deleted."""
-    cat = wh.catalog()
-    real = type(cat).commit_table
-    fails = []
-
-    def flaky(self, tbl, requirements, updates):
-        if not fails:
-            fails.append(1)
-            if landed:
-                real(self, tbl, requirements, updates)
-            raise _LostResponse("connection reset")
-        return real(self, tbl, requirements, updates)
-
-    monkeypatch.setattr(type(cat), "commit_table", flaky)
+    lose_catalog_response(monkeypatch, wh.catalog(), landed=landed)
     url = write(wh, table, rows("t", 0, 0, 10))
     r = ice.commit(table, ice.KafkaCommit("lost", "load", (OffsetRange("t", 0, 0, 10),), (url,)))
     assert r.read_back is landed and r.attempts == (1 if landed else 2)

@@ -19,6 +19,7 @@ from pipelines import iceberg as ice
 from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.offset_ranges import OffsetRange
 from pipelines.quality import QualityCheckFailed, publish, validate_snapshot
+from tests.faults import lose_catalog_response
 
 T0 = 1_704_067_200_000        # 2024-01-01T00:00Z
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
@@ -202,19 +203,7 @@ def test_a_racing_validator_moving_the_tag_is_seen_and_never_undone(wh):
 def test_a_lost_response_moving_the_tag_is_read_back(wh, monkeypatch, landed):
     l1 = commit(wh, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
     table = wh.table("t9")
-    cat = wh.catalog()
-    real = type(cat).commit_table
-    lost = []
-
-    def flaky(self, tbl, requirements, updates):
-        if not lost:
-            lost.append(1)
-            if landed:
-                real(self, tbl, requirements, updates)
-            raise ConnectionResetError("connection reset")
-        return real(self, tbl, requirements, updates)
-
-    monkeypatch.setattr(type(cat), "commit_table", flaky)
+    lost = lose_catalog_response(monkeypatch, wh.catalog(), landed=landed)
     assert publish(table, None, table.snapshot_by_id(l1), lambda snap: True) == (l1, None)
     assert lost and tag(wh, "t9") == l1
 
