@@ -309,6 +309,27 @@ def test_lost_catalog_response_is_read_back(wh, table, monkeypatch, landed):
     assert os.path.exists(url[len("file://"):])
 
 
+def test_losing_every_race_gives_up_with_the_one_error(wh, table, monkeypatch):
+    """A catalog that always reports another writer's win: after ``max_attempts`` the
+    commit gives up with CommitGaveUpError (backing off in between), nothing committed."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from kafkastore.commit import Clock
+    from kafkastore.errors import CommitGaveUpError
+
+    def always_lost(self, tbl, requirements, updates):
+        raise CommitFailedException("requirement failed: branch main has changed")
+
+    monkeypatch.setattr(type(wh.catalog()), "commit_table", always_lost)
+    url = write(wh, table, rows("t", 0, 0, 10))
+    slept = []
+    with pytest.raises(CommitGaveUpError, match="run busy after 3 conflicting attempts"):
+        ice.commit(table, ice.KafkaCommit("busy", "load", (OffsetRange("t", 0, 0, 10),), (url,)),
+                   max_attempts=3, clock=Clock(sleep=slept.append))
+    assert len(slept) == 2 and all(0 <= s <= 0.1 for s in slept)
+    assert wh.table("t").metadata.snapshots == [] and os.path.exists(url[len("file://"):])
+
+
 def test_schema_union_and_incompatible_change(wh, table):
     load(wh, table, "t", 0, 0, 2)
     url = write(wh, table, rows("t", 0, 2, 4, extra={"color": ["red", "blue"]}))
