@@ -225,7 +225,7 @@ class CommitEngine:
                 self._wait(tries)
             try:
                 target.put(planned)
-                return _READ_BACK if uncertain else _LANDED
+                return _LANDED if uncertain is None else _READ_BACK
             except target.fatal_errors:
                 raise
             except target.conflict_errors as exc:
