@@ -150,6 +150,12 @@ class CommitConflict(StorageError):
     """Put-if-absent lost the race: the version already exists. Re-read, re-validate, retry."""
 
 
+class CommitGaveUpError(CommitConflict):
+    """The commit engine gave up: every attempt its budget allowed (attempts or time) lost the
+    race to other writers. Nothing of this commit was written; try again later. The one
+    give-up error of every commit (manifest, producer ids, topics, the warehouse)."""
+
+
 class CommitUnknownError(StorageError):
     """A commit whose outcome could not be decided even by reading back."""
 

@@ -3,7 +3,8 @@
 A partition's state is a sequence of immutable, numbered manifest versions at
 ``topics/<t>/<p>/_manifest/<20-digit version>.json``. Version 1 is the first
 commit; version N+1 is created with put-if-absent, so of two writers racing
-from version N exactly one wins and the other gets :class:`CommitConflict`.
+from version N exactly one wins and the other gets :class:`CommitConflict` (and retries
+on :class:`kafkastore.commit.CommitEngine`).
 
 Every version is a full snapshot (live segments, log start offset, leader
 epoch, producer state, compaction state), so each version is its own
@@ -29,15 +30,14 @@ import bisect
 import json
 import random
 import re
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import layout
-from .errors import (CommitConflict, CommitUnknownError, ConfigError, FencedError,
-                     ObjectNotFoundError, OffsetOutOfRangeError, StaleUploadError,
-                     StorageError, StoragePermissionError)
+from .commit import RETRY, SYSTEM_CLOCK, Backoff, Budget, Clock, CommitEngine, Done, ObjectTarget
+from .errors import (ConfigError, FencedError, ObjectNotFoundError,
+                     OffsetOutOfRangeError, StaleUploadError, StorageError)
 from .errors import (CorruptMetadataError, InvalidUpdateError,  # noqa: F401 (re-exported)
                      RequirementFailedError)
 from .storage import Storage
@@ -737,7 +737,8 @@ class ManifestStore:
     unknown_retries: int = 3
 
     def __init__(self, storage: Storage, topic: str, partition: int, *,
-                 sleep: Callable[[float], None] | None = None, rng: random.Random | None = None):
+                 sleep: Callable[[float], None] | None = None, rng: random.Random | None = None,
+                 clock: Clock | None = None):
         self.storage = storage
         self.topic = layout.validate_topic_name(topic)
         if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
@@ -745,7 +746,7 @@ class ManifestStore:
         self.partition = partition
         self.dir = layout.manifest_dir(topic, partition)
         self._rng = rng or random.Random()
-        self._sleep = sleep or time.sleep
+        self._clock = clock or (Clock(sleep=sleep) if sleep is not None else SYSTEM_CLOCK)
 
     @property
     def max_upload_age_ms(self) -> float:
@@ -811,12 +812,13 @@ class ManifestStore:
 
         ``build`` gets the latest manifest (None if none) and returns
         ``(updates, requirements)``, or None when there is nothing to do (then
-        the latest manifest is returned unchanged). On :class:`CommitConflict`
-        it is called again on the new latest version, after a back-off with
-        full jitter (exponential up to :attr:`backoff_max_s`). A conflict means
+        the latest manifest is returned unchanged). The commit runs on the one
+        engine, :class:`kafkastore.commit.CommitEngine`: on a conflict ``build``
+        is called again on the new latest version, after a back-off with full
+        jitter (exponential up to :attr:`backoff_max_s`). A conflict means
         another writer's version landed, i.e. the log made progress, so by
         default there is no attempt cap; ``max_attempts`` sets one (then
-        :class:`CommitConflict` after that many attempts).
+        :class:`CommitGaveUpError`, a :class:`CommitConflict`, after that many attempts).
         Errors of :func:`apply` (fencing, failed requirements, invalid updates)
         propagate at once. When the put's outcome is unknown the version is
         read back: ours means success, someone else's means conflict, absent
@@ -828,40 +830,13 @@ class ManifestStore:
         :meth:`Storage.upload_time`), else :class:`StaleUploadError` and
         nothing is written: the caller uploads them again or gives up.
 
-        ``operation``, ``writer`` and ``now_ms`` (default: the wall clock) go
+        ``operation``, ``writer`` and ``now_ms`` (default: the clock) go
         into the version's audit record.
         """
-        if max_attempts is not None and max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {max_attempts}")
-        attempt = 0
-        while max_attempts is None or attempt < max_attempts:
-            if attempt:
-                self._backoff(attempt)
-            attempt += 1
-            started = time.monotonic()
-            base = self.latest()
-            planned = build(base)
-            if planned is None:
-                return base
-            updates, requirements = planned
-            updates, requirements = list(updates), list(requirements)
-            info = CommitInfo(
-                commit_id=uuid.uuid4().hex,
-                operation=operation or ",".join(type(u).__name__ for u in updates),
-                writer=writer,
-                timestamp_ms=int(time.time() * 1000) if now_ms is None else int(now_ms))
-            new = apply(base, updates, requirements, topic=self.topic, partition=self.partition,
-                        commit=info)
-            self._check_uploads(base, new)
-            if not self._put(new):
-                continue
-            if (time.monotonic() - started) * 1000 >= self.min_keep_ms / 2 and self._superseded(new.version):
-                # So slow that our version number may have been expired and re-created:
-                # the version we wrote is invisible (latest() never returns it). Retry.
-                continue
-            return new
-        raise CommitConflict(
-            f"gave up committing to {self.topic}/{self.partition} after {max_attempts} conflicting attempts")
+        engine = CommitEngine(backoff=Backoff(self.backoff_initial_s, self.backoff_max_s),
+                              budget=Budget(max_attempts=max_attempts),
+                              unknown_retries=self.unknown_retries, clock=self._clock, rng=self._rng)
+        return engine.run(_ManifestTarget(self, build, operation, writer, now_ms))
 
     def stale_uploads(self, segments: Iterable[SegmentEntry]) -> list[SegmentEntry]:
         """Those of ``segments`` that a commit may not newly list: a file of theirs is missing
@@ -900,56 +875,6 @@ class ManifestStore:
                 f"{self.max_upload_age_ms / 1000:g} s ago (half the GC grace floor) or missing, "
                 f"so GC may delete them; upload them again", segment_ids=tuple(s.segment_id for s in stale))
 
-    def _put(self, new: Manifest) -> bool:
-        """Put-if-absent ``new``; True if it landed, False if another commit holds the version."""
-        path, data = self.path(new.version), new.to_json()
-        uncertain = False  # an earlier put of these bytes may have landed
-        for _ in range(self.unknown_retries + 1):
-            try:
-                self.storage.put_if_absent(path, data)
-                return True
-            except CommitConflict:
-                if not uncertain:
-                    return False
-                owner = self._read_back(path, new)
-                return bool(owner)  # None here (vanished) cannot happen for a held version
-            except StoragePermissionError:
-                if not uncertain:
-                    raise  # refused, so not written: a definite failure, not an unknown outcome
-                uncertain = True
-                owner = self._read_back(path, new)
-                if owner is not None:
-                    return owner
-            except StorageError:
-                uncertain = True
-                owner = self._read_back(path, new)
-                if owner is not None:
-                    return owner
-                # Absent: that attempt did not land (yet). Put the same bytes again.
-        raise CommitUnknownError(
-            f"cannot tell whether version {new.version} of {self.topic}/{self.partition} "
-            f"(commit {new.commit.commit_id if new.commit else '?'}) was written")
-
-    def _read_back(self, path: str, new: Manifest) -> bool | None:
-        """True: ``path`` holds our commit; False: someone else's; None: absent."""
-        for attempt in range(self.unknown_retries + 1):
-            if attempt:
-                self._backoff(attempt)
-            try:
-                stored = self.storage.get(path)
-            except ObjectNotFoundError:
-                return None
-            except StorageError:
-                continue
-            try:
-                found = json.loads(stored).get("commit", {}).get("id")
-            except (ValueError, AttributeError):
-                found = None
-            return found is not None and new.commit is not None and found == new.commit.commit_id
-        raise CommitUnknownError(
-            f"cannot read back {path} to decide whether commit "
-            f"{new.commit.commit_id if new.commit else '?'} landed")
-
     def _superseded(self, version: int) -> bool:
         """Whether our ``version`` re-created an expired slot behind newer versions.
 
@@ -964,11 +889,6 @@ class ManifestStore:
             return True
         slack = self.min_keep_ms / 2000
         return any(v > version and mtime < ours - slack for v, mtime in listing.items())
-
-    def _backoff(self, attempt: int) -> None:
-        # Full jitter (uniform in [0, cap]): racing writers spread out instead of colliding again.
-        cap = min(self.backoff_max_s, self.backoff_initial_s * (2 ** min(attempt - 1, 30)))
-        self._sleep(self._rng.uniform(0, cap))
 
     # -- history housekeeping --------------------------------------------------
     def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1) -> list[int]:
@@ -1032,3 +952,55 @@ class ManifestStore:
             for seg in m.segments:
                 out.update(seg.paths(self.topic, self.partition).values())
         return out
+
+
+class _ManifestTarget(ObjectTarget):
+    """One :meth:`ManifestStore.commit` as the engine sees it: version N+1, put-if-absent."""
+
+    def __init__(self, store: ManifestStore, build: Build, operation: str, writer: str,
+                 now_ms: int | None):
+        super().__init__(store.storage)
+        self.store, self.build = store, build
+        self.operation, self.writer, self.now_ms = operation, writer, now_ms
+        self.started = 0.0
+
+    def read(self) -> Manifest | None:
+        self.started = self.store._clock.monotonic()
+        return self.store.latest()
+
+    def plan(self, base: Manifest | None, attempt: int):
+        planned = self.build(base)
+        if planned is None:
+            return Done(base)
+        updates, requirements = (list(x) for x in planned)
+        info = CommitInfo(
+            commit_id=uuid.uuid4().hex,
+            operation=self.operation or ",".join(type(u).__name__ for u in updates),
+            writer=self.writer,
+            timestamp_ms=self.store._clock.now_ms() if self.now_ms is None else int(self.now_ms))
+        new = apply(base, updates, requirements, topic=self.store.topic,
+                    partition=self.store.partition, commit=info)
+        self.store._check_uploads(base, new)
+        return new
+
+    def locate(self, new: Manifest) -> tuple[str, bytes]:
+        return self.store.path(new.version), new.to_json()
+
+    def is_ours(self, stored: bytes, new: Manifest) -> bool:
+        try:
+            found = json.loads(stored).get("commit", {}).get("id")
+        except (ValueError, AttributeError):
+            found = None
+        return found is not None and new.commit is not None and found == new.commit.commit_id
+
+    def result(self, new: Manifest, *, attempts: int, read_back: bool):
+        slow = (self.store._clock.monotonic() - self.started) * 1000 >= self.store.min_keep_ms / 2
+        if slow and self.store._superseded(new.version):
+            # So slow that our version number may have been expired and re-created:
+            # the version we wrote is invisible (latest() never returns it). Plan again.
+            return RETRY
+        return new
+
+    def describe(self, new: Manifest) -> str:
+        return (f"version {new.version} of {self.store.topic}/{self.store.partition} "
+                f"(commit {new.commit.commit_id if new.commit else '?'})")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import layout
-from .errors import (CommitConflict, ConfigError, ObjectNotFoundError, TopicExistsError,
-                     UnknownTopicError)
+from .commit import CommitEngine, ObjectTarget
+from .errors import ConfigError, ObjectNotFoundError, TopicExistsError, UnknownTopicError
 from .manifest import CorruptMetadataError, ManifestStore
 from .storage import Storage
 from .topic_config import TopicConfig
@@ -114,11 +114,27 @@ def create_topic(storage: Storage, name: str, partitions: int = 1,
     config = configs if isinstance(configs, TopicConfig) else TopicConfig.from_dict(configs or {})
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now)
-    try:
-        storage.put_if_absent(layout.topic_meta_path(name), _encode(meta))
-    except CommitConflict:
-        raise TopicExistsError(f"topic {name!r} already exists") from None
-    return meta
+    return CommitEngine().run(_TopicCreate(storage, meta))
+
+
+class _TopicCreate(ObjectTarget):
+    """Creating ``_topic.json`` with put-if-absent: the current state is whether it exists,
+    and a topic that exists refuses the create. Equal bytes read back are the same topic."""
+
+    def __init__(self, storage: Storage, meta: TopicMetadata):
+        super().__init__(storage)
+        self.meta = meta
+
+    def read(self) -> bool:
+        return self.storage.exists(layout.topic_meta_path(self.meta.name))
+
+    def plan(self, exists: bool, attempt: int) -> TopicMetadata:
+        if exists:
+            raise TopicExistsError(f"topic {self.meta.name!r} already exists")
+        return self.meta
+
+    def locate(self, meta: TopicMetadata) -> tuple[str, bytes]:
+        return layout.topic_meta_path(meta.name), _encode(meta)
 
 
 def load_topic(storage: Storage, name: str) -> TopicMetadata:

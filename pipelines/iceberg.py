@@ -43,10 +43,12 @@ offsets with the pure function :func:`next_offsets` (overlap or gap refused),
 merges the schema by name, builds one transaction and commits it. pyiceberg's
 own retry re-applies a commit blindly, so every table kafkastore creates or
 commits to has ``commit.retry.num-retries=0``; a :class:`CommitFailedException`
-(another writer won) reaches :func:`commit`, which backs off and starts again
-from the reload. Any other failure of the catalog call has an unknown outcome:
-:func:`commit` reads the table back and looks for its run id; it never deletes
-the data files (they may be referenced).
+(another writer won) reaches :func:`commit`, which runs on kafkastore's one commit
+engine (:mod:`kafkastore.commit`): it backs off (full jitter) and starts again
+from the reload, giving up after ``max_attempts`` with
+:class:`~kafkastore.errors.CommitGaveUpError`. Any other failure of the catalog
+call has an unknown outcome: the engine reads the table back and looks for the
+run id; it never deletes the data files (they may be referenced).
 
 **Reading** (:func:`plan_scan`, :func:`read_arrow`): the data files of exactly
 one snapshot, chosen by id, timestamp or ref name (branch or tag), as fsspec
@@ -62,13 +64,13 @@ import logging
 import os
 import random
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
-                               SchemaEvolutionError, TableChangedError, TableNotFoundError,
-                               UnsupportedDeletesError, WarehouseError)
+from kafkastore.commit import Backoff, Budget, Clock, CommitEngine, CommitTarget, Done
+from kafkastore.errors import (CommitUnknownError, ConfigError, OffsetGapError,
+                               OffsetOverlapError, SchemaEvolutionError, TableChangedError,
+                               TableNotFoundError, UnsupportedDeletesError, WarehouseError)
 
 from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_from_json,
                             offsets_to_json)
@@ -679,72 +681,78 @@ def _build(table, c: KafkaCommit, branch: str):
 
 def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,
            backoff_s: float = 0.05, max_backoff_s: float = 5.0,
-           read_back_tries: int = 5) -> CommitResult:
-    """Commit ``c`` to ``table`` exactly once (see the module docstring).
+           read_back_tries: int = 5, clock: Clock | None = None,
+           rng: random.Random | None = None) -> CommitResult:
+    """Commit ``c`` to ``table`` exactly once (see the module docstring), on the one
+    commit engine (:class:`kafkastore.commit.CommitEngine`).
 
     Raises the validation errors of :func:`next_offsets` (nothing committed),
-    :class:`SchemaEvolutionError`, :class:`WarehouseError` after ``max_attempts``
-    conflicts, :class:`kafkastore.errors.CommitUnknownError` when reading back
-    cannot decide (the files stay; rerunning the same run id is safe).
+    :class:`SchemaEvolutionError`, :class:`kafkastore.errors.CommitGaveUpError` after
+    ``max_attempts`` conflicts, :class:`kafkastore.errors.CommitUnknownError` when reading
+    back cannot decide (the files stay; rerunning the same run id is safe).
     """
-    from pyiceberg.exceptions import CommitFailedException
-
-    from kafkastore.errors import CommitUnknownError
-
     if c.operation not in OPERATIONS:
         raise WarehouseError(f"unknown operation {c.operation!r}")
-    table = ensure_no_blind_retry(table)
-    for attempt in range(1, max_attempts + 1):
-        if attempt > 1:
-            table = table.refresh()
-        done = find_run(table, c.run_id, branch)
+    engine = CommitEngine(backoff=Backoff(backoff_s, max_backoff_s),
+                          budget=Budget(max_attempts=max_attempts),
+                          unknown_retries=max(1, read_back_tries) - 1, clock=clock, rng=rng)
+    return engine.run(_TableTarget(ensure_no_blind_retry(table), c, branch))
+
+
+class _TableTarget(CommitTarget):
+    """One :func:`commit` as the engine sees it: the catalog's atomic swap of the table's
+    metadata. A pyiceberg transaction cannot be committed twice, so after an unknown
+    outcome read back as absent the engine plans afresh; the run id (looked up first on
+    every attempt) recognises a late landing."""
+
+    fatal_errors = (TableChangedError, OffsetGapError, OffsetOverlapError, SchemaEvolutionError)
+    unknown_errors = (Exception,)   # a catalog call that failed otherwise may have been applied
+    refused_errors = ()
+    reusable = False
+    unknown_hint = "; its files are kept; rerun with the same run id"
+
+    def __init__(self, table, c: KafkaCommit, branch: str):
+        from pyiceberg.exceptions import CommitFailedException
+
+        self.conflict_errors = (CommitFailedException,)
+        self.table, self.c, self.branch = table, c, branch
+        self.fresh = True
+        self.found = None
+
+    def read(self):
+        if not self.fresh:
+            self.table = self.table.refresh()
+        self.fresh = False
+        return self.table
+
+    def plan(self, table, attempt: int):
+        done = find_run(table, self.c.run_id, self.branch)
         if done is not None:
-            return CommitResult(done.snapshot_id, noop=True, attempts=attempt,
-                                offsets=snapshot_offsets(done) or {})
-        txn, new = _build(table, c, branch)
-        try:
-            table = txn.commit_transaction()
-        except CommitFailedException as exc:
-            wait = min(max_backoff_s, backoff_s * (2 ** (attempt - 1)))
-            log.info("commit of run %s lost a race (%s); retry %d in %.2fs", c.run_id, exc,
-                     attempt, wait)
-            time.sleep(wait * (1 + random.random() * 0.2))
-            continue
-        except (TableChangedError, OffsetGapError, OffsetOverlapError, SchemaEvolutionError):
-            raise
-        except Exception as exc:   # outcome unknown: the catalog may or may not have applied it
-            log.warning("commit of run %s: unknown outcome (%s: %s); reading back", c.run_id,
-                        type(exc).__name__, exc)
-            readable, snap = _read_back(table, c.run_id, branch, read_back_tries)
-            if snap is not None:
-                return CommitResult(snap.snapshot_id, attempts=attempt, read_back=True,
-                                    offsets=snapshot_offsets(snap) or {})
-            if not readable or attempt >= max_attempts:
-                raise CommitUnknownError(
-                    f"commit of run {c.run_id}: {type(exc).__name__}: {exc}; the outcome is "
-                    f"unknown ({'not found when read back' if readable else 'the table cannot be read back'}); "
-                    f"its files are kept; rerun with the same run id") from None
-            continue   # not applied: safe to try again (the run id check guards a late landing)
-        snap = find_run(table, c.run_id, branch)
+            return Done(CommitResult(done.snapshot_id, noop=True, attempts=attempt,
+                                     offsets=snapshot_offsets(done) or {}))
+        txn, new = _build(table, self.c, self.branch)   # re-validates the offsets every attempt
+        return txn, new
+
+    def put(self, planned) -> None:
+        self.table = planned[0].commit_transaction()
+
+    def read_back(self, planned) -> bool | None:
+        self.table = self.table.refresh()
+        self.found = find_run(self.table, self.c.run_id, self.branch)
+        return True if self.found is not None else None
+
+    def result(self, planned, *, attempts: int, read_back: bool) -> CommitResult:
+        if read_back:
+            return CommitResult(self.found.snapshot_id, attempts=attempts, read_back=True,
+                                offsets=snapshot_offsets(self.found) or {})
+        snap = find_run(self.table, self.c.run_id, self.branch)
         if snap is None:   # pragma: no cover - a catalog that acknowledged and lost the commit
-            raise CommitUnknownError(f"commit of run {c.run_id} acknowledged but not in {branch}")
-        return CommitResult(snap.snapshot_id, attempts=attempt, offsets=new)
-    raise WarehouseError(f"commit of run {c.run_id}: {max_attempts} attempts lost races with "
-                         f"other writers; rerun later")
+            raise CommitUnknownError(f"commit of run {self.c.run_id} acknowledged but not in "
+                                     f"{self.branch}")
+        return CommitResult(snap.snapshot_id, attempts=attempts, offsets=planned[1])
 
-
-def _read_back(table, run_id: str, branch: str, tries: int):
-    """Reload ``table`` (a few times, with back-off) and look for ``run_id``.
-    Returns ``(readable, snapshot or None)``; ``readable`` False: the catalog
-    could not be read at all, so the outcome stays unknown."""
-    for i in range(max(1, tries)):
-        try:
-            table = table.refresh()
-            return True, find_run(table, run_id, branch)
-        except Exception as exc:   # the catalog is still unreachable: wait, try again
-            log.warning("read back of run %s failed (%s); retrying", run_id, exc)
-            time.sleep(min(2.0, 0.05 * 2 ** i))
-    return False, None
+    def describe(self, planned) -> str:
+        return f"commit of run {self.c.run_id}"
 
 
 # ---------------------------------------------------------------------------

@@ -74,6 +74,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kafkastore.commit import Budget, Clock, CommitEngine, CommitTarget, Done
 from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
@@ -610,33 +611,67 @@ def _chain(table, target, tag_snapshot):
     return list(reversed(out))
 
 
-def publish(table, dl_table, target, verdict, *, attempts: int = PUBLISH_ATTEMPTS):
+def publish(table, dl_table, target, verdict, *, attempts: int = PUBLISH_ATTEMPTS,
+            clock: Clock | None = None, rng=None):
     """Move the ``validated`` tag as far towards ``target`` as the verdicts allow
-    (see the module docstring); returns (tag snapshot id or None, held_by)."""
-    from pyiceberg.exceptions import CommitFailedException
+    (see the module docstring); returns (tag snapshot id or None, held_by).
 
-    for _ in range(attempts):
-        table = table.refresh()
+    The move is a commit on kafkastore's one engine (:mod:`kafkastore.commit`): a tag
+    moved meanwhile by another validator means walking again from the new tag;
+    :class:`kafkastore.errors.CommitGaveUpError` after ``attempts`` such races."""
+    engine = CommitEngine(budget=Budget(max_attempts=attempts), clock=clock, rng=rng)
+    return engine.run(_TagMove(table, target, verdict))
+
+
+class _TagMove(CommitTarget):
+    """Moving the ``validated`` tag: the catalog's atomic swap of the table's refs. The
+    plan walks from the current tag; a lost response is read back from the tag itself."""
+
+    refused_errors = ()
+    unknown_errors = (Exception,)   # a failed catalog call may have been applied
+    reusable = False                 # a pyiceberg update cannot be committed twice
+
+    def __init__(self, table, target, verdict):
+        from pyiceberg.exceptions import CommitFailedException
+
+        self.conflict_errors = (CommitFailedException,)
+        self.table, self.target, self.verdict = table, target, verdict
+
+    def read(self):
+        self.table = self.table.refresh()
+        return self.table
+
+    def plan(self, table, attempt: int):
         tag = table.snapshot_by_name(ir.VALIDATED_TAG)
-        chain = _chain(table, target, tag)
+        chain = _chain(table, self.target, tag)
         if chain is None:
-            return tag.snapshot_id, None
-        candidate, held_by = _pending_after(chain, verdict)
+            return Done((tag.snapshot_id, None))
+        candidate, held_by = _pending_after(chain, self.verdict)
         if candidate is None:
-            return (tag.snapshot_id if tag is not None else None), held_by
-        try:
-            with table.manage_snapshots() as ms:
-                if tag is not None:
-                    ms.remove_tag(ir.VALIDATED_TAG)
-                ms.create_tag(candidate.snapshot_id, ir.VALIDATED_TAG)
-        except CommitFailedException:
-            log.info("tag %s of %s moved meanwhile; walking again", ir.VALIDATED_TAG,
-                     iceberg.table_name(table.name()))
-            continue
-        return candidate.snapshot_id, held_by
-    raise WarehouseError(f"table {iceberg.table_name(table.name())}: could not move tag "
-                         f"{ir.VALIDATED_TAG} after {attempts} attempts (too many racing "
-                         f"validations)")
+            return Done(((tag.snapshot_id if tag is not None else None), held_by))
+        return (tag.snapshot_id if tag is not None else None), candidate.snapshot_id, held_by
+
+    def put(self, planned) -> None:
+        old, candidate, _ = planned
+        with self.table.manage_snapshots() as ms:
+            if old is not None:
+                ms.remove_tag(ir.VALIDATED_TAG)
+            ms.create_tag(candidate, ir.VALIDATED_TAG)
+
+    def read_back(self, planned) -> bool | None:
+        old, candidate, _ = planned
+        now = self.table.refresh().snapshot_by_name(ir.VALIDATED_TAG)
+        now_id = now.snapshot_id if now is not None else None
+        if now_id == candidate:
+            return True
+        return None if now_id == old else False
+
+    def result(self, planned, *, attempts: int, read_back: bool):
+        return planned[1], planned[2]
+
+    def describe(self, planned) -> str:
+        return (f"moving tag {ir.VALIDATED_TAG} of table {iceberg.table_name(self.table.name())} "
+                f"to snapshot {planned[1]}")
 
 
 # ---------------------------------------------------------------------------

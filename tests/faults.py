@@ -192,3 +192,26 @@ def faulty_storage(url: str, storage_options=None) -> tuple[Storage, FaultyFS]:
     """A Storage on ``url`` whose filesystem is a fresh :class:`FaultyFS` (returned too)."""
     fs = FaultyFS(Storage(url, storage_options).fs)
     return Storage(url, storage_options, fs=fs), fs
+
+
+class LostCatalogResponse(ConnectionError):
+    """A catalog call whose response was lost (see :func:`lose_catalog_response`)."""
+
+
+def lose_catalog_response(monkeypatch, catalog, *, landed: bool) -> list:
+    """Make the next ``commit_table`` of ``catalog``'s class fail with an unknown outcome:
+    applied first when ``landed``, not applied otherwise. Returns a list that gets one
+    entry when the fault fired."""
+    real = type(catalog).commit_table
+    fired: list = []
+
+    def flaky(self, tbl, requirements, updates):
+        if not fired:
+            fired.append(1)
+            if landed:
+                real(self, tbl, requirements, updates)
+            raise LostCatalogResponse("connection reset")
+        return real(self, tbl, requirements, updates)
+
+    monkeypatch.setattr(type(catalog), "commit_table", flaky)
+    return fired

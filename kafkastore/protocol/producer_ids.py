@@ -10,11 +10,12 @@ one is never reused, so ids are never given twice).
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
-import time
+import uuid
 
-from ..errors import CommitConflict, StorageError
+from ..commit import Budget, Clock, CommitEngine, ObjectTarget
 from ..storage import Storage
 
 PRODUCER_IDS_DIR = "_producer_ids"
@@ -24,13 +25,19 @@ _BLOCK_RE = re.compile(r"^(\d{20})\.json$")
 class ProducerIdAllocator:
     """Hands out producer ids from blocks claimed under the root."""
 
-    def __init__(self, storage: Storage, *, block_size: int = 1000, owner: str = ""):
+    #: Attempts to claim a block before :class:`~kafkastore.errors.CommitGaveUpError`.
+    max_attempts = 100
+
+    def __init__(self, storage: Storage, *, block_size: int = 1000, owner: str = "",
+                 clock: Clock | None = None, rng: random.Random | None = None):
         self.storage = storage
         self.block_size = block_size
         self.owner = owner
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0
+        self._engine = CommitEngine(budget=Budget(max_attempts=self.max_attempts), clock=clock,
+                                    rng=rng)
 
     def _claimed(self) -> list[int]:
         out = []
@@ -41,16 +48,7 @@ class ProducerIdAllocator:
         return out
 
     def _claim_block(self) -> int:
-        for _ in range(100):
-            block = max(self._claimed(), default=0) + 1  # block 0 unused: ids start at block_size
-            doc = json.dumps({"owner": self.owner, "claimed_ms": int(time.time() * 1000),
-                              "block_size": self.block_size}).encode()
-            try:
-                self.storage.put_if_absent(f"{PRODUCER_IDS_DIR}/{block:020d}.json", doc)
-                return block
-            except CommitConflict:
-                continue
-        raise StorageError("could not claim a producer id block after 100 attempts")
+        return self._engine.run(_BlockClaim(self))
 
     def allocate(self) -> int:
         """A producer id no other broker (or earlier run) has handed out. Blocks on storage."""
@@ -61,3 +59,27 @@ class ProducerIdAllocator:
             pid = self._next
             self._next += 1
             return pid
+
+
+class _BlockClaim(ObjectTarget):
+    """Claiming the block after the highest claimed one; a lost race moves on to the next."""
+
+    def __init__(self, allocator: ProducerIdAllocator):
+        super().__init__(allocator.storage)
+        self.allocator = allocator
+
+    def read(self) -> int:
+        return max(self.allocator._claimed(), default=0)
+
+    def plan(self, highest: int, attempt: int) -> tuple[int, bytes]:
+        a = self.allocator
+        # block 0 unused: ids start at block_size. ``claim`` makes our bytes unique for read-back.
+        doc = {"owner": a.owner, "claimed_ms": a._engine.clock.now_ms(),
+               "block_size": a.block_size, "claim": uuid.uuid4().hex}
+        return highest + 1, json.dumps(doc).encode()
+
+    def locate(self, planned: tuple[int, bytes]) -> tuple[str, bytes]:
+        return f"{PRODUCER_IDS_DIR}/{planned[0]:020d}.json", planned[1]
+
+    def result(self, planned: tuple[int, bytes], *, attempts: int, read_back: bool) -> int:
+        return planned[0]

@@ -127,3 +127,18 @@ def test_corrupt_metadata(storage, payload):
     storage.put(layout.topic_meta_path("t"), payload)
     with pytest.raises(CorruptMetadataError):
         load_topic(storage, "t")
+
+
+def test_create_settles_a_lost_response_and_refuses_a_racing_create(root_url):
+    from tests.faults import FaultyFS
+
+    storage = Storage(root_url)
+    fs = FaultyFS(storage.fs)
+    faulty = Storage(root_url, fs=fs)
+    fs.lose_response(match="_topic.json")
+    meta = create_topic(faulty, "lost", 2, now_ms=7)       # read back: ours, created once
+    assert load_topic(storage, "lost") == meta
+    fs.on_write(lambda op, path: create_topic(storage, "raced", 1), match="_topic.json")
+    with pytest.raises(TopicExistsError):
+        create_topic(faulty, "raced", 3)
+    assert load_topic(storage, "raced").partitions == 1

@@ -18,6 +18,7 @@ from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
 from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
 from tests.helpers.iceberg_tables import SCHEMA, load, rows, write
+from tests.faults import lose_catalog_response
 
 
 @pytest.fixture
@@ -260,27 +261,11 @@ def test_racing_load_same_base_loses_then_noop_or_refused(wh, table, monkeypatch
     assert r.noop and ice.read_arrow(wh.table("t")).num_rows == 12
 
 
-class _LostResponse(Exception):
-    pass
-
-
 @pytest.mark.parametrize("landed", [True, False])
 def test_lost_catalog_response_is_read_back(wh, table, monkeypatch, landed):
     """The catalog call fails with an unknown outcome after (or before) applying
     the commit: the run id decides; files are never deleted."""
-    cat = wh.catalog()
-    real = type(cat).commit_table
-    fails = []
-
-    def flaky(self, tbl, requirements, updates):
-        if not fails:
-            fails.append(1)
-            if landed:
-                real(self, tbl, requirements, updates)
-            raise _LostResponse("connection reset")
-        return real(self, tbl, requirements, updates)
-
-    monkeypatch.setattr(type(cat), "commit_table", flaky)
+    lose_catalog_response(monkeypatch, wh.catalog(), landed=landed)
     url = write(wh, table, rows("t", 0, 0, 10))
     r = ice.commit(table, ice.KafkaCommit("lost", "load", (OffsetRange("t", 0, 0, 10),), (url,)))
     assert r.read_back is landed and r.attempts == (1 if landed else 2)
@@ -288,6 +273,27 @@ def test_lost_catalog_response_is_read_back(wh, table, monkeypatch, landed):
     assert len(t.metadata.snapshots) == 1          # exactly once
     assert ice.read_arrow(t).num_rows == 10
     assert os.path.exists(url[len("file://"):])
+
+
+def test_losing_every_race_gives_up_with_the_one_error(wh, table, monkeypatch):
+    """A catalog that always reports another writer's win: after ``max_attempts`` the
+    commit gives up with CommitGaveUpError (backing off in between), nothing committed."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from kafkastore.commit import Clock
+    from kafkastore.errors import CommitGaveUpError
+
+    def always_lost(self, tbl, requirements, updates):
+        raise CommitFailedException("requirement failed: branch main has changed")
+
+    monkeypatch.setattr(type(wh.catalog()), "commit_table", always_lost)
+    url = write(wh, table, rows("t", 0, 0, 10))
+    slept = []
+    with pytest.raises(CommitGaveUpError, match="run busy after 3 conflicting attempts"):
+        ice.commit(table, ice.KafkaCommit("busy", "load", (OffsetRange("t", 0, 0, 10),), (url,)),
+                   max_attempts=3, clock=Clock(sleep=slept.append))
+    assert len(slept) == 2 and all(0 <= s <= 0.1 for s in slept)
+    assert wh.table("t").metadata.snapshots == [] and os.path.exists(url[len("file://"):])
 
 
 def test_schema_union_and_incompatible_change(wh, table):

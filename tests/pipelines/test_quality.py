@@ -17,6 +17,7 @@ from pipelines import iceberg as ice
 from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.quality import QualityCheckFailed, publish, validate_snapshot
 from tests.helpers.quality_tables import T0, commit, rows, tag, validated_offsets
+from tests.faults import lose_catalog_response
 
 
 @pytest.fixture
@@ -138,6 +139,15 @@ def test_a_racing_validator_moving_the_tag_is_seen_and_never_undone(wh):
     target = table.snapshot_by_id(l1)
     assert publish(table, None, target, verdict) == (l2, None)
     assert tag(wh, "t8") == l2                               # not moved back to l1
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_a_lost_response_moving_the_tag_is_read_back(wh, monkeypatch, landed):
+    l1 = commit(wh, "t9", {("orders", 0): (0, 1)}, [rows("orders", 0, [0])])
+    table = wh.table("t9")
+    lost = lose_catalog_response(monkeypatch, wh.catalog(), landed=landed)
+    assert publish(table, None, table.snapshot_by_id(l1), lambda snap: True) == (l1, None)
+    assert lost and tag(wh, "t9") == l1
 
 
 def test_only_kafkastore_snapshots_of_main_can_be_validated(wh):
