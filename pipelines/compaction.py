@@ -48,6 +48,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
+from pipelines.packing import pack_by_bytes
 from pipelines.spark_errors import is_spark_error, summarize
 
 __all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",
@@ -189,21 +190,7 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
     ``parallelism`` (the cores) when there are that many tasks. The Spark task count so
     follows the bytes to read and the cores, not the number of segments or partitions (a
     task per segment made the cost per record grow with the partition count)."""
-    if not tasks:
-        return []
-    sizes = [t.range.size for t in tasks]
-    total = sum(sizes)
-    want = min(len(tasks), max(parallelism, -(-total // max(1, max_bytes)), 1))
-    target = total / want  # each slice's even share
-    slices: list[list[int]] = [[]]
-    size = 0
-    for i, n in enumerate(sizes):
-        if slices[-1] and size + n > target:
-            slices.append([])
-            size = 0
-        slices[-1].append(i)
-        size += n
-    return slices
+    return pack_by_bytes([t.range.size for t in tasks], parallelism, max_bytes)
 
 
 def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
