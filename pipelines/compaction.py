@@ -40,7 +40,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, CleaningPlan,
+from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA, CleaningPlan,
                                    CompactionReport, GroupResult, PartitionResult, ScanTask, Skip,
                                    finish_partition, group_specs, load_plan, partition_error,
                                    rewrite_group, scan_task, scan_tasks, skipped_result)
@@ -193,6 +193,28 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
     return pack_by_bytes([t.range.size for t in tasks], parallelism, max_bytes)
 
 
+def drop_superseded(rows: pa.Table) -> pa.Table:
+    """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
+    later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
+    done in the scan task (Arrow's hash aggregation, no per-record Python), so the shuffle
+    and window of :func:`_survivors` see about one row per key and slice instead of every
+    record. Dropping them changes no other row's outcome: the greatest dirty offset of each
+    key stays. Clean records and transaction rows are kept as they are."""
+    import pyarrow.compute as pc
+
+    dirty = pc.and_(pc.equal(rows.column("kind"), KIND_RECORD), rows.column("dirty"))
+    d = rows.filter(dirty)
+    if d.num_rows < 2:
+        return rows
+    parts = [rows.filter(pc.invert(dirty))]
+    plans = pc.unique(d.column("plan")).to_pylist()
+    for plan in plans:   # offsets are unique within one partition only
+        one = d if len(plans) == 1 else d.filter(pc.equal(d.column("plan"), plan))
+        latest = one.group_by("key", use_threads=False).aggregate([("offset", "max")])
+        parts.append(one.filter(pc.is_in(one.column("offset"), value_set=latest.column("offset_max"))))
+    return pa.concat_tables(parts)
+
+
 def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
     """DataFrame ``(grp, kind, offset, pid)``: survivor offsets and transaction carries per group;
     one Spark task per slice of scan tasks (:func:`scan_slices`)."""
@@ -203,8 +225,9 @@ def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[
         def scan(batches):
             for b in batches:
                 for s in b.column(0).to_pylist():
-                    for i in slices[s]:
-                        yield scan_task(storage, tasks[i])
+                    yield from drop_superseded(
+                        pa.Table.from_batches([scan_task(storage, tasks[i]) for i in slices[s]],
+                                              schema=SCAN_SCHEMA)).to_batches()
 
         scanned = spark.range(0, len(slices), 1, len(slices)).mapInArrow(scan, _SCAN_DDL)
     else:  # only empty segments below the first uncleanable offset
