@@ -196,23 +196,31 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
 def drop_superseded(rows: pa.Table) -> pa.Table:
     """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
     later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
-    done in the scan task (Arrow's hash aggregation, no per-record Python), so the shuffle
-    and window of :func:`_survivors` see about one row per key and slice instead of every
-    record. Dropping them changes no other row's outcome: the greatest dirty offset of each
-    key stays. Clean records and transaction rows are kept as they are."""
+    done in the scan task (the keys hashed to codes by Arrow, the greatest dirty offset per
+    partition plan and code by numpy; no per-record Python), so the shuffle and window of
+    :func:`_survivors` see about one row per key and slice instead of every record.
+    Dropping them changes no other row's outcome: the greatest dirty offset of each key
+    stays. Clean records and transaction rows are kept as they are."""
     import pyarrow.compute as pc
 
-    dirty = pc.and_(pc.equal(rows.column("kind"), KIND_RECORD), rows.column("dirty"))
-    d = rows.filter(dirty)
-    if d.num_rows < 2:
+    if rows.num_rows < 2:
         return rows
-    parts = [rows.filter(pc.invert(dirty))]
-    plans = pc.unique(d.column("plan")).to_pylist()
-    for plan in plans:   # offsets are unique within one partition only
-        one = d if len(plans) == 1 else d.filter(pc.equal(d.column("plan"), plan))
-        latest = one.group_by("key", use_threads=False).aggregate([("offset", "max")])
-        parts.append(one.filter(pc.is_in(one.column("offset"), value_set=latest.column("offset_max"))))
-    return pa.concat_tables(parts)
+    rows = rows.combine_chunks()
+    dirty = pc.and_(pc.equal(rows.column("kind").chunk(0), KIND_RECORD),
+                    rows.column("dirty").chunk(0)).to_numpy(zero_copy_only=False)
+    if dirty.sum() < 2:
+        return rows
+    keys = pc.dictionary_encode(rows.column("key").chunk(0))
+    width = len(keys.dictionary)
+    codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    plan = rows.column("plan").chunk(0)
+    plans = pc.unique(plan)
+    if len(plans) > 1:   # offsets are unique within one partition only: a code per (plan, key)
+        codes += width * pc.index_in(plan, value_set=plans).to_numpy(zero_copy_only=False)
+    offsets = rows.column("offset").chunk(0).to_numpy(zero_copy_only=False)
+    latest = np.full(width * len(plans), -1, np.int64)
+    np.maximum.at(latest, codes[dirty], offsets[dirty])
+    return rows.filter(pa.array(~dirty | (offsets == latest[codes])))
 
 
 def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
