@@ -290,9 +290,16 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
     """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
     executors; return the file descriptors (nothing committed)."""
     max_bytes = max_bytes or DEFAULT_MAX_BYTES
-    splits = pack_splits(plan_splits(root, ranges, storage_options=storage_options,
-                                     max_bytes=max_bytes),
-                         spark.sparkContext.defaultParallelism, max_bytes)
+    cores = spark.sparkContext.defaultParallelism
+    splits = plan_splits(root, ranges, storage_options=storage_options, max_bytes=max_bytes)
+    if 0 < len(splits) < cores:
+        # Fewer splits than cores (few, big partitions): cut finer so that every core reads
+        # (the finest cut is one index entry); one partition otherwise loaded on one core.
+        total = sum(rr.size for split in splits for rr in split)
+        finer = plan_splits(root, ranges, storage_options=storage_options,
+                            max_bytes=max(1, -(-total // cores)))
+        splits = finer if len(finer) > len(splits) else splits
+    splits = pack_splits(splits, cores, max_bytes)
     if not splits:
         return []
     opts = spec.decode_options()

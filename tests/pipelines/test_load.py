@@ -276,6 +276,18 @@ def test_load_task_count_follows_cores_not_partitions(spark, local_root):
     assert all(c["files"] >= 1 and c["rows"] == 10 for c in summary.per_partition.values())
 
 
+def test_load_of_one_partition_uses_every_core(spark, local_root):
+    """A partition smaller than a split is cut finer when there are fewer splits than cores,
+    so a one-partition load is not read on one core."""
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=1)
+    produce(storage, "t", 60)
+    assert run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False).rows == 60
+    assert _last_job_tasks(spark) == spark.sparkContext.defaultParallelism
+    assert_exactly_once(storage, "t", wh)
+
+
 @given(sizes=st.lists(st.lists(st.integers(1, 500), min_size=1, max_size=4), max_size=30),
        parallelism=st.integers(1, 8), max_bytes=st.integers(1, 3000))
 def test_pack_splits_keeps_every_range_once_in_order(sizes, parallelism, max_bytes):
