@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -106,9 +107,12 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
     report = CompactionReport(topic)
     plans: list[CleaningPlan] = []
     manifests: list[Manifest] = []
-    for p in chosen:
+    def planned(p):
         t0 = time.monotonic()
-        m, plan = load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
+        return p, t0, load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
+
+    # Manifests read in parallel: one after the other they were a driver cost per partition.
+    for p, t0, (m, plan) in _in_threads(planned, chosen):
         if isinstance(plan, Skip):
             report.partitions.append(skipped_result(topic, p, plan, time.monotonic() - t0))
         else:
@@ -173,15 +177,27 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     missing = [g.index for g in groups if g.index not in {r.group for rs in by_plan.values() for r in rs}]
     if missing:
         raise RuntimeError(f"compaction job returned no result for groups {missing}")
-    out = []
-    for i, plan in enumerate(plans):
+    def finish(i):
+        plan = plans[i]
         try:
-            out.append(finish_partition(storage, plan, by_plan[i], started))
+            return finish_partition(storage, plan, by_plan[i], started)
         except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
             if raise_errors:
                 raise
-            out.append(partition_error(plan.topic, plan.partition, exc, time.monotonic() - started))
-    return out
+            return partition_error(plan.topic, plan.partition, exc, time.monotonic() - started)
+
+    # The partitions' manifest swaps are independent: made at once, not one after the other.
+    return _in_threads(finish, range(len(plans)))
+
+
+def _in_threads(fn, items, threads: int = 16) -> list:
+    """``[fn(x) for x in items]``, on up to ``threads`` threads (storage calls wait, not compute);
+    the first exception is raised."""
+    items = list(items)
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> list[list[int]]:
