@@ -20,7 +20,8 @@ compaction first):
 Printed per pair: microseconds per record of each, and the peak RSS of the
 Python driver (sampled every 50 ms) during each. At the end, per job: the
 cost per record at the largest size over the smallest (the issue's bound:
-within 1.25), by partition count and by record count.
+within 1.25), by partition count and by record count, then "largest/smallest"
+(most records and partitions over fewest) and max/min over every pair.
 
 Defaults are the issue's sizes (1M, 10M, 30M records; 1 to 64 partitions),
 which take long: ``--records 100000,300000 --partitions 1,4,16`` is a quick
@@ -180,6 +181,15 @@ def main(argv=None) -> int:
                 if len(pts) > 1:
                     print(f"{job:<10} {r:>11,} records: cost per record at {parts[-1]} / at "
                           f"{parts[0]} partitions = {pts[-1] / pts[0]:.2f}")
+            small, large = (sizes[0], parts[0]), (sizes[-1], parts[-1])
+            if small in c and large in c and small != large:
+                print(f"{job:<10} cost per record largest/smallest ({large[0]:,} records x "
+                      f"{large[1]} partitions / {small[0]:,} x {small[1]}) = "
+                      f"{c[large] / c[small]:.2f}  (issue 12 bound: <= 1.25)")
+            if len(c) > 1:
+                hi, lo = max(c, key=c.get), min(c, key=c.get)
+                print(f"{job:<10} cost per record max/min over all sizes = {c[hi] / c[lo]:.2f} "
+                      f"(max at {hi[0]:,} x {hi[1]}, min at {lo[0]:,} x {lo[1]})")
     finally:
         spark.stop()
         if not args.work_dir:

@@ -269,6 +269,7 @@ class Storage:
         self.clock = clock or time.time
         # rel path -> clock() when this process started writing it (see upload_time).
         self._put_times: dict[str, float] = {}
+        self._put_times_lock = threading.Lock()   # puts may run on several threads at once
         self.url = url if "://" in url else f"file://{self._base}"
         self.storage_options = dict(storage_options or {})
         if fs is not None:
@@ -473,12 +474,13 @@ class Storage:
 
     def _remember_put(self, rel: str, started: float) -> None:
         times = self._put_times
-        times.pop(rel, None)  # re-insert: the dict stays ordered by write time
-        times[rel] = started
-        if len(times) > 10_000 and len(times) % 1000 == 0:
-            horizon = started - self._PUT_TIMES_KEEP_S
-            for old in [k for k, t in times.items() if t < horizon]:
-                del times[old]
+        with self._put_times_lock:
+            times.pop(rel, None)  # re-insert: the dict stays ordered by write time
+            times[rel] = started
+            if len(times) > 10_000 and len(times) % 1000 == 0:
+                horizon = started - self._PUT_TIMES_KEEP_S
+                for old in [k for k, t in times.items() if t < horizon]:
+                    del times[old]
 
     def upload_time(self, rel: str) -> float:
         """When object ``rel`` was written, epoch seconds, as late as it can be wrong.

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, CleaningPlan,
+from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA, CleaningPlan,
                                    CompactionReport, GroupResult, PartitionResult, ScanTask, Skip,
                                    finish_partition, group_specs, load_plan, partition_error,
                                    rewrite_group, scan_task, scan_tasks, skipped_result)
@@ -48,6 +49,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
+from pipelines.packing import pack_by_bytes
 from pipelines.spark_errors import is_spark_error, summarize
 
 __all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",
@@ -105,9 +107,12 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
     report = CompactionReport(topic)
     plans: list[CleaningPlan] = []
     manifests: list[Manifest] = []
-    for p in chosen:
+    def planned(p):
         t0 = time.monotonic()
-        m, plan = load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
+        return p, t0, load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
+
+    # Manifests read in parallel: one after the other they were a driver cost per partition.
+    for p, t0, (m, plan) in _in_threads(planned, chosen):
         if isinstance(plan, Skip):
             report.partitions.append(skipped_result(topic, p, plan, time.monotonic() - t0))
         else:
@@ -172,15 +177,27 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     missing = [g.index for g in groups if g.index not in {r.group for rs in by_plan.values() for r in rs}]
     if missing:
         raise RuntimeError(f"compaction job returned no result for groups {missing}")
-    out = []
-    for i, plan in enumerate(plans):
+    def finish(i):
+        plan = plans[i]
         try:
-            out.append(finish_partition(storage, plan, by_plan[i], started))
+            return finish_partition(storage, plan, by_plan[i], started)
         except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
             if raise_errors:
                 raise
-            out.append(partition_error(plan.topic, plan.partition, exc, time.monotonic() - started))
-    return out
+            return partition_error(plan.topic, plan.partition, exc, time.monotonic() - started)
+
+    # The partitions' manifest swaps are independent: made at once, not one after the other.
+    return _in_threads(finish, range(len(plans)))
+
+
+def _in_threads(fn, items, threads: int = 16) -> list:
+    """``[fn(x) for x in items]``, on up to ``threads`` threads (storage calls wait, not compute);
+    the first exception is raised."""
+    items = list(items)
+    if len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> list[list[int]]:
@@ -189,21 +206,37 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
     ``parallelism`` (the cores) when there are that many tasks. The Spark task count so
     follows the bytes to read and the cores, not the number of segments or partitions (a
     task per segment made the cost per record grow with the partition count)."""
-    if not tasks:
-        return []
-    sizes = [t.range.size for t in tasks]
-    total = sum(sizes)
-    want = min(len(tasks), max(parallelism, -(-total // max(1, max_bytes)), 1))
-    target = total / want  # each slice's even share
-    slices: list[list[int]] = [[]]
-    size = 0
-    for i, n in enumerate(sizes):
-        if slices[-1] and size + n > target:
-            slices.append([])
-            size = 0
-        slices[-1].append(i)
-        size += n
-    return slices
+    return pack_by_bytes([t.range.size for t in tasks], parallelism, max_bytes)
+
+
+def drop_superseded(rows: pa.Table) -> pa.Table:
+    """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
+    later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
+    done in the scan task (the keys hashed to codes by Arrow, the greatest dirty offset per
+    partition plan and code by numpy; no per-record Python), so the shuffle and window of
+    :func:`_survivors` see about one row per key and slice instead of every record.
+    Dropping them changes no other row's outcome: the greatest dirty offset of each key
+    stays. Clean records and transaction rows are kept as they are."""
+    import pyarrow.compute as pc
+
+    if rows.num_rows < 2:
+        return rows
+    rows = rows.combine_chunks()
+    dirty = pc.and_(pc.equal(rows.column("kind").chunk(0), KIND_RECORD),
+                    rows.column("dirty").chunk(0)).to_numpy(zero_copy_only=False)
+    if dirty.sum() < 2:
+        return rows
+    keys = pc.dictionary_encode(rows.column("key").chunk(0))
+    width = len(keys.dictionary)
+    codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    plan = rows.column("plan").chunk(0)
+    plans = pc.unique(plan)
+    if len(plans) > 1:   # offsets are unique within one partition only: a code per (plan, key)
+        codes += width * pc.index_in(plan, value_set=plans).to_numpy(zero_copy_only=False)
+    offsets = rows.column("offset").chunk(0).to_numpy(zero_copy_only=False)
+    latest = np.full(width * len(plans), -1, np.int64)
+    np.maximum.at(latest, codes[dirty], offsets[dirty])
+    return rows.filter(pa.array(~dirty | (offsets == latest[codes])))
 
 
 def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
@@ -216,8 +249,9 @@ def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[
         def scan(batches):
             for b in batches:
                 for s in b.column(0).to_pylist():
-                    for i in slices[s]:
-                        yield scan_task(storage, tasks[i])
+                    yield from drop_superseded(
+                        pa.Table.from_batches([scan_task(storage, tasks[i]) for i in slices[s]],
+                                              schema=SCAN_SCHEMA)).to_batches()
 
         scanned = spark.range(0, len(slices), 1, len(slices)).mapInArrow(scan, _SCAN_DDL)
     else:  # only empty segments below the first uncleanable offset

@@ -48,6 +48,7 @@ from kafkastore.storage import Storage
 from . import iceberg as ice
 from .load_spec import LoadSpec, resolve_spec
 from .offset_ranges import OffsetRange
+from .packing import pack_by_bytes
 from .planning import default_run_id, parse_offsets_json, plan_load
 from .table_files import DESCRIPTOR_DDL, check_disjoint, descriptor_schema, write_files
 
@@ -130,6 +131,15 @@ def plan_splits(root: str, ranges: list[OffsetRange], *, storage_options: dict |
     from .datasource import plan_range_splits
 
     return plan_range_splits(Storage(root, storage_options), ranges, max_bytes or DEFAULT_MAX_BYTES)
+
+
+def pack_splits(splits: list[tuple], parallelism: int, max_bytes: int) -> list[tuple]:
+    """``splits`` packed in order into about ``max(parallelism, bytes / max_bytes)`` splits
+    of about equal bytes (:func:`pipelines.packing.pack_by_bytes`), so a load's Spark task
+    count follows the bytes and the cores, not the partition count (docs/DECISIONS.md)."""
+    sizes = [sum(rr.size for rr in split) for split in splits]
+    return [tuple(rr for i in group for rr in splits[i])
+            for group in pack_by_bytes(sizes, parallelism, max_bytes)]
 
 
 def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
@@ -279,7 +289,17 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
                  max_bytes: int | None = None, counter=None) -> list[dict]:
     """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
     executors; return the file descriptors (nothing committed)."""
+    max_bytes = max_bytes or DEFAULT_MAX_BYTES
+    cores = spark.sparkContext.defaultParallelism
     splits = plan_splits(root, ranges, storage_options=storage_options, max_bytes=max_bytes)
+    if 0 < len(splits) < cores:
+        # Fewer splits than cores (few, big partitions): cut finer so that every core reads
+        # (the finest cut is one index entry); one partition otherwise loaded on one core.
+        total = sum(rr.size for split in splits for rr in split)
+        finer = plan_splits(root, ranges, storage_options=storage_options,
+                            max_bytes=max(1, -(-total // cores)))
+        splits = finer if len(finer) > len(splits) else splits
+    splits = pack_splits(splits, cores, max_bytes)
     if not splits:
         return []
     opts = spec.decode_options()

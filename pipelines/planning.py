@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -89,6 +90,16 @@ def parse_offsets_json(value, topic: str) -> dict[int, int] | None:
     return out
 
 
+def _readers(storage: Storage, topic: str, partitions: Sequence[int]) -> list[PartitionReader]:
+    """A reader (its latest manifest) per partition, loaded in parallel: a manifest read is
+    one or two storage calls, which added up to most of the planning of a many-partition
+    load when made one after the other."""
+    if len(partitions) < 2:
+        return [PartitionReader(storage, topic, p) for p in partitions]
+    with ThreadPoolExecutor(max_workers=min(16, len(partitions))) as pool:
+        return list(pool.map(lambda p: PartitionReader(storage, topic, p), partitions))
+
+
 def plan_load(storage: Storage, topic: str, committed: Mapping[int, int], *,
               until_offsets: Mapping[int, int] | None = None,
               until_timestamp: int | None = None,
@@ -106,10 +117,8 @@ def plan_load(storage: Storage, topic: str, committed: Mapping[int, int], *,
             raise ConfigError(f"topic {topic!r} has partitions 0..{meta.partitions - 1}; "
                               f"end offsets name {bad}")
     out: list[PartitionPlan] = []
-    for p in range(meta.partitions):
-        if until_offsets is not None and p not in until_offsets:
-            continue
-        reader = PartitionReader(storage, topic, p)
+    wanted = [p for p in range(meta.partitions) if until_offsets is None or p in until_offsets]
+    for p, reader in zip(wanted, _readers(storage, topic, wanted)):
         start, hw = reader.log_start_offset, reader.high_watermark
         upper = reader.last_stable_offset   # read_committed: never past an open transaction
         initial = p not in committed

@@ -107,6 +107,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
     ``topic``, ``partition``, ``offset``) as Parquet files under ``location``
     (the table's location); return one descriptor dict per file."""
     import fsspec
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -133,17 +134,18 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
     keyed = tbl
     for n, k in zip(names, keys):
         keyed = keyed.append_column(n, k)
-    groups = keyed.group_by(["topic", "partition"] + names, use_threads=False).aggregate([])
+    # The rows of each file group by number (one hash pass): filtering the whole table once
+    # per group cost groups x rows, and a task packing many partitions has many groups.
+    keyed = keyed.append_column("__row", pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
+    groups = keyed.group_by(["topic", "partition"] + names, use_threads=False).aggregate(
+        [("__row", "list")])
+    keyed = keyed.drop_columns(["__row"])
     fs, root = fsspec.core.url_to_fs(location.rstrip("/"), **(storage_options or {}))
     local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     out: list[dict[str, Any]] = []
-    for g in groups.to_pylist():
-        mask = None
-        for col in ["topic", "partition"] + names:
-            v = g[col]
-            term = pc.is_null(keyed.column(col)) if v is None else pc.equal(keyed.column(col), v)
-            mask = term if mask is None else pc.and_(mask, term)
-        part = keyed.filter(pc.fill_null(mask, False)).drop_columns(names).sort_by("offset")
+    rows = groups.column("__row_list")
+    for i, g in enumerate(groups.drop_columns(["__row_list"]).to_pylist()):
+        part = keyed.take(rows[i].values).drop_columns(names).sort_by("offset")
         labels = "/".join(_label(t, g[n]) for t, n in zip(partition_by, names))
         for start in range(0, part.num_rows, max_rows_per_file):
             chunk = part.slice(start, max_rows_per_file)

@@ -10,15 +10,18 @@ import os
 import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kafkastore.errors import ConfigError, DataLossError, WarehouseError
+from kafkastore.reader import ReadRange
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
-from pipelines.load import load_for_interval, load_options_from_args, run_load
+from pipelines.load import load_for_interval, load_options_from_args, pack_splits, run_load
 from pipelines.offset_ranges import OffsetRange
 from pipelines.planning import default_run_id, parse_offsets_json, plan_load
 from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,
-                                 log_records, make_topic, produce, rows_by_offset)
+                                 log_records, make_topic, produce, rows_by_offset, warehouse_for)
 
 
 # ---------------------------------------------------------------------------
@@ -146,6 +149,58 @@ def test_load_holds_exactly_the_log(spark, backend, tmp_path, request):
         {(0, 0, 20), (1, 0, 20), (2, 0, 20)}
     assert info.offsets == {"t": {"0": 20, "1": 20, "2": 20}}
     assert "60 rows" in summary.render()
+
+
+def _last_job_tasks(spark) -> int:
+    tracker = spark.sparkContext.statusTracker()
+    job = tracker.getJobInfo(max(tracker.getJobIdsForGroup()))
+    return sum(tracker.getStageInfo(s).numTasks for s in job.stageIds)
+
+
+def test_load_task_count_follows_cores_not_partitions(spark, local_root):
+    """Many small partitions are packed into about one Spark task per core (a task per
+    partition made a load's cost per record grow with the partition count); every record
+    is still loaded exactly once and files still hold one partition each."""
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=9)
+    produce(storage, "t", 90)
+    summary = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
+    assert summary.rows == 90
+    assert _last_job_tasks(spark) <= spark.sparkContext.defaultParallelism
+    assert_exactly_once(storage, "t", wh)
+    assert sorted(summary.per_partition) == list(range(9))
+    assert all(c["files"] >= 1 and c["rows"] == 10 for c in summary.per_partition.values())
+
+
+def test_load_of_one_partition_uses_every_core(spark, local_root):
+    """A partition smaller than a split is cut finer when there are fewer splits than cores,
+    so a one-partition load is not read on one core."""
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=1)
+    produce(storage, "t", 60)
+    assert run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False).rows == 60
+    assert _last_job_tasks(spark) == spark.sparkContext.defaultParallelism
+    assert_exactly_once(storage, "t", wh)
+
+
+@given(sizes=st.lists(st.lists(st.integers(1, 500), min_size=1, max_size=4), max_size=30),
+       parallelism=st.integers(1, 8), max_bytes=st.integers(1, 3000))
+def test_pack_splits_keeps_every_range_once_in_order(sizes, parallelism, max_bytes):
+    splits = [tuple(ReadRange("t", i, f"s{i}-{j}.log", 0, 0, n, 0, 1) for j, n in enumerate(split))
+              for i, split in enumerate(sizes)]
+    packed = pack_splits(splits, parallelism, max_bytes)
+    assert [rr for s in packed for rr in s] == [rr for s in splits for rr in s]
+    assert all(packed)
+    total = sum(map(sum, sizes))
+    want = min(len(splits), max(parallelism, -(-total // max_bytes))) if splits else 0
+    assert len(packed) <= want
+    if len(set(map(sum, sizes))) == 1:
+        assert len(packed) == want   # equal splits: as many tasks as cores or bytes want
+    largest = max(map(sum, sizes), default=0)
+    for s in packed:   # over the even share by less than one split of the plan
+        assert sum(rr.size for rr in s) < total / max(want, 1) + largest
 
 
 def test_incremental_loads_and_noop_reruns(spark, local_root):
