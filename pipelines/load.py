@@ -153,8 +153,10 @@ def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
         for batch in batches:
             for i in batch.column(0).to_pylist():
                 for rr in splits[i]:
+                    # The range is read for this decode only: values may be decoded
+                    # into the read buffer (see DECISIONS "Cold decodes").
                     rb = read_range(storage, rr, include_headers=include_headers,
-                                    isolation=READ_COMMITTED)
+                                    isolation=READ_COMMITTED, reuse_input=True)
                     if rb.num_rows:
                         yield rb
 
