@@ -8,8 +8,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "kafkastore._native",
-            sources=["kafkastore/_native.c"],
+            "kafkastore.format._native",
+            sources=["kafkastore/format/_native.c"],
             extra_compile_args=["-O3", "-std=c11"],
             optional=True,
         )

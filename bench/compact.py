@@ -42,10 +42,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from kafkastore import layout  # noqa: E402
-from kafkastore.crc import crc32c  # noqa: E402
+from kafkastore.format.crc import crc32c  # noqa: E402
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry  # noqa: E402
-from kafkastore.record_batch import Record, encode_batch  # noqa: E402
-from kafkastore.segment import SegmentBuilder  # noqa: E402
+from kafkastore.format.record_batch import Record, encode_batch  # noqa: E402
+from kafkastore.format.segment import SegmentBuilder  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics import create_topic  # noqa: E402
 

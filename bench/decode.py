@@ -6,7 +6,7 @@ Builds one segment of N records (default 1,000,000: 16-byte keys, 100-byte
 values, no headers, 500 records a batch, create time), once uncompressed and
 once zstd, and times in this one process:
 
-* kafkastore.arrow_decode, C kernel: one pyarrow.RecordBatch with every
+* kafkastore.format.arrow_decode, C kernel: one pyarrow.RecordBatch with every
   column of Spark's Kafka schema, CRC-32C of every batch checked;
 * the same API with the pure-Python decoder (the fallback);
 * aiokafka's C record iterator (aiokafka.record._crecords MemoryRecords /
@@ -44,9 +44,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from kafkastore import arrow_decode as ad  # noqa: E402
-from kafkastore.compression import Compression, compress  # noqa: E402
-from kafkastore.crc import crc32c  # noqa: E402
+from kafkastore.format import arrow_decode as ad  # noqa: E402
+from kafkastore.format.compression import Compression, compress  # noqa: E402
+from kafkastore.format.crc import crc32c  # noqa: E402
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -152,7 +152,7 @@ _COLD_CHILD = r"""
 import os, resource, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[4])
-from kafkastore import arrow_decode as ad, _native
+from kafkastore.format import arrow_decode as ad, _native
 t_import = time.perf_counter() - t0
 mode, reuse = int(sys.argv[2]), sys.argv[3] == "1"
 if mode >= 0:
@@ -223,7 +223,7 @@ def cold_runs(seg: bytes, small: bytes, runs: int) -> None:
                   f"(user {med[2] * 1e3:.0f} ms, sys {med[3] * 1e3:.0f} ms, "
                   f"{med[4]:.0f} faults);  warm {med[5] / 1e6:.1f}M wall, "
                   f"{med[6] / 1e6:.1f}M by CPU; median of {runs}")
-        print(f"  once per process, not timed above: import kafkastore.arrow_decode "
+        print(f"  once per process, not timed above: import kafkastore.format.arrow_decode "
               f"{statistics.median(o[0] for o in once) * 1e3:.0f} ms, first (tiny) decode "
               f"{statistics.median(o[1] for o in once) * 1e3:.0f} ms")
 

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     try:
         extract(args.base, tmp)
         sys.path.insert(0, tmp)
-        from kafkastore.record_batch import Record, encode_batch
+        from kafkastore.format.record_batch import Record, encode_batch
         n = args.records
         recs = [Record(i, 1_600_000_000_000 + i, b"k%015d" % i, b"v" * 100,
                        (("h", b"x"),) if i % 10 == 0 else ()) for i in range(n)]

@@ -6,14 +6,14 @@ import os
 from dataclasses import dataclass, field, replace
 
 from . import layout
-from .crc import crc32c
+from .format.crc import crc32c
 from .errors import ConfigError, ObjectNotFoundError, StaleUploadError
 from .kafka_import import read_kafka_partition_dir
 from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
     SegmentEntry, UpdateProducerState, check_invariants
 from .storage import Storage
 from .topics import load_topic
-from .transactions import iter_control_types, scan_transactions
+from .format.transactions import iter_control_types, scan_transactions
 from .verify import SegmentReport, verify_segment
 
 

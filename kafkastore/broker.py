@@ -42,18 +42,18 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from . import layout
-from .compression import Compression
-from .control import encode_marker_batch
-from .crc import crc32c
+from .format.compression import Compression
+from .format.control import encode_marker_batch
+from .format.crc import crc32c
 from .errors import (ConfigError, InvalidRecordError, KafkaStoreError, OutOfOrderSequenceError,
                      RecordTooLargeError, StaleUploadError, StorageError, UnknownTopicError)
 from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifest,
                        ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
                        UpdateProducerState)
-from .partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
-from .record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
+from .format.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
+from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
-from .segment import index_batch_arrays, index_batches
+from .format.segment import index_batch_arrays, index_batches
 from .storage import Storage
 from .topics import TopicMetadata, load_topic
 
@@ -380,7 +380,7 @@ class Broker:
         """Buffer the rows of an Arrow table or record batch; returns their partitions
         (numpy int32). Visible after :meth:`flush`, as with :meth:`send`.
 
-        Columns (see :mod:`kafkastore.arrow_encode`): ``value`` (required),
+        Columns (see :mod:`kafkastore.format.arrow_encode`): ``value`` (required),
         ``key``, ``timestamp`` (epoch ms or a timestamp type; null: now),
         ``headers``, ``partition`` (null: ``partition``, else murmur2 of the key,
         else sticky). The same rules as :meth:`send` apply, checked vectorised;
@@ -392,7 +392,7 @@ class Broker:
         """
         import numpy as np
 
-        from . import arrow_encode
+        from .format import arrow_encode
 
         st = self._settings.get(topic) or self._topic_settings(topic)
         cols = arrow_encode.prepare(table)
@@ -485,7 +485,7 @@ class Broker:
         batches of ``tp`` (the Arrow path of send)."""
         import numpy as np
 
-        from .arrow_encode import encode_rows
+        from .format.arrow_encode import encode_rows
 
         if rows is not None:
             ts, sizes = ts[rows], sizes[rows]
@@ -552,7 +552,7 @@ class Broker:
         goes batch by batch, which halves batches or raises the precise error."""
         import numpy as np
 
-        from .arrow_encode import IMPLEMENTATION, encode_batches
+        from .format.arrow_encode import IMPLEMENTATION, encode_batches
 
         if IMPLEMENTATION != "native":
             return False
@@ -929,8 +929,8 @@ def _as_table(values, keys, headers, timestamps):
     (then :meth:`Broker.send` judges each record as before)."""
     import pyarrow as pa
 
-    from .arrow_decode import HEADERS_TYPE
-    from .arrow_encode import binary_array, int64_array
+    from .format.arrow_decode import HEADERS_TYPE
+    from .format.arrow_encode import binary_array, int64_array
 
     # Exact types only (as send() would judge them), converted in one C pass when built.
     cols = {"value": binary_array(values)}

@@ -104,19 +104,21 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from . import arrow_encode, layout
-from .arrow_decode import decode_to_arrow
-from .compression import Compression
-from .control import ControlType, parse_control_record
-from .crc import crc32c
+from . import layout
+
+from .format import arrow_encode
+from .format.arrow_decode import decode_to_arrow
+from .format.compression import Compression
+from .format.control import ControlType, parse_control_record
+from .format.crc import crc32c
 from .errors import CorruptRecordError, StaleUploadError
 from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments,
                        SegmentEntry, SetCleanerOffset)
-from .offset_index import INT32_MAX
+from .format.offset_index import INT32_MAX
 from .reader import (PartitionReader, ReadRange, check_range, last_stable_offset, read_checked,
                      whole_segment_range)
-from .record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
-from .segment import SegmentBuilder, iter_batches
+from .format.record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
+from .format.segment import SegmentBuilder, iter_batches
 from .storage import Storage
 from .topic_config import TopicConfig
 from .topics import load_topic

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError, CorruptRecordError, KafkaStoreError
 from .layout import validate_topic_name
-from .segment import (DEFAULT_INDEX_INTERVAL_BYTES, SegmentStats, load_indexes, recover,
+from .format.segment import (DEFAULT_INDEX_INTERVAL_BYTES, SegmentStats, load_indexes, recover,
                       segment_stats)
 
 _LOG_RE = re.compile(r"^(\d{20})\.log$")

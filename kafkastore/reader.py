@@ -19,14 +19,14 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from . import offset_index, time_index
-from .arrow_decode import KAFKA_SCHEMA, decode_to_arrow
-from .crc import crc32c
+from .format import offset_index, time_index
+from .format.arrow_decode import KAFKA_SCHEMA, decode_to_arrow
+from .format.crc import crc32c
 from .errors import (ConfigError, CorruptRecordError, OffsetOutOfRangeError, SegmentMismatchError,
                      UnknownTopicError)
 from .manifest import Manifest, ManifestStore, SegmentEntry
-from .record_batch import LOG_OVERHEAD, decode_batch
-from .segment import iter_batches
+from .format.record_batch import LOG_OVERHEAD, decode_batch
+from .format.segment import iter_batches
 from .storage import Storage
 from .topics import load_topic
 from .verify import mismatch

@@ -1,6 +1,6 @@
 """Verification of one segment: framing, CRC, offsets, indexes, expected stats.
 
-Unlike :func:`kafkastore.segment.recover`, which stops at the first problem,
+Unlike :func:`kafkastore.format.segment.recover`, which stops at the first problem,
 :func:`verify_segment` keeps going where it can: past a batch with a bad CRC
 (its length is still trusted), and past unframeable bytes by searching for
 the next valid batch, so one report lists every problem with its offset and
@@ -12,10 +12,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .crc import crc32c
+from .format.crc import crc32c
 from .errors import CorruptRecordError, KafkaStoreError
-from .record_batch import BatchHeader, decode_batch
-from .segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
+from .format.record_batch import BatchHeader, decode_batch
+from .format.segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
                       _read_batch, _SearchGaveUp, _StatsAccumulator, batch_min_timestamp,
                       check_indexes, iter_batches)
 
@@ -74,7 +74,7 @@ def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_of
     * offsets: first batch at or after ``base_offset``, every batch after the
       previous one, all within ``base_offset + 2^31-1``;
     * ``.index`` / ``.timeindex`` (when given): as
-      :func:`kafkastore.segment.check_indexes` (entries at batch starts,
+      :func:`kafkastore.format.segment.check_indexes` (entries at batch starts,
       lookups land at or before their answer); missing indexes are a note;
     * ``expected`` (a mapping, or any object with those attributes such as
       :class:`SegmentStats` or a manifest's segment entry): any of

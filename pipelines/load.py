@@ -65,7 +65,7 @@ _RAW_VALUE = "__dl_value"   # the raw value kept next to decoded columns, for de
 
 def raw_schema():
     """The table schema of raw loads: Spark's Kafka-source columns (all optional)."""
-    from kafkastore.arrow_decode import KAFKA_SCHEMA
+    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
 
     return KAFKA_SCHEMA
 
@@ -74,7 +74,7 @@ def dead_letter_schema():
     """The dead-letter table schema: the Kafka columns, the raw value, the error."""
     import pyarrow as pa
 
-    from kafkastore.arrow_decode import KAFKA_SCHEMA
+    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
 
     from .decoding import DEAD_LETTER_COLUMNS
 
@@ -87,7 +87,7 @@ def base_decoded_schema():
     first commit (union by name)."""
     import pyarrow as pa
 
-    from kafkastore.arrow_decode import KAFKA_SCHEMA
+    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
 
     return pa.schema([KAFKA_SCHEMA.field(c) for c in ("topic", "partition", "offset", "timestamp")])
 

@@ -33,6 +33,19 @@ def test_the_log_library_imports_no_jobs_spark_or_airflow():
     assert offending == []
 
 
+def test_the_byte_formats_import_only_each_other_and_the_errors():
+    """kafkastore/format/ is pure functions over bytes: of kafkastore it may use only
+    itself and kafkastore.errors (no storage, manifest, broker or protocol), so it can
+    be read, tested and reused on its own."""
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "kafkastore" / "format").rglob("*.py")
+        for name in imported_modules(path)
+        if name.split(".")[0] == "kafkastore"
+        and not name.startswith(("kafkastore.format", "kafkastore.errors")))
+    assert offending == []
+
+
 def test_the_jobs_import_neither_the_dags_nor_airflow():
     offending = sorted(
         f"{path.relative_to(ROOT)}: {name}"

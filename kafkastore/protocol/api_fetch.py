@@ -21,12 +21,12 @@ import logging
 import struct
 import time
 
-from .. import offset_index
+from ..format import offset_index
 from ..errors import KafkaStoreError
 from ..errors import FetchCheckError
 from ..manifest import Manifest
 from ..reader import _INDEXES, PartitionReader, last_stable_offset
-from ..record_batch import LOG_OVERHEAD
+from ..format.record_batch import LOG_OVERHEAD
 from . import error_codes as E
 from .codec import make
 from .registry import Registry, RequestContext

@@ -39,18 +39,18 @@ from dataclasses import dataclass, replace
 import pyarrow.compute as pc
 
 from .. import layout
-from ..arrow_decode import decode_to_arrow
-from ..compression import Compression
-from ..crc import crc32c
+from ..format.arrow_decode import decode_to_arrow
+from ..format.compression import Compression
+from ..format.crc import crc32c
 from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcMismatchError,
                       KafkaStoreError, StorageError)
 from ..errors import BatchRejected  # noqa: F401  (re-exported)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
-from ..record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
+from ..format.record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
-from ..segment import SegmentBuilder
+from ..format.segment import SegmentBuilder
 from . import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.append")

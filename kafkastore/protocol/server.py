@@ -344,7 +344,7 @@ class Connection:
 
 def _warm_up() -> None:
     """Load the decoder and Arrow compute kernels now, not in the first client's commit."""
-    from ..record_batch import Record, encode_batch
+    from ..format.record_batch import Record, encode_batch
     from .appender import _min_timestamp
 
     _min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)

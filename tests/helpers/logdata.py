@@ -3,10 +3,10 @@ over offsets, sizes and timestamps (the broker decides those itself)."""
 from __future__ import annotations
 
 from kafkastore import layout
-from kafkastore.crc import crc32c
+from kafkastore.format.crc import crc32c
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
-from kafkastore.record_batch import Record, encode_batch
-from kafkastore.segment import SegmentBuilder
+from kafkastore.format.record_batch import Record, encode_batch
+from kafkastore.format.segment import SegmentBuilder
 from kafkastore.storage import Storage
 
 

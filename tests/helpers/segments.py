@@ -2,9 +2,9 @@
 verify and import tests)."""
 from __future__ import annotations
 
-from kafkastore.compression import Compression
-from kafkastore.record_batch import Record, encode_batch
-from kafkastore.segment import BuiltSegment, SegmentBuilder
+from kafkastore.format.compression import Compression
+from kafkastore.format.record_batch import Record, encode_batch
+from kafkastore.format.segment import BuiltSegment, SegmentBuilder
 
 TS0 = 1_700_000_000_000
 

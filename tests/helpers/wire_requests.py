@@ -8,7 +8,7 @@ import time
 from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.produce.v9 import request as prod_req
 
-from kafkastore.record_batch import Record, encode_batch
+from kafkastore.format.record_batch import Record, encode_batch
 
 
 def batch(values, *, pid=-1, epoch=-1, seq=-1, ts=None, compression=0):

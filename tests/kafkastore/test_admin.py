@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.admin import import_kafka_dir, verify_partition
 from kafkastore.broker import Broker
-from kafkastore.control import encode_marker_batch
+from kafkastore.format.control import encode_marker_batch
 from kafkastore.errors import ConfigError, KafkaStoreError
 from kafkastore.manifest import ManifestStore
 from kafkastore.reader import READ_UNCOMMITTED, PartitionReader

@@ -1,4 +1,4 @@
-"""kafkastore.arrow_decode: both implementations (C kernel and pure Python)
+"""kafkastore.format.arrow_decode: both implementations (C kernel and pure Python)
 against batches built by kafka-python, aiokafka and kafkastore itself, and
 against reference decoders (kafka-python's iterator, record_batch.decode_batch)."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import arrow_decode as ad
-from kafkastore.compression import Compression
-from kafkastore.control import encode_marker_batch
-from kafkastore.crc import crc32c
+from kafkastore.format import arrow_decode as ad
+from kafkastore.format.compression import Compression
+from kafkastore.format.control import encode_marker_batch
+from kafkastore.format.crc import crc32c
 from kafkastore.errors import CorruptRecordError, CrcMismatchError, KafkaStoreError
-from kafkastore.record_batch import Record, decode_batch, encode_batch
-from kafkastore.segment import iter_batches
-from kafkastore.transactions import AbortedTxn, is_aborted
+from kafkastore.format.record_batch import Record, decode_batch, encode_batch
+from kafkastore.format.segment import iter_batches
+from kafkastore.format.transactions import AbortedTxn, is_aborted
 
 IMPLS = {"pure": ad.decode_to_arrow_pure}
 if ad.NATIVE_AVAILABLE:
@@ -34,7 +34,7 @@ COLUMNS = [f.name for f in ad.KAFKA_SCHEMA]
 @pytest.fixture(params=["pure", "native"])
 def decode(request):
     if request.param not in IMPLS:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     return IMPLS[request.param]
 
 
@@ -89,7 +89,7 @@ def fix_crc(buf: bytearray, pos: int = 0) -> bytearray:
 
 def reference_columns(buf, *, topic="t", partition=0, start=0, end=None, aborted=(),
                       include_headers=True):
-    """The expected columns, from kafkastore.record_batch's decoder."""
+    """The expected columns, from kafkastore.format.record_batch's decoder."""
     cols = {name: [] for name in COLUMNS}
     for pos, h in iter_batches(buf):
         if end is not None and h.base_offset >= end:
@@ -190,11 +190,11 @@ def test_implementation_switch():
 
 
 def test_without_the_extension():
-    """When kafkastore._native cannot be imported everything still works (pure)."""
+    """When kafkastore.format._native cannot be imported everything still works (pure)."""
     code = (
-        "import sys; sys.modules['kafkastore._native'] = None\n"
+        "import sys; sys.modules['kafkastore.format._native'] = None\n"
         "from kafkastore import arrow_decode as ad\n"
-        "from kafkastore.record_batch import Record, encode_batch\n"
+        "from kafkastore.format.record_batch import Record, encode_batch\n"
         "assert ad.IMPLEMENTATION == 'pure' and not ad.NATIVE_AVAILABLE\n"
         "b = ad.decode_to_arrow(encode_batch([Record(0, 1, b'k', b'v')]), topic='t', partition=2)\n"
         "assert b.column('topic').to_pylist() == ['t'] and b.column('partition').to_pylist() == [2]\n"
@@ -558,11 +558,11 @@ def test_unknown_codec(decode):
 
 # ---------------------------------------------------------- native details
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 def test_native_crc32c_matches_library():
     import crc32c as lib
 
-    from kafkastore import _native
+    from kafkastore.format import _native
 
     data = os.urandom(70_000)
     for n in (0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 24575, 24576, 24577, 70_000):
@@ -572,11 +572,11 @@ def test_native_crc32c_matches_library():
             assert _native.crc32c(chunk, 0x1234) == lib.crc32c(chunk, 0x1234)
 
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 def test_native_decoder_one_batch_at_a_time():
     """The C API: feed a region, or batches one at a time, decompressing in Python."""
-    from kafkastore import _native
-    from kafkastore.compression import decompress
+    from kafkastore.format import _native
+    from kafkastore.format.compression import decompress
 
     buf = three_batches()
     d = ad._NativeDecoder(0, 2**63 - 1, True, True, [])
@@ -610,7 +610,7 @@ def big_segment(n_batches=40, per_batch=200):
                      for b in range(n_batches)))
 
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 def test_native_threads_and_buffer_cache():
     """Decodes in threads at once (the GIL is released, freed buffers are reused)."""
     import threading
@@ -638,9 +638,9 @@ def test_native_threads_and_buffer_cache():
     assert failures == []
 
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 def test_native_buffer_cache_off_and_fork():
-    from kafkastore import _native
+    from kafkastore.format import _native
 
     seg = big_segment()
     expected = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
@@ -702,7 +702,7 @@ def build_log(batches):
     return b"".join(out), offset
 
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(batch_st, min_size=0, max_size=5), st.data())
 def test_native_equals_pure_equals_reference(batches, data):
@@ -730,7 +730,7 @@ def outcome(fn, buf):
         return (type(e).__name__, e.offset, e.position)
 
 
-@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+@pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_native_and_pure_agree_on_damaged_bytes(data):
@@ -761,7 +761,7 @@ def test_every_allocation_mode_decodes_the_same(mode):
     """The C kernel's allocation modes (plain, huge pages, populate, both) only change how
     fresh memory is obtained, never the result."""
     if not ad.NATIVE_AVAILABLE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     records = [Record(i, 1000 + i, b"k%d" % i, b"v" * (i % 1000), (("h", b"x"),) if i % 3 else ())
                for i in range(5000)]
     seg = b"".join(encode_batch(records[i:i + 500]) for i in range(0, 5000, 500))

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import arrow_decode as ad
-from kafkastore.compression import Compression
+from kafkastore.format import arrow_decode as ad
+from kafkastore.format.compression import Compression
 from kafkastore.errors import CorruptRecordError
-from kafkastore.record_batch import Record, encode_batch
+from kafkastore.format.record_batch import Record, encode_batch
 
-pytestmark = pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore._native is not built")
+pytestmark = pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 
 CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4,
           Compression.ZSTD]
@@ -63,7 +63,7 @@ def test_reuse_input_has_no_effect_on_read_only_memory_or_by_default():
 
 
 def test_lend_rules():
-    from kafkastore import _native
+    from kafkastore.format import _native
 
     d = _native.Decoder(0, 2**63 - 1, True, True, [])
     assert d.lend(b"read only") is False
@@ -287,7 +287,7 @@ def test_growing_a_block_advised_in_pieces():
 
     if not sys.platform.startswith("linux"):
         pytest.skip("anonymous mappings are Linux's")
-    from kafkastore import _native
+    from kafkastore.format import _native
 
     batches = [encode_batch([Record(b * 100 + i, 5, b"k", b"v" * 2000, ()) for i in range(20)])
                for b in range(150)]

@@ -1,4 +1,4 @@
-"""kafkastore.arrow_encode and the C records encoder behind record_batch.encode_batch:
+"""kafkastore.format.arrow_encode and the C records encoder behind record_batch.encode_batch:
 byte-identical to the pure encoder, round trips through kafkastore's own decoders and
 through kafka-python's and aiokafka's (Kafka-exact)."""
 from __future__ import annotations
@@ -9,16 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import arrow_encode as ae
-from kafkastore import record_batch as rb
-from kafkastore.arrow_decode import HEADERS_TYPE, decode_to_arrow
-from kafkastore.compression import Compression
+from kafkastore.format import arrow_encode as ae
+from kafkastore.format import record_batch as rb
+from kafkastore.format.arrow_decode import HEADERS_TYPE, decode_to_arrow
+from kafkastore.format.compression import Compression
 from kafkastore.errors import ConfigError
-from kafkastore.partitioner import murmur2
-from kafkastore.record_batch import Record, decode_batch, encode_batch
+from kafkastore.format.partitioner import murmur2
+from kafkastore.format.record_batch import Record, decode_batch, encode_batch
 
 NATIVE = ae.NATIVE_AVAILABLE and rb._native_encode_records is not None
-needs_native = pytest.mark.skipif(not NATIVE, reason="kafkastore._native is not built")
+needs_native = pytest.mark.skipif(not NATIVE, reason="kafkastore.format._native is not built")
 CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4,
           Compression.ZSTD]
 
@@ -104,7 +104,7 @@ def test_encode_rows_native_and_pure_identical_on_slices(fields, codec, data):
 @pytest.mark.parametrize("impl", ["native", "pure"])
 def test_kafka_clients_decode_what_encode_rows_writes(codec, impl):
     if impl == "native" and not NATIVE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
     from kafka.record.default_records import DefaultRecordBatch as KpBatch
 
@@ -163,7 +163,7 @@ def test_murmur2_column_matches_kafka():
 @pytest.mark.parametrize("impl", ["native", "pure"])
 def test_encode_rows_gathers_rows_without_a_copy(impl):
     if impl == "native" and not NATIVE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     records = [Record(i, 1000 + i, b"k%d" % i, b"v" * i, (("h", b"%d" % i),) if i % 3 else ())
                for i in range(20)]
     cols = ae.prepare(table_of(records))
@@ -198,7 +198,7 @@ def test_encode_batches_equal_per_batch_encode_and_concatenation(impl, fields, l
     """Each batch of encode_batches is byte for byte encode_rows (pure) of its rows, cut as
     batch_cuts says; positions, sequences and timestamps agree; both paths."""
     if impl == "native" and not NATIVE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     records = records_of(fields)
     cols = ae.prepare(table_of(records))
     rows = data.draw(st.none() | st.lists(st.integers(0, len(records) - 1), min_size=1,
@@ -261,7 +261,7 @@ def test_encode_batches_native_buffer_is_writable():
        stamps=st.lists(st.none() | st.integers(-(1 << 63), (1 << 63) - 1), max_size=40))
 def test_list_conversion_equals_pyarrow(native, values, stamps):
     if native and not NATIVE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     got = ae.binary_array(values, native=native)
     got.validate(full=True)
     assert got.equals(pa.array(values, pa.binary())) and got.null_count == values.count(None)
@@ -273,7 +273,7 @@ def test_list_conversion_equals_pyarrow(native, values, stamps):
 @pytest.mark.parametrize("native", [True, False])
 def test_list_conversion_declines_inexact_types(native):
     if native and not NATIVE:
-        pytest.skip("kafkastore._native is not built")
+        pytest.skip("kafkastore.format._native is not built")
     for bad in ([b"a", "x"], [bytearray(b"a")], [b"a", 1], [memoryview(b"x")]):
         assert ae.binary_array(bad, native=native) is None
     for bad in ([1, True], [1, 2.0], [1 << 63], [-(1 << 63) - 1], [1, b"x"]):

@@ -8,13 +8,13 @@ import pytest
 
 from kafkastore import broker as broker_mod
 from kafkastore.broker import MAX_TIMESTAMP_MS, Broker
-from kafkastore.compression import Compression
+from kafkastore.format.compression import Compression
 from kafkastore.errors import (ConfigError, FencedError, InvalidRecordError, OutOfOrderSequenceError,
                                RecordTooLargeError, StorageError, UnknownTopicError)
 from kafkastore.manifest import ManifestStore
 from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
-from kafkastore.record_batch import LOG_APPEND_TIME, Record, decode_batch
-from kafkastore.segment import iter_batches
+from kafkastore.format.record_batch import LOG_APPEND_TIME, Record, decode_batch
+from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import faulty_storage
@@ -750,7 +750,7 @@ def _read_all(storage, partitions, topic=T):
 def test_send_arrow_writes_what_send_writes(local_root, codec):
     import pyarrow as pa
 
-    from kafkastore.arrow_decode import HEADERS_TYPE
+    from kafkastore.format.arrow_decode import HEADERS_TYPE
 
     rnd = random.Random(3)
     n = 400

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from kafkastore.cli import main
-from kafkastore.control import encode_marker_batch
+from kafkastore.format.control import encode_marker_batch
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner
@@ -214,7 +214,7 @@ def test_offsets_shape(cli):
 
 
 def test_produce_compression_option(cli):
-    from kafkastore.segment import iter_batches
+    from kafkastore.format.segment import iter_batches
 
     cli("topics", "create", "t")
     cli("produce", "t", "--compression", "zstd", stdin=jsonl(*({"value": "x" * 50} for _ in range(20))))

@@ -14,7 +14,7 @@ from kafkastore.errors import CorruptRecordError, StoragePermissionError
 from kafkastore.gc import collect_garbage
 from kafkastore.broker import Broker
 from kafkastore.manifest import AppendSegments, ManifestStore
-from kafkastore.record_batch import Record, encode_batch
+from kafkastore.format.record_batch import Record, encode_batch
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS

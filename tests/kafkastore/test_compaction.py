@@ -22,13 +22,13 @@ from kafkastore.compaction import (COMPACTION_WRITER_ID, STATUS_CLEANED, STATUS_
                                    group_specs, load_plan, local_survivors, plan_cleaning,
                                    rewrite_group, scan_tasks)
 from kafkastore import layout
-from kafkastore.compression import Compression
-from kafkastore.crc import crc32c
+from kafkastore.format.compression import Compression
+from kafkastore.format.crc import crc32c
 from kafkastore.errors import CommitUnknownError, CorruptRecordError, StorageError
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, ManifestStore,
                                  ProducerState, SegmentEntry, SetCleanerOffset, apply)
-from kafkastore.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
-from kafkastore.segment import SegmentBuilder, iter_batches
+from kafkastore.format.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
+from kafkastore.format.segment import SegmentBuilder, iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topic_config import TopicConfig
 from kafkastore.topics import alter_topic
@@ -258,7 +258,7 @@ def test_rebuilt_batches_use_the_topic_codec_and_copies_stay_as_they_were(storag
 
 
 def append_raw(storage: Storage, records, *, topic: str = TOPIC, partition: int = 0) -> SegmentEntry:
-    """Commit one segment holding ``records`` (kafkastore.record_batch.Record, offsets from the
+    """Commit one segment holding ``records`` (kafkastore.format.record_batch.Record, offsets from the
     high watermark) in one batch, bypassing the broker's checks (as an imported Kafka log would)."""
     store = ManifestStore(storage, topic, partition)
     hw = store.latest().high_watermark if store.latest() else 0

@@ -10,7 +10,7 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kafkastore.compression import (
+from kafkastore.format.compression import (
     XERIAL_HEADER, Compression, compress, decompress)
 from kafkastore.errors import CompressionError, ConfigError
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.control import (
+from kafkastore.format.control import (
     ControlType, encode_marker_batch, marker_key, marker_value, parse_control_record,
     parse_marker_value)
 from kafkastore.errors import CorruptRecordError
-from kafkastore.record_batch import (
+from kafkastore.format.record_batch import (
     BatchHeader, Record, decode_batch, encode_batch, parse_header)
-from kafkastore.transactions import (
+from kafkastore.format.transactions import (
     AbortedTxn, control_type_of, is_aborted, iter_control_types, scan_transactions)
 
 

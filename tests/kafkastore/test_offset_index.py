@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore import offset_index
+from kafkastore.format import offset_index
 from kafkastore.errors import CorruptRecordError
-from kafkastore.offset_index import CorruptIndexError
+from kafkastore.format.offset_index import CorruptIndexError
 
 
 def test_bytes_by_hand():

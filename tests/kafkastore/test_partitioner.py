@@ -6,9 +6,9 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kafkastore import partitioner
+from kafkastore.format import partitioner
 from kafkastore.errors import ConfigError
-from kafkastore.partitioner import StickyPartitioner, choose_partition, murmur2, partition_for_key
+from kafkastore.format.partitioner import StickyPartitioner, choose_partition, murmur2, partition_for_key
 
 kp_default = pytest.importorskip("kafka.partitioner.default")
 
@@ -145,7 +145,7 @@ def test_vectorised_murmur2_java_vectors_and_types():
 def test_sticky_next_many_equals_next_one_by_one(sizes, batch, partitions, seed):
     import random as _random
 
-    from kafkastore.partitioner import StickyPartitioner
+    from kafkastore.format.partitioner import StickyPartitioner
 
     one = StickyPartitioner(partitions, batch, _random.Random(seed).randrange)
     many = StickyPartitioner(partitions, batch, _random.Random(seed).randrange)

@@ -14,8 +14,8 @@ from kafkastore.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicEr
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, first_batch_offset,
                                read_range)
-from kafkastore.record_batch import decode_batch
-from kafkastore.segment import iter_batches
+from kafkastore.format.record_batch import decode_batch
+from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS

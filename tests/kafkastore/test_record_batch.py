@@ -10,17 +10,17 @@ import sys
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from kafkastore import crc as crc_mod
-from kafkastore.compression import Compression
-from kafkastore.crc import crc32c, crc32c_pure
+from kafkastore.format import crc as crc_mod
+from kafkastore.format.compression import Compression
+from kafkastore.format.crc import crc32c, crc32c_pure
 from kafkastore.errors import (
     CompressionError, ConfigError, CorruptRecordError, CrcMismatchError)
-from kafkastore.record_batch import (
+from kafkastore.format.record_batch import (
     ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, CRC_OFFSET, DELETE_HORIZON_MASK,
     HEADER_SIZE, HEADER_STRUCT, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
     Record, check_crc, decode_batch, encode_batch, parse_header)
-from kafkastore.segment import iter_batches
-from kafkastore.varint import encode_varint, encode_varlong
+from kafkastore.format.segment import iter_batches
+from kafkastore.format.varint import encode_varint, encode_varlong
 
 CODECS = list(Compression)
 FIELDS = BatchHeader.__dataclass_fields__.keys()
@@ -266,7 +266,7 @@ def test_crc32c_pure_matches_native_and_continues(a, b):
 
 def test_crc_native_in_use_and_env_forces_pure():
     assert crc_mod.NATIVE  # crc32c is installed here
-    code = ("import kafkastore.crc as c; "
+    code = ("import kafkastore.format.crc as c; "
             "print(c.NATIVE, c.crc32c is c.crc32c_pure, c.crc32c(b'123456789'))")
     env = dict(os.environ, KAFKASTORE_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

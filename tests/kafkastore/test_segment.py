@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import offset_index, time_index
-from kafkastore.compression import Compression
+from kafkastore.format import offset_index, time_index
+from kafkastore.format.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
-from kafkastore.record_batch import decode_batch, parse_header
-from kafkastore.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
+from kafkastore.format.record_batch import decode_batch, parse_header
+from kafkastore.format.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
                                 SegmentOffsetOverflowError, TruncatedBatchError,
                                 UnsupportedFormatError, check_indexes, index_batches,
                                 index_batch_arrays, iter_batches, load_indexes, rebuild_indexes, recover, scan_log,

@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore import time_index
+from kafkastore.format import time_index
 from kafkastore.errors import CorruptRecordError
-from kafkastore.time_index import CorruptIndexError, TimeIndexWriter
+from kafkastore.format.time_index import CorruptIndexError, TimeIndexWriter
 
 TS = 1_700_000_000_000  # 0x0000018bcfe56800
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kafkastore.errors import CorruptRecordError
-from kafkastore.varint import (
+from kafkastore.format.varint import (
     INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, decode_varint, decode_varlong,
     encode_varint, encode_varlong, size_of_varint, write_varint)
 

@@ -5,8 +5,8 @@ import dataclasses
 import hashlib
 import os
 
-from kafkastore import offset_index, time_index
-from kafkastore.crc import crc32c
+from kafkastore.format import offset_index, time_index
+from kafkastore.format.crc import crc32c
 from kafkastore.verify import SegmentReport, checksum, verify_segment
 
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
@@ -98,7 +98,7 @@ def test_bad_indexes_reported():
 
 def test_undecodable_records_reported_even_with_good_crc():
     # A writer bug: the CRC covers the bytes, but the records inside do not parse.
-    from kafkastore.record_batch import HEADER_SIZE
+    from kafkastore.format.record_batch import HEADER_SIZE
     import struct
 
     good = make_batch(0, [TS0, TS0 + 1], value_size=20)

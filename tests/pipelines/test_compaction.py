@@ -17,7 +17,7 @@ from kafkastore.compaction import (KIND_RECORD, KIND_TXN, SCAN_SCHEMA, STATUS_CL
 from kafkastore.errors import CommitUnknownError, ConfigError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.reader import PartitionReader, ReadRange
-from kafkastore.segment import iter_batches
+from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
 from pipelines.compaction import compact_partition, compact_topic, drop_superseded, scan_slices
 from tests.faults import faulty_storage

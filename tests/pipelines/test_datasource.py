@@ -12,11 +12,11 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.broker import Broker
-from kafkastore.crc import crc32c
+from kafkastore.format.crc import crc32c
 from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, SegmentEntry
-from kafkastore.record_batch import Record, encode_batch
-from kafkastore.segment import SegmentBuilder
+from kafkastore.format.record_batch import Record, encode_batch
+from kafkastore.format.segment import SegmentBuilder
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines.datasource import (KafkaStoreDataSource, OffsetRange, parse_options, plan_offsets,

@@ -16,7 +16,7 @@ from contextlib import redirect_stdout
 import pytest
 
 from kafkastore.cli import main as cli
-from kafkastore.partitioner import partition_for_key
+from kafkastore.format.partitioner import partition_for_key
 from kafkastore.topics import create_topic
 from tests.helpers.kafka_clients import cli_consume, confluent_consume
 

@@ -22,8 +22,8 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.protocol import codec
 from kafkastore.protocol import error_codes as E
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.record_batch import decode_batch, parse_header
-from kafkastore.segment import iter_batches
+from kafkastore.format.record_batch import decode_batch, parse_header
+from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

@@ -18,13 +18,13 @@ What it does, per batch (in offset order, as Kafka's consumer does):
   ``start_offset <= offset < end_offset``;
 * control batches (transaction markers) never produce rows;
 * under read_committed, transactional batches of an aborted transaction are
-  dropped: ``aborted`` lists :class:`~kafkastore.transactions.AbortedTxn`
+  dropped: ``aborted`` lists :class:`~kafkastore.format.transactions.AbortedTxn`
   (or ``(producer_id, first_offset, last_offset)`` tuples) and a
   transactional batch is dropped when its producer id matches and its base
   offset is within ``[first_offset, last_offset]``
-  (as :func:`kafkastore.transactions.is_aborted`);
+  (as :func:`kafkastore.format.transactions.is_aborted`);
 * compressed batches (gzip, snappy, lz4, zstd) are decompressed one at a time
-  with :func:`kafkastore.compression.decompress`;
+  with :func:`kafkastore.format.compression.decompress`;
 * ``timestampType`` is 1 when the batch has the LogAppendTime bit, and then
   every record's timestamp is the batch's max timestamp (as Kafka's readers
   do), else 0 and the timestamp is base timestamp + delta. Timestamps are
@@ -53,7 +53,7 @@ keys, values or header bytes in one call) raises
 :class:`~kafkastore.errors.KafkaStoreError`: decode a smaller byte range.
 
 Two implementations sit behind one interface, as in aiokafka's ``record``
-package: the C kernel in ``kafkastore/_native.c`` (walks the records and
+package: the C kernel in ``kafkastore/format/_native.c`` (walks the records and
 writes Arrow buffers directly; no per-record Python objects) and a
 pure-Python one (builds lists; slower, same results and errors). Both are
 driven by the same loop (:func:`_decode`) through the :class:`BatchDecoder`
@@ -87,7 +87,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compression import MAX_DECOMPRESSED_SIZE, decompress
-from .errors import (
+from ..errors import (
     CompressionError, ConfigError, CorruptRecordError, CrcMismatchError, KafkaStoreError,
 )
 from .record_batch import HEADER_SIZE, decode_records, parse_header
@@ -352,8 +352,8 @@ def _one_chunk(values: list, typ: pa.DataType, what: str) -> pa.Array:
 
 class _PureDecoder:
     """The pure-Python implementation of :class:`BatchDecoder` (builds lists): the batch
-    walker :func:`kafkastore.segment.iter_batches` and the record decoder
-    :func:`kafkastore.record_batch.decode_records`, the C kernel's twins."""
+    walker :func:`kafkastore.format.segment.iter_batches` and the record decoder
+    :func:`kafkastore.format.record_batch.decode_records`, the C kernel's twins."""
 
     def __init__(self, start_offset: int, end_offset: int, include_headers: bool,
                  verify_crc: bool, aborted: list[tuple[int, int, int]]):
@@ -474,7 +474,7 @@ def decode_to_arrow_native(buf, *, topic: str, partition: int, start_offset: int
                            reuse_input: bool = False) -> pa.RecordBatch:
     """:func:`decode_to_arrow` with the C decoder (RuntimeError if it is not built)."""
     if _NativeDecoder is None:
-        raise RuntimeError("kafkastore._native is not built (pip install . with a C compiler, "
+        raise RuntimeError("kafkastore.format._native is not built (pip install . with a C compiler, "
                            "or python setup.py build_ext --inplace)")
     return _decode(_NativeDecoder, buf, topic=topic, partition=partition,
                    start_offset=start_offset, end_offset=end_offset, aborted=aborted,

@@ -11,7 +11,7 @@ number of bytes for the type; anything else raises :class:`~kafkastore.errors.Co
 """
 from __future__ import annotations
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1

@@ -3,19 +3,19 @@
 :func:`prepare` turns a table with columns ``key`` (binary/string, nullable),
 ``value`` (binary/string, nullable), optionally ``timestamp`` (int64 ms or a
 timestamp type) and ``headers`` (``list<struct<key string, value binary>>``,
-:data:`~kafkastore.arrow_decode.HEADERS_TYPE`, or ``list<list<string|binary>>``
+:data:`~kafkastore.format.arrow_decode.HEADERS_TYPE`, or ``list<list<string|binary>>``
 of ``[key, value]`` pairs) into :class:`Columns`: flat numpy views of the
 Arrow buffers, made once. :func:`encode_rows` encodes rows ``[start, stop)``
 of it as one batch with the same arguments as
-:func:`kafkastore.record_batch.encode_batch`, and the bytes are identical to
+:func:`kafkastore.format.record_batch.encode_batch`, and the bytes are identical to
 ``encode_batch`` of the same records (tests check both paths against each
 other): only the records section is built here, the header, compression
-(:mod:`kafkastore.compression`) and CRC come from
-:func:`kafkastore.record_batch.assemble_batch`.
+(:mod:`kafkastore.format.compression`) and CRC come from
+:func:`kafkastore.format.record_batch.assemble_batch`.
 
 Two implementations behind this one interface, as for decoding: the C kernel
 (``_native.encode_arrow``: walks the buffers, no per-record Python objects)
-and a pure one that converts the rows to :class:`~kafkastore.record_batch.Record`
+and a pure one that converts the rows to :class:`~kafkastore.format.record_batch.Record`
 objects and runs the pure encoder. ``KAFKASTORE_NO_EXTENSIONS=1`` forces the
 pure one; :func:`encode_rows_pure` / :func:`encode_rows_native` pick one
 explicitly. Whatever the C kernel does not handle (offsets out of order, a
@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compression import Compression
-from .errors import ConfigError
+from ..errors import ConfigError
 from .record_batch import (CREATE_TIME, DELETE_HORIZON_MASK, NO_PRODUCER_ID, NO_SEQUENCE,
                            TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record, assemble_batch,
                            batch_offsets, check_timestamp_type, encode_records_pure)
@@ -316,7 +316,7 @@ def _encode(native: bool, cols: Columns, start: int, stop: int, *, offsets, time
 def encode_rows(cols: Columns, start: int, stop: int, **kw) -> bytes:
     """Rows ``[start, stop)`` of ``cols`` as one v2 batch.
 
-    Keyword arguments are those of :func:`kafkastore.record_batch.encode_batch`
+    Keyword arguments are those of :func:`kafkastore.format.record_batch.encode_batch`
     (a data batch: no ``control``), plus ``offsets`` (int64, one per row,
     required), ``timestamps`` (int64 ms per row; default: the table's
     ``timestamp`` column) and ``rows`` (int64 row numbers: encode rows
@@ -334,7 +334,7 @@ def encode_rows_pure(cols: Columns, start: int, stop: int, **kw) -> bytes:
 def encode_rows_native(cols: Columns, start: int, stop: int, **kw) -> bytes:
     """:func:`encode_rows` with the C encoder (RuntimeError if it is not built)."""
     if not NATIVE_AVAILABLE:
-        raise RuntimeError("kafkastore._native is not built (python setup.py build_ext --inplace)")
+        raise RuntimeError("kafkastore.format._native is not built (python setup.py build_ext --inplace)")
     return _encode(True, cols, start, stop, **kw)
 
 
@@ -441,7 +441,7 @@ def encode_batches_native(cols: Columns, sizes, batch_limit: int,
                           **kw) -> EncodedBatches | None:
     """:func:`encode_batches` with the C encoder (RuntimeError if it is not built)."""
     if not NATIVE_AVAILABLE:
-        raise RuntimeError("kafkastore._native is not built (python setup.py build_ext --inplace)")
+        raise RuntimeError("kafkastore.format._native is not built (python setup.py build_ext --inplace)")
     return _encode_batches(True, cols, sizes, batch_limit, **kw)
 
 

@@ -1,5 +1,5 @@
 /*
- * kafkastore._native: the C kernel behind kafkastore.arrow_decode.
+ * kafkastore.format._native: the C kernel behind kafkastore.format.arrow_decode.
  *
  * Walks Kafka record batches (magic v2) and writes the records straight into
  * Arrow-layout column buffers; Python wraps the finished buffers with
@@ -55,7 +55,7 @@
  * encode_arrow(n, base_offset, base_ts, <15 column buffers>, row0=0, rows=None, header=None)
  *     -> (bytes, max_ts) | None   (record i = column row rows[i], or row0 + i; with a
  *     header tuple, the whole uncompressed batch: header, records and CRC)
- *     The records section of a v2 batch (kafkastore.arrow_encode), byte for
+ *     The records section of a v2 batch (kafkastore.format.arrow_encode), byte for
  *     byte what record_batch._encode_records writes; None when the pure
  *     encoder must decide (it raises the precise error).
  * encode_arrow_batches(n, sizes, batch_limit, <15 column buffers>, rows, header)
@@ -515,7 +515,7 @@ static PySequenceMethods Buffer_as_sequence = {
 
 static PyTypeObject BufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kafkastore._native.Buffer",
+    .tp_name = "kafkastore.format._native.Buffer",
     .tp_basicsize = sizeof(BufferObject),
     .tp_dealloc = (destructor)Buffer_dealloc,
     .tp_as_buffer = &Buffer_as_buffer,
@@ -777,7 +777,7 @@ static PyObject *raise_kerr(const kerr *e) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Varints (zig-zag; strict like kafkastore.varint)                    */
+/* Varints (zig-zag; strict like kafkastore.format.varint)                    */
 /* ------------------------------------------------------------------ */
 
 /* 0 ok, -1 truncated, -2 too long / too large */
@@ -1735,7 +1735,7 @@ static PyGetSetDef Decoder_getset[] = {
 
 static PyTypeObject DecoderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kafkastore._native.Decoder",
+    .tp_name = "kafkastore.format._native.Decoder",
     .tp_basicsize = sizeof(Decoder),
     .tp_dealloc = (destructor)Decoder_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
@@ -2328,7 +2328,7 @@ static PyBufferProcs EncBuffer_as_buffer = {
 
 static PyTypeObject EncBufferType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kafkastore._native.EncBuffer",
+    .tp_name = "kafkastore.format._native.EncBuffer",
     .tp_basicsize = sizeof(BufferObject),
     .tp_dealloc = (destructor)Buffer_dealloc,
     .tp_as_buffer = &EncBuffer_as_buffer,
@@ -2873,8 +2873,8 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "kafkastore._native",
-    .m_doc = "C kernel of kafkastore.arrow_decode: Kafka v2 record batches into Arrow buffers.",
+    .m_name = "kafkastore.format._native",
+    .m_doc = "C kernel of kafkastore.format.arrow_decode: Kafka v2 record batches into Arrow buffers.",
     .m_size = -1,
     .m_methods = module_methods,
 };
@@ -2895,7 +2895,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (!m)
         return NULL;
     DecodeError = PyErr_NewExceptionWithDoc(
-        "kafkastore._native.DecodeError",
+        "kafkastore.format._native.DecodeError",
         "args = (kind, message, offset, position); kind 0 corrupt, 1 CRC, 2 too large",
         PyExc_ValueError, NULL);
     if (!DecodeError)

@@ -1,8 +1,8 @@
 """Log segments: building, scanning, recovering and indexing ``.log`` bytes.
 
 A segment is a run of v2 record batches (the ``.log``) plus two sparse
-indexes (``.index``, ``.timeindex``, see :mod:`kafkastore.offset_index` and
-:mod:`kafkastore.time_index`). Everything here is a pure function over bytes.
+indexes (``.index``, ``.timeindex``, see :mod:`kafkastore.format.offset_index` and
+:mod:`kafkastore.format.time_index`). Everything here is a pure function over bytes.
 
 Index entries are written exactly when Kafka's ``LogSegment`` writes them::
 
@@ -47,9 +47,9 @@ import numpy as np
 
 from . import offset_index, time_index
 from .crc import crc32c
-from .errors import CorruptRecordError, CrcMismatchError
+from ..errors import CorruptRecordError, CrcMismatchError
 from .offset_index import INT32_MAX
-from .errors import (CorruptIndexError, OffsetOrderError, SegmentOffsetOverflowError,  # noqa: F401
+from ..errors import (CorruptIndexError, OffsetOrderError, SegmentOffsetOverflowError,  # noqa: F401
                      TruncatedBatchError, UnsupportedFormatError)  # (re-exported)
 from .record_batch import (ATTRIBUTES_OFFSET, CRC_OFFSET, HEADER_SIZE, LOG_APPEND_TIME,
                            LOG_OVERHEAD, MAGIC, MAGIC_OFFSET, MIN_BATCH_LENGTH, NO_TIMESTAMP,

@@ -166,7 +166,7 @@ def trim_preallocated(data) -> bytes:
     """Drop the trailing all-zero entries of a preallocated time index.
 
     Same padding as the offset index (see
-    :func:`kafkastore.offset_index.trim_preallocated`). An all-zero entry
+    :func:`kafkastore.format.offset_index.trim_preallocated`). An all-zero entry
     would mean timestamp 0 at the base offset; dropping such an entry at
     worst makes lookups scan a little more, never answer wrongly, because a
     time index is sparse.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import Iterable
 
-from .errors import CorruptIndexError
+from ..errors import CorruptIndexError
 
 ENTRY_SIZE = 8
 INT32_MAX = (1 << 31) - 1

@@ -14,7 +14,7 @@ import struct
 import sys
 from typing import Callable
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import struct
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .record_batch import Record, encode_batch
 
 CONTROL_KEY = struct.Struct(">hh")            # version, type

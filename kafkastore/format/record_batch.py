@@ -56,7 +56,7 @@ from typing import Iterable, Sequence
 
 from .compression import MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .crc import crc32c
-from .errors import CompressionError, ConfigError, CorruptRecordError, CrcMismatchError
+from ..errors import CompressionError, ConfigError, CorruptRecordError, CrcMismatchError
 from .varint import decode_varint, decode_varlong, write_varint
 
 # ----------------------------------------------------------------- layout
@@ -550,7 +550,7 @@ def assemble_batch(body, count: int, base_offset: int, last_offset: int, base_ts
                    delete_horizon: bool, max_timestamp: int | None,
                    compression_level: int | None) -> bytes:
     """Header, compression and CRC around an uncompressed records section ``body``
-    (the second half of :func:`encode_batch`, shared with :mod:`kafkastore.arrow_encode`)."""
+    (the second half of :func:`encode_batch`, shared with :mod:`kafkastore.format.arrow_encode`)."""
     max_ts = records_max_ts
     if max_timestamp is not None:
         max_ts = max_timestamp

@@ -34,7 +34,7 @@ import struct
 import threading
 import zlib
 
-from .errors import CompressionError, ConfigError
+from ..errors import CompressionError, ConfigError
 
 #: Default bound on the decompressed size of one batch's records.
 MAX_DECOMPRESSED_SIZE = 1 << 30  # 1 GiB: far above any sane batch, far below a bomb

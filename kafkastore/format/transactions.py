@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from .control import ControlType, parse_control_record
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .record_batch import BatchHeader, decode_batch
 from .segment import iter_batches
 
