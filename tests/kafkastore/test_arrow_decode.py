@@ -181,7 +181,7 @@ def test_implementation_switch():
     assert ad.IMPLEMENTATION in ("native", "pure")
     if ad.NATIVE_AVAILABLE and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1":
         assert ad.IMPLEMENTATION == "native"
-    code = "from kafkastore import arrow_decode as ad; print(ad.IMPLEMENTATION)"
+    code = "from kafkastore.format import arrow_decode as ad; print(ad.IMPLEMENTATION)"
     env = dict(os.environ, KAFKASTORE_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
@@ -193,7 +193,7 @@ def test_without_the_extension():
     """When kafkastore.format._native cannot be imported everything still works (pure)."""
     code = (
         "import sys; sys.modules['kafkastore.format._native'] = None\n"
-        "from kafkastore import arrow_decode as ad\n"
+        "from kafkastore.format import arrow_decode as ad\n"
         "from kafkastore.format.record_batch import Record, encode_batch\n"
         "assert ad.IMPLEMENTATION == 'pure' and not ad.NATIVE_AVAILABLE\n"
         "b = ad.decode_to_arrow(encode_batch([Record(0, 1, b'k', b'v')]), topic='t', partition=2)\n"

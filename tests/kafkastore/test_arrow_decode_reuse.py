@@ -248,7 +248,7 @@ def test_alloc_mode_from_the_environment(value, mode, warns):
 
     env = dict(os.environ, KAFKASTORE_DECODE_ALLOC=value)
     out = subprocess.run([sys.executable, "-W", "always", "-c",
-                          "from kafkastore import arrow_decode as ad; "
+                          "from kafkastore.format import arrow_decode as ad; "
                           "print(ad._native._set_alloc_mode(4))"],
                          env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(mode)
