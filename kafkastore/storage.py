@@ -28,6 +28,7 @@ existing name raises :class:`CommitConflict`.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import os
@@ -303,12 +304,8 @@ class Storage:
         if self.protocol in ("file", "memory"):
             return
         bucket = self._base.split("/", 1)[0]
-        try:
+        with self._failures("stat bucket", bucket):
             found = self.fs.exists(bucket)
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("stat bucket", bucket, exc) from exc
         if not found:
             raise StorageError(f"bucket {bucket!r} of {self.url} does not exist")
 
@@ -336,17 +333,25 @@ class Storage:
                                           f"{self.url}: {exc}")
         return StorageError(f"cannot {verb} {rel!r} under {self.url}: {exc}")
 
+    @contextlib.contextmanager
+    def _failures(self, verb: str, rel: str, *, missing: bool = False):
+        """Turn a store's failure inside the block into :class:`StorageError` (naming
+        ``verb`` and ``rel``); ``missing=True``: a missing object into
+        :class:`ObjectNotFoundError`. Caller bugs and our own errors pass through."""
+        try:
+            yield
+        except Exception as exc:
+            if missing and isinstance(exc, FileNotFoundError):
+                raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
+            if not _is_store_failure(exc):
+                raise
+            raise self._fail(verb, rel, exc) from exc
+
     # -- reads -------------------------------------------------------------
     def get(self, rel: str) -> bytes:
         """Whole object; :class:`ObjectNotFoundError` if absent."""
-        try:
+        with self._failures("read", rel, missing=True):
             return bytes(self.fs.cat_file(self.full_path(rel)))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("read", rel, exc) from exc
 
     def get_range(self, rel: str, start: int, end: int, *, writable: bool = False):
         """Bytes ``[start, end)`` of an object (shorter, possibly empty, if the object is shorter).
@@ -359,39 +364,26 @@ class Storage:
             raise ValueError(f"byte range must be non-negative, got [{start}, {end})")
         if end <= start:
             return b""
-        try:
-            if writable and isinstance(self.fs, LocalFileSystem):
-                return _read_into_fresh_memory(self.fs, self.full_path(rel), start, end)
-            return bytes(self.fs.cat_file(self.full_path(rel), start=start, end=end))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
-        except Exception as exc:
-            if not _is_store_failure(exc):
+        with self._failures("read", rel, missing=True):
+            try:
+                if writable and isinstance(self.fs, LocalFileSystem):
+                    return _read_into_fresh_memory(self.fs, self.full_path(rel), start, end)
+                return bytes(self.fs.cat_file(self.full_path(rel), start=start, end=end))
+            except OSError as exc:
+                # S3 answers 416 (EINVAL) for a range that starts at or past the end.
+                if exc.errno == errno.EINVAL and start >= self.size(rel):
+                    return b""
                 raise
-            # S3 answers 416 (EINVAL) for a range that starts at or past the end.
-            if isinstance(exc, OSError) and exc.errno == errno.EINVAL and start >= self.size(rel):
-                return b""
-            raise self._fail("read", rel, exc) from exc
 
     def exists(self, rel: str) -> bool:
         """Whether an object (or directory) ``rel`` exists."""
-        try:
+        with self._failures("stat", rel):
             return bool(self.fs.exists(self.full_path(rel)))
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("stat", rel, exc) from exc
 
     def size(self, rel: str) -> int:
         """Size of object ``rel`` in bytes; :class:`ObjectNotFoundError` if absent."""
-        try:
+        with self._failures("stat", rel, missing=True):
             return int(self.fs.size(self.full_path(rel)))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("stat", rel, exc) from exc
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Objects directly or indirectly under directory ``prefix``, sorted by path.
@@ -399,14 +391,11 @@ class Storage:
         Temporary files of in-flight local writes are not listed.
         """
         base = self.full_path(prefix)
-        try:
-            found = self.fs.find(base, detail=True)
-        except FileNotFoundError:
-            return []
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("list", prefix, exc) from exc
+        with self._failures("list", prefix):
+            try:
+                found = self.fs.find(base, detail=True)
+            except FileNotFoundError:
+                return []
         out = []
         for full, info in found.items():
             if info.get("type") == "directory":
@@ -420,14 +409,11 @@ class Storage:
 
     def list_dirs(self, prefix: str = "") -> list[str]:
         """Names of the immediate subdirectories of ``prefix``."""
-        try:
-            entries = self.fs.ls(self.full_path(prefix), detail=True)
-        except FileNotFoundError:
-            return []
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("list", prefix, exc) from exc
+        with self._failures("list", prefix):
+            try:
+                entries = self.fs.ls(self.full_path(prefix), detail=True)
+            except FileNotFoundError:
+                return []
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
                       if e.get("type") == "directory")
 
@@ -438,12 +424,8 @@ class Storage:
         The time the write started is remembered for :meth:`upload_time`.
         """
         started = self.clock()
-        try:
+        with self._failures("write", rel):
             write_object(self.fs, self.full_path(rel), bytes(data), exclusive=False)
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("write", rel, exc) from exc
         self._remember_put(rel.strip("/"), started)
 
     def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
@@ -462,13 +444,8 @@ class Storage:
                 self.put(rel, data)
             return
         started = self.clock()
-        try:
+        with self._failures("write", ", ".join(rel for rel, _ in items)):
             _local_write_many([(self.full_path(rel), data) for rel, data in items])
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("write", items[0][0] if len(items) == 1
-                             else ", ".join(rel for rel, _ in items), exc) from exc
         for rel, _ in items:
             self._remember_put(rel.strip("/"), started)
 
@@ -495,14 +472,8 @@ class Storage:
         known = self._put_times.get(rel)
         if known is not None:
             return known
-        try:
+        with self._failures("stat", rel, missing=True):
             info = self.fs.info(self.full_path(rel))
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("stat", rel, exc) from exc
         mtime = _mtime(info)
         # No object time: assume the worst (written at the epoch), so a commit re-uploads.
         return mtime if mtime else 0.0
@@ -514,14 +485,11 @@ class Storage:
         :class:`StorageError`, and then the outcome is *unknown*: the object may
         or may not have been created; callers decide by reading it back.
         """
-        try:
-            write_object(self.fs, self.full_path(rel), bytes(data), exclusive=True)
-        except FileExistsError:
-            raise CommitConflict(f"{rel!r} already exists under {self.url}") from None
-        except Exception as exc:
-            if not _is_store_failure(exc):
-                raise
-            raise self._fail("create", rel, exc) from exc
+        with self._failures("create", rel):
+            try:
+                write_object(self.fs, self.full_path(rel), bytes(data), exclusive=True)
+            except FileExistsError:
+                raise CommitConflict(f"{rel!r} already exists under {self.url}") from None
 
     def delete(self, rels: Iterable[str]) -> None:
         """Delete objects, in the given order; missing ones are ignored (deletes are idempotent)."""
@@ -529,14 +497,8 @@ class Storage:
             rels = [rels]
         for rel in rels:
             self._put_times.pop(rel.strip("/"), None)
-            try:
+            with self._failures("delete", rel), contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self.full_path(rel))
-            except FileNotFoundError:
-                pass
-            except Exception as exc:
-                if not _is_store_failure(exc):
-                    raise
-                raise self._fail("delete", rel, exc) from exc
 
 
 def _mtime(info: dict) -> float:
