@@ -295,3 +295,30 @@ def test_data_loss_fails_or_records_a_gap(spark, local_root):
     assert json.loads(props["kafkastore.gaps"]) == [{"topic": "t", "partition": 0, "from": 6,
                                                      "until": 9}]
     assert table_offsets(wh)[0] == list(range(6)) + list(range(9, 16))
+
+
+def test_crash_between_the_dead_letter_and_the_table_commit(spark, tmp_path, request,
+                                                             monkeypatch):
+    """Dead letters commit first: a crash before the table's commit leaves them ahead of
+    the table (the state the SIGKILL loop can land in), and the rerun loads the rest
+    without writing those dead letters again."""
+    root, wh, storage, options = log_and_warehouse("file", tmp_path, request, partitions=3)
+    produce(storage, "t", 90, value=_value)
+    real = ice.commit
+
+    def crash_before_the_table(table, c, **kw):
+        if not table.name()[-1].endswith("_dead_letters"):
+            raise KeyboardInterrupt("killed between the two commits")
+        return real(table, c, **kw)
+
+    load = dict(root=root, topic="t", warehouse=wh, table="tbl", value_format="json",
+                value_schema="id long", progress=False)
+    monkeypatch.setattr(ice, "commit", crash_before_the_table)
+    with pytest.raises(KeyboardInterrupt):
+        run_load(spark, **load)
+    assert committed(wh) == {} and table_offsets(wh, kinds=("dead_letter",))[1]
+    assert_exactly_once(storage, "t", wh)
+    monkeypatch.setattr(ice, "commit", real)
+    assert run_load(spark, **load).rows == 80
+    assert committed(wh) == {0: 30, 1: 30, 2: 30}
+    assert_exactly_once(storage, "t", wh)
