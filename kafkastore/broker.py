@@ -34,10 +34,13 @@ that retry with their own producer id and sequence).
 from __future__ import annotations
 
 import operator
+import os
 import random
 import struct
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Sequence
 
@@ -445,13 +448,17 @@ class Broker:
                         st.meta.partitions, self.batch_size, self._rng.randrange)
                 parts[:rows][sticky_rows] = sticky.next_many(sizes[:rows][sticky_rows])
         if rows:
-            order = np.argsort(parts[:rows], kind="stable")
-            sorted_parts = parts[:rows][order]
-            cuts = np.flatnonzero(np.diff(sorted_parts)) + 1
+            # small ints sort by radix (numpy's stable sort of 16-bit keys)
+            key = parts[:rows].astype(np.int16) if st.meta.partitions <= 32767 else parts[:rows]
+            order = np.argsort(key, kind="stable")
+            cuts = np.flatnonzero(np.diff(key[order])) + 1
+            groups = []
             for idx in np.split(order, cuts):
-                p = int(parts[idx[0]])
-                self._buffer_rows((topic, p), st, cols, idx if len(idx) != rows else None,
-                                  len(idx), ts, sizes, now)
+                whole = len(idx) == rows
+                groups.append(((topic, int(parts[idx[0]])), None if whole else idx, len(idx),
+                               ts[:rows] if whole else ts[idx],
+                               sizes[:rows] if whole else sizes[idx]))
+            self._buffer_groups(st, cols, groups, now)
         if first_bad < n:
             try:
                 self._raise_for_row(topic, st, cols, first_bad, int(ts[first_bad]), klen, sizes,
@@ -479,16 +486,49 @@ class Broker:
             raise
         raise ConfigError(f"row {i} was refused")  # not reached: one of the checks fails
 
+    def _buffer_groups(self, st: _TopicSettings, cols, groups, now: int) -> None:
+        """Buffer each ``(tp, rows, n, ts, sizes)`` group of :meth:`send_arrow`, in order.
+        With several groups and the C encoder, their runs are encoded side by side first
+        (the encoder releases the GIL); the groups are then buffered (and rolled) one
+        after another, as without. If one fails, the later groups are not buffered and
+        their sequence numbers are given back."""
+        from .format.arrow_encode import IMPLEMENTATION
+
+        in_txn = self._txn_partitions is not None
+        started: dict[tuple[str, int], tuple] = {}
+        if len(groups) > 1 and st.codec == Compression.NONE and IMPLEMENTATION == "native":
+            encodes = []
+            for tp, rows, n, ts, sizes in groups:
+                self._buffers.setdefault(tp, _PartitionBuffer())
+                self._seal(tp, st)
+                seq0, append_time, encode = self._start_run(tp, st, cols, rows, n, ts, sizes,
+                                                            in_txn)
+                started[tp] = (seq0, append_time)
+                encodes.append(encode)
+
+            def attempt(encode):
+                try:
+                    return encode()
+                except BaseException as exc:  # noqa: BLE001 -- raised when its group is buffered
+                    return exc
+
+            for (tp, *_), enc in zip(groups, _workers().map(attempt, encodes)):
+                started[tp] += (enc,)
+        try:
+            for tp, rows, n, ts, sizes in groups:
+                self._buffer_rows(tp, st, cols, rows, n, ts, sizes, now, started.pop(tp, None))
+        finally:
+            for tp, (seq0, *_) in started.items():  # encoded, never buffered
+                self._sequences[tp] = seq0
+
     def _buffer_rows(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
-                     sizes, now: int) -> None:
-        """Seal ``n`` rows of ``cols`` (``rows``: their numbers, None: ``[0, n)``) into
-        batches of ``tp`` (the Arrow path of send)."""
+                     sizes, now: int, started: tuple | None = None) -> None:
+        """Seal ``n`` rows of ``cols`` (``rows``: their numbers, None: ``[0, n)``; ``ts``
+        and ``sizes``: theirs) into batches of ``tp`` (the Arrow path of send).
+        ``started``: the run :meth:`_buffer_groups` already encoded for them."""
         import numpy as np
 
         from .format.arrow_encode import encode_rows
-
-        if rows is not None:
-            ts, sizes = ts[rows], sizes[rows]
 
         buf = self._buffers.get(tp)
         if buf is None:
@@ -496,7 +536,7 @@ class Broker:
         self._seal(tp, st)
         in_txn = self._txn_partitions is not None
         if st.codec == Compression.NONE and self._buffer_run(tp, st, cols, rows, n, ts, sizes,
-                                                              now, in_txn):
+                                                              now, in_txn, started):
             if in_txn:
                 self._txn_partitions.add(tp)
             return
@@ -543,34 +583,56 @@ class Broker:
         if in_txn:
             self._txn_partitions.add(tp)
 
+    def _start_run(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
+                   sizes, in_txn: bool):
+        """Take the sequence numbers of a run of ``n`` rows; returns ``(seq0, append_time,
+        encode)``, where ``encode()`` runs the C encoder over them (any thread)."""
+        import numpy as np
+
+        from .format.arrow_encode import encode_batches
+
+        buf = self._buffers[tp]
+        append_time = self.clock() if st.log_append else None
+        offsets = np.arange(buf.next_rel, buf.next_rel + n, dtype=np.int64)
+        seq0 = self._next_sequence(tp, n)
+
+        def encode():
+            return encode_batches(
+                cols, sizes, st.batch_limit, offsets=offsets, timestamps=ts, rows=rows,
+                timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
+                max_timestamp=append_time, producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch, base_sequence=seq0, transactional=in_txn)
+        return seq0, append_time, encode
+
     def _buffer_run(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,
-                    sizes, now: int, in_txn: bool) -> bool:
+                    sizes, now: int, in_txn: bool, started: tuple | None = None) -> bool:
         """The fast path of :meth:`_buffer_rows` (uncompressed topics, C encoder): every
         batch in one call, into one buffer, cut and rolled as the batch-by-batch path
         does; sealed as one :class:`_Pending` per segment roll. False (nothing changed)
         when the encoder declines or a batch exceeds max.message.bytes: the caller then
-        goes batch by batch, which halves batches or raises the precise error."""
+        goes batch by batch, which halves batches or raises the precise error.
+        ``started``: ``(seq0, append_time, encoded or the error encoding raised)`` of a
+        run :meth:`_buffer_groups` encoded."""
         import numpy as np
 
-        from .format.arrow_encode import IMPLEMENTATION, encode_batches
+        from .format.arrow_encode import IMPLEMENTATION
 
         if IMPLEMENTATION != "native":
             return False
         buf = self._buffers[tp]
         ts, sizes = ts[:n], sizes[:n]  # with rows=None: rows [0, n) of longer columns
-        append_time = self.clock() if st.log_append else None
-        seq0 = self._next_sequence(tp, n)
-        try:
-            enc = encode_batches(
-                cols, sizes, st.batch_limit,
-                offsets=np.arange(buf.next_rel, buf.next_rel + n, dtype=np.int64),
-                timestamps=ts, rows=rows,
-                timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
-                max_timestamp=append_time, producer_id=self.producer_id,
-                producer_epoch=self.producer_epoch, base_sequence=seq0, transactional=in_txn)
-        except BaseException:
-            self._sequences[tp] = seq0
-            raise
+        if started is None:
+            seq0, append_time, encode = self._start_run(tp, st, cols, rows, n, ts, sizes, in_txn)
+            try:
+                enc = encode()
+            except BaseException:
+                self._sequences[tp] = seq0
+                raise
+        else:
+            seq0, append_time, enc = started
+            if isinstance(enc, BaseException):
+                self._sequences[tp] = seq0
+                raise enc
         pos = enc.positions if enc is not None else None
         if enc is None or int(np.diff(pos).max()) > st.max_message_bytes:
             self._sequences[tp] = seq0
@@ -682,34 +744,71 @@ class Broker:
         buf.records_bytes = 0
 
     def flush(self) -> list[AppendResult]:
-        """Commit everything buffered; returns one result per partition written."""
-        results = []
-        for tp in sorted(self._buffers):
-            results += self._flush_partition(tp)
+        """Commit everything buffered; returns one result per partition written.
+
+        Partitions commit concurrently (each is its own manifest, so their
+        commits are independent); :attr:`on_commit` is called on this thread,
+        in partition order, for every commit that landed. If some partition
+        fails, the others still commit and the first failure (in partition
+        order) is raised once all have finished."""
+        tps = [tp for tp in sorted(self._buffers)
+               if self._buffers[tp].sealed or self._buffers[tp].records]
+        if len(tps) < 2:
+            results = []
+            for tp in tps:
+                results += self._flush_partition(tp)
+            return results
+        for tp in tps:
+            self._seal(tp, self._topic_settings(tp[0]))  # clock and sequences: this thread
+
+        def run(tp):
+            landed: list[AppendResult] = []
+            try:
+                self._flush_partition(tp, notify=landed.append)
+                return landed, None
+            except BaseException as exc:  # noqa: BLE001 -- re-raised below, in order
+                return landed, exc
+
+        outcomes = list(_workers().map(run, tps))
+        results, error = [], None
+        for landed, exc in outcomes:
+            for result in landed:
+                if self.on_commit is not None:
+                    self.on_commit(result)
+            results += landed
+            if error is None:
+                error = exc
+        if error is not None:
+            raise error
         return results
 
-    def _flush_partition(self, tp: tuple[str, int]) -> list[AppendResult]:
+    def _flush_partition(self, tp: tuple[str, int],
+                         notify: Callable[[AppendResult], None] | None = None
+                         ) -> list[AppendResult]:
         """Commit the partition's buffer: one result, or two when batches of an earlier
-        flush with an unknown outcome go first (they may turn out to be duplicates)."""
+        flush with an unknown outcome go first (they may turn out to be duplicates).
+        Each result that lands goes to ``notify`` (default :attr:`on_commit`)."""
         st = self._topic_settings(tp[0])
         buf = self._buffers.get(tp)
         if buf is None:
             return []
         self._seal(tp, st)
+        if notify is None:
+            notify = self.on_commit
         results = []
         if 0 < buf.in_doubt < len(buf.sealed):
             unit = buf.sealed[:buf.in_doubt]
-            results.append(self._commit_unit(tp, st, buf, unit))
+            results.append(self._commit_unit(tp, st, buf, unit, notify))
             del buf.sealed[:len(unit)]
             buf.sealed_bytes -= sum(len(p.data) for p in unit)
             buf.in_doubt = 0
         if buf.sealed:
-            results.append(self._commit_unit(tp, st, buf, buf.sealed))
+            results.append(self._commit_unit(tp, st, buf, buf.sealed, notify))
             self._buffers[tp] = _PartitionBuffer()
         return results
 
     def _commit_unit(self, tp: tuple[str, int], st: _TopicSettings, buf: _PartitionBuffer,
-                     unit: list[_Pending]) -> AppendResult:
+                     unit: list[_Pending], notify) -> AppendResult:
         try:
             result = self._commit(tp, st, unit)
         except StorageError:
@@ -722,8 +821,8 @@ class Broker:
             self._buffers[tp] = _PartitionBuffer()
             self._sequences.pop(tp, None)
             raise
-        if self.on_commit is not None:
-            self.on_commit(result)
+        if notify is not None:
+            notify(result)
         return result
 
     def _commit(self, tp: tuple[str, int], st: _TopicSettings,
@@ -922,6 +1021,23 @@ class Broker:
         if self._txn_partitions is not None:
             self.abort_transaction()
         return self.flush()
+
+
+_WORKERS: tuple[int, ThreadPoolExecutor] | None = None
+_WORKERS_LOCK = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    """Threads on which :meth:`Broker.flush` commits partitions side by side (a commit
+    mostly waits on fsync or an object store with the GIL released) and
+    :meth:`Broker.send_arrow` encodes them (the C encoder releases it too). Made once
+    per process (a forked child makes its own: the parent's threads are not there)."""
+    global _WORKERS
+    with _WORKERS_LOCK:
+        if _WORKERS is None or _WORKERS[0] != os.getpid():
+            _WORKERS = (os.getpid(), ThreadPoolExecutor(
+                max_workers=8, thread_name_prefix="kafkastore-broker"))
+        return _WORKERS[1]
 
 
 def _as_table(values, keys, headers, timestamps):

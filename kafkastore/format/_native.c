@@ -2508,45 +2508,61 @@ static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *offs = NULL, *data = NULL, *bitmap = NULL, *res = NULL;
-    int64_t total = 0, nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = items[i];
-        if (o == Py_None) {
-            nulls++;
-        } else if (PyBytes_CheckExact(o)) {
-            total += PyBytes_GET_SIZE(o);
-        } else {
-            goto decline;
+    int64_t nulls = 0;
+    /* One pass over the items (each one is a cache miss in a long list): the data
+     * buffer is sized from a sample and grown by doubling; the null bitmap is made at
+     * the first None. */
+    Py_ssize_t sample = 0, sampled = 0;
+    for (Py_ssize_t i = 0; i < n && sampled < 64; i++)
+        if (PyBytes_CheckExact(items[i])) {
+            sample += PyBytes_GET_SIZE(items[i]);
+            sampled++;
         }
-    }
-    if (total > INT32_MAX)
-        goto decline;
+    int64_t cap = sampled ? (int64_t)(sample / sampled) * n + n / 16 + 64 : 64;
+    if (cap > INT32_MAX)
+        cap = INT32_MAX;
     offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    data = offs ? PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total) : NULL;
+    data = offs ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap) : NULL;
     if (!data)
         goto done;
-    if (nulls) {
-        bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-        if (!bitmap)
-            goto done;
-        memset(PyBytes_AS_STRING(bitmap), 0, (size_t)((n + 7) / 8));
-    }
     int32_t *o32 = (int32_t *)PyBytes_AS_STRING(offs);
-    uint8_t *d = (uint8_t *)PyBytes_AS_STRING(data);
-    uint8_t *bm = bitmap ? (uint8_t *)PyBytes_AS_STRING(bitmap) : NULL;
-    int32_t at = 0;
+    uint8_t *d = (uint8_t *)PyByteArray_AS_STRING(data);
+    int64_t at = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = items[i];
-        o32[i] = at;
-        if (o != Py_None) {
-            Py_ssize_t len = PyBytes_GET_SIZE(o);
-            memcpy(d + at, PyBytes_AS_STRING(o), (size_t)len);
-            at += (int32_t)len;
-            if (bm)
-                bm[i >> 3] |= (uint8_t)(1u << (i & 7));
+        o32[i] = (int32_t)at;
+        if (o == Py_None) {
+            if (!bitmap) {
+                bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+                if (!bitmap)
+                    goto done;
+                memset(PyBytes_AS_STRING(bitmap), 0xFF, (size_t)((n + 7) / 8));
+            }
+            ((uint8_t *)PyBytes_AS_STRING(bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            nulls++;
+            continue;
         }
+        if (!PyBytes_CheckExact(o))
+            goto decline;
+        Py_ssize_t len = PyBytes_GET_SIZE(o);
+        if (at + len > INT32_MAX)
+            goto decline;
+        if (at + len > cap) {
+            cap = 2 * cap > at + len ? 2 * cap : at + len;
+            if (cap > INT32_MAX)
+                cap = INT32_MAX;
+            if (PyByteArray_Resize(data, (Py_ssize_t)cap) < 0)
+                goto done;
+            d = (uint8_t *)PyByteArray_AS_STRING(data);
+        }
+        memcpy(d + at, PyBytes_AS_STRING(o), (size_t)len);
+        at += len;
     }
-    o32[n] = at;
+    o32[n] = (int32_t)at;
+    if (bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
+        ((uint8_t *)PyBytes_AS_STRING(bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
+    if (PyByteArray_Resize(data, (Py_ssize_t)at) < 0)
+        goto done;
     res = Py_BuildValue("(nLOOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, offs, data);
     goto done;
 decline:

@@ -271,6 +271,20 @@ def test_list_conversion_equals_pyarrow(native, values, stamps):
 
 
 @pytest.mark.parametrize("native", [True, False])
+@settings(max_examples=30, deadline=None)
+@given(small=st.integers(0, 100), big=st.lists(st.none() | st.binary(min_size=200, max_size=3000),
+                                                 max_size=30), last=blob)
+def test_list_conversion_grows_past_its_size_guess(native, small, big, last):
+    # The C pass sizes its buffer from the first 64 items: later, larger ones make it grow.
+    if native and not NATIVE:
+        pytest.skip("kafkastore.format._native is not built")
+    values = [b"s%d" % i for i in range(small)] + big + [last]
+    got = ae.binary_array(values, native=native)
+    got.validate(full=True)
+    assert got.equals(pa.array(values, pa.binary())) and got.null_count == values.count(None)
+
+
+@pytest.mark.parametrize("native", [True, False])
 def test_list_conversion_declines_inexact_types(native):
     if native and not NATIVE:
         pytest.skip("kafkastore.format._native is not built")

@@ -510,6 +510,33 @@ def test_records_invisible_until_commit_and_orphans_kept(root_url):
     assert not set(orphans) & set(manifest(storage).segments[0].paths(T, 0).values())
 
 
+def test_flush_commits_the_other_partitions_when_one_fails(root_url):
+    # Partitions commit side by side: a failing one stops none of the others, on_commit
+    # hears of every commit that landed (on the caller's thread, in partition order), the
+    # first failure is raised, and the failed partition's records stay buffered for a retry.
+    import threading
+
+    setup(root_url, 4)
+    storage, fs = faulty_storage(root_url)
+    b = Broker(storage)
+    heard = []
+    b.on_commit = lambda r: heard.append((r.partition, r.record_count,
+                                          threading.current_thread() is threading.main_thread()))
+    for p in range(4):
+        b.send_many(T, [b"%d-%d" % (p, i) for i in range(p + 1)], partition=p)
+    fs.fail_before_write(match=f"topics/{T}/2/_manifest/", count=None)
+    with pytest.raises(StorageError):
+        b.flush()
+    assert heard == [(0, 1, True), (1, 2, True), (3, 4, True)]
+    assert [manifest(storage, p) is None for p in range(4)] == [False, False, True, False]
+    fs.clear()
+    [r] = b.flush()
+    assert (r.partition, r.base_offset, r.next_offset, r.duplicate) == (2, 0, 3, False)
+    assert heard[-1] == (2, 3, True)
+    for p in range(4):
+        assert [v for _, _, v in records(storage, p)] == [b"%d-%d" % (p, i) for i in range(p + 1)]
+
+
 def test_brokers_sharing_a_root_each_lead_some_partitions(local_root):
     storage = setup(local_root, 4)
     a, b = Broker(storage, broker_id=1), Broker(Storage(local_root), broker_id=2)
@@ -881,8 +908,11 @@ def test_send_arrow_fast_path_writes_the_bytes_of_the_batch_by_batch_path(
     out = {}
     for name in ("fast", "slow"):
         storage = setup(f"{local_root}/{name}", 3, **configs)
-        if name == "slow":
+        if name == "slow":  # batch by batch, one partition after another
             monkeypatch.setattr(Broker, "_buffer_run", lambda self, *a, **k: False)
+            monkeypatch.setattr(Broker, "_buffer_groups", lambda self, st, cols, groups, now: [
+                self._buffer_rows(tp, st, cols, rows, n, ts, sizes, now)
+                for tp, rows, n, ts, sizes in groups])
         b = Broker(storage, rng=random.Random(2), producer_id=42, batch_size=1500,
                    clock=Clock(), commit_on_roll=commit_on_roll)
         b.send_arrow(T, table.slice(0, 400))
@@ -896,6 +926,48 @@ def test_send_arrow_fast_path_writes_the_bytes_of_the_batch_by_batch_path(
     assert out["fast"] == out["slow"]
     assert sum(len(v) for v in out["fast"][1].values()) == n + 1 + 50
     assert max(len(v) for v in out["fast"][0].values()) > 2  # segments rolled
+
+
+def test_send_arrow_partitions_encoded_side_by_side_then_buffered_in_order(local_root):
+    """send_arrow encodes the partitions of one call concurrently, then buffers them in
+    partition order: when partition 1's roll fails, partition 0 is buffered, partition 1
+    up to its roll, partition 2 not at all (its sequence numbers given back), and
+    sending the rest writes every row once with gapless sequences."""
+    import pyarrow as pa
+
+    from kafkastore.errors import StorageError
+
+    setup(local_root, 3, segment_bytes=3000)
+    fs, faulty = faulty_storage(local_root)
+    b = Broker(fs, batch_size=500, clock=Clock(), producer_id=9)
+    vals = {p: [b"%d-%04d" % (p, i) + b"v" * 60 for i in range(150)] for p in range(3)}
+    rows = [(p, v) for i in range(150) for p, v in ((p, vals[p][i]) for p in range(3))]
+    table = pa.table({"value": [v for _, v in rows], "partition": [p for p, _ in rows]})
+    seen = []
+
+    def second_manifest_write_of_1(op, path):
+        if f"topics/{T}/1/_manifest/" in path:
+            seen.append(path)
+            return len(seen) >= 2
+        return False
+
+    faulty.fail_before_write(match=second_manifest_write_of_1, count=None)
+    with pytest.raises(StorageError):
+        b.send_arrow(T, table)
+    faulty.clear()
+    b.flush()
+    got = {p: [v for _, _, v in records(fs, p)] for p in range(3)}
+    assert got[0] == vals[0]
+    assert got[1] == vals[1][:len(got[1])] and 0 < len(got[1]) < 150
+    assert got[2] == []
+    rest = [(1, v) for v in vals[1][len(got[1]):]] + [(2, v) for v in vals[2]]
+    b.send_arrow(T, pa.table({"value": [v for _, v in rest], "partition": [p for p, _ in rest]}))
+    b.flush()
+    for p in range(3):
+        assert [v for _, _, v in records(fs, p)] == vals[p]
+        seqs = [(h.base_sequence, h.record_count) for _, h in batches(fs, p)]
+        assert seqs[0][0] == 0
+        assert all(s + c == t for (s, c), (t, _) in zip(seqs, seqs[1:]))  # no gap, no reuse
 
 
 def test_send_arrow_fast_path_gives_back_sequences_when_a_roll_fails(local_root):
