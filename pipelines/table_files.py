@@ -136,16 +136,27 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
         keyed = keyed.append_column(n, k)
     # The rows of each file group by number (one hash pass): filtering the whole table once
     # per group cost groups x rows, and a task packing many partitions has many groups.
-    keyed = keyed.append_column("__row", pa.array(np.arange(keyed.num_rows, dtype=np.int64)))
+    n = keyed.num_rows
+    keyed = keyed.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
     groups = keyed.group_by(["topic", "partition"] + names, use_threads=False).aggregate(
         [("__row", "list")])
-    keyed = keyed.drop_columns(["__row"])
+    keyed = keyed.drop_columns(["__row"] + names)
+    lists = groups.column("__row_list").combine_chunks()
+    order = lists.flatten().to_numpy()            # row numbers, group after group
+    bounds = lists.offsets.to_numpy()
+    if not np.array_equal(order, np.arange(n)):
+        # One gather puts each group's rows together; a take per group would concatenate
+        # every chunk of the table again each time (a task reads hundreds of batches).
+        keyed = keyed.take(pa.array(order))
+    offsets = keyed.column("offset").to_numpy()
     fs, root = fsspec.core.url_to_fs(location.rstrip("/"), **(storage_options or {}))
     local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
     out: list[dict[str, Any]] = []
-    rows = groups.column("__row_list")
     for i, g in enumerate(groups.drop_columns(["__row_list"]).to_pylist()):
-        part = keyed.take(rows[i].values).drop_columns(names).sort_by("offset")
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        part = keyed.slice(a, b - a)
+        if (np.diff(offsets[a:b]) < 0).any():   # reads come in offset order: rarely taken
+            part = part.sort_by("offset")
         labels = "/".join(_label(t, g[n]) for t, n in zip(partition_by, names))
         for start in range(0, part.num_rows, max_rows_per_file):
             chunk = part.slice(start, max_rows_per_file)

@@ -10,23 +10,31 @@ from hypothesis import strategies as st
 from pipelines.table_files import write_files
 
 
-@settings(deadline=None, max_examples=25)
+@settings(deadline=None, max_examples=40)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(["a", "b", None])),
-                     min_size=1, max_size=40))
-def test_write_files_groups_interleaved_partitions_and_null_keys(tmp_path_factory, rows):
+                     min_size=1, max_size=40),
+       data=st.data())
+def test_write_files_groups_interleaved_partitions_and_null_keys(tmp_path_factory, rows, data):
     """Rows of several partitions, interleaved as a task packing many partitions yields them,
-    with null and non-null partition values: each file holds one (partition, value), sorted
-    by offset, and the files hold every row exactly once."""
-    table = pa.table({"topic": ["t"] * len(rows), "partition": pa.array([p for p, _ in rows], pa.int32()),
-                      "offset": pa.array(range(len(rows)), pa.int64()),
+    in several batches, with null and non-null partition values, in offset order or not:
+    each file holds one (partition, value), sorted by offset, and the files hold every row
+    exactly once."""
+    n = len(rows)
+    offsets = data.draw(st.sampled_from([list(range(n))]) | st.permutations(range(n)))
+    table = pa.table({"topic": ["t"] * n, "partition": pa.array([p for p, _ in rows], pa.int32()),
+                      "offset": pa.array(offsets, pa.int64()),
                       "region": [r for _, r in rows]})
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, n - 1)), max_size=4)))
+    table = pa.Table.from_batches([b for a, z in zip([0] + cuts, cuts + [n])
+                                   for b in table.slice(a, z - a).to_batches()])
+    region_of = {o: r for o, (_, r) in zip(offsets, rows)}
     where = tmp_path_factory.mktemp("files")
     files = write_files(f"file://{where}", table, run_id="r", partition_by=("region",))
     seen = []
     for f in files:
         got = pq.read_table(f["url"][len("file://"):]).to_pylist()
         assert {(r["partition"], r["region"]) for r in got} == \
-            {(f["partition"], rows[got[0]["offset"]][1])}
+            {(f["partition"], region_of[got[0]["offset"]])}
         offsets = [r["offset"] for r in got]
         assert offsets == sorted(offsets) and f["rows"] == len(got)
         assert (f["min_offset"], f["max_offset"]) == (offsets[0], offsets[-1])
