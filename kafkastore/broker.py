@@ -496,29 +496,29 @@ class Broker:
 
         in_txn = self._txn_partitions is not None
         started: dict[tuple[str, int], tuple] = {}
-        if len(groups) > 1 and st.codec == Compression.NONE and IMPLEMENTATION == "native":
-            encodes = []
-            for tp, rows, n, ts, sizes in groups:
-                self._buffers.setdefault(tp, _PartitionBuffer())
-                self._seal(tp, st)
-                seq0, append_time, encode = self._start_run(tp, st, cols, rows, n, ts, sizes,
-                                                            in_txn)
-                started[tp] = (seq0, append_time)
-                encodes.append(encode)
 
-            def attempt(encode):
-                try:
-                    return encode()
-                except BaseException as exc:  # noqa: BLE001 -- raised when its group is buffered
-                    return exc
+        def attempt(encode):
+            try:
+                return encode()
+            except BaseException as exc:  # noqa: BLE001 -- raised when its group is buffered
+                return exc
 
-            for (tp, *_), enc in zip(groups, _workers().map(attempt, encodes)):
-                started[tp] += (enc,)
         try:
+            if len(groups) > 1 and st.codec == Compression.NONE and IMPLEMENTATION == "native":
+                encodes = []
+                for tp, rows, n, ts, sizes in groups:
+                    self._buffers.setdefault(tp, _PartitionBuffer())
+                    self._seal(tp, st)
+                    seq0, append_time, encode = self._start_run(tp, st, cols, rows, n, ts,
+                                                                sizes, in_txn)
+                    started[tp] = (seq0, append_time)
+                    encodes.append(encode)
+                for (tp, *_), enc in zip(groups, _workers().map(attempt, encodes)):
+                    started[tp] += (enc,)
             for tp, rows, n, ts, sizes in groups:
                 self._buffer_rows(tp, st, cols, rows, n, ts, sizes, now, started.pop(tp, None))
         finally:
-            for tp, (seq0, *_) in started.items():  # encoded, never buffered
+            for tp, (seq0, *_) in started.items():  # sequences taken, never buffered
                 self._sequences[tp] = seq0
 
     def _buffer_rows(self, tp: tuple[str, int], st: _TopicSettings, cols, rows, n: int, ts,

@@ -439,6 +439,41 @@ def _marker_type(buf, pos: int, h: BatchHeader) -> ControlType | None:
     return ctype if ctype in (ControlType.ABORT, ControlType.COMMIT) else None
 
 
+def survivor_rule(rows: Iterable[dict[str, list]]) -> tuple[dict[int, list[int]],
+                                                            dict[int, set[int]]]:
+    """The survivor rule over :data:`SCAN_SCHEMA` rows (column dicts, as
+    ``Table.to_pydict`` gives them) in plain Python, holding the whole key map:
+    ``({group: survivor offsets}, {group: producer ids whose transaction has data in
+    earlier groups})``, groups without any left out. The reference the Spark job's
+    vectorised rule is tested against."""
+    rows = list(rows)
+    key_max: dict[tuple[int, bytes], int] = {}
+    for r in rows:
+        for plan, kind, key, off, dirty in zip(r["plan"], r["kind"], r["key"], r["offset"], r["dirty"]):
+            if kind == KIND_RECORD and dirty:
+                k = (plan, key)
+                if off > key_max.get(k, -1):
+                    key_max[k] = off
+    keep: dict[int, list[int]] = {}
+    txn: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    for r in rows:
+        for plan, grp, kind, key, off, pid, ld, lm in zip(
+                r["plan"], r["grp"], r["kind"], r["key"], r["offset"], r["pid"],
+                r["last_data"], r["last_marker"]):
+            if kind == KIND_RECORD:
+                if off >= key_max.get((plan, key), -1):
+                    keep.setdefault(grp, []).append(off)
+            else:
+                txn.setdefault((plan, pid), []).append((off, grp, ld, lm))
+    carry: dict[int, set[int]] = {}
+    for (plan, pid), events in txn.items():
+        for off, grp, _, _ in events:
+            earlier = [(ld, lm) for o, _, ld, lm in events if o < off]
+            if earlier and max(e[0] for e in earlier) > max(e[1] for e in earlier):
+                carry.setdefault(grp, set()).add(pid)
+    return keep, carry
+
+
 def local_survivors(storage: Storage, plans: Sequence[CleaningPlan], groups: Sequence[GroupSpec],
                     tasks: Sequence[ScanTask]) -> tuple[dict[int, np.ndarray], dict[int, set[int]]]:
     """Survivor offsets and transaction carries per group, computed in this process.
@@ -449,31 +484,9 @@ def local_survivors(storage: Storage, plans: Sequence[CleaningPlan], groups: Seq
     Returns ``({group: sorted keep offsets}, {group: producer ids whose
     transaction has data in earlier groups})``.
     """
-    rows = [scan_task(storage, t).to_pydict() for t in tasks]
-    key_max: dict[tuple[int, bytes], int] = {}
-    for r in rows:
-        for plan, kind, key, off, dirty in zip(r["plan"], r["kind"], r["key"], r["offset"], r["dirty"]):
-            if kind == KIND_RECORD and dirty:
-                k = (plan, key)
-                if off > key_max.get(k, -1):
-                    key_max[k] = off
-    keep: dict[int, list[int]] = {g.index: [] for g in groups}
-    txn: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
-    for r in rows:
-        for plan, grp, kind, key, off, pid, ld, lm in zip(
-                r["plan"], r["grp"], r["kind"], r["key"], r["offset"], r["pid"],
-                r["last_data"], r["last_marker"]):
-            if kind == KIND_RECORD:
-                if off >= key_max.get((plan, key), -1):
-                    keep[grp].append(off)
-            else:
-                txn.setdefault((plan, pid), []).append((off, grp, ld, lm))
-    carry: dict[int, set[int]] = {g.index: set() for g in groups}
-    for (plan, pid), events in txn.items():
-        for off, grp, _, _ in events:
-            earlier = [(ld, lm) for o, _, ld, lm in events if o < off]
-            if earlier and max(e[0] for e in earlier) > max(e[1] for e in earlier):
-                carry[grp].add(pid)
+    keep, carry = survivor_rule(scan_task(storage, t).to_pydict() for t in tasks)
+    keep = {g.index: keep.get(g.index, []) for g in groups}
+    carry = {g.index: carry.get(g.index, set()) for g in groups}
     return {g: np.array(sorted(v), dtype=np.int64) for g, v in keep.items()}, carry
 
 

@@ -10,14 +10,18 @@ One job compacts every selected partition of a topic:
    (:func:`kafkastore.compaction.scan_task`) yields a row per keyed committed
    record ``(group, key, offset, dirty)`` and a few rows per transactional
    producer.
-3. **Survivors** (executors, one shuffle by key): a window over
-   ``(partition, key)`` gives each record the greatest offset of its key in the
-   dirty section; a record survives iff there is none or its offset is at
-   least that. The same window, over the producer-id rows ordered by group,
-   tells each group which producers' transactions have data in earlier
-   groups. No process ever holds the key map: it only exists spread over the
-   shuffle partitions, so the number of distinct keys is bounded by the
-   cluster's disk, not by the driver's (or any executor's) memory.
+3. **Survivors** (executors, one shuffle by key): the scanned rows are
+   hash-partitioned by ``(partition, key)`` into enough shuffle partitions
+   that each holds a bounded share of the keys (one per
+   :data:`SURVIVOR_BYTES` of scanned log, at least four per core); each task
+   gives every key the greatest offset of its records in the dirty section
+   (Arrow hash codes, numpy) and keeps a record iff there is none or its
+   offset is at least that (:func:`survivors`). The producer-id rows of one
+   producer meet in the same task, which tells each group which producers'
+   transactions have data in earlier groups. No process ever holds the whole
+   key map: it only exists spread over the shuffle partitions, whose number
+   grows with the log, so a task's memory is bounded by its share, not by
+   the number of distinct keys.
 4. **Rewrite** (executors, one shuffle by group, ``groupBy().applyInArrow``):
    each task gets the sorted survivor offsets of one segment group (at most a
    segment's worth of records), rewrites the group into one segment
@@ -239,12 +243,73 @@ def drop_superseded(rows: pa.Table) -> pa.Table:
     return rows.filter(pa.array(~dirty | (offsets == latest[codes])))
 
 
+def survivors(rows: pa.Table) -> pa.Table:
+    """The survivor rule (:mod:`kafkastore.compaction`) over ``rows``
+    (:data:`~kafkastore.compaction.SCAN_SCHEMA`) holding every row of their keys, as one
+    shuffle partition by ``(plan, key)`` does: ``(grp, kind, offset, pid)`` of each record
+    that survives (no dirty record of its key, or it is the greatest dirty one) and of
+    each transaction row whose producer has data, and no marker after it, in earlier
+    groups (``offset`` -1). Records are decided vectorised (keys hashed to codes by
+    Arrow, the greatest dirty offset per code by numpy); transaction rows, a few per
+    producer and task, in a loop. The same answer as
+    :func:`kafkastore.compaction.local_survivors`, the reference."""
+    import pyarrow.compute as pc
+
+    out_schema = pa.schema([("grp", pa.int32()), ("kind", pa.int8()), ("offset", pa.int64()),
+                            ("pid", pa.int64())])
+    if rows.num_rows == 0:
+        return out_schema.empty_table()
+    rows = rows.combine_chunks()
+    kind = rows.column("kind").to_numpy()
+    rec = rows.filter(pa.array(kind == KIND_RECORD))
+    parts = []
+    if rec.num_rows:
+        keys = pc.dictionary_encode(rec.column("key").chunk(0))
+        width = len(keys.dictionary)
+        codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        plan = rec.column("plan").chunk(0)
+        plans = pc.unique(plan)
+        if len(plans) > 1:   # a key's offsets compare within one partition only
+            codes += width * pc.index_in(plan, value_set=plans).to_numpy(zero_copy_only=False)
+        offsets = rec.column("offset").to_numpy()
+        dirty = rec.column("dirty").to_numpy(zero_copy_only=False)
+        latest = np.full(width * len(plans), -1, np.int64)
+        np.maximum.at(latest, codes[dirty], offsets[dirty])
+        keep = offsets >= latest[codes]
+        n = int(keep.sum())
+        parts.append(pa.table([rec.column("grp").filter(pa.array(keep)),
+                               pa.array(np.full(n, KIND_RECORD, np.int8)),
+                               pa.array(offsets[keep]), pa.array(np.full(n, -1, np.int64))],
+                              schema=out_schema))
+    txn = rows.filter(pa.array(kind == KIND_TXN)).to_pydict()
+    events: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    for plan, grp, off, pid, ld, lm in zip(txn["plan"], txn["grp"], txn["offset"], txn["pid"],
+                                           txn["last_data"], txn["last_marker"]):
+        events.setdefault((plan, pid), []).append((off, grp, ld, lm))
+    carried = []
+    for (_, pid), evs in events.items():
+        for off, grp, _, _ in evs:
+            earlier = [(ld, lm) for o, _, ld, lm in evs if o < off]
+            if earlier and max(e[0] for e in earlier) > max(e[1] for e in earlier):
+                carried.append((grp, pid))
+    if carried:
+        parts.append(pa.table([pa.array([g for g, _ in carried], pa.int32()),
+                               pa.array(np.full(len(carried), KIND_TXN, np.int8)),
+                               pa.array(np.full(len(carried), -1, np.int64)),
+                               pa.array([p for _, p in carried], pa.int64())], schema=out_schema))
+    return pa.concat_tables(parts) if parts else out_schema.empty_table()
+
+
+#: Scanned log bytes per shuffle partition of the survivor step: what one task holds.
+SURVIVOR_BYTES = 256 << 20
+
+
 def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[list[int]]):
     """DataFrame ``(grp, kind, offset, pid)``: survivor offsets and transaction carries per group;
-    one Spark task per slice of scan tasks (:func:`scan_slices`)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
+    one Spark task per slice of scan tasks (:func:`scan_slices`), then one shuffle by
+    ``(plan, key)`` into partitions of a bounded share of the keys, each decided by
+    :func:`survivors` in its task (a Spark window over the same shuffle sorted every row
+    by key and offset: most of a one-partition compaction's time)."""
     if tasks:
         def scan(batches):
             for b in batches:
@@ -255,22 +320,17 @@ def _survivors(spark, storage: Storage, tasks: Sequence[ScanTask], slices: list[
 
         scanned = spark.range(0, len(slices), 1, len(slices)).mapInArrow(scan, _SCAN_DDL)
     else:  # only empty segments below the first uncleanable offset
-        scanned = spark.createDataFrame([], _SCAN_DDL)
-    w = Window.partitionBy("plan", "kind", "key").orderBy("offset")
-    whole = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    earlier = w.rangeBetween(Window.unboundedPreceding, -1)   # rows of earlier groups
-    x = scanned.select(
-        "grp", "kind", "offset", "pid",
-        F.max(F.when(F.col("dirty"), F.col("offset"))).over(whole).alias("max_dirty"),
-        F.max("last_data").over(earlier).alias("prev_data"),
-        F.max("last_marker").over(earlier).alias("prev_marker"))
-    record = (F.col("kind") == KIND_RECORD) & (
-        F.col("max_dirty").isNull() | (F.col("offset") >= F.col("max_dirty")))
-    carried = (F.col("kind") == KIND_TXN) & (
-        F.coalesce("prev_data", F.lit(-1)) > F.coalesce("prev_marker", F.lit(-1)))
-    return x.filter(record | carried).select(
-        "grp", "kind", F.when(F.col("kind") == KIND_RECORD, F.col("offset")).otherwise(-1)
-        .alias("offset"), "pid")
+        return spark.createDataFrame([], _KEEP_DDL)
+
+    def decide(batches):
+        batches = [b for b in batches if b.num_rows]
+        if batches:   # every row of this partition's keys, then the rule
+            yield from survivors(pa.Table.from_batches(batches)).to_batches()
+
+    scanned_bytes = sum(t.range.size for t in tasks)
+    # An explicit count: adaptive execution would merge small partitions into big ones.
+    width = max(4 * spark.sparkContext.defaultParallelism, -(-scanned_bytes // SURVIVOR_BYTES))
+    return scanned.repartition(width, "plan", "key").mapInArrow(decide, _KEEP_DDL)
 
 
 def _rewriter(storage: Storage, contexts, groups):

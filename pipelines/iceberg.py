@@ -473,7 +473,9 @@ class KafkaCommit:
     ``topic = t AND partition = p AND from <= offset < until`` are deleted in the
     same transaction. ``schema``: a pyarrow schema to merge into the table's by
     name first (new optional columns). ``audit``: JSON-able, recorded as
-    ``kafkastore.audit``. ``expected``: see :func:`next_offsets`.
+    ``kafkastore.audit``. ``expected``: see :func:`next_offsets`. ``footers``:
+    ``{url: (size in bytes, footer)}`` for files whose writer kept their footer
+    (see :func:`data_file`); the others' footers are read from the files.
     """
 
     run_id: str
@@ -486,6 +488,7 @@ class KafkaCommit:
     audit: Mapping[str, Any] | None = None
     expected: Mapping[TopicPartition, int] | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
+    footers: Mapping[str, tuple[int, bytes]] = field(default_factory=dict)
 
     def summary(self, offsets: Mapping[TopicPartition, int]) -> dict[str, str]:
         """The snapshot-summary properties of this commit on top of ``offsets``."""
@@ -663,8 +666,11 @@ def _build(table, c: KafkaCommit, branch: str):
         drop, rewritten = _rewind_files(table, c.delete_from, c.run_id,
                                         head.snapshot_id if head is not None else None)
     try:
-        added = list(_parquet_files_to_data_files(txn.table_metadata, list(c.files) + rewritten,
-                                                  table.io))
+        files = list(c.files) + rewritten
+        read = dict(zip((u for u in files if u not in c.footers), _parquet_files_to_data_files(
+            txn.table_metadata, [u for u in files if u not in c.footers], table.io)))
+        added = [read[u] if u not in c.footers else data_file(txn.table_metadata, u, *c.footers[u])
+                 for u in files]
     except ValueError as exc:
         raise SchemaEvolutionError(f"files of run {c.run_id} do not fit table "
                                    f"{_name(table)}: {exc}") from None
@@ -677,6 +683,34 @@ def _build(table, c: KafkaCommit, branch: str):
         for df in added:
             producer.append_data_file(df)
     return txn, new
+
+
+def data_file(metadata, url: str, size: int, footer: bytes):
+    """The Iceberg data file entry of the Parquet file at ``url`` (``size`` bytes) from
+    its ``footer`` (a standalone Parquet metadata file, as :func:`pipelines.table_files.write_files`
+    keeps it): what pyiceberg's ``parquet_file_to_data_file`` builds after reading the
+    footer back from the file, the same checks (ValueError if the schema does not fit)
+    and statistics, without the read. Loads write many files and the executors that
+    wrote them already had their footers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import (_check_pyarrow_schema_compatible, compute_statistics_plan,
+                                      data_file_statistics_from_parquet_metadata,
+                                      parquet_path_to_id_mapping)
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    parquet = pq.read_metadata(pa.BufferReader(footer))
+    schema = metadata.schema()
+    _check_pyarrow_schema_compatible(schema, parquet.schema.to_arrow_schema(),
+                                     format_version=metadata.format_version)
+    stats = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=parquet, stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema))
+    return DataFile.from_args(
+        content=DataFileContent.DATA, file_path=url, file_format=FileFormat.PARQUET,
+        partition=stats.partition(metadata.spec(), schema), file_size_in_bytes=size,
+        sort_order_id=None, spec_id=metadata.default_spec_id, equality_ids=None,
+        key_metadata=None, **stats.to_serialized_dict())
 
 
 def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,

@@ -639,15 +639,17 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     _tally(summary, files)
     data = [f["url"] for f in files if f["kind"] == "data"]
     dead = [f["url"] for f in files if f["kind"] == "dead_letter"]
+    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
     commit_started = time.monotonic()
     try:
         if dl is not None and dl_ranges:
             r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
-                                               gaps=tuple(dl_gaps)))
+                                               gaps=tuple(dl_gaps), footers=footers))
             summary.dead_letter_snapshot_id = r.snapshot_id
         schema = nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
         result = ice.commit(tbl, ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data),
-                                                 gaps=tuple(gaps), schema=schema))
+                                                 gaps=tuple(gaps), schema=schema,
+                                                 footers=footers))
     except OffsetOverlapError as exc:
         raise OffsetOverlapError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. "
                                  f"Its files stay invisible; rerun to load from the committed "

@@ -181,16 +181,17 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                    for pl in plans)
     data = tuple(f["url"] for f in files if f["kind"] == "data")
     dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
+    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
     if dl is not None:
         dl_done = ice.committed_offsets(dl)
         ice.commit(dl, ice.KafkaCommit(
-            run_id, "reprocess", claims, dead, delete_from=claims, audit=audit,
+            run_id, "reprocess", claims, dead, delete_from=claims, audit=audit, footers=footers,
             expected={c.topic_partition: dl_done.get(c.topic_partition) for c in claims}))
     schema = (_load.nullable(_load.file_schema(data[0], storage_options))
               if data and spec.decoded else None)
     result = ice.commit(tbl, ice.KafkaCommit(
         run_id, "reprocess", claims, data, delete_from=claims, schema=schema, audit=audit,
-        expected={(topic, pl.range.partition): pl.committed for pl in plans}))
+        footers=footers, expected={(topic, pl.range.partition): pl.committed for pl in plans}))
     summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"

@@ -12,7 +12,9 @@ them under ``<table location>/data/`` through fsspec/pyarrow:
 * rows are sorted by offset, at most ``max_rows_per_file`` per file;
 * no Parquet field ids: the table's name mapping maps columns by name.
 
-It returns one descriptor (:data:`DESCRIPTOR_DDL`) per file. Files are
+It returns one descriptor (:data:`DESCRIPTOR_DDL`) per file, with the file's
+Parquet footer (as a standalone metadata file: the commit builds the Iceberg
+data file entry from it, see :func:`pipelines.iceberg.data_file`). Files are
 invisible until a snapshot lists them; files of failed task attempts are never
 collected and ``kafkastore vacuum`` removes them after the grace period.
 """
@@ -26,7 +28,7 @@ from kafkastore.errors import ConfigError
 
 KINDS = ("data", "dead_letter")
 DESCRIPTOR_DDL = ("url string, kind string, topic string, partition int, min_offset bigint, "
-                  "max_offset bigint, rows bigint, bytes bigint")
+                  "max_offset bigint, rows bigint, bytes bigint, footer binary")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _US = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": None}
 _TIME_UNITS_US = {"hour": 3_600_000_000, "day": 86_400_000_000}
@@ -37,7 +39,8 @@ def descriptor_schema():
 
     return pa.schema([("url", pa.string()), ("kind", pa.string()), ("topic", pa.string()),
                       ("partition", pa.int32()), ("min_offset", pa.int64()),
-                      ("max_offset", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64())])
+                      ("max_offset", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64()),
+                      ("footer", pa.binary())])
 
 
 def micros_timestamps(data):
@@ -165,8 +168,13 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
             rel = "/".join(x for x in ("data", labels, f"{kind}-{g['partition']}-{lo:020d}-"
                                        f"{_SAFE.sub('_', run_id)[:48]}-{uuid.uuid4().hex[:12]}.parquet") if x)
             buf = pa.BufferOutputStream()
-            pq.write_table(chunk, buf, compression=compression)
+            written: list = []
+            pq.write_table(chunk, buf, compression=compression, metadata_collector=written)
             body = buf.getvalue()
+            # The file's footer as a standalone metadata file: the driver adds the file
+            # to a snapshot from it instead of reading every new file's footer back.
+            footer = pa.BufferOutputStream()
+            written[0].write_metadata_file(footer)
             path = f"{root}/{rel}"
             if local:
                 fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
@@ -175,7 +183,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
             out.append({"url": f"{location.rstrip('/')}/{rel}", "kind": kind,
                         "topic": g["topic"], "partition": int(g["partition"]),
                         "min_offset": int(lo), "max_offset": int(hi), "rows": chunk.num_rows,
-                        "bytes": body.size})
+                        "bytes": body.size, "footer": footer.getvalue().to_pybytes()})
     return out
 
 

@@ -188,7 +188,7 @@ class StickyPartitioner:
         self._bytes += record_size
         return self._current
 
-    def next_many(self, record_sizes) -> "np.ndarray":
+    def next_many(self, record_sizes):
         """:meth:`next` for many records at once (int32 partitions), one step per switch."""
         import numpy as np
 

@@ -119,7 +119,7 @@ def test_session_expiry_removes_member_and_rebalances():
     a = join(coord).value
     sync(coord, 1, a.member_id)
     b_box = join(coord, session=5000)
-    a_box = join(coord, member_id=a.member_id, session=1000)
+    join(coord, member_id=a.member_id, session=1000)
     b = b_box.value
     sync(coord, 2, a.member_id)
     sync(coord, 2, b.member_id)

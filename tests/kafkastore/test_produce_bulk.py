@@ -7,7 +7,6 @@ import io
 import json
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ import struct
 import uuid
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from kafkastore.admin import verify_partition
 from kafkastore.broker import Broker

@@ -360,3 +360,43 @@ def test_s3_warehouse_with_local_sqlite_catalog(tmp_path, s3_endpoint):
     assert all(u.startswith("s3://") for u in ice.plan_scan(t).urls())
     assert ice.read_arrow(t).num_rows == 5
     assert load(w, t, "t", 0, 0, 5, run_id="s3").noop
+
+
+# --- data file entries from the writers' footers ----------------------------------------
+
+
+def test_data_file_from_a_writers_footer_equals_reading_the_file(wh):
+    """A load's commit builds each data file entry from the footer its writer kept
+    (write_files' descriptor): the same entry pyiceberg builds by reading the file's
+    footer back, for partitioned tables and nulls; a file that does not fit is refused
+    alike; a commit with footers adds the files as readable rows."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    from pipelines.table_files import write_files
+
+    table = wh.create_table("f", SCHEMA, partition_by=["partition", "day(timestamp)"])
+    data = pa.concat_tables([rows("orders", p, 0, 30, day=d) for p in (0, 1) for d in (0, 3)])
+    data = data.set_column(4, "value", pa.array([None if i % 7 == 0 else b"v"
+                                                 for i in range(data.num_rows)], pa.binary()))
+    files = write_files(table.location(), data, run_id="r", partition_by=("partition",
+                                                                          "day(timestamp)"))
+    assert len(files) == 4
+    md = table.metadata
+    for f in files:
+        mine = ice.data_file(md, f["url"], f["bytes"], f["footer"])
+        theirs = parquet_file_to_data_file(table.io, md, f["url"])
+        # every field (DataFile's own == compares paths only)
+        assert [mine[i] for i in range(len(mine))] == [theirs[i] for i in range(len(theirs))]
+        assert mine.record_count == 30 and mine.file_size_in_bytes == f["bytes"]
+    c = ice.KafkaCommit("r", "load", (OffsetRange("orders", 0, 0, 60), OffsetRange("orders", 1, 0, 60)),
+                        files=tuple(f["url"] for f in files),
+                        footers={f["url"]: (f["bytes"], f["footer"]) for f in files})
+    ice.commit(table, c)
+    assert ice.read_arrow(table.refresh()).num_rows == 120
+    other = write_files(table.location(), pa.table({"topic": ["t"], "partition": pa.array([0], pa.int32()),
+                                                    "offset": [0], "extra": [1.5]}),
+                        run_id="x", partition_by=())
+    with pytest.raises(ValueError):
+        parquet_file_to_data_file(table.io, md, other[0]["url"])
+    with pytest.raises(ValueError):
+        ice.data_file(md, other[0]["url"], other[0]["bytes"], other[0]["footer"])

@@ -262,7 +262,7 @@ def test_lost_catalog_response_is_settled_by_reading_back(spark, backend, tmp_pa
         return real_refresh(self)
 
     def commit_then_unreadable(self, table, requirements, updates):
-        out = real_commit(self, table, requirements, updates)
+        real_commit(self, table, requirements, updates)
         state["unreadable"] = 1
         raise _LostResponse("connection reset")
 

@@ -117,7 +117,6 @@ def test_reprocess_refusals(spark, loaded):
 
 
 def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_root):
-    from kafkastore.topic_config import TopicConfig  # noqa: F401 - config names below
     from pipelines.compaction import compact_topic
 
     root = f"{local_root}/log"

@@ -245,7 +245,6 @@ def test_librdkafka_group_rebalances_between_members(local_root):
         for c in cs:
             c.subscribe(["rk"])
         deadline = time.time() + 30
-        seen: dict[int, set] = {}
         while time.time() < deadline:
             for c in cs:
                 c.poll(0.05)
