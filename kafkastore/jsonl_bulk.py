@@ -25,6 +25,7 @@ per-line parser.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -47,6 +48,12 @@ _SCHEMA = pa.schema([
 ])
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="error")
 _HEADERS_STRUCT = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD]")   # \uD800-style: pyarrow would take lone surrogates
+
+
+def _count_lines(data: bytes) -> int:
+    """Newlines in ``data`` (numpy: several times ``bytes.count``'s speed on big chunks)."""
+    return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
 
 
 @dataclass
@@ -78,7 +85,7 @@ def iter_chunks(raw: BinaryIO, chunk_bytes: int | None = None) -> Iterator[tuple
         rest = data[cut:]
         chunk = data[:cut]
         yield lineno, chunk
-        lineno += chunk.count(b"\n")
+        lineno += _count_lines(chunk)
 
 
 def parse_chunk(chunk: bytes, first_lineno: int) -> ParsedChunk:
@@ -88,13 +95,19 @@ def parse_chunk(chunk: bytes, first_lineno: int) -> ParsedChunk:
 
 
 def _bulk(chunk: bytes, first_lineno: int) -> ParsedChunk | None:
-    if b"\xef\xbb\xbf" in chunk or b"\\ud" in chunk or b"\\uD" in chunk:
+    # Single-byte searches first: a multi-byte `in` scans a chunk at a fraction of memchr's
+    # speed, and all-ASCII input (the usual) can hold neither a BOM nor bad UTF-8.
+    ascii_only = chunk.isascii()
+    if not ascii_only and b"\xef\xbb\xbf" in chunk:
         return None
-    nlines = chunk.count(b"\n") + (not chunk.endswith(b"\n"))
-    try:
-        chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings
-    except UnicodeDecodeError:
+    if b"\\" in chunk and _SURROGATE_ESCAPE.search(chunk):
         return None
+    nlines = _count_lines(chunk) + (not chunk.endswith(b"\n"))
+    if not ascii_only:
+        try:
+            chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings
+        except UnicodeDecodeError:
+            return None
     try:
         t = pj.read_json(pa.BufferReader(chunk), parse_options=_PARSE)
     except Exception:  # noqa: BLE001 - any refusal: the per-line parser decides and explains

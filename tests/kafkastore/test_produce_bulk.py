@@ -116,6 +116,7 @@ bad_line = st.sampled_from([
     b'{"value": "x", "extra": 1}', b'{"value": "\xff"}', b'{"value": "a"}{"value": "b"}',
     b'', b'   ', b'{"value": "x", "headers": [["h"]]}', b'{"value": "\\ud800"}',
     b'{"value": "x", "value": "y"}', b'{"value": "x", "partition": -1}',
+    b'\xef\xbb\xbf{"value": "x"}', b'{"value": "\\\\ud800"}',
 ])
 
 
