@@ -213,23 +213,12 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
     return pack_by_bytes([t.range.size for t in tasks], parallelism, max_bytes)
 
 
-def drop_superseded(rows: pa.Table) -> pa.Table:
-    """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
-    later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
-    done in the scan task (the keys hashed to codes by Arrow, the greatest dirty offset per
-    partition plan and code by numpy; no per-record Python), so the shuffle and window of
-    :func:`_survivors` see about one row per key and slice instead of every record.
-    Dropping them changes no other row's outcome: the greatest dirty offset of each key
-    stays. Clean records and transaction rows are kept as they are."""
+def _latest_dirty(rows: pa.Table, dirty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, greatest dirty offset of each row's key)`` over one-chunk ``rows``
+    (-1 where the key has no ``dirty`` row): the keys hashed to codes by Arrow, one
+    code per (partition plan, key), the maximum per code by numpy."""
     import pyarrow.compute as pc
 
-    if rows.num_rows < 2:
-        return rows
-    rows = rows.combine_chunks()
-    dirty = pc.and_(pc.equal(rows.column("kind").chunk(0), KIND_RECORD),
-                    rows.column("dirty").chunk(0)).to_numpy(zero_copy_only=False)
-    if dirty.sum() < 2:
-        return rows
     keys = pc.dictionary_encode(rows.column("key").chunk(0))
     width = len(keys.dictionary)
     codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -240,7 +229,27 @@ def drop_superseded(rows: pa.Table) -> pa.Table:
     offsets = rows.column("offset").chunk(0).to_numpy(zero_copy_only=False)
     latest = np.full(width * len(plans), -1, np.int64)
     np.maximum.at(latest, codes[dirty], offsets[dirty])
-    return rows.filter(pa.array(~dirty | (offsets == latest[codes])))
+    return offsets, latest[codes]
+
+
+def drop_superseded(rows: pa.Table) -> pa.Table:
+    """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
+    later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
+    done in the scan task (no per-record Python), so the survivor shuffle carries about
+    one row per key and slice instead of every record. Dropping them changes no other
+    row's outcome: the greatest dirty offset of each key stays. Clean records and
+    transaction rows are kept as they are."""
+    import pyarrow.compute as pc
+
+    if rows.num_rows < 2:
+        return rows
+    rows = rows.combine_chunks()
+    dirty = pc.and_(pc.equal(rows.column("kind").chunk(0), KIND_RECORD),
+                    rows.column("dirty").chunk(0)).to_numpy(zero_copy_only=False)
+    if dirty.sum() < 2:
+        return rows
+    offsets, latest = _latest_dirty(rows, dirty)
+    return rows.filter(pa.array(~dirty | (offsets == latest)))
 
 
 def survivors(rows: pa.Table) -> pa.Table:
@@ -252,30 +261,19 @@ def survivors(rows: pa.Table) -> pa.Table:
     groups (``offset`` -1). Records are decided vectorised (keys hashed to codes by
     Arrow, the greatest dirty offset per code by numpy); transaction rows, a few per
     producer and task, in a loop. The same answer as
-    :func:`kafkastore.compaction.local_survivors`, the reference."""
-    import pyarrow.compute as pc
-
+    :func:`kafkastore.compaction.survivor_rule`, the reference."""
     out_schema = pa.schema([("grp", pa.int32()), ("kind", pa.int8()), ("offset", pa.int64()),
                             ("pid", pa.int64())])
     if rows.num_rows == 0:
         return out_schema.empty_table()
     rows = rows.combine_chunks()
     kind = rows.column("kind").to_numpy()
-    rec = rows.filter(pa.array(kind == KIND_RECORD))
+    rec = rows.filter(pa.array(kind == KIND_RECORD)).combine_chunks()
     parts = []
     if rec.num_rows:
-        keys = pc.dictionary_encode(rec.column("key").chunk(0))
-        width = len(keys.dictionary)
-        codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        plan = rec.column("plan").chunk(0)
-        plans = pc.unique(plan)
-        if len(plans) > 1:   # a key's offsets compare within one partition only
-            codes += width * pc.index_in(plan, value_set=plans).to_numpy(zero_copy_only=False)
-        offsets = rec.column("offset").to_numpy()
-        dirty = rec.column("dirty").to_numpy(zero_copy_only=False)
-        latest = np.full(width * len(plans), -1, np.int64)
-        np.maximum.at(latest, codes[dirty], offsets[dirty])
-        keep = offsets >= latest[codes]
+        dirty = rec.column("dirty").chunk(0).to_numpy(zero_copy_only=False)
+        offsets, latest = _latest_dirty(rec, dirty)
+        keep = offsets >= latest
         n = int(keep.sum())
         parts.append(pa.table([rec.column("grp").filter(pa.array(keep)),
                                pa.array(np.full(n, KIND_RECORD, np.int8)),

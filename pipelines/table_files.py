@@ -139,15 +139,15 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
         keyed = keyed.append_column(n, k)
     # The rows of each file group by number (one hash pass): filtering the whole table once
     # per group cost groups x rows, and a task packing many partitions has many groups.
-    n = keyed.num_rows
-    keyed = keyed.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
+    nrows = keyed.num_rows
+    keyed = keyed.append_column("__row", pa.array(np.arange(nrows, dtype=np.int64)))
     groups = keyed.group_by(["topic", "partition"] + names, use_threads=False).aggregate(
         [("__row", "list")])
     keyed = keyed.drop_columns(["__row"] + names)
     lists = groups.column("__row_list").combine_chunks()
     order = lists.flatten().to_numpy()            # row numbers, group after group
     bounds = lists.offsets.to_numpy()
-    if not np.array_equal(order, np.arange(n)):
+    if not np.array_equal(order, np.arange(nrows)):
         # One gather puts each group's rows together; a take per group would concatenate
         # every chunk of the table again each time (a task reads hundreds of batches).
         keyed = keyed.take(pa.array(order))

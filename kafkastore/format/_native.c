@@ -2519,8 +2519,8 @@ static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
             sampled++;
         }
     int64_t cap = sampled ? (int64_t)(sample / sampled) * n + n / 16 + 64 : 64;
-    if (cap > INT32_MAX)
-        cap = INT32_MAX;
+    if (cap > ((int64_t)1 << 28)) /* a guess: start at 256 MiB at most, grow if it holds */
+        cap = (int64_t)1 << 28;
     offs = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
     data = offs ? PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)cap) : NULL;
     if (!data)
