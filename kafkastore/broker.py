@@ -34,13 +34,10 @@ that retry with their own producer id and sequence).
 from __future__ import annotations
 
 import operator
-import os
 import random
 import struct
-import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Sequence
 
@@ -58,6 +55,7 @@ from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Re
                            parse_header)
 from .format.segment import index_batch_arrays, index_batches
 from .storage import Storage
+from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
 
 _BASE_OFFSET = struct.Struct(">q")
@@ -1023,21 +1021,11 @@ class Broker:
         return self.flush()
 
 
-_WORKERS: tuple[int, ThreadPoolExecutor] | None = None
-_WORKERS_LOCK = threading.Lock()
-
-
-def _workers() -> ThreadPoolExecutor:
+def _workers():
     """Threads on which :meth:`Broker.flush` commits partitions side by side (a commit
     mostly waits on fsync or an object store with the GIL released) and
-    :meth:`Broker.send_arrow` encodes them (the C encoder releases it too). Made once
-    per process (a forked child makes its own: the parent's threads are not there)."""
-    global _WORKERS
-    with _WORKERS_LOCK:
-        if _WORKERS is None or _WORKERS[0] != os.getpid():
-            _WORKERS = (os.getpid(), ThreadPoolExecutor(
-                max_workers=8, thread_name_prefix="kafkastore-broker"))
-        return _WORKERS[1]
+    :meth:`Broker.send_arrow` encodes them (the C encoder releases it too)."""
+    return shared_pool("broker", 8)
 
 
 def _as_table(values, keys, headers, timestamps):

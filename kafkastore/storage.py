@@ -35,7 +35,7 @@ import os
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -45,6 +45,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 from .errors import (CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError,
                      StoragePermissionError)
+from .threads import shared_pool
 
 _MEMORY_LOCK = threading.Lock()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
@@ -181,19 +182,9 @@ def _fsync_dir(directory: str) -> None:
         os.close(dfd)
 
 
-_FSYNC_POOL: tuple[int, ThreadPoolExecutor] | None = None
-_FSYNC_POOL_LOCK = threading.Lock()
-
-
-def _fsync_pool() -> ThreadPoolExecutor:
-    """A few threads that fsync for :func:`_fsync_all`, made once per process (a forked
-    child, such as a Spark worker, makes its own: the parent's threads are not there)."""
-    global _FSYNC_POOL
-    with _FSYNC_POOL_LOCK:
-        if _FSYNC_POOL is None or _FSYNC_POOL[0] != os.getpid():
-            _FSYNC_POOL = (os.getpid(), ThreadPoolExecutor(
-                max_workers=4, thread_name_prefix="kafkastore-fsync"))
-        return _FSYNC_POOL[1]
+def _fsync_pool():
+    """A few threads that fsync for :func:`_fsync_all`."""
+    return shared_pool("fsync", 4)
 
 
 def _fsync_all(fds: list[int]) -> None:

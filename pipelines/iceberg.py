@@ -667,9 +667,10 @@ def _build(table, c: KafkaCommit, branch: str):
                                         head.snapshot_id if head is not None else None)
     try:
         files = list(c.files) + rewritten
-        read = dict(zip((u for u in files if u not in c.footers), _parquet_files_to_data_files(
-            txn.table_metadata, [u for u in files if u not in c.footers], table.io)))
-        added = [read[u] if u not in c.footers else data_file(txn.table_metadata, u, *c.footers[u])
+        unread = [u for u in files if u not in c.footers]   # e.g. reprocess rewrites
+        read = dict(zip(unread, _parquet_files_to_data_files(txn.table_metadata, unread,
+                                                             table.io)))
+        added = [read[u] if u in read else data_file(txn.table_metadata, u, *c.footers[u])
                  for u in files]
     except ValueError as exc:
         raise SchemaEvolutionError(f"files of run {c.run_id} do not fit table "

@@ -2501,6 +2501,19 @@ done:
  * types only (bytes or None; int or None, bool excluded), else None so that
  * the caller judges the records one by one through send(). */
 
+/* Clear bit i of the validity bitmap of n items, made (all valid) at the first null.
+ * 0, or -1 with a Python error set. */
+static int mark_null(PyObject **bitmap, Py_ssize_t n, Py_ssize_t i) {
+    if (!*bitmap) {
+        *bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+        if (!*bitmap)
+            return -1;
+        memset(PyBytes_AS_STRING(*bitmap), 0xFF, (size_t)((n + 7) / 8));
+    }
+    ((uint8_t *)PyBytes_AS_STRING(*bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+    return 0;
+}
+
 static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
     PyObject *seq = PySequence_Fast(arg, "pylist_binary needs a sequence");
     if (!seq)
@@ -2532,13 +2545,8 @@ static PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
         PyObject *o = items[i];
         o32[i] = (int32_t)at;
         if (o == Py_None) {
-            if (!bitmap) {
-                bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-                if (!bitmap)
-                    goto done;
-                memset(PyBytes_AS_STRING(bitmap), 0xFF, (size_t)((n + 7) / 8));
-            }
-            ((uint8_t *)PyBytes_AS_STRING(bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            if (mark_null(&bitmap, n, i) < 0)
+                goto done;
             nulls++;
             continue;
         }
@@ -2591,13 +2599,8 @@ static PyObject *mod_pylist_int64(PyObject *Py_UNUSED(m), PyObject *arg) {
         PyObject *o = items[i];
         if (o == Py_None) {
             v[i] = 0;
-            if (!bitmap) {
-                bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-                if (!bitmap)
-                    goto done;
-                memset(PyBytes_AS_STRING(bitmap), 0xFF, (size_t)((n + 7) / 8));
-            }
-            ((uint8_t *)PyBytes_AS_STRING(bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+            if (mark_null(&bitmap, n, i) < 0)
+                goto done;
             nulls++;
             continue;
         }
