@@ -9,7 +9,8 @@ import time
 import pytest
 
 from kafkastore import layout
-from kafkastore.errors import ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError
+from kafkastore.errors import (ConfigError, KafkaStoreError, ObjectNotFoundError,
+                               StaleUploadError, StorageError)
 from kafkastore.gc import collect_garbage
 from kafkastore.manifest import ManifestStore, ReplaceSegments
 from kafkastore.reader import PartitionReader
@@ -268,7 +269,12 @@ def test_concurrent_with_writers_retention_and_readers(storage, monkeypatch):
             hw = ManifestStore(storage, T, P).latest().high_watermark
             orphans.extend(segment_files(upload_segment(storage, T, P, hw, [now_ms()]), T, P))
         else:
-            append_segment(storage, T, P, [now_ms()] * 3)
+            try:
+                append_segment(storage, T, P, [now_ms()] * 3)
+            except StaleUploadError:
+                # On a loaded machine an upload can outlive half the short grace: the commit
+                # refuses it (GC may already be deleting it), and it is left as an orphan.
+                pass
         time.sleep(0.01)
 
     def read():
