@@ -10,8 +10,8 @@ through :func:`write_object`, which picks the strategy from the filesystem's typ
   atomically) or ``os.replace`` it (overwrite). The final name only ever
   points at a complete file. Temporary files are named ``.tmp-*`` and are
   hidden from :meth:`Storage.list`.
-* memory: check-and-set under a process-wide lock (the store lives in one
-  process anyway; ``MemoryFileSystem`` keeps one class-level store).
+* memory: every call under one process-wide lock (``MemoryFileSystem`` keeps one
+  class-level store, which a listing in one thread and a write in another would race on).
 * S3: ``PutObject`` with ``If-None-Match: *`` (s3fs ``mode="create"``); a
   single PUT is atomic, so overwrite is a plain ``pipe_file``.
 * anything else: fsspec's exclusive open mode ``"xb"``, if the backend has it.
@@ -47,7 +47,12 @@ from .errors import (CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoun
                      StoragePermissionError)
 from .threads import shared_pool
 
-_MEMORY_LOCK = threading.Lock()
+# fsspec's memory store is one dict per process. Its listings copy the dict first, but a
+# garbage collection inside that copy can run Python code (finalizers, gc callbacks) and so
+# let another thread change the dict: "dictionary changed size during iteration". Every
+# Storage call on it holds this lock (re-entrant: a write nests write_object's check-and-set).
+_MEMORY_LOCK = threading.RLock()
+_UNGUARDED = contextlib.nullcontext()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
 _TEMP_PREFIX = ".tmp-"
 # Exceptions from these client libraries are transport failures, never bugs of ours.
@@ -330,7 +335,8 @@ class Storage:
         ``verb`` and ``rel``); ``missing=True``: a missing object into
         :class:`ObjectNotFoundError`. Caller bugs and our own errors pass through."""
         try:
-            yield
+            with _MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED:
+                yield
         except Exception as exc:
             if missing and isinstance(exc, FileNotFoundError):
                 raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None

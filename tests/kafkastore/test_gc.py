@@ -5,6 +5,7 @@ import itertools
 import os
 import threading
 import time
+import traceback
 
 import pytest
 
@@ -293,7 +294,7 @@ def test_concurrent_with_writers_retention_and_readers(storage, monkeypatch):
     stop.set()
     for t in threads:
         t.join()
-    assert errors == []
+    assert errors == [], "".join(traceback.format_exception(errors[0]))
     assert_every_version_readable(storage)
     time.sleep(grace / 1000 + 0.1)
     collect_garbage(storage, T, P, now_ms=now_ms())

@@ -1,10 +1,14 @@
 """Storage on every backend: whole-object writes, exclusive create under races, ranges, listings."""
 from __future__ import annotations
 
+import gc
+import itertools
 import multiprocessing
 import os
 import pickle
 import threading
+import time
+import traceback
 import uuid
 
 import pytest
@@ -114,6 +118,51 @@ def test_put_if_absent_race_threads(storage):
         assert not errors
         assert len(winners) == 1 and len(losers) == 11
         assert storage.get(name) == f"writer-{winners[0]}".encode()
+
+
+def test_listing_while_other_threads_write_and_delete(storage):
+    """Listings, writes and deletes from several threads never trip over each other.
+
+    A garbage collection can run Python code (here a gc callback; in real runs finalizers)
+    in the middle of fsspec's copy of its memory store, and so switch threads there: without
+    a lock a concurrent write changes the dict under the copy."""
+    storage.put_many((f"many/{i:05d}", b"x") for i in range(200 if storage.protocol == "s3" else 3000))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop(fn):
+        def run():
+            try:
+                while not stop.is_set():
+                    fn()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                stop.set()
+        return threading.Thread(target=run)
+
+    counter = itertools.count()
+
+    def churn():
+        name = f"churn/{next(counter)}"
+        storage.put(name, b"y")
+        storage.delete(name)
+
+    def list_all():
+        assert len(storage.list("many")) == len(storage.list("many"))
+
+    switch = lambda phase, info: time.sleep(0)  # noqa: E731 - any Python code run by a collection
+    gc.callbacks.append(switch)
+    try:
+        threads = [loop(churn), loop(list_all), loop(lambda: storage.list_dirs(""))]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        stop.set()
+        for t in threads:
+            t.join()
+    finally:
+        gc.callbacks.remove(switch)
+    assert errors == [], "".join(traceback.format_exception(errors[0]))
 
 
 def _race_worker(args):
