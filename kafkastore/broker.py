@@ -1128,11 +1128,7 @@ class _RunSegment:
         if len(self.parts) == 1 and not self.parts[0].readonly:
             out = self.parts[0]
         else:
-            out = bytearray(self.size)
-            view, at = memoryview(out), 0
-            for part in self.parts:
-                view[at:at + len(part)] = part
-                at += len(part)
+            out = bytearray().join(self.parts)   # not bytearray(size): no zero-fill pass first
         arr = np.frombuffer(out, np.uint8)
         arr[self.positions[:, None] + np.arange(8)] = (
             (self.rels + shift).astype(">i8").view(np.uint8).reshape(-1, 8))

@@ -119,8 +119,8 @@ def cmd_produce(args, cfg: Config) -> int:
     broker.on_commit = settled
     try:
         # Chunks of whole lines, parsed in bulk (pyarrow) or line by line where that decides.
-        for first, chunk in iter_chunks(_binary_stdin()):
-            parsed = parse_chunk(chunk, first)
+        for first, chunk, newlines in iter_chunks(_binary_stdin()):
+            parsed = parse_chunk(chunk, first, newlines)
             if refused is None and parsed.table.num_rows:
                 try:
                     send(parsed.table, parsed.lines)

@@ -162,10 +162,34 @@ def test_bulk_path_is_taken_for_plain_lines_and_tombstones():
     assert missing.table.num_rows == 1
 
 
-def test_iter_chunks_keeps_lines_whole_and_numbers_them():
-    data = b"a\nbb\n" + b"c" * 50 + b"\nd"
-    chunks = list(jsonl_bulk.iter_chunks(io.BytesIO(data), 4))
-    assert b"".join(c for _, c in chunks) == data
-    assert all(c.endswith(b"\n") for _, c in chunks[:-1])
-    first = [n for n, _ in chunks]
-    assert first == [1 + b"".join(c for _, c in chunks[:i]).count(b"\n") for i in range(len(chunks))]
+class _ReadOnly:
+    """A stream with ``read`` only (as a text stdin wrapped to bytes), short reads included."""
+
+    def __init__(self, data: bytes):
+        self.f = io.BytesIO(data)
+
+    def read(self, n: int) -> bytes:
+        return self.f.read(max(1, n // 2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.lists(st.sampled_from([b"a", b"\n", b"bb", b"c" * 9]), max_size=40).map(b"".join),
+       chunk=st.integers(1, 16), readinto=st.booleans())
+def test_iter_chunks_keeps_lines_whole_and_numbers_them(data, chunk, readinto):
+    stream = io.BytesIO(data) if readinto else _ReadOnly(data)
+    # The chunk's memory is reused for the next: copy each one before asking for the next.
+    chunks = [(n, bytes(c), k) for n, c, k in jsonl_bulk.iter_chunks(stream, chunk)]
+    assert b"".join(c for _, c, _ in chunks) == data
+    assert all(c and c.endswith(b"\n") for _, c, _ in chunks[:-1])
+    assert [k for _, _, k in chunks] == [c.count(b"\n") for _, c, _ in chunks]
+    first = [n for n, _, _ in chunks]
+    assert first == [1 + b"".join(c for _, c, _ in chunks[:i]).count(b"\n") for i in range(len(chunks))]
+
+
+def test_iter_chunks_survives_a_view_kept_of_the_last_chunk():
+    data = b"".join(b"line %d\n" % i for i in range(100))
+    kept, out = [], []
+    for _, chunk, _ in jsonl_bulk.iter_chunks(io.BytesIO(data), 16):
+        out.append(bytes(chunk))
+        kept.append(memoryview(chunk))   # the buffer cannot be resized in place any more
+    assert b"".join(out) == data
