@@ -421,8 +421,8 @@ class Broker:
         names = table.schema.names
         if "partition" in names:
             pcol = table.column("partition")
-            pvals = np.asarray(pcol.fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
-            explicit = np.asarray(pcol.is_valid().to_numpy(zero_copy_only=False), bool)
+            pvals, valid = arrow_encode.int64_values(pcol, fill=-1)
+            explicit = np.ones(n, bool) if valid is None else valid.view(bool)
             parts[explicit] = pvals[explicit]
         if partition is not None:
             if type(partition) is not int or not 0 <= partition < st.meta.partitions:

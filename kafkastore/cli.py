@@ -13,6 +13,7 @@ exit status 1. Usage errors exit with status 2 (argparse).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -70,7 +71,7 @@ def cmd_produce(args, cfg: Config) -> int:
     from .errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
     import numpy as np
 
-    from .jsonl_bulk import iter_chunks, parse_chunk
+    from .jsonl_bulk import parse_ahead
 
     storage = _storage(cfg)
     # Without --flush-every the input is one unit: nothing is committed before the end (no
@@ -118,18 +119,19 @@ def cmd_produce(args, cfg: Config) -> int:
 
     broker.on_commit = settled
     try:
-        # Chunks of whole lines, parsed in bulk (pyarrow) or line by line where that decides.
-        for first, chunk, newlines in iter_chunks(_binary_stdin()):
-            parsed = parse_chunk(chunk, first, newlines)
-            if refused is None and parsed.table.num_rows:
-                try:
-                    send(parsed.table, parsed.lines)
-                except refusals as exc:
-                    if not atomic:
-                        raise
-                    refused = exc
-            if parsed.error is not None:
-                raise parsed.error
+        # Chunks of whole lines, parsed in bulk (C or pyarrow) or line by line where that
+        # decides, on a thread one chunk ahead.
+        with contextlib.closing(parse_ahead(_binary_stdin())) as parsed_chunks:
+            for parsed in parsed_chunks:
+                if refused is None and parsed.table.num_rows:
+                    try:
+                        send(parsed.table, parsed.lines)
+                    except refusals as exc:
+                        if not atomic:
+                            raise
+                        refused = exc
+                if parsed.error is not None:
+                    raise parsed.error
         if refused is not None:
             raise refused
         broker.flush()

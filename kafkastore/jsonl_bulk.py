@@ -1,13 +1,16 @@
 """``produce`` input in bulk: JSON lines -> Arrow tables, chunk by chunk.
 
 The input is read in chunks of whole lines (about :data:`CHUNK_BYTES`; never
-the whole input), and each chunk is parsed by pyarrow's JSON reader into the
-columns :meth:`kafkastore.broker.Broker.send_arrow` takes. The per-line
-parser (:func:`kafkastore.jsonl.parse_produce_line`) stays the judge of what
-is accepted: a chunk goes through pyarrow only when pyarrow's reading is
-certainly the same, and otherwise (or whenever pyarrow refuses it) the chunk
-is parsed line by line, which also gives the first bad line's error with its
-number. Routed to the per-line parser:
+the whole input), and each chunk is parsed in bulk into the columns
+:meth:`kafkastore.broker.Broker.send_arrow` takes: by the C fast path
+(``_native.parse_jsonl``) when every line has the common shape (string or null
+key and value, integer timestamp and partition, no headers; see its comment
+for the exact set), else by pyarrow's JSON reader. The per-line parser
+(:func:`kafkastore.jsonl.parse_produce_line`) stays the judge of what is
+accepted: a chunk is parsed in bulk only when that reading is certainly the
+same, and otherwise (or whenever pyarrow refuses it) line by line, which also
+gives the first bad line's error with its number. Routed past pyarrow to the
+per-line parser:
 
 * input that is not UTF-8 (pyarrow would take it into its strings);
 * anything pyarrow refuses: invalid JSON, a line that is not an
@@ -25,7 +28,9 @@ per-line parser.
 """
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
@@ -35,7 +40,16 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from .errors import ConfigError, KafkaStoreError
+from .format.arrow_encode import IMPLEMENTATION as _ENCODER
 from .jsonl import MAX_TIMESTAMP_MS, parse_produce_line
+
+try:
+    from .format import _native
+except ImportError:  # not built: pyarrow's reader does the bulk parse
+    _native = None
+#: Whether lines of the common shape are parsed by the C fast path (off with the extensions).
+NATIVE_PARSE = (_native is not None and hasattr(_native, "parse_jsonl")
+                and _ENCODER == "native")
 
 #: Bytes read at a time (a chunk is this plus the rest of its last line).
 CHUNK_BYTES = 4 << 20
@@ -63,7 +77,8 @@ class ParsedChunk:
     table: pa.Table            # key, value (binary), headers, timestamp, partition
     lines: np.ndarray          # int64: the line number of each row
     error: KafkaStoreError | None = None
-    bulk: bool = True          # parsed by pyarrow (False: line by line)
+    bulk: bool = True          # parsed in bulk (False: line by line)
+    native: bool = False       # parsed in bulk by the C fast path
 
 
 def iter_chunks(raw: BinaryIO, chunk_bytes: int | None = None
@@ -140,6 +155,50 @@ def _read_into(raw, view: memoryview) -> int:
     return got
 
 
+def parse_ahead(raw: BinaryIO, chunk_bytes: int | None = None) -> Iterator[ParsedChunk]:
+    """:func:`parse_chunk` of each chunk of :func:`iter_chunks`, read and parsed on a thread
+    one chunk ahead of the consumer: the read and the C parser release the GIL, so the next
+    chunk is parsed while this one is sent. Stops after the first chunk with an error; an
+    exception of the reader is raised here, where the chunk it stopped at would have come."""
+    out: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for first, chunk, newlines in iter_chunks(raw, chunk_bytes):
+                parsed = parse_chunk(chunk, first, newlines)
+                if not put(parsed) or parsed.error is not None:
+                    return
+        except BaseException as exc:  # noqa: BLE001 -- handed to the consumer
+            put(exc)
+            return
+        put(None)
+
+    thread = threading.Thread(target=work, name="kafkastore-parse", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = out.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.error is not None:
+                return
+    finally:
+        stop.set()   # the thread ends at its next hand-over (not joined: it may be in a read)
+
+
 def parse_chunk(chunk: bytes | bytearray, first_lineno: int,
                 lines: int | None = None) -> ParsedChunk:
     """Parse a chunk of whole lines (see the module docstring); ``lines``: its number of
@@ -148,7 +207,39 @@ def parse_chunk(chunk: bytes | bytearray, first_lineno: int,
     return parsed if parsed is not None else parse_lines(chunk, first_lineno)
 
 
+def _native_table(chunk, nlines: int) -> pa.Table | None:
+    """The C fast path: the chunk's columns if every line is of the common shape (the C
+    parser reads those exactly as :func:`parse_produce_line`), else None."""
+    got = _native.parse_jsonl(chunk, MAX_TIMESTAMP_MS)
+    if got is None or got[0] != nlines:
+        return None
+    n, key, value, ts, part = got
+    buf = pa.py_buffer
+
+    def bitmap(valid):
+        return None if valid is None else buf(valid)
+
+    def binary(nulls, valid, offsets, data):
+        return pa.Array.from_buffers(pa.binary(), n, [bitmap(valid), buf(offsets), buf(data)],
+                                     null_count=nulls)
+
+    def int64(nulls, valid, values):
+        return pa.Array.from_buffers(pa.int64(), n, [bitmap(valid), buf(values)],
+                                     null_count=nulls)
+
+    return pa.table({"key": binary(*key), "value": binary(*value), "timestamp": int64(*ts),
+                     "partition": int64(*part)})
+
+
 def _bulk(chunk, first_lineno: int, newlines: int | None) -> ParsedChunk | None:
+    if newlines is None:
+        newlines = _count_lines(chunk)
+    nlines = newlines + (not chunk.endswith(b"\n"))
+    if NATIVE_PARSE:
+        table = _native_table(chunk, nlines)
+        if table is not None:
+            return ParsedChunk(table, np.arange(first_lineno, first_lineno + nlines,
+                                                dtype=np.int64), native=True)
     # Single-byte searches first: a multi-byte `in` scans a chunk at a fraction of memchr's
     # speed, and all-ASCII input (the usual) can hold neither a BOM nor bad UTF-8.
     ascii_only = chunk.isascii()
@@ -156,9 +247,6 @@ def _bulk(chunk, first_lineno: int, newlines: int | None) -> ParsedChunk | None:
         return None
     if b"\\" in chunk and _SURROGATE_ESCAPE.search(chunk):
         return None
-    if newlines is None:
-        newlines = _count_lines(chunk)
-    nlines = newlines + (not chunk.endswith(b"\n"))
     if not ascii_only:
         try:
             chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings

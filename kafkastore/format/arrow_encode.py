@@ -45,7 +45,7 @@ except ImportError:  # not built
 
 __all__ = ["Columns", "prepare", "encode_rows", "encode_rows_pure", "encode_rows_native",
            "EncodedBatches", "encode_batches", "encode_batches_pure", "encode_batches_native",
-           "binary_array", "int64_array",
+           "binary_array", "int64_array", "int64_values", "validity",
            "murmur2_column", "IMPLEMENTATION", "NATIVE_AVAILABLE"]
 
 NATIVE_AVAILABLE = _native is not None and hasattr(_native, "encode_arrow")
@@ -126,8 +126,23 @@ def _binary(arr: pa.Array | pa.ChunkedArray, what: str) -> _Binary:
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None and bufs[2].size else _EMPTY
     valid = None
     if arr.null_count:
-        valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+        valid = validity(arr)
     return _Binary(valid, offsets, data)
+
+
+def validity(arr) -> np.ndarray:
+    """uint8[len(arr)]: 1 where ``arr`` (an Array or ChunkedArray) is valid, from its bitmap.
+
+    Not ``is_valid().to_numpy()``: converting a boolean array imports pandas (a quarter
+    of a second of every CLI run that produces)."""
+    if isinstance(arr, pa.ChunkedArray):
+        return (np.concatenate([validity(c) for c in arr.chunks]) if arr.num_chunks
+                else np.zeros(0, np.uint8))
+    n, bitmap = len(arr), arr.buffers()[0]
+    if bitmap is None:   # no nulls, or all (a null-type array has no bitmap)
+        return np.full(n, 0 if arr.null_count else 1, np.uint8)
+    bits = np.frombuffer(bitmap, np.uint8)
+    return np.unpackbits(bits, count=arr.offset + n, bitorder="little")[arr.offset:]
 
 
 def _timestamps(arr) -> tuple[np.ndarray, np.ndarray | None]:
@@ -146,11 +161,24 @@ def _timestamps(arr) -> tuple[np.ndarray, np.ndarray | None]:
         arr = pa.nulls(len(arr), pa.int64())
     else:
         raise ConfigError(f"column 'timestamp' must be int64 epoch ms or a timestamp, got {t}")
+    return int64_values(arr)
+
+
+def int64_values(arr, fill: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """An integer Array or ChunkedArray as (int64 values with ``fill`` for nulls, uint8
+    validity or None if no nulls), read from its buffers (see :func:`validity`)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.type != pa.int64():
+        arr = arr.cast(pa.int64())
+    n, data = len(arr), arr.buffers()[1]
+    values = (np.frombuffer(data, np.int64, count=arr.offset + n)[arr.offset:] if data is not None
+              else np.full(n, fill, np.int64))
     valid = None
     if arr.null_count:
-        valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
-        arr = arr.fill_null(0)
-    return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), valid
+        valid = validity(arr)
+        values = np.where(valid.view(bool), values, fill)
+    return values, valid
 
 
 def _headers(arr) -> tuple[np.ndarray, np.ndarray | None, _Binary, _Binary]:
@@ -190,7 +218,7 @@ def _headers(arr) -> tuple[np.ndarray, np.ndarray | None, _Binary, _Binary]:
             raise ConfigError(f"header keys must be strings, got {hkey.type}")
     valid = None
     if arr.null_count:
-        valid = arr.is_valid().to_numpy(zero_copy_only=False).view(np.uint8)
+        valid = validity(arr)
     return offsets, valid, _binary(hkey, "header key"), _binary(hval, "header value")
 
 

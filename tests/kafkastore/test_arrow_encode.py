@@ -293,3 +293,24 @@ def test_list_conversion_declines_inexact_types(native):
     for bad in ([1, True], [1, 2.0], [1 << 63], [-(1 << 63) - 1], [1, b"x"]):
         assert ae.int64_array(bad, native=native) is None
     assert ae.binary_array((b"a", None), native=native).to_pylist() == [b"a", None]  # tuples too
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(st.lists(st.one_of(st.none(), st.integers(-2 ** 31, 2 ** 31 - 1)),
+                                max_size=20), min_size=1, max_size=3),
+       typ=st.sampled_from([pa.int64(), pa.int32(), pa.int16()]), start=st.integers(0, 5),
+       fill=st.sampled_from([0, -1]), chunked=st.booleans())
+def test_validity_and_int64_values_read_the_buffers_as_arrow_does(chunks, typ, start, fill,
+                                                                  chunked):
+    """Read from the bitmap and data buffers (not through pandas), sliced and chunked."""
+    values = [[v if v is None else max(-2 ** 15, min(2 ** 15 - 1, v)) for v in c] for c in chunks]
+    arr = pa.chunked_array([pa.array(c, typ) for c in values], typ)
+    arr = arr.slice(min(start, len(arr)))
+    if not chunked:
+        arr = arr.combine_chunks()
+    want = arr.to_pylist()
+    assert ae.validity(arr).tolist() == [int(v is not None) for v in want]
+    got, valid = ae.int64_values(arr, fill=fill)
+    assert got.dtype == np.int64 and got.tolist() == [fill if v is None else v for v in want]
+    assert (valid is None) == (arr.null_count == 0)
+    assert ae.validity(pa.nulls(3)).tolist() == [0, 0, 0]

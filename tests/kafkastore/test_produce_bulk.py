@@ -7,6 +7,8 @@ import io
 import json
 import sys
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,14 +126,16 @@ def encode_line(obj) -> bytes:
     return json.dumps(obj, ensure_ascii=bool(len(str(obj)) % 2)).encode()
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(st.one_of(good_line.map(encode_line), bad_line), min_size=1, max_size=25),
        flush_every=st.sampled_from([None, 1, 4]), chunk=st.sampled_from([16, 64, 1 << 20]),
-       crlf=st.booleans(), final_newline=st.booleans())
+       crlf=st.booleans(), final_newline=st.booleans(), native=st.booleans())
 def test_bulk_produce_matches_per_line_reference(tmp_path_factory, monkeypatch, capsys,
                                                  lines, flush_every, chunk, crlf,
-                                                 final_newline):
+                                                 final_newline, native):
+    # Both bulk parsers: the C fast path where it takes a chunk, and pyarrow's reader.
+    monkeypatch.setattr(jsonl_bulk, "NATIVE_PARSE", native and jsonl_bulk.NATIVE_PARSE)
     data = (b"\r\n" if crlf else b"\n").join(lines) + (b"\n" if final_newline else b"")
     root = tmp_path_factory.mktemp("bulk").as_uri()
     ref_storage, cli_storage = Storage(root + "/ref"), Storage(root + "/cli")
@@ -193,3 +197,100 @@ def test_iter_chunks_survives_a_view_kept_of_the_last_chunk():
         out.append(bytes(chunk))
         kept.append(memoryview(chunk))   # the buffer cannot be resized in place any more
     assert b"".join(out) == data
+
+
+# -- the C fast path -------------------------------------------------------------------------
+native = pytest.mark.skipif(not jsonl_bulk.NATIVE_PARSE, reason="the C extension is not built")
+
+
+def per_line(data: bytes):
+    """What the per-line parser makes of every line: [(key, value, timestamp, partition)] with
+    no headers, or None if some line is refused, blank, or has headers."""
+    rows = []
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        if raw == b"" and lineno == data.count(b"\n") + 1:
+            break                      # after the last newline
+        try:
+            rec = parse_produce_line(raw.decode("utf-8"), lineno)
+        except (KafkaStoreError, UnicodeDecodeError):
+            return None
+        if rec.headers:
+            return None
+        rows.append((rec.key, rec.value, rec.timestamp, rec.partition))
+    return rows
+
+
+def c_path(data: bytes):
+    nlines = data.count(b"\n") + (not data.endswith(b"\n"))
+    table = jsonl_bulk._native_table(data, nlines)
+    if table is None:
+        return None
+    table.validate(full=True)
+    cols = [table.column(c).to_pylist() for c in ("key", "value", "timestamp", "partition")]
+    return list(zip(*cols))
+
+
+MAX_TS = (2 ** 63 - 1) // 1000
+json_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)
+common_line = st.fixed_dictionaries(
+    {"value": st.one_of(st.none(), json_text)},
+    optional={"key": st.one_of(st.none(), json_text),
+              "timestamp": st.one_of(st.none(), st.integers(0, MAX_TS), st.just(MAX_TS)),
+              "partition": st.one_of(st.none(), st.integers(0, 2 ** 31 - 1)),
+              "headers": st.sampled_from([None, []]),
+              "topic": st.one_of(st.none(), json_text),
+              "offset": st.one_of(st.none(), st.integers(0, 2 ** 63 - 1))})
+def spell(obj, ensure_ascii: bool, spaced: bool) -> bytes:
+    text = json.dumps(obj, ensure_ascii=ensure_ascii,
+                      separators=(", ", ": ") if spaced else (",", ":"))
+    return (" \t" + text + " \r" if spaced else text).encode()
+
+
+@native
+@settings(max_examples=300, deadline=None)
+@given(objs=st.lists(common_line, min_size=1, max_size=6), ascii_=st.booleans(),
+       spaced=st.booleans(), last_newline=st.booleans())
+def test_c_path_takes_common_lines_and_reads_them_as_the_per_line_parser(
+        objs, ascii_, spaced, last_newline):
+    data = b"\n".join(spell(o, ascii_, spaced) for o in objs) + (b"\n" if last_newline else b"")
+    assert c_path(data) == per_line(data)
+    assert c_path(data) is not None
+
+
+@native
+@settings(max_examples=1500, deadline=None)
+@given(data=st.lists(st.one_of(
+    st.sampled_from([b'{"value":"x"}', b'{"key":null,"value":null}', b"{", b"}", b'"', b"\\",
+                     b"\\u", b"\\ud83d\\ude00", b"\\ud83d\\ue000", b"\\udc00", b"\\u00e9", b"\\n",
+                     b"null", b"[]", b"[1]",
+                     b'"value"', b'"key"', b'"timestamp"', b'"headers"', b'"offset"', b":", b",",
+                     b" ", b"\t", b"\r", b"\n", b"0", b"01", b"-1", b"1.5", b"1e3", b"12",
+                     b"99999999999999999999", b"true", b"\xc3\xa9", b"\xed\xa0\x80", b"\xff",
+                     b"\xef\xbb\xbf", b"\x00", b"\x7f", b'{"base64":"AA=="}']),
+    st.binary(max_size=3)), max_size=24).map(b"".join))
+def test_c_path_never_reads_a_line_otherwise_than_the_per_line_parser(data):
+    """Fuzzed lines: whatever the C path takes, the per-line parser reads the same way."""
+    got = c_path(data)
+    if got is not None:
+        assert got == per_line(data)
+
+
+@native
+def test_c_path_leaves_the_unusual_to_the_other_parsers():
+    taken = b'{"key": "k", "value": "v", "timestamp": 5, "partition": 0, "headers": [], ' \
+            b'"topic": "t", "offset": 9}'
+    assert c_path(taken) == [(b"k", b"v", 5, 0)]
+    assert c_path(b'{"value": "\\ud83d\\ude00"}') == [(None, "\U0001f600".encode(), None, None)]
+    for line in [b'{"key": {"base64": "AAEC"}, "value": "x"}', b'{"value": 5}',
+                 b'{"value": "x", "headers": [["h", "v"]]}', b'{"value": "\\ud83d"}',
+                 b'{"value": "\\ud83d\\ue000"}',
+                 b'{"value": "x", "timestamp": 01}', b'{"value": "x", "partition": 00}',
+                 b'{"value": "x", "timestamp": -0}', b'{"value": "x", "timestamp": 5.0}',
+                 b'{"value": "x", "timestamp": %d}' % (MAX_TS + 1),
+                 b'{"value": "x", "partition": 2147483648}', b'{"value": "x", "value": "y"}',
+                 b'{"key": "k"}', b'\xef\xbb\xbf{"value": "x"}', b'{"value": "x"}\n\n',
+                 b'{"value": "\xed\xa0\x80"}', b'{"val\\u0075e": "x"}', b'{"value": "a\tb"}']:
+        assert c_path(line) is None, line
+    chunk = b'{"key":"a","value":"x","timestamp":5}\n{"key":"b","value":null}\n'
+    parsed = jsonl_bulk.parse_chunk(chunk, 10)
+    assert parsed.native and parsed.error is None and list(parsed.lines) == [10, 11]
