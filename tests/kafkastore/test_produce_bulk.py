@@ -294,3 +294,35 @@ def test_c_path_leaves_the_unusual_to_the_other_parsers():
     chunk = b'{"key":"a","value":"x","timestamp":5}\n{"key":"b","value":null}\n'
     parsed = jsonl_bulk.parse_chunk(chunk, 10)
     assert parsed.native and parsed.error is None and list(parsed.lines) == [10, 11]
+
+
+class _Failing:
+    """A stream that breaks after its first read."""
+
+    def __init__(self, first: bytes):
+        self.reads = [first]
+
+    def read(self, n: int) -> bytes:
+        if self.reads:
+            return self.reads.pop()
+        raise OSError("the pipe broke")
+
+
+def test_parse_ahead_hands_over_chunks_in_order_then_the_readers_error():
+    lines = b"".join(b'{"value":"%d"}\n' % i for i in range(50))
+    got = list(jsonl_bulk.parse_ahead(io.BytesIO(lines), 64))
+    assert [v for p in got for v in p.table.column("value").to_pylist()] == \
+        [b"%d" % i for i in range(50)]
+    assert [int(n) for p in got for n in p.lines] == list(range(1, 51))
+    first = b'{"value":"a"}\n'
+    chunks = jsonl_bulk.parse_ahead(_Failing(first), len(first))
+    assert next(chunks).table.num_rows == 1
+    with pytest.raises(OSError, match="the pipe broke"):
+        next(chunks)
+
+
+def test_parse_ahead_stops_at_the_first_bad_chunk():
+    data = b'{"value":"a"}\n' * 10 + b'not json\n' + b'{"value":"b"}\n' * 10
+    got = list(jsonl_bulk.parse_ahead(io.BytesIO(data), 32))
+    assert got[-1].error is not None and "line 11" in str(got[-1].error)
+    assert sum(p.table.num_rows for p in got) == 10
