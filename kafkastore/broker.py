@@ -898,7 +898,11 @@ class Broker:
 
     def _upload(self, topic: str, partition: int, seg: "_BuiltSegment", shift: int,
                 epoch: int) -> SegmentEntry:
-        log = seg.log(shift)
+        log = seg.log(shift)   # buffers, written one after another
+        size, checksum = 0, 0
+        for part in log:
+            size += memoryview(part).nbytes
+            checksum = crc32c(part, checksum)
         base = seg.stats.base_offset + shift
         seg_id = layout.new_segment_id()
         # Index and time index first, the log last: a half-uploaded set is an orphan either way.
@@ -909,9 +913,9 @@ class Broker:
         st = seg.stats
         return SegmentEntry(
             base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,
-            size=len(log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
+            size=size, min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
             segment_id=seg_id, writer_id=self.broker_id, leader_epoch=epoch,
-            checksum=crc32c(log), index_size=len(seg.index),
+            checksum=checksum, index_size=len(seg.index),
             timeindex_size=len(seg.timeindex),
             max_timestamp_offset=(st.offset_of_max_timestamp + shift
                                   if st.offset_of_max_timestamp >= 0 else -1))
@@ -1096,14 +1100,14 @@ class _BuiltSegment:
     stats: object
     pending: tuple[_Pending, ...]
 
-    def log(self, shift: int) -> bytes:
-        """The ``.log`` bytes with every batch's base offset moved by ``shift``. BaseOffset
-        is outside the batch CRC, so the batches stay valid."""
+    def log(self, shift: int) -> tuple[bytes]:
+        """The ``.log`` bytes (one buffer) with every batch's base offset moved by ``shift``.
+        BaseOffset is outside the batch CRC, so the batches stay valid."""
         pack = _BASE_OFFSET.pack
         parts = [b""] * (2 * len(self.rels))
         parts[0::2] = [pack(rel + shift) for rel in self.rels]
         parts[1::2] = self.tails
-        return b"".join(parts)
+        return (b"".join(parts),)
 
 
 @dataclass(frozen=True)
@@ -1120,19 +1124,21 @@ class _RunSegment:
     timeindex: bytes
     stats: object
 
-    def log(self, shift: int):
-        """The ``.log`` bytes (a bytes-like object) with every batch's base offset moved by
-        ``shift``. BaseOffset is outside the batch CRC, so the batches stay valid."""
+    def log(self, shift: int) -> tuple:
+        """The ``.log`` bytes as buffers to write one after another (no joined copy), with
+        every batch's base offset moved by ``shift``, written into the runs' own buffers.
+        BaseOffset is outside the batch CRC, so the batches stay valid."""
         import numpy as np
 
-        if len(self.parts) == 1 and not self.parts[0].readonly:
-            out = self.parts[0]
-        else:
-            out = bytearray().join(self.parts)   # not bytearray(size): no zero-fill pass first
-        arr = np.frombuffer(out, np.uint8)
-        arr[self.positions[:, None] + np.arange(8)] = (
-            (self.rels + shift).astype(">i8").view(np.uint8).reshape(-1, 8))
-        return out
+        parts = tuple(p if not p.readonly else memoryview(bytearray(p)) for p in self.parts)
+        starts = np.cumsum([0] + [p.nbytes for p in parts])   # each part's place in the log
+        bounds = np.searchsorted(self.positions, starts)      # its batches (none straddle)
+        values = (self.rels + shift).astype(">i8").view(np.uint8).reshape(-1, 8)
+        for part, start, lo, hi in zip(parts, starts.tolist(), bounds.tolist(),
+                                       bounds[1:].tolist()):
+            arr = np.frombuffer(part, np.uint8)
+            arr[(self.positions[lo:hi] - start)[:, None] + np.arange(8)] = values[lo:hi]
+        return parts
 
 
 def _build_run_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int,

@@ -12,9 +12,11 @@ import traceback
 import uuid
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from kafkastore.errors import CommitConflict, ConfigError, ObjectNotFoundError, StorageError
-from kafkastore.storage import ObjectInfo, Storage
+from kafkastore.storage import ObjectInfo, Storage, _write_all
 from tests.faults import FaultyFS, InjectedFault, faulty_storage
 
 
@@ -295,6 +297,26 @@ def test_put_many_writes_every_object_in_order(storage):
     assert storage.get("q/y.bin") == b"y"
     assert storage.upload_time("p/0/x.log") <= storage.upload_time("q/y.bin") + 1e-6
     assert [o.path for o in storage.list("p")] == ["p/0/x.index", "p/0/x.log"]
+
+
+def test_put_many_writes_a_list_of_buffers_as_their_bytes_one_after_another(storage):
+    parts = (b"ab", memoryview(bytearray(b"--cde--"))[2:5], b"", bytearray(b"f"))
+    storage.put_many([("r/x.log", parts), ("r/y.log", [b"g"] * 3)])
+    assert storage.get("r/x.log") == b"abcdef"
+    assert storage.get("r/y.log") == b"ggg"
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.binary(max_size=5), max_size=2500))
+@example(parts=[b"x", b""] * 1500)
+def test_write_all_writes_every_buffer_past_iov_max(tmp_path_factory, parts):
+    path = tmp_path_factory.mktemp("w") / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        _write_all(fd, parts)
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"".join(parts)
 
 
 def test_put_many_local_fsyncs_each_file_and_each_directory_once(local_root, monkeypatch):
