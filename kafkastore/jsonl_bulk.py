@@ -70,6 +70,22 @@ def _count_lines(data) -> int:
     return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
 
 
+_BLANK_START = np.array([9, 10, 13, 32], np.uint8)   # \t \n \r space
+_BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t\r]*\n|(?:\A|\n)[ \t\r]+\Z")
+
+
+def _has_blank_line(chunk) -> bool:
+    """Whether a line of ``chunk`` is empty or only whitespace. The regex runs only when
+    some line starts with whitespace (rare in JSON lines)."""
+    a = np.frombuffer(chunk, np.uint8)
+    if not len(a):
+        return False
+    firsts = a[np.concatenate(([0], np.flatnonzero(a[:-1] == 10) + 1))]
+    if not np.isin(firsts, _BLANK_START).any():
+        return False
+    return _BLANK_LINE.search(chunk) is not None
+
+
 @dataclass
 class ParsedChunk:
     """The rows of a chunk's good lines (up to the first bad one) and that line's error."""
@@ -256,7 +272,9 @@ def _bulk(chunk, first_lineno: int, newlines: int | None) -> ParsedChunk | None:
         t = pj.read_json(pa.BufferReader(chunk), parse_options=_PARSE)
     except Exception:  # noqa: BLE001 - any refusal: the per-line parser decides and explains
         return None
-    if t.num_rows != nlines:
+    # Rows equal lines only if no line is blank (pyarrow gives it no row) and none holds
+    # several objects: with no blank line, each line gives at least one row.
+    if t.num_rows != nlines or _has_blank_line(chunk):
         return None
     ts, part, headers = t.column("timestamp"), t.column("partition"), t.column("headers")
     if ts.null_count < len(ts) and (pc.min(ts).as_py() < 0 or pc.max(ts).as_py() > MAX_TIMESTAMP_MS):

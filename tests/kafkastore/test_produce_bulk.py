@@ -326,3 +326,14 @@ def test_parse_ahead_stops_at_the_first_bad_chunk():
     got = list(jsonl_bulk.parse_ahead(io.BytesIO(data), 32))
     assert got[-1].error is not None and "line 11" in str(got[-1].error)
     assert sum(p.table.num_rows for p in got) == 10
+
+
+def test_a_blank_line_cannot_hide_a_line_of_two_objects(monkeypatch):
+    """Two objects on line 1 and a blank line 2 make as many rows as lines: still refused."""
+    monkeypatch.setattr(jsonl_bulk, "NATIVE_PARSE", False)
+    for blank in (b"\n", b" \t\n", b"\r\n"):
+        parsed = jsonl_bulk.parse_chunk(b'{"value": "a"}{"value": "b"}\n' + blank, 1)
+        assert not parsed.bulk and str(parsed.error).startswith("line 1: not valid JSON")
+        assert parsed.table.num_rows == 0
+    trailing = jsonl_bulk.parse_chunk(b'{"value": "a"}{"value": "b"}\n  ', 1)
+    assert not trailing.bulk and str(trailing.error).startswith("line 1: not valid JSON")
