@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 import time
-import traceback
 
 import pytest
 
@@ -21,6 +19,7 @@ from kafkastore.topics import alter_topic, create_topic
 from tests.helpers.roots import make_root_url
 from tests.faults import FaultyFS
 from tests.helpers.logdata import append_segment, segment_files, upload_segment
+from tests.helpers.threads import run_side_by_side
 
 T, P = "events", 0
 DAY = 24 * 3600 * 1000
@@ -248,20 +247,7 @@ def test_concurrent_with_writers_retention_and_readers(storage, monkeypatch):
     monkeypatch.setattr(ManifestStore, "min_keep_ms", 1000)
     create_topic(storage, T, 1, {"retention.bytes": 1500, "file.delete.delay.ms": grace})
     append_segment(storage, T, P, [now_ms()])
-    stop = threading.Event()
-    errors: list[BaseException] = []
     orphans: list[str] = []
-
-    def loop(fn):
-        def run():
-            try:
-                while not stop.is_set():
-                    fn()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-                stop.set()
-        return threading.Thread(target=run)
-
     counter = itertools.count()
 
     def write():
@@ -284,17 +270,10 @@ def test_concurrent_with_writers_retention_and_readers(storage, monkeypatch):
         assert table.column("offset").to_pylist() == list(range(reader.log_start_offset,
                                                                 reader.high_watermark))
 
-    threads = [loop(write), loop(read), loop(read),
-               loop(lambda: apply_retention(storage, T, P, now_ms())),
-               loop(lambda: collect_garbage(storage, T, P, now_ms=now_ms())),
-               loop(lambda: collect_garbage(storage, T, P, now_ms=now_ms()))]
-    for t in threads:
-        t.start()
-    time.sleep(2.5)
-    stop.set()
-    for t in threads:
-        t.join()
-    assert errors == [], "".join(traceback.format_exception(errors[0]))
+    run_side_by_side([write, read, read,
+                      lambda: apply_retention(storage, T, P, now_ms()),
+                      lambda: collect_garbage(storage, T, P, now_ms=now_ms()),
+                      lambda: collect_garbage(storage, T, P, now_ms=now_ms())], 2.5)
     assert_every_version_readable(storage)
     time.sleep(grace / 1000 + 0.1)
     collect_garbage(storage, T, P, now_ms=now_ms())

@@ -8,7 +8,6 @@ import os
 import pickle
 import threading
 import time
-import traceback
 import uuid
 
 import pytest
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from kafkastore.errors import CommitConflict, ConfigError, ObjectNotFoundError, StorageError
 from kafkastore.storage import ObjectInfo, Storage, _write_all
 from tests.faults import FaultyFS, InjectedFault, faulty_storage
+from tests.helpers.threads import run_side_by_side
 
 
 @pytest.fixture
@@ -129,19 +129,6 @@ def test_listing_while_other_threads_write_and_delete(storage):
     in the middle of fsspec's copy of its memory store, and so switch threads there: without
     a lock a concurrent write changes the dict under the copy."""
     storage.put_many((f"many/{i:05d}", b"x") for i in range(200 if storage.protocol == "s3" else 3000))
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop(fn):
-        def run():
-            try:
-                while not stop.is_set():
-                    fn()
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-                stop.set()
-        return threading.Thread(target=run)
-
     counter = itertools.count()
 
     def churn():
@@ -155,16 +142,9 @@ def test_listing_while_other_threads_write_and_delete(storage):
     switch = lambda phase, info: time.sleep(0)  # noqa: E731 - any Python code run by a collection
     gc.callbacks.append(switch)
     try:
-        threads = [loop(churn), loop(list_all), loop(lambda: storage.list_dirs(""))]
-        for t in threads:
-            t.start()
-        time.sleep(1.5)
-        stop.set()
-        for t in threads:
-            t.join()
+        run_side_by_side([churn, list_all, lambda: storage.list_dirs("")], 1.5)
     finally:
         gc.callbacks.remove(switch)
-    assert errors == [], "".join(traceback.format_exception(errors[0]))
 
 
 def _race_worker(args):
