@@ -849,41 +849,50 @@ static inline int rd_varlong(const uint8_t **pq, const uint8_t *e, int64_t *out)
 /* UTF-8 validation (same acceptance as Python's strict utf-8 codec)   */
 /* ------------------------------------------------------------------ */
 
+/* Length (1-4) of the valid UTF-8 sequence that starts s[0..n), or 0 if none does:
+ * no overlong forms, no surrogates, nothing past U+10FFFF (Python's decoder). */
+static inline size_t utf8_seq(const uint8_t *s, size_t n) {
+    uint8_t c = s[0];
+    if (c < 0x80)
+        return 1;
+    uint8_t lo = 0x80, hi = 0xbf;
+    size_t need;
+    if (c >= 0xc2 && c <= 0xdf) {
+        need = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        need = 2;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        need = 3;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n - 1 < need || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t k = 2; k <= need; k++)
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+    return need + 1;
+}
+
 static int utf8_valid(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
+        if (s[i] < 0x80) {
             i++;
             continue;
         }
-        uint8_t lo = 0x80, hi = 0xbf;
-        size_t need;
-        if (c >= 0xc2 && c <= 0xdf) {
-            need = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            need = 2;
-            if (c == 0xe0)
-                lo = 0xa0;
-            else if (c == 0xed)
-                hi = 0x9f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            need = 3;
-            if (c == 0xf0)
-                lo = 0x90;
-            else if (c == 0xf4)
-                hi = 0x8f;
-        } else {
+        size_t k = utf8_seq(s + i, n - i);
+        if (!k)
             return 0;
-        }
-        if (n - i - 1 < need)
-            return 0;
-        if (s[i + 1] < lo || s[i + 1] > hi)
-            return 0;
-        for (size_t k = 2; k <= need; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-        i += need + 1;
+        i += k;
     }
     return 1;
 }
@@ -2913,28 +2922,15 @@ static const uint8_t *j_string(const uint8_t *p, const uint8_t *e, uint8_t **out
         }
         if (c < 0x20)
             return NULL;                     /* a raw control character: not JSON */
-        if (c >= 0x80) {                     /* one UTF-8 sequence, checked as utf8_valid */
-            size_t need;
-            uint8_t lo = 0x80, hi = 0xbf;
-            if (c >= 0xc2 && c <= 0xdf) need = 1;
-            else if (c >= 0xe0 && c <= 0xef) {
-                need = 2;
-                if (c == 0xe0) lo = 0xa0; else if (c == 0xed) hi = 0x9f;
-            } else if (c >= 0xf0 && c <= 0xf4) {
-                need = 3;
-                if (c == 0xf0) lo = 0x90; else if (c == 0xf4) hi = 0x8f;
-            } else
+        if (c >= 0x80) {                     /* one UTF-8 sequence */
+            size_t k = utf8_seq(p, (size_t)(e - p));
+            if (!k)
                 return NULL;
-            if ((size_t)(e - p) <= need || p[1] < lo || p[1] > hi)
-                return NULL;
-            for (size_t k = 2; k <= need; k++)
-                if ((p[k] & 0xc0) != 0x80)
-                    return NULL;
             if (q) {
-                memcpy(q, p, need + 1);
-                q += need + 1;
+                memcpy(q, p, k);
+                q += k;
             }
-            p += need + 1;
+            p += k;
             continue;
         }
         /* an escape */
