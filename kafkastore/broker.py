@@ -1113,13 +1113,12 @@ class _BuiltSegment:
 @dataclass(frozen=True)
 class _RunSegment:
     """A segment holding batches of runs (:class:`_Run`): the batches' base offsets are
-    written by :meth:`log`, vectorised, into the run's own buffer when the segment is one
-    stretch of one run (no copy), else into one joined copy."""
+    written by :meth:`log`, vectorised, into the runs' own buffers, which are then
+    written one after another (no joined copy)."""
 
     parts: tuple[memoryview, ...]    # contiguous stretches of the pendings' data, in order
     rels: object                     # int64[k]: each batch's relative base offset
     positions: object                # int64[k]: each batch's position in the log
-    size: int
     index: bytes
     timeindex: bytes
     stats: object
@@ -1196,7 +1195,7 @@ def _build_run_segments(pending: list[_Pending], segment_bytes: int, segment_ms:
             first, last = s + lo, s + hi - 1
             parts.append(data[int(a["start"][first]):int(a["start"][last] + sizes[last])])
         out.append(_RunSegment(tuple(parts), a["rel"][s:e], cum[s:e] - cum[s],
-                               int(cum[e] - cum[s]), built.index, built.timeindex, built.stats))
+                               built.index, built.timeindex, built.stats))
         s = e
     return out
 

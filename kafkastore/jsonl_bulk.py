@@ -41,6 +41,7 @@ import pyarrow.json as pj
 
 from .errors import ConfigError, KafkaStoreError
 from .format.arrow_encode import IMPLEMENTATION as _ENCODER
+from .format.arrow_encode import validity
 from .jsonl import MAX_TIMESTAMP_MS, parse_produce_line
 
 try:
@@ -304,7 +305,7 @@ def _bulk(chunk, first_lineno: int, newlines: int | None) -> ParsedChunk | None:
     if value.null_count:
         # "value": null (a tombstone) or no value at all (an error): ask the per-line parser
         lines = chunk.split(b"\n")
-        for i in np.flatnonzero(value.is_null().to_numpy(zero_copy_only=False)):
+        for i in np.flatnonzero(validity(value) == 0):
             try:
                 parse_produce_line(lines[i].decode("utf-8"), first_lineno + int(i))
             except KafkaStoreError:
