@@ -125,6 +125,16 @@ class UnknownTopicError(KafkaStoreError):
     """The topic (or partition) does not exist under the root."""
 
 
+class TopicDeletedError(UnknownTopicError):
+    """A write to a partition whose manifest carries a deletion tombstone: the topic was deleted
+    (perhaps by another broker) after the writer looked it up. Nothing of the write was committed."""
+
+
+class InternalTopicError(ConfigError):
+    """A client write, delete or create of an internal topic (a name starting with ``__`` that
+    kafkastore owns, e.g. ``__consumer_offsets``): only kafkastore itself writes those."""
+
+
 class TopicExistsError(KafkaStoreError):
     """``topics create`` for a topic that is already there."""
 

@@ -973,6 +973,13 @@ class _ManifestTarget(ObjectTarget):
         if planned is None:
             return Done(base)
         updates, requirements = (list(x) for x in planned)
+        if (base is not None and base.extra.get("deleted")
+                and not any(isinstance(u, SetExtra) and u.key == "deleted" for u in updates)):
+            # A deletion tombstone (kafkastore.topics.delete_topic): a writer racing the delete
+            # re-read and lost. Only the commits that set or clear the tombstone pass.
+            from .errors import TopicDeletedError
+            raise TopicDeletedError(f"topic {self.store.topic!r} was deleted "
+                                    f"(partition {self.store.partition}, version {base.version})")
         info = CommitInfo(
             commit_id=uuid.uuid4().hex,
             operation=self.operation or ",".join(type(u).__name__ for u in updates),
