@@ -1,0 +1,172 @@
+"""Soak benchmark through ``kafkastore serve``: does a steady trickle of acks stay as fast as it began?
+
+    .venv/bin/python bench/soak_serve.py [--seconds 600] [--interval-ms 5] [--s3]
+
+1. Starts ``kafkastore serve`` as a subprocess on 127.0.0.1 over a fresh root:
+   a temporary directory (``file://``), or with ``--s3`` a bucket on moto's
+   S3 server, also on 127.0.0.1 and started here.
+2. A confluent-kafka producer (acks=all, idempotent, ``linger.ms=0``) sends
+   one 100-byte record every ``--interval-ms`` to one partition for
+   ``--seconds``; each record's ack latency is the time from ``produce()`` to
+   its delivery callback (its manifest version landed).
+3. Prints p50 / p99 ack latency of the first and of the last minute (or of
+   the first and last 10% of the run when it is shorter than 5 minutes) and
+   their ratio last/first, the live segments of the partition at the end
+   (from its manifest) against ``size / segment.bytes``, the manifest
+   versions still stored, and the PUT count per acknowledged commit where the
+   store counts them (S3: moto's request log is not exposed, so objects
+   written are counted from the bucket listing instead).
+
+The issue's bar: p50 of the last minute within 1.25x of the first, live
+segments bounded. Other tenants of the machine make single runs noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _start_moto() -> tuple[object, dict[str, str]]:
+    """moto's S3 server on loopback and the AWS environment pointing at it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
+           "AWS_ENDPOINT_URL_S3": endpoint}
+    os.environ.update(env)
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="soak")
+    return server, env
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--interval-ms", type=float, default=5.0)
+    ap.add_argument("--s3", action="store_true", help="root on moto's S3 server (default: file://)")
+    ap.add_argument("--segment-bytes", type=int, default=1 << 20,
+                    help="the topic's segment.bytes (default 1 MiB, so merging shows within minutes)")
+    args = ap.parse_args()
+
+    from confluent_kafka import Producer
+
+    from kafkastore.manifest import ManifestStore
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+
+    tmp = tempfile.mkdtemp(prefix="bench-soak-")
+    moto = None
+    env = dict(os.environ)
+    if args.s3:
+        moto, aws = _start_moto()
+        env.update(aws)
+        root = "s3://soak/root"
+    else:
+        root = f"file://{tmp}/root"
+    storage = Storage(root)
+    create_topic(storage, "soak", 1, {"segment.bytes": args.segment_bytes})
+    port = _free_port()
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = broker.stdout.readline()
+        if "serving" not in line:
+            print(f"broker did not start: {line!r}", file=sys.stderr)
+            return 1
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0, "acks": "all",
+                      "enable.idempotence": True, "log.connection.close": False})
+        sent: dict[int, float] = {}
+        acks: list[tuple[float, float]] = []  # (send time since start, latency s)
+        failed: list = []
+        t_start = time.perf_counter()
+
+        def on_delivery(err, msg, _sent=sent):
+            now = time.perf_counter()
+            i = int.from_bytes(msg.key(), "big")
+            if err is not None:
+                failed.append(err)
+                return
+            t = _sent.pop(i)
+            acks.append((t - t_start, now - t))
+
+        interval = args.interval_ms / 1000
+        value = b"v" * 100
+        i = 0
+        next_at = t_start
+        while time.perf_counter() - t_start < args.seconds:
+            now = time.perf_counter()
+            if now < next_at:
+                p.poll(next_at - now)
+                continue
+            sent[i] = time.perf_counter()
+            p.produce("soak", key=i.to_bytes(8, "big"), value=value, partition=0, on_delivery=on_delivery)
+            i += 1
+            next_at += interval
+            p.poll(0)
+        left = p.flush(120)
+        if left or failed:
+            print(f"produce failed: {left} undelivered, errors {failed[:3]}", file=sys.stderr)
+            return 1
+        dur = args.seconds
+        window = 60.0 if dur >= 300 else dur / 10
+        first = [lat for t, lat in acks if t < window]
+        last = [lat for t, lat in acks if t >= dur - window]
+        p50f, p50l = _percentile(first, 0.5) * 1e3, _percentile(last, 0.5) * 1e3
+        p99f, p99l = _percentile(first, 0.99) * 1e3, _percentile(last, 0.99) * 1e3
+        del p  # before the broker stops, so librdkafka does not log the closed connection
+        time.sleep(2)  # let the broker's background merge of the last writes land
+        m = ManifestStore(Storage(root), "soak", 0).latest()
+        size = m.size if m else 0
+        live = len(m.segments) if m else 0
+        versions = len(ManifestStore(Storage(root), "soak", 0).versions())
+        print(f"root: {root}; {len(acks)} records acknowledged over {dur:.0f} s "
+              f"(one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0)")
+        print(f"ack latency, first {window:.0f} s: p50 {p50f:.1f} ms, p99 {p99f:.1f} ms "
+              f"({len(first)} records)")
+        print(f"ack latency, last {window:.0f} s:  p50 {p50l:.1f} ms, p99 {p99l:.1f} ms "
+              f"({len(last)} records)")
+        print(f"ratio last/first: p50 {p50l / p50f:.2f}, p99 {p99l / p99f:.2f} (bar: p50 within 1.25)")
+        bound = size / args.segment_bytes
+        print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
+              f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
+        return 0
+    finally:
+        broker.terminate()
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        if moto is not None:
+            moto.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
