@@ -34,6 +34,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from ..errors import ProtocolError
+from . import frame_check
 
 _HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -152,16 +153,26 @@ def is_flexible(api_key: int, version: int) -> bool:
 
 
 def decode_request(api_key: int, version: int, buf, offset: int):
-    """Decode the body of a request at ``offset`` of ``buf``; :class:`ProtocolError` if it is malformed."""
+    """Decode the body of a request at ``offset`` of ``buf``; :class:`ProtocolError` if it is malformed.
+
+    The body is first walked by :func:`frame_check.check_body`, so no length it
+    claims can exceed the bytes received; trailing bytes after it are ignored.
+    """
     cls = request_class(api_key, version)
     try:
-        entity, size = _reader(cls)(buf, offset)
+        # Bound every length by the bytes received before kio allocates what they claim.
+        end = frame_check.check_body(cls, buf, offset)
+    except ProtocolError as exc:
+        raise ProtocolError(f"malformed {cls.__name__} v{version}: {exc}") from None
+    try:
+        entity, size = _reader(cls)(bytes(buf[:end]) if end != len(buf) else buf, offset)
     except ProtocolError:
         raise
     except Exception as exc:  # kio raises assorted errors (ValueError, IndexError, its own) on bad bytes
         raise ProtocolError(f"cannot decode {cls.__name__} v{version}: {exc!r}") from None
-    if offset + size != len(buf):
-        raise ProtocolError(f"{cls.__name__} v{version} has {len(buf) - offset - size} trailing bytes")
+    if offset + size != end:
+        raise ProtocolError(f"{cls.__name__} v{version}: decoded {size} bytes, the schema walk {end - offset}")
+    # Bytes after the body are ignored, as Kafka's parser does (librdkafka pads Metadata v12).
     return entity
 
 

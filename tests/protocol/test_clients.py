@@ -180,3 +180,14 @@ def test_spark_loads_what_a_client_produced(broker, storage, module_root, spark,
     summary = run_load(spark, root=module_root, topic="to-spark", warehouse=f"file://{tmp_path}/wh",
                        table="events", progress=False)
     assert summary.rows == 30 and sum(u - f for f, u in summary.ranges.values()) == 30
+
+
+def test_confluent_list_topics(broker, storage):
+    """AdminClient.list_topics(): Metadata v12 for all topics (librdkafka pads it)."""
+    from confluent_kafka.admin import AdminClient
+
+    from kafkastore.topics import create_topic
+
+    create_topic(storage, "listed", 2)
+    md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert "listed" in md.topics and len(md.topics["listed"].partitions) == 2
