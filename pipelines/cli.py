@@ -69,8 +69,9 @@ def cmd_reprocess(args, cfg: Config) -> int:
 
 def cmd_vacuum(args, cfg: Config) -> int:
     from pipelines.iceberg import Warehouse
-    from pipelines.vacuum import DEFAULT_GRACE_MS, vacuum
+    from pipelines.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum
 
+    grace = check_grace(DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms)
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
                    cfg.storage_options or None)
     names = [args.table] if args.table else wh.list_tables()
@@ -79,7 +80,7 @@ def cmd_vacuum(args, cfg: Config) -> int:
     now = int(time.time() * 1000)
     for name in names:
         result = vacuum(wh.table(name), now_ms=now,
-                        grace_ms=DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms,
+                        grace_ms=grace,
                         retain_last=args.retain_last, dry_run=args.dry_run,
                         expire_unvalidated=args.expire_unvalidated)
         print(result.render(), file=sys.stderr)
@@ -190,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        "unreferenced files after the grace period")
     va.add_argument("--warehouse")
     va.add_argument("--table", help="default: every table of the warehouse")
-    va.add_argument("--grace-ms", type=non_negative, help="default: 7 days")
+    va.add_argument("--grace-ms", type=non_negative,
+                    help="keep unreferenced files and snapshots younger than this (default: 7 "
+                         "days; at least 3600000, 1 hour: files of loads still running must "
+                         "survive)")
     va.add_argument("--retain-last", type=int, default=1,
                     help="snapshots of main always kept (default 1)")
     va.add_argument("--dry-run", action="store_true")

@@ -19,6 +19,19 @@ files no snapshot references, after a grace period (Spark-free).
    protects files of jobs still running (written, not yet committed) and
    readers planning on an older snapshot. A file whose age is unknown is kept.
 
+**Safe against concurrent commits by construction.** The files are listed
+first, then the table's metadata is read again from the catalog, and only a
+listed file that this fresh metadata does not reference (nor its metadata log)
+is deleted. A load that committed at any time before that re-read (even after
+vacuum planned its expiry) has every file of its snapshot referenced, so none
+is deleted; a load committing after the re-read wrote its metadata files after
+the listing or within the grace period. The grace period itself cannot go
+below :data:`MIN_GRACE_MS` (one hour; a shorter one is a :class:`ConfigError`,
+as ``kafkastore gc`` refuses one below its floor): a load's data files are
+written before its commit, and a grace shorter than the longest load would
+delete the files of a load still running. Keep the grace above your longest
+load.
+
 Files of failed task attempts, of killed loads and of commits that lost a race
 are exactly such unreferenced files.
 """
@@ -35,6 +48,9 @@ from .iceberg_read import DEAD_LETTERS_SUFFIX, VALIDATED_TAG
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_MS = 7 * 24 * 3600 * 1000    # Iceberg's default max snapshot age is 5 days
+#: The shortest grace vacuum accepts: files of a load still writing (not yet committed)
+#: are younger than this unless the load runs longer.
+MIN_GRACE_MS = 3600 * 1000
 
 
 @dataclass
@@ -127,6 +143,15 @@ def _mtime_ms(info: dict) -> int | None:
     return None if not seconds else int(seconds * 1000)
 
 
+def check_grace(grace_ms: int) -> int:
+    """``grace_ms`` if at least :data:`MIN_GRACE_MS`, else a one-line :class:`ConfigError`."""
+    if not isinstance(grace_ms, int) or grace_ms < MIN_GRACE_MS:
+        raise ConfigError(f"vacuum grace period {grace_ms} ms is below the safe floor of "
+                          f"{MIN_GRACE_MS} ms (1 hour): files of loads still running would be "
+                          f"deleted")
+    return grace_ms
+
+
 def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last: int = 1,
            dry_run: bool = False, expire_unvalidated: bool = False) -> VacuumResult:
     """Expire and clean ``table`` (a pyiceberg table); see the module docstring.
@@ -135,8 +160,9 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
     ``expire_unvalidated``: also expire old snapshots awaiting validation (for
     tables without a quality gate; a gate can then no longer move its tag past
     them)."""
-    if grace_ms < 0 or retain_last < 1:
-        raise ConfigError("grace_ms must be >= 0 and retain_last >= 1")
+    if retain_last < 1:
+        raise ConfigError(f"retain_last must be >= 1, got {retain_last}")
+    check_grace(grace_ms)
     cutoff = now_ms - grace_ms
     result = VacuumResult(ice.table_name(table.name()), dry_run=dry_run)
     protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
@@ -154,12 +180,14 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
     if expire and not dry_run:
         table.maintenance.expire_snapshots().by_ids(expire).commit()
         table = table.refresh()
-    keep = referenced_files(table)
     fs, root = ice._fs(table, table.location())
     try:
         listing = fs.find(root, detail=True)
     except FileNotFoundError:
         listing = {}
+    # Read the metadata again *after* listing: whatever was committed meanwhile (a load
+    # racing this vacuum) is referenced by it, so its files are kept (see the module doc).
+    keep = referenced_files(table.refresh())
     for path, info in sorted(listing.items()):
         if info.get("type") == "directory" or _strip(path) in keep:
             continue

@@ -23,7 +23,7 @@ from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.vacuum import vacuum
+from pipelines.vacuum import MIN_GRACE_MS, vacuum
 from tests.helpers.cluster import PROJECT_ROOT, group_alive
 from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehouse, make_topic,
                                  produce, table_offsets)
@@ -182,7 +182,8 @@ def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
         assert committed(wh)[p] == hw == 30 * (kills + 1), history
     # Killed runs may leave files no snapshot lists: invisible, and vacuum removes them.
     for name in ("tbl", "tbl_dead_letters"):
-        vacuum(wh.table(name), now_ms=int(time.time() * 1000) + 10_000, grace_ms=0)
+        vacuum(wh.table(name), now_ms=int(time.time() * 1000) + MIN_GRACE_MS + 10_000,
+               grace_ms=MIN_GRACE_MS)
         tbl = wh.table(name)
         listed = {u.split("://", 1)[1].lstrip("/") for u in ice.plan_scan(tbl).files}
         fs, path = ice._fs(tbl, tbl.location() + "/data")

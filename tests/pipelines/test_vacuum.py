@@ -14,9 +14,9 @@ import pytest
 
 from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
-from kafkastore.errors import WarehouseError
+from kafkastore.errors import ConfigError, WarehouseError
 from pipelines.quality import validate_snapshot
-from pipelines.vacuum import vacuum
+from pipelines.vacuum import MIN_GRACE_MS, vacuum
 from tests.helpers.iceberg_tables import SCHEMA, load, rows, write
 from tests.helpers.quality_tables import commit as qcommit
 from tests.helpers.quality_tables import rows as qrows
@@ -27,6 +27,10 @@ from tests.helpers.quality_tables import validated_offsets
 @pytest.fixture
 def wh(tmp_path):
     return ice.Warehouse(f"file://{tmp_path}/wh")
+
+
+#: A clock this far ahead sees every file and snapshot of the test as past the grace.
+LATER = MIN_GRACE_MS + 60_000
 
 
 def _now():
@@ -43,7 +47,7 @@ def test_vacuum_expires_but_keeps_the_offsets_snapshot(wh):
     other = wh.table("t")
     other.add_files([write(wh, other, rows("x", 0, 0, 2))])
     orphan = write(wh, t, rows("t", 0, 99, 100))          # a killed load's file
-    r = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
+    r = vacuum(wh.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, expire_unvalidated=True)
     t = wh.table("t")
     kept = {s.snapshot_id for s in t.metadata.snapshots}
     assert carrier in kept and t.current_snapshot().snapshot_id in kept
@@ -64,7 +68,7 @@ def test_vacuum_respects_the_grace_period_and_dry_run(wh):
     r = vacuum(wh.table("t"), now_ms=_now(), grace_ms=3_600_000)
     assert r.expired == [] and r.deleted == []
     assert os.path.exists(young[len("file://"):])
-    dry = vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, dry_run=True,
+    dry = vacuum(wh.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, dry_run=True,
                  expire_unvalidated=True)
     assert dry.expired and young.split("://", 1)[1] in dry.deleted
     assert os.path.exists(young[len("file://"):])
@@ -79,7 +83,7 @@ def test_vacuum_after_reprocess_removes_replaced_files(wh):
     ice.commit(wh.table("t"), ice.KafkaCommit(
         "rp", "reprocess", (OffsetRange("t", 0, 5, 10),), (url,),
         delete_from=(OffsetRange("t", 0, 5, 10),)))
-    vacuum(wh.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
+    vacuum(wh.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, expire_unvalidated=True)
     t = wh.table("t")
     assert len(t.metadata.snapshots) == 1
     assert all(not os.path.exists(f[len("file://"):]) for f in old_files)
@@ -94,11 +98,63 @@ def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
     load(w, t, "t", 0, 0, 5)
     load(w, w.table("t"), "t", 0, 5, 9)
     orphan = write(w, t, rows("t", 0, 50, 51))
-    r = vacuum(w.table("t"), now_ms=_now() + 60_000, grace_ms=0, expire_unvalidated=True)
+    r = vacuum(w.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, expire_unvalidated=True)
     assert len(r.expired) == 1 and orphan.split("://", 1)[1] in r.deleted
     t = w.table("t")
     assert ice.committed_offsets(t) == {("t", 0): 9}
     assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(9))
+
+
+def test_vacuum_racing_a_load_keeps_what_the_load_committed(wh):
+    """A load commits after vacuum read the table (issue 20, item 3: vacuum deleted that
+    snapshot's manifest list and the table could no longer be read)."""
+    for i in range(3):
+        load(wh, wh.create_table("t", SCHEMA), "t", 0, 10 * i, 10 * i + 10)
+    seen = wh.table("t")                                  # vacuum reads the table...
+    load(wh, wh.table("t"), "t", 0, 30, 40)               # ...a load commits...
+    r = vacuum(seen, now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS)  # ...vacuum goes on
+    assert r.expired == [] and r.deleted == []
+    t = wh.table("t")
+    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(40))
+    assert ice.committed_offsets(t) == {("t", 0): 40}
+    load(wh, t, "t", 0, 40, 45)                           # and the next load works
+    assert ice.read_arrow(wh.table("t")).num_rows == 45
+
+
+class _CommitsWhenReread:
+    """A table whose next re-read from the catalog first lets ``commit`` run: a load
+    committing after vacuum listed the files and before it deletes any."""
+
+    def __init__(self, table, commit):
+        self._table, self._commit = table, commit
+
+    def __getattr__(self, name):
+        return getattr(self._table, name)
+
+    def refresh(self):
+        self._commit()
+        return self._table.refresh()
+
+
+def test_vacuum_keeps_files_a_load_commits_after_the_listing(wh):
+    t = wh.create_table("t", SCHEMA)
+    load(wh, t, "t", 0, 0, 10)
+    url = write(wh, t, rows("t", 0, 10, 20))              # the load's file, already written
+    commit = lambda: ice.commit(wh.table("t"), ice.KafkaCommit(   # noqa: E731
+        "late", "load", (OffsetRange("t", 0, 10, 20),), files=(url,)))
+    r = vacuum(_CommitsWhenReread(wh.table("t"), commit), now_ms=_now() + LATER,
+               grace_ms=MIN_GRACE_MS)
+    assert r.deleted == [] and os.path.exists(url[len("file://"):])
+    assert sorted(ice.read_arrow(wh.table("t"))["offset"].to_pylist()) == list(range(20))
+
+
+def test_vacuum_refuses_a_grace_below_the_floor(wh):
+    t = wh.create_table("t", SCHEMA)
+    load(wh, t, "t", 0, 0, 5)
+    with pytest.raises(ConfigError, match=f"below the safe floor of {MIN_GRACE_MS} ms"):
+        vacuum(wh.table("t"), now_ms=_now(), grace_ms=MIN_GRACE_MS - 1)
+    with pytest.raises(ConfigError, match="below the safe floor"):
+        vacuum(wh.table("t"), now_ms=_now(), grace_ms=0)
 
 
 # ---------------------------------------------------------------------------
@@ -106,7 +162,7 @@ def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
 
 
 def _vacuum_now(wh, name, **kw):
-    return vacuum(wh.table(name), now_ms=_now() + 60_000, grace_ms=0, **kw)
+    return vacuum(wh.table(name), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, **kw)
 
 
 def test_vacuum_keeps_loads_after_the_tag_until_they_are_validated(wh):
