@@ -217,10 +217,17 @@ class Broker:
         self._txn_partitions: set[tuple[str, int]] | None = None
 
     # -- topics --------------------------------------------------------------
+    #: Internal topics (:func:`kafkastore.topics.is_internal_topic`) refuse every write
+    #: (:class:`InternalTopicError`) unless their owner, e.g. the OffsetsStore, sets this.
+    allow_internal: bool = False
+
     def topic(self, name: str) -> TopicMetadata:
         """Topic metadata (cached for the broker's life; configs are read once)."""
         meta = self._topics.get(name)
         if meta is None:
+            if not self.allow_internal:
+                from .topics import check_not_internal
+                check_not_internal(name, "produce to")
             meta = self._topics[name] = load_topic(self.storage, name)
         return meta
 

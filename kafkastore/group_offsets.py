@@ -30,6 +30,7 @@ do no I/O; :class:`OffsetsStore` does the reading and writing.
 """
 from __future__ import annotations
 
+import logging
 import struct
 import threading
 import time
@@ -44,6 +45,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 #: while still spreading commits of different groups over separate manifests.
 DEFAULT_OFFSETS_PARTITIONS = 8
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+
+log = logging.getLogger("kafkastore.group_offsets")
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -352,6 +355,8 @@ class OffsetsStore:
         self._queue: list[_WriteRequest] = []
         self._flushing = False
         self._next: dict[int, int] = {}            # partition -> next offset to read
+        #: Records skipped because they do not decode (each logged with its partition and offset).
+        self.skipped_records = 0
         self._groups: dict[str, GroupState] = {}
 
     # -- topic ---------------------------------------------------------------
@@ -393,25 +398,41 @@ class OffsetsStore:
                 table = reader.read(start, include_headers=False)
                 keys = table.column("key").to_pylist()
                 values = table.column("value").to_pylist()
-                for k, v in zip(keys, values):
-                    if k is not None:
+                offsets = table.column("offset").to_pylist()
+                for k, v, o in zip(keys, values, offsets):
+                    try:
                         self._apply(k, v)
+                    except CorruptRecordError as exc:
+                        # Only the coordinator writes this topic, but an imported log or an
+                        # older broker's junk must not make a group unavailable: skip it.
+                        self.skipped_records += 1
+                        log.warning("%s/%d offset %d: skipped a record that is not a consumer "
+                                    "group record: %s", OFFSETS_TOPIC, p, o, exc.reason)
                 self._next[p] = reader.high_watermark
 
-    def _apply(self, key: bytes, value: bytes | None) -> None:
+    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+        """Apply one record to the cache; a record that does not decode raises
+        :class:`CorruptRecordError` and leaves the cache as it was."""
+        if key is None:
+            raise CorruptRecordError("record without a key")
         k = decode_key(key)
         if k is None:
             return
+        # Decode before touching the cache, so a bad value changes nothing.
+        if isinstance(k, OffsetKey):
+            decoded = None if value is None else decode_offset_value(value)
+        else:
+            decoded = None if value is None else decode_group_value(k.group, value)
         st = self._groups.get(k.group)
         if st is None:
             st = self._groups[k.group] = GroupState(k.group)
         if isinstance(k, OffsetKey):
-            if value is None:
+            if decoded is None:
                 st.offsets.pop((k.topic, k.partition), None)
             else:
-                st.offsets[(k.topic, k.partition)] = decode_offset_value(value)
+                st.offsets[(k.topic, k.partition)] = decoded
         else:
-            st.metadata = None if value is None else decode_group_value(k.group, value)
+            st.metadata = decoded
         if st.empty:
             del self._groups[k.group]
 
@@ -471,6 +492,7 @@ class OffsetsStore:
                 n = self._topic_partitions(create=True)
                 if self._broker is None:
                     self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+                    self._broker.allow_internal = True  # the owner of __consumer_offsets
                 touched = set()
                 for req in batch:
                     p = partition_for_group(req.group, n)

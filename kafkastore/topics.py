@@ -11,23 +11,54 @@ gets :class:`TopicExistsError`)::
 documented simple overwrite of the whole object (atomic, last writer wins):
 topic alterations are rare admin actions, and nothing else writes this file.
 Offsets are not stored here; they come from each partition's manifest.
+
+Deleting a topic (:func:`delete_topic`) is first a commit on every partition's manifest (a
+tombstone: no segments, log start at the high watermark, ``extra["deleted"]``), then the
+removal of ``_topic.json``. Every writer commits through the manifest, so a write racing the
+delete either lands before the tombstone (and goes with the topic) or re-reads and gets
+:class:`TopicDeletedError` (never acknowledged). See docs/DECISIONS.md, "Deleting a topic".
 """
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from . import layout
 from .commit import CommitEngine, ObjectTarget
-from .errors import ConfigError, ObjectNotFoundError, TopicExistsError, UnknownTopicError
-from .manifest import CorruptMetadataError, ManifestStore
+from .errors import (ConfigError, InternalTopicError, ObjectNotFoundError, TopicExistsError,
+                     UnknownTopicError)
+from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
+                       UpdateProducerState)
 from .storage import Storage
 from .topic_config import TopicConfig
 
 TOPIC_FORMAT = 1
+
+#: The topics kafkastore itself writes (Kafka's internal topics). Clients may read them but
+#: never produce to, create or delete them; only their owner (e.g.
+#: :class:`kafkastore.group_offsets.OffsetsStore`) opts in to writing.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+#: The manifest ``extra`` key of a deletion tombstone.
+DELETED_KEY = "deleted"
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether ``name`` is an internal topic (:data:`INTERNAL_TOPICS`): the one predicate for
+    the library, the CLI and the protocol server."""
+    return name in INTERNAL_TOPICS
+
+
+def check_not_internal(name: str, action: str) -> None:
+    """Raise :class:`InternalTopicError` if ``name`` is internal; ``action`` says what was refused
+    (``"produce to"``, ``"delete"``...)."""
+    if is_internal_topic(name):
+        raise InternalTopicError(f"cannot {action} internal topic {name!r}: "
+                                 f"only kafkastore writes it")
 
 
 @dataclass(frozen=True)
@@ -114,7 +145,24 @@ def create_topic(storage: Storage, name: str, partitions: int = 1,
     config = configs if isinstance(configs, TopicConfig) else TopicConfig.from_dict(configs or {})
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now)
-    return CommitEngine().run(_TopicCreate(storage, meta))
+    # A delete that stopped after removing _topic.json but before tombstoning every
+    # partition is finished first, so the new topic never shows the old one's records.
+    # (The guard narrows a race with a concurrent create of the same name to one request.)
+    parts = _partition_dirs(storage, name)  # a new name has none: no manifest reads below
+    if parts and not topic_exists(storage, name):
+        mark, exists = _tombstone_mark(now), (lambda: topic_exists(storage, name))
+        with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
+            list(pool.map(lambda p: _tombstone(storage, name, p, mark, guard=exists), parts))
+    try:
+        created = CommitEngine().run(_TopicCreate(storage, meta))
+    except TopicExistsError:
+        # A create that stopped between writing _topic.json and clearing the tombstones
+        # left partitions that refuse writes: a re-run finishes it, then says it exists.
+        existing = load_topic(storage, name)
+        _clear_tombstones(storage, name, range(existing.partitions), existing.created_ms)
+        raise
+    _clear_tombstones(storage, name, [p for p in parts if p < partitions], created.created_ms)
+    return created
 
 
 class _TopicCreate(ObjectTarget):
@@ -210,7 +258,95 @@ def alter_topic(storage: Storage, name: str, *, set_configs: Mapping[str, Any] |
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     new = TopicMetadata(name, count, config, created_ms=meta.created_ms, updated_ms=now)
     storage.put(layout.topic_meta_path(name), _encode(new))
+    if count > meta.partitions:  # added partitions may hold a past incarnation's tombstones
+        _clear_tombstones(storage, name, range(meta.partitions, count), meta.created_ms)
     return new
+
+
+def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
+                 now_ms: int | None = None) -> list[int]:
+    """Delete a topic for every reader and writer; returns the partitions tombstoned.
+
+    First every partition's manifest gets a tombstone version (no segments, log start at the
+    high watermark, producer state dropped, ``extra["deleted"]``), then ``_topic.json`` goes.
+    A writer racing the delete either committed before the tombstone (its records go with the
+    topic) or gets :class:`TopicDeletedError` (nothing acknowledged). Segment files are left to
+    ``gc`` (no longer listed), never deleted under a live manifest. A delete that stopped part
+    way is finished by the next delete (or create) of the same name.
+
+    :class:`UnknownTopicError` if there is no such topic (and nothing left to finish),
+    :class:`InternalTopicError` for an internal topic unless ``allow_internal``.
+    """
+    layout.validate_topic_name(name)
+    if not allow_internal:
+        check_not_internal(name, "delete")
+    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    try:
+        meta: TopicMetadata | None = load_topic(storage, name)
+    except UnknownTopicError:
+        meta = None
+    parts = sorted(set(range(meta.partitions) if meta else ()) | set(_partition_dirs(storage, name)))
+    mark = _tombstone_mark(now)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
+        done = list(pool.map(lambda p: _tombstone(storage, name, p, mark), parts))
+    if meta is None:
+        if not any(done):
+            raise UnknownTopicError(f"unknown topic {name!r} under {storage.url}")
+        return [p for p, d in zip(parts, done) if d]
+    storage.delete([layout.topic_meta_path(name)])
+    return parts
+
+
+def _tombstone_mark(now_ms: int) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, "deleted_ms": int(now_ms)}
+
+
+def _partition_dirs(storage: Storage, name: str) -> list[int]:
+    """Partition numbers with a directory under the topic (manifests of a past incarnation)."""
+    return sorted(int(d) for d in storage.list_dirs(layout.topic_dir(name)) if d.isdigit())
+
+
+def _tombstone(storage: Storage, name: str, partition: int, mark: Mapping[str, Any],
+               guard=None) -> bool:
+    """Commit a deletion tombstone on one partition; False if it already had one (or ``guard()``
+    says to leave it, checked before every attempt)."""
+    committed = []
+
+    def build(m: Manifest | None):
+        if m is not None and m.extra.get(DELETED_KEY):
+            return None
+        if guard is not None and guard():
+            return None
+        updates = [AdvanceLogStart(m.high_watermark)] if m is not None else []
+        updates += [UpdateProducerState(pid, None) for pid in (m.producers if m else ())]
+        committed.append(True)
+        return updates + [SetExtra(DELETED_KEY, dict(mark))], []
+
+    ManifestStore(storage, name, partition).commit(build, operation="delete-topic")
+    return bool(committed)
+
+
+def _clear_tombstones(storage: Storage, name: str, partitions: Iterable[int], created_ms: int) -> None:
+    """Clear the tombstones of a past incarnation (deleted before ``created_ms``) on ``partitions``.
+
+    Offsets continue from the old high watermark (the log start stays there): a manifest's
+    high watermark never moves back, and a consumer's old committed offset then reads as out
+    of range instead of silently skipping the new topic's first records.
+    """
+    def clear(p: int) -> None:
+        def build(m: Manifest | None):
+            tomb = m.extra.get(DELETED_KEY) if m is not None else None
+            if not tomb:
+                return None
+            deleted_ms = tomb.get("deleted_ms", 0) if isinstance(tomb, dict) else 0
+            if deleted_ms > created_ms:
+                return None  # a delete of this very topic under way: leave it
+            return [SetExtra(DELETED_KEY, None)], []
+        ManifestStore(storage, name, p).commit(build, operation="create-topic")
+
+    parts = list(partitions)
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
+        list(pool.map(clear, parts))
 
 
 def _encode(meta: TopicMetadata) -> bytes:
