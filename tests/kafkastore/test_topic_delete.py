@@ -1,0 +1,185 @@
+"""Deleting a topic is a tombstone commit on every partition's manifest before ``_topic.json``
+goes: a writer racing the delete lands before it (and goes with the topic) or is refused, a
+re-created topic starts empty and readable, and a delete or create that stopped part way is
+finished by the next one (issue 20, item 2)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kafkastore import layout
+from kafkastore.broker import Broker
+from kafkastore.cli import main
+from kafkastore.errors import TopicDeletedError, TopicExistsError, UnknownTopicError
+from kafkastore.manifest import ManifestStore
+from kafkastore.reader import PartitionReader
+from kafkastore.storage import Storage
+from kafkastore.topics import (_tombstone, _tombstone_mark, create_topic, delete_topic, list_topics,
+                               load_topic, topic_exists)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in ("KAFKASTORE_ROOT", "KAFKASTORE_CONF", "KAFKASTORE_WAREHOUSE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _produce(s: Storage, topic: str, n: int, partitions: int = 1) -> Broker:
+    b = Broker(s)
+    for i in range(n):
+        b.send(topic, b"v%d" % i, partition=i % partitions)
+    b.flush()
+    return b
+
+
+def _rows(s: Storage, topic: str, p: int = 0) -> list:
+    r = PartitionReader(s, topic, p)
+    return r.read(r.log_start_offset).column("value").to_pylist()
+
+
+def _verify(root: str, topic: str) -> int:
+    return main(["--root", root, "verify", topic])
+
+
+def test_delete_tombstones_then_recreate_starts_empty(root_url):
+    s = Storage(root_url)
+    create_topic(s, "dt", 2)
+    stale = _produce(s, "dt", 10, partitions=2)  # a writer that keeps the old topic cached
+    assert delete_topic(s, "dt") == [0, 1]
+    assert not topic_exists(s, "dt") and list_topics(s) == []
+    for p in (0, 1):
+        m = ManifestStore(s, "dt", p).latest()
+        assert m.segments == () and m.log_start_offset == m.high_watermark == 5
+        assert m.extra["deleted"]["id"] and m.producers == {}
+    # a writer that looked the topic up before the delete is refused, never acknowledged
+    stale.send("dt", b"late", partition=0)
+    with pytest.raises(TopicDeletedError, match="'dt' was deleted"):
+        stale.flush()
+    with pytest.raises(UnknownTopicError):
+        delete_topic(s, "dt")
+
+    create_topic(s, "dt", 1)
+    # offsets continue from the old high watermark (a manifest's never moves back); empty
+    r = PartitionReader(s, "dt", 0)
+    assert (r.log_start_offset, r.high_watermark) == (5, 5) and _rows(s, "dt") == []
+    _produce(s, "dt", 3)
+    assert _rows(s, "dt") == [b"v0", b"v1", b"v2"]
+    assert "deleted" not in ManifestStore(s, "dt", 0).latest().extra
+    # partition 1 of the old topic stays tombstoned until the topic grows again
+    with pytest.raises(TopicDeletedError):
+        ManifestStore(s, "dt", 1).commit(lambda m: ([], []))
+    from kafkastore.topics import alter_topic
+    alter_topic(s, "dt", partitions=2)
+    _produce(s, "dt", 2, partitions=1)
+    b = Broker(s)
+    b.send("dt", b"p1", partition=1)
+    b.flush()
+    assert _rows(s, "dt", 1) == [b"p1"]
+
+
+def test_produce_racing_a_delete_loses_no_acknowledged_write(local_root):
+    """Two brokers on one root: A deletes while B keeps producing. Every write B had
+    acknowledged before the tombstone is below the tombstone's log start (gone with the
+    topic); B gets no acknowledgement after it; the re-created topic is empty and verifies."""
+    s = Storage(local_root)
+    create_topic(s, "dt", 3)
+    writer = Broker(Storage(local_root), broker_id=2)
+    acked: list[tuple[int, int]] = []     # (partition, next offset) of every acknowledged flush
+    refused: list[BaseException] = []
+    stop = threading.Event()
+    some_acks = threading.Event()
+
+    writer.on_commit = lambda r: acked.append((r.partition, r.next_offset))
+
+    def produce():
+        i = 0
+        while not stop.is_set():
+            p = i % 3
+            writer.send("dt", b"x%d" % i, partition=p)
+            try:
+                writer.flush()
+            except TopicDeletedError as exc:
+                refused.append(exc)
+                return
+            if len(acked) >= 10:
+                some_acks.set()
+            i += 1
+
+    t = threading.Thread(target=produce)
+    t.start()
+    assert some_acks.wait(60)
+    delete_topic(Storage(local_root), "dt")     # broker A
+    t.join(60)
+    stop.set()
+    assert not t.is_alive()
+    assert refused, "the writer was never refused after the delete"
+    tomb = {p: ManifestStore(s, "dt", p).latest() for p in range(3)}
+    for p, next_offset in acked:
+        # acknowledged before the tombstone: at or below where the tombstone cut the log
+        assert next_offset <= tomb[p].log_start_offset
+    assert all(m.extra.get("deleted") and not m.segments for m in tomb.values())
+
+    create_topic(s, "dt", 3)
+    assert all(_rows(s, "dt", p) == [] for p in range(3))
+    assert _verify(local_root, "dt") == 0
+
+
+def test_a_delete_that_stopped_part_way_is_finished(local_root):
+    s = Storage(local_root)
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 4, partitions=2)
+    # crashed after the tombstones, before _topic.json went: the re-run finishes
+    _tombstone(s, "dt", 0, _tombstone_mark(1))
+    _tombstone(s, "dt", 1, _tombstone_mark(1))
+    assert topic_exists(s, "dt")
+    assert delete_topic(s, "dt") == [0, 1] and not topic_exists(s, "dt")
+
+    # crashed after one tombstone and the removal (_topic.json gone, partition 1 still live)
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 4, partitions=2)
+    _tombstone(s, "dt", 0, _tombstone_mark(1))
+    s.delete([layout.topic_meta_path("dt")])
+    assert delete_topic(s, "dt") == [1]          # the next delete finishes it
+    assert ManifestStore(s, "dt", 1).latest().extra["deleted"]
+
+
+def test_create_finishes_an_interrupted_delete(local_root):
+    s = Storage(local_root)
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 6, partitions=2)
+    _tombstone(s, "dt", 0, _tombstone_mark(1))
+    s.delete([layout.topic_meta_path("dt")])   # partition 1 keeps its 3 records
+    create_topic(s, "dt", 2)
+    assert _rows(s, "dt", 0) == [] and _rows(s, "dt", 1) == []
+    _produce(s, "dt", 2, partitions=2)
+    assert _rows(s, "dt", 1) == [b"v1"]
+    assert _verify(local_root, "dt") == 0
+
+
+def test_a_create_that_stopped_before_clearing_tombstones_is_finished_by_a_rerun(local_root):
+    s = Storage(local_root)
+    create_topic(s, "dt", 1, now_ms=1000)
+    _produce(s, "dt", 2)
+    delete_topic(s, "dt", now_ms=2000)
+    # the create wrote _topic.json, then stopped before clearing the tombstone
+    s.put(layout.topic_meta_path("dt"), b'{"format": 1, "topic": "dt", "partitions": 1, '
+                                          b'"config": {}, "created_ms": 3000, "updated_ms": 3000}')
+    with pytest.raises(TopicDeletedError):
+        _produce(s, "dt", 1)
+    with pytest.raises(TopicExistsError):
+        create_topic(s, "dt", 1)
+    _produce(s, "dt", 1)
+    assert _rows(s, "dt") == [b"v0"]
+    assert load_topic(s, "dt").created_ms == 3000
+
+
+def test_a_create_racing_an_unfinished_delete_leaves_its_tombstones(local_root):
+    """A delete under way (tombstones written, _topic.json still there): a create of the
+    same name says it exists and does not clear the newer tombstones."""
+    s = Storage(local_root)
+    create_topic(s, "dt", 1, now_ms=1000)
+    _tombstone(s, "dt", 0, _tombstone_mark(2000))
+    with pytest.raises(TopicExistsError):
+        create_topic(s, "dt", 1)
+    assert ManifestStore(s, "dt", 0).latest().extra["deleted"]
