@@ -267,6 +267,20 @@ class SchemaEvolutionError(WarehouseError):
     """New data whose schema cannot be merged into the table's (an incompatible change)."""
 
 
+class MissingDataFileError(WarehouseError):
+    """A data file a table's snapshot lists is gone (deleted outside Iceberg)."""
+
+
+class ExpiredSnapshotError(WarehouseError):
+    """Time travel to a time whose snapshot was expired (by vacuum): the table had rows
+    then, but they can no longer be read."""
+
+
+class OrphanedTableError(WarehouseError):
+    """The catalog has no entry for a table whose location holds Iceberg metadata (e.g. a
+    lost ``catalog.db``): creating a new table there would start again from offset 0."""
+
+
 class UnsupportedDeletesError(WarehouseError):
     """A snapshot with delete files that the reader cannot apply (refused, never ignored)."""
 

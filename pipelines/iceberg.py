@@ -68,8 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.commit import Backoff, Budget, Clock, CommitEngine, CommitTarget, Done
-from kafkastore.errors import (CommitUnknownError, ConfigError, OffsetGapError,
-                               OffsetOverlapError, SchemaEvolutionError, TableChangedError,
+from kafkastore.errors import (CommitUnknownError, ConfigError, MissingDataFileError,
+                               OffsetGapError, OffsetOverlapError, SchemaEvolutionError, TableChangedError,
                                TableNotFoundError, UnsupportedDeletesError, WarehouseError)
 
 from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_from_json,
@@ -579,8 +579,11 @@ def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id
             drop.append(df)
             continue
         fs, path = _fs(table, df.file_path)
-        with fs.open(path, "rb") as f:
-            data = pq.read_table(f)
+        try:
+            with fs.open(path, "rb") as f:
+                data = pq.read_table(f)
+        except FileNotFoundError as exc:
+            raise missing_file(table, snapshot_id, exc) from None
         kept = data.filter(_keep_mask(data, ranges))
         drop.append(df)
         if kept.num_rows:
@@ -590,6 +593,27 @@ def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id
                 pq.write_table(kept, f, compression="zstd")
             new_urls.append(url)
     return drop, new_urls
+
+
+def missing_file(table, snapshot_id, exc: BaseException) -> MissingDataFileError:
+    """The one-line error for a data file of ``snapshot_id`` that is gone."""
+    return MissingDataFileError(f"table {_name(table)}: a data file of snapshot {snapshot_id} "
+                                f"is missing ({exc}); it was removed outside Iceberg")
+
+
+def check_rewind_files(table, ranges: Sequence[OffsetRange]) -> None:
+    """Refuse (:class:`MissingDataFileError`) when a data file of main's head that a rewind
+    of ``ranges`` must read or drop is gone: checked before a reprocess writes or commits
+    anything, so one table of a table and its dead letters is never rewound alone."""
+    head = table.current_snapshot()
+    if head is None or not ranges:
+        return
+    for task in table.scan(snapshot_id=head.snapshot_id,
+                           row_filter=_delete_filter(ranges)).plan_files():
+        fs, path = _fs(table, task.file.file_path)
+        if not fs.exists(path):
+            raise missing_file(table, head.snapshot_id, FileNotFoundError(
+                f"no such file: {task.file.file_path}"))
 
 
 def _single_topic_partition(table, data_file):
@@ -876,6 +900,8 @@ def read_arrow(table, *, snapshot_id: int | None = None, as_of_ms: int | None = 
         kwargs["selected_fields"] = tuple(columns)
     try:
         return table.scan(**kwargs).to_arrow()
+    except FileNotFoundError as exc:
+        raise missing_file(table, snap.snapshot_id, exc) from None
     except NotImplementedError as exc:
         raise UnsupportedDeletesError(f"table {_name(table)} snapshot "
                                       f"{snap.snapshot_id}: {exc}") from None

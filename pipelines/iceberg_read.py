@@ -128,13 +128,9 @@ def read_snapshot(table, snapshot, row_filter=None, columns: Sequence[str] | Non
     if columns:
         have = set(table.schema().column_names)
         columns = [c for c in columns if c in have]
-    try:
-        return iceberg.read_arrow(table, snapshot_id=snapshot.snapshot_id, row_filter=row_filter,
-                                  columns=columns or None)
-    except FileNotFoundError as exc:
-        raise WarehouseError(f"table {iceberg.table_name(table.name())}: a data file of "
-                             f"snapshot {snapshot.snapshot_id} is missing ({exc}); it was "
-                             f"removed outside Iceberg") from None
+    # A missing data file is a one-line MissingDataFileError (iceberg.read_arrow).
+    return iceberg.read_arrow(table, snapshot_id=snapshot.snapshot_id, row_filter=row_filter,
+                              columns=columns or None)
 
 
 def range_filter(ranges: Iterable[tuple[str, int, int, int]]) -> Any:

@@ -157,6 +157,10 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
              "compacted": sorted(pl.range.partition for pl in plans if pl.compacted),
              "below_log_start": sorted(pl.range.partition for pl in plans if pl.below_log_start)}
     tbl, dl = _load.ensure_tables(wh, spec)
+    rewind = [OffsetRange(topic, pl.range.partition, pl.requested, pl.committed) for pl in plans]
+    for t in (tbl, dl):
+        if t is not None:    # a data file deleted outside Iceberg: refuse before any work
+            ice.check_rewind_files(t, rewind)
     target = _load.WriteTarget(tbl.location(), dl.location() if dl is not None else None,
                                spec.partition_by, dict(storage_options or {}) or None, {},
                                max_rows_per_file, compression)

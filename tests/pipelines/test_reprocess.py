@@ -3,6 +3,7 @@ an offset or time (delete + append), refused over compacted ranges unless allowe
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -181,3 +182,28 @@ def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypa
     assert ice.history(wh.table("tbl"))[-1].kafkastore_operation == "load"
     assert committed(wh) == {0: 17, 1: 17}
     assert_exactly_once(storage, "t", wh)
+
+
+def test_reprocess_with_a_data_file_deleted_outside_iceberg_is_one_line(spark, loaded, capsys,
+                                                                        tmp_path):
+    """Issue 20, item 13: a 46-line traceback; now the one-line error ``sql`` gives,
+    exit 1, nothing committed."""
+    from pipelines.cli import main
+
+    root, wh, _ = loaded
+    tbl = wh.table("tbl")
+    snaps = len(tbl.metadata.snapshots)
+    dl_snaps = len(wh.table("tbl_dead_letters").metadata.snapshots)
+    victim = sorted(ice.plan_scan(tbl).files)[0]
+    os.remove(victim[len("file://"):])
+    conf = tmp_path / "k.yaml"
+    conf.write_text("loads: [{topic: t, table: tbl, value_format: json, "
+                    "value_schema: 'id long'}]\n")
+    capsys.readouterr()
+    rc = main(["--root", root, "--conf", str(conf), "reprocess", "t", "--warehouse", wh.url,
+               "--table", "tbl", "--from-offset", "3"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert "is missing" in err and "removed outside Iceberg" in err and "tbl" in err
+    assert len(wh.table("tbl").metadata.snapshots) == snaps
+    assert len(wh.table("tbl_dead_letters").metadata.snapshots) == dl_snaps
