@@ -17,8 +17,10 @@ per-line parser:
   object, an unknown field, a field of another JSON type than the common one
   (a non-string key or value, ``{"base64": ...}``, a float, bool or string
   timestamp, NaN/Infinity, integers beyond int64, duplicate fields);
-* blank lines and lines holding several objects (pyarrow's rows would not
-  line up with line numbers), a UTF-8 BOM, ``\\uD800``-style escapes (lone
+* a line that does not start with ``{`` (checked before pyarrow sees the chunk: its
+  reader crashes the process on a top-level ``null``), so blank lines, leading
+  whitespace and top-level non-objects; lines holding several objects (pyarrow's rows
+  would not line up with line numbers), a UTF-8 BOM, ``\\uD800``-style escapes (lone
   surrogates), headers that are not ``[string, string|null]`` pairs, a
   timestamp or partition out of range.
 
@@ -71,20 +73,23 @@ def _count_lines(data) -> int:
     return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
 
 
-_BLANK_START = np.array([9, 10, 13, 32], np.uint8)   # \t \n \r space
-_BLANK_LINE = re.compile(rb"(?:\A|\n)[ \t\r]*\n|(?:\A|\n)[ \t\r]+\Z")
+_OPEN_BRACE = ord("{")
 
 
-def _has_blank_line(chunk) -> bool:
-    """Whether a line of ``chunk`` is empty or only whitespace. The regex runs only when
-    some line starts with whitespace (rare in JSON lines)."""
+def _every_line_starts_an_object(chunk) -> bool:
+    """Whether every line of ``chunk`` starts with ``{`` (vectorised over the line starts).
+
+    Checked before pyarrow's reader sees a chunk: its JSON reader crashes the process
+    (SIGSEGV) on a top-level ``null`` at the start of its input, and takes a blank line or
+    a top-level non-object elsewhere into rows that no longer line up with lines. Anything
+    else (a blank line, leading whitespace, ``null``, a number, string, array, ``true``)
+    goes to the per-line parser, which says "line N: expected a JSON object" or accepts it.
+    """
     a = np.frombuffer(chunk, np.uint8)
     if not len(a):
-        return False
-    firsts = a[np.concatenate(([0], np.flatnonzero(a[:-1] == 10) + 1))]
-    if not np.isin(firsts, _BLANK_START).any():
-        return False
-    return _BLANK_LINE.search(chunk) is not None
+        return True
+    starts = np.concatenate(([0], np.flatnonzero(a[:-1] == 10) + 1))
+    return bool((a[starts] == _OPEN_BRACE).all())
 
 
 @dataclass
@@ -269,13 +274,15 @@ def _bulk(chunk, first_lineno: int, newlines: int | None) -> ParsedChunk | None:
             chunk.decode("utf-8")   # pyarrow does not check the UTF-8 of strings
         except UnicodeDecodeError:
             return None
+    if not _every_line_starts_an_object(chunk):
+        return None
     try:
         t = pj.read_json(pa.BufferReader(chunk), parse_options=_PARSE)
     except Exception:  # noqa: BLE001 - any refusal: the per-line parser decides and explains
         return None
-    # Rows equal lines only if no line is blank (pyarrow gives it no row) and none holds
-    # several objects: with no blank line, each line gives at least one row.
-    if t.num_rows != nlines or _has_blank_line(chunk):
+    # Rows equal lines only if no line is blank (pyarrow gives it no row; none is, as every
+    # line starts with "{") and none holds several objects: then each line gives one row.
+    if t.num_rows != nlines:
         return None
     ts, part, headers = t.column("timestamp"), t.column("partition"), t.column("headers")
     if ts.null_count < len(ts) and (pc.min(ts).as_py() < 0 or pc.max(ts).as_py() > MAX_TIMESTAMP_MS):

@@ -337,3 +337,58 @@ def test_a_blank_line_cannot_hide_a_line_of_two_objects(monkeypatch):
         assert parsed.table.num_rows == 0
     trailing = jsonl_bulk.parse_chunk(b'{"value": "a"}{"value": "b"}\n  ', 1)
     assert not trailing.bulk and str(trailing.error).startswith("line 1: not valid JSON")
+
+
+# -- top-level values that are not objects (issue 20, item 6) -----------------------------
+_NOT_OBJECTS = [b"null", b"0", b"-1.5", b"12345678901234567890", b'"s"', b'""', b"[]",
+                b'[{"value": "a"}]', b"true", b"false"]
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # set per example
+@given(lines=st.lists(st.one_of(
+           st.text(max_size=8).map(lambda v: json.dumps({"value": v}).encode()),
+           st.tuples(st.sampled_from(["", " ", "\t"]), st.sampled_from(_NOT_OBJECTS))
+             .map(lambda t: t[0].encode() + t[1])),
+       min_size=1, max_size=12),
+       final_newline=st.booleans(), native=st.booleans())
+def test_a_top_level_non_object_anywhere_in_a_chunk_is_line_n_expected_an_object(
+        monkeypatch, lines, final_newline, native):
+    """pyarrow's reader crashed the process on a top-level null starting its input: every
+    line that is not an object reaches the per-line parser and its one-line error."""
+    monkeypatch.setattr(jsonl_bulk, "NATIVE_PARSE", native and jsonl_bulk.NATIVE_PARSE)
+    chunk = b"\n".join(lines) + (b"\n" if final_newline else b"")
+    parsed = jsonl_bulk.parse_chunk(chunk, 1)
+    bad = [i for i, line in enumerate(lines) if not line.startswith(b"{")]
+    if not bad:
+        assert parsed.error is None and parsed.table.num_rows == len(lines)
+        return
+    assert str(parsed.error).startswith(f"line {bad[0] + 1}: expected a JSON object")
+    assert parsed.table.num_rows == bad[0]
+
+
+@pytest.mark.parametrize("token", [b"null", b"5", b'"s"', b"[1]", b"true"])
+@pytest.mark.parametrize("where", ["alone", "starts a chunk", "mid chunk"])
+def test_cli_produce_of_a_non_object_line_is_one_line_error_not_a_crash(tmp_path, token, where):
+    """In a subprocess, so a segfault (exit 139) fails the test instead of killing it."""
+    import subprocess
+
+    root = (tmp_path / "root").as_uri()
+    create_topic(Storage(root), "t", 1)
+    good = b'{"value": "a"}\n'
+    if where == "alone":
+        data, lineno = token + b"\n", 1
+    elif where == "starts a chunk":  # the first chunk is exactly 4 MiB of whole lines
+        line = b'{"value": "ab"}\n'
+        assert jsonl_bulk.CHUNK_BYTES % len(line) == 0
+        n = jsonl_bulk.CHUNK_BYTES // len(line)
+        data, lineno = line * n + token + b"\n", n + 1
+    else:
+        data, lineno = good * 3 + token + b"\n" + good, 4
+    proc = subprocess.run([sys.executable, "-m", "kafkastore.cli", "--root", root, "produce", "t"],
+                          input=data, capture_output=True, timeout=120)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 1, (proc.returncode, err[-500:])
+    assert err.splitlines() == [f"kafkastore: error: line {lineno}: expected a JSON object like "
+                                '{"key": ..., "value": ...}']
+    assert PartitionReader(Storage(root), "t", 0).high_watermark == 0   # nothing committed
