@@ -68,7 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.commit import Backoff, Budget, Clock, CommitEngine, CommitTarget, Done
-from kafkastore.errors import (CommitUnknownError, ConfigError, MissingDataFileError,
+from kafkastore.errors import (CommitUnknownError, ConfigError, ExpiredSnapshotError,
+                               MissingDataFileError,
                                OffsetGapError, OffsetOverlapError, SchemaEvolutionError, TableChangedError,
                                TableNotFoundError, UnsupportedDeletesError, WarehouseError)
 
@@ -852,7 +853,7 @@ def resolve_snapshot(table, *, snapshot_id: int | None = None, as_of_ms: int | N
             raise TableNotFoundError(f"table {_name(table)} has no snapshot {snapshot_id}")
         return snap
     if as_of_ms is not None:
-        snap = table.snapshot_as_of_timestamp(int(as_of_ms))
+        snap = snapshot_as_of(table, int(as_of_ms))
         if snap is None:
             raise TableNotFoundError(f"table {_name(table)} has no snapshot at or before "
                                      f"{int(as_of_ms)} ms")
@@ -863,6 +864,68 @@ def resolve_snapshot(table, *, snapshot_id: int | None = None, as_of_ms: int | N
             raise TableNotFoundError(f"table {_name(table)} has no branch or tag {ref!r}")
         return snap
     return table.current_snapshot()
+
+
+def snapshot_as_of(table, timestamp_ms: int):
+    """Main's snapshot at ``timestamp_ms`` (the newest in the snapshot log at or before
+    it), None when the table had none then; :class:`ExpiredSnapshotError` when the one
+    it had then was expired (pyiceberg alone answers with an older snapshot or None).
+
+    Expiry removes snapshots from the snapshot log, so the log alone cannot tell "no
+    snapshot yet" from "expired". The metadata log can: the newest previous metadata
+    file written at or before the time names the snapshot current then, and lists it
+    with its commit time. When the metadata log does not reach back that far, the parent
+    links decide conservatively: a surviving snapshot whose parent is gone means
+    snapshots were expired before it, and a time before it is refused."""
+    snap = table.snapshot_as_of_timestamp(timestamp_ms)
+    lost = _expired_then(table, timestamp_ms, snap)
+    if lost is None:
+        return snap
+    log = table.metadata.snapshot_log
+    oldest = table.snapshot_by_id(log[0].snapshot_id) if log else table.current_snapshot()
+    from .iceberg_read import iso
+
+    since = (f"the oldest snapshot still available is {oldest.snapshot_id} at "
+             f"{iso(oldest.timestamp_ms)}" if oldest is not None else "no snapshot is left")
+    raise ExpiredSnapshotError(
+        f"table {_name(table)}: the snapshot current at {iso(timestamp_ms)} "
+        f"({timestamp_ms} ms){lost} was expired (kafkastore vacuum); {since}")
+
+
+def _expired_then(table, timestamp_ms: int, found) -> str | None:
+    """None when ``found`` (pyiceberg's answer) is right, else a note on the expired
+    snapshot that was current at ``timestamp_ms`` ("" when its id is unknown)."""
+    meta = table.metadata
+    older = [e for e in meta.metadata_log if e.timestamp_ms <= timestamp_ms]
+    if older:
+        from pyiceberg.serializers import FromInputFile
+
+        newest = max(older, key=lambda e: e.timestamp_ms)
+        try:
+            then = FromInputFile.table_metadata(table.io.new_input(newest.metadata_file))
+        except FileNotFoundError:
+            then = None
+        if then is not None:
+            sid = then.current_snapshot_id
+            old = then.snapshot_by_id(sid) if sid is not None else None
+            if old is None or table.snapshot_by_id(sid) is not None:
+                return None
+            if found is not None and found.timestamp_ms >= old.timestamp_ms:
+                return None      # committed after that metadata file, still at or before the time
+            return f" (snapshot {sid}, committed {old.timestamp_ms} ms)"
+    # The metadata log does not reach back: judge from the parent links of the snapshot log.
+    log = meta.snapshot_log
+    ids = [e.snapshot_id for e in log]
+    if found is None:
+        first = table.snapshot_by_id(ids[0]) if ids else None
+        return "" if first is not None and first.parent_snapshot_id is not None else None
+    i = ids.index(found.snapshot_id) if found.snapshot_id in ids else len(ids) - 1
+    if i + 1 < len(ids):
+        nxt = table.snapshot_by_id(ids[i + 1])
+        if nxt is not None and nxt.parent_snapshot_id not in (None, found.snapshot_id) \
+                and table.snapshot_by_id(nxt.parent_snapshot_id) is None:
+            return ""            # a snapshot committed between the two was expired
+    return None
 
 
 def plan_scan(table, *, snapshot_id: int | None = None, as_of_ms: int | None = None,

@@ -8,10 +8,11 @@ catalogs, offsets and planning are :mod:`pipelines.iceberg`'s; this module adds
   a snapshot id, a time, a ref), with one-line :class:`ConfigError` for bad
   input;
 * :func:`select_snapshot`: the snapshot that names, or None when the table had
-  none then (a time before its first snapshot reads as an empty table);
+  none then (a time before its first snapshot reads as an empty table; a time
+  whose snapshot vacuum expired is an ExpiredSnapshotError);
 * :func:`read_snapshot`: one snapshot through pyiceberg (deletes applied,
   equality deletes refused) with a missing data file as a one-line
-  :class:`WarehouseError`;
+  :class:`~kafkastore.errors.MissingDataFileError`;
 * :func:`range_filter`: the rows inside half-open offset ranges.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError
 
 from . import iceberg
 
@@ -90,8 +91,8 @@ def select_snapshot(table, as_of: AsOf | None = None):
             raise ConfigError(f"table {iceberg.table_name(table.name())} has no snapshot "
                               f"{as_of.snapshot_id}")
         return snap
-    if as_of.timestamp_ms is not None:
-        return table.snapshot_as_of_timestamp(int(as_of.timestamp_ms))
+    if as_of.timestamp_ms is not None:   # an expired one is an ExpiredSnapshotError
+        return iceberg.snapshot_as_of(table, int(as_of.timestamp_ms))
     if as_of.ref is not None:
         return table.snapshot_by_name(as_of.ref)
     return table.current_snapshot()
