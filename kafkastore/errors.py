@@ -156,6 +156,12 @@ class StoragePermissionError(StorageError):
     refused write did not happen (its outcome is known, unlike a lost response)."""
 
 
+class BucketNotFoundError(StoragePermissionError):
+    """The root's bucket does not exist (a misspelt or deleted bucket): every read, list and
+    write under the root fails. A definite failure like a refused write (nothing was written),
+    not an unknown outcome, and not an empty root or a missing object."""
+
+
 class CommitConflict(StorageError):
     """Put-if-absent lost the race: the version already exists. Re-read, re-validate, retry."""
 

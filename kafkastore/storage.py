@@ -43,8 +43,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from .errors import (CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError, StorageError,
-                     StoragePermissionError)
+from .errors import (BucketNotFoundError, CommitConflict, ConfigError, KafkaStoreError,
+                     ObjectNotFoundError, StorageError, StoragePermissionError)
 from .threads import shared_pool
 
 # fsspec's memory store is one dict per process. Its listings copy the dict first, but a
@@ -55,6 +55,9 @@ _MEMORY_LOCK = threading.RLock()
 _UNGUARDED = contextlib.nullcontext()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
 _TEMP_PREFIX = ".tmp-"
+#: ``(protocol, bucket)`` of the buckets seen to exist: checked once per process, on the
+#: first "not found" answer (a missing bucket answers every request with "not found").
+_BUCKETS_FOUND: set[tuple[str, str]] = set()
 # Exceptions from these client libraries are transport failures, never bugs of ours.
 _CLIENT_MODULES = frozenset({"botocore", "aiobotocore", "aiohttp", "urllib3", "requests",
                              "s3fs", "gcsfs", "adlfs", "google", "azure"})
@@ -311,13 +314,38 @@ class Storage:
     def require_root(self) -> None:
         """Raise :class:`StorageError` if the root's bucket does not exist (object stores),
         so that listing a misspelt bucket is an error rather than an empty answer."""
-        if self.protocol in ("file", "memory"):
-            return
+        missing = self._missing_bucket(cannot_tell=None)
+        if missing is not None:
+            raise missing
+
+    def _missing_bucket(self, cannot_tell: BaseException | None = None) -> BucketNotFoundError | None:
+        """:class:`BucketNotFoundError` if the root's bucket does not exist (object stores),
+        else None. Called when the store answered "not found" or an empty listing, which
+        is all a missing bucket answers; a bucket once found is not asked about again.
+        If the check itself fails: ``cannot_tell`` is None re-raises that failure, else None."""
+        if self.protocol in ("file", "local", "memory"):
+            return None
         bucket = self._base.split("/", 1)[0]
-        with self._failures("stat bucket", bucket):
-            found = self.fs.exists(bucket)
-        if not found:
-            raise StorageError(f"bucket {bucket!r} of {self.url} does not exist")
+        if (self.protocol, bucket) in _BUCKETS_FOUND:
+            return None
+        try:
+            with self._failures("stat bucket", bucket, bucket_check=False):
+                found = self.fs.exists(bucket)
+        except StorageError:
+            if cannot_tell is None:
+                raise
+            return None
+        if found:
+            _BUCKETS_FOUND.add((self.protocol, bucket))
+            return None
+        return BucketNotFoundError(f"bucket {bucket!r} of {self.url} does not exist")
+
+    def _raise_if_no_bucket(self, empty):
+        """``empty`` (an empty answer), unless the bucket is missing: then BucketNotFoundError."""
+        missing = self._missing_bucket(cannot_tell=StorageError("bucket check failed"))
+        if missing is not None:
+            raise missing
+        return empty
 
     # -- paths -------------------------------------------------------------
     def full_path(self, rel: str) -> str:
@@ -344,14 +372,19 @@ class Storage:
         return StorageError(f"cannot {verb} {rel!r} under {self.url}: {exc}")
 
     @contextlib.contextmanager
-    def _failures(self, verb: str, rel: str, *, missing: bool = False):
+    def _failures(self, verb: str, rel: str, *, missing: bool = False, bucket_check: bool = True):
         """Turn a store's failure inside the block into :class:`StorageError` (naming
         ``verb`` and ``rel``); ``missing=True``: a missing object into
-        :class:`ObjectNotFoundError`. Caller bugs and our own errors pass through."""
+        :class:`ObjectNotFoundError`; "not found" from a bucket that does not exist into
+        :class:`BucketNotFoundError`. Caller bugs and our own errors pass through."""
         try:
             with _MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED:
                 yield
         except Exception as exc:
+            if bucket_check and isinstance(exc, FileNotFoundError):
+                no_bucket = self._missing_bucket(cannot_tell=exc)
+                if no_bucket is not None:
+                    raise no_bucket from None
             if missing and isinstance(exc, FileNotFoundError):
                 raise ObjectNotFoundError(f"no object {rel!r} under {self.url}") from None
             if not _is_store_failure(exc):
@@ -389,7 +422,8 @@ class Storage:
     def exists(self, rel: str) -> bool:
         """Whether an object (or directory) ``rel`` exists."""
         with self._failures("stat", rel):
-            return bool(self.fs.exists(self.full_path(rel)))
+            found = bool(self.fs.exists(self.full_path(rel)))
+        return found or self._raise_if_no_bucket(found)
 
     def size(self, rel: str) -> int:
         """Size of object ``rel`` in bytes; :class:`ObjectNotFoundError` if absent."""
@@ -406,7 +440,9 @@ class Storage:
             try:
                 found = self.fs.find(base, detail=True)
             except FileNotFoundError:
-                return []
+                found = {}
+        if not found:
+            return self._raise_if_no_bucket([])
         out = []
         for full, info in found.items():
             if info.get("type") == "directory":
@@ -424,7 +460,9 @@ class Storage:
             try:
                 entries = self.fs.ls(self.full_path(prefix), detail=True)
             except FileNotFoundError:
-                return []
+                entries = []
+        if not entries:
+            return self._raise_if_no_bucket([])
         return sorted(e["name"].rstrip("/").rsplit("/", 1)[-1] for e in entries
                       if e.get("type") == "directory")
 

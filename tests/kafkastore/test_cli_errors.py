@@ -172,3 +172,12 @@ def test_a_refused_write_is_a_definite_failure_not_an_unknown_outcome(local_root
     with pytest.raises(StoragePermissionError, match="permission denied"):
         ManifestStore(storage, "t", 0).commit(lambda m: ([AppendSegments((entry,))], []))
     assert [o for o in fs.log if o[0] == "write"] == [("write", "before", fs.log[0][2])]  # tried once
+
+
+@pytest.mark.parametrize("argv", [("topics", "create", "t"), ("topics", "describe", "t"),
+                                  ("offsets", "t"), ("groups", "list")])
+def test_commands_on_a_missing_bucket_say_so_in_one_line(cli, s3_endpoint, argv):
+    """Issue 20, item 16: not an "unknown outcome", not an unknown topic: the bucket."""
+    rc, _, err = cli(*argv, root="s3://no-such-bucket-here/x")
+    line = one_error_line(rc, err)
+    assert line == "kafkastore: error: bucket 'no-such-bucket-here' of s3://no-such-bucket-here/x does not exist"

@@ -331,3 +331,24 @@ def test_put_many_failure_leaves_no_temporary_files(local_root):
         storage.put_many([("d/a", b"new"), ("d/b", b"x"), ("d/c", b"y")])
     assert sorted(os.listdir(storage.full_path("d"))) == ["a", "b"]
     assert storage.get("d/a") == b"new"  # renamed before the failure: each name old or new
+
+
+def test_a_missing_bucket_is_named_for_every_operation(s3_endpoint):
+    """Issue 20, item 16: a write was an "unknown outcome", a read a missing object and a
+    listing empty; each now says the bucket does not exist (a definite failure)."""
+    from kafkastore.errors import BucketNotFoundError, StoragePermissionError
+
+    s = Storage("s3://no-such-bucket-20/root")
+    for op in (lambda: s.put("a/b", b"x"), lambda: s.put_if_absent("a/c", b"x"),
+               lambda: s.get("a/b"), lambda: s.get_range("a/b", 0, 1), lambda: s.list("a"),
+               lambda: s.list_dirs(""), lambda: s.exists("a/b"), lambda: s.size("a/b"),
+               lambda: s.put_many([("a/d", b"x")])):
+        with pytest.raises(BucketNotFoundError, match="bucket 'no-such-bucket-20' of "
+                                                      "s3://no-such-bucket-20/root does not exist"):
+            op()
+    assert issubclass(BucketNotFoundError, StoragePermissionError)  # refused: nothing written
+    # an existing bucket still answers "not found" and empty listings as before
+    ok = Storage(f"s3://kafkastore-test/root-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ObjectNotFoundError):
+        ok.get("a/b")
+    assert ok.list("a") == [] and ok.list_dirs("") == [] and not ok.exists("a/b")
