@@ -54,6 +54,7 @@ from .format.partitioner import StickyPartitioner, partition_for_key, partitions
 from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
 from .format.segment import index_batch_arrays, index_batches
+from .merge import Housekeeper, housekeeper_for
 from .storage import Storage
 from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
@@ -189,7 +190,7 @@ class Broker:
                  producer_epoch: int = 0, compression: str | int | None = None,
                  batch_size: int = 16384, linger_ms: int = 0,
                  clock: Callable[[], int] | None = None, rng: random.Random | None = None,
-                 commit_on_roll: bool = True):
+                 commit_on_roll: bool = True, housekeeping: "bool | Housekeeper" = True):
         if batch_size < 1:
             raise ConfigError(f"batch.size must be >= 1, got {batch_size}")
         if linger_ms < 0:
@@ -215,6 +216,11 @@ class Broker:
         self._epochs: dict[tuple[str, int], int] = {}
         self._sequences: dict[tuple[str, int], int] = {}
         self._txn_partitions: set[tuple[str, int]] | None = None
+        #: Merges small segments and runs gc for the partitions this broker writes, on a
+        #: background thread after its commits (kafkastore.merge); False turns it off.
+        self.housekeeper: Housekeeper | None = (
+            housekeeper_for(storage) if housekeeping is True
+            else housekeeping if isinstance(housekeeping, Housekeeper) else None)
 
     # -- topics --------------------------------------------------------------
     #: Internal topics (:func:`kafkastore.topics.is_internal_topic`) refuse every write
@@ -886,7 +892,8 @@ class Broker:
 
         for round_ in range(_STALE_ROUNDS):
             try:
-                store.commit(build, operation="append", writer=self._writer(), now_ms=self.clock())
+                new = store.commit(build, operation="append", writer=self._writer(),
+                                   now_ms=self.clock())
                 break
             except StaleUploadError as exc:
                 if round_ + 1 == _STALE_ROUNDS:
@@ -896,6 +903,8 @@ class Broker:
                         f"{store.max_upload_age_ms / 1000:g} s, nothing of this flush was "
                         f"committed (flush fewer records at a time, e.g. produce --flush-every)",
                         segment_ids=exc.segment_ids) from None
+        if self.housekeeper is not None and "hw" in outcome:
+            self.housekeeper.poke(topic, partition, new)
         if "dup" in outcome:
             dup = outcome["dup"]
             return AppendResult(topic, partition, dup.first_offset, dup.last_offset + 1, count,

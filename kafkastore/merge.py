@@ -397,6 +397,10 @@ class Housekeeper:
                                         thread_name_prefix="kafkastore-housekeeping")
         self._lock = threading.Lock()
         self._busy: set[tuple[str, int]] = set()
+        # The first gc of a partition is due one interval after this housekeeper started: a
+        # short-lived writer (one CLI produce) does not pay for gc; `kafkastore gc` and the
+        # retention job cover the logs only such writers touch.
+        self._started_ms = self.clock()
         self._last_gc: dict[tuple[str, int], int] = {}
         self._configs: dict[str, TopicConfig] = {}
         self.errors: list[str] = []
@@ -422,7 +426,7 @@ class Housekeeper:
         with self._lock:
             if tp in self._busy:
                 return False
-            due_gc = now - self._last_gc.get(tp, -(1 << 62)) >= self.gc_interval_ms
+            due_gc = now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms
         try:
             want_merge = manifest is None or bool(
                 plan_for(manifest, self._config(topic), fan_in=self.fan_in,
