@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 
 from .. import layout
-from ..errors import ConfigError, StorageError, TopicExistsError, UnknownTopicError
-from ..topics import create_topic, load_topic
+from ..errors import (ConfigError, InternalTopicError, StorageError, TopicExistsError,
+                      UnknownTopicError)
+from ..topics import create_topic, delete_topic as delete_topic_everywhere, is_internal_topic
 from . import error_codes as E
 from .api_meta import topic_id
 from .codec import make
@@ -17,6 +18,10 @@ CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _DEFAULT_CONFIG, _TOPIC_CONFIG = 5, 1  # Kafka's ConfigSource: DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
+#: Most partitions one topic may have. Every partition is a manifest chain and a directory
+#: of objects, and Metadata lists each one: a client asking for 2^31-1 froze every broker.
+#: Kafka has no fixed limit; 10,000 is far above what one topic over object storage needs.
+MAX_PARTITIONS = 10_000
 
 
 def create_topic_safely(broker, name: str, partitions: int, configs: dict,
@@ -27,10 +32,13 @@ def create_topic_safely(broker, name: str, partitions: int, configs: dict,
         layout.validate_topic_name(name)
     except ConfigError as exc:
         return E.INVALID_TOPIC_EXCEPTION, str(exc), None
+    if is_internal_topic(name):
+        return E.INVALID_TOPIC_EXCEPTION, f"cannot create internal topic {name!r}: only kafkastore does", None
     if partitions == -1:
         partitions = broker.options.default_partitions
-    if partitions < 1:
-        return E.INVALID_PARTITIONS, f"partition count must be >= 1, got {partitions}", None
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        return (E.INVALID_PARTITIONS,
+                f"partition count must be between 1 and {MAX_PARTITIONS}, got {partitions}", None)
     try:
         config = TopicConfig.from_dict(configs)
     except ConfigError as exc:
@@ -70,17 +78,15 @@ async def handle_create_topics(ctx: RequestContext, request):
 
 
 def delete_topic(broker, name: str) -> tuple[int, str | None]:
-    """Remove ``_topic.json`` (the topic is gone for every reader at once), then its objects."""
+    """Delete a topic for every broker (:func:`kafkastore.topics.delete_topic`: partitions are
+    tombstoned, so writes racing the delete are refused). Internal topics are refused. Blocking."""
     try:
         layout.validate_topic_name(name)
-        load_topic(broker.storage, name)
+        delete_topic_everywhere(broker.storage, name)
+    except InternalTopicError as exc:
+        return E.INVALID_TOPIC_EXCEPTION, str(exc)
     except (ConfigError, UnknownTopicError) as exc:
         return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
-    try:
-        broker.storage.delete([layout.topic_meta_path(name)])
-        broker.meta.forget_topic(name)
-        rest = [info.path for info in broker.storage.list(layout.topic_dir(name))]
-        broker.storage.delete(rest)
     except StorageError as exc:
         return E.KAFKA_STORAGE_ERROR, str(exc)
     finally:

@@ -35,8 +35,26 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 KAFKA_STORAGE_ERROR = 56
+INVALID_REQUEST = 42
 COORDINATOR_KEY_GROUP = 0
 TICK_S = 0.1
+#: Longest string (UTF-8 bytes) a group's records can hold: Kafka's int16-length strings,
+#: which __consumer_offsets records use for group ids, member ids, protocols and hosts.
+MAX_STRING_BYTES = 32767
+_MEMBER_ID_SUFFIX = 37  # "-" + a UUID, appended to the client id to make a member id
+
+
+def too_long(value: str | None, reserve: int = 0) -> bool:
+    """Whether a client's string cannot be stored in a group's records (more than
+    :data:`MAX_STRING_BYTES` bytes once ``reserve`` more are added)."""
+    if value is None or len(value) * 4 + reserve <= MAX_STRING_BYTES:  # UTF-8: <= 4 bytes a char
+        return False
+    return len(value.encode("utf-8", "surrogatepass")) + reserve > MAX_STRING_BYTES
+
+
+def invalid_group_id(group: str | None) -> bool:
+    """Kafka's INVALID_GROUP_ID: empty, missing, or longer than a record can hold."""
+    return not group or too_long(group)
 
 
 def coordinator_node(group: str, brokers: list[tuple[int, str, int]]) -> tuple[int, str, int]:
@@ -73,7 +91,7 @@ class GroupService:
 
     async def ensure(self, group: str) -> int:
         """NONE when this broker coordinates ``group`` (loading it if needed), else an error."""
-        if not group:
+        if invalid_group_id(group):
             return G.INVALID_GROUP_ID
         self._check_moves()
         if not self.owns(group):
@@ -143,8 +161,9 @@ async def handle_find_coordinator(ctx: RequestContext, request):
     def answer(key: str):
         if key_type != COORDINATOR_KEY_GROUP:
             return G.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", (-1, "", -1)
-        if not key:
-            return G.INVALID_GROUP_ID, "empty group id", (-1, "", -1)
+        if invalid_group_id(key):
+            return G.INVALID_GROUP_ID, ("empty group id" if not key else
+                                        f"group id longer than {MAX_STRING_BYTES} bytes"), (-1, "", -1)
         return G.NONE, None, coordinator_node(key, brokers)
 
     if ctx.api_version >= 4:
@@ -173,6 +192,12 @@ async def handle_join_group(ctx: RequestContext, request):
     err = await svc.ensure(request.group_id)
     if err:
         return _join_response(ctx, G.JoinResult(err, request.member_id))
+    if (any(too_long(x) for x in (request.member_id, getattr(request, "group_instance_id", None),
+                                  request.protocol_type))
+            or any(too_long(p.name) for p in request.protocols)
+            or too_long(ctx.client_id, _MEMBER_ID_SUFFIX)):
+        # Strings a group record must hold: refused at once, never a failed write later.
+        return _join_response(ctx, G.JoinResult(INVALID_REQUEST, ""))
     fut, respond = _future()
     host = ctx.connection.peer if ctx.connection is not None and hasattr(ctx.connection, "peer") else ""
     svc.coordinator.join_group(

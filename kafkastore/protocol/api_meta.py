@@ -6,6 +6,7 @@ import uuid
 import zlib
 
 from ..errors import KafkaStoreError
+from ..topics import is_internal_topic
 
 from . import codec
 from . import error_codes as E
@@ -52,10 +53,13 @@ def leader_for(topic: str, partition: int, brokers: list[tuple[int, str, int]]) 
 
 
 async def handle_metadata(ctx: RequestContext, request):
+    """Topics and the live brokers a client of this listener can use (same security protocol).
+
+    The per-partition entries are built in the thread pool: their number comes from the
+    topics' metadata, never worked through on the event loop."""
     broker = ctx.broker
-    mod = ctx.response_module
     v = ctx.api_version
-    brokers = broker.live_brokers()
+    brokers = broker.live_brokers(same_security=True)
     wanted = request.topics
     if wanted is None or (v == 0 and not wanted):
         names = await ctx.run(broker.meta.topic_names)
@@ -64,26 +68,45 @@ async def handle_metadata(ctx: RequestContext, request):
         names = [t.name for t in wanted]
         requested = True
     auto_create = getattr(request, "allow_auto_topic_creation", True) and broker.options.auto_create_topics
+    topics = await ctx.run(describe_topics, broker, ctx.response_module, names, requested and auto_create,
+                           brokers)
+    mod = ctx.response_module
+    return make(ctx.response_class,
+                brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
+                              for n, h, p in brokers),
+                cluster_id=broker.cluster_id, controller_id=brokers[0][0], topics=tuple(topics),
+                cluster_authorized_operations=_NO_AUTH_OPS)
+
+
+def describe_topics(broker, mod, names, auto_create: bool, brokers) -> list:
+    """Metadata's topic entries (blocking: reads topic metadata, may auto-create)."""
+    from .api_admin import MAX_PARTITIONS, create_topic_safely
+
+    def failed(name, code):
+        return make(mod, "MetadataResponseTopic", error_code=code, name=name, topic_id=None,
+                    is_internal=is_internal_topic(name), partitions=(),
+                    topic_authorized_operations=_NO_AUTH_OPS)
+
     topics = []
     for name in names:
         if name is None:
             continue
         try:
-            meta = await ctx.run(broker.meta.topic, name)
+            meta = broker.meta.topic(name)
         except KafkaStoreError as exc:  # a damaged _topic.json: report it, keep serving the rest
             log.warning("metadata of topic %r: %s", name, exc)
-            topics.append(make(mod, "MetadataResponseTopic", error_code=E.UNKNOWN_SERVER_ERROR,
-                               name=name, topic_id=None, is_internal=False, partitions=(),
-                               topic_authorized_operations=_NO_AUTH_OPS))
+            topics.append(failed(name, E.UNKNOWN_SERVER_ERROR))
             continue
-        if meta is None and requested and auto_create:
-            from .api_admin import create_topic_safely
-            await ctx.run(create_topic_safely, broker, name, broker.options.default_partitions, {})
-            meta = await ctx.run(broker.meta.topic, name)
+        if meta is None and auto_create and not is_internal_topic(name):
+            create_topic_safely(broker, name, broker.options.default_partitions, {})
+            meta = broker.meta.topic(name)
         if meta is None:
-            topics.append(make(mod, "MetadataResponseTopic", error_code=E.UNKNOWN_TOPIC_OR_PARTITION,
-                               name=name, topic_id=None, is_internal=False, partitions=(),
-                               topic_authorized_operations=_NO_AUTH_OPS))
+            topics.append(failed(name, E.UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        if meta.partitions > MAX_PARTITIONS:  # made before the limit existed: not served
+            log.warning("topic %r has %d partitions, more than the %d served", name, meta.partitions,
+                        MAX_PARTITIONS)
+            topics.append(failed(name, E.INVALID_PARTITIONS))
             continue
         parts = []
         for p in range(meta.partitions):
@@ -92,13 +115,9 @@ async def handle_metadata(ctx: RequestContext, request):
                               partition_index=p, leader_id=leader, leader_epoch=0,
                               replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=()))
         topics.append(make(mod, "MetadataResponseTopic", error_code=E.NONE, name=name,
-                           topic_id=topic_id(name, meta.created_ms), is_internal=name.startswith("__"),
+                           topic_id=topic_id(name, meta.created_ms), is_internal=is_internal_topic(name),
                            partitions=tuple(parts), topic_authorized_operations=_NO_AUTH_OPS))
-    return make(ctx.response_class,
-                brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
-                              for n, h, p in brokers),
-                cluster_id=broker.cluster_id, controller_id=brokers[0][0], topics=tuple(topics),
-                cluster_authorized_operations=_NO_AUTH_OPS)
+    return topics
 
 
 async def handle_init_producer_id(ctx: RequestContext, request):

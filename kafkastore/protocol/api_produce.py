@@ -3,40 +3,46 @@ from __future__ import annotations
 
 import asyncio
 
+from ..topics import is_internal_topic
 from . import error_codes as E
 from .appender import BatchRejected, Outcome, check_batch
 from .codec import make
 from .registry import Registry, RequestContext
+from .state import MISSING
 
 PRODUCE = 0
 
 
 async def handle_produce(ctx: RequestContext, request):
-    """Every partition's batch is queued before the first ``await`` (keeps arrival order);
-    acks=0 gets no response at all, acks=1 / -1 the outcome after the manifest version lands."""
-    acks = request.acks
-    appender = ctx.broker.appender
-    pending: list[tuple[str, list[tuple[int, asyncio.Future | Outcome]]]] = []
-    for topic in request.topic_data:
-        parts = []
-        for pd in topic.partition_data:
-            if acks not in (-1, 0, 1):
-                parts.append((pd.index, Outcome(E.INVALID_REQUIRED_ACKS)))
-                continue
-            data = pd.records
-            try:
-                if not data:
-                    raise BatchRejected(E.CORRUPT_MESSAGE, "empty record set")
-                header = check_batch(data)
-            except BatchRejected as exc:
-                parts.append((pd.index, Outcome(exc.code, message=str(exc))))
-                continue
-            if pd.index < 0:
-                parts.append((pd.index, Outcome(E.UNKNOWN_TOPIC_OR_PARTITION)))
-                continue
-            parts.append((pd.index, appender.submit(topic.name, pd.index, bytes(data), header)))
-        pending.append((topic.name, parts))
-    if acks == 0:
+    """Every partition's batch is checked (topic and partition exist, not internal, a valid
+    batch) and queued; acks=0 gets no response at all, acks=1 / -1 the outcome after the
+    manifest version lands.
+
+    Partitions that do not exist are answered UNKNOWN_TOPIC_OR_PARTITION before anything is
+    queued for them, so a client naming made-up partitions leaves no state behind. Looking a
+    topic up may need storage (an ``await``); batches of one connection still queue in the
+    order their requests arrived: each produce request of a connection queues only after the
+    previous one has."""
+    broker = ctx.broker
+    conn = ctx.connection
+    names = {t.name for t in request.topic_data}
+    metas = {n: broker.meta.topic_if_fresh(n) for n in names}
+    prev = mine = None
+    if conn is not None:
+        prev, mine = conn.produce_gate, asyncio.get_running_loop().create_future()
+        conn.produce_gate = mine
+    try:
+        missing = [n for n, m in metas.items() if m is MISSING]
+        if missing:
+            found = await ctx.run(lambda: [broker.meta.topic(n) for n in missing])
+            metas.update(zip(missing, found))
+        if prev is not None and not prev.done():
+            await prev
+        pending = _submit(broker.appender, request, metas)
+    finally:
+        if mine is not None:
+            mine.set_result(None)
+    if request.acks == 0:
         return None
     mod = ctx.response_module
     responses = []
@@ -51,6 +57,39 @@ async def handle_produce(ctx: RequestContext, request):
                             error_message=outcome.message))
         responses.append(make(mod, "TopicProduceResponse", name=name, partition_responses=tuple(out)))
     return make(ctx.response_class, responses=tuple(responses))
+
+
+def _submit(appender, request, metas) -> list:
+    """Queue every acceptable batch (synchronous: no await between them); outcomes or futures."""
+    acks = request.acks
+    pending: list[tuple[str, list[tuple[int, asyncio.Future | Outcome]]]] = []
+    for topic in request.topic_data:
+        meta = metas.get(topic.name)
+        internal = is_internal_topic(topic.name)
+        parts = []
+        for pd in topic.partition_data:
+            if acks not in (-1, 0, 1):
+                parts.append((pd.index, Outcome(E.INVALID_REQUIRED_ACKS)))
+                continue
+            if internal:  # as Kafka: clients never append to internal topics
+                parts.append((pd.index, Outcome(E.INVALID_TOPIC_EXCEPTION,
+                                                message=f"cannot produce to internal topic {topic.name!r}")))
+                continue
+            if meta is None or not 0 <= pd.index < meta.partitions:
+                parts.append((pd.index, Outcome(E.UNKNOWN_TOPIC_OR_PARTITION,
+                                                message=f"unknown partition {topic.name}/{pd.index}")))
+                continue
+            data = pd.records
+            try:
+                if not data:
+                    raise BatchRejected(E.CORRUPT_MESSAGE, "empty record set")
+                header = check_batch(data)
+            except BatchRejected as exc:
+                parts.append((pd.index, Outcome(exc.code, message=str(exc))))
+                continue
+            parts.append((pd.index, appender.submit(topic.name, pd.index, bytes(data), header)))
+        pending.append((topic.name, parts))
+    return pending
 
 
 def register(registry: Registry) -> None:

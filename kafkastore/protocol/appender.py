@@ -43,7 +43,7 @@ from ..format.arrow_decode import decode_to_arrow
 from ..format.compression import Compression
 from ..format.crc import crc32c
 from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcMismatchError,
-                      KafkaStoreError, StorageError)
+                      KafkaStoreError, StorageError, TopicDeletedError)
 from ..errors import BatchRejected  # noqa: F401  (re-exported)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
@@ -65,6 +65,8 @@ _INT32_MASK = 0x7FFFFFFF
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 #: A partition with this many bytes queued commits at once instead of waiting the interval.
 GROUP_COMMIT_BYTES = 1 << 20  # Kafka's producer.id.expiration.ms
+#: Seconds a partition's worker waits for appends before it and its queue go (bounded state).
+WORKER_IDLE_S = 60.0
 
 
 
@@ -174,6 +176,8 @@ class Appender:
         self._workers: dict[tuple[str, int], asyncio.Task] = {}
         self._busy: set[tuple[str, int]] = set()
         self.commits = 0
+        #: A partition's worker, queue and wake-up go after this many idle seconds.
+        self.idle_s = WORKER_IDLE_S
         self.producer_expiration_ms = PRODUCER_ID_EXPIRATION_MS
         # Uploads get their own pool: commits run in the server's pool and wait on them.
         self._uploader = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kafkastore-upload")
@@ -201,7 +205,17 @@ class Appender:
     async def _worker(self, tp: tuple[str, int]) -> None:
         wake = self._wake[tp]
         while True:
-            await wake.wait()
+            try:
+                await asyncio.wait_for(wake.wait(), self.idle_s)
+            except asyncio.TimeoutError:
+                if not self._queues.get(tp):
+                    # Idle: the partition's state goes (no await from here on, so a submit
+                    # either came before and is seen above, or comes after and starts anew).
+                    self._queues.pop(tp, None)
+                    self._wake.pop(tp, None)
+                    self._workers.pop(tp, None)
+                    return
+                continue
             wake.clear()
             if not self._queues.get(tp):
                 continue
@@ -418,6 +432,8 @@ def _expired(m: Manifest, changed, now: int, expiration_ms: int, limit: int = 10
 
 
 def _failure(exc: BaseException) -> Outcome:
+    if isinstance(exc, TopicDeletedError):  # deleted (maybe by another broker) since looked up
+        return Outcome(E.UNKNOWN_TOPIC_OR_PARTITION, message=str(exc))
     if isinstance(exc, CommitConflict):
         return Outcome(E.REQUEST_TIMED_OUT, message=f"commit kept conflicting: {exc}")
     if isinstance(exc, StorageError):

@@ -5,6 +5,11 @@ the time; a broker whose last heartbeat is older than three intervals (at
 least three seconds) is not live. Metadata lists the live brokers and spreads
 partition leadership over them (any broker accepts any partition: the
 manifest orders the writers, so "leadership" only spreads client load).
+
+Each registration names its listener's security protocol (Kafka's
+``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT``, ``SASL_SSL``): Metadata only
+advertises brokers a client can reach with the security it already uses
+(a registration without one, from an older broker, counts as ``PLAINTEXT``).
 """
 from __future__ import annotations
 
@@ -35,6 +40,10 @@ class BrokerRegistry:
         self.address: tuple[str, int] | None = None
         self._lock = threading.Lock()
         self._live: list[tuple[int, str, int]] = []
+        self._security: dict[int, str] = {}
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self.security = "PLAINTEXT"
 
     @property
     def expiry_ms(self) -> int:
@@ -57,38 +66,52 @@ class BrokerRegistry:
     def refresh(self) -> list[tuple[int, str, int]]:
         """Re-read the registrations; returns the live ``(node_id, host, port)``, by id."""
         now = self.clock() * 1000
-        live = sorted((n, str(d["host"]), int(d["port"])) for n, d in self._read_all().items()
-                      if now - float(d.get("heartbeat_ms", 0)) <= self.expiry_ms)
+        docs = {n: d for n, d in self._read_all().items()
+                if now - float(d.get("heartbeat_ms", 0)) <= self.expiry_ms}
+        live = sorted((n, str(d["host"]), int(d["port"])) for n, d in docs.items())
         with self._lock:
             self._live = live
+            self._security = {n: str(d.get("security", "PLAINTEXT")) for n, d in docs.items()}
         return live
 
-    def live_cached(self) -> list[tuple[int, str, int]]:
-        """The live brokers as of the last :meth:`refresh` / :meth:`heartbeat`."""
+    def live_cached(self, security: str | None = None) -> list[tuple[int, str, int]]:
+        """The live brokers as of the last :meth:`refresh` / :meth:`heartbeat`; with ``security``
+        only those whose listener uses that security protocol."""
         with self._lock:
-            return list(self._live)
+            if security is None:
+                return list(self._live)
+            return [b for b in self._live if self._security.get(b[0], "PLAINTEXT") == security]
 
-    def register(self, node_id: int | None, host: str, port: int) -> int:
+    def register(self, node_id: int | None, host: str, port: int, security: str = "PLAINTEXT") -> int:
         """Register this broker; with ``node_id`` None take the smallest id no live broker has."""
         live = self.refresh()
         if node_id is None:
             taken = {n for n, _, _ in live}
             node_id = next(i for i in range(len(taken) + 1) if i not in taken)
-        self.node_id, self.address = node_id, (host, port)
+        self.node_id, self.address, self.security = node_id, (host, port), security
         self.heartbeat()
         return node_id
 
     def heartbeat(self) -> None:
         """Write this broker's registration with the current time, then refresh the live view."""
-        if self.node_id is None or self.address is None:
-            return
-        doc = {"node_id": self.node_id, "host": self.address[0], "port": self.address[1],
-               "heartbeat_ms": int(self.clock() * 1000), "instance": self.instance}
-        self.storage.put(_path(self.node_id), json.dumps(doc).encode())
+        with self._write_lock:
+            if self.node_id is None or self.address is None or self._closed:
+                return
+            self._put_registration()
         self.refresh()
 
+    def _put_registration(self) -> None:
+        doc = {"node_id": self.node_id, "host": self.address[0], "port": self.address[1],
+               "heartbeat_ms": int(self.clock() * 1000), "instance": self.instance,
+               "security": self.security}
+        self.storage.put(_path(self.node_id), json.dumps(doc).encode())
+
     def deregister(self) -> None:
-        """Remove this broker's registration if it is still ours."""
+        """Remove this broker's registration if it is still ours (a heartbeat still running in
+        another thread cannot write it back: both hold the write lock, and no heartbeat writes
+        after this)."""
+        with self._write_lock:
+            self._closed = True
         if self.node_id is None:
             return
         try:

@@ -82,6 +82,13 @@ def check_listener_security(opts: ServeOptions) -> None:
                           f"or --insecure")
 
 
+def security_protocol(opts: ServeOptions) -> str:
+    """Kafka's name for a listener's security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    sasl, tls = bool(opts.credentials), opts.ssl_context is not None
+    return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
+            (True, True): "SASL_SSL"}[(sasl, tls)]
+
+
 class BrokerServer:
     """A Kafka-protocol broker over one kafkastore root."""
 
@@ -134,7 +141,8 @@ class BrokerServer:
         self.port = self._server.sockets[0].getsockname()[1]
         host = opts.advertise_host or (opts.host if opts.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         port = opts.advertise_port or self.port
-        self.node_id = await self.run(self.brokers.register, opts.node_id, host, port)
+        self.node_id = await self.run(self.brokers.register, opts.node_id, host, port,
+                                      security_protocol(opts))
         await self.run(_warm_up)
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
@@ -183,9 +191,11 @@ class BrokerServer:
         """Run a blocking function in the I/O thread pool."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
-    def live_brokers(self) -> list[tuple[int, str, int]]:
-        """``(node_id, host, port)`` of the live brokers (this one always included)."""
-        live = self.brokers.live_cached()
+    def live_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
+        """``(node_id, host, port)`` of the live brokers (this one always included); with
+        ``same_security`` only those whose listener has this one's security protocol (what
+        Metadata advertises: a client can only use those)."""
+        live = self.brokers.live_cached(security_protocol(self.options) if same_security else None)
         if not any(n == self.node_id for n, _, _ in live):
             live = sorted(live + [(self.node_id, *self.advertised)])
         return live
@@ -240,6 +250,8 @@ class Connection:
         self.authenticated = not server.options.credentials
         self.negotiated: dict[int, int] = {}
         self.close_after_response = False
+        # Produce requests of this connection queue their batches in arrival order (api_produce).
+        self.produce_gate: asyncio.Future | None = None
 
     async def run(self) -> None:
         # Bounded: a client that pipelines without reading its responses stops being read.

@@ -18,6 +18,12 @@ from ..storage import Storage
 from ..topics import TopicMetadata, list_topics, load_topic
 
 
+#: Most topic names (known or unknown) whose lookups are remembered: clients choose the names,
+#: so an unbounded cache would grow with every name a client makes up.
+MAX_CACHED_TOPICS = 10_000
+_MISSING = object()
+
+
 class MetadataCache:
     """Topic metadata and latest manifests, each cached for ``ttl_s`` seconds."""
 
@@ -42,8 +48,18 @@ class MetadataCache:
         except (UnknownTopicError, ConfigError):  # ConfigError: not a valid topic name
             meta = None
         with self._lock:
+            if len(self._topics) >= MAX_CACHED_TOPICS and name not in self._topics:
+                self._topics.clear()
             self._topics[name] = (now, meta)
         return meta
+
+    def topic_if_fresh(self, name: str):
+        """The cached answer of :meth:`topic` if still fresh (never blocks), else :data:`MISSING`."""
+        with self._lock:
+            hit = self._topics.get(name)
+        if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+            return hit[1]
+        return _MISSING
 
     def forget_topic(self, name: str) -> None:
         """Drop a topic from the cache (after create / delete)."""
@@ -82,6 +98,11 @@ class MetadataCache:
         at = time.monotonic() if at is None else at
         key = (m.topic, m.partition)
         with self._lock:
+            if len(self._manifests) >= MAX_CACHED_TOPICS * 10 and key not in self._manifests:
+                self._manifests.clear()
             hit = self._manifests.get(key)
             if hit is None or hit[1].version <= m.version:
                 self._manifests[key] = (at, m)
+
+
+MISSING = _MISSING
