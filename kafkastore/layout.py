@@ -3,6 +3,7 @@
     <root>/topics/<topic>/_topic.json
     <root>/topics/<topic>/<partition>/<20-digit base offset>-<unique id>.{log,index,timeindex}
     <root>/topics/<topic>/<partition>/_manifest/<20-digit version>.json
+    <root>/topics/<topic>/<partition>/_manifest/_last_checkpoint.json   (hint: newest full version)
 
 All paths are relative to the root and use ``/``.
 """
@@ -15,6 +16,9 @@ from .errors import ConfigError
 
 TOPICS_DIR = "topics"
 MANIFEST_DIR = "_manifest"
+#: Names the newest full manifest version (a hint, overwritten; never a commit point). Its
+#: name is not 20 digits, so it is never taken for a version.
+MANIFEST_HINT = "_last_checkpoint.json"
 TOPIC_META = "_topic.json"
 SEGMENT_EXTENSIONS = (".log", ".index", ".timeindex")
 
@@ -59,6 +63,11 @@ def manifest_dir(topic: str, partition: int) -> str:
 
 def manifest_path(topic: str, partition: int, version: int) -> str:
     return f"{manifest_dir(topic, partition)}/{offset_name(version)}.json"
+
+
+def manifest_hint_path(topic: str, partition: int) -> str:
+    """Path of the hint naming the newest full manifest version."""
+    return f"{manifest_dir(topic, partition)}/{MANIFEST_HINT}"
 
 
 def segment_stem(base_offset: int, segment_id: str) -> str:

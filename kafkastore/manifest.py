@@ -28,21 +28,28 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import random
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from . import layout
+from . import layout, manifest_delta
 from .commit import RETRY, SYSTEM_CLOCK, Backoff, Budget, Clock, CommitEngine, Done, ObjectTarget
-from .errors import (ConfigError, FencedError, ObjectNotFoundError,
+from .errors import (ConfigError, FencedError, ObjectNotFoundError, TopicDeletedError,
                      OffsetOutOfRangeError, StaleUploadError, StorageError)
 from .errors import (CorruptMetadataError, InvalidUpdateError,  # noqa: F401 (re-exported)
                      RequirementFailedError)
 from .storage import Storage
 
-MANIFEST_FORMAT = 1
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = 2
+#: Formats this code reads: 1 (every version a full snapshot, before deltas) and 2.
+READABLE_FORMATS = (1, 2)
 NO_TIMESTAMP = -1
 MAX_PRODUCER_BATCHES = 5  # as Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
@@ -336,6 +343,7 @@ class Manifest:
         """JSON-ready form (the stored shape)."""
         return {
             "format": MANIFEST_FORMAT,
+            "kind": "full",
             "topic": self.topic,
             "partition": self.partition,
             "version": self.version,
@@ -358,8 +366,12 @@ class Manifest:
         """Inverse of :meth:`to_dict`; checks every invariant (:class:`CorruptMetadataError`)."""
         if not isinstance(d, Mapping):
             raise CorruptMetadataError("manifest is not a JSON object")
-        if d.get("format") != MANIFEST_FORMAT:
+        if d.get("format") not in READABLE_FORMATS:
             raise CorruptMetadataError(f"unsupported manifest format {d.get('format')!r}")
+        if d.get("format") != 1 and d.get("kind") != "full":
+            raise CorruptMetadataError(
+                f"not a full manifest version (kind {d.get('kind')!r}): a delta is read through "
+                f"ManifestStore.load")
         try:
             m = cls(
                 topic=d["topic"], partition=d["partition"], version=d["version"],
@@ -714,14 +726,76 @@ def apply(base: Manifest | None, updates: Iterable[Update], requirements: Iterab
 
 Build = Callable[[Manifest | None], "tuple[Sequence[Update], Sequence[Requirement]] | None"]
 
+_KIND_RE = re.compile(rb'^\{"format":\d+,"kind":"(full|delta)"')
+
+
+@dataclass(frozen=True)
+class _Head:
+    """A manifest known to have been the newest stored version: its stored format, and
+    when (``clock()``) the next version was seen absent (None: not confirmed)."""
+
+    manifest: Manifest
+    fmt: int
+    confirmed: float | None = None
+    clock: Callable[[], float] | None = None
+
+
+class _HeadCache:
+    """The last head seen per (root, topic, partition), shared by every :class:`ManifestStore`
+    of the process (callers often make a new store per call); bounded, least recently used out."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._items: "OrderedDict[tuple, _Head]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> _Head | None:
+        with self._lock:
+            head = self._items.get(key)
+            if head is not None:
+                self._items.move_to_end(key)
+            return head
+
+    def put(self, key: tuple, head: _Head) -> None:
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None and old.manifest.version > head.manifest.version:
+                return  # a slower thread's older head must not replace a newer one
+            self._items[key] = head
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+_HEADS = _HeadCache(4096)
+
 
 class ManifestStore:
     """The manifest versions of one topic-partition under a root :class:`Storage`.
 
-    The listing of ``_manifest/`` is authoritative: :meth:`latest` lists it
-    and reads the highest version (no hint file: a hint would cost a GET of its
-    own and could lag, while one LIST covers up to 1000 versions and
-    :meth:`expire_versions` keeps the directory short).
+    Version N is stored full (the whole snapshot) when N is 1 or a multiple of
+    :attr:`full_every`, when its base was read from a format-1 object, or when
+    its delta would not be smaller; otherwise as a delta on version N-1 (see
+    :mod:`kafkastore.manifest_delta`). After a full version lands, the hint
+    ``_manifest/_last_checkpoint.json`` is overwritten with its number (a plain
+    put, not a commit point: it may lag or be lost).
+
+    :meth:`latest` never lists in the steady state: it starts from the last
+    head this process saw (per store, and in a small process-wide cache) or
+    from the full version the hint names, then reads N+1, N+2, ... until one is
+    absent. A missing, damaged or expired hint costs one listing instead. A
+    head is trusted only when the next version was absent *and* the head
+    itself still existed afterwards (or was confirmed less than half of
+    :attr:`min_keep_ms` ago): versions expire oldest first, so a version
+    deleted by expiry can never be mistaken for one not written yet.
     """
 
     #: The GC grace floor: :mod:`kafkastore.gc` refuses a shorter grace period, and
@@ -735,6 +809,11 @@ class ManifestStore:
     backoff_max_s: float = 1.0
     #: How often a put with an unknown outcome (and the read-back) is retried.
     unknown_retries: int = 3
+    #: Every version that is a multiple of this is stored full (Delta Lake's checkpoint
+    #: interval); the versions between are deltas. Readers cope with any value.
+    full_every: int = 16
+    #: A delta at most this long is written without comparing it with the full form.
+    small_delta_bytes: int = 4096
 
     def __init__(self, storage: Storage, topic: str, partition: int, *,
                  sleep: Callable[[float], None] | None = None, rng: random.Random | None = None,
@@ -747,6 +826,9 @@ class ManifestStore:
         self.dir = layout.manifest_dir(topic, partition)
         self._rng = rng or random.Random()
         self._clock = clock or (Clock(sleep=sleep) if sleep is not None else SYSTEM_CLOCK)
+        self._cache_key = (storage.url, repr(sorted(storage.storage_options.items())),
+                           self.topic, self.partition)
+        self._head: _Head | None = None
 
     @property
     def max_upload_age_ms(self) -> float:
@@ -774,40 +856,263 @@ class ManifestStore:
         """Stored version numbers, ascending (one listing)."""
         return [v for v, _ in self._listing()]
 
+    def _damaged(self, version: int, exc: BaseException | str) -> CorruptMetadataError:
+        return CorruptMetadataError(
+            f"manifest of {self.topic}/{self.partition} version {version} "
+            f"({self.path(version)}): {exc}")
+
+    def _read_doc(self, version: int) -> dict:
+        """The parsed object of one stored version (:class:`ObjectNotFoundError` if absent)."""
+        data = self.storage.get(self.path(version))
+        try:
+            doc = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise self._damaged(version, f"manifest is not JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise self._damaged(version, "manifest is not a JSON object")
+        return doc
+
+    def _decode(self, version: int, doc: dict, base: Manifest | None) -> tuple[Manifest, int]:
+        """``(manifest, stored format)`` of the stored ``doc`` of ``version``; a delta needs
+        ``base``, the manifest of ``version - 1``."""
+        try:
+            if doc.get("kind") == manifest_delta.KIND_DELTA:
+                if base is None or base.version != version - 1:
+                    raise CorruptMetadataError("a delta read without its base version")
+                m = manifest_delta.apply_delta(base, doc)
+            else:
+                m = Manifest.from_dict(doc)
+        except CorruptMetadataError as exc:
+            raise self._damaged(version, exc) from None
+        if (m.topic, m.partition, m.version) != (self.topic, self.partition, version):
+            raise self._damaged(version, f"holds {m.topic}/{m.partition} version {m.version}")
+        return m, doc.get("format", 1)
+
+    @staticmethod
+    def _is_delta(doc: dict) -> bool:
+        return doc.get("kind") == manifest_delta.KIND_DELTA
+
+    def _reconstruct(self, version: int) -> tuple[Manifest, int]:
+        """Version ``version`` and its stored format: its full base version plus the deltas
+        after it (at most :attr:`full_every` reads while writers keep the rule)."""
+        head = self._head
+        if head is not None and head.manifest.version == version:
+            return head.manifest, head.fmt
+        chain: list[tuple[int, dict]] = []
+        v = version
+        while True:
+            if head is not None and head.manifest.version == v and chain:
+                base, fmt = head.manifest, head.fmt
+                break
+            try:
+                doc = self._read_doc(v)
+            except ObjectNotFoundError:
+                if not chain:
+                    raise
+                # The base of a stored delta is gone: its group is being expired (oldest first).
+                raise ObjectNotFoundError(
+                    f"manifest of {self.topic}/{self.partition} version {version} cannot be "
+                    f"rebuilt: its base version {v} is no longer stored (expired)") from None
+            if not self._is_delta(doc):
+                base, fmt = self._decode(v, doc, None)
+                break
+            chain.append((v, doc))
+            if v <= 1:
+                raise self._damaged(v, "version 1 is a delta")
+            v -= 1
+        for v, doc in reversed(chain):
+            base, fmt = self._decode(v, doc, base)
+        return base, fmt
+
     def load(self, version: int) -> Manifest:
         """One version; :class:`ObjectNotFoundError` if it is not stored,
-        :class:`CorruptMetadataError` (naming topic, partition and version) if it is damaged."""
-        try:
-            m = Manifest.from_json(self.storage.get(self.path(version)))
-        except CorruptMetadataError as exc:
-            raise CorruptMetadataError(
-                f"manifest of {self.topic}/{self.partition} version {version} "
-                f"({self.path(version)}): {exc}") from None
-        if (m.topic, m.partition, m.version) != (self.topic, self.partition, version):
-            raise CorruptMetadataError(
-                f"manifest of {self.topic}/{self.partition} version {version} "
-                f"({self.path(version)}) holds {m.topic}/{m.partition} version {m.version}")
-        return m
+        :class:`CorruptMetadataError` (naming topic, partition and version) if it, or a
+        version it is a delta on, is damaged."""
+        return self._reconstruct(version)[0]
 
     def latest(self) -> Manifest | None:
-        """The newest version, or None if the partition has no commit yet (one LIST, one GET)."""
+        """The newest version, or None if the partition has no commit yet.
+
+        Bounded however many versions exist: warm, one GET of the next version
+        (absent) plus the versions that landed since; cold, the hint, its full
+        version and the deltas after it. See the class docstring.
+        """
+        head = self._read_head()
+        return head.manifest if head is not None else None
+
+    def _remember(self, head: "_Head") -> None:
+        self._head = head
+        _HEADS.put(self._cache_key, head)
+
+    def forget_cached(self) -> None:
+        """Drop the remembered head (this store's and the process-wide one): the next
+        :meth:`latest` reads from the hint or a listing, as a new process would."""
+        self._head = None
+        _HEADS.drop(self._cache_key)
+
+    def _read_head(self) -> "_Head | None":
+        known = self._head
+        shared = _HEADS.get(self._cache_key)
+        if shared is not None and (known is None or shared.manifest.version > known.manifest.version):
+            known = shared
+        if known is not None:
+            head = self._advance(known)
+            if head is not None:
+                return head
+        for _ in range(3):
+            start = self._start_from_hint()
+            if start is None:
+                start = self._start_from_listing()
+                if start is None:
+                    return None  # no version stored: nothing committed yet
+            head = self._advance(start)
+            if head is not None:
+                return head
+        raise StorageError(f"manifest of {self.topic}/{self.partition} keeps vanishing while read")
+
+    def _read_hint(self) -> int | None:
+        path = layout.manifest_hint_path(self.topic, self.partition)
+        try:
+            data = self.storage.get(path)
+        except ObjectNotFoundError:
+            log.debug("%s/%s: no manifest hint (%s): listing", self.topic, self.partition, path)
+            return None
+        except StorageError as exc:  # the hint only saves a LIST: let the listing decide
+            log.warning("%s/%s: cannot read the manifest hint (%s): listing", self.topic,
+                        self.partition, exc)
+            return None
+        try:
+            v = json.loads(data)["version"]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(v)
+            return v
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            # Advisory only: the listing below is authoritative, so damage here costs a LIST.
+            log.warning("%s/%s: damaged manifest hint %s: listing instead", self.topic,
+                        self.partition, path)
+            return None
+
+    def _start_from_hint(self) -> "_Head | None":
+        v = self._read_hint()
+        if v is None:
+            return None
+        try:
+            doc = self._read_doc(v)
+        except ObjectNotFoundError:
+            log.debug("%s/%s: the manifest hint names version %d, which is gone: listing",
+                      self.topic, self.partition, v)
+            return None
+        if self._is_delta(doc):
+            log.warning("%s/%s: the manifest hint names version %d, a delta: listing",
+                        self.topic, self.partition, v)
+            return None
+        return _Head(*self._decode(v, doc, None), confirmed=None)
+
+    def _start_from_listing(self) -> "_Head | None":
         for _ in range(3):
             versions = self.versions()
             if not versions:
                 return None
             try:
-                return self.load(versions[-1])
+                return _Head(*self._reconstruct(versions[-1]), confirmed=None)
             except ObjectNotFoundError:
                 continue  # only if the listing went stale while we read: list again
         raise StorageError(f"manifest of {self.topic}/{self.partition} keeps vanishing while read")
 
+    def _trusted(self, head: "_Head") -> bool:
+        # Confirmed less than half the expiry floor ago: nothing after it can have been both
+        # written and expired since, so an absent successor was never written.
+        return (head.confirmed is not None and head.clock is self._clock.monotonic
+                and self._clock.monotonic() - head.confirmed < self.min_keep_ms / 2000)
+
+    def _advance(self, head: "_Head") -> "_Head | None":
+        """``head`` moved on through the versions stored after it; None when ``head`` itself
+        has expired meanwhile (then the caller starts again from the hint)."""
+        trusted = self._trusted(head)
+        galloped = False
+        while True:
+            v = head.manifest.version + 1
+            asked = self._clock.monotonic()
+            try:
+                doc = self._read_doc(v)
+            except ObjectNotFoundError:
+                if not trusted and not self.storage.exists(self.path(head.manifest.version)):
+                    return None  # expired under us: v may have been expired too
+                head = _Head(head.manifest, head.fmt, confirmed=asked, clock=self._clock.monotonic)
+                self._remember(head)
+                return head
+            m, fmt = self._decode(v, doc, head.manifest)
+            head = _Head(m, fmt, confirmed=None)
+            if not self._is_delta(doc) and not galloped and v % self.full_every == 0:
+                # We crossed a group boundary, so the start was stale by a group or more:
+                # skip ahead over full versions (multiples of full_every) instead of walking.
+                galloped = True
+                far = self._gallop(v)
+                if far > v:
+                    try:
+                        head = _Head(*self._reconstruct(far), confirmed=None)
+                    except ObjectNotFoundError:
+                        return None
+
+    def _gallop(self, v: int) -> int:
+        """The highest stored multiple of :attr:`full_every` from ``v`` on (``v`` is stored),
+        by existence checks on ``v + K``, ``v + 2K``, ``v + 4K``... then bisection."""
+        k = self.full_every
+        lo, step = v, k
+        while self.storage.exists(self.path(lo + step)):
+            lo, step = lo + step, step * 2
+        hi = lo + step
+        while hi - lo > k:
+            mid = lo + ((hi - lo) // k // 2) * k
+            if self.storage.exists(self.path(mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _replay(self) -> Iterable[tuple[int, Manifest | None, BaseException | None]]:
+        """Every stored version, oldest first, as ``(version, manifest, None)`` or
+        ``(version, None, error)``: one read per version, deltas applied in order.
+
+        A delta whose base is gone before the first full version is skipped (its group is
+        being expired, oldest first); a version whose chain is broken by damage is an error.
+        """
+        state: Manifest | None = None
+        seen_full = False
+        for v in self.versions():
+            try:
+                doc = self._read_doc(v)
+                if self._is_delta(doc):
+                    if state is None or state.version != v - 1:
+                        if not seen_full:
+                            continue  # expired meanwhile, or its base was
+                        raise self._damaged(v, f"its base version {v - 1} is unreadable or missing")
+                    state = self._decode(v, doc, state)[0]
+                else:
+                    state = self._decode(v, doc, None)[0]
+                    seen_full = True
+            except ObjectNotFoundError:
+                state = None
+                continue  # expired meanwhile
+            except CorruptMetadataError as exc:
+                state = None
+                yield v, None, exc
+                continue
+            yield v, state, None
+
     def history(self) -> list[Manifest]:
-        """Every stored version, oldest first (for audits and tests; O(versions) reads)."""
-        return [self.load(v) for v in self.versions()]
+        """Every stored version, oldest first (for audits and tests; one read per version)."""
+        out = []
+        for _v, m, err in self._replay():
+            if err is not None:
+                raise err
+            out.append(m)
+        return out
 
     # -- committing ------------------------------------------------------------
     def commit(self, build: Build, *, operation: str = "", writer: str = "",
-               now_ms: int | None = None, max_attempts: int | None = None) -> Manifest | None:
+               now_ms: int | None = None, max_attempts: int | None = None,
+               full: bool = False) -> Manifest | None:
         """Commit the updates ``build(base)`` returns, retrying on conflicts.
 
         ``build`` gets the latest manifest (None if none) and returns
@@ -831,12 +1136,35 @@ class ManifestStore:
         nothing is written: the caller uploads them again or gives up.
 
         ``operation``, ``writer`` and ``now_ms`` (default: the clock) go
-        into the version's audit record.
+        into the version's audit record. ``full`` stores the version full
+        whatever the rule (see the class docstring) says.
         """
         engine = CommitEngine(backoff=Backoff(self.backoff_initial_s, self.backoff_max_s),
                               budget=Budget(max_attempts=max_attempts),
                               unknown_retries=self.unknown_retries, clock=self._clock, rng=self._rng)
-        return engine.run(_ManifestTarget(self, build, operation, writer, now_ms))
+        return engine.run(_ManifestTarget(self, build, operation, writer, now_ms, full))
+
+    def _encode(self, base: Manifest | None, base_fmt: int | None, new: Manifest) -> tuple[str, bytes]:
+        """``(kind, bytes)`` to store ``new`` as: a delta on ``base`` unless the rule in the
+        class docstring asks for a full version."""
+        v = new.version
+        if base is None or base_fmt != MANIFEST_FORMAT or v == 1 or v % self.full_every == 0:
+            return "full", new.to_json()
+        delta = manifest_delta.encode(manifest_delta.delta_dict(base, new))
+        if len(delta) > self.small_delta_bytes:
+            full = new.to_json()
+            if len(full) <= len(delta):
+                return "full", full
+        return "delta", delta
+
+    def _write_hint(self, version: int) -> None:
+        """Point the hint at full ``version``; best effort (a lost hint costs readers a LIST)."""
+        try:
+            self.storage.put(layout.manifest_hint_path(self.topic, self.partition),
+                             json.dumps({"version": version}).encode())
+        except StorageError as exc:
+            log.warning("%s/%s: could not write the manifest hint for version %d: %s",
+                        self.topic, self.partition, version, exc)
 
     def stale_uploads(self, segments: Iterable[SegmentEntry]) -> list[SegmentEntry]:
         """Those of ``segments`` that a commit may not newly list: a file of theirs is missing
@@ -891,7 +1219,37 @@ class ManifestStore:
         return any(v > version and mtime < ours - slack for v, mtime in listing.items())
 
     # -- history housekeeping --------------------------------------------------
-    def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1) -> list[int]:
+    def _kind(self, version: int) -> str | None:
+        """``"full"`` or ``"delta"`` from the first bytes of a stored version (full and delta
+        versions begin with their format and kind), None if absent or unrecognised."""
+        try:
+            head = bytes(self.storage.get_range(self.path(version), 0, 40))
+        except ObjectNotFoundError:
+            return None
+        if head.startswith(b'{"format":1,'):
+            return "full"
+        m = _KIND_RE.match(head)
+        return m.group(1).decode() if m else None
+
+    def _expiry_cut(self, listing: list[tuple[int, float]], now_ms: int, keep_ms: int,
+                    keep_last: int) -> tuple[int, int]:
+        """``(cut, reach)``: indexes in ``listing`` of the first version to keep, and of the
+        first one too young to go (``cut <= reach``; they differ when a group holds back)."""
+        reach = 0
+        for i, (version, _) in enumerate(listing[:-keep_last]):
+            next_version, next_mtime = listing[i + 1]
+            superseded_ms = next_mtime * 1000 if next_mtime else self._commit_time(next_version)
+            if superseded_ms is None or now_ms - superseded_ms <= keep_ms:
+                break
+            reach = i + 1
+        # The first version kept must be full: move the cut back to the start of its group.
+        cut = reach
+        while cut > 0 and self._kind(listing[cut][0]) != "full":
+            cut -= 1
+        return cut, reach
+
+    def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1, *,
+                        checkpoint: bool = True) -> list[int]:
         """Delete old versions; return the version numbers deleted.
 
         A version goes only when it is not among the newest ``keep_last`` (at
@@ -899,20 +1257,37 @@ class ManifestStore:
         ``keep_ms`` ago (by the store's clock: the next version's object
         time), so a reader that loaded it can still read its segment files.
         ``keep_ms`` is raised to :attr:`min_keep_ms` if lower. Versions go
-        oldest first and the first one too young stops the sweep, so what is
-        left is always a contiguous run ending at the latest.
+        whole groups at a time (a full version and the deltas on it): the
+        oldest version left is always full, so every version left can be
+        rebuilt. They go one by one, oldest first, and the first one too
+        young stops the sweep, so what is left is always a contiguous run
+        ending at the latest; readers rely on that order (see the class docstring).
+
+        When versions old enough to go are held back only because their group
+        runs on to the head (a quiet partition: no full version will come by
+        itself), a full copy of the head is committed first (operation
+        ``checkpoint``, no change to the state), so the old group can go now or,
+        on the real clock, one ``keep_ms`` later. With ``checkpoint=False`` it is not.
         """
         keep_ms = max(int(keep_ms), int(self.min_keep_ms))
         keep_last = max(1, int(keep_last))
         listing = self._listing()
-        doomed = []
-        for i, (version, _) in enumerate(listing[:-keep_last]):
-            next_version, next_mtime = listing[i + 1]
-            superseded_ms = next_mtime * 1000 if next_mtime else self._commit_time(next_version)
-            if superseded_ms is None or now_ms - superseded_ms <= keep_ms:
-                break
-            doomed.append(version)
-        self.storage.delete(self.path(v) for v in doomed)
+        cut, reach = self._expiry_cut(listing, now_ms, keep_ms, keep_last)
+        k = self.full_every
+        if (checkpoint and cut < reach
+                and not any(v % k == 0 for v, _ in listing[cut + 1:])
+                and self._kind(listing[-1][0]) == "delta"):
+            try:
+                self.commit(lambda base: ([], []) if base is not None else None,
+                            operation="checkpoint", writer="expire_versions", full=True)
+            except (TopicDeletedError, FencedError) as exc:
+                log.info("%s/%s: no checkpoint before expiry: %s", self.topic, self.partition, exc)
+            else:
+                listing = self._listing()
+                cut, reach = self._expiry_cut(listing, now_ms, keep_ms, keep_last)
+        doomed = [v for v, _ in listing[:cut]]
+        for v in doomed:  # one at a time, oldest first: readers rely on the order
+            self.storage.delete([self.path(v)])
         return doomed
 
     def _commit_time(self, version: int) -> float | None:
@@ -927,27 +1302,28 @@ class ManifestStore:
         """Relative paths of the segment objects that any of ``versions`` lists (default: all stored).
 
         With ``unreadable`` (a list), a damaged version other than the newest is skipped
-        and its error appended there instead of raised.
+        and its error appended there instead of raised (a delta after a damaged version
+        cannot be rebuilt either, so nobody can read it: it is skipped the same way).
 
         Garbage collection may delete a segment object only if it is in no
         such set *and* older than its grace period (an upload whose commit is
-        still in flight is not listed yet).
+        still in flight is not listed yet). Deltas are replayed from the oldest
+        stored full version, one read per stored version.
         """
-        chosen = self.versions() if versions is None else list(versions)
+        chosen = None if versions is None else set(versions)
         out: set[str] = set()
-        newest = max(chosen, default=None)
-        for v in chosen:
-            try:
-                m = self.load(v)
-            except ObjectNotFoundError:
-                continue  # expired meanwhile: its files are no longer protected
-            except CorruptMetadataError as exc:
+        replayed = list(self._replay())
+        newest = max((v for v, _, _ in replayed if chosen is None or v in chosen), default=None)
+        for v, m, err in replayed:
+            if chosen is not None and v not in chosen:
+                continue
+            if err is not None:
                 # An older version nobody can read protects nothing (no reader can be using
                 # it; the versions after it list every file still live). The newest one
                 # decides what is live: damage there stops the caller.
                 if unreadable is None or v == newest:
-                    raise
-                unreadable.append(str(exc))
+                    raise err
+                unreadable.append(str(err))
                 continue
             for seg in m.segments:
                 out.update(seg.paths(self.topic, self.partition).values())
@@ -958,15 +1334,24 @@ class _ManifestTarget(ObjectTarget):
     """One :meth:`ManifestStore.commit` as the engine sees it: version N+1, put-if-absent."""
 
     def __init__(self, store: ManifestStore, build: Build, operation: str, writer: str,
-                 now_ms: int | None):
+                 now_ms: int | None, full: bool = False):
         super().__init__(store.storage)
         self.store, self.build = store, build
         self.operation, self.writer, self.now_ms = operation, writer, now_ms
         self.started = 0.0
+        self.put_started = 0.0
+        self.base_fmt: int | None = None
+        self.full = full
+        self.encoded: tuple[Manifest, str, bytes] | None = None  # (new, kind, stored bytes)
 
     def read(self) -> Manifest | None:
         self.started = self.store._clock.monotonic()
-        return self.store.latest()
+        base = self.store.latest()
+        head = self.store._head
+        # The stored format of the base decides whether the next version may be a delta;
+        # unknown (a base not read through this store) means full, the safe choice.
+        self.base_fmt = head.fmt if head is not None and head.manifest is base else None
+        return base
 
     def plan(self, base: Manifest | None, attempt: int):
         planned = self.build(base)
@@ -988,10 +1373,19 @@ class _ManifestTarget(ObjectTarget):
         new = apply(base, updates, requirements, topic=self.store.topic,
                     partition=self.store.partition, commit=info)
         self.store._check_uploads(base, new)
+        self.encoded = (new, *self.store._encode(None if self.full else base, self.base_fmt, new))
         return new
 
     def locate(self, new: Manifest) -> tuple[str, bytes]:
-        return self.store.path(new.version), new.to_json()
+        if self.encoded is None or self.encoded[0] is not new:
+            self.encoded = (new, "full", new.to_json())
+        return self.store.path(new.version), self.encoded[2]
+
+    def put(self, new: Manifest) -> None:
+        # Nothing after new.version can be written before new lands, so once it has, this
+        # moment confirms new as the head (see ManifestStore._trusted).
+        self.put_started = self.store._clock.monotonic()
+        super().put(new)
 
     def is_ours(self, stored: bytes, new: Manifest) -> bool:
         try:
@@ -1006,6 +1400,11 @@ class _ManifestTarget(ObjectTarget):
             # So slow that our version number may have been expired and re-created:
             # the version we wrote is invisible (latest() never returns it). Plan again.
             return RETRY
+        kind = self.encoded[1] if self.encoded is not None and self.encoded[0] is new else "full"
+        self.store._remember(_Head(new, MANIFEST_FORMAT, confirmed=self.put_started,
+                                   clock=self.store._clock.monotonic))
+        if kind == "full":
+            self.store._write_hint(new.version)
         return new
 
     def describe(self, new: Manifest) -> str:

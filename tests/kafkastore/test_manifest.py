@@ -225,7 +225,7 @@ def test_json_round_trip_and_shape():
     again = Manifest.from_json(m.to_json())
     assert again == m
     d = json.loads(m.to_json())
-    assert list(d) == ["format", "topic", "partition", "version", "log_start_offset", "high_watermark",
+    assert list(d) == ["format", "kind", "topic", "partition", "version", "log_start_offset", "high_watermark",
                        "leader_epoch", "cleaner_offset", "segments", "producers", "commit", "extra"]
     assert d["high_watermark"] == 20 and d["producers"]["42"]["batches"][0]["last_offset"] == 4
     assert d["segments"][0]["aborted_txns"] == [[5, 2, 4]]
@@ -551,6 +551,7 @@ def test_threads_racing_commit_linear_history(root_url):
 def test_expire_versions_and_referenced_files(root_url):
     storage = Storage(root_url)
     store = ManifestStore(storage, T, P)
+    store.full_every = 1  # every version full: each is a group of its own (groups: test_manifest_delta.py)
     for i in range(5):
         store.commit(appender(1, sid=f"v{i}"))
     store.commit(lambda base: ([AdvanceLogStart(4)], []))  # version 6 lists only v4
@@ -577,6 +578,7 @@ def seg_paths(m):
 def test_expire_keeps_a_contiguous_suffix(local_root):
     store = ManifestStore(Storage(local_root), T, P)
     store.min_keep_ms = 0
+    store.full_every = 1
     for i in range(4):
         store.commit(appender(1))
     # Versions superseded long ago go, the first young one stops the sweep.
@@ -588,6 +590,7 @@ def test_expire_keeps_a_contiguous_suffix(local_root):
 def test_slow_writer_cannot_resurrect_an_expired_version(local_root):
     storage = Storage(local_root)
     store = fast(ManifestStore(storage, T, P))
+    store.full_every = 1
     for _ in range(3):
         store.commit(appender(1))
     stale = store.load(1)
