@@ -295,6 +295,27 @@ def cmd_gc(args, cfg: Config) -> int:
     return 0
 
 
+def cmd_merge(args, cfg: Config) -> int:
+    from .broker import unique_writer_id
+    from .merge import merge_partition
+    from .topics import load_topic
+
+    storage = _storage(cfg)
+    meta = load_topic(storage, args.topic)
+    parts = [args.partition] if args.partition is not None else list(range(meta.partitions))
+    for p in parts:
+        if not 0 <= p < meta.partitions:
+            raise UnknownTopicError(
+                f"topic {args.topic!r} has partitions 0..{meta.partitions - 1}, not {p}")
+    for p in parts:
+        # Until nothing is left to merge, then one packing pass: a log nobody serves gets
+        # segment.bytes-sized segments at once.
+        report = merge_partition(storage, args.topic, p, config=meta.config, min_segments=0,
+                                 rounds=64, pack=True, writer=f"cli-merge-{unique_writer_id()}")
+        print(report)
+    return 0
+
+
 def cmd_delete_records(args, cfg: Config) -> int:
     from .retention import delete_records
 
@@ -473,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--grace-ms", type=non_negative, help="default: the topic's file.delete.delay.ms")
     gc.add_argument("--dry-run", action="store_true")
     gc.set_defaults(func=cmd_gc)
+
+    mg = sub.add_parser("merge", help="merge small adjacent segments into segment.bytes-sized ones "
+                                      "(serve and long-running producers do it themselves)")
+    mg.add_argument("topic")
+    mg.add_argument("--partition", type=non_negative)
+    mg.set_defaults(func=cmd_merge)
 
     dr = sub.add_parser("delete-records",
                         help="make offsets below N unreadable (Kafka's DeleteRecords)")

@@ -121,7 +121,7 @@ log = logging.getLogger(__name__)
 #: Fan-in: how many segments of one generation merge into one.
 DEFAULT_FAN_IN = 4
 #: A partition with fewer live segments is left alone.
-DEFAULT_MIN_SEGMENTS = 8
+DEFAULT_MIN_SEGMENTS = 32
 #: How often (at most) housekeeping runs gc and version expiry for one partition.
 DEFAULT_GC_INTERVAL_MS = 60_000
 _GEN_RE = re.compile(r"^m(\d+)g[0-9a-f]+$")
@@ -184,13 +184,18 @@ def _stretches(segments: Sequence[SegmentEntry], barriers: Iterable[int],
 def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
                segment_ms: int | None = None, fan_in: int = DEFAULT_FAN_IN,
                min_segments: int = DEFAULT_MIN_SEGMENTS, barriers: Iterable[int] = (),
-               exclude: Iterable[str] = ()) -> list[MergeRun]:
+               exclude: Iterable[str] = (), pack: bool = False) -> list[MergeRun]:
     """The runs to merge now, oldest first, non-overlapping (pure; see the module docstring).
 
     ``segments`` are a manifest's live segments in offset order; ``barriers``
     are offsets no merge may straddle (a segment starting there starts a new
     stretch); ``exclude`` are segment ids never merged (e.g. a range another
     job is rewriting). Applying every run and planning again converges.
+
+    ``pack`` ignores generations and packs neighbours greedily up to the caps:
+    the final pass of ``kafkastore merge`` on a log nobody writes any more (each
+    pass rewrites at most the partly filled segment of each stretch again, so
+    it is not for every commit).
     """
     if fan_in < 2 or segment_bytes < 1:
         raise ValueError("fan_in must be >= 2 and segment_bytes >= 1")
@@ -202,6 +207,9 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
         i, n = 0, len(stretch)
         while i < n:
             g = generation(stretch[i].segment_id)
+            if pack:
+                i = _pack_from(stretch, i, segment_bytes, span_limit, runs)
+                continue
             total = 0
             lo = hi = NO_TIMESTAMP
             j = i
@@ -224,6 +232,28 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
                 # segment may still start a run with the ones after it.
                 i = j if (j > i and not capped) else i + 1
     return runs
+
+
+def _pack_from(stretch: list[SegmentEntry], i: int, segment_bytes: int, span_limit: int | None,
+               runs: list[MergeRun]) -> int:
+    """Greedy packing from ``i``: append a run if at least two fit; the next start."""
+    total = 0
+    lo = hi = NO_TIMESTAMP
+    j = i
+    while j < len(stretch):
+        seg = stretch[j]
+        nlo, nhi = _span(lo, hi, seg)
+        if total + seg.size > segment_bytes or (
+                span_limit is not None and nlo != NO_TIMESTAMP and nhi - nlo >= span_limit):
+            break
+        total += seg.size
+        lo, hi = nlo, nhi
+        j += 1
+    if j - i >= 2:
+        gen = max(generation(s.segment_id) for s in stretch[i:j]) + 1
+        runs.append(MergeRun(tuple(stretch[i:j]), gen))
+        return j
+    return i + 1
 
 
 # ---------------------------------------------------------------------------
@@ -301,34 +331,39 @@ class MergeReport:
 
 
 def plan_for(m: Manifest | None, config: TopicConfig, *, fan_in: int = DEFAULT_FAN_IN,
-             min_segments: int = DEFAULT_MIN_SEGMENTS) -> list[MergeRun]:
+             min_segments: int = DEFAULT_MIN_SEGMENTS, pack: bool = False) -> list[MergeRun]:
     """:func:`plan_merge` for a manifest under a topic's config (barrier: the cleaner offset of
     a compacted topic)."""
     if m is None:
         return []
     barriers = [m.cleaner_offset] if config.compact and m.cleaner_offset else []
     return plan_merge(m.segments, config.segment_bytes, segment_ms=config.segment_ms,
-                      fan_in=fan_in, min_segments=min_segments, barriers=barriers)
+                      fan_in=fan_in, min_segments=min_segments, barriers=barriers, pack=pack)
 
 
 def merge_partition(storage: Storage, topic: str, partition: int, *,
                     config: TopicConfig | None = None, fan_in: int = DEFAULT_FAN_IN,
                     min_segments: int = DEFAULT_MIN_SEGMENTS, max_runs: int | None = None,
-                    rounds: int = 1, writer: str = "merge", now_ms: int | None = None
-                    ) -> MergeReport:
+                    rounds: int = 1, writer: str = "merge", now_ms: int | None = None,
+                    pack: bool = False) -> MergeReport:
     """Plan on the latest manifest, merge the runs and commit them once (see the module docstring).
 
     ``rounds`` > 1 plans and merges again on the result (until nothing is
-    planned), e.g. for the ``merge`` command on a log nobody served.
-    ``max_runs`` caps the runs per round. Never deletes anything.
+    planned), e.g. for the ``merge`` command on a log nobody served; with
+    ``pack`` the last round packs what the tiered rounds left (see
+    :func:`plan_merge`). ``max_runs`` caps the runs per round. Never deletes anything.
     """
     if config is None:
         config = load_topic(storage, topic).config
     store = ManifestStore(storage, topic, partition)
     report = MergeReport(topic, partition)
-    for _ in range(max(1, rounds)):
+    packing = False
+    for _ in range(max(1, rounds) + (1 if pack else 0)):
         m = store.latest()
-        runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments)
+        runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments, pack=packing)
+        if not runs and pack and not packing:
+            packing = True
+            runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments, pack=True)
         if max_runs is not None:
             runs = runs[:max_runs]
         if not runs:

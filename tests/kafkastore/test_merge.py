@@ -193,3 +193,26 @@ def test_a_run_raced_by_compaction_or_retention_is_dropped(storage):
     assert victim.segment_id not in store.latest().segment_ids()
     assert snapshot(storage)[0]["offset"] == victim.next_offset
     assert report.manifest is not None
+
+
+def test_merge_command_for_a_log_nobody_serves(tmp_path, capsys, monkeypatch, clean_config_env):
+    from kafkastore.cli import main
+    from tests.helpers.cli import cli_runner
+
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    create_topic(storage, T, 2)
+    fill(storage, txn=False)
+    expected = snapshot(storage)
+    before = len(ManifestStore(storage, T, P).latest().segments)
+    run = cli_runner(main, capsys, monkeypatch, root)
+    rc, out, err = run("merge", T, "--partition", "0")
+    assert rc == 0, err
+    assert f"merge {T}/0:" in out
+    after = ManifestStore(storage, T, P).latest()
+    assert len(after.segments) == 1 < before  # a dozen tiny flushes fit one segment
+    assert snapshot(storage) == expected
+    rc, out, err = run("merge", T)  # every partition; nothing left to do, partition 1 is empty
+    assert rc == 0 and f"merge {T}/1: 0 of 0" in out
+    rc, out, err = run("merge", T, "--partition", "7")
+    assert rc == 1 and "partitions 0..1" in err

@@ -136,3 +136,10 @@ def test_uniform_trickle_stays_near_size_over_segment_bytes():
     segs, rewritten = simulate([100] * 10_000, 1 << 16)
     assert len(segs) <= 1.5 * (10_000 * 100 / (1 << 16)) + 3 * DEFAULT_FAN_IN
     assert rewritten / (100 * 10_000) <= math.log(1 << 16, DEFAULT_FAN_IN)
+
+
+def test_pack_joins_neighbours_of_any_generation_up_to_the_caps():
+    segs = chain([10, 10, 10, 500, 600, 10], gens=[1, 2, 0, 0, 0, 3])
+    runs = plan_merge(segs, 1000, fan_in=4, min_segments=0, pack=True)
+    assert [len(r.segments) for r in runs] == [4, 2]
+    assert [r.generation for r in runs] == [3, 4]
