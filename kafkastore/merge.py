@@ -106,8 +106,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from . import layout
-from .errors import (KafkaStoreError, RequirementFailedError, SegmentMismatchError,
-                     StaleUploadError)
+from .errors import RequirementFailedError, SegmentMismatchError, StaleUploadError
 from .format.crc import crc32c
 from .format.segment import rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
@@ -452,23 +451,27 @@ class Housekeeper:
         """A commit landed on ``topic/partition`` (``manifest``: the version it made, if known).
 
         Schedules a merge when :func:`plan_merge` finds work in ``manifest``
-        (any time: without one, the partition is planned on the background
-        thread), and gc when the partition's last gc is ``gc_interval_ms`` old.
-        Returns whether a job was scheduled.
+        (none without one), and gc when the partition's last gc is
+        ``gc_interval_ms`` old. Returns whether a job was scheduled; never
+        raises (a failure is logged and kept in :attr:`errors`).
         """
+        try:
+            return self._poke(topic, partition, manifest)
+        except Exception as exc:  # noqa: BLE001 -- the writer's commit landed; never fail it here
+            self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+            log.warning("housekeeping of %s/%d not scheduled: %s", topic, partition, exc)
+            return False
+
+    def _poke(self, topic: str, partition: int, manifest: Manifest | None) -> bool:
         tp = (topic, partition)
         now = self.clock()
         with self._lock:
             if tp in self._busy:
                 return False
             due_gc = now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms
-        try:
-            want_merge = manifest is None or bool(
-                plan_for(manifest, self._config(topic), fan_in=self.fan_in,
-                         min_segments=self.min_segments))
-        except KafkaStoreError as exc:
-            self.errors.append(f"{topic}/{partition}: {exc}")
-            return False
+        want_merge = manifest is not None and bool(
+            plan_for(manifest, self._config(topic), fan_in=self.fan_in,
+                     min_segments=self.min_segments))
         if not (want_merge or due_gc):
             return False
         with self._lock:

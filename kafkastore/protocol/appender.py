@@ -345,6 +345,8 @@ class Appender:
         new = store.commit(build, operation="produce", writer=f"broker-{self.server.node_id}",
                            now_ms=now, max_attempts=50)
         self.commits += 1
+        from ..merge import housekeeper_for  # merging + gc of what we write, on its own thread
+        housekeeper_for(self.server.storage).poke(topic, partition, new)
         for i, o in planned.items():
             outcomes[i] = o
         return outcomes, new

@@ -114,7 +114,7 @@ def test_a_broker_doing_500_small_flushes_stays_bounded(tmp_path):
         b.flush()
     hk.wait()
     # one more poke merges whatever the last commits left behind
-    hk.poke(T, P)
+    hk.poke(T, P, ManifestStore(storage, T, P).latest())
     hk.wait()
     assert not hk.errors
     m = ManifestStore(storage, T, P).latest()
