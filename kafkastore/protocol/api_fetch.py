@@ -12,8 +12,10 @@ offsets inside ``[base_offset, next_offset)``; a mismatch is answered with
 KAFKA_STORAGE_ERROR and logged, never served.
 
 Long poll: while the response holds fewer than ``min_bytes`` and
-``max_wait_ms`` has not passed, the fetch waits for this broker's next commit
-or re-reads the manifests every 100 ms (other brokers' commits).
+``max_wait_ms`` has not passed, the fetch is parked on its partitions
+(:class:`~kafkastore.protocol.data_watch.DataWatch`): woken by this broker's
+commits to them, or by the broker's one shared poll of their manifest heads
+(other brokers' commits); a parked fetch costs nothing meanwhile.
 """
 from __future__ import annotations
 
@@ -38,7 +40,6 @@ READ_COMMITTED = 1
 _OFFSET_LENGTH = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_POS = 23
-_POLL_S = 0.1
 
 
 
@@ -136,17 +137,20 @@ async def handle_fetch(ctx: RequestContext, request):
     max_wait = request.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    refresh = False
+    tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     while True:
-        results = await ctx.run(_read_all, broker, request.topics, max_bytes, read_committed, refresh)
+        since = broker.data_watch.generations(tps)
+        results = await ctx.run(_read_all, broker, request.topics, max_bytes, read_committed, False)
         size = sum(len(r.records) for _, parts in results for _, r in parts)
         errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
         remaining = deadline - time.monotonic()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
-        # Woken by this broker's commit: its manifest cache is current. Timed out: re-read
-        # the manifests (other brokers' commits).
-        refresh = not await broker.wait_for_data(min(remaining, _POLL_S))
+        # Parked until a partition of this fetch gets data (this broker's commit, or another
+        # broker's seen by the shared poller, both of which leave the manifest cache current)
+        # or the wait ends: nothing runs for it meanwhile.
+        if not await broker.data_watch.wait(tps, since, remaining):
+            break
     mod = ctx.response_module
     responses = []
     for topic, parts in results:

@@ -237,7 +237,7 @@ class Appender:
                         item.future.set_result(outcome)
                 if manifest is not None:
                     self.server.meta.put_manifest(manifest)
-                    self.server.notify_data()
+                    self.server.notify_data(tp)
             finally:
                 self._busy.discard(tp)
             if self._queues.get(tp):

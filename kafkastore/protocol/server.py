@@ -58,6 +58,9 @@ class ServeOptions:
     default_partitions: int = 1
     io_threads: int = 8
     fetch_cache_bytes: int = 64 << 20
+    #: How often a partition that fetches wait on is checked for other brokers' commits
+    #: (one manifest-head read per partition, shared by all its waiting fetches).
+    fetch_poll_ms: float = 250.0
 
 
 def is_loopback(host: str) -> bool:
@@ -124,7 +127,10 @@ class BrokerServer:
         self._conns: set[asyncio.StreamWriter] = set()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port: int = opts.port
-        self._data_waiters: set[asyncio.Future] = set()
+        from .data_watch import DataWatch
+        self.data_watch = DataWatch(self._read_versions,
+                                    lambda tp: self.meta.cached_version(tp[0], tp[1]),
+                                    poll_s=opts.fetch_poll_ms / 1000)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -164,6 +170,7 @@ class BrokerServer:
         for w in list(self._conns):
             w.close()
         await self.appender.close()
+        self.data_watch.close()
         for t in list(self._tasks):
             t.cancel()
         try:
@@ -201,24 +208,20 @@ class BrokerServer:
         return live
 
     # -- data notifications (long poll) ------------------------------------------
-    def notify_data(self) -> None:
-        """Wake every fetch waiting for data (called after an append commits)."""
-        waiters, self._data_waiters = self._data_waiters, set()
-        for f in waiters:
-            if not f.done():
-                f.set_result(None)
+    def notify_data(self, tp: tuple[str, int]) -> None:
+        """Wake the fetches waiting on partition ``tp`` (called after an append to it commits)."""
+        self.data_watch.notify(tp)
 
-    async def wait_for_data(self, timeout: float) -> bool:
-        """Wait until :meth:`notify_data` (True) or ``timeout`` seconds (False)."""
-        fut = asyncio.get_running_loop().create_future()
-        self._data_waiters.add(fut)
-        try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self._data_waiters.discard(fut)
+    async def _read_versions(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        def read() -> dict[tuple[str, int], int]:
+            out = {}
+            for topic, partition in tps:
+                try:
+                    out[(topic, partition)] = self.meta.manifest(topic, partition, 0).version
+                except Exception:  # noqa: BLE001 - a deleted or unreadable partition: skip it
+                    continue
+            return out
+        return await self.run(read)
 
     # -- connections -------------------------------------------------------------
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):

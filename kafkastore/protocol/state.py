@@ -93,6 +93,12 @@ class MetadataCache:
         self.put_manifest(m, now)
         return m
 
+    def cached_version(self, topic: str, partition: int) -> int | None:
+        """The version of the cached manifest, None if none is cached (never blocks on I/O)."""
+        with self._lock:
+            hit = self._manifests.get((topic, partition))
+        return None if hit is None else hit[1].version
+
     def put_manifest(self, m: Manifest, at: float | None = None) -> None:
         """Remember ``m`` if it is not older than what is cached."""
         at = time.monotonic() if at is None else at
