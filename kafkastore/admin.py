@@ -7,14 +7,14 @@ from dataclasses import dataclass, field, replace
 
 from . import layout
 from .format.crc import crc32c
-from .errors import ConfigError, ObjectNotFoundError, StaleUploadError
+from .errors import ConfigError, StaleUploadError
 from .kafka_import import read_kafka_partition_dir
 from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
     SegmentEntry, UpdateProducerState, check_invariants
 from .storage import Storage
 from .topics import load_topic
 from .format.transactions import iter_control_types, scan_transactions
-from .verify import SegmentReport, verify_segment
+from .verify import SegmentReport, verify_manifest_versions, verify_segment
 
 
 #: How often an import uploads files again that grew too old before its commit.
@@ -134,23 +134,21 @@ class PartitionReport:
 def verify_partition(storage: Storage, topic: str, partition: int) -> PartitionReport:
     """Check every segment the latest manifest lists: objects present, sizes and checksums as
     recorded, CRC of every batch, indexes consistent, and the manifest's own invariants."""
-    m = ManifestStore(storage, topic, partition).latest() or Manifest.empty(topic, partition)
+    store = ManifestStore(storage, topic, partition)
+    store.forget_cached()  # read what is stored, not what this process remembers
+    # Every stored version (full ones, and deltas rebuilt in order) and the hint: readers of
+    # an older snapshot use them, and GC skips damaged ones.
+    problems = verify_manifest_versions(store)
+    try:
+        m = store.latest() or Manifest.empty(topic, partition)
+    except CorruptMetadataError:
+        m = Manifest.empty(topic, partition)  # the damage is among the problems
     report = PartitionReport(topic, partition, m.version)
+    report.problems.extend(problems)
     try:
         check_invariants(m)
     except Exception as exc:  # noqa: BLE001 - any invariant failure is a finding
         report.problems.append(f"manifest invariant broken: {exc}")
-    # Older versions too: readers of an older snapshot use them, and GC skips damaged ones.
-    store = ManifestStore(storage, topic, partition)
-    for v in store.versions():
-        if v == m.version:
-            continue
-        try:
-            store.load(v)
-        except ObjectNotFoundError:
-            continue  # expired meanwhile
-        except CorruptMetadataError as exc:
-            report.problems.append(str(exc))
     for entry in m.segments:
         paths = entry.paths(topic, partition)
         name = paths[".log"].rsplit("/", 1)[-1]

@@ -135,6 +135,8 @@ class SegmentEntry:
 
     def validate(self) -> None:
         """Raise :class:`InvalidUpdateError` if the entry is inconsistent in itself."""
+        if self.__dict__.get("_valid"):
+            return  # immutable, so once valid always valid: a commit re-checks only new entries
         for name in ("base_offset", "record_count", "size", "index_size", "timeindex_size",
                      "checksum"):
             _check_int(name, getattr(self, name), 0)
@@ -163,6 +165,7 @@ class SegmentEntry:
                 raise InvalidUpdateError(
                     f"segment {self.stem}: aborted transaction {(pid, first, last)} is not "
                     f"(producer id >= 0, first <= last < next offset)")
+        object.__setattr__(self, "_valid", True)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -422,20 +425,26 @@ def check_invariants(m: Manifest) -> None:
     _check_int("log_start_offset", m.log_start_offset, 0)
     _check_int("leader_epoch", m.leader_epoch, 0)
     _check_int("cleaner_offset", m.cleaner_offset, 0)
-    seen: set[str] = set()
-    for i, seg in enumerate(m.segments):
+    segs = m.segments
+    for seg in segs:
         if not isinstance(seg, SegmentEntry):
             raise InvalidUpdateError(f"segments must be SegmentEntry, got {type(seg).__name__}")
         seg.validate()
-        if seg.segment_id in seen:
-            raise InvalidUpdateError(f"segment id {seg.segment_id!r} listed twice")
-        seen.add(seg.segment_id)
-        if i and seg.base_offset != m.segments[i - 1].next_offset:
-            prev = m.segments[i - 1]
-            kind = "overlaps" if seg.base_offset < prev.next_offset else "leaves a gap after"
-            raise InvalidUpdateError(
-                f"segment {seg.stem} [{seg.base_offset}, {seg.next_offset}) {kind} segment "
-                f"{prev.stem} [{prev.base_offset}, {prev.next_offset})")
+    if len({seg.segment_id for seg in segs}) != len(segs):
+        seen: set[str] = set()
+        for seg in segs:
+            if seg.segment_id in seen:
+                raise InvalidUpdateError(f"segment id {seg.segment_id!r} listed twice")
+            seen.add(seg.segment_id)
+    # Tiling, checked with list comparison (C speed: this runs on every commit and read).
+    if [s.base_offset for s in segs[1:]] != [s.next_offset for s in segs[:-1]]:
+        for i in range(1, len(segs)):
+            seg, prev = segs[i], segs[i - 1]
+            if seg.base_offset != prev.next_offset:
+                kind = "overlaps" if seg.base_offset < prev.next_offset else "leaves a gap after"
+                raise InvalidUpdateError(
+                    f"segment {seg.stem} [{seg.base_offset}, {seg.next_offset}) {kind} segment "
+                    f"{prev.stem} [{prev.base_offset}, {prev.next_offset})")
     if m.segments:
         first = m.segments[0]
         if not first.base_offset <= m.log_start_offset < first.next_offset:
@@ -1070,7 +1079,7 @@ class ManifestStore:
                 hi = mid
         return lo
 
-    def _replay(self) -> Iterable[tuple[int, Manifest | None, BaseException | None]]:
+    def replay(self) -> Iterable[tuple[int, Manifest | None, BaseException | None]]:
         """Every stored version, oldest first, as ``(version, manifest, None)`` or
         ``(version, None, error)``: one read per version, deltas applied in order.
 
@@ -1100,10 +1109,37 @@ class ManifestStore:
                 continue
             yield v, state, None
 
+    def hint_problem(self) -> str | None:
+        """What is wrong with the hint, if anything (for ``verify``): damaged, or naming a
+        delta or a version past the stored ones. A missing hint (a root written before
+        format 2) or one naming an expired version is not a problem: readers list instead."""
+        path = layout.manifest_hint_path(self.topic, self.partition)
+        try:
+            data = self.storage.get(path)
+        except ObjectNotFoundError:
+            return None
+        where = f"manifest hint of {self.topic}/{self.partition} ({path})"
+        try:
+            v = json.loads(data)["version"]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(v)
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            return f"{where} is damaged: {bytes(data[:80])!r}"
+        kind = self._kind(v)
+        if kind == "delta":
+            return f"{where} names version {v}, which is a delta, not a full version"
+        if kind is None and self.storage.exists(self.path(v)):
+            return f"{where} names version {v}, which is not a manifest version"
+        if kind is None:
+            stored = self.versions()
+            if stored and v > stored[-1]:
+                return f"{where} names version {v}, past the newest stored version {stored[-1]}"
+        return None
+
     def history(self) -> list[Manifest]:
         """Every stored version, oldest first (for audits and tests; one read per version)."""
         out = []
-        for _v, m, err in self._replay():
+        for _v, m, err in self.replay():
             if err is not None:
                 raise err
             out.append(m)
@@ -1312,7 +1348,7 @@ class ManifestStore:
         """
         chosen = None if versions is None else set(versions)
         out: set[str] = set()
-        replayed = list(self._replay())
+        replayed = list(self.replay())
         newest = max((v for v, _, _ in replayed if chosen is None or v in chosen), default=None)
         for v, m, err in replayed:
             if chosen is not None and v not in chosen:

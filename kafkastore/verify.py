@@ -1,4 +1,5 @@
-"""Verification of one segment: framing, CRC, offsets, indexes, expected stats.
+"""Verification of one segment (framing, CRC, offsets, indexes, expected stats) and of a
+partition's stored manifest versions.
 
 Unlike :func:`kafkastore.format.segment.recover`, which stops at the first problem,
 :func:`verify_segment` keeps going where it can: past a batch with a bad CRC
@@ -191,3 +192,16 @@ def _compare_expected(report: SegmentReport, log_bytes, expected) -> None:
         got = report.base_offset if key == "base_offset" else getattr(actual, key)
         if got != want:
             report.problems.append(mismatch(key.replace('_', ' '), got, want))
+
+
+def verify_manifest_versions(store) -> list[str]:
+    """One line per damaged manifest object of a partition (a
+    :class:`kafkastore.manifest.ManifestStore`), each naming topic, partition and version:
+    every stored version is rebuilt (full versions parsed and checked, deltas applied in
+    order and compared with their recorded result), and the hint is checked. A delta after
+    a damaged version cannot be rebuilt and is reported too."""
+    problems = [str(err) for _v, _m, err in store.replay() if err is not None]
+    hint = store.hint_problem()
+    if hint is not None:
+        problems.append(hint)
+    return problems
