@@ -33,6 +33,11 @@ from .registry import Registry, RequestContext
 log = logging.getLogger("kafkastore.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+#: Largest request before SASL authentication (Kafka's sasl.server.max.receive.size).
+MAX_UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
+DEFAULT_MAX_CONNECTIONS = 1000           # Kafka's max.connections (Kafka: unlimited)
+DEFAULT_MAX_CONNECTIONS_PER_IP = 500     # Kafka's max.connections.per.ip (Kafka: unlimited)
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms (10 minutes)
 MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -61,6 +66,9 @@ class ServeOptions:
     #: How often a partition that fetches wait on is checked for other brokers' commits
     #: (one manifest-head read per partition, shared by all its waiting fetches).
     fetch_poll_ms: float = 250.0
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    connections_max_idle_ms: float = DEFAULT_CONNECTIONS_MAX_IDLE_MS
 
 
 def is_loopback(host: str) -> bool:
@@ -125,6 +133,8 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         self._conns: set[asyncio.StreamWriter] = set()
+        self._per_ip: dict[str, int] = {}
+        self.refused_connections = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port: int = opts.port
         from .data_watch import DataWatch
@@ -225,7 +235,20 @@ class BrokerServer:
 
     # -- connections -------------------------------------------------------------
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, (tuple, list)) and peer else str(peer)
+        opts = self.options
+        if len(self._conns) >= opts.max_connections or \
+                self._per_ip.get(ip, 0) >= opts.max_connections_per_ip:
+            # Kafka's max.connections / max.connections.per.ip: the new connection is closed.
+            self.refused_connections += 1
+            log.warning("closing %s: %d connections (%d from %s), limits %d and %d per address",
+                        peer, len(self._conns), self._per_ip.get(ip, 0), ip, opts.max_connections,
+                        opts.max_connections_per_ip)
+            writer.close()
+            return
         self._conns.add(writer)
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         conn = Connection(self, reader, writer)
         try:
             await conn.run()
@@ -235,6 +258,11 @@ class BrokerServer:
             log.exception("connection from %s failed", conn.peer)
         finally:
             self._conns.discard(writer)
+            left = self._per_ip.get(ip, 1) - 1
+            if left > 0:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
             writer.close()
 
 
@@ -255,30 +283,61 @@ class Connection:
         self.close_after_response = False
         # Produce requests of this connection queue their batches in arrival order (api_produce).
         self.produce_gate: asyncio.Future | None = None
+        self._inflight_bytes = 0  # request bytes read and not yet answered
+        self._drained = asyncio.Event()
+
+    def _max_request_bytes(self) -> int:
+        """512 KB before SASL authentication (as Kafka), the listener's limit after."""
+        limit = self.server.options.max_request_bytes
+        return limit if self.authenticated else min(limit, MAX_UNAUTHENTICATED_REQUEST_BYTES)
+
+    async def _read(self, n: int, idle_s: float) -> bytes | None:
+        """``n`` bytes, or None when the client closed or sent nothing for ``idle_s`` while no
+        request of it was being handled (Kafka's connections.max.idle.ms)."""
+        while True:
+            try:
+                return await asyncio.wait_for(self.reader.readexactly(n), idle_s)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return None
+            except asyncio.TimeoutError:
+                # A cancelled readexactly leaves what arrived in the buffer, so waiting on is
+                # safe. Requests being handled (a long poll) keep the connection open.
+                if self._inflight_bytes == 0:
+                    log.info("closing %s: nothing received for %.0f s", self.peer, idle_s)
+                    return None
 
     async def run(self) -> None:
-        # Bounded: a client that pipelines without reading its responses stops being read.
+        # Bounded: a client that pipelines without reading its responses stops being read, and
+        # the bytes of its requests being handled stay under one request limit (memory per
+        # connection: about two requests' worth, whatever the client sends).
         queue: asyncio.Queue = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
         writer_task = asyncio.ensure_future(self._write_responses(queue))
+        idle_s = self.server.options.connections_max_idle_ms / 1000
         try:
             while True:
-                try:
-                    size_bytes = await self.reader.readexactly(4)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                size_bytes = await self._read(4, idle_s)
+                if size_bytes is None:
                     return
                 size = int.from_bytes(size_bytes, "big", signed=True)
-                if size < 8 or size > self.server.options.max_request_bytes:
-                    log.warning("closing %s: request size %d outside [8, %d]", self.peer, size,
-                                self.server.options.max_request_bytes)
+                limit = self._max_request_bytes()
+                if size < 8 or size > limit:
+                    log.warning("closing %s: request size %d outside [8, %d]%s", self.peer, size, limit,
+                                "" if self.authenticated else " before authentication")
                     return
-                try:
-                    payload = await self.reader.readexactly(size)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                while self._inflight_bytes and self._inflight_bytes + size > \
+                        self.server.options.max_request_bytes:
+                    self._drained.clear()
+                    await self._drained.wait()
+                    if writer_task.done():
+                        return
+                payload = await self._read(size, idle_s)
+                if payload is None:
                     return
                 task = self._dispatch(payload)
                 if task is None:
                     return
-                await queue.put(task)
+                self._inflight_bytes += size
+                await queue.put((task, size))
                 if writer_task.done():
                     return
         finally:
@@ -335,16 +394,26 @@ class Connection:
         return codec.encode_response(ctx.correlation_id, response)
 
     async def _write_responses(self, queue: asyncio.Queue) -> None:
+        try:
+            await self._write_loop(queue)
+        finally:
+            self._drained.set()  # the reader must not wait for a writer that is gone
+
+    async def _write_loop(self, queue: asyncio.Queue) -> None:
         while True:
-            task = await queue.get()
-            if task is None:
+            item = await queue.get()
+            if item is None:
                 return
+            task, size = item
             try:
                 data = await task
             except Exception:  # noqa: BLE001 - a handler bug closes this connection only
                 log.exception("handler failed for %s; closing the connection", self.peer)
                 self.writer.close()
                 return
+            finally:
+                self._inflight_bytes -= size
+                self._drained.set()
             if data is None:
                 continue
             try:
