@@ -27,6 +27,8 @@ class RetentionReport:
     topic: str
     results: list[RetentionResult] = field(default_factory=list)
     tables: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: What merging small segments did afterwards (kafkastore.merge), per partition.
+    merges: list = field(default_factory=list)
 
     @property
     def newly_lost(self):
@@ -64,18 +66,30 @@ class RetentionReport:
                 verb = "LOSES" if u.newly_lost else "already lost"
                 lines.append(f"    WARNING table {u.table} {verb} offsets [{u.committed_offset}, "
                              f"{u.log_start_offset}) it never loaded")
+        lines += [f"  {m}" for m in self.merges if m.merged or m.dropped]
         return "\n".join(lines)
 
 
 def run_retention(root: str, topic: str, *, warehouse=None,
                   storage_options: dict | None = None, protect_unloaded: bool = False,
-                  now_ms: int | None = None, catalog: dict | None = None) -> RetentionReport:
+                  now_ms: int | None = None, catalog: dict | None = None,
+                  merge: bool = True) -> RetentionReport:
     """Apply retention to every partition of ``topic``; with ``warehouse`` (a URL,
     with the config's ``catalog`` section, or a :class:`pipelines.iceberg.Warehouse`),
-    check (and with ``protect_unloaded``, protect) the data its tables have not loaded."""
+    check (and with ``protect_unloaded``, protect) the data its tables have not loaded.
+    Then, with ``merge``, merge each partition's small segments (the tiered policy of
+    :mod:`kafkastore.merge`), for the logs no ``serve`` broker or long-running producer merges."""
     tables = (committed_offsets_by_table(warehouse, topic, storage_options, catalog)
               if warehouse else {})
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-    results = retention_for_topic(Storage(root, storage_options), topic, now,
+    storage = Storage(root, storage_options)
+    results = retention_for_topic(storage, topic, now,
                                   committed_offsets=tables, protect_unloaded=protect_unloaded)
-    return RetentionReport(topic, results, tables)
+    report = RetentionReport(topic, results, tables)
+    if merge:
+        from kafkastore.merge import merge_partition
+
+        for r in results:
+            report.merges.append(merge_partition(storage, topic, r.partition, min_segments=0,
+                                                 rounds=64, writer="retention-job"))
+    return report
