@@ -432,24 +432,98 @@ def _topic_frame(spark, root: str, topic: str, storage_options: dict):
 def table_frame(spark, table, snapshot, schema=None):
     """A DataFrame over one snapshot of an Iceberg table (see the module
     docstring on how it is read). ``schema``: the Iceberg schema to read with
-    (default: the table's current one)."""
+    (default: the table's current one). Columns resolve by Iceberg field id
+    (:mod:`pipelines.field_ids`): renamed, dropped, re-added and promoted
+    columns read as every Iceberg reader reads them."""
     schema = schema or table.schema()
     ddl = spark_ddl(schema)
     if snapshot is None:
         return spark.createDataFrame([], ddl)
-    plan = iceberg.plan_scan(table, snapshot_id=snapshot.snapshot_id)
-    if not plan.files:
+    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+    if not tasks:
         return spark.createDataFrame([], ddl)
-    if not plan.delete_files and all(f.startswith("file:") for f in plan.files):
-        from pyspark.errors import PySparkException
+    name = iceberg.table_name(table.name())
+    urls = [t.file.file_path for t in tasks]
+    if any(t.delete_files for t in tasks) or not all(u.startswith("file:") for u in urls):
+        return _arrow_frame(spark, table, snapshot, schema, tasks, ddl)
+    from . import field_ids
 
-        try:
-            return spark.read.schema(ddl).parquet(*plan.urls())
-        except PySparkException as exc:   # e.g. a data file deleted behind Iceberg's back
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise WarehouseError(f"table {plan.table} snapshot {plan.snapshot_id}: cannot read "
-                                 f"its data files: {first}") from None
-    arrow = ir.read_snapshot(table, snapshot)
+    with _unreadable(name, snapshot):
+        if not field_ids.needs_field_ids(table.metadata, schema):
+            # The common path: no name or type ever changed, so names are ids.
+            return spark.read.schema(ddl).parquet(*urls)
+        files = [(t.file.file_path, frozenset(t.file.column_sizes or {})
+                  | frozenset(t.file.value_counts or {})) for t in tasks]
+        plan = field_ids.plan_reads(schema, field_ids.NameIds.of(table.metadata, schema), files,
+                                    lambda u: _footer_schema(table, snapshot, u), _spark_type)
+        frames = [_group_frame(spark, g) for g in plan.groups]
+    if plan.arrow:
+        frames.append(_arrow_frame(spark, table, snapshot, schema,
+                                   [tasks[i] for i in plan.arrow], ddl))
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.unionByName(f)
+    return out
+
+
+@contextlib.contextmanager
+def _unreadable(name: str, snapshot):
+    """Spark's failure to open a planned file (e.g. deleted behind Iceberg's back) as
+    one line."""
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except PySparkException as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise WarehouseError(f"table {name} snapshot {snapshot.snapshot_id}: cannot read "
+                             f"its data files: {first}") from None
+
+
+def _footer_schema(table, snapshot, url: str):
+    """A data file's Arrow schema (its Parquet footer, field ids in the field metadata)."""
+    import pyarrow.parquet as pq
+
+    fs, path = iceberg._fs(table, url)
+    try:
+        with fs.open(path, "rb") as f:
+            return pq.read_schema(f)
+    except FileNotFoundError as exc:
+        raise iceberg.missing_file(table, snapshot.snapshot_id, exc) from None
+
+
+def _group_frame(spark, group):
+    """Files that read alike, read by Spark with their own column names and types and
+    projected to the read schema (renamed, cast, nulls for columns they lack)."""
+    from pyspark.sql import functions as F
+
+    if group.columns:
+        df = spark.read.schema(", ".join(f"`{n}` {t}" for n, t in group.columns)).parquet(
+            *group.urls)
+    else:   # none of the read schema's columns: only the row count matters
+        df = spark.read.parquet(*group.urls)
+    cols = []
+    for name, column, cast in group.select:
+        c = F.lit(None) if column is None else F.col(f"`{column}`")
+        cols.append((c.cast(cast) if cast else c).alias(name))
+    return df.select(*cols)
+
+
+def _arrow_frame(spark, table, snapshot, schema, tasks, ddl):
+    """``tasks`` read on the driver by pyiceberg's Arrow reader with ``schema`` (by field
+    id at every depth; positional deletes applied, what it cannot apply refused)."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    try:
+        arrow = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
+    except FileNotFoundError as exc:
+        raise iceberg.missing_file(table, snapshot.snapshot_id, exc) from None
+    except NotImplementedError as exc:
+        from kafkastore.errors import UnsupportedDeletesError
+
+        raise UnsupportedDeletesError(f"table {iceberg.table_name(table.name())} snapshot "
+                                      f"{snapshot.snapshot_id}: {exc}") from None
     if arrow.num_rows == 0:
         return spark.createDataFrame([], ddl)
     return spark.createDataFrame(arrow, ddl)
