@@ -874,13 +874,15 @@ class Broker:
             # them): upload again, under new ids, whatever has grown too old meanwhile.
             fresh = uploaded.get(hw)
             if fresh is None:
-                fresh = uploaded[hw] = [self._upload(topic, partition, seg, hw - rel0, epoch)
+                fresh = uploaded[hw] = [self._upload(topic, partition, seg, hw - rel0, epoch,
+                                                     st.index_interval_bytes)
                                         for seg in segments]
             else:
                 stale = {e.segment_id for e in store.stale_uploads(fresh)}
                 for i, e in enumerate(fresh):
                     if e.segment_id in stale:
-                        fresh[i] = self._upload(topic, partition, segments[i], hw - rel0, epoch)
+                        fresh[i] = self._upload(topic, partition, segments[i], hw - rel0, epoch,
+                                                st.index_interval_bytes)
             entries = _with_aborted(fresh, pending, hw - rel0, state)
             new_state = _producer_state(state, self.producer_epoch, pending, hw - rel0,
                                         first_seq, last_seq, max_ts)
@@ -913,7 +915,7 @@ class Broker:
         return AppendResult(topic, partition, hw, hw + count, count)
 
     def _upload(self, topic: str, partition: int, seg: "_BuiltSegment", shift: int,
-                epoch: int) -> SegmentEntry:
+                epoch: int, index_interval_bytes: int) -> SegmentEntry:
         log = seg.log(shift)   # buffers, written one after another
         size, checksum = 0, 0
         for part in log:
@@ -921,18 +923,25 @@ class Broker:
             checksum = crc32c(part, checksum)
         base = seg.stats.base_offset + shift
         seg_id = layout.new_segment_id()
+        index, timeindex = seg.index, seg.timeindex
+        if size < index_interval_bytes:
+            # Small segment: its .index has no entry (Kafka's sparse rule) and its .timeindex
+            # one, the (max timestamp, its offset) the manifest entry carries. Readers treat
+            # index_size = timeindex_size = 0 as absent and scan the few bytes; merging
+            # builds the indexes. One object per small flush instead of three (item 5 of
+            # issue 19: a produce commit is then this PUT and the manifest's).
+            index = timeindex = b""
         # Index and time index first, the log last: a half-uploaded set is an orphan either way.
         # One put_many: on local files one directory fsync for the three (docs/DECISIONS.md).
         self.storage.put_many((layout.segment_path(topic, partition, base, seg_id, ext), data)
-                              for ext, data in ((".index", seg.index),
-                                                (".timeindex", seg.timeindex), (".log", log)))
+                              for ext, data in ((".index", index), (".timeindex", timeindex),
+                                                (".log", log)) if ext == ".log" or data)
         st = seg.stats
         return SegmentEntry(
             base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,
             size=size, min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
             segment_id=seg_id, writer_id=self.broker_id, leader_epoch=epoch,
-            checksum=checksum, index_size=len(seg.index),
-            timeindex_size=len(seg.timeindex),
+            checksum=checksum, index_size=len(index), timeindex_size=len(timeindex),
             max_timestamp_offset=(st.offset_of_max_timestamp + shift
                                   if st.offset_of_max_timestamp >= 0 else -1))
 
