@@ -1,0 +1,189 @@
+"""Soak: does a partition's cost stay flat as its history grows? (issue 19, library part)
+
+    .venv/bin/python bench/soak.py [--commits N] [--records-per-commit R] [--s3 [--s3-commits M]]
+
+One partition, N small commits (default 100,000) through
+:class:`kafkastore.broker.Broker` (``send`` R records, ``flush``: one segment
+and one manifest version each) on a ``file://`` root in a temporary
+directory; with ``--s3`` also M commits (default 10,000) on moto's S3 server
+started here on 127.0.0.1 (``ThreadedMotoServer``, as tests/conftest.py does).
+
+Printed for the first 10% and the last 10% of the commits, and the ratio
+last/first (flat history means ratios near 1):
+
+* time per commit (send + flush, wall clock) and bytes written and requests per commit;
+* reading the head cold (as a new process would: this process's remembered
+  manifest heads are dropped first): requests and bytes of
+  ``ManifestStore.latest()``;
+* consume from the start: :meth:`PartitionReader.read` of the first 1000 records
+  (a new reader: topic metadata, head, indexes, segments);
+* load planning: :meth:`PartitionReader.plan` of the whole partition into
+  128 MB splits (what a load's driver does per partition).
+
+The point-in-time figures (head, consume, planning) are taken once right
+after the first 10% of commits and once at the end. Requests and bytes are
+counted by wrapping the store's fsspec filesystem (bench/counting_fs.py);
+on file:// that makes each object its own write (no ``writev`` batching), the
+same for every commit. Other processes on the machine make times noisy:
+compare ratios, and rerun. No assertion is made on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from counting_fs import CountingFS  # noqa: E402
+
+from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.manifest import ManifestStore  # noqa: E402
+from kafkastore.reader import PartitionReader  # noqa: E402
+from kafkastore.storage import Storage  # noqa: E402
+from kafkastore.topics import create_topic  # noqa: E402
+
+TOPIC = "soak"
+SPLIT_BYTES = 128 * 1024 * 1024
+
+
+def start_moto():
+    """moto's S3 server on loopback, the AWS environment pointed at it; returns the server."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.update({
+        "AWS_ACCESS_KEY_ID": "soak", "AWS_SECRET_ACCESS_KEY": "soak",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint,
+    })
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="soak")
+    return server
+
+
+def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
+    """Point-in-time costs: cold head read, consume-from-start, load planning."""
+    out: dict[str, float] = {}
+    store = ManifestStore(storage, TOPIC, 0)
+    store.forget_cached()
+    before = fs.snapshot()
+    head = store.latest()
+    used = fs.snapshot() - before
+    out["head_requests"] = used.total_requests
+    out["head_bytes"] = used.bytes["read"]
+    store.forget_cached()
+    t = time.perf_counter()
+    reader = PartitionReader(storage, TOPIC, 0)
+    table = reader.read(reader.log_start_offset, reader.log_start_offset + 1000)
+    out["consume_ms"] = (time.perf_counter() - t) * 1000
+    if table.num_rows != min(1000, head.high_watermark - head.log_start_offset):
+        raise SystemExit(f"consume read {table.num_rows} records")
+    t = time.perf_counter()
+    reader = PartitionReader(storage, TOPIC, 0)
+    splits = reader.plan(reader.log_start_offset, reader.high_watermark, max_bytes=SPLIT_BYTES)
+    out["plan_ms"] = (time.perf_counter() - t) * 1000
+    out["splits"] = len(splits)
+    out["live_segments"] = len(head.segments)
+    out["versions"] = head.version
+    return out
+
+
+def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> None:
+    inner = Storage(url)
+    fs = CountingFS(inner.fs)
+    storage = Storage(url, fs=fs)
+    create_topic(storage, TOPIC, 1)
+    kwargs = {}
+    if housekeeping is not None and "housekeeping" in inspect.signature(Broker).parameters:
+        kwargs["housekeeping"] = housekeeping
+    broker = Broker(storage, **kwargs)
+    window = max(1, commits // 10)
+    times, nbytes, nreq = [], [], []
+    probes = {}
+    value = b"v" * 100
+    started = time.perf_counter()
+    for i in range(commits):
+        before = fs.snapshot()
+        t = time.perf_counter()
+        for r in range(per_commit):
+            broker.send(TOPIC, value, key=b"k%d" % r, partition=0)
+        broker.flush()
+        times.append(time.perf_counter() - t)
+        used = fs.snapshot() - before
+        nbytes.append(used.bytes["write"])
+        nreq.append(used.total_requests)
+        if i + 1 == window:
+            probes["first"] = probe(storage, fs)
+        if (i + 1) % max(1, commits // 20) == 0:
+            print(f"  {i + 1}/{commits} commits, {time.perf_counter() - started:.0f} s, "
+                  f"last {statistics.mean(times[-window:]) * 1000:.1f} ms/commit", file=sys.stderr)
+    probes["last"] = probe(storage, fs)
+    close = getattr(broker, "close", None)
+    if close is not None:
+        close()
+
+    def row(name, first, last, fmt="{:.2f}"):
+        ratio = last / first if first else float("nan")
+        print(f"  {name:<34} {fmt.format(first):>12} {fmt.format(last):>12} {ratio:>8.2f}")
+
+    first_w, last_w = slice(0, window), slice(commits - window, commits)
+    print(f"{url.split('://')[0]}: {commits} commits of {per_commit} records "
+          f"(windows of {window} commits; probes after commit {window} and {commits})")
+    print(f"  {'':<34} {'first 10%':>12} {'last 10%':>12} {'last/first':>8}")
+    row("time per commit (ms)", statistics.mean(times[first_w]) * 1000, statistics.mean(times[last_w]) * 1000)
+    row("bytes written per commit", statistics.mean(nbytes[first_w]), statistics.mean(nbytes[last_w]), "{:.0f}")
+    row("requests per commit", statistics.mean(nreq[first_w]), statistics.mean(nreq[last_w]))
+    f, l_ = probes["first"], probes["last"]
+    row("head read cold: requests", f["head_requests"], l_["head_requests"], "{:.0f}")
+    row("head read cold: bytes", f["head_bytes"], l_["head_bytes"], "{:.0f}")
+    row("consume first 1000 records (ms)", f["consume_ms"], l_["consume_ms"])
+    row("load planning (ms)", f["plan_ms"], l_["plan_ms"])
+    row("live segments", f["live_segments"], l_["live_segments"], "{:.0f}")
+    row("manifest version", f["versions"], l_["versions"], "{:.0f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--commits", type=int, default=100_000, help="commits on file:// (default 100000)")
+    ap.add_argument("--records-per-commit", type=int, default=3)
+    ap.add_argument("--s3", action="store_true", help="also soak moto's S3 server")
+    ap.add_argument("--s3-commits", type=int, default=10_000, help="commits on S3 (default 10000)")
+    ap.add_argument("--no-file", action="store_true", help="skip the file:// soak")
+    hk = ap.add_mutually_exclusive_group()
+    hk.add_argument("--housekeeping", dest="housekeeping", action="store_true", default=None,
+                    help="the broker merges small segments as it goes (if this version has it)")
+    hk.add_argument("--no-housekeeping", dest="housekeeping", action="store_false")
+    args = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs", file=sys.stderr)
+    if not args.no_file:
+        tmp = tempfile.mkdtemp(prefix="kafkastore-soak-")
+        try:
+            soak(f"file://{tmp}/root", args.commits, args.records_per_commit, args.housekeeping)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if args.s3:
+        server = start_moto()
+        try:
+            soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
+                 args.housekeeping)
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
