@@ -3,16 +3,29 @@ refused at once with Kafka's error, no traceback, nothing for the client to retr
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
+from kafkastore.protocol import codec
 from kafkastore.protocol import group_coordinator as G
 from kafkastore.protocol.api_groups import MAX_STRING_BYTES
 from kafkastore.topics import create_topic
 
-from .test_groups_wire import code, part, req
 from .wire import Wire
 
 LONG = "g" * (MAX_STRING_BYTES + 1)
+
+
+def req(api: int, version: int, /, **kw):
+    return codec.make(codec.request_class(api, version), **kw)
+
+
+def part(api: int, version: int, cls: str, /, **kw):
+    return codec.make(sys.modules[codec.request_class(api, version).__module__], cls, **kw)
+
+
+def code(x) -> int:
+    return int(getattr(x, "value", x))
 INVALID_REQUEST = 42
 
 
