@@ -62,7 +62,8 @@ def cmd_reprocess(args, cfg: Config) -> int:
         partitions=None if args.partition is None else [args.partition],
         from_offset=args.from_offset, from_timestamp=args.from_timestamp,
         storage_options=cfg.storage_options or None, reason=args.reason,
-        allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start)
+        allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start,
+        register_existing=args.register_existing)
     print(summary.render(), file=sys.stderr)
     return 0
 
@@ -142,6 +143,11 @@ def _read_sql_file(path: str) -> str:
         raise ConfigError(f"--file {path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
+REGISTER_HELP = ("when the catalog lost the table (e.g. an emptied catalog.db) but its location "
+                 "still holds it: register its newest metadata file again and carry on from "
+                 "its committed offsets (without it such a table is refused)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The log's parser with the jobs' commands added."""
     p = log_cli.build_parser()
@@ -168,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--partition-by", action="append", metavar="FIELD",
                     help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
                          "(repeatable; default: the config's, else day(timestamp))")
+    lo.add_argument("--register-existing", action="store_true", help=REGISTER_HELP)
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
@@ -185,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--allow-below-log-start", action="store_true",
                     help="rewind below the log start: rows the log no longer holds leave the "
                          "table; recorded in the audit")
+    rp.add_argument("--register-existing", action="store_true", help=REGISTER_HELP)
     rp.set_defaults(func=cmd_reprocess)
 
     va = sub.add_parser("vacuum", help="expire old snapshots of warehouse tables and remove "

@@ -69,8 +69,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.commit import Backoff, Budget, Clock, CommitEngine, CommitTarget, Done
 from kafkastore.errors import (CommitUnknownError, ConfigError, ExpiredSnapshotError,
-                               MissingDataFileError,
-                               OffsetGapError, OffsetOverlapError, SchemaEvolutionError, TableChangedError,
+                               MissingDataFileError, OffsetGapError, OffsetOverlapError,
+                               OrphanedTableError, SchemaEvolutionError, TableChangedError,
                                TableNotFoundError, UnsupportedDeletesError, WarehouseError)
 
 from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_from_json,
@@ -101,6 +101,12 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # ---------------------------------------------------------------------------
 # names and catalogs
+
+
+def _metadata_version(path: str) -> int:
+    """The version number of ``.../00042-<uuid>.metadata.json`` (-1 when unnumbered)."""
+    head = path.rsplit("/", 1)[-1].split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
 
 
 def table_identifier(name: str) -> tuple[str, str]:
@@ -238,17 +244,92 @@ class Warehouse:
             raise TableNotFoundError(f"table {name!r} does not exist in warehouse {self.url}")
         return tbl
 
+    def default_location(self, name: str) -> str:
+        """Where the catalog puts table ``name`` when it creates it (no catalog call when
+        the namespace is gone too: ``<warehouse>/<namespace>/<name>``)."""
+        ns, short = table_identifier(name)
+        if self.exists():
+            try:
+                return self.catalog()._resolve_table_location(None, ns, short)
+            except Exception:   # noqa: BLE001 - no namespace (an emptied catalog): the default
+                pass
+        root = str(self.properties.get("warehouse") or self.url).rstrip("/")
+        return f"{root}/{ns}/{short}"
+
+    def orphaned_metadata(self, name: str) -> str | None:
+        """The newest ``metadata/*.metadata.json`` at ``name``'s default location, when
+        the catalog has no table ``name`` (a lost or emptied catalog); else None."""
+        if self.load_table(name) is not None:
+            return None
+        from pyiceberg.io.fsspec import FsspecFileIO
+
+        url = self.default_location(name) + "/metadata"
+        scheme = url.split("://", 1)[0] if "://" in url else "file"
+        fs = FsspecFileIO(self.properties).get_fs(scheme)
+        try:
+            found = [p for p in fs.ls(url.split("://", 1)[-1], detail=False)
+                     if p.endswith(".metadata.json")]
+        except FileNotFoundError:
+            return None
+        if not found:
+            return None
+        # NNNNN-<uuid>.metadata.json: the version number orders them.
+        newest = max(found, key=lambda p: (_metadata_version(p), p))
+        return ("file://" + "/" + newest.lstrip("/")) if scheme == "file" else f"{scheme}://{newest}"
+
+    def check_not_orphaned(self, name: str) -> None:
+        """:class:`OrphanedTableError` when the catalog lost table ``name`` but its
+        location still holds its metadata (see :meth:`create_table`)."""
+        orphan = self.orphaned_metadata(name)
+        if orphan is not None:
+            raise OrphanedTableError(
+                f"table {name!r} is not in the catalog of warehouse {self.url}, but its "
+                f"location holds an Iceberg table (newest metadata {orphan}): the catalog "
+                f"lost it. Rerun with --register-existing to register it and carry on from "
+                f"its committed offsets, or move that location away to start over")
+
+    def recover(self, names: Iterable[str], register_existing: bool = False) -> None:
+        """Before a job uses tables ``names``: each one the catalog lost while its
+        location holds its metadata is registered again (``register_existing``) or
+        refused (:class:`OrphanedTableError`); nothing else changes."""
+        for name in names:
+            if register_existing and self.orphaned_metadata(name) is not None:
+                self.register_existing(name)
+            else:
+                self.check_not_orphaned(name)
+
+    def register_existing(self, name: str):
+        """Register the newest metadata file at ``name``'s location into the catalog
+        (``--register-existing``: the table carries on from its committed offsets);
+        a :class:`TableNotFoundError` when there is none."""
+        meta = self.orphaned_metadata(name)
+        if meta is None:
+            existing = self.load_table(name)
+            if existing is not None:
+                return existing
+            raise TableNotFoundError(f"--register-existing: no Iceberg metadata at "
+                                     f"{self.default_location(name)}/metadata to register")
+        ns, short = table_identifier(name)
+        cat = self.catalog(create=True)
+        cat.create_namespace_if_not_exists(ns)
+        log.warning("registering %s from %s", name, meta)
+        return cat.register_table((ns, short), meta)
+
     def create_table(self, name: str, schema, partition_by: Sequence[str] | None = None,
                      properties: Mapping[str, str] | None = None):
         """Create ``name`` (or return it if it exists) with ``schema`` (pyarrow or
-        Iceberg) partitioned by ``partition_by`` (see :func:`partition_spec`)."""
+        Iceberg) partitioned by ``partition_by`` (see :func:`partition_spec`).
+        Refused (:class:`OrphanedTableError`) when the location already holds an
+        Iceberg table the catalog lost: a new table there would start from offset 0
+        next to the old one's files."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         ns, short = table_identifier(name)
-        cat = self.catalog(create=True)
         existing = self.load_table(name)
         if existing is not None:
             return existing
+        self.check_not_orphaned(name)
+        cat = self.catalog(create=True)
         cat.create_namespace_if_not_exists(ns)
         ice_schema = iceberg_schema(schema)
         spec = partition_spec(ice_schema, partition_by if partition_by is not None

@@ -562,7 +562,8 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
              on_data_loss: str | None = None, catalog: Mapping[str, Any] | None = None,
              storage_options: dict | None = None, max_bytes_per_partition: int | None = None,
              max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE, compression: str = "zstd",
-             progress: bool = True, progress_interval_s: float = 10.0) -> LoadSummary:
+             progress: bool = True, progress_interval_s: float = 10.0,
+             register_existing: bool = False) -> LoadSummary:
     """Load ``spec.topic`` (under ``root``) into ``warehouse``/``spec.table``, exactly once.
 
     ``warehouse``: a URL (with ``catalog``: the config's ``catalog:`` section)
@@ -572,7 +573,9 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     ``until_timestamp``: epoch ms, load records before it. ``storage_options``
     serve the log and the warehouse. Raises :class:`OffsetOverlapError` when a
     racing run committed first, :class:`~kafkastore.errors.DataLossError` on data loss (unless
-    ``on_data_loss="skip"``).
+    ``on_data_loss="skip"``), :class:`~kafkastore.errors.OrphanedTableError` when the catalog
+    lost the table but its location holds it (``register_existing``: register its newest
+    metadata file again and carry on from its committed offsets).
     """
     started = time.monotonic()
     if spec is None:
@@ -588,6 +591,9 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     topic, table = spec.topic, spec.table
     wh = _warehouse(warehouse, catalog, storage_options)
     storage = Storage(root, storage_options)
+    # A table the catalog lost (an emptied catalog.db) is refused or registered again,
+    # never created anew from offset 0 next to its own files.
+    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []), register_existing)
     existing = wh.load_table(table)
     if run_id is not None and existing is not None:
         done = ice.find_run(existing, run_id)
@@ -713,6 +719,7 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
             "run_id": getattr(args, "run_id", None),
             "until_offsets": getattr(args, "until_offsets", None),
             "until_timestamp": getattr(args, "until_timestamp", None),
+            "register_existing": bool(getattr(args, "register_existing", False)),
             "storage_options": dict(cfg.storage_options or {}) or None}
 
 

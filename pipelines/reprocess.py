@@ -108,7 +108,7 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                   from_timestamp: int | None = None, reason: str = "",
                   load_options: Mapping[str, Any] | None = None, run_id: str | None = None,
                   user: str | None = None, allow_compacted: bool = False,
-                  allow_below_log_start: bool = False,
+                  allow_below_log_start: bool = False, register_existing: bool = False,
                   catalog: Mapping[str, Any] | None = None, storage_options: dict | None = None,
                   max_bytes_per_partition: int | None = None,
                   max_rows_per_file: int = _load.DEFAULT_MAX_ROWS_PER_FILE,
@@ -118,7 +118,9 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     of the log, for ``partitions`` (default: every partition the table loaded),
     in one audited transaction. ``spec`` (or ``topic``, ``table`` and
     ``load_options``, a ``loads:`` entry) says how to decode. See the module
-    docstring for refusals.
+    docstring for refusals. ``register_existing``: a table the catalog lost is
+    registered again from its newest metadata file (else refused, see
+    :meth:`pipelines.iceberg.Warehouse.recover`).
     """
     started = time.monotonic()
     if spec is None:
@@ -128,6 +130,7 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     spec.decode_options()
     topic, table = spec.topic, spec.table
     wh = _load._warehouse(warehouse, catalog, storage_options)
+    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []), register_existing)
     tbl = wh.table(table)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
