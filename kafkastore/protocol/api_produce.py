@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import error_codes as E
 from .appender import BatchRejected, Outcome, check_batch
@@ -34,8 +35,7 @@ async def handle_produce(ctx: RequestContext, request):
     try:
         missing = [n for n, m in metas.items() if m is MISSING]
         if missing:
-            found = await ctx.run(lambda: [broker.meta.topic(n) for n in missing])
-            metas.update(zip(missing, found))
+            metas.update(await ctx.run(_lookup, broker, missing))
         if prev is not None and not prev.done():
             await prev
         pending = _submit(broker.appender, request, metas)
@@ -59,6 +59,17 @@ async def handle_produce(ctx: RequestContext, request):
     return make(ctx.response_class, responses=tuple(responses))
 
 
+def _lookup(broker, names: list[str]) -> dict:
+    """Topic metadata by name (None: no such topic; a KafkaStoreError: could not be read)."""
+    out: dict = {}
+    for name in names:
+        try:
+            out[name] = broker.meta.topic(name)
+        except KafkaStoreError as exc:
+            out[name] = exc
+    return out
+
+
 def _submit(appender, request, metas) -> list:
     """Queue every acceptable batch (synchronous: no await between them); outcomes or futures."""
     acks = request.acks
@@ -74,6 +85,9 @@ def _submit(appender, request, metas) -> list:
             if internal:  # as Kafka: clients never append to internal topics
                 parts.append((pd.index, Outcome(E.INVALID_TOPIC_EXCEPTION,
                                                 message=f"cannot produce to internal topic {topic.name!r}")))
+                continue
+            if isinstance(meta, KafkaStoreError):
+                parts.append((pd.index, Outcome(E.KAFKA_STORAGE_ERROR, message=str(meta))))
                 continue
             if meta is None or not 0 <= pd.index < meta.partitions:
                 parts.append((pd.index, Outcome(E.UNKNOWN_TOPIC_OR_PARTITION,

@@ -135,6 +135,8 @@ class BrokerServer:
         self._conns: set[asyncio.StreamWriter] = set()
         self._per_ip: dict[str, int] = {}
         self.refused_connections = 0
+        #: Most request bytes one connection has had in flight (read, not yet answered).
+        self.peak_connection_bytes = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port: int = opts.port
         from .data_watch import DataWatch
@@ -337,6 +339,8 @@ class Connection:
                 if task is None:
                     return
                 self._inflight_bytes += size
+                if self._inflight_bytes > self.server.peak_connection_bytes:
+                    self.server.peak_connection_bytes = self._inflight_bytes
                 await queue.put((task, size))
                 if writer_task.done():
                     return

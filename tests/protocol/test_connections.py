@@ -10,6 +10,7 @@ import time
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.produce.v9 import request as prod_req
 
 from kafkastore.protocol import codec
 from kafkastore.protocol.server import MAX_UNAUTHENTICATED_REQUEST_BYTES, BrokerThread, ServeOptions
@@ -17,6 +18,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from .wire import Wire
+from tests.helpers.wire_requests import batch
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
 
@@ -126,3 +128,25 @@ def test_idle_connections_are_closed_busy_ones_kept(tmp_path):
         assert _closed(idle.sock, 2)
         busy.close()
         idle.close()
+
+
+def test_request_bytes_in_flight_per_connection_are_bounded(tmp_path):
+    """A client pipelining large produce requests without waiting: the broker reads the next one
+    only when the bytes in flight leave room (memory per connection ~ one request limit)."""
+    root = f"file://{tmp_path}/r"
+    create_topic(Storage(root), "big", 1)
+    limit = 256 << 10
+    opts = ServeOptions(port=0, max_request_bytes=limit, commit_interval_ms=200)
+    with BrokerThread(Storage(root), opts) as b:
+        data = batch([os.urandom(150 << 10)])
+        req = prod_req.ProduceRequest(acks=-1, timeout=datetime.timedelta(seconds=10), topic_data=(
+            prod_req.TopicProduceData(name="big", partition_data=(
+                prod_req.PartitionProduceData(index=0, records=data),)),))
+        w = Wire(b.bootstrap, timeout=20)
+        for _ in range(6):
+            w.send(req)
+        for _ in range(6):
+            _, r = codec.decode_response(w.recv_frame(), 0, 9)
+            assert int(r.responses[0].partition_responses[0].error_code) == 0
+        w.close()
+        assert 0 < b.server.peak_connection_bytes <= limit
