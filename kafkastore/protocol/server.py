@@ -13,7 +13,17 @@ Bad input never crashes the server: an oversized or malformed frame, an
 unknown API key or version (except ApiVersions, which answers
 UNSUPPORTED_VERSION as Kafka does) closes that connection; handler errors are
 logged and close the connection; a response is written whole or not at all
-(one ``write`` of the framed bytes).
+(one ``write`` of the framed bytes). Every body is walked by its schema before
+it is decoded (:mod:`~kafkastore.protocol.frame_check`), so no length it
+claims can make the decoder allocate more than the frame holds.
+
+Resources a client can hold are bounded: requests before SASL authentication
+are at most 512 KB (Kafka's limit), after it ``max_request_bytes``; the
+request bytes a connection has read and not yet answered stay under
+``max_request_bytes`` (the next request is read when room is made); new
+connections beyond ``max_connections`` or ``max_connections_per_ip`` are
+closed; a connection that sent nothing for ``connections_max_idle_ms`` while
+none of its requests was being handled is closed.
 """
 from __future__ import annotations
 
