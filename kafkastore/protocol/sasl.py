@@ -108,12 +108,12 @@ async def handle_authenticate(ctx: RequestContext, request):
     """One SaslAuthenticate step; a malformed message is an authentication failure, never an
     exception (the connection is closed after the answer)."""
     try:
-        return _authenticate(ctx, request)
+        return await _authenticate(ctx, request)
     except (ValueError, KeyError, IndexError, TypeError, UnicodeError):
         return _fail(ctx, "malformed SASL message")
 
 
-def _authenticate(ctx: RequestContext, request):
+async def _authenticate(ctx: RequestContext, request):
     conn = ctx.connection
     state = conn.sasl_state
     users = ctx.broker.options.credentials or {}
@@ -154,8 +154,10 @@ def _authenticate(ctx: RequestContext, request):
                 return _fail(ctx, "authentication failed: bad SCRAM nonce")
             password = users.get(state["user"])
             # An unknown user is checked against a random password: same work, same answer.
-            stored_key, server_key = _scram_keys(password if password is not None else secrets.token_hex(16),
-                                                 state["salt"], _SCRAM_ITERATIONS)
+            # PBKDF2 (4096 rounds) in the thread pool: many logins must not stall the event loop.
+            stored_key, server_key = await ctx.run(
+                _scram_keys, password if password is not None else secrets.token_hex(16),
+                state["salt"], _SCRAM_ITERATIONS)
             auth_message = (state["auth"] + "," + without_proof).encode()
             signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
             try:
