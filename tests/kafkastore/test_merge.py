@@ -216,3 +216,55 @@ def test_merge_command_for_a_log_nobody_serves(tmp_path, capsys, monkeypatch, cl
     assert rc == 0 and f"merge {T}/1: 0 of 0" in out
     rc, out, err = run("merge", T, "--partition", "7")
     assert rc == 1 and "partitions 0..1" in err
+
+
+@pytest.mark.parametrize("backend", ["file", "memory"])  # (48 commits + compaction: slow on moto)
+def test_every_reader_copes_with_index_free_segments_and_with_merged_ones(backend, tmp_path,
+                                                                          request):
+    """Small flush segments carry no .index/.timeindex; fetch by offset and by timestamp,
+    verify, compaction, retention and delete-records work on them, before and after merging."""
+    from kafkastore.compaction import compact_partition_local
+    from kafkastore.retention import apply_retention, delete_records
+    from tests.helpers.roots import make_root_url
+
+    storage = Storage(make_root_url(backend, tmp_path, request))
+    create_topic(storage, T, 1, configs={"cleanup.policy": "compact,delete",
+                                         "min.cleanable.dirty.ratio": "0.01",
+                                         "index.interval.bytes": "200"})
+    base_ts = 1_700_000_000_000
+    b = Broker(storage, housekeeping=False)
+    for i in range(48):  # one small batch per flush: under index.interval.bytes
+        b.send(T, b"v%d" % i, key=b"k%d" % (i % 4), partition=P, timestamp=base_ts + i)
+        b.flush()
+    m = ManifestStore(storage, T, P).latest()
+    assert all(s.index_size == 0 and s.timeindex_size == 0 for s in m.segments)
+    paths = {o.path for o in storage.list(layout.partition_dir(T, P))}
+    assert not any(p.endswith("index") for p in paths)
+
+    def check():
+        r = PartitionReader(storage, T, P)
+        start = r.log_start_offset
+        assert [x["offset"] for x in r.read(start).to_pylist()] == list(range(start, 48))
+        assert [x["offset"] for x in r.read(21, 30).to_pylist()] == list(range(max(21, start), 30))
+        for ts in (base_ts, base_ts + 21, base_ts + 47, base_ts + 48):
+            want = max(ts - base_ts, start)
+            assert r.offset_for_timestamp(ts) == (want if ts - base_ts < 48 else 48)
+        assert verify_partition(storage, T, P).ok
+
+    check()
+    merge_partition(storage, T, P, min_segments=0, rounds=10, pack=True)
+    merged = ManifestStore(storage, T, P).latest()
+    assert len(merged.segments) == 1 and merged.segments[0].index_size > 0  # built by the merge
+    check()
+    delete_records(storage, T, P, 3)
+    apply_retention(storage, T, P, int(storage.clock() * 1000))
+    check()
+    # compaction of the merged log keeps the last record per key (head segment untouched)
+    for j in range(4):
+        b.send(T, b"last-%d" % j, key=b"k%d" % j, partition=P, timestamp=base_ts + 100)
+    b.flush()
+    result = compact_partition_local(storage, T, P, int(storage.clock() * 1000), force=True)
+    assert result.cleaned, result
+    rows = PartitionReader(storage, T, P).read(-2).to_pylist()
+    assert [r["value"] for r in rows][-4:] == [b"last-%d" % j for j in range(4)]
+    assert verify_partition(storage, T, P).ok
