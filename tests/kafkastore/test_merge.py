@@ -268,3 +268,32 @@ def test_every_reader_copes_with_index_free_segments_and_with_merged_ones(backen
     rows = PartitionReader(storage, T, P).read(-2).to_pylist()
     assert [r["value"] for r in rows][-4:] == [b"last-%d" % j for j in range(4)]
     assert verify_partition(storage, T, P).ok
+
+
+def test_housekeeping_removes_old_versions_and_merged_away_files_by_itself(tmp_path):
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, T, 1)
+    fill(storage, txn=False)
+    store = ManifestStore(storage, T, P)
+    before = store.latest()
+    now = [int(storage.clock() * 1000)]
+    hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
+    # a commit landed: the housekeeper merges (no gc yet: the first is due one interval later)
+    assert hk.poke(T, P, before)
+    hk.wait()
+    assert hk.merges and hk.gc_runs == 0 and not hk.errors
+    old_files = {p for s in before.segments for p in s.paths(T, P).values()}
+    assert old_files & {o.path for o in storage.list(layout.partition_dir(T, P))}
+    # rate limit: nothing to merge and gc not due yet
+    assert not hk.poke(T, P, store.latest())
+    # past the interval and the grace: gc expires old versions and deletes merged-away files
+    now[0] += 10 * 60_000
+    assert hk.poke(T, P, store.latest())
+    hk.wait()
+    assert hk.gc_runs == 1 and not hk.errors
+    left = {o.path for o in storage.list(layout.partition_dir(T, P))}
+    assert not old_files & left
+    assert len(store.versions()) < before.version
+    assert [r["offset"] for r in snapshot(storage)] == list(range(before.high_watermark))
+    assert not hk.poke(T, P, store.latest())  # and not again within the interval
+    hk.close()
