@@ -9,7 +9,11 @@ the files are live). This module does, per partition, in this order:
 1. expire old manifest versions (:meth:`ManifestStore.expire_versions` with
    ``keep_ms`` = the grace period): the latest version always stays, and so
    does every version superseded less than the grace period ago, because a
-   reader that loaded it may still be reading its files;
+   reader that loaded it may still be reading its files. Versions go by whole
+   groups (a full version and the deltas on it, oldest first), so every version
+   left can be rebuilt; on a quiet partition whose head is a delta, expiry first
+   commits a full copy of the head (no change to the state), so files dropped by
+   the last commits still go within about two grace periods without more writes;
 2. list the partition's objects;
 3. collect the files referenced by **all** remaining versions;
 4. delete the segment files (``.log``, ``.index``, ``.timeindex``) and stray
@@ -44,6 +48,10 @@ compaction and readers:
   referenced set after expiring (and after listing the objects) cannot miss
   a live file. Two collectors may race to delete the same file; deletes are
   idempotent.
+* Delta versions are rebuilt from their group's full version (one read per
+  stored version), so the referenced set covers every stored version's
+  segments; a delta whose base was expired is itself being expired (groups go
+  oldest first), and protects nothing.
 * Any failure to list or read a manifest version aborts the partition before
   anything is deleted (a partial referenced set would be unsafe); a failed
   delete is recorded in :attr:`GcReport.errors` and retried by the next run.

@@ -6,12 +6,20 @@ commit; version N+1 is created with put-if-absent, so of two writers racing
 from version N exactly one wins and the other gets :class:`CommitConflict` (and retries
 on :class:`kafkastore.commit.CommitEngine`).
 
-Every version is a full snapshot (live segments, log start offset, leader
-epoch, producer state, compaction state), so each version is its own
-checkpoint: reading the latest state costs one listing of ``_manifest/`` plus
-one GET, however long the history is. Old versions are only needed by readers
-that loaded them before they were superseded; :meth:`ManifestStore.expire_versions`
-removes them after a grace period.
+A version's state is a full snapshot (live segments, log start offset, leader
+epoch, producer state, compaction state), but it is *stored* (format 2) either
+full or as a delta on the version before (Delta Lake's ``_delta_log`` shape,
+where the checkpoint is itself a commit): every :attr:`ManifestStore.full_every`-th
+version is full, the others hold only what changed
+(:mod:`kafkastore.manifest_delta`), so a commit writes bytes in proportion to
+its change, not to the number of live segments. The head is found without
+listing: from the last head this process saw, or from the hint
+``_manifest/_last_checkpoint.json`` (the newest full version), then by reading
+the next versions until one is absent (:meth:`ManifestStore.latest`). Format-1
+roots (every version full) are read as they are; their next commit is full.
+Old versions are only needed by readers that loaded them before they were
+superseded; :meth:`ManifestStore.expire_versions` removes them, a whole group
+(a full version and its deltas) at a time, after a grace period.
 
 Commits are data, in the style of Iceberg's table updates: a list of updates
 (:class:`AppendSegments`, :class:`ReplaceSegments`, :class:`AdvanceLogStart`,
