@@ -52,11 +52,25 @@ applying the deletes (equality deletes are refused with an error), and hands
 it to Spark; that suits tables up to a few GB. A view is the snapshot chosen at
 registration; ``run_sql`` registers again for every call.
 
+Columns resolve by Iceberg field id, as every Iceberg reader's do
+(:mod:`pipelines.field_ids`): after another engine renamed a column, dropped
+one and added another under its name, or promoted ``int`` to ``long`` or
+``float`` to ``double``, a view reads the old files' values under the new
+names and types, and nulls for a re-added column in files written before it.
+Spark matches Parquet columns by name, so it reads the files directly only
+while no name or type of the schema read ever changed (checked from table
+metadata: the common path costs nothing more); otherwise the files are grouped
+by how their columns resolve and each group is read by Spark under its own
+column names and projected, and a file whose nested columns differ is read by
+pyiceberg's Arrow reader.
+
 Time travel (:class:`~pipelines.iceberg_read.AsOf`): ``as_of_snapshot`` reads
 the one table holding that snapshot id as of it (an id no table holds is an
 error); ``as_of_timestamp`` reads every table and dead-letter table as of its
 newest ``main`` snapshot at or before that time (empty when the table had
-none then). ``<table>_validated`` always reads the tag as it is now, and
+none then; an :class:`~kafkastore.errors.ExpiredSnapshotError` naming the
+oldest snapshot left when vacuum expired the one it had then, see
+:func:`pipelines.iceberg.snapshot_as_of`). ``<table>_validated`` always reads the tag as it is now, and
 topics are always read as they are now (the log has no history).
 
 :func:`run_sql` registers the views a query needs (names it mentions, plus
