@@ -106,7 +106,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from . import layout
-from .errors import RequirementFailedError, SegmentMismatchError, StaleUploadError
+from .errors import ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError
 from .format.crc import crc32c
 from .format.segment import rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
@@ -197,7 +197,7 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
     it is not for every commit).
     """
     if fan_in < 2 or segment_bytes < 1:
-        raise ValueError("fan_in must be >= 2 and segment_bytes >= 1")
+        raise ConfigError(f"merge needs fan_in >= 2 and segment_bytes >= 1, got {fan_in}, {segment_bytes}")
     if len(segments) < max(min_segments, 2):
         return []
     span_limit = segment_ms if segment_ms is not None and segment_ms > 0 else None

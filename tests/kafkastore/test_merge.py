@@ -2,14 +2,12 @@
 of older versions, the automatic housekeeping of a Broker, and crashes at each step."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from kafkastore import layout
 from kafkastore.admin import verify_partition
 from kafkastore.broker import Broker
-from kafkastore.errors import CommitUnknownError, KafkaStoreError, StorageError
+from kafkastore.errors import KafkaStoreError
 from kafkastore.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
 from kafkastore.merge import Housekeeper, generation, merge_partition, plan_for
@@ -297,3 +295,23 @@ def test_housekeeping_removes_old_versions_and_merged_away_files_by_itself(tmp_p
     assert [r["offset"] for r in snapshot(storage)] == list(range(before.high_watermark))
     assert not hk.poke(T, P, store.latest())  # and not again within the interval
     hk.close()
+
+
+def test_two_mergers_at_once_merge_each_run_once(tmp_path):
+    """B plans, merges and commits while A is about to commit the same runs: A's commit
+    conflicts, is rebuilt on B's version and drops its runs (their inputs are gone)."""
+    root = f"file://{tmp_path}/root"
+    inner = Storage(root)
+    create_topic(inner, T, 1)
+    fill(inner, flushes=16, txn=False)
+    expected = snapshot(inner)
+    fs = FaultyFS(inner.fs)
+    a_storage = Storage(root, fs=fs)
+    reports = {}
+    fs.on_write(lambda op, path: reports.setdefault("b", merge_partition(inner, T, P, min_segments=0)),
+                match="_manifest/")
+    reports["a"] = merge_partition(a_storage, T, P, min_segments=0)
+    m = ManifestStore(inner, T, P).latest()
+    assert len(reports["b"].merged) == 4 and not reports["a"].merged and reports["a"].dropped
+    assert len(m.segments) == 4 and all(generation(s.segment_id) == 1 for s in m.segments)
+    assert snapshot(inner) == expected
