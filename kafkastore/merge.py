@@ -54,8 +54,13 @@ the shape of an LSM tree's size-tiered compaction restricted to neighbours:
   practice the top generation packs two or more segments per output, so
   ``live`` is about ``1.3 * S / B`` plus a few dozen small segments.
 
-``min_segments``: a partition with fewer live segments is not merged at all
-(rewriting a tiny log buys nothing), which adds that many to the constant.
+``min_segments`` (default 32): a partition with fewer live segments is not
+merged at all (rewriting a tiny log buys nothing), which adds that many to
+the constant. ``segment.ms`` caps a run by its record timestamps (largest
+minus smallest), as Kafka's time-based roll does: a segment whose own
+records span ``segment.ms`` or more is never merged, so a producer that
+writes timestamps spread over more than ``segment.ms`` per commit gets no
+merging (and Kafka would roll at every such batch too).
 
 **Execution** (:func:`merge_partition`). For each planned run: read the
 inputs' ``.log`` objects, check each against its entry (size, CRC-32C),
