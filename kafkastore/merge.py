@@ -102,11 +102,11 @@ errors (logged; the next poke tries again).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import uuid
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -117,6 +117,7 @@ from .format.segment import rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
                        ReplaceSegments, SegmentEntry)
 from .storage import Storage
+from .threads import shared_pool
 from .topic_config import TopicConfig
 from .topics import load_topic
 
@@ -418,8 +419,9 @@ class Housekeeper:
 
     ``clock`` gives epoch ms for gc's age checks and the rate limit; by
     default the storage's own clock (the one object times come from).
-    Work runs on ``workers`` daemon threads; a partition never has two jobs
-    at once. :meth:`poke` is cheap and never blocks on I/O.
+    Work runs on the process's ``housekeeping`` pool (:func:`kafkastore.threads.shared_pool`,
+    ``workers`` threads, remade in a forked child); a partition never has two
+    jobs at once. :meth:`poke` is cheap and never blocks on I/O.
     """
 
     def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
@@ -432,8 +434,9 @@ class Housekeeper:
         self.fan_in = fan_in
         self.min_segments = min_segments
         self.writer = writer
-        self._pool = ThreadPoolExecutor(max_workers=workers,
-                                        thread_name_prefix="kafkastore-housekeeping")
+        self.workers = workers
+        self._closed = False
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._busy: set[tuple[str, int]] = set()
         # The first gc of a partition is due one interval after this housekeeper started: a
@@ -469,6 +472,11 @@ class Housekeeper:
 
     def _poke(self, topic: str, partition: int, manifest: Manifest | None) -> bool:
         tp = (topic, partition)
+        if self._closed:
+            return False
+        if self._pid != os.getpid():
+            # A forked child: the parent's jobs do not run here, and its lock may be held.
+            self._pid, self._lock, self._busy = os.getpid(), threading.Lock(), set()
         now = self.clock()
         with self._lock:
             if tp in self._busy:
@@ -486,7 +494,7 @@ class Housekeeper:
             if due_gc:
                 self._last_gc[tp] = now
         try:
-            self._pool.submit(self._run, tp, want_merge, due_gc)
+            shared_pool("housekeeping", self.workers).submit(self._run, tp, want_merge, due_gc)
         except RuntimeError:  # shut down
             with self._lock:
                 self._busy.discard(tp)
@@ -525,8 +533,10 @@ class Housekeeper:
             _time.sleep(0.01)
 
     def close(self, wait: bool = True) -> None:
-        """Stop accepting work; with ``wait``, finish what is running."""
-        self._pool.shutdown(wait=wait)
+        """Stop accepting work; with ``wait``, let what is queued finish first."""
+        self._closed = True
+        if wait:
+            self.wait()
 
 
 _SHARED: "weakref.WeakKeyDictionary[Storage, Housekeeper]" = weakref.WeakKeyDictionary()
