@@ -78,7 +78,7 @@ def test_delete_tombstones_then_recreate_starts_empty(root_url):
     assert _rows(s, "dt", 1) == [b"p1"]
 
 
-def test_produce_racing_a_delete_loses_no_acknowledged_write(local_root):
+def test_produce_racing_a_delete_loses_no_acknowledged_write(local_root, capsys):
     """Two brokers on one root: A deletes while B keeps producing. Every write B had
     acknowledged before the tombstone is below the tombstone's log start (gone with the
     topic); B gets no acknowledgement after it; the re-created topic is empty and verifies."""
@@ -123,6 +123,9 @@ def test_produce_racing_a_delete_loses_no_acknowledged_write(local_root):
     create_topic(s, "dt", 3)
     assert all(_rows(s, "dt", p) == [] for p in range(3))
     assert _verify(local_root, "dt") == 0
+    capsys.readouterr()
+    assert main(["--root", local_root, "consume", "dt"]) == 0
+    assert capsys.readouterr().out == ""
 
 
 def test_a_delete_that_stopped_part_way_is_finished(local_root):
