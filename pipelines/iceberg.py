@@ -68,7 +68,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.commit import Backoff, Budget, Clock, CommitEngine, CommitTarget, Done
-from kafkastore.errors import (CommitUnknownError, ConfigError, ExpiredSnapshotError,
+from kafkastore.errors import (BucketNotFoundError, CommitUnknownError, ConfigError,
+                               ExpiredSnapshotError,
                                MissingDataFileError, OffsetGapError, OffsetOverlapError,
                                OrphanedTableError, SchemaEvolutionError, TableChangedError,
                                TableNotFoundError, UnsupportedDeletesError, WarehouseError)
@@ -101,6 +102,26 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 # ---------------------------------------------------------------------------
 # names and catalogs
+
+
+def missing_bucket(properties: Mapping[str, Any], url: str):
+    """A :class:`~kafkastore.errors.BucketNotFoundError` when ``url``'s bucket does not
+    exist (object stores; checked after a "not found", which is all a missing bucket
+    answers), else None (also when the check itself fails)."""
+    from kafkastore.errors import BucketNotFoundError
+    from pyiceberg.io.fsspec import FsspecFileIO
+
+    if "://" not in url or url.startswith(("file:", "memory:")):
+        return None
+    scheme, rest = url.split("://", 1)
+    bucket = rest.split("/", 1)[0]
+    try:
+        found = FsspecFileIO(dict(properties)).get_fs(scheme).exists(bucket)
+    except Exception:   # noqa: BLE001 - cannot tell: keep the original error
+        return None
+    if found:
+        return None
+    return BucketNotFoundError(f"bucket {bucket!r} of warehouse location {url} does not exist")
 
 
 def _metadata_version(path: str) -> int:
@@ -339,6 +360,11 @@ class Warehouse:
                                     properties={**TABLE_PROPERTIES, **dict(properties or {})})
         except TableAlreadyExistsError:   # a racing job created it first
             return cat.load_table((ns, short))
+        except FileNotFoundError:
+            missing = missing_bucket(self.properties, self.default_location(name))
+            if missing is None:
+                raise
+            raise missing from None
 
 
 # ---------------------------------------------------------------------------
@@ -846,7 +872,8 @@ class _TableTarget(CommitTarget):
     outcome read back as absent the engine plans afresh; the run id (looked up first on
     every attempt) recognises a late landing."""
 
-    fatal_errors = (TableChangedError, OffsetGapError, OffsetOverlapError, SchemaEvolutionError)
+    fatal_errors = (TableChangedError, OffsetGapError, OffsetOverlapError, SchemaEvolutionError,
+                    BucketNotFoundError)
     unknown_errors = (Exception,)   # a catalog call that failed otherwise may have been applied
     refused_errors = ()
     reusable = False
@@ -871,11 +898,26 @@ class _TableTarget(CommitTarget):
         if done is not None:
             return Done(CommitResult(done.snapshot_id, noop=True, attempts=attempt,
                                      offsets=snapshot_offsets(done) or {}))
-        txn, new = _build(table, self.c, self.branch)   # re-validates the offsets every attempt
+        try:
+            txn, new = _build(table, self.c, self.branch)   # re-validates the offsets every attempt
+        except FileNotFoundError:
+            self._raise_if_no_bucket()
+            raise
         return txn, new
 
+    def _raise_if_no_bucket(self) -> None:
+        """Writing the manifests failed with "not found" before the catalog swap: with
+        the bucket gone that is a definite failure, not an unknown outcome to read back."""
+        missing = missing_bucket(self.table.io.properties, self.table.location())
+        if missing is not None:
+            raise missing from None
+
     def put(self, planned) -> None:
-        self.table = planned[0].commit_transaction()
+        try:
+            self.table = planned[0].commit_transaction()
+        except FileNotFoundError:
+            self._raise_if_no_bucket()
+            raise
 
     def read_back(self, planned) -> bool | None:
         self.table = self.table.refresh()
