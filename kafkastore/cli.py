@@ -289,9 +289,26 @@ def cmd_gc(args, cfg: Config) -> int:
     from .gc import collect_garbage
 
     now = int(time.time() * 1000)
-    report = collect_garbage(_storage(cfg), args.topic, None, now_ms=now, grace_ms=args.grace_ms,
-                             dry_run=args.dry_run)
-    print(report)
+    storage = _storage(cfg)
+    try:
+        reports = [collect_garbage(storage, args.topic, None, now_ms=now, grace_ms=args.grace_ms,
+                                   dry_run=args.dry_run)]
+    except UnknownTopicError:
+        # A deleted topic: its tombstoned partitions still hold the files the delete left
+        # to gc (its config went with _topic.json: the default grace, at least the floor).
+        from .manifest import ManifestStore
+        from .topic_config import TopicConfig
+        from .topics import deleted_partitions
+
+        parts = deleted_partitions(storage, args.topic)
+        if not parts:
+            raise
+        grace = args.grace_ms if args.grace_ms is not None else max(
+            TopicConfig().file_delete_delay_ms, int(ManifestStore.min_keep_ms))
+        reports = [collect_garbage(storage, args.topic, p, now_ms=now, grace_ms=grace,
+                                   dry_run=args.dry_run) for p in parts]
+    for report in reports:
+        print(report)
     return 0
 
 

@@ -297,6 +297,20 @@ def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
     return parts
 
 
+def deleted_partitions(storage: Storage, name: str) -> list[int]:
+    """The tombstoned partitions of a deleted topic (no ``_topic.json``): what ``gc`` still has
+    to collect. Empty if the topic exists or left nothing behind."""
+    layout.validate_topic_name(name)
+    if topic_exists(storage, name):
+        return []
+    out = []
+    for p in _partition_dirs(storage, name):
+        m = ManifestStore(storage, name, p).latest()
+        if m is not None and m.extra.get(DELETED_KEY):
+            out.append(p)
+    return out
+
+
 def _tombstone_mark(now_ms: int) -> dict[str, Any]:
     return {"id": uuid.uuid4().hex, "deleted_ms": int(now_ms)}
 
@@ -322,7 +336,10 @@ def _tombstone(storage: Storage, name: str, partition: int, mark: Mapping[str, A
         committed.append(True)
         return updates + [SetExtra(DELETED_KEY, dict(mark))], []
 
-    ManifestStore(storage, name, partition).commit(build, operation="delete-topic")
+    # A full version: the versions before it (which list the deleted segments) then form
+    # whole groups that expire after the grace period, so gc can collect their files; no
+    # later commit would start a new group on a deleted topic.
+    ManifestStore(storage, name, partition).commit(build, operation="delete-topic", full=True)
     return bool(committed)
 
 

@@ -186,3 +186,27 @@ def test_a_create_racing_an_unfinished_delete_leaves_its_tombstones(local_root):
     with pytest.raises(TopicExistsError):
         create_topic(s, "dt", 1)
     assert ManifestStore(s, "dt", 0).latest().extra["deleted"]
+
+
+def test_gc_collects_the_files_a_delete_left(local_root, monkeypatch, capsys):
+    """The delete leaves segment files to gc; ``kafkastore gc`` finds a deleted topic's
+    tombstoned partitions (there is no _topic.json to name them any more)."""
+    import time as time_mod
+
+    s = Storage(local_root)
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 6, partitions=2)
+    delete_topic(s, "dt")
+    logs = [i.path for i in s.list("topics/dt") if i.path.endswith(".log")]
+    assert len(logs) == 2
+    assert main(["--root", local_root, "gc", "dt"]) == 0   # within the grace period: kept
+    assert [i.path for i in s.list("topics/dt") if i.path.endswith(".log")] == logs
+    later = time_mod.time() + 3600
+    monkeypatch.setattr(time_mod, "time", lambda: later)
+    capsys.readouterr()
+    assert main(["--root", local_root, "gc", "dt"]) == 0
+    assert [i.path for i in s.list("topics/dt") if i.path.endswith(".log")] == []
+    with pytest.raises(UnknownTopicError):
+        from kafkastore.gc import collect_garbage
+        collect_garbage(s, "never-was", now_ms=0)
+    assert main(["--root", local_root, "gc", "never-was"]) == 1
