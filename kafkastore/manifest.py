@@ -743,7 +743,7 @@ def apply(base: Manifest | None, updates: Iterable[Update], requirements: Iterab
 
 Build = Callable[[Manifest | None], "tuple[Sequence[Update], Sequence[Requirement]] | None"]
 
-_KIND_RE = re.compile(rb'^\{"format":\d+,"kind":"(full|delta)"')
+_KIND_RE = re.compile(rb'^\{\s*"format"\s*:\s*(\d+)\s*,\s*(?:"kind"\s*:\s*"(full|delta)")?')
 
 
 @dataclass(frozen=True)
@@ -1270,10 +1270,12 @@ class ManifestStore:
             head = bytes(self.storage.get_range(self.path(version), 0, 40))
         except ObjectNotFoundError:
             return None
-        if head.startswith(b'{"format":1,'):
-            return "full"
         m = _KIND_RE.match(head)
-        return m.group(1).decode() if m else None
+        if m is None:
+            return None
+        if m.group(1) == b"1":
+            return "full"  # format 1: every version is a full snapshot
+        return m.group(2).decode() if m.group(2) else None
 
     def _expiry_cut(self, listing: list[tuple[int, float]], now_ms: int, keep_ms: int,
                     keep_last: int) -> tuple[int, int]:
