@@ -37,6 +37,7 @@ DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 KAFKA_STORAGE_ERROR = 56
 INVALID_REQUEST = 42
 COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
 TICK_S = 0.1
 #: Longest string (UTF-8 bytes) a group's records can hold: Kafka's int16-length strings,
 #: which __consumer_offsets records use for group ids, member ids, protocols and hosts.
@@ -159,8 +160,12 @@ async def handle_find_coordinator(ctx: RequestContext, request):
     keys = list(getattr(request, "coordinator_keys", None) or ()) if ctx.api_version >= 4 else [request.key]
 
     def answer(key: str):
+        if key_type == COORDINATOR_KEY_TRANSACTION:  # same hash; api_txn serves the id
+            if invalid_group_id(key):
+                return INVALID_REQUEST, "bad transactional id", (-1, "", -1)
+            return G.NONE, None, coordinator_node(key, brokers)
         if key_type != COORDINATOR_KEY_GROUP:
-            return G.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", (-1, "", -1)
+            return INVALID_REQUEST, f"unknown coordinator key type {key_type}", (-1, "", -1)
         if invalid_group_id(key):
             return G.INVALID_GROUP_ID, ("empty group id" if not key else
                                         f"group id longer than {MAX_STRING_BYTES} bytes"), (-1, "", -1)

@@ -5,6 +5,7 @@ import asyncio
 
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
+from . import api_txn
 from . import error_codes as E
 from .appender import BatchRejected, Outcome, check_batch
 from .codec import make
@@ -36,9 +37,11 @@ async def handle_produce(ctx: RequestContext, request):
         missing = [n for n, m in metas.items() if m is MISSING]
         if missing:
             metas.update(await ctx.run(_lookup, broker, missing))
+        refused = await api_txn.verify_produce(ctx, getattr(request, "transactional_id", None),
+                                               api_txn.transactional_batches(request))
         if prev is not None and not prev.done():
             await prev
-        pending = _submit(broker.appender, request, metas)
+        pending = _submit(broker.appender, request, metas, refused)
     finally:
         if mine is not None:
             mine.set_result(None)
@@ -70,7 +73,7 @@ def _lookup(broker, names: list[str]) -> dict:
     return out
 
 
-def _submit(appender, request, metas) -> list:
+def _submit(appender, request, metas, refused=None) -> list:
     """Queue every acceptable batch (synchronous: no await between them); outcomes or futures."""
     acks = request.acks
     pending: list[tuple[str, list[tuple[int, asyncio.Future | Outcome]]]] = []
@@ -92,6 +95,10 @@ def _submit(appender, request, metas) -> list:
             if meta is None or not 0 <= pd.index < meta.partitions:
                 parts.append((pd.index, Outcome(E.UNKNOWN_TOPIC_OR_PARTITION,
                                                 message=f"unknown partition {topic.name}/{pd.index}")))
+                continue
+            if refused and (topic.name, pd.index) in refused:  # see api_txn.verify_produce
+                code, message = refused[(topic.name, pd.index)]
+                parts.append((pd.index, Outcome(code, message=message)))
                 continue
             data = pd.records
             try:

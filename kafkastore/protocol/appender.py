@@ -102,8 +102,8 @@ def check_batch(data) -> BatchHeader:
                             f"{header.last_offset_delta}")
     if header.is_control:
         raise BatchRejected(E.INVALID_RECORD, "clients may not produce control batches")
-    if header.is_transactional:
-        raise BatchRejected(E.INVALID_TXN_STATE, "transactions are not supported by this broker")
+    if header.is_transactional and header.producer_id < 0:
+        raise BatchRejected(E.INVALID_RECORD, "a transactional batch needs a producer id")
     return header
 
 
@@ -123,6 +123,8 @@ class _Item:
     data: bytes
     header: BatchHeader
     future: asyncio.Future | None
+    marker: bool = False  # a COMMIT / ABORT control batch from the transaction coordinator
+    abort: bool = False
 
 
 @dataclass
@@ -132,6 +134,8 @@ class _Prepared:
     header: BatchHeader
     min_timestamp: int
     append_time: int
+    marker: bool = False
+    abort: bool = False
 
 
 def _set_log_append_time(data: bytes, header: BatchHeader, now_ms: int) -> tuple[bytes, BatchHeader]:
@@ -200,6 +204,22 @@ class Appender:
             self._wake[tp] = asyncio.Event()
             self._workers[tp] = loop.create_task(self._worker(tp))
         self._wake[tp].set()
+        return fut
+
+    def submit_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                      commit: bool, now_ms: int, coordinator_epoch: int = 0) -> asyncio.Future:
+        """Queue a transaction's COMMIT or ABORT marker (the coordinator's, never a client's);
+        the future gives its :class:`Outcome` once committed. It ends the producer's open
+        transaction at the partition (the last stable offset moves past it) and, for an abort,
+        records the aborted range on the segment holding the marker (Kafka's ``.txnindex``)."""
+        from ..format.control import encode_marker_batch
+
+        data = encode_marker_batch(offset=0, timestamp=now_ms, producer_id=producer_id,
+                                   producer_epoch=producer_epoch, commit=commit,
+                                   coordinator_epoch=coordinator_epoch)
+        fut = self.submit(topic, partition, data, parse_header(data, 0))
+        item = self._queues[(topic, partition)][-1]
+        item.marker, item.abort = True, not commit
         return fut
 
     async def _worker(self, tp: tuple[str, int]) -> None:
@@ -272,6 +292,9 @@ class Appender:
         prepared: list[_Prepared] = []
         for i, item in enumerate(items):
             data, header = item.data, item.header
+            if item.marker:
+                prepared.append(_Prepared(i, data, header, header.max_timestamp, -1, True, item.abort))
+                continue
             try:
                 if header.size > cfg.max_message_bytes:
                     raise BatchRejected(E.MESSAGE_TOO_LARGE,
@@ -309,9 +332,20 @@ class Appender:
             changed: dict[int, ProducerState] = {}
             offset = m.high_watermark
             accepted: list[tuple[_Prepared, int]] = []
+            aborted: list[tuple[int, int, int]] = []
             for p in prepared:
                 h = p.header
-                if h.producer_id >= 0:
+                if p.marker:
+                    verdict = _end_transaction(producers.get(h.producer_id), h, offset)
+                    if isinstance(verdict, Outcome):
+                        verdict.log_start_offset = m.log_start_offset
+                        planned[p.index] = verdict
+                        continue
+                    st, first = verdict
+                    if p.abort and first is not None:
+                        aborted.append((h.producer_id, first, offset))
+                    producers[h.producer_id] = changed[h.producer_id] = st
+                elif h.producer_id >= 0:
                     verdict = _check_sequence(producers.get(h.producer_id), h)
                     if isinstance(verdict, Outcome):
                         verdict.log_start_offset = m.log_start_offset
@@ -321,6 +355,8 @@ class Appender:
                     st = verdict.with_batch(BatchMetadata(h.base_sequence, last_seq, offset,
                                                           offset + h.last_offset_delta,
                                                           h.max_timestamp))
+                    if h.is_transactional and st.txn_first_offset is None:
+                        st = replace(st, txn_first_offset=offset)
                     producers[h.producer_id] = changed[h.producer_id] = st
                 planned[p.index] = Outcome(E.NONE, offset, p.append_time, m.log_start_offset)
                 accepted.append((p, offset))
@@ -334,7 +370,7 @@ class Appender:
             if hit is None or time.monotonic() - hit[0] > ManifestStore.min_keep_ms / 2000:
                 hit = uploads[key] = (time.monotonic(),
                                       self._upload(topic, partition, accepted, cfg, m.leader_epoch))
-            updates = [AppendSegments(tuple(hit[1]))]
+            updates = [AppendSegments(tuple(_with_aborted(hit[1], aborted)))]
             updates += [UpdateProducerState(pid, st) for pid, st in changed.items()]
             updates += [UpdateProducerState(pid, None)
                         for pid in _expired(m, changed, now, self.producer_expiration_ms)]
@@ -417,6 +453,36 @@ def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerStat
                        message=f"producer {h.producer_id}: sequence {h.base_sequence}, "
                                f"expected {expected}")
     return state
+
+
+def _end_transaction(state: ProducerState | None, h: BatchHeader, offset: int
+                     ) -> tuple[ProducerState, int | None] | Outcome:
+    """A marker at ``offset``: the producer's state with its transaction closed, and the first
+    offset of the transaction it closed (None if none was open here); an older epoch than the
+    partition knows is INVALID_PRODUCER_EPOCH (Kafka refuses such markers too). A newer epoch
+    (a fencing abort) replaces the partition's epoch, so the fenced instance's writes fail."""
+    if state is None:
+        return ProducerState(epoch=h.producer_epoch, last_timestamp=h.max_timestamp), None
+    if h.producer_epoch < state.epoch:
+        return Outcome(E.INVALID_PRODUCER_EPOCH,
+                       message=f"marker of producer {h.producer_id} epoch {h.producer_epoch} is "
+                               f"older than {state.epoch}")
+    first = state.txn_first_offset
+    if h.producer_epoch > state.epoch:
+        state = replace(state, epoch=h.producer_epoch, batches=())
+    return replace(state, txn_first_offset=None,
+                   last_timestamp=max(state.last_timestamp, h.max_timestamp)), first
+
+
+def _with_aborted(entries, aborted: list[tuple[int, int, int]]) -> list[SegmentEntry]:
+    """Record each aborted transaction on the segment holding its ABORT marker."""
+    if not aborted:
+        return list(entries)
+    out = []
+    for e in entries:
+        mine = tuple(t for t in aborted if e.base_offset <= t[2] < e.next_offset)
+        out.append(replace(e, aborted_txns=tuple(e.aborted_txns) + mine) if mine else e)
+    return out
 
 
 def _expired(m: Manifest, changed, now: int, expiration_ms: int, limit: int = 100) -> list[int]:

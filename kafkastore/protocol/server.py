@@ -115,7 +115,7 @@ class BrokerServer:
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
                  extensions: Iterable[Callable[[Registry], None]] = ()):
-        from . import api_admin, api_fetch, api_groups, api_meta, api_produce, sasl
+        from . import api_admin, api_fetch, api_groups, api_meta, api_produce, api_txn, sasl
         from .appender import Appender
         from .brokers import BrokerRegistry
         from .fetch_cache import RangeCache
@@ -126,7 +126,7 @@ class BrokerServer:
         check_listener_security(opts)
         self.storage = storage
         self.registry = Registry()
-        for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups):
+        for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn):
             mod.register(self.registry)
         if opts.credentials:
             sasl.register(self.registry)

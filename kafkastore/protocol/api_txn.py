@@ -1,0 +1,550 @@
+"""The transaction APIs: InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn (FindCoordinator key type 1 is in
+:mod:`~kafkastore.protocol.api_groups`).
+
+Which broker coordinates a transactional id: the same rendezvous hash as groups
+(:func:`~kafkastore.protocol.api_groups.coordinator_node`). Brokers stay
+stateless: a transaction's state lives in ``__transaction_state``
+(:class:`TxnStore`, Kafka's record schemas from
+:mod:`~kafkastore.protocol.txn_coordinator`), re-read before every step, and
+every step writes its new state before acting on it:
+
+1. EndTxn writes PrepareCommit / PrepareAbort;
+2. then the COMMIT / ABORT markers go to every partition of the transaction
+   through the broker's :class:`~kafkastore.protocol.appender.Appender` (one
+   manifest commit per partition, as any produce), and on commit the offsets
+   sent with TxnOffsetCommit are written to ``__consumer_offsets``;
+3. then CompleteCommit / CompleteAbort.
+
+A broker dying after 1 or 2 leaves a Prepare state: the client's retried EndTxn,
+a new InitProducerId of the same id, or the timeout check of whichever broker
+coordinates the id next, writes the markers again (a second marker for a
+closed transaction changes nothing) and completes it.
+
+Offsets of a transaction (TxnOffsetCommit, answered by the group's
+coordinator) wait in ``_txn_offsets/<producer id>/<group>.json`` until the
+transaction ends: applied on commit, dropped on abort.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import threading
+import time
+
+from ..errors import KafkaStoreError, StorageError, TopicExistsError
+from ..storage import Storage
+from . import txn_coordinator as T
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.txn")
+
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED = 3, 55
+INVALID_REQUEST = 42
+OFFSETS_TOPIC = "__consumer_offsets"
+PENDING_DIR = "_txn_offsets"
+#: Seconds between two checks of the transactions this broker coordinates for timeouts.
+TIMEOUT_CHECK_S = 1.0
+
+
+class TxnStore:
+    """Reads and writes ``__transaction_state`` under ``storage``'s root (thread-safe, blocking).
+
+    The latest record per transactional id is its state; reads advance a cache from the last
+    offset read, so a get costs one manifest read plus the new records.
+    """
+
+    def __init__(self, storage: Storage, *, broker_id: int = 0, clock=None,
+                 partitions: int = T.DEFAULT_TXN_PARTITIONS):
+        self.storage = storage
+        self.broker_id = broker_id
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self._want = partitions
+        self._partitions: int | None = None
+        self._lock = threading.RLock()
+        self._next: dict[int, int] = {}
+        self._state: dict[str, T.TxnMetadata] = {}
+
+    def _topic_partitions(self, create: bool) -> int | None:
+        from ..topics import create_topic, load_topic, topic_exists
+
+        if self._partitions is None:
+            if topic_exists(self.storage, T.TXN_TOPIC):
+                self._partitions = load_topic(self.storage, T.TXN_TOPIC).partitions
+            elif create:
+                try:
+                    create_topic(self.storage, T.TXN_TOPIC, self._want, T.TXN_TOPIC_CONFIG)
+                except TopicExistsError:
+                    pass
+                self._partitions = load_topic(self.storage, T.TXN_TOPIC).partitions
+        return self._partitions
+
+    def partition_for(self, tid: str) -> int | None:
+        """The id's partition (Kafka's ``abs(hashCode) % partitions``), None before the topic exists."""
+        from ..group_offsets import partition_for_group
+
+        n = self._topic_partitions(create=False)
+        return None if n is None else partition_for_group(tid, n)
+
+    def refresh(self, partitions=None) -> None:
+        """Read what was appended since the last refresh."""
+        from ..errors import CorruptRecordError
+        from ..reader import PartitionReader
+
+        with self._lock:
+            n = self._topic_partitions(create=False)
+            if n is None:
+                return
+            for p in (range(n) if partitions is None else partitions):
+                reader = PartitionReader(self.storage, T.TXN_TOPIC, p)
+                start = max(self._next.get(p, 0), reader.log_start_offset)
+                if start < reader.high_watermark:
+                    table = reader.read(start, include_headers=False)
+                    for k, v, o in zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                                       table.column("offset").to_pylist()):
+                        try:
+                            tid = T.decode_key(k) if k is not None else None
+                            if tid is None:
+                                continue
+                            if v is None:
+                                self._state.pop(tid, None)
+                            else:
+                                self._state[tid] = T.decode_value(tid, v)
+                        except CorruptRecordError as exc:
+                            log.warning("%s/%d offset %d: skipped a record: %s", T.TXN_TOPIC, p, o, exc)
+                self._next[p] = max(start, reader.high_watermark)
+
+    def get(self, tid: str) -> T.TxnMetadata | None:
+        """The stored state of ``tid`` (None if never written)."""
+        with self._lock:
+            p = self.partition_for(tid)
+            if p is not None:
+                self.refresh([p])
+            return self._state.get(tid)
+
+    def peek(self, tid: str) -> T.TxnMetadata | None:
+        """The state of ``tid`` as last read (no I/O; may be stale)."""
+        with self._lock:
+            return self._state.get(tid)
+
+    def cached(self) -> list[T.TxnMetadata]:
+        """Every state read so far (no I/O)."""
+        with self._lock:
+            return list(self._state.values())
+
+    def put(self, meta: T.TxnMetadata) -> None:
+        """Write ``meta`` (one manifest commit); visible to every broker once this returns."""
+        from ..broker import Broker
+        from ..group_offsets import partition_for_group
+
+        with self._lock:
+            n = self._topic_partitions(create=True)
+            b = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+            b.allow_internal = True  # the owner of __transaction_state
+            b.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(meta.transactional_id),
+                   partition=partition_for_group(meta.transactional_id, n))
+            b.flush()
+            self.refresh([partition_for_group(meta.transactional_id, n)])
+
+
+# -- pending offsets (TxnOffsetCommit) -------------------------------------------------------------
+def _pending_path(pid: int, group: str) -> str:
+    return f"{PENDING_DIR}/{pid:020d}/{group.encode('utf-8').hex()}.json"
+
+
+def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict) -> None:
+    """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
+    metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
+    of its own object races with nobody."""
+    path = _pending_path(pid, group)
+    try:
+        doc = json.loads(storage.get(path))
+        if doc.get("epoch") != epoch:
+            doc = {"epoch": epoch, "offsets": []}
+    except StorageError:
+        doc = {"epoch": epoch, "offsets": []}
+    have = {(t, p): (o, e, md) for t, p, o, e, md in doc["offsets"]}
+    have.update(offsets)
+    doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
+    doc["group"] = group
+    storage.put(path, json.dumps(doc).encode())
+
+
+def take_pending_offsets(storage: Storage, pid: int, epoch: int) -> list[tuple[str, str, dict]]:
+    """``(path, group, offsets)`` waiting for producer ``pid`` at ``epoch`` (others: fenced)."""
+    out = []
+    for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
+        rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
+        try:
+            doc = json.loads(storage.get(rel))
+        except (StorageError, ValueError):
+            continue
+        offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())} \
+            if doc.get("epoch") == epoch else {}
+        out.append((rel, doc.get("group", ""), offsets))
+    return out
+
+
+# -- the service ------------------------------------------------------------------------------
+class TxnService:
+    """One broker's transaction coordinator: the store, one lock per transactional id, the
+    timeout check."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.store = TxnStore(broker.storage, broker_id=max(broker.node_id, 0))
+        self.max_timeout_ms = T.DEFAULT_MAX_TIMEOUT_MS
+        self._locks: dict[str, asyncio.Lock] = {}
+        spawn = getattr(broker, "_spawn", asyncio.ensure_future)
+        spawn(self._timeout_loop())
+
+    def owns(self, tid: str) -> bool:
+        from .api_groups import coordinator_node
+
+        return coordinator_node(tid, self.broker.live_brokers())[0] == self.broker.node_id
+
+    def lock(self, tid: str) -> asyncio.Lock:
+        if len(self._locks) > 10_000:
+            self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+        return self._locks.setdefault(tid, asyncio.Lock())
+
+    async def write(self, meta: T.TxnMetadata) -> None:
+        await self.broker.run(self.store.put, meta)
+
+    async def finish(self, meta: T.TxnMetadata) -> int:
+        """Markers, offsets and the Complete state of a prepared transaction; an error code."""
+        commit = meta.state is T.TxnState.PREPARE_COMMIT
+        now = int(time.time() * 1000)
+        futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
+                                                   commit, now)
+                for t, p in sorted(meta.partitions) if t != OFFSETS_TOPIC]
+        for fut in futs:
+            outcome = await fut
+            # An older epoch than the partition's: a newer instance already fenced it there.
+            if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH):
+                log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
+                return COORDINATOR_NOT_AVAILABLE
+        try:
+            pending = await self.broker.run(take_pending_offsets, self.broker.storage,
+                                            meta.producer_id, meta.producer_epoch)
+            if commit:
+                await self._apply_offsets([(g, o) for _, g, o in pending if o])
+            await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
+            await self.write(T.complete(meta, int(time.time() * 1000)))
+        except KafkaStoreError:
+            log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
+            return COORDINATOR_NOT_AVAILABLE
+        return T.NONE
+
+    async def _apply_offsets(self, pending) -> None:
+        from ..group_offsets import OffsetAndMetadata
+        from .api_groups import service as groups
+
+        svc = groups(self.broker)
+        now = int(time.time() * 1000)
+        for group, offsets in pending:
+            oms = {tp: OffsetAndMetadata(o, e, md or "", now) for tp, (o, e, md) in offsets.items()}
+            await self.broker.run(svc.store.commit_offsets, group, oms)
+            if svc.owns(group) and svc.coordinator.is_loaded(group):
+                svc.coordinator.record_commit(group, oms)
+
+    async def abort_in_flight(self, cur: T.TxnMetadata) -> tuple[int, T.TxnMetadata]:
+        """Finish a prepared transaction, or abort an Ongoing one with the epoch bumped."""
+        if cur.state is T.TxnState.ONGOING:
+            cur = T.fence(cur, int(time.time() * 1000)).meta
+            await self.write(cur)
+        if cur.state.prepared:
+            err = await self.finish(cur)
+            if err:
+                return err, cur
+            cur = await self.broker.run(self.store.get, cur.transactional_id)
+        return T.NONE, cur
+
+    async def _timeout_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TIMEOUT_CHECK_S)
+            now = int(time.time() * 1000)
+            for meta in self.store.cached():
+                if not (meta.expired(now) or (meta.state.prepared and now - meta.last_update_ms > 10_000)):
+                    continue
+                try:
+                    if not self.owns(meta.transactional_id):
+                        continue
+                    async with self.lock(meta.transactional_id):
+                        cur = await self.broker.run(self.store.get, meta.transactional_id)
+                        if cur is not None and (cur.expired(now) or cur.state.prepared):
+                            log.info("aborting transaction %s: open longer than %d ms",
+                                     cur.transactional_id, cur.timeout_ms)
+                            await self.abort_in_flight(cur)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.warning("timeout check of %s failed", meta.transactional_id, exc_info=True)
+
+
+_PRODUCER = struct.Struct(">qh")
+_PRODUCER_POS = 43  # producer id (int64) and epoch (int16) in a record batch v2 header
+
+
+def transactional_batches(request) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(topic, partition): (producer id, epoch)}`` of a Produce request's transactional
+    batches, read from their headers (checked in full later by ``check_batch``)."""
+    from ..format.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_MASK
+
+    out = {}
+    for t in request.topic_data:
+        for pd in t.partition_data:
+            data = pd.records
+            if data and len(data) >= HEADER_SIZE and data[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK:
+                out[(t.name, pd.index)] = _PRODUCER.unpack_from(data, _PRODUCER_POS)
+    return out
+
+
+def _verify(cur: T.TxnMetadata | None, tp, pid: int, epoch: int) -> tuple[int, str] | None:
+    if cur is None:
+        return T.INVALID_TXN_STATE, "unknown transactional id"
+    if cur.producer_id != pid:
+        return T.INVALID_PRODUCER_ID_MAPPING, f"producer {pid} does not hold this transactional id"
+    if epoch != cur.producer_epoch:
+        return T.INVALID_PRODUCER_EPOCH, f"producer epoch {epoch}, the coordinator has {cur.producer_epoch}"
+    if cur.state is not T.TxnState.ONGOING or tp not in cur.partitions:
+        return T.INVALID_TXN_STATE, f"{tp[0]}/{tp[1]} was not added to the transaction"
+    return None
+
+
+async def verify_produce(ctx: RequestContext, tid: str | None,
+                         batches: dict[tuple[str, int], tuple[int, int]]) -> dict:
+    """Transactional batches are accepted only from the id's current producer and epoch, for
+    partitions added to its open transaction (else a producer could leave a transaction no
+    coordinator knows, holding back read_committed for ever). ``{(topic, partition): (error
+    code, message)}`` of the refused ones. The stored state is re-read only when the cached
+    one refuses (the first batch of each partition of a transaction, mostly)."""
+    if not batches:
+        return {}
+    if tid is None or _bad_tid(tid):
+        return dict.fromkeys(batches, (T.INVALID_TXN_STATE, "transactional batches need a transactional id"))
+    svc = service(ctx.broker)
+    cur = svc.store.peek(tid)
+    bad = {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
+    if bad:
+        try:
+            cur = await ctx.run(svc.store.get, tid)
+        except KafkaStoreError as exc:
+            return dict.fromkeys(bad, (56, f"cannot read the transaction's state: {exc}"))
+        bad = {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
+    return bad
+
+
+def service(broker) -> TxnService:
+    """The broker's transaction service (created on first use, on the event loop)."""
+    svc = getattr(broker, "_txn_service", None)
+    if svc is None:
+        svc = broker._txn_service = TxnService(broker)
+    return svc
+
+
+def _bad_tid(tid: str | None) -> bool:
+    from .api_groups import too_long
+
+    return not tid or too_long(tid)
+
+
+def _ms(value) -> int:
+    return int(value.total_seconds() * 1000) if hasattr(value, "total_seconds") else int(value)
+
+
+# -- handlers ---------------------------------------------------------------------------------
+async def handle_init_producer_id(ctx: RequestContext, request):
+    """Without a transactional id: the idempotent producer's answer (api_meta). With one: the
+    coordinator bumps the id's epoch (fencing older instances), aborting or finishing a
+    transaction left in flight first."""
+    from . import api_meta
+
+    tid = request.transactional_id
+    if tid is None:
+        return await api_meta.handle_init_producer_id(ctx, request)
+
+    def answer(err, pid=-1, epoch=-1):
+        return make(ctx.response_class, error_code=err, producer_id=pid, producer_epoch=epoch)
+
+    if _bad_tid(tid):
+        return answer(INVALID_REQUEST)
+    svc = service(ctx.broker)
+    if not svc.owns(tid):
+        return answer(NOT_COORDINATOR)
+    timeout_ms = _ms(request.transaction_timeout)
+    try:
+        async with svc.lock(tid):
+            cur = await ctx.run(svc.store.get, tid)
+            if cur is not None and not cur.state.complete:
+                err, cur = await svc.abort_in_flight(cur)
+                if err:
+                    return answer(err)
+            new_pid = -1
+            if cur is None or cur.producer_epoch + 1 >= T.MAX_EPOCH:
+                new_pid = await ctx.run(ctx.broker.producer_ids.allocate)
+            step = T.init_producer_id(cur, tid, timeout_ms, int(time.time() * 1000), new_pid,
+                                      max_timeout_ms=svc.max_timeout_ms)
+            if step.error:
+                return answer(step.error)
+            await svc.write(step.meta)
+            return answer(T.NONE, step.meta.producer_id, step.meta.producer_epoch)
+    except KafkaStoreError:
+        log.warning("InitProducerId of %s failed", tid, exc_info=True)
+        return answer(COORDINATOR_NOT_AVAILABLE)
+
+
+async def handle_add_partitions(ctx: RequestContext, request):
+    mod = ctx.response_module
+    tid = request.v3_and_below_transactional_id
+    wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+
+    def answer(codes: dict):
+        by_topic: dict[str, list] = {}
+        for (t, p) in wanted:
+            by_topic.setdefault(t, []).append(make(mod, "AddPartitionsToTxnPartitionResult",
+                                                   partition_index=p, partition_error_code=codes[(t, p)]))
+        return make(ctx.response_class, results_by_topic_v3_and_below=tuple(
+            make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(ps))
+            for t, ps in by_topic.items()))
+
+    if _bad_tid(tid):
+        return answer(dict.fromkeys(wanted, INVALID_REQUEST))
+    svc = service(ctx.broker)
+    if not svc.owns(tid):
+        return answer(dict.fromkeys(wanted, NOT_COORDINATOR))
+    from ..topics import is_internal_topic
+
+    codes = {}
+    for t in {t for t, _ in wanted}:
+        meta = await ctx.run(ctx.broker.meta.topic, t)
+        for tp in wanted:
+            if tp[0] == t and (meta is None or is_internal_topic(t) or not 0 <= tp[1] < meta.partitions):
+                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
+    if codes:
+        return answer({tp: codes.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted})
+    err = await _add(ctx, svc, tid, request.v3_and_below_producer_id,
+                     request.v3_and_below_producer_epoch, wanted)
+    return answer(dict.fromkeys(wanted, T.compat_error(err, ctx.api_version)))
+
+
+async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> int:
+    try:
+        async with svc.lock(tid):
+            cur = await ctx.run(svc.store.get, tid)
+            step = T.add_partitions(cur, pid, epoch, parts, int(time.time() * 1000))
+            if step.error:
+                return step.error
+            if step.meta is not None:
+                await svc.write(step.meta)
+            return T.NONE
+    except KafkaStoreError:
+        log.warning("AddPartitionsToTxn of %s failed", tid, exc_info=True)
+        return COORDINATOR_NOT_AVAILABLE
+
+
+async def handle_add_offsets(ctx: RequestContext, request):
+    """The group's ``__consumer_offsets`` partition joins the transaction (as in Kafka)."""
+    tid = request.transactional_id
+    if _bad_tid(tid) or not request.group_id:
+        return make(ctx.response_class, error_code=INVALID_REQUEST)
+    svc = service(ctx.broker)
+    if not svc.owns(tid):
+        return make(ctx.response_class, error_code=NOT_COORDINATOR)
+    from ..group_offsets import partition_for_group
+    from .api_groups import service as groups
+
+    try:
+        n = await ctx.run(groups(ctx.broker).store._topic_partitions, True)
+    except KafkaStoreError:
+        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
+    err = await _add(ctx, svc, tid, request.producer_id, request.producer_epoch,
+                     [(OFFSETS_TOPIC, partition_for_group(request.group_id, n))])
+    return make(ctx.response_class, error_code=T.compat_error(err, ctx.api_version))
+
+
+async def handle_txn_offset_commit(ctx: RequestContext, request):
+    """Answered by the group's coordinator: the offsets wait until the transaction ends."""
+    from .api_groups import service as groups
+
+    mod = ctx.response_module
+    gsvc = groups(ctx.broker)
+    err = await gsvc.ensure(request.group_id)
+    if not err:
+        err = T.compat_error(await _check_txn_offsets(ctx, request), ctx.api_version)
+    offsets = {}
+    codes = {}
+    for t in request.topics:
+        known = None if err else await ctx.run(ctx.broker.meta.topic, t.name)
+        for p in t.partitions:
+            tp = (t.name, p.partition_index)
+            if err:
+                codes[tp] = err
+            elif known is None or not 0 <= p.partition_index < known.partitions:
+                codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                codes[tp] = T.NONE
+                offsets[tp] = (p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                               p.committed_metadata or "")
+    if offsets:
+        try:
+            await ctx.run(add_pending_offsets, ctx.broker.storage, request.producer_id,
+                          request.producer_epoch, request.group_id, offsets)
+        except KafkaStoreError:
+            codes.update(dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE))
+    return make(ctx.response_class, topics=tuple(
+        make(mod, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+            make(mod, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+                 error_code=codes[(t.name, p.partition_index)]) for p in t.partitions))
+        for t in request.topics))
+
+
+async def _check_txn_offsets(ctx, request) -> int:
+    """The producer must hold the id's current epoch and have added the group (AddOffsetsToTxn)."""
+    if _bad_tid(request.transactional_id):
+        return INVALID_REQUEST
+    try:
+        cur = await ctx.run(service(ctx.broker).store.get, request.transactional_id)
+    except KafkaStoreError:
+        return COORDINATOR_NOT_AVAILABLE
+    if cur is None or cur.producer_id != request.producer_id:
+        return T.INVALID_PRODUCER_ID_MAPPING
+    if request.producer_epoch != cur.producer_epoch:
+        return T.PRODUCER_FENCED if request.producer_epoch < cur.producer_epoch else T.INVALID_PRODUCER_EPOCH
+    if cur.state is not T.TxnState.ONGOING or not any(t == OFFSETS_TOPIC for t, _ in cur.partitions):
+        return T.INVALID_TXN_STATE
+    return T.NONE
+
+
+async def handle_end_txn(ctx: RequestContext, request):
+    tid = request.transactional_id
+    if _bad_tid(tid):
+        return make(ctx.response_class, error_code=INVALID_REQUEST)
+    svc = service(ctx.broker)
+    if not svc.owns(tid):
+        return make(ctx.response_class, error_code=NOT_COORDINATOR)
+    try:
+        async with svc.lock(tid):
+            cur = await ctx.run(svc.store.get, tid)
+            step = T.end_txn(cur, request.producer_id, request.producer_epoch, request.committed,
+                             int(time.time() * 1000))
+            if step.error or step.meta is None:
+                return make(ctx.response_class, error_code=T.compat_error(step.error, ctx.api_version))
+            if step.meta != cur:
+                await svc.write(step.meta)
+            err = await svc.finish(step.meta)
+            return make(ctx.response_class, error_code=err)
+    except KafkaStoreError:
+        log.warning("EndTxn of %s failed", tid, exc_info=True)
+        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
+
+
+def register(registry: Registry) -> None:
+    registry.register(INIT_PRODUCER_ID, 0, 4, handle_init_producer_id)
+    registry.register(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions)
+    registry.register(ADD_OFFSETS_TO_TXN, 0, 3, handle_add_offsets)
+    registry.register(END_TXN, 0, 3, handle_end_txn)
+    registry.register(TXN_OFFSET_COMMIT, 0, 3, handle_txn_offset_commit)

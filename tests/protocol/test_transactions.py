@@ -1,0 +1,243 @@
+"""Transactions over the wire with confluent-kafka's (librdkafka) transactional producer.
+
+The broker fixture (tests/protocol/conftest.py) serves a file root; each test uses its own
+topic and transactional id.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def _topic(storage: Storage, partitions: int = 2) -> str:
+    name = "txn-" + uuid.uuid4().hex[:8]
+    create_topic(storage, name, partitions)
+    return name
+
+
+def _producer(bootstrap: str, tid: str, **conf):
+    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                     "transaction.timeout.ms": 60000, "linger.ms": 5, **conf})
+    p.init_transactions(15)
+    return p
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, isolation: str, *, expect: int,
+             wait_s: float = 10.0) -> list[bytes]:
+    """Values read from offset 0 of every partition (waits for ``expect`` or ``wait_s``)."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
+                     "enable.auto.commit": False, "isolation.level": isolation,
+                     "enable.partition.eof": False})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.time() + wait_s
+    while time.time() < deadline and len(got) < expect:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        got.append(m.value())
+    # A little longer, to see nothing extra arrives.
+    end = time.time() + 1.0
+    while time.time() < end:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def test_commit_over_two_partitions_is_visible_to_read_committed(broker, storage):
+    topic = _topic(storage)
+    p = _producer(broker.bootstrap, "tx-commit-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    for i in range(10):
+        p.produce(topic, b"c%d" % i, partition=i % 2)
+    p.commit_transaction(15)
+    got = _consume(broker.bootstrap, topic, 2, "read_committed", expect=10)
+    assert sorted(got) == sorted(b"c%d" % i for i in range(10))
+
+
+def test_abort_is_invisible_to_read_committed_and_visible_to_read_uncommitted(broker, storage):
+    topic = _topic(storage)
+    p = _producer(broker.bootstrap, "tx-abort-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    for i in range(6):
+        p.produce(topic, b"a%d" % i, partition=i % 2)
+    p.flush(10)
+    p.abort_transaction(15)
+    p.begin_transaction()
+    p.produce(topic, b"kept", partition=0)
+    p.commit_transaction(15)
+    committed = _consume(broker.bootstrap, topic, 2, "read_committed", expect=1)
+    assert committed == [b"kept"]
+    everything = _consume(broker.bootstrap, topic, 2, "read_uncommitted", expect=7)
+    assert sorted(everything) == sorted([b"kept"] + [b"a%d" % i for i in range(6)])
+
+
+def test_open_transaction_holds_back_read_committed(broker, storage):
+    topic = _topic(storage, 1)
+    plain = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    p = _producer(broker.bootstrap, "tx-open-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(10)
+    plain.produce(topic, b"after", partition=0)
+    plain.flush(10)
+    # Read_uncommitted sees both; read_committed stops at the open transaction's first offset.
+    assert sorted(_consume(broker.bootstrap, topic, 1, "read_uncommitted", expect=2)) == [b"after", b"open"]
+    assert _consume(broker.bootstrap, topic, 1, "read_committed", expect=1, wait_s=2) == []
+    p.commit_transaction(15)
+    assert _consume(broker.bootstrap, topic, 1, "read_committed", expect=2) == [b"open", b"after"]
+
+
+def test_zombie_is_fenced_and_its_records_never_visible(broker, storage):
+    topic = _topic(storage)
+    tid = "tx-zombie-" + uuid.uuid4().hex[:6]
+    zombie = _producer(broker.bootstrap, tid)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    zombie.flush(10)
+    fresh = _producer(broker.bootstrap, tid)  # bumps the epoch: the zombie's transaction aborts
+    fresh.begin_transaction()
+    fresh.produce(topic, b"fresh", partition=1)
+    fresh.commit_transaction(15)
+    with pytest.raises(ck.KafkaException) as info:
+        zombie.produce(topic, b"late", partition=0)
+        zombie.commit_transaction(10)
+    assert info.value.args[0].fatal() or info.value.args[0].code() in (
+        ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED, ck.KafkaError.INVALID_PRODUCER_EPOCH)
+    assert _consume(broker.bootstrap, topic, 2, "read_committed", expect=1) == [b"fresh"]
+
+
+def test_send_offsets_to_transaction_commits_group_offsets_only_on_commit(broker, storage):
+    topic = _topic(storage, 1)
+    group = "eos-" + uuid.uuid4().hex[:6]
+    admin_consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                  "enable.auto.commit": False})
+    p = _producer(broker.bootstrap, "tx-offsets-" + uuid.uuid4().hex[:6])
+    meta = admin_consumer.consumer_group_metadata()
+
+    def committed() -> int:
+        return admin_consumer.committed([ck.TopicPartition(topic, 0)], 10)[0].offset
+
+    p.begin_transaction()
+    p.produce(topic, b"x", partition=0)
+    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 5)], meta, 10)
+    assert committed() < 0  # pending: not visible before the commit
+    p.abort_transaction(15)
+    assert committed() < 0
+    p.begin_transaction()
+    p.produce(topic, b"y", partition=0)
+    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 7)], meta, 10)
+    assert committed() < 0
+    p.commit_transaction(15)
+    assert committed() == 7
+    admin_consumer.close()
+
+
+# -- the protocol, request by request ------------------------------------------------------------
+def _txn_batch(values, pid, epoch, seq):
+    from kafkastore.format.record_batch import Record, encode_batch
+
+    now = int(time.time() * 1000)
+    return encode_batch([Record(i, now, None, v, ()) for i, v in enumerate(values)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def _produce(w, topic, partition, data, tid):
+    import datetime
+
+    from kio.schema.produce.v9 import request as prod_req
+
+    req = prod_req.ProduceRequest(transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                  topic_data=(prod_req.TopicProduceData(name=topic, partition_data=(
+                                      prod_req.PartitionProduceData(index=partition, records=data),)),))
+    r = w.call(req).responses[0].partition_responses[0]
+    return int(r.error_code), r.base_offset
+
+
+def test_wire_refusals_markers_and_aborted_list(broker, storage):
+    import datetime
+
+    from kio.schema.add_partitions_to_txn.v3 import request as ap
+    from kio.schema.end_txn.v1.request import EndTxnRequest as EndTxnV1
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    from tests.helpers.wire_requests import fetch
+
+    from .wire import Wire
+
+    topic = _topic(storage, 1)
+    tid = "tx-wire-" + uuid.uuid4().hex[:6]
+    w = Wire(broker.bootstrap)
+    try:
+        init = w.call(InitProducerIdRequest(transactional_id=tid,
+                                            transaction_timeout=datetime.timedelta(seconds=60),
+                                            producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert int(init.error_code) == 0 and pid > 0
+        # Not added to the transaction yet / no transactional id / unknown id: refused, nothing stored.
+        assert _produce(w, topic, 0, _txn_batch([b"x"], pid, epoch, 0), tid)[0] == 48
+        assert _produce(w, topic, 0, _txn_batch([b"x"], pid, epoch, 0), None)[0] == 48
+        assert _produce(w, topic, 0, _txn_batch([b"x"], pid, epoch, 0), "tx-nobody")[0] == 48
+
+        def add(e):
+            r = w.call(ap.AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=e,
+                v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)))
+            return int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+
+        assert add(epoch) == 0
+        assert _produce(w, topic, 0, _txn_batch([b"a", b"b"], pid, epoch, 0), tid) == (0, 0)
+        assert _produce(w, topic, 0, _txn_batch([b"c"], pid, epoch - 1 if epoch else 7, 2), tid)[0] == 47
+        # Read_committed stops at the open transaction; read_uncommitted sees it.
+        rc = fetch(w, topic, 0, 0, isolation=1)
+        assert rc.last_stable_offset == 0 and rc.high_watermark == 2 and not rc.records
+        assert fetch(w, topic, 0, 0).records
+        end = lambda commit, e=epoch: int(w.call(EndTxnRequest(  # noqa: E731
+            transactional_id=tid, producer_id=pid, producer_epoch=e, committed=commit)).error_code)
+        assert end(False) == 0
+        assert end(False) == 0          # a retry after completion
+        assert end(True) == 48          # the other way: INVALID_TXN_STATE
+        rc = fetch(w, topic, 0, 0, isolation=1)
+        assert rc.last_stable_offset == 3 and rc.high_watermark == 3  # data + ABORT marker
+        assert [(a.producer_id, a.first_offset) for a in rc.aborted_transactions] == [(pid, 0)]
+        # A stale epoch is fenced (old EndTxn versions get INVALID_PRODUCER_EPOCH); unknown ids.
+        assert end(True, epoch + 1) == 47
+        w.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60),
+                                     producer_id=-1, producer_epoch=-1))
+        assert end(True) == 90
+        assert int(w.call(EndTxnV1(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                   committed=True)).error_code) == 47
+        assert add(epoch) == 90
+        assert int(w.call(EndTxnRequest(transactional_id="tx-unknown-" + tid, producer_id=pid,
+                                        producer_epoch=0, committed=True)).error_code) == 49
+    finally:
+        w.close()
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_and_the_producer_fenced(broker, storage):
+    topic = _topic(storage, 1)
+    p = _producer(broker.bootstrap, "tx-timeout-" + uuid.uuid4().hex[:6],
+                  **{"transaction.timeout.ms": 1000})
+    p.begin_transaction()
+    p.produce(topic, b"late", partition=0)
+    p.flush(10)
+    time.sleep(3.5)  # the coordinator checks every second
+    with pytest.raises(ck.KafkaException):
+        p.commit_transaction(10)
+    plain = ck.Producer({"bootstrap.servers": broker.bootstrap})
+    plain.produce(topic, b"after", partition=0)
+    plain.flush(10)
+    # The LSO moved past the aborted transaction: only the later record is visible.
+    assert _consume(broker.bootstrap, topic, 1, "read_committed", expect=1) == [b"after"]
