@@ -439,6 +439,7 @@ class Housekeeper:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._busy: set[tuple[str, int]] = set()
+        self._again: set[tuple[str, int]] = set()  # poked while busy: merge again after
         # The first gc of a partition is due one interval after this housekeeper started: a
         # short-lived writer (one CLI produce) does not pay for gc; `kafkastore gc` and the
         # retention job cover the logs only such writers touch.
@@ -476,10 +477,13 @@ class Housekeeper:
             return False
         if self._pid != os.getpid():
             # A forked child: the parent's jobs do not run here, and its lock may be held.
-            self._pid, self._lock, self._busy = os.getpid(), threading.Lock(), set()
+            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._busy, self._again = set(), set()
         now = self.clock()
         with self._lock:
             if tp in self._busy:
+                if manifest is not None:
+                    self._again.add(tp)  # the running job plans once more when it is done
                 return False
             due_gc = now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms
         want_merge = manifest is not None and bool(
@@ -505,21 +509,31 @@ class Housekeeper:
         from .gc import collect_garbage  # gc imports topics and manifest only; no cycle, kept lazy
 
         topic, partition = tp
-        try:
-            if merge:
-                report = merge_partition(self.storage, topic, partition,
-                                         config=self._config(topic), fan_in=self.fan_in,
-                                         min_segments=self.min_segments, writer=self.writer)
-                self.merges += len(report.merged)
-            if gc:
-                collect_garbage(self.storage, topic, partition, now_ms=self.clock())
-                self.gc_runs += 1
-        except Exception as exc:  # noqa: BLE001 -- background work: logged, retried on the next poke
-            self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
-            log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
-        finally:
+        while True:
+            try:
+                if merge:
+                    report = merge_partition(self.storage, topic, partition,
+                                             config=self._config(topic), fan_in=self.fan_in,
+                                             min_segments=self.min_segments, writer=self.writer)
+                    self.merges += len(report.merged)
+                if gc:
+                    collect_garbage(self.storage, topic, partition, now_ms=self.clock())
+                    self.gc_runs += 1
+            except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
+                self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+                log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
+                with self._lock:
+                    self._again.discard(tp)
+                    self._busy.discard(tp)
+                return
             with self._lock:
-                self._busy.discard(tp)
+                # Commits that landed meanwhile were not planned: plan once more on the latest.
+                if tp not in self._again or self._closed:
+                    self._again.discard(tp)
+                    self._busy.discard(tp)
+                    return
+                self._again.discard(tp)
+            merge, gc = True, False
 
     def wait(self, timeout_s: float = 30.0) -> None:
         """Block until no job is running or queued (tests, shutdown)."""
