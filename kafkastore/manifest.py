@@ -414,13 +414,26 @@ class Manifest:
             raise CorruptMetadataError(f"manifest is not JSON: {exc}") from None
 
 
-def check_invariants(m: Manifest) -> None:
+def _segment_id_set(m: Manifest) -> frozenset:
+    """The ids of ``m``'s segments, computed once per (immutable) manifest."""
+    ids = m.__dict__.get("_segment_ids")
+    if ids is None:
+        ids = frozenset(s.segment_id for s in m.segments)
+        object.__setattr__(m, "_segment_ids", ids)
+    return ids
+
+
+def check_invariants(m: Manifest, base: Manifest | None = None) -> None:
     """Raise :class:`InvalidUpdateError` unless ``m`` is a well-formed manifest.
 
     Segments are sorted, unique by id, and tile the offsets: each starts where
     the previous ends. The log start offset lies in the first segment (or equals
     the high watermark when there is none). Producer batches refer to offsets
     below the high watermark.
+
+    ``base``, a manifest that passed this check: when ``m``'s segments begin with
+    ``base``'s (the same objects, as after an append), only the rest is checked, so
+    a commit costs the same however many segments are live.
     """
     if not isinstance(m.topic, str):
         raise InvalidUpdateError("topic must be a string")
@@ -434,19 +447,29 @@ def check_invariants(m: Manifest) -> None:
     _check_int("leader_epoch", m.leader_epoch, 0)
     _check_int("cleaner_offset", m.cleaner_offset, 0)
     segs = m.segments
-    for seg in segs:
+    known = 0  # leading segments that are base's, already checked
+    if base is not None and base.segments and len(segs) >= len(base.segments):
+        k = len(base.segments)
+        if segs[:k] == base.segments:  # identity first: a pointer walk at C speed
+            known = k
+    for seg in segs[known:]:
         if not isinstance(seg, SegmentEntry):
             raise InvalidUpdateError(f"segments must be SegmentEntry, got {type(seg).__name__}")
         seg.validate()
-    if len({seg.segment_id for seg in segs}) != len(segs):
-        seen: set[str] = set()
-        for seg in segs:
-            if seg.segment_id in seen:
-                raise InvalidUpdateError(f"segment id {seg.segment_id!r} listed twice")
-            seen.add(seg.segment_id)
+    new_ids = [seg.segment_id for seg in segs[known:]]
+    old_ids = _segment_id_set(base) if known else frozenset()
+    if len(set(new_ids)) != len(new_ids) or not old_ids.isdisjoint(new_ids):
+        seen: set[str] = set(old_ids)
+        for sid in new_ids:
+            if sid in seen:
+                raise InvalidUpdateError(f"segment id {sid!r} listed twice")
+            seen.add(sid)
+    if known:  # so the next commit on m does not collect them again
+        object.__setattr__(m, "_segment_ids", old_ids.union(new_ids))
     # Tiling, checked with list comparison (C speed: this runs on every commit and read).
-    if [s.base_offset for s in segs[1:]] != [s.next_offset for s in segs[:-1]]:
-        for i in range(1, len(segs)):
+    lo = max(known - 1, 0)
+    if [s.base_offset for s in segs[lo + 1:]] != [s.next_offset for s in segs[lo:-1]]:
+        for i in range(lo + 1, len(segs)):
             seg, prev = segs[i], segs[i - 1]
             if seg.base_offset != prev.next_offset:
                 kind = "overlaps" if seg.base_offset < prev.next_offset else "leaves a gap after"
@@ -724,7 +747,7 @@ def apply(base: Manifest | None, updates: Iterable[Update], requirements: Iterab
             raise InvalidUpdateError(f"not an update: {upd!r}")
         new = upd.apply_to(new)
     new = replace(new, version=current.version + 1, commit=commit)
-    check_invariants(new)
+    check_invariants(new, current)
     # Transition rules on top of the per-version invariants.
     if new.high_watermark < current.high_watermark:
         raise InvalidUpdateError(
@@ -1237,8 +1260,11 @@ class ManifestStore:
         return out
 
     def _check_uploads(self, base: Manifest | None, new: Manifest) -> None:
-        known = set(base.segment_ids()) if base is not None else set()
-        added = [s for s in new.segments if s.segment_id not in known]
+        known = _segment_id_set(base) if base is not None else frozenset()
+        start = 0  # an append keeps the base's entries in front: only look past them
+        if base is not None and new.segments[:len(base.segments)] == base.segments:
+            start = len(base.segments)
+        added = [s for s in new.segments[start:] if s.segment_id not in known]
         stale = self.stale_uploads(added) if added else []
         if stale:
             raise StaleUploadError(

@@ -179,7 +179,7 @@ def apply_delta(base: "_m.Manifest", d: Mapping[str, Any]) -> "_m.Manifest":
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptMetadataError(f"bad delta: {exc!r}") from None
     try:
-        _m.check_invariants(new)
+        _m.check_invariants(new, base)
     except InvalidUpdateError as exc:
         raise CorruptMetadataError(f"delta breaks an invariant: {exc}") from None
     got = summary(new)
