@@ -311,6 +311,15 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     err = await svc.ensure(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
+    if not err and group in getattr(ctx.broker, "_txn_groups", ()):
+        # Offsets of a transaction are written by its coordinator, maybe another broker
+        # (api_txn): read what the topic holds now.
+        try:
+            stored = await ctx.run(svc.store.group, group)
+            if stored.offsets:
+                svc.coordinator.record_commit(group, stored.offsets)
+        except KafkaStoreError:
+            err = G.COORDINATOR_NOT_AVAILABLE
     found = {} if err else svc.coordinator.fetch_offsets(group, requested)
     if err and requested is not None:
         found = {tp: None for tp in requested}

@@ -50,6 +50,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 PENDING_DIR = "_txn_offsets"
 #: Seconds between two checks of the transactions this broker coordinates for timeouts.
 TIMEOUT_CHECK_S = 1.0
+#: Every this many checks, the whole of ``__transaction_state`` is read again.
+FULL_REFRESH_ROUNDS = 10
 
 
 class TxnStore:
@@ -266,8 +268,17 @@ class TxnService:
         return T.NONE, cur
 
     async def _timeout_loop(self) -> None:
+        rounds = 0
         while True:
             await asyncio.sleep(TIMEOUT_CHECK_S)
+            rounds += 1
+            if rounds % FULL_REFRESH_ROUNDS == 0:
+                # States written by other brokers (one that died, say) are learnt here too,
+                # so their timed-out transactions are aborted by whichever broker owns them.
+                try:
+                    await self.broker.run(self.store.refresh)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.warning("could not read %s", T.TXN_TOPIC, exc_info=True)
             now = int(time.time() * 1000)
             for meta in self.store.cached():
                 if not (meta.expired(now) or (meta.state.prepared and now - meta.last_update_ms > 10_000)):
@@ -344,6 +355,15 @@ def service(broker) -> TxnService:
     if svc is None:
         svc = broker._txn_service = TxnService(broker)
     return svc
+
+
+def transactional_groups(broker) -> set:
+    """Groups this broker coordinates that took offsets in a transaction (bounded: cleared
+    when it grows past 10,000; a cleared group is re-read no more, as before any transaction)."""
+    groups = getattr(broker, "_txn_groups", None)
+    if groups is None or len(groups) > 10_000:
+        groups = broker._txn_groups = set()
+    return groups
 
 
 def _bad_tid(tid: str | None) -> bool:
@@ -493,6 +513,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
         try:
             await ctx.run(add_pending_offsets, ctx.broker.storage, request.producer_id,
                           request.producer_epoch, request.group_id, offsets)
+            # The transaction's coordinator (maybe another broker) writes them on commit:
+            # this group's OffsetFetch re-reads the stored offsets from now on.
+            transactional_groups(ctx.broker).add(request.group_id)
         except KafkaStoreError:
             codes.update(dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE))
     return make(ctx.response_class, topics=tuple(

@@ -241,3 +241,106 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_the_producer_fenced(
     plain.flush(10)
     # The LSO moved past the aborted transaction: only the later record is visible.
     assert _consume(broker.bootstrap, topic, 1, "read_committed", expect=1) == [b"after"]
+
+
+# -- two brokers on one root: coordinators on different brokers, a step finished by another ------
+def _two_brokers(tmp_path):
+    from kafkastore.protocol.server import BrokerThread, ServeOptions
+
+    root = "file://" + str(tmp_path)
+    brokers = [BrokerThread(Storage(root), ServeOptions(port=0, commit_interval_ms=2, heartbeat_ms=300))
+               for _ in range(2)]
+    for b in brokers:
+        b.start()
+    deadline = time.time() + 10
+    while time.time() < deadline and not all(len(b.server.live_brokers()) == 2 for b in brokers):
+        time.sleep(0.1)
+    assert all(len(b.server.live_brokers()) == 2 for b in brokers)
+    return root, brokers
+
+
+def _owner(key: str, brokers) -> int:
+    from kafkastore.protocol.api_groups import coordinator_node
+
+    node = coordinator_node(key, brokers[0].server.live_brokers())[0]
+    return next(i for i, b in enumerate(brokers) if b.server.node_id == node)
+
+
+def test_offsets_committed_by_another_brokers_transaction_reach_the_group(tmp_path):
+    root, brokers = _two_brokers(tmp_path)
+    try:
+        storage = Storage(root)
+        topic = _topic(storage, 1)
+        # A group and a transactional id coordinated by different brokers.
+        group = next(g for g in ("g-%d" % i for i in range(100)) if _owner(g, brokers) == 0)
+        tid = next(t for t in ("t-%d" % i for i in range(100)) if _owner(t, brokers) == 1)
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        c.commit(offsets=[ck.TopicPartition(topic, 0, 1)], asynchronous=False)  # the group is loaded
+        assert c.committed([ck.TopicPartition(topic, 0)], 10)[0].offset == 1
+        p = _producer(bootstrap, tid)
+        p.begin_transaction()
+        p.produce(topic, b"v", partition=0)
+        p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 3)], c.consumer_group_metadata(), 10)
+        p.commit_transaction(15)
+        assert c.committed([ck.TopicPartition(topic, 0)], 10)[0].offset == 3
+        c.close()
+    finally:
+        for b in brokers:
+            b.stop()
+
+
+def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tmp_path):
+    """The coordinator died after writing PrepareCommit (before any marker): the producer's
+    retried EndTxn at the broker now coordinating the id writes the markers and completes."""
+    import datetime
+
+    from kio.schema.add_partitions_to_txn.v3 import request as ap
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    from kafkastore.protocol import txn_coordinator as T
+    from kafkastore.protocol.api_txn import TxnStore
+    from tests.helpers.wire_requests import fetch
+
+    from .wire import Wire
+
+    root, brokers = _two_brokers(tmp_path)
+    try:
+        storage = Storage(root)
+        topic = _topic(storage, 2)
+        tid = "t-prepared"
+        owner = brokers[_owner(tid, brokers)]
+        w = Wire(owner.bootstrap)
+        init = w.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60),
+                                            producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        r = w.call(ap.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=(0, 1)),)))
+        assert {int(x.partition_error_code) for x in r.results_by_topic_v3_and_below[0].results_by_partition} == {0}
+        for part in (0, 1):
+            assert _produce(w, topic, part, _txn_batch([b"p%d" % part], pid, epoch, 0), tid)[0] == 0
+        w.close()
+        # What a coordinator that died right after step 1 of EndTxn leaves behind.
+        store = TxnStore(storage)
+        cur = store.get(tid)
+        store.put(T.end_txn(cur, pid, epoch, True, int(time.time() * 1000)).meta)
+        owner.stop()
+        brokers.remove(owner)
+        survivor = next(b for b in brokers if b is not owner)
+        deadline = time.time() + 15
+        while time.time() < deadline and len(survivor.server.live_brokers()) != 1:
+            time.sleep(0.2)
+        w = Wire(survivor.bootstrap)
+        assert fetch(w, topic, 0, 0, isolation=1).last_stable_offset == 0  # still held back
+        assert int(w.call(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                        committed=True)).error_code) == 0
+        for part in (0, 1):
+            f = fetch(w, topic, part, 0, isolation=1)
+            assert f.last_stable_offset == 2 and f.records and not f.aborted_transactions
+        assert TxnStore(storage).get(tid).state is T.TxnState.COMPLETE_COMMIT
+        w.close()
+    finally:
+        for b in brokers:
+            b.stop()
