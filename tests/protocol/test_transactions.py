@@ -344,3 +344,57 @@ def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tm
     finally:
         for b in brokers:
             b.stop()
+
+
+# -- other clients ------------------------------------------------------------------------------
+def test_aiokafka_transactions_commit_abort_and_offsets(broker, storage):
+    """aiokafka speaks older versions (InitProducerId, AddPartitionsToTxn, EndTxn v0...)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer, TopicPartition
+
+    topic = _topic(storage)
+    group = "aio-eos-" + uuid.uuid4().hex[:6]
+
+    async def run():
+        p = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                             transactional_id="aio-" + uuid.uuid4().hex[:6])
+        await p.start()
+        try:
+            async with p.transaction():
+                for i in range(4):
+                    await p.send(topic, b"aio-c%d" % i, partition=i % 2)
+                await p.send_offsets_to_transaction({TopicPartition(topic, 0): 4}, group)
+            await p.begin_transaction()
+            await p.send(topic, b"aio-aborted", partition=1)
+            await p.abort_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    got = _consume(broker.bootstrap, topic, 2, "read_committed", expect=4)
+    assert sorted(got) == sorted(b"aio-c%d" % i for i in range(4))
+    assert len(_consume(broker.bootstrap, topic, 2, "read_uncommitted", expect=5)) == 5
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    assert c.committed([ck.TopicPartition(topic, 0)], 10)[0].offset == 4
+    c.close()
+
+
+def test_kafka_python_transactions_commit_and_abort(broker, storage):
+    from kafka import KafkaProducer
+
+    topic = _topic(storage)
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-" + uuid.uuid4().hex[:6])
+    p.init_transactions()
+    p.begin_transaction()
+    for i in range(4):
+        p.send(topic, b"kp-c%d" % i, partition=i % 2)
+    p.commit_transaction()
+    p.begin_transaction()
+    p.send(topic, b"kp-aborted", partition=0)
+    p.flush()
+    p.abort_transaction()
+    p.close()
+    got = _consume(broker.bootstrap, topic, 2, "read_committed", expect=4)
+    assert sorted(got) == sorted(b"kp-c%d" % i for i in range(4))
+    assert len(_consume(broker.bootstrap, topic, 2, "read_uncommitted", expect=5)) == 5
