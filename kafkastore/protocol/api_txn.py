@@ -566,8 +566,11 @@ async def handle_end_txn(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(INIT_PRODUCER_ID, 0, 4, handle_init_producer_id)
+    # Kafka 3.9's ranges; AddPartitionsToTxn v4+ is broker-to-broker (clients send v0-v3), and
+    # v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit and v5 of InitProducerId only allow
+    # TRANSACTION_ABORTABLE in answers, which this coordinator never gives.
+    registry.register(INIT_PRODUCER_ID, 0, 5, handle_init_producer_id)
     registry.register(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions)
-    registry.register(ADD_OFFSETS_TO_TXN, 0, 3, handle_add_offsets)
-    registry.register(END_TXN, 0, 3, handle_end_txn)
-    registry.register(TXN_OFFSET_COMMIT, 0, 3, handle_txn_offset_commit)
+    registry.register(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets)
+    registry.register(END_TXN, 0, 4, handle_end_txn)
+    registry.register(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit)

@@ -398,3 +398,62 @@ def test_kafka_python_transactions_commit_and_abort(broker, storage):
     got = _consume(broker.bootstrap, topic, 2, "read_committed", expect=4)
     assert sorted(got) == sorted(b"kp-c%d" % i for i in range(4))
     assert len(_consume(broker.bootstrap, topic, 2, "read_uncommitted", expect=5)) == 5
+
+
+@pytest.mark.parametrize("v", range(6))
+def test_every_served_version_runs_a_transaction(broker, storage, v):
+    """InitProducerId v0-v5, AddPartitionsToTxn v0-v3, AddOffsetsToTxn, TxnOffsetCommit and
+    EndTxn v0-v4 (Kafka 3.9's ranges), FindCoordinator v0-v4 for key type 1."""
+    import dataclasses
+    import datetime
+    import importlib
+
+    from kafkastore.protocol import codec
+
+    from .wire import Wire
+
+    def req(api, version, **fields):
+        cls = codec.request_class(api, version)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: val for k, val in fields.items() if k in names})
+
+    def nested(api, version, cls_name, **fields):
+        mod = importlib.import_module(codec.request_class(api, version).__module__)
+        cls = getattr(mod, cls_name)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: val for k, val in fields.items() if k in names})
+
+    topic = _topic(storage, 1)
+    tid = "tx-v%d-%s" % (v, uuid.uuid4().hex[:6])
+    group = "g-" + tid
+    w = Wire(broker.bootstrap)
+    try:
+        fc = w.call(req(10, min(v, 4), key=tid, key_type=1, coordinator_keys=(tid,)))
+        assert int(fc.coordinators[0].error_code if min(v, 4) >= 4 else fc.error_code) == 0
+        init = w.call(req(22, v, transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=30),
+                          producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert int(init.error_code) == 0
+        ap_v = min(v, 3)
+        r = w.call(req(24, ap_v, v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                       v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                           nested(24, ap_v, "AddPartitionsToTxnTopic", name=topic, partitions=(0,)),)))
+        assert int(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code) == 0
+        assert _produce(w, topic, 0, _txn_batch([b"v%d" % v], pid, epoch, 0), tid)[0] == 0
+        ev = min(v, 4)
+        assert int(w.call(req(25, ev, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                              group_id=group)).error_code) == 0
+        t = w.call(req(28, ev, transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
+                       generation_id=-1, member_id="", group_instance_id=None, topics=(
+                           nested(28, ev, "TxnOffsetCommitRequestTopic", name=topic, partitions=(
+                               nested(28, ev, "TxnOffsetCommitRequestPartition", partition_index=0,
+                                      committed_offset=1, committed_leader_epoch=-1,
+                                      committed_metadata=""),)),)))
+        assert int(t.topics[0].partitions[0].error_code) == 0
+        assert int(w.call(req(26, ev, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                              committed=True)).error_code) == 0
+        from tests.helpers.wire_requests import fetch
+
+        assert fetch(w, topic, 0, 0, isolation=1).last_stable_offset == 2
+    finally:
+        w.close()
