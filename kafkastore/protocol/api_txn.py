@@ -43,7 +43,9 @@ from .registry import Registry, RequestContext
 log = logging.getLogger("kafkastore.serve.txn")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+TRANSACTIONAL_ID_NOT_FOUND_ERR = T.TRANSACTIONAL_ID_NOT_FOUND
 UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED = 3, 55
 INVALID_REQUEST = 42
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -565,6 +567,74 @@ async def handle_end_txn(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
 
 
+STATE_NAMES = {T.TxnState.EMPTY: "Empty", T.TxnState.ONGOING: "Ongoing",
+               T.TxnState.PREPARE_COMMIT: "PrepareCommit", T.TxnState.PREPARE_ABORT: "PrepareAbort",
+               T.TxnState.COMPLETE_COMMIT: "CompleteCommit", T.TxnState.COMPLETE_ABORT: "CompleteAbort",
+               T.TxnState.DEAD: "Dead", T.TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence"}
+
+
+async def handle_describe_transactions(ctx: RequestContext, request):
+    import datetime
+
+    mod = ctx.response_module
+    svc = service(ctx.broker)
+    out = []
+    for tid in request.transactional_ids:
+        m = None
+        if _bad_tid(tid):
+            err = TRANSACTIONAL_ID_NOT_FOUND_ERR
+        elif not svc.owns(tid):
+            err = NOT_COORDINATOR
+        else:
+            try:
+                m = await ctx.run(svc.store.get, tid)
+                err = T.NONE if m is not None else TRANSACTIONAL_ID_NOT_FOUND_ERR
+            except KafkaStoreError:
+                err = COORDINATOR_NOT_AVAILABLE
+        by_topic: dict[str, list[int]] = {}
+        for t, p in sorted(m.partitions if m is not None else ()):
+            by_topic.setdefault(t, []).append(p)
+        start_ms = 0 if m is None else m.txn_start_ms  # Kafka's: the schema default, else as stored
+        start = datetime.datetime.fromtimestamp(start_ms / 1000, tz=datetime.timezone.utc)
+        out.append(make(mod, "TransactionState", error_code=err, transactional_id=tid,
+                        transaction_state=STATE_NAMES[m.state] if m is not None else "",
+                        transaction_timeout=datetime.timedelta(milliseconds=m.timeout_ms if m else 0),
+                        transaction_start_time=start,
+                        producer_id=m.producer_id if m else -1, producer_epoch=m.producer_epoch if m else -1,
+                        topics=tuple(make(mod, "TopicData", topic=t, partitions=tuple(ps))
+                                     for t, ps in by_topic.items())))
+    return make(ctx.response_class, transaction_states=tuple(out))
+
+
+async def handle_list_transactions(ctx: RequestContext, request):
+    """The transactions this broker coordinates (as Kafka: an admin client asks every broker)."""
+    mod = ctx.response_module
+    svc = service(ctx.broker)
+    names = {v: k for k, v in STATE_NAMES.items()}
+    states = set(request.state_filters or ())
+    unknown = tuple(sorted(s for s in states if s not in names))
+    pids = set(request.producer_id_filters or ())
+    min_ms = getattr(request, "duration_filter", -1)
+    try:
+        await ctx.run(svc.store.refresh)
+    except KafkaStoreError:
+        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE, unknown_state_filters=unknown,
+                    transaction_states=())
+    now = int(time.time() * 1000)
+    out = []
+    for m in sorted(svc.store.cached(), key=lambda m: m.transactional_id):
+        if not svc.owns(m.transactional_id):
+            continue
+        if states and STATE_NAMES[m.state] not in states or pids and m.producer_id not in pids:
+            continue
+        if min_ms >= 0 and (m.txn_start_ms < 0 or now - m.txn_start_ms < min_ms):
+            continue
+        out.append(make(mod, "TransactionState", transactional_id=m.transactional_id,
+                        producer_id=m.producer_id, transaction_state=STATE_NAMES[m.state]))
+    return make(ctx.response_class, error_code=T.NONE, unknown_state_filters=unknown,
+                transaction_states=tuple(out))
+
+
 def register(registry: Registry) -> None:
     # Kafka 3.9's ranges; AddPartitionsToTxn v4+ is broker-to-broker (clients send v0-v3), and
     # v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit and v5 of InitProducerId only allow
@@ -574,3 +644,5 @@ def register(registry: Registry) -> None:
     registry.register(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets)
     registry.register(END_TXN, 0, 4, handle_end_txn)
     registry.register(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit)
+    registry.register(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions)
+    registry.register(LIST_TRANSACTIONS, 0, 1, handle_list_transactions)

@@ -457,3 +457,37 @@ def test_every_served_version_runs_a_transaction(broker, storage, v):
         assert fetch(w, topic, 0, 0, isolation=1).last_stable_offset == 2
     finally:
         w.close()
+
+
+def test_describe_and_list_transactions(broker, storage):
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+
+    from .wire import Wire
+
+    topic = _topic(storage)
+    tid = "tx-describe-" + uuid.uuid4().hex[:6]
+    p = _producer(broker.bootstrap, tid)
+    p.begin_transaction()
+    p.produce(topic, b"x", partition=1)
+    p.flush(10)
+    w = Wire(broker.bootstrap)
+    try:
+        d = w.call(DescribeTransactionsRequest(transactional_ids=(tid, "tx-never-seen")))
+        ours, unknown = d.transaction_states
+        assert int(ours.error_code) == 0 and ours.transaction_state == "Ongoing"
+        assert [(t.topic, t.partitions) for t in ours.topics] == [(topic, (1,))]
+        assert ours.producer_id >= 0 and ours.transaction_start_time is not None
+        assert int(unknown.error_code) == 105  # TRANSACTIONAL_ID_NOT_FOUND
+        listed = w.call(ListTransactionsRequest(state_filters=("Ongoing", "Bogus"), producer_id_filters=(),
+                                                duration_filter=-1))
+        assert tid in [t.transactional_id for t in listed.transaction_states]
+        assert listed.unknown_state_filters == ("Bogus",)
+        p.commit_transaction(15)
+        d = w.call(DescribeTransactionsRequest(transactional_ids=(tid,)))
+        assert d.transaction_states[0].transaction_state == "CompleteCommit"
+        listed = w.call(ListTransactionsRequest(state_filters=("Ongoing",), producer_id_filters=(),
+                                                duration_filter=-1))
+        assert tid not in [t.transactional_id for t in listed.transaction_states]
+    finally:
+        w.close()
