@@ -202,7 +202,7 @@ class TxnService:
     def __init__(self, broker):
         self.broker = broker
         self.store = TxnStore(broker.storage, broker_id=max(broker.node_id, 0))
-        self.max_timeout_ms = T.DEFAULT_MAX_TIMEOUT_MS
+        self.max_timeout_ms = getattr(broker.options, "transaction_max_timeout_ms", T.DEFAULT_MAX_TIMEOUT_MS)
         self._locks: dict[str, asyncio.Lock] = {}
         spawn = getattr(broker, "_spawn", asyncio.ensure_future)
         spawn(self._timeout_loop())

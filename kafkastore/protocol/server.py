@@ -79,6 +79,9 @@ class ServeOptions:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
     connections_max_idle_ms: float = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
+    #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 900_000
 
 
 def is_loopback(host: str) -> bool:

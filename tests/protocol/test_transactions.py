@@ -491,3 +491,26 @@ def test_describe_and_list_transactions(broker, storage):
         assert tid not in [t.transactional_id for t in listed.transaction_states]
     finally:
         w.close()
+
+
+def test_transaction_timeout_is_bounded_by_the_broker_maximum(tmp_path):
+    import datetime
+
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    from kafkastore.protocol.server import BrokerThread, ServeOptions
+
+    from .wire import Wire
+
+    opts = ServeOptions(port=0, commit_interval_ms=2, transaction_max_timeout_ms=5000)
+    with BrokerThread(Storage("file://" + str(tmp_path)), opts) as b:
+        w = Wire(b.bootstrap)
+
+        def init(ms):
+            return int(w.call(InitProducerIdRequest(
+                transactional_id="tx-max", transaction_timeout=datetime.timedelta(milliseconds=ms),
+                producer_id=-1, producer_epoch=-1)).error_code)
+
+        assert init(60_000) == 50  # INVALID_TRANSACTION_TIMEOUT
+        assert init(5000) == 0
+        w.close()
