@@ -539,3 +539,16 @@ def test_any_interleaving_matches_the_full_snapshot_reference(root_url):
     run_state_machine_as_test(make_machine(root_url), settings=settings(
         max_examples=5 if s3 else 20, stateful_step_count=12 if s3 else 25, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+def test_the_process_wide_head_cache_is_bounded_and_never_goes_back():
+    from kafkastore.manifest import _HeadCache
+    cache = _HeadCache(2)
+    m = base_manifest()
+    newer = apply(m, [])
+    cache.put("a", _Head(newer, 2))
+    cache.put("a", _Head(m, 2))  # a slower thread's older head does not replace the newer one
+    assert cache.get("a").manifest is newer
+    cache.put("b", _Head(m, 2))
+    cache.put("c", _Head(m, 2))
+    assert cache.get("a") is None and cache.get("b") is not None and cache.get("c") is not None
