@@ -410,10 +410,17 @@ class Appender:
             built = builder.build()
             st = built.stats
             seg_id = layout.new_segment_id()
-            # The three objects go up in parallel (each put waits for its fsync or PUT round
+            index, timeindex = built.index, built.timeindex
+            if len(built.log) < cfg.index_interval_bytes:
+                # As the library Broker: a small segment goes up as its .log alone (its .index
+                # has no entry; readers scan it), merging builds the indexes later. A produce
+                # commit is then two objects: this and the manifest version.
+                index = timeindex = b""
+            # The objects go up in parallel (each put waits for its fsync or PUT round
             # trip); none is visible before the manifest lists them, so their order is free.
-            for ext, data in ((".index", built.index), (".timeindex", built.timeindex),
-                              (".log", built.log)):
+            for ext, data in ((".index", index), (".timeindex", timeindex), (".log", built.log)):
+                if not data and ext != ".log":
+                    continue
                 uploads.append(self._uploader.submit(
                     self.server.storage.put,
                     layout.segment_path(topic, partition, st.base_offset, seg_id, ext), data))
@@ -421,8 +428,7 @@ class Appender:
                 base_offset=st.base_offset, next_offset=st.next_offset, record_count=st.record_count,
                 size=len(built.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
                 segment_id=seg_id, writer_id=max(self.server.node_id, 0), leader_epoch=epoch,
-                checksum=crc32c(built.log), index_size=len(built.index),
-                timeindex_size=len(built.timeindex),
+                checksum=crc32c(built.log), index_size=len(index), timeindex_size=len(timeindex),
                 max_timestamp_offset=st.offset_of_max_timestamp if st.offset_of_max_timestamp >= 0 else -1))
         for f in uploads:
             f.result()  # re-raises a failed put: the commit is not attempted
