@@ -73,6 +73,7 @@ class TxnStore:
         self._lock = threading.RLock()
         self._next: dict[int, int] = {}
         self._state: dict[str, T.TxnMetadata] = {}
+        self._broker = None
 
     def _topic_partitions(self, create: bool) -> int | None:
         from ..topics import create_topic, load_topic, topic_exists
@@ -148,12 +149,18 @@ class TxnStore:
 
         with self._lock:
             n = self._topic_partitions(create=True)
-            b = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
-            b.allow_internal = True  # the owner of __transaction_state
-            b.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(meta.transactional_id),
-                   partition=partition_for_group(meta.transactional_id, n))
-            b.flush()
-            self.refresh([partition_for_group(meta.transactional_id, n)])
+            if self._broker is None:
+                self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+                self._broker.allow_internal = True  # the owner of __transaction_state
+            try:
+                self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(meta.transactional_id),
+                                  partition=partition_for_group(meta.transactional_id, n))
+                self._broker.flush()
+            except BaseException:
+                self._broker = None  # whatever it buffered is retried by nobody: start clean
+                raise
+            # Landed: it is the latest state (a later refresh reads it again, in log order).
+            self._state[meta.transactional_id] = meta
 
 
 # -- pending offsets (TxnOffsetCommit) -------------------------------------------------------------
@@ -234,11 +241,14 @@ class TxnService:
                 log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
                 return COORDINATOR_NOT_AVAILABLE
         try:
-            pending = await self.broker.run(take_pending_offsets, self.broker.storage,
-                                            meta.producer_id, meta.producer_epoch)
+            pending = []
+            if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
+                pending = await self.broker.run(take_pending_offsets, self.broker.storage,
+                                                meta.producer_id, meta.producer_epoch)
             if commit:
                 await self._apply_offsets([(g, o) for _, g, o in pending if o])
-            await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
+            if pending:
+                await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
             await self.write(T.complete(meta, int(time.time() * 1000)))
         except KafkaStoreError:
             log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
