@@ -26,6 +26,13 @@ it got the first time, without writing it again (also after a broker
 restart, and whichever broker took the first attempt); a sequence that does
 not follow the last one is OUT_OF_ORDER_SEQUENCE_NUMBER; an older producer
 epoch is INVALID_PRODUCER_EPOCH.
+
+Transactions: a producer's first transactional batch at a partition opens
+its transaction there (``ProducerState.txn_first_offset``, which holds the
+last stable offset back); the coordinator's COMMIT / ABORT marker
+(:meth:`Appender.submit_marker`, never a client's) closes it, and an ABORT
+records ``(producer id, first offset, marker offset)`` on the segment entry
+holding the marker, which is what Fetch serves as aborted transactions.
 """
 from __future__ import annotations
 
