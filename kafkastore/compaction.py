@@ -122,6 +122,7 @@ from .format.segment import SegmentBuilder, iter_batches
 from .storage import Storage
 from .topic_config import TopicConfig
 from .topics import load_topic
+from .merge import generation
 
 #: ``SegmentEntry.writer_id`` of segments written by compaction (not a broker).
 COMPACTION_WRITER_ID = -1
@@ -754,6 +755,30 @@ class CommitOutcome:
     reason: str = ""
 
 
+def _live_ids_of_group(m: Manifest | None, group: Sequence[SegmentEntry],
+                       planned: Sequence[str]) -> tuple[str, ...] | None:
+    """The live segments that now hold exactly the offsets of a planned ``group``, or None.
+
+    The planned ones while all are live. Otherwise only a merge may have touched them
+    (:mod:`kafkastore.merge` never changes bytes or offsets, and its ids carry a
+    generation above 0): the live segments covering the group's range must start and end at its
+    bounds and be planned or merged ones. Anything else (retention, another compaction,
+    a merge across the group's bounds) is None: the rewrite no longer fits.
+    """
+    if m is None:
+        return None
+    live = set(m.segment_ids())
+    if all(i in live for i in planned):
+        return tuple(planned)
+    lo, hi = group[0].base_offset, group[-1].next_offset
+    cover = [s for s in m.segments if s.next_offset > lo and s.base_offset < hi]
+    known = set(planned)
+    if (not cover or cover[0].base_offset != lo or cover[-1].next_offset != hi
+            or any(s.segment_id not in known and not generation(s.segment_id) for s in cover)):
+        return None
+    return tuple(s.segment_id for s in cover)
+
+
 def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult], *,
                     clock: Callable[[], float] = time.time, writer: str = "compaction",
                     max_attempts: int | None = None) -> CommitOutcome:
@@ -771,20 +796,24 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
     why: dict[str, str] = {}
 
     def build(m: Manifest | None):
-        live = set(m.segment_ids()) if m is not None else set()
-        missing = [i for i in ids if i not in live]
+        # A merge may have concatenated segments of a group meanwhile (same bytes, same
+        # offsets): the group's rewrite then replaces the merged segments instead.
+        current = {r.group: _live_ids_of_group(m, plan.groups[r.group], r.replaced)
+                   for r in results}
+        missing = [r for r in results if current[r.group] is None]
         if missing:
-            why["reason"] = (f"{len(missing)} of the {len(ids)} cleaned segments were replaced or "
-                             f"removed meanwhile (compaction or retention); files left to GC")
+            why["reason"] = (f"{sum(len(r.replaced) for r in missing)} of the {len(ids)} cleaned "
+                             f"segments were replaced or removed meanwhile (compaction or "
+                             f"retention); files left to GC")
             return None
         if first_upload is not None and clock() * 1000 - first_upload > plan.file_delete_delay_ms / 2:
             why["reason"] = ("the rewrite took longer than half of file.delete.delay.ms "
                              f"({plan.file_delete_delay_ms} ms): GC may delete the new files; "
                              "raise file.delete.delay.ms for this topic")
             return None
-        updates = [ReplaceSegments(r.replaced, (r.entry,)) for r in changed]
+        updates = [ReplaceSegments(current[r.group], (r.entry,)) for r in changed]
         updates.append(SetCleanerOffset(max(m.cleaner_offset, plan.first_uncleanable_offset)))
-        return updates, [AssertSegmentsPresent(ids)]
+        return updates, [AssertSegmentsPresent(tuple(i for r in results for i in current[r.group]))]
 
     store = ManifestStore(storage, plan.topic, plan.partition)
     try:

@@ -541,3 +541,46 @@ def test_rebuilt_batches_equal_the_pure_encoder_of_their_records(tmp_path_factor
                                  last_offset=h.last_offset, delete_horizon_ms=h.delete_horizon_ms,
                                  max_timestamp=h.max_timestamp if h.timestamp_type else None)
             assert again == bytes(log[pos:pos + h.size])
+
+
+def _merge_now(storage, first: int, count: int) -> None:
+    """Merge ``count`` live segments from index ``first`` in one commit, as housekeeping would."""
+    from kafkastore.manifest import AssertSegmentsPresent, ReplaceSegments
+    from kafkastore.merge import MergeRun, build_merged
+
+    store = ManifestStore(storage, TOPIC, 0)
+    run = MergeRun(tuple(store.latest().segments[first:first + count]), generation=1)
+    entry = build_merged(storage, TOPIC, 0, run, index_interval_bytes=4096)
+    store.commit(lambda m: ([ReplaceSegments(run.segment_ids, (entry,))],
+                            [AssertSegmentsPresent(run.segment_ids)]), operation="merge")
+
+
+def test_a_merge_inside_a_cleaned_group_during_the_swap_is_taken_in(local_root):
+    """Housekeeping merges small segments of a served topic at any time: a compaction whose
+    group was merged meanwhile (same bytes, same offsets) still swaps its rewrite in."""
+    plain = Storage(local_root)
+    make_topic(plain, segment_bytes=10_000, delete_retention_ms=DAY)
+    produce_segments(plain, [[("a", "1"), ("b", "1")], [("a", "2"), ("c", "1")], [("b", None)],
+                             [("a", "3"), ("d", "1")], [("e", "1")]])
+    before = read_all(plain)
+    storage, fs = faulty_storage(local_root)
+    fs.on_write(lambda op, path: _merge_now(plain, 0, 2), match="_manifest/")
+    res = compact_partition_local(storage, TOPIC, 0, T0)
+    assert res.status == STATUS_CLEANED, res.reason
+    after = read_all(plain)
+    check_compacted(before, after, res.first_uncleanable_offset)
+    assert latest_per_key(after) == _expected_after(before)
+    assert not any(s.segment_id.startswith("m1g") for s in latest_manifest(plain).segments)
+
+
+def test_a_merge_across_a_cleaned_group_bound_makes_compaction_give_up(local_root):
+    plain = Storage(local_root)
+    make_topic(plain, segment_bytes=10_000, delete_retention_ms=DAY)
+    produce_segments(plain, [[("a", "1"), ("b", "1")], [("a", "2"), ("c", "1")], [("b", None)],
+                             [("a", "3"), ("d", "1")], [("e", "1")]])
+    before = read_all(plain)
+    storage, fs = faulty_storage(local_root)
+    fs.on_write(lambda op, path: _merge_now(plain, 3, 2), match="_manifest/")  # into the head
+    res = compact_partition_local(storage, TOPIC, 0, T0)
+    assert res.status == STATUS_GAVE_UP and "replaced or removed" in res.reason
+    assert read_all(plain) == before
