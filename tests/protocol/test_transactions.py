@@ -514,3 +514,30 @@ def test_transaction_timeout_is_bounded_by_the_broker_maximum(tmp_path):
         assert init(60_000) == 50  # INVALID_TRANSACTION_TIMEOUT
         assert init(5000) == 0
         w.close()
+
+
+def test_offline_reader_sees_what_read_committed_consumers_see(broker, storage):
+    """The offline side (PartitionReader, used by consume, loads and the Spark source) reads a
+    log written by serve's coordinator: committed records only, stopping at an open transaction."""
+    from kafkastore.reader import PartitionReader
+
+    topic = _topic(storage, 1)
+    p = _producer(broker.bootstrap, "tx-offline-" + uuid.uuid4().hex[:6])
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1"], False), ([b"c3"], True)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, v, partition=0)
+        p.flush(10)
+        p.commit_transaction(15) if commit else p.abort_transaction(15)
+    p.begin_transaction()
+    p.produce(topic, b"open", partition=0)
+    p.flush(10)
+
+    def values(isolation):
+        table = PartitionReader(storage, topic, 0).read(0, isolation=isolation, include_headers=False)
+        return table.column("value").to_pylist()
+
+    assert values("read_committed") == [b"c1", b"c2", b"c3"]
+    assert values("read_uncommitted") == [b"c1", b"c2", b"a1", b"c3", b"open"]
+    p.abort_transaction(15)
+    assert values("read_committed") == [b"c1", b"c2", b"c3"]
