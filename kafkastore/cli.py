@@ -435,7 +435,10 @@ def cmd_serve(args, cfg: Config) -> int:
                         node_id=args.node_id, commit_interval_ms=args.commit_interval_ms,
                         ssl_context=ctx, credentials=creds, insecure=args.insecure,
                         auto_create_topics=args.auto_create_topics,
-                        default_partitions=args.default_partitions)
+                        default_partitions=args.default_partitions,
+                        **{name: getattr(args, name) for name in (
+                            "max_connections", "max_connections_per_ip", "connections_max_idle_ms")
+                           if getattr(args, name) is not None})
 
     def ready(server):
         print(f"kafkastore: broker {server.node_id} serving {cfg.root} on "
@@ -561,6 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=positive, default=1,
                     help="partitions of auto-created topics (default 1)")
+    # Defaults live in ServeOptions (not imported here: every command would pay for it).
+    sv.add_argument("--max-connections", type=positive,
+                    help="connections accepted in all (Kafka's max.connections; default 1000)")
+    sv.add_argument("--max-connections-per-ip", type=positive,
+                    help="connections accepted per client address (max.connections.per.ip; default 500)")
+    sv.add_argument("--connections-max-idle-ms", type=positive,
+                    help="close a connection idle this long (connections.max.idle.ms; default 600000)")
     sv.add_argument("-v", "--verbose", action="count", default=0,
                     help="-v: log clients and the API versions they use; -vv: every commit too")
     sv.set_defaults(func=cmd_serve)

@@ -150,3 +150,36 @@ def test_request_bytes_in_flight_per_connection_are_bounded(tmp_path):
             assert int(r.responses[0].partition_responses[0].error_code) == 0
         w.close()
         assert 0 < b.server.peak_connection_bytes <= limit
+
+
+def test_serve_flags_set_the_connection_limits(tmp_path):
+    """`kafkastore serve --max-connections-per-ip 1 --connections-max-idle-ms 300`: a second
+    connection from one address is refused, and an idle one is closed."""
+    import signal
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", f"file://{tmp_path}/r",
+                             "serve", "--listen", "127.0.0.1:0", "--max-connections-per-ip", "1",
+                             "--connections-max-idle-ms", "300"], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "serving" in line, line + proc.stderr.read()
+        bootstrap = line.split(" on ", 1)[1].split()[0]
+        first = Wire(bootstrap, timeout=10)
+        assert int(first.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+                   .error_code) == 0
+        second = Wire(bootstrap, timeout=10)
+        assert second.recv_frame() is None  # refused: closed without an answer
+        second.close()
+        time.sleep(1.0)
+        assert first.recv_frame() is None   # idle past 300 ms: closed by the broker
+        first.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
