@@ -237,7 +237,9 @@ class TxnService:
         for fut in futs:
             outcome = await fut
             # An older epoch than the partition's: a newer instance already fenced it there.
-            if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH):
+            # A partition deleted since it joined has nothing left to close (as Kafka drops its
+            # markers); retrying could never finish the transaction.
+            if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION):
                 log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
                 return COORDINATOR_NOT_AVAILABLE
         try:

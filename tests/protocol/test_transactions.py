@@ -541,3 +541,17 @@ def test_offline_reader_sees_what_read_committed_consumers_see(broker, storage):
     assert values("read_uncommitted") == [b"c1", b"c2", b"a1", b"c3", b"open"]
     p.abort_transaction(15)
     assert values("read_committed") == [b"c1", b"c2", b"c3"]
+
+
+def test_a_topic_deleted_during_the_transaction_does_not_block_its_end(broker, storage):
+    from kafkastore.topics import delete_topic
+
+    kept, doomed = _topic(storage, 1), _topic(storage, 1)
+    p = _producer(broker.bootstrap, "tx-deleted-" + uuid.uuid4().hex[:6])
+    p.begin_transaction()
+    p.produce(kept, b"kept", partition=0)
+    p.produce(doomed, b"gone", partition=0)
+    p.flush(10)
+    delete_topic(storage, doomed)
+    p.commit_transaction(15)
+    assert _consume(broker.bootstrap, kept, 1, "read_committed", expect=1) == [b"kept"]
