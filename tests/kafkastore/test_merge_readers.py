@@ -1,0 +1,59 @@
+"""Readers that keep their own position across commits, on delta manifests and merged segments:
+the ``__consumer_offsets`` cache (advanced from the last offset it read) and a consumer's
+incremental reads, while merges replace the segments they read before."""
+from __future__ import annotations
+
+from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
+from kafkastore.manifest import ManifestStore
+from kafkastore.merge import merge_partition
+from kafkastore.reader import PartitionReader
+from kafkastore.storage import Storage
+
+
+def test_consumer_offsets_cache_survives_merges_of_its_segments(root_url):
+    """The cache reads on from the offset it stopped at; a merge rewrites the segments under
+    it (same offsets, new ids, indexes built) and the delta versions carry the change."""
+    s = Storage(root_url)
+    store = OffsetsStore(s, partitions=1, clock=lambda: 1000)
+    want: dict[str, dict] = {}
+    for i in range(40):  # 40 small commits: 40 index-free segments, versions mostly deltas
+        g = f"g{i % 5}"
+        om = OffsetAndMetadata(i, 0, f"m{i}", 1000 + i)
+        store.commit_offsets(g, {("t", i % 3): om})
+        want.setdefault(g, {})[("t", i % 3)] = om
+        if i in (17, 31):  # merge mid-way: the store's next read starts inside merged segments
+            merge_partition(s, OFFSETS_TOPIC, 0, min_segments=0, rounds=10, pack=True)
+    m = ManifestStore(s, OFFSETS_TOPIC, 0).latest()
+    assert len(m.segments) < 12  # merged (40 commits made 40 segments)
+    for g, offsets in want.items():
+        assert store.group(g).offsets == offsets  # the incremental cache
+        assert OffsetsStore(Storage(root_url)).group(g).offsets == offsets  # a fresh read
+    assert store.skipped_records == 0
+    hw = PartitionReader(s, OFFSETS_TOPIC, 0).high_watermark
+    rows = PartitionReader(s, OFFSETS_TOPIC, 0).read(0).to_pylist()
+    assert [r["offset"] for r in rows] == list(range(hw)) and hw == 40
+
+
+def test_a_consumer_reading_on_from_its_position_across_merges(root_url):
+    """A consumer that polls from its last offset sees every record once while merges
+    replace the segments it already read and the one it is in the middle of."""
+    from kafkastore.broker import Broker
+    from kafkastore.topics import create_topic
+
+    s = Storage(root_url)
+    create_topic(s, "ev", 1)
+    b = Broker(s, housekeeping=False)
+    seen: list[int] = []
+    pos = 0
+    for i in range(36):
+        b.send("ev", b"v%d" % i, partition=0)
+        b.send("ev", b"w%d" % i, partition=0)
+        b.flush()
+        if i % 3 == 0:
+            rows = PartitionReader(s, "ev", 0).read(pos, max_records=3).to_pylist()
+            seen += [r["offset"] for r in rows]
+            pos = seen[-1] + 1 if seen else pos
+        if i % 10 == 9:
+            merge_partition(s, "ev", 0, min_segments=0, rounds=10, pack=True)
+    seen += [r["offset"] for r in PartitionReader(s, "ev", 0).read(pos).to_pylist()]
+    assert seen == list(range(72))
