@@ -555,3 +555,38 @@ def test_a_topic_deleted_during_the_transaction_does_not_block_its_end(broker, s
     delete_topic(storage, doomed)
     p.commit_transaction(15)
     assert _consume(broker.bootstrap, kept, 1, "read_committed", expect=1) == [b"kept"]
+
+
+def test_coordinator_sigkilled_after_add_partitions_another_broker_commits(tmp_path):
+    """Two `kafkastore serve` processes; the one coordinating the transactional id is SIGKILLed
+    once the transaction has partitions and data; the producer's commit goes to the other
+    broker, which finishes the transaction from the stored state."""
+    import signal
+
+    from kafkastore.protocol.api_groups import coordinator_node
+
+    from .test_brokers import _free_port, _start, _stop
+
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    topic = _topic(storage, 2)
+    ports = [_free_port(), _free_port()]
+    procs = [_start(root, ports[0], 0), _start(root, ports[1], 1)]
+    try:
+        tid = next(t for t in ("tx-kill-%d" % i for i in range(100))
+                   if coordinator_node(t, [(0, "", 0), (1, "", 0)])[0] == 0)
+        p = _producer(",".join(f"127.0.0.1:{port}" for port in ports), tid,
+                      **{"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+        p.begin_transaction()
+        for i in range(10):
+            p.produce(topic, b"k%d" % i, partition=i % 2)
+        p.flush(10)
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(10)
+        p.commit_transaction(30)  # retried until broker 1 sees broker 0 gone and coordinates
+        got = _consume(f"127.0.0.1:{ports[1]}", topic, 2, "read_committed", expect=10)
+        assert sorted(got) == sorted(b"k%d" % i for i in range(10))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _stop(proc)
