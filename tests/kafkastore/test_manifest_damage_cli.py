@@ -1,0 +1,65 @@
+"""A damaged delta, full version or hint of a delta-format partition at the command line:
+``consume``, ``offsets`` and ``verify`` give one line naming topic, partition and version
+(never a traceback, never older state); a damaged hint only costs a listing."""
+from __future__ import annotations
+
+import pytest
+
+from kafkastore import layout
+from kafkastore.broker import Broker
+from kafkastore.cli import main
+from kafkastore.manifest import ManifestStore
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+from tests.helpers.cli import cli_runner, one_error_line
+
+T, P = "orders", 0
+
+
+@pytest.fixture
+def damaged_root(tmp_path, capsys, monkeypatch, clean_config_env):
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    create_topic(storage, T, 1)
+    b = Broker(storage, housekeeping=False)
+    for i in range(20):  # versions 1 and 16 full, the rest deltas
+        b.send(T, b"v%d" % i, partition=P)
+        b.flush()
+
+    def damage(version, data):
+        path = layout.manifest_path(T, P, version) if version else layout.manifest_hint_path(T, P)
+        storage.put(path, data)
+        ManifestStore(storage, T, P).forget_cached()  # read as a new process would
+
+    return cli_runner(main, capsys, monkeypatch, root), damage
+
+
+@pytest.mark.parametrize("version, data, reason", [
+    (18, b'{"format":2,"kind":"delta"', "not JSON"),
+    (18, b'{"format":2,"kind":"delta","base_version":17}', "bad delta"),
+    (18, b"", "not JSON"),
+    (16, b'{"format":2,"kind":"full","topic":"orders"}', "bad manifest"),
+])
+def test_a_damaged_version_is_one_line_naming_topic_partition_and_version(damaged_root, version,
+                                                                          data, reason):
+    run, damage = damaged_root
+    damage(version, data)
+    for argv in (("consume", T), ("offsets", T)):
+        rc, out, err = run(*argv)
+        line = one_error_line(rc, err)
+        assert f"{T}/{P} version {version}" in line and reason in line, line
+        assert "Traceback" not in err and '"offset"' not in out  # no older state printed
+    rc, out, err = run("verify", T)
+    assert rc == 1 and "Traceback" not in err
+    assert f"{T}/{P} version {version}" in out + err
+    assert f"version {version + 1}" in out + err  # a delta after it cannot be rebuilt either
+
+
+@pytest.mark.parametrize("hint", [b"{not json", b'{"version": 18}', b'{"version": 99}'])
+def test_a_damaged_hint_costs_a_listing_and_verify_reports_it(damaged_root, hint):
+    run, damage = damaged_root
+    damage(None, hint)
+    rc, out, err = run("consume", T)
+    assert rc == 0 and out.count('"offset"') == 20  # the real head, not an older state
+    rc, out, err = run("verify", T)
+    assert rc == 1 and "hint" in out + err and "Traceback" not in err
