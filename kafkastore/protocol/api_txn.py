@@ -286,7 +286,7 @@ class TxnService:
         while True:
             await asyncio.sleep(TIMEOUT_CHECK_S)
             rounds += 1
-            if rounds % FULL_REFRESH_ROUNDS == 0:
+            if rounds % FULL_REFRESH_ROUNDS == 1:  # the first round too: after a (re)start
                 # States written by other brokers (one that died, say) are learnt here too,
                 # so their timed-out transactions are aborted by whichever broker owns them.
                 try:

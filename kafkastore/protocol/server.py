@@ -177,6 +177,8 @@ class BrokerServer:
         await self.run(_warm_up)
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
+        from . import api_txn
+        api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
         log.info("broker %d listening on %s:%d (advertised %s:%d)", self.node_id, opts.host,
                  self.port, host, port)
 

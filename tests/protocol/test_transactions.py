@@ -590,3 +590,44 @@ def test_coordinator_sigkilled_after_add_partitions_another_broker_commits(tmp_p
         for proc in procs:
             if proc.poll() is None:
                 _stop(proc)
+
+
+def test_a_fresh_broker_aborts_a_timed_out_transaction_a_dead_one_left(tmp_path):
+    """The producer and its coordinator are gone; a broker that never hears of the transactional
+    id finds the transaction in __transaction_state and aborts it once it times out."""
+    import datetime
+
+    from kio.schema.add_partitions_to_txn.v3 import request as ap
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+    from kafkastore.protocol.server import BrokerThread, ServeOptions
+    from tests.helpers.wire_requests import fetch
+
+    from .wire import Wire
+
+    root = "file://" + str(tmp_path)
+    storage = Storage(root)
+    topic = _topic(storage, 1)
+    opts = ServeOptions(port=0, commit_interval_ms=2, heartbeat_ms=300)
+    with BrokerThread(Storage(root), opts) as a:
+        w = Wire(a.bootstrap)
+        # Longer than this broker lives: it stops before the timeout, never aborting it itself.
+        init = w.call(InitProducerIdRequest(transactional_id="tx-orphan",
+                                            transaction_timeout=datetime.timedelta(milliseconds=3000),
+                                            producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        w.call(ap.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id="tx-orphan", v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=(0,)),)))
+        assert _produce(w, topic, 0, _txn_batch([b"orphan"], pid, epoch, 0), "tx-orphan")[0] == 0
+        w.close()
+    with BrokerThread(Storage(root), opts) as b:
+        w = Wire(b.bootstrap)
+        deadline = time.time() + 15
+        while time.time() < deadline and fetch(w, topic, 0, 0, isolation=1).last_stable_offset < 2:
+            time.sleep(0.2)
+        f = fetch(w, topic, 0, 0, isolation=1)
+        assert f.last_stable_offset == 2  # the data and the ABORT marker
+        assert [(t.producer_id, t.first_offset) for t in f.aborted_transactions] == [(pid, 0)]
+        w.close()
