@@ -794,11 +794,13 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
     uploads = [r.uploaded_ms for r in changed if r.uploaded_ms is not None]
     first_upload = min(uploads) if uploads else None
     why: dict[str, str] = {}
+    # Group numbers are unique within a job, not indexes into this plan: find groups by ids.
+    planned = {s.segment_id: s for s in plan.segments}
 
     def build(m: Manifest | None):
         # A merge may have concatenated segments of a group meanwhile (same bytes, same
         # offsets): the group's rewrite then replaces the merged segments instead.
-        current = {r.group: _live_ids_of_group(m, plan.groups[r.group], r.replaced)
+        current = {r.group: _live_ids_of_group(m, [planned[i] for i in r.replaced], r.replaced)
                    for r in results}
         missing = [r for r in results if current[r.group] is None]
         if missing:

@@ -584,3 +584,30 @@ def test_a_merge_across_a_cleaned_group_bound_makes_compaction_give_up(local_roo
     res = compact_partition_local(storage, TOPIC, 0, T0)
     assert res.status == STATUS_GAVE_UP and "replaced or removed" in res.reason
     assert read_all(plain) == before
+
+
+def test_one_job_over_two_partitions_commits_both(local_root):
+    """The Spark job numbers groups across all partitions of a job, so a group's number is no
+    index into its own partition's plan (the demo's two-partition compaction hit that)."""
+    from kafkastore.compaction import (finish_partition, group_specs, load_plan, local_survivors,
+                                       rewrite_group, scan_tasks)
+
+    plain = Storage(local_root)
+    make_topic(plain, partitions=2, segment_bytes=150, delete_retention_ms=DAY)
+    rounds = [[("a", "1"), ("b", "1")], [("a", "2"), ("c", "1")], [("b", None)],
+              [("a", "3"), ("d", "1")], [("e", "1")]]
+    for p in (0, 1):
+        produce_segments(plain, rounds, partition=p)
+    before = {p: read_all(plain, partition=p) for p in (0, 1)}
+    loaded = [load_plan(plain, TOPIC, p, T0) for p in (0, 1)]
+    plans = [plan for _, plan in loaded]
+    groups = group_specs(plans)
+    tasks = scan_tasks(plain, plans, groups, [m for m, _ in loaded])
+    keep, carry = local_survivors(plain, plans, groups, tasks)
+    for plan in plans:
+        mine = [g for g in groups if plans[g.plan] is plan]
+        results = [rewrite_group(plain, plan.context, g, keep[g.index], carry[g.index]) for g in mine]
+        res = finish_partition(plain, plan, results, 0.0)
+        assert res.status == STATUS_CLEANED, res.reason
+        after = read_all(plain, partition=plan.partition)
+        check_compacted(before[plan.partition], after, res.first_uncleanable_offset)
