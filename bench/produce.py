@@ -168,7 +168,9 @@ def commit_cost(directory: str, rounds: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def start_moto():
+def start_moto(bucket: str = "bench"):
+    """moto's S3 server on loopback with ``bucket`` created, the AWS environment pointed at
+    it (also used by bench/soak.py and bench/soak_serve.py); returns the server."""
     import logging
 
     from moto.server import ThreadedMotoServer
@@ -186,7 +188,7 @@ def start_moto():
     })
     import boto3
 
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
     return server
 
 

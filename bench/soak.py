@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import logging
 import os
 import shutil
 import statistics
@@ -44,6 +43,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from counting_fs import CountingFS  # noqa: E402
+from produce import start_moto  # noqa: E402
 
 from kafkastore.broker import Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
@@ -53,26 +53,6 @@ from kafkastore.topics import create_topic  # noqa: E402
 
 TOPIC = "soak"
 SPLIT_BYTES = 128 * 1024 * 1024
-
-
-def start_moto():
-    """moto's S3 server on loopback, the AWS environment pointed at it; returns the server."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    os.environ.update({
-        "AWS_ACCESS_KEY_ID": "soak", "AWS_SECRET_ACCESS_KEY": "soak",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint, "AWS_ENDPOINT_URL_S3": endpoint,
-    })
-    import boto3
-
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="soak")
-    return server
 
 
 def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
@@ -176,7 +156,7 @@ def main(argv=None) -> int:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.s3:
-        server = start_moto()
+        server = start_moto("soak")
         try:
             soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
                  args.housekeeping)

@@ -41,23 +41,6 @@ def _free_port() -> int:
     return port
 
 
-def _start_moto() -> tuple[object, dict[str, str]]:
-    """moto's S3 server on loopback and the AWS environment pointing at it."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": endpoint,
-           "AWS_ENDPOINT_URL_S3": endpoint}
-    os.environ.update(env)
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="soak")
-    return server, env
-
-
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -84,8 +67,10 @@ def main() -> int:
     moto = None
     env = dict(os.environ)
     if args.s3:
-        moto, aws = _start_moto()
-        env.update(aws)
+        from produce import start_moto  # bench/ is sys.path[0] when run as a script
+
+        moto = start_moto("soak")
+        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_")})
         root = "s3://soak/root"
     else:
         root = f"file://{tmp}/root"
