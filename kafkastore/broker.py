@@ -55,6 +55,7 @@ from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Re
                            parse_header)
 from .format.segment import index_batch_arrays, index_batches
 from .merge import Housekeeper, housekeeper_for
+from .segment_objects import put_segment_objects
 from .storage import Storage
 from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
@@ -931,11 +932,7 @@ class Broker:
             # builds the indexes. One object per small flush instead of three (item 5 of
             # issue 19: a produce commit is then this PUT and the manifest's).
             index = timeindex = b""
-        # Index and time index first, the log last: a half-uploaded set is an orphan either way.
-        # One put_many: on local files one directory fsync for the three (docs/DECISIONS.md).
-        self.storage.put_many((layout.segment_path(topic, partition, base, seg_id, ext), data)
-                              for ext, data in ((".index", index), (".timeindex", timeindex),
-                                                (".log", log)) if ext == ".log" or data)
+        put_segment_objects(self.storage, topic, partition, base, seg_id, log, index, timeindex)
         st = seg.stats
         return SegmentEntry(
             base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,

@@ -116,6 +116,7 @@ from .format.crc import crc32c
 from .format.segment import rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
                        ReplaceSegments, SegmentEntry)
+from .segment_objects import put_segment_objects
 from .storage import Storage
 from .threads import shared_pool
 from .topic_config import TopicConfig
@@ -309,9 +310,7 @@ def build_merged(storage: Storage, topic: str, partition: int, run: MergeRun,
                                        segment=layout.segment_stem(base, seg_id))
     entry = merged_entry(run, seg_id, len(log_bytes), crc32c(log_bytes), len(index),
                          len(timeindex))
-    storage.put_many((layout.segment_path(topic, partition, base, seg_id, ext), data)
-                     for ext, data in ((".index", index), (".timeindex", timeindex),
-                                       (".log", log_bytes)))
+    put_segment_objects(storage, topic, partition, base, seg_id, log_bytes, index, timeindex)
     return entry
 
 

@@ -145,7 +145,7 @@ def test_a_crash_at_each_step_loses_nothing_and_the_next_run_finishes(root_url, 
     store = ManifestStore(inner, T, P)
     before = store.latest()
     expected = snapshot(inner)
-    merged_ext = {"index": ".index", "log": ".log"}.get(step)
+    merged_ext = {"index": "index", "log": ".log"}.get(step)  # "index": the first index written
     if merged_ext:
         fs.fail_before_write(match=lambda op, path: "-m1g" in path and path.endswith(merged_ext))
     elif step == "commit-before":

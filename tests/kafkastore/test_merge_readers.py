@@ -57,3 +57,29 @@ def test_a_consumer_reading_on_from_its_position_across_merges(root_url):
             merge_partition(s, "ev", 0, min_segments=0, rounds=10, pack=True)
     seen += [r["offset"] for r in PartitionReader(s, "ev", 0).read(pos).to_pylist()]
     assert seen == list(range(72))
+
+
+def test_a_small_merged_segment_uploads_no_empty_index(local_root):
+    """A merge whose result is under index.interval.bytes has an empty .index (Kafka's sparse
+    rule): like a small flush it is not uploaded (index_size 0 reads as absent)."""
+    from kafkastore import layout
+    from kafkastore.admin import verify_partition
+    from kafkastore.broker import Broker
+    from kafkastore.topics import create_topic
+
+    s = Storage(local_root)
+    create_topic(s, "ev", 1)
+    b = Broker(s, housekeeping=False)
+    for i in range(8):
+        b.send("ev", b"v%d" % i, partition=0)
+        b.flush()
+    merge_partition(s, "ev", 0, min_segments=0, rounds=10, pack=True)
+    (seg,) = ManifestStore(s, "ev", 0).latest().segments
+    assert seg.index_size == 0 and seg.timeindex_size > 0
+    objects = {o.path: o.size for o in s.list(layout.partition_dir("ev", 0))}
+    paths = seg.paths("ev", 0)
+    assert paths[".index"] not in objects and objects[paths[".timeindex"]] == seg.timeindex_size
+    assert all(size > 0 for path, size in objects.items() if "/_manifest/" not in path)
+    r = PartitionReader(s, "ev", 0)
+    assert [x["offset"] for x in r.read(3).to_pylist()] == list(range(3, 8))
+    assert verify_partition(s, "ev", 0).ok
