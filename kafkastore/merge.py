@@ -444,16 +444,20 @@ class Housekeeper:
         # retention job cover the logs only such writers touch.
         self._started_ms = self.clock()
         self._last_gc: dict[tuple[str, int], int] = {}
-        self._configs: dict[str, TopicConfig] = {}
+        self._configs: dict[str, tuple[int, TopicConfig]] = {}  # topic -> (read at ms, config)
         self.errors: list[str] = []
         self.merges = 0
         self.gc_runs = 0
 
     def _config(self, topic: str) -> TopicConfig:
-        cfg = self._configs.get(topic)
-        if cfg is None:
-            cfg = self._configs[topic] = load_topic(self.storage, topic).config
-        return cfg
+        # Re-read once per gc interval: a long-running serve must see `alter` (segment.bytes,
+        # segment.ms, cleanup.policy: the cleaner-offset barrier) and a re-created topic's
+        # config, not the one it first read.
+        now = self.clock()
+        hit = self._configs.get(topic)
+        if hit is None or now - hit[0] >= self.gc_interval_ms:
+            hit = self._configs[topic] = (now, load_topic(self.storage, topic).config)
+        return hit[1]
 
     def poke(self, topic: str, partition: int, manifest: Manifest | None = None) -> bool:
         """A commit landed on ``topic/partition`` (``manifest``: the version it made, if known).

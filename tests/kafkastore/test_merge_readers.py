@@ -83,3 +83,37 @@ def test_a_small_merged_segment_uploads_no_empty_index(local_root):
     r = PartitionReader(s, "ev", 0)
     assert [x["offset"] for x in r.read(3).to_pylist()] == list(range(3, 8))
     assert verify_partition(s, "ev", 0).ok
+
+
+def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
+    """A long-running process's housekeeper re-reads the topic config once per gc interval:
+    after `alter` lowers segment.bytes, it no longer merges past the new cap."""
+    from kafkastore.broker import Broker
+    from kafkastore.merge import Housekeeper
+    from kafkastore.topics import alter_topic, create_topic
+
+    s = Storage(local_root)
+    create_topic(s, "ev", 1)
+    b = Broker(s, housekeeping=False)
+    store = ManifestStore(s, "ev", 0)
+    now = [int(s.clock() * 1000)]
+    hk = Housekeeper(s, clock=lambda: now[0], min_segments=0)
+
+    def flushes(n):
+        for i in range(n):
+            b.send("ev", b"v%d" % i, partition=0)
+            b.flush()
+
+    flushes(8)
+    assert hk.poke("ev", 0, store.latest())
+    hk.wait()
+    assert hk.merges and not hk.errors
+    alter_topic(s, "ev", set_configs={"segment.bytes": 14})  # no two segments fit any more
+    now[0] += hk.gc_interval_ms
+    flushes(8)
+    before = store.latest()
+    hk.poke("ev", 0, before)
+    hk.wait()
+    assert not hk.errors
+    assert [x.segment_id for x in store.latest().segments] == [x.segment_id for x in before.segments]
+    hk.close()
