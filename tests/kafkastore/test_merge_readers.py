@@ -117,3 +117,41 @@ def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
     assert not hk.errors
     assert [x.segment_id for x in store.latest().segments] == [x.segment_id for x in before.segments]
     hk.close()
+
+
+def test_import_continues_a_delta_format_log_and_merges_with_it(tmp_path, local_root):
+    """`import` onto a partition whose versions are deltas (and index-free flush segments),
+    then merging across the imported segment, then produce again: one dense log."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("kafka.record.default_records")
+    from kafkastore import layout
+    from kafkastore.admin import import_kafka_dir, verify_partition
+    from kafkastore.broker import Broker
+    from kafkastore.topics import create_topic
+    from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
+
+    s = Storage(local_root)
+    create_topic(s, "ev", 1)
+    b = Broker(s, housekeeping=False)
+    for i in range(20):
+        b.send("ev", b"p%d" % i, partition=0)
+        b.flush()
+    assert json.loads(s.get(layout.manifest_path("ev", 0, 20)))["kind"] == "delta"
+    d = write_kafka_dir(tmp_path, "k", {20: [kafka_batch(20, [b"i0", b"i1", b"i2"])]}, leftovers=False)
+    res = import_kafka_dir(s, str(d), "ev", 0)
+    assert res.high_watermark == 23
+    for i in range(12):
+        b.send("ev", b"q%d" % i, partition=0)
+        b.flush()
+    merge_partition(s, "ev", 0, min_segments=0, rounds=10, pack=True)
+    # the imported batch is stamped 2023: segment.ms keeps it apart from today's neighbours,
+    # which merge on each side
+    assert [(x.base_offset, x.next_offset) for x in ManifestStore(s, "ev", 0).latest().segments] \
+        == [(0, 20), (20, 23), (23, 35)]
+    values = PartitionReader(s, "ev", 0).read(0).column("value").to_pylist()
+    assert values == ([b"p%d" % i for i in range(20)] + [b"i0", b"i1", b"i2"]
+                      + [b"q%d" % i for i in range(12)])
+    assert verify_partition(s, "ev", 0).ok
