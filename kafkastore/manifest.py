@@ -1049,14 +1049,22 @@ class ManifestStore:
         return _Head(*self._decode(v, doc, None), confirmed=None)
 
     def _start_from_listing(self) -> "_Head | None":
+        missing_base: ObjectNotFoundError | None = None
         for _ in range(3):
             versions = self.versions()
             if not versions:
                 return None
             try:
                 return _Head(*self._reconstruct(versions[-1]), confirmed=None)
-            except ObjectNotFoundError:
-                continue  # only if the listing went stale while we read: list again
+            except ObjectNotFoundError as exc:
+                # Only if the listing went stale while we read: list again. But a head that is
+                # still stored while its base is gone was not expired by the rules (a head's
+                # group never goes): the chain was cut, e.g. by a gc of code that predates
+                # delta versions. Never fall back to older state: say which version.
+                missing_base = exc if self.storage.exists(self.path(versions[-1])) else None
+        if missing_base is not None:
+            raise self._damaged(versions[-1], "a delta whose base versions are no longer stored "
+                                "(deleted by a gc that predates delta versions?)")
         raise StorageError(f"manifest of {self.topic}/{self.partition} keeps vanishing while read")
 
     def _trusted(self, head: "_Head") -> bool:
@@ -1115,17 +1123,22 @@ class ManifestStore:
         ``(version, None, error)``: one read per version, deltas applied in order.
 
         A delta whose base is gone before the first full version is skipped (its group is
-        being expired, oldest first); a version whose chain is broken by damage is an error.
+        being expired, oldest first) unless it is the newest (a head's group is never
+        expired: its chain was cut); a version whose chain is broken by damage is an error.
         """
         state: Manifest | None = None
         seen_full = False
-        for v in self.versions():
+        versions = self.versions()
+        for v in versions:
             try:
                 doc = self._read_doc(v)
                 if self._is_delta(doc):
                     if state is None or state.version != v - 1:
-                        if not seen_full:
+                        if not seen_full and v != versions[-1]:
                             continue  # expired meanwhile, or its base was
+                        # The head's group is never expired: its chain was cut (a gc of code
+                        # that predates delta versions). gc must not take this for "nothing
+                        # is referenced" and delete the partition's files.
                         raise self._damaged(v, f"its base version {v - 1} is unreadable or missing")
                     state = self._decode(v, doc, state)[0]
                 else:

@@ -63,3 +63,29 @@ def test_a_damaged_hint_costs_a_listing_and_verify_reports_it(damaged_root, hint
     assert rc == 0 and out.count('"offset"') == 20  # the real head, not an older state
     rc, out, err = run("verify", T)
     assert rc == 1 and "hint" in out + err and "Traceback" not in err
+
+
+def test_a_head_delta_whose_base_versions_were_deleted(damaged_root, tmp_path):
+    """What a gc of code before delta versions does to an upgraded root (its expiry deletes
+    every version but the newest without reading them): the head is a delta with no base.
+    Readers say so in one line (never older state), verify reports it, and gc refuses the
+    partition instead of taking it for one that references nothing and deleting its files."""
+    from kafkastore.errors import CorruptMetadataError
+    from kafkastore.gc import collect_garbage
+
+    run, damage = damaged_root
+    storage = Storage(run.root)
+    store = ManifestStore(storage, T, P)
+    files = {o.path for o in storage.list(layout.partition_dir(T, P)) if "/_manifest/" not in o.path}
+    storage.delete([layout.manifest_path(T, P, v) for v in range(1, 20)])  # 20 is a delta
+    store.forget_cached()
+    with pytest.raises(CorruptMetadataError, match=rf"{T}/{P} version 20 .*base versions"):
+        store.latest()
+    rc, out, err = run("consume", T)
+    assert f"{T}/{P} version 20" in one_error_line(rc, err) and '"offset"' not in out
+    rc, out, err = run("verify", T)
+    assert rc == 1 and "version 20" in out + err
+    with pytest.raises(CorruptMetadataError, match="version 20"):
+        collect_garbage(storage, T, P, now_ms=int(storage.clock() * 1000) + 10 ** 9)
+    left = {o.path for o in storage.list(layout.partition_dir(T, P)) if "/_manifest/" not in o.path}
+    assert left == files  # every segment file kept (the log can still be re-imported)
