@@ -11,7 +11,6 @@ from .errors import ConfigError, StaleUploadError
 from .kafka_import import read_kafka_partition_dir
 from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
     SegmentEntry, UpdateProducerState, check_invariants
-from .segment_objects import put_segment_objects
 from .storage import Storage
 from .topics import load_topic
 from .format.transactions import iter_control_types, scan_transactions
@@ -73,8 +72,8 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
         next_offset = (segments[i + 1].base_offset if i + 1 < len(segments)
                        else max(st.next_offset, end_offset or 0))
         seg_id = layout.new_segment_id()
-        put_segment_objects(storage, topic, partition, seg.base_offset, seg_id, seg.log,
-                            seg.index, seg.timeindex)
+        for ext, data in ((".index", seg.index), (".timeindex", seg.timeindex), (".log", seg.log)):
+            storage.put(layout.segment_path(topic, partition, seg.base_offset, seg_id, ext), data)
         txns = tuple((a.producer_id, a.first_offset, a.last_offset) for a in aborted
                      if seg.base_offset <= a.last_offset < next_offset)
         return SegmentEntry(
