@@ -150,14 +150,30 @@ def _three_versions(storage):
 def test_corrupt_older_version_is_named_flagged_by_verify_and_does_not_block_gc(root_url):
     storage = Storage(root_url)
     store = _three_versions(storage)
+    broker = Broker(storage)
+    for _ in range(14):  # versions 4..17: 16 is full, so 16 and 17 do not need version 1
+        broker.send("t", b"x", partition=0)
+        broker.flush()
     storage.put(store.path(1), b"{not json")
+    store.forget_cached()
     with pytest.raises(Exception, match=r"manifest of t/0 version 1"):
         store.load(1)
     report = verify_partition(storage, "t", 0)
     assert not report.ok and any("manifest of t/0 version 1" in line for line in report.lines())
     gc = collect_garbage(storage, "t", 0, now_ms=int(time.time() * 1000))
     assert any("version 1" in e for e in gc.errors)  # reported, not fatal
-    storage.put(store.path(3), b"{not json")  # the newest decides what is live: that stops gc
+    storage.put(store.path(17), b"{not json")  # the newest decides what is live: that stops gc
+    with pytest.raises(Exception, match="version 17"):
+        collect_garbage(storage, "t", 0, now_ms=int(time.time() * 1000))
+
+
+def test_a_damaged_full_version_under_the_head_delta_stops_gc(root_url):
+    """Deltas on a damaged full version cannot be rebuilt: when the head is one of them,
+    nobody knows what is live, so gc stops (it used to skip them and see nothing listed)."""
+    storage = Storage(root_url)
+    store = _three_versions(storage)  # 1 full, 2 and 3 deltas on it
+    storage.put(store.path(1), b"{not json")
+    store.forget_cached()
     with pytest.raises(Exception, match="version 3"):
         collect_garbage(storage, "t", 0, now_ms=int(time.time() * 1000))
 
