@@ -1149,6 +1149,7 @@ class ManifestStore:
                 continue  # expired meanwhile
             except CorruptMetadataError as exc:
                 state = None
+                seen_full = True  # the deltas after a damaged version are reported, not skipped
                 yield v, None, exc
                 continue
             yield v, state, None

@@ -89,3 +89,17 @@ def test_a_head_delta_whose_base_versions_were_deleted(damaged_root, tmp_path):
         collect_garbage(storage, T, P, now_ms=int(storage.clock() * 1000) + 10 ** 9)
     left = {o.path for o in storage.list(layout.partition_dir(T, P)) if "/_manifest/" not in o.path}
     assert left == files  # every segment file kept (the log can still be re-imported)
+
+
+def test_deltas_on_a_damaged_first_full_version_are_reported_too(damaged_root):
+    """Version 1 (full) damaged: the deltas 2..15 on it cannot be rebuilt and verify says so
+    for each (they were skipped silently); 16 (full) and the head still read."""
+    run, damage = damaged_root
+    damage(1, b"{not json")
+    rc, out, err = run("verify", T)
+    assert rc == 1
+    for v in range(1, 16):
+        assert f"{T}/{P} version {v} " in out + err, v
+    assert f"version 16 " not in out + err and "version 20 " not in out + err
+    rc, out, err = run("consume", T)
+    assert rc == 0 and out.count('"offset"') == 20
