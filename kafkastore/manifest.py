@@ -455,7 +455,11 @@ def check_invariants(m: Manifest, base: Manifest | None = None) -> None:
     for seg in segs[known:]:
         if not isinstance(seg, SegmentEntry):
             raise InvalidUpdateError(f"segments must be SegmentEntry, got {type(seg).__name__}")
-        seg.validate()
+        if not seg.__dict__.get("_valid"):
+            # Entries are immutable: one that passed once needs no second check (a merge
+            # in the middle of a long log re-checks only the tiling, not every entry).
+            seg.validate()
+            object.__setattr__(seg, "_valid", True)
     new_ids = [seg.segment_id for seg in segs[known:]]
     old_ids = _segment_id_set(base) if known else frozenset()
     if len(set(new_ids)) != len(new_ids) or not old_ids.isdisjoint(new_ids):
@@ -547,6 +551,21 @@ class ReplaceSegments(Update):
         add = tuple(self.add)
         if not remove or not add:
             raise InvalidUpdateError("ReplaceSegments needs segments to remove and to add")
+        # Fast path: the run starts where its replacement starts; find it by bisection on the
+        # sorted base offsets (O(log n): a merge commit holds many replacements of a long log).
+        segs, start = m.segments, add[0].base_offset
+        lo, hi = 0, len(segs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if segs[mid].base_offset < start:
+                lo = mid + 1
+            else:
+                hi = mid
+        end = lo + len(remove)
+        if (end <= len(segs) and [s.segment_id for s in segs[lo:end]] == remove
+                and add[-1].next_offset == segs[end - 1].next_offset):
+            return replace(m, segments=segs[:lo] + add + segs[end:])
+        # Otherwise the slow path finds out exactly what is wrong.
         ids = m.segment_ids()
         missing = [r for r in remove if r not in ids]
         if missing:

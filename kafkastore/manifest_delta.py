@@ -63,10 +63,13 @@ def _segment_changes(old: tuple, new: tuple) -> tuple[list[str], list]:
         return [], list(new[n_old:])
     lim = min(n_old, n_new)
     p = 0
-    while p < lim and old[p] == new[p]:
+    # Identity first: apply() shares the base's entry objects, and a dataclass == compares
+    # every field (a merge in the middle of thousands of segments walks them all).
+    while p < lim and (old[p] is new[p] or old[p] == new[p]):
         p += 1
     s = 0
-    while s < lim - p and old[n_old - 1 - s] == new[n_new - 1 - s]:
+    while s < lim - p and (old[n_old - 1 - s] is new[n_new - 1 - s]
+                           or old[n_old - 1 - s] == new[n_new - 1 - s]):
         s += 1
     old_mid, new_mid = old[p:n_old - s], new[p:n_new - s]
     new_by_id = {e.segment_id: e for e in new_mid}

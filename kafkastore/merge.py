@@ -423,6 +423,11 @@ class Housekeeper:
     jobs at once. :meth:`poke` is cheap and never blocks on I/O.
     """
 
+    #: Runs one merge job takes at most. A job's uploads must commit within half the gc
+    #: floor and its commit must be quick next to a busy writer's, so a job never grows with
+    #: a backlog: the housekeeper runs bounded jobs one after another until it is gone.
+    max_runs_per_job: int = 32
+
     def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
                  gc_interval_ms: int = DEFAULT_GC_INTERVAL_MS, fan_in: int = DEFAULT_FAN_IN,
                  min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
@@ -514,11 +519,16 @@ class Housekeeper:
         topic, partition = tp
         while True:
             try:
+                more = False
                 if merge:
                     report = merge_partition(self.storage, topic, partition,
                                              config=self._config(topic), fan_in=self.fan_in,
-                                             min_segments=self.min_segments, writer=self.writer)
+                                             min_segments=self.min_segments, writer=self.writer,
+                                             max_runs=self.max_runs_per_job)
                     self.merges += len(report.merged)
+                    # A capped job left work behind (a backlog): go on, one bounded job at a
+                    # time, rather than letting one job grow with the backlog.
+                    more = report.planned >= self.max_runs_per_job and bool(report.merged)
                 if gc:
                     collect_garbage(self.storage, topic, partition, now_ms=self.clock())
                     self.gc_runs += 1
@@ -531,7 +541,7 @@ class Housekeeper:
                 return
             with self._lock:
                 # Commits that landed meanwhile were not planned: plan once more on the latest.
-                if tp not in self._again or self._closed:
+                if (tp not in self._again and not more) or self._closed:
                     self._again.discard(tp)
                     self._busy.discard(tp)
                     return

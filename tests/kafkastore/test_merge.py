@@ -123,6 +123,36 @@ def test_a_broker_doing_500_small_flushes_stays_bounded(tmp_path):
     assert [r["offset"] for r in snapshot(storage)] == list(range(500))
 
 
+def test_a_backlog_is_merged_by_bounded_jobs_one_after_another(tmp_path):
+    """A log that arrives with a backlog of small segments (an old root, a writer that ran
+    without merging) is worked off by jobs of at most max_runs_per_job runs, each its own
+    commit, not one job growing with the backlog (which once outran the upload-freshness
+    window and never landed)."""
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, T, 1, configs={"segment.bytes": 1 << 20})
+    b = Broker(storage, housekeeping=False)
+    for i in range(300):
+        b.send(T, b"x" * 60, partition=P)
+        b.flush()
+    store = ManifestStore(storage, T, P)
+    before = store.latest()
+    assert len(before.segments) == 300
+    hk = Housekeeper(storage, min_segments=0)
+    hk.max_runs_per_job = 4
+    hk.poke(T, P, before)  # one poke, no writer: the housekeeper carries on by itself
+    hk.wait(60)
+    assert not hk.errors
+    after = store.latest()
+    merges = [v for v in range(before.version + 1, after.version + 1)
+              if store.load(v).commit.operation == "merge"]
+    assert len(merges) >= 300 // 4 // 4  # many bounded commits, not one
+    for v in merges:
+        m, prev = store.load(v), store.load(v - 1)
+        assert len(prev.segments) - len(m.segments) <= 4 * 3  # at most 4 runs of 4 -> 1
+    assert len(after.segments) < 30, len(after.segments)
+    assert [r["offset"] for r in snapshot(storage)] == list(range(300))
+
+
 def test_broker_merges_by_default_and_can_be_turned_off(tmp_path):
     storage = Storage(f"file://{tmp_path}/root")
     create_topic(storage, T, 1)
