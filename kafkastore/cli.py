@@ -38,10 +38,13 @@ def print_json(obj: Any) -> None:
 # -- topics -------------------------------------------------------------------
 def cmd_topics(args, cfg: Config) -> int:
     from .topic_config import parse_assignments
-    from .topics import create_topic, describe_topic, list_topics
+    from .topics import check_not_internal, create_topic, describe_topic, list_topics
 
     storage = _storage(cfg, read_only=args.topics_cmd in ("list", "describe"))
     if args.topics_cmd == "create":
+        # Internal topics are made by their owner with its partitions and config (a
+        # __consumer_offsets made here with cleanup.policy=delete would lose every group's offsets).
+        check_not_internal(args.topic, "create")
         configs = parse_assignments(args.config or [])
         create_topic(storage, args.topic, args.partitions, configs)
         print(f"created topic {args.topic} with {args.partitions} partition(s)", file=sys.stderr)
@@ -50,6 +53,8 @@ def cmd_topics(args, cfg: Config) -> int:
 
         if not cfg.topics:
             raise ConfigError("the config file lists no topics (give --conf FILE with a 'topics:' mapping)")
+        for name in cfg.topics:
+            check_not_internal(name, "create")
         for name, spec in cfg.topics.items():
             try:
                 create_topic(storage, name, int(spec.get("partitions", 1)), spec.get("config") or {})
