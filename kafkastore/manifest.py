@@ -888,6 +888,7 @@ class ManifestStore:
         self._cache_key = (storage.url, repr(sorted(storage.storage_options.items())),
                            self.topic, self.partition)
         self._head: _Head | None = None
+        self._fenced = False  # _topic.json known to be past format 1 (see _ManifestTarget.plan)
 
     @property
     def max_upload_age_ms(self) -> float:
@@ -1479,6 +1480,13 @@ class _ManifestTarget(ObjectTarget):
                     partition=self.store.partition, commit=info)
         self.store._check_uploads(base, new)
         self.encoded = (new, *self.store._encode(None if self.full else base, self.base_fmt, new))
+        if base is not None and self.base_fmt != MANIFEST_FORMAT and not self.store._fenced:
+            # The first format-2 version on a format-1 log: fence older kafkastore off the
+            # topic first (kafkastore.topics.fence_old_readers; imported here, as topics
+            # imports this module).
+            from .topics import fence_old_readers
+            fence_old_readers(self.store.storage, self.store.topic)
+            self.store._fenced = True
         return new
 
     def locate(self, new: Manifest) -> tuple[str, bytes]:

@@ -3,7 +3,7 @@
 ``_topic.json`` (written with put-if-absent, so of two racing creates one
 gets :class:`TopicExistsError`)::
 
-    {"format": 1, "topic": "orders", "partitions": 3,
+    {"format": 2, "topic": "orders", "partitions": 3,
      "config": {"cleanup.policy": "compact", "retention.ms": 86400000},
      "created_ms": 1700000000000, "updated_ms": 1700000000000}
 
@@ -11,6 +11,12 @@ gets :class:`TopicExistsError`)::
 documented simple overwrite of the whole object (atomic, last writer wins):
 topic alterations are rare admin actions, and nothing else writes this file.
 Offsets are not stored here; they come from each partition's manifest.
+
+Format 2 says the topic's manifests may hold format-2 (delta) versions. kafkastore before
+them reads only format 1 and refuses anything else, so the bump fences it off the topic
+(its gc would otherwise expire the versions a delta needs without reading them): new
+topics are written as format 2, and an old topic's file is moved to 2 right before the
+first format-2 manifest version of any of its partitions (:func:`fence_old_readers`).
 
 Deleting a topic (:func:`delete_topic`) is first a commit on every partition's manifest (a
 tombstone: no segments, log start at the high watermark, ``extra["deleted"]``), then the
@@ -36,7 +42,9 @@ from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, Manifest
 from .storage import Storage
 from .topic_config import TopicConfig
 
-TOPIC_FORMAT = 1
+TOPIC_FORMAT = 2
+#: ``_topic.json`` formats this code reads (1: written before delta manifest versions).
+READABLE_TOPIC_FORMATS = (1, 2)
 
 #: The topics kafkastore itself writes (Kafka's internal topics). Clients may read them but
 #: never produce to, create or delete them; only their owner (e.g.
@@ -81,7 +89,7 @@ class TopicMetadata:
     def from_dict(cls, d: Mapping[str, Any]) -> "TopicMetadata":
         """Parse ``_topic.json``; :class:`CorruptMetadataError` on a bad shape."""
         try:
-            if d.get("format") != TOPIC_FORMAT:
+            if d.get("format") not in READABLE_TOPIC_FORMATS:
                 raise ValueError(f"unsupported format {d.get('format')!r}")
             partitions = d["partitions"]
             if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
@@ -183,6 +191,28 @@ class _TopicCreate(ObjectTarget):
 
     def locate(self, meta: TopicMetadata) -> tuple[str, bytes]:
         return layout.topic_meta_path(meta.name), _encode(meta)
+
+
+def fence_old_readers(storage: Storage, name: str) -> bool:
+    """Move a format-1 ``_topic.json`` to format 2 (nothing else changes); whether it did.
+
+    Called before a topic's first format-2 manifest version is written: kafkastore older
+    than delta versions refuses a format-2 topic file, so it stops touching the topic
+    before the new format appears (its gc expires versions without reading them, which
+    would cut a delta from its base). A simple overwrite, like :func:`alter_topic`.
+    """
+    path = layout.topic_meta_path(name)
+    try:
+        doc = json.loads(storage.get(path))
+    except ObjectNotFoundError:
+        return False  # no topic file (a deleted topic, a bare partition): nothing to fence
+    except (ValueError, UnicodeDecodeError):
+        raise CorruptMetadataError(f"topic {name!r}: {path} is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("format") != 1:
+        return False
+    doc["format"] = TOPIC_FORMAT
+    storage.put(path, json.dumps(doc, separators=(",", ":")).encode())
+    return True
 
 
 def load_topic(storage: Storage, name: str) -> TopicMetadata:

@@ -68,3 +68,38 @@ def test_many_format1_versions_list_once_then_never(local_root):
     rows = PartitionReader(storage, T, P).read(0).to_pylist()
     assert [r["value"] for r in rows] == [b"v%d" % i for i in range(60)]
     assert verify_partition(storage, T, P).ok
+
+
+def test_the_first_format2_version_fences_older_kafkastore_off_the_topic(local_root):
+    """Before the first delta-era version of an old topic lands, its _topic.json moves to
+    format 2, which kafkastore before delta versions refuses ("unsupported format 2"): its gc
+    would otherwise expire versions a delta needs without reading them."""
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    b = Broker(storage, housekeeping=False)
+    for i in range(3):
+        b.send(T, b"v%d" % i, partition=P)
+        b.flush()
+    as_format1(storage, range(1, 4))
+    meta_path = layout.topic_meta_path(T)
+    doc = json.loads(storage.get(meta_path))
+    doc["format"] = 1  # as the old code wrote it
+    storage.put(meta_path, json.dumps(doc).encode())
+
+    writes: list[str] = []
+    fs = FaultyFS(storage.fs)
+    fs.on_write(lambda op, path: writes.append(path), count=None)
+    b2 = Broker(Storage(local_root, fs=fs), housekeeping=False)
+    b2.send(T, b"v3", partition=P)
+    b2.flush()
+    assert json.loads(storage.get(meta_path))["format"] == 2
+    first_version = next(i for i, p in enumerate(writes) if "/_manifest/0" in p)
+    fenced = [i for i, p in enumerate(writes) if p.endswith(meta_path)]
+    assert fenced and fenced[0] < first_version, writes
+    assert PartitionReader(storage, T, P).read(0).column("value").to_pylist() == [
+        b"v0", b"v1", b"v2", b"v3"]
+    before = storage.get(meta_path)
+    b2.send(T, b"v4", partition=P)  # fenced once: later commits leave the file alone
+    b2.flush()
+    assert storage.get(meta_path) == before
+    assert len([p for p in writes if p.endswith(meta_path)]) == 1

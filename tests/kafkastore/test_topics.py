@@ -25,7 +25,7 @@ def test_create_load_list(storage):
     meta = create_topic(storage, "orders", 3, {"retention.ms": "1000", "cleanup.policy": "compact"}, now_ms=5)
     assert (meta.name, meta.partitions, meta.created_ms) == ("orders", 3, 5)
     stored = json.loads(storage.get(layout.topic_meta_path("orders")))
-    assert stored == {"format": 1, "topic": "orders", "partitions": 3,
+    assert stored == {"format": 2, "topic": "orders", "partitions": 3,
                       "config": {"cleanup.policy": "compact", "retention.ms": 1000},
                       "created_ms": 5, "updated_ms": 5}
     assert load_topic(storage, "orders") == meta
