@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,6 +14,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from tests.helpers.kafka_clients import cli_consume, confluent_consume
+from tests.helpers.serve_procs import free_port, start_serve, stop_serve
 from tests.helpers.wire_requests import batch, produce
 from .wire import Wire
 
@@ -65,31 +63,6 @@ def test_brokers_register_and_spread_leadership(module_root, storage):
     assert ManifestStore(storage, "spread", 0).latest().high_watermark == 60
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _start(root: str, port: int, node_id: int = 0) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", root, "serve",
-                             "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id), "-v"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = proc.stdout.readline()
-    assert "serving" in line, line
-    return proc
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.mark.parametrize("after_kill", ["restart", "failover"])
 def test_killed_broker_loses_and_doubles_nothing(tmp_path, after_kill):
     """SIGKILL a broker with produce requests in flight under an idempotent producer; then
@@ -98,12 +71,12 @@ def test_killed_broker_loses_and_doubles_nothing(tmp_path, after_kill):
 
     root = f"file://{tmp_path}/root"
     create_topic(Storage(root), "crash", 2)
-    port = _free_port()
-    procs = [_start(root, port, 0)]
+    port = free_port()
+    procs = [start_serve(root, port, 0)]
     bootstrap = f"127.0.0.1:{port}"
     if after_kill == "failover":
-        other = _free_port()
-        procs.append(_start(root, other, 1))
+        other = free_port()
+        procs.append(start_serve(root, other, 1))
         bootstrap += f",127.0.0.1:{other}"
     n = 3000
     delivered, errors = [], []
@@ -122,14 +95,14 @@ def test_killed_broker_loses_and_doubles_nothing(tmp_path, after_kill):
                 procs[0].send_signal(signal.SIGKILL)  # mid-stream: requests in flight
                 procs[0].wait(10)
                 if after_kill == "restart":
-                    procs[0] = _start(root, port, 0)
+                    procs[0] = start_serve(root, port, 0)
             if i % 100 == 0:
                 time.sleep(0.01)
         assert p.flush(60) == 0
     finally:
         for proc in procs:
             if proc.poll() is None:
-                _stop(proc)
+                stop_serve(proc)
     assert errors == []
     values = sorted(r["value"] for r in cli_consume(root, "crash"))
     assert values == sorted("m-%d" % i for i in range(n))  # nothing lost, nothing doubled

@@ -565,13 +565,13 @@ def test_coordinator_sigkilled_after_add_partitions_another_broker_commits(tmp_p
 
     from kafkastore.protocol.api_groups import coordinator_node
 
-    from .test_brokers import _free_port, _start, _stop
+    from tests.helpers.serve_procs import free_port, start_serve, stop_serve
 
     root = f"file://{tmp_path}/root"
     storage = Storage(root)
     topic = _topic(storage, 2)
-    ports = [_free_port(), _free_port()]
-    procs = [_start(root, ports[0], 0), _start(root, ports[1], 1)]
+    ports = [free_port(), free_port()]
+    procs = [start_serve(root, ports[0], 0), start_serve(root, ports[1], 1)]
     try:
         tid = next(t for t in ("tx-kill-%d" % i for i in range(100))
                    if coordinator_node(t, [(0, "", 0), (1, "", 0)])[0] == 0)
@@ -589,7 +589,7 @@ def test_coordinator_sigkilled_after_add_partitions_another_broker_commits(tmp_p
     finally:
         for proc in procs:
             if proc.poll() is None:
-                _stop(proc)
+                stop_serve(proc)
 
 
 def test_a_fresh_broker_aborts_a_timed_out_transaction_a_dead_one_left(tmp_path):
