@@ -449,6 +449,11 @@ class Housekeeper:
         # retention job cover the logs only such writers touch.
         self._started_ms = self.clock()
         self._last_gc: dict[tuple[str, int], int] = {}
+        # Partitions that owe a gc although no commit may come to trigger one (a partition
+        # that went quiet): due time (ms) and how many gc runs in a row found nothing.
+        self._quiet: dict[tuple[str, int], int] = {}
+        self._idle_runs: dict[tuple[str, int], int] = {}
+        self._sweeper: threading.Thread | None = None
         self._configs: dict[str, tuple[int, TopicConfig]] = {}  # topic -> (read at ms, config)
         self.errors: list[str] = []
         self.merges = 0
@@ -484,10 +489,13 @@ class Housekeeper:
         if self._closed:
             return False
         if self._pid != os.getpid():
-            # A forked child: the parent's jobs do not run here, and its lock may be held.
+            # A forked child: the parent's jobs and sweeper do not run here, and its lock may
+            # be held.
             self._pid, self._lock = os.getpid(), threading.Lock()
             self._busy, self._again = set(), set()
+            self._quiet, self._idle_runs, self._sweeper = {}, {}, None
         now = self.clock()
+        self._owe_gc(tp, now)
         with self._lock:
             if tp in self._busy:
                 if manifest is not None:
@@ -530,8 +538,11 @@ class Housekeeper:
                     # time, rather than letting one job grow with the backlog.
                     more = report.planned >= self.max_runs_per_job and bool(report.merged)
                 if gc:
-                    collect_garbage(self.storage, topic, partition, now_ms=self.clock())
+                    now = self.clock()
+                    gc_report = collect_garbage(self.storage, topic, partition, now_ms=now)
                     self.gc_runs += 1
+                    self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
+                                                 or any(gc_report.versions_expired.values())))
             except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
                 self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
                 log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
@@ -547,6 +558,60 @@ class Housekeeper:
                     return
                 self._again.discard(tp)
             merge, gc = True, False
+
+    #: How often (seconds) the sweeper looks for quiet partitions whose gc is due.
+    sweep_s: float = 15.0
+
+    def _owe_gc(self, tp: tuple[str, int], now: int) -> None:
+        """``tp`` had a commit: it owes a gc once the interval and the grace have passed, even
+        if no later commit pokes it (the sweeper runs it)."""
+        due = now + self.gc_interval_ms + self._grace_ms(tp[0])
+        with self._lock:
+            self._quiet[tp] = due
+            self._idle_runs[tp] = 0
+            if self._sweeper is None and not self._closed:
+                self._sweeper = threading.Thread(target=self._sweep, name="kafkastore-housekeeping-sweep",
+                                                 daemon=True)
+                self._sweeper.start()
+
+    def _grace_ms(self, topic: str) -> int:
+        try:
+            return max(int(self._config(topic).file_delete_delay_ms), int(ManifestStore.min_keep_ms))
+        except Exception:  # noqa: BLE001 -- a deleted topic: the floor is a fine guess
+            return int(ManifestStore.min_keep_ms)
+
+    def _after_gc(self, tp: tuple[str, int], now: int, did_something: bool) -> None:
+        # A gc that deleted or expired something, or kept files too young to go, leaves work
+        # for one grace later; two runs in a row that find nothing end the partition's debt.
+        due = now + self.gc_interval_ms + self._grace_ms(tp[0])
+        with self._lock:
+            idle = 0 if did_something else self._idle_runs.get(tp, 0) + 1
+            if idle >= 2:
+                self._quiet.pop(tp, None)
+                self._idle_runs.pop(tp, None)
+            else:
+                self._idle_runs[tp] = idle
+                self._quiet[tp] = due
+
+    def _sweep(self) -> None:
+        """Run the gc quiet partitions owe (one daemon thread per housekeeper)."""
+        import time as _time
+
+        while not self._closed and self._pid == os.getpid():
+            _time.sleep(self.sweep_s)
+            now = self.clock()
+            with self._lock:
+                due = [tp for tp, at in self._quiet.items() if at <= now and tp not in self._busy]
+                for tp in due:
+                    self._busy.add(tp)
+                    self._last_gc[tp] = now
+            for tp in due:
+                try:
+                    shared_pool("housekeeping", self.workers).submit(self._run, tp, False, True)
+                except RuntimeError:  # interpreter shutting down
+                    with self._lock:
+                        self._busy.discard(tp)
+                    return
 
     def wait(self, timeout_s: float = 30.0) -> None:
         """Block until no job is running or queued (tests, shutdown)."""

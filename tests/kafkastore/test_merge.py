@@ -2,6 +2,8 @@
 of older versions, the automatic housekeeping of a Broker, and crashes at each step."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kafkastore import layout
@@ -324,6 +326,32 @@ def test_housekeeping_removes_old_versions_and_merged_away_files_by_itself(tmp_p
     assert len(store.versions()) < before.version
     assert [r["offset"] for r in snapshot(storage)] == list(range(before.high_watermark))
     assert not hk.poke(T, P, store.latest())  # and not again within the interval
+    hk.close()
+
+
+def test_a_partition_gone_quiet_is_collected_without_another_commit(tmp_path):
+    """The merged-away files and old versions of a partition that receives no more commits
+    still go, one interval and one grace after its last commit (the housekeeper's sweeper)."""
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, T, 1)
+    fill(storage, txn=False)
+    store = ManifestStore(storage, T, P)
+    before = store.latest()
+    now = [int(storage.clock() * 1000)]
+    hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
+    hk.sweep_s = 0.05
+    assert hk.poke(T, P, before)  # the last commit: merges, gc not due yet
+    hk.wait()
+    old_files = {p for s in before.segments for p in s.paths(T, P).values()}
+    assert old_files & {o.path for o in storage.list(layout.partition_dir(T, P))}
+    now[0] += 10 * 60_000  # no poke from here on: the partition went quiet
+    deadline = time.monotonic() + 20
+    while hk.gc_runs == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hk.wait()
+    assert hk.gc_runs >= 1 and not hk.errors
+    assert not old_files & {o.path for o in storage.list(layout.partition_dir(T, P))}
+    assert [r["offset"] for r in snapshot(storage)] == list(range(before.high_watermark))
     hk.close()
 
 
