@@ -6,6 +6,10 @@ by the appender) or when another broker's commit shows up: one poller per
 broker reads the manifest head of each partition somebody waits on every
 ``poll_s`` (one read per partition, however many fetches wait on it) and
 notifies the partitions whose version moved. Nothing runs while nobody waits.
+A round reads at most ``max_reads_per_s * poll_s`` heads, taking the waited
+partitions in turn, so the poll's cost is bounded whatever the number of parked
+fetches (with many partitions each is polled less often: another broker's write
+then wakes a fetch later, at worst when its own max wait ends).
 
 Each partition has a generation counter, bumped by every notification; a fetch
 takes the generations before it reads and :meth:`DataWatch.wait` returns at
@@ -27,12 +31,15 @@ class DataWatch:
     """Per-partition waiters, generations and the shared manifest-head poller (event loop only)."""
 
     def __init__(self, read_versions: Callable[[list[TP]], Awaitable[dict[TP, int]]],
-                 known_version: Callable[[TP], int | None], poll_s: float = 0.25):
+                 known_version: Callable[[TP], int | None], poll_s: float = 0.25,
+                 max_reads_per_s: float = 40.0):
         """``read_versions(tps)``: the current manifest version of each partition (storage);
         ``known_version(tp)``: the version this broker last read, if any (no I/O)."""
         self._read_versions = read_versions
         self._known_version = known_version
         self.poll_s = poll_s
+        self.max_reads_per_s = max_reads_per_s
+        self._cursor = 0  # where the next round starts among the waited partitions
         self._gen: dict[TP, int] = {}
         self._waiters: dict[TP, set[asyncio.Future]] = {}
         self._seen: dict[TP, int] = {}
@@ -85,9 +92,13 @@ class DataWatch:
         """Read the heads of the waited-on partitions every ``poll_s`` while anyone waits."""
         while self._waiters:
             await asyncio.sleep(self.poll_s)
-            tps = list(self._waiters)
-            if not tps:
+            waited = list(self._waiters)
+            if not waited:
                 break
+            budget = max(1, int(self.max_reads_per_s * self.poll_s))
+            start = self._cursor % len(waited)
+            tps = (waited[start:] + waited[:start])[:budget]
+            self._cursor = start + len(tps)
             try:
                 versions = await self._read_versions(tps)
             except Exception:  # noqa: BLE001 - a failed poll is retried next interval
