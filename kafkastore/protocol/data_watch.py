@@ -32,7 +32,7 @@ class DataWatch:
 
     def __init__(self, read_versions: Callable[[list[TP]], Awaitable[dict[TP, int]]],
                  known_version: Callable[[TP], int | None], poll_s: float = 0.25,
-                 max_reads_per_s: float = 40.0):
+                 max_reads_per_s: float = 10.0):
         """``read_versions(tps)``: the current manifest version of each partition (storage);
         ``known_version(tp)``: the version this broker last read, if any (no I/O)."""
         self._read_versions = read_versions
