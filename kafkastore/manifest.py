@@ -1152,6 +1152,15 @@ class ManifestStore:
         for v in versions:
             try:
                 doc = self._read_doc(v)
+                if self._is_delta(doc) and state is not None and state.version < v - 1:
+                    # A directory listing need not show files created while it is taken
+                    # (readdir leaves that unspecified): read the versions it skipped.
+                    for u in range(state.version + 1, v):
+                        try:
+                            state = self._decode(u, self._read_doc(u), state)[0]
+                        except ObjectNotFoundError:
+                            break
+                        yield u, state, None
                 if self._is_delta(doc):
                     if state is None or state.version != v - 1:
                         if not seen_full and v != versions[-1]:
