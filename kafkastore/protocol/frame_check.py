@@ -9,6 +9,13 @@ larger than what is left of the frame, and any tagged field that runs past
 it. Only what passes is handed to kio, so the decoder's allocations are
 bounded by the frame size (itself bounded by the listener's request limit).
 
+A request may also hold at most :data:`MAX_REQUEST_ELEMENTS` array elements in all
+(partitions of a Fetch, Produce or OffsetFetch, topics of a Metadata...): the handlers
+build a per-element answer on the event loop, so a request naming hundreds of thousands
+of partitions held every other client for seconds. Kafka has no such count limit (only
+the request size); 50,000 is far above what a client sends (a topic has at most 10,000
+partitions here) and keeps the worst request's answer well under a second.
+
 The walk returns where the body ends; bytes after it are tolerated, as
 Kafka's own parser does (librdkafka's Metadata v12 for all topics carries
 three padding bytes after its tagged fields).
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import threading
 from functools import lru_cache
 from typing import Callable
 
@@ -24,6 +32,12 @@ from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveTupl
                                     get_field_tag, is_optional)
 
 from ..errors import ProtocolError
+
+#: Array elements one request may hold in all (see the module docstring).
+MAX_REQUEST_ELEMENTS = 50_000
+
+# Elements left to the request being walked on this thread (check_body sets it).
+_budget = threading.local()
 
 # skip(buf, pos, end) -> new pos; raises ProtocolError when the value does not fit in [pos, end).
 Skip = Callable[[memoryview, int, int], int]
@@ -104,6 +118,11 @@ def _array(element: Skip, min_size: int, flexible: bool) -> Skip:
                 raise ProtocolError(f"array length {n} at byte {pos}")
         if n * per > end - p:
             raise ProtocolError(f"array at byte {pos} claims {n} elements, {end - p} bytes left")
+        left = getattr(_budget, "left", MAX_REQUEST_ELEMENTS) - max(n, 0)
+        if left < 0:
+            raise ProtocolError(f"request holds more than {MAX_REQUEST_ELEMENTS} array elements "
+                                f"(partitions, topics...) in all")
+        _budget.left = left
         for _ in range(n):
             p = element(buf, p, end)
         return p
@@ -184,8 +203,10 @@ def check_body(cls: type, buf, offset: int) -> int:
     """Walk a request body of kio class ``cls`` at ``offset``; where it ends.
 
     Raises :class:`ProtocolError` when any length, count or tagged field runs
-    past the end of ``buf``.
+    past the end of ``buf``, or when the request holds more than
+    :data:`MAX_REQUEST_ELEMENTS` array elements in all.
     """
     view = memoryview(buf)
     skip, _ = _plan(cls)
+    _budget.left = MAX_REQUEST_ELEMENTS
     return skip(view, offset, len(view))

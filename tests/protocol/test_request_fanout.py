@@ -4,6 +4,7 @@ loop", replayed on OffsetFetch: a 4 MB request naming 1,000,000 partitions froze
 process for 11 s, every client's ApiVersions waiting meanwhile)."""
 from __future__ import annotations
 
+import struct
 import sys
 import threading
 import time
@@ -11,7 +12,8 @@ import time
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from kafkastore.protocol import codec
+from kafkastore.errors import ProtocolError
+from kafkastore.protocol import codec, frame_check
 from kafkastore.topics import create_topic
 
 from .wire import Wire
@@ -26,8 +28,6 @@ def _offset_fetch(n: int):
         codec.make(mod, "OffsetFetchRequestTopic", name="fanout", partition_indexes=tuple(range(n))),))
 
 
-@pytest.mark.xfail(strict=True, reason="OffsetFetch builds its per-partition answer on the event "
-                   "loop (fix in protocol/api_groups.py pending, see the issue 20 review)")
 def test_a_huge_offset_fetch_does_not_stall_other_clients(broker, storage):
     create_topic(storage, "fanout", 1)
     request = _offset_fetch(ENTRIES)
@@ -53,3 +53,21 @@ def test_a_huge_offset_fetch_does_not_stall_other_clients(broker, storage):
         time.sleep(0.05)
     t.join(120)
     assert worst < 0.5, f"ApiVersions waited {worst:.2f} s behind one OffsetFetch of {ENTRIES} partitions"
+
+
+def test_a_request_of_more_elements_than_the_limit_is_refused_cheaply():
+    """The count is checked when the array's length is read, before any element is walked."""
+    request = codec.encode_request(_offset_fetch(frame_check.MAX_REQUEST_ELEMENTS + 1), 1)
+    body = request[4:]
+    started = time.monotonic()
+    with pytest.raises(ProtocolError, match="array elements"):
+        codec.decode_request(9, 7, body, _header_size(body))
+    assert time.monotonic() - started < 1.0
+    ok = codec.encode_request(_offset_fetch(1000), 1)[4:]
+    assert len(codec.decode_request(9, 7, ok, _header_size(ok)).topics[0].partition_indexes) == 1000
+
+
+def _header_size(body: bytes) -> int:
+    """Request header v2 of these requests: api key, version, correlation id, client id, tags."""
+    (n,) = struct.unpack_from(">h", body, 8)
+    return 10 + max(n, 0) + 1
