@@ -37,6 +37,8 @@ def test_a_huge_offset_fetch_does_not_stall_other_clients(broker, storage):
         w = Wire(broker.bootstrap, timeout=120)
         try:
             w.call(request)
+        except ConnectionError:
+            pass  # refused: more array elements than a request may hold
         finally:
             w.close()
             done.set()
