@@ -546,6 +546,11 @@ class Housekeeper:
             except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
                 self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
                 log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
+                if gc:
+                    # A failed gc counts as one that found nothing: the sweeper tries again one
+                    # interval and one grace later, and gives up after two (a deleted topic, a
+                    # removed root), instead of retrying at every sweep.
+                    self._after_gc(tp, self.clock(), False)
                 with self._lock:
                     self._again.discard(tp)
                     self._busy.discard(tp)

@@ -355,6 +355,30 @@ def test_a_partition_gone_quiet_is_collected_without_another_commit(tmp_path):
     hk.close()
 
 
+def test_a_gc_that_keeps_failing_is_not_retried_at_every_sweep(tmp_path):
+    """A partition whose gc fails (its topic deleted, its root removed) owes nothing more after
+    two tries spaced an interval and a grace apart: no sweep loop burning a core."""
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, T, 1)
+    fill(storage, txn=False)
+    now = [int(storage.clock() * 1000)]
+    hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
+    hk.sweep_s = 0.02
+    hk.poke(T, P, ManifestStore(storage, T, P).latest())
+    hk.wait()
+    import shutil
+    shutil.rmtree(tmp_path / "root")  # the root goes away under the housekeeper
+    for _ in range(4):
+        now[0] += 10 * 60_000
+        time.sleep(0.2)
+        hk.wait()
+    runs = hk.gc_runs + len(hk.errors)
+    time.sleep(0.5)  # sweeps keep coming, but nothing is owed any more
+    assert hk.gc_runs + len(hk.errors) == runs
+    assert (T, P) not in hk._quiet
+    hk.close()
+
+
 def test_two_mergers_at_once_merge_each_run_once(tmp_path):
     """B plans, merges and commits while A is about to commit the same runs: A's commit
     conflicts, is rebuilt on B's version and drops its runs (their inputs are gone)."""
