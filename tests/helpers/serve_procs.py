@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+from typing import Sequence
 
 
 def free_port() -> int:
@@ -16,13 +17,15 @@ def free_port() -> int:
     return port
 
 
-def start_serve(root: str, port: int, node_id: int = 0) -> subprocess.Popen:
-    """Start a broker on ``root`` at 127.0.0.1:``port``; returns once it serves."""
+def start_serve(root: str, port: int = 0, node_id: int = 0, extra: Sequence[str] = ()) -> subprocess.Popen:
+    """Start a broker on ``root`` at 127.0.0.1:``port`` (0: any free port) with the ``serve``
+    flags ``extra``; returns once it serves, with its address in ``proc.bootstrap``."""
     proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", root, "serve",
-                             "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id), "-v"],
+                             "--listen", f"127.0.0.1:{port}", "--node-id", str(node_id), "-v", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     assert "serving" in line, line
+    proc.bootstrap = line.split(" on ", 1)[1].split()[0]
     return proc
 
 

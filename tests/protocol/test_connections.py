@@ -18,6 +18,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from .wire import Wire
+from tests.helpers.serve_procs import start_serve, stop_serve
 from tests.helpers.wire_requests import batch
 
 API_VERSIONS = ApiVersionsRequest(client_software_name="t", client_software_version="1")
@@ -155,19 +156,10 @@ def test_request_bytes_in_flight_per_connection_are_bounded(tmp_path):
 def test_serve_flags_set_the_connection_limits(tmp_path):
     """`kafkastore serve --max-connections-per-ip 1 --connections-max-idle-ms 300`: a second
     connection from one address is refused, and an idle one is closed."""
-    import signal
-    import subprocess
-    import sys
-
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", f"file://{tmp_path}/r",
-                             "serve", "--listen", "127.0.0.1:0", "--max-connections-per-ip", "1",
-                             "--connections-max-idle-ms", "300"], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_serve(f"file://{tmp_path}/r", extra=["--max-connections-per-ip", "1",
+                                                       "--connections-max-idle-ms", "300"])
     try:
-        line = proc.stdout.readline()
-        assert "serving" in line, line + proc.stderr.read()
-        bootstrap = line.split(" on ", 1)[1].split()[0]
+        bootstrap = proc.bootstrap
         first = Wire(bootstrap, timeout=10)
         assert int(first.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
                    .error_code) == 0
@@ -178,8 +170,4 @@ def test_serve_flags_set_the_connection_limits(tmp_path):
         assert first.recv_frame() is None   # idle past 300 ms: closed by the broker
         first.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import struct
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from kafkastore.errors import ProtocolError
 from kafkastore.protocol import codec, frame_check
 
 from .wire import Wire
+from tests.helpers.serve_procs import start_serve, stop_serve
 
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,26 +60,17 @@ def test_metadata_with_trailing_padding_is_accepted():
 
 
 def test_huge_array_request_leaves_the_broker_alive(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "kafkastore.cli", "--root", f"file://{tmp_path}/r",
-                             "serve", "--listen", "127.0.0.1:0"], cwd=ROOT_DIR,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_serve(f"file://{tmp_path}/r")
     try:
-        line = proc.stdout.readline()
-        assert "serving" in line, line + proc.stderr.read()
-        bootstrap = line.split(" on ", 1)[1].split()[0]
-        w = Wire(bootstrap, timeout=10)
+        w = Wire(proc.bootstrap, timeout=10)
         w.send_raw(codec.frame(HUGE_ARRAY))
         assert w.recv_frame() is None  # connection closed, not answered
         w.close()
-        assert proc.poll() is None, proc.stderr.read()
-        w = Wire(bootstrap, timeout=10)
+        assert proc.poll() is None
+        w = Wire(proc.bootstrap, timeout=10)
         assert int(w.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
                    .error_code) == 0
         w.close()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_serve(proc)
 
