@@ -188,6 +188,11 @@ class CorruptMetadataError(KafkaStoreError):
     """A stored manifest (or ``_topic.json``) that cannot be parsed or breaks an invariant."""
 
 
+class ClusterDocumentError(CorruptMetadataError):
+    """A stored version of a shared cluster document (quotas, ACLs, credentials under
+    ``<root>/_cluster/``) that cannot be parsed; the message names the document and version."""
+
+
 class StaleUploadError(KafkaStoreError):
     """A commit would list a newly written segment file that is older than half the GC grace
     floor, or already gone: GC may delete such a file, so the commit is refused before it lands.
