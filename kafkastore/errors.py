@@ -287,6 +287,20 @@ class ExpiredSnapshotError(WarehouseError):
     then, but they can no longer be read."""
 
 
+class IncompatibleSchemaError(SchemaEvolutionError):
+    """A load with ``onIncompatible=fail`` met records whose writer schema the table
+    cannot take (e.g. a column's type changed in a way Iceberg forbids)."""
+
+
+class RegistryFetchError(KafkaStoreError):
+    """A load could not get a writer schema from a schema registry (unknown id, registry
+    unreachable); ``status`` is the HTTP status when the registry answered."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        self.status = status
+        super().__init__(message)
+
+
 class OrphanedTableError(WarehouseError):
     """The catalog has no entry for a table whose location holds Iceberg metadata (e.g. a
     lost ``catalog.db``): creating a new table there would start again from offset 0."""
@@ -317,4 +331,35 @@ class SparkJobError(KafkaStoreError):
     def __init__(self, message: str, *, log_path: str | None = None, cause_type: str | None = None):
         self.log_path = log_path
         self.cause_type = cause_type
+        super().__init__(message)
+
+
+# -- the schema registry (kafkastore/schema_registry/) --------------------------------------
+
+class SchemaRegistryError(KafkaStoreError):
+    """A schema registry request refused with Confluent's error body: ``status`` is the HTTP
+    status, ``error_code`` Confluent's code (40401 subject not found, 42201 invalid schema...)."""
+
+    def __init__(self, status: int, error_code: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.error_code = error_code
+        self.message = message
+
+
+class InvalidAclError(ConfigError):
+    """An ACL binding or filter that is not valid (unknown resource type, pattern, operation or
+    permission, a bad principal, host or resource name); brokers answer INVALID_REQUEST."""
+
+
+class ScramCredentialError(ConfigError):
+    """A SCRAM credential change or lookup refused (``kafkastore users``, AlterUserScramCredentials).
+
+    ``kind`` says why, as Kafka's error codes do: ``"mechanism"`` (not SCRAM-SHA-256/512),
+    ``"unacceptable"`` (empty name or salt, iterations outside 4096..16384), ``"not_found"``
+    (no such credential) or ``"duplicate"`` (one credential changed twice in a request).
+    """
+
+    def __init__(self, message: str, *, kind: str = "unacceptable"):
+        self.kind = kind
         super().__init__(message)

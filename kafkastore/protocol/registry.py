@@ -48,6 +48,7 @@ from typing import Any, Awaitable, Callable
 
 from ..errors import ConfigError
 from . import codec
+from .authorizer import principal_of
 
 
 @dataclass
@@ -76,6 +77,16 @@ class RequestContext:
     async def run(self, fn, *args):
         """Run a blocking function in the broker's thread pool."""
         return await self.broker.run(fn, *args)
+
+    def authorize(self, operation, resource_type, name: str = "kafka-cluster") -> bool:
+        """Whether this request's principal may do ``operation`` (:class:`kafkastore.acls.Operation`)
+        on the resource: always, unless the broker runs with ``--authorizer``
+        (:mod:`kafkastore.protocol.authorizer`). Never blocks."""
+        authorizer = getattr(self.broker, "authorizer", None)
+        if authorizer is None:
+            return True
+        principal, host = principal_of(self.connection)
+        return authorizer.authorize(principal, host, operation, resource_type, name)
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

@@ -68,6 +68,9 @@ class ServeOptions:
     heartbeat_ms: int = 1000
     ssl_context: ssl_lib.SSLContext | None = None
     credentials: dict | None = None   # SASL users: {user: password}
+    #: Require SASL even without ``credentials``: SCRAM users stored under the root
+    #: (``kafkastore users``) log in (``--sasl``).
+    sasl: bool = False
     insecure: bool = False
     auto_create_topics: bool = False
     default_partitions: int = 1
@@ -82,6 +85,12 @@ class ServeOptions:
     #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
     #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 900_000
+    #: Check every request against the root's ACLs (``--authorizer``; Kafka's StandardAuthorizer).
+    authorizer: bool = False
+    #: Principals allowed everything (``--super-users User:admin,...``).
+    super_users: tuple = ()
+    #: How soon an ACL change made on another broker of the root applies here.
+    acl_max_age_s: float = 2.0
 
 
 def is_loopback(host: str) -> bool:
@@ -99,16 +108,21 @@ def check_listener_security(opts: ServeOptions) -> None:
     if is_loopback(opts.host) or opts.insecure:
         return
     missing = [what for what, ok in (("TLS (--tls-cert/--tls-key)", opts.ssl_context is not None),
-                                     ("SASL credentials (--sasl-credentials)", bool(opts.credentials)))
+                                     ("SASL (--sasl or --sasl-credentials)", sasl_enabled(opts)))
                if not ok]
     if missing:
         raise ConfigError(f"listening on {opts.host} (not loopback) requires {' and '.join(missing)}, "
                           f"or --insecure")
 
 
+def sasl_enabled(opts: ServeOptions) -> bool:
+    """Whether clients must authenticate with SASL (``--sasl`` or ``--sasl-credentials``)."""
+    return opts.sasl or bool(opts.credentials)
+
+
 def security_protocol(opts: ServeOptions) -> str:
     """Kafka's name for a listener's security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
-    sasl, tls = bool(opts.credentials), opts.ssl_context is not None
+    sasl, tls = sasl_enabled(opts), opts.ssl_context is not None
     return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
             (True, True): "SASL_SSL"}[(sasl, tls)]
 
@@ -131,11 +145,20 @@ class BrokerServer:
         self.registry = Registry()
         for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn):
             mod.register(self.registry)
-        if opts.credentials:
+        from . import api_acls
+        api_acls.register(self.registry)
+        if sasl_enabled(opts):
             sasl.register(self.registry)
         for ext in extensions:
             ext(self.registry)
         self.pool = ThreadPoolExecutor(max_workers=opts.io_threads, thread_name_prefix="kafkastore-io")
+        self.authorizer = None
+        if opts.authorizer:
+            from ..acls import acl_document
+            from .authorizer import Authorizer
+            self.authorizer = Authorizer(acl_document(storage, max_age_s=opts.acl_max_age_s),
+                                         opts.super_users, submit=self.pool.submit,
+                                         max_age_s=opts.acl_max_age_s)
         self.meta = MetadataCache(storage)
         self.appender = Appender(self)
         self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
@@ -175,6 +198,8 @@ class BrokerServer:
         self.node_id = await self.run(self.brokers.register, opts.node_id, host, port,
                                       security_protocol(opts))
         await self.run(_warm_up)
+        if self.authorizer is not None:
+            await self.run(self.authorizer.load)  # before the first request: deny by default
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
         from . import api_txn
@@ -295,7 +320,7 @@ class Connection:
         self.principal: str | None = None
         self.sasl_state: dict = {}
         # SASL required: until authenticated only ApiVersions / SaslHandshake / SaslAuthenticate.
-        self.authenticated = not server.options.credentials
+        self.authenticated = not sasl_enabled(server.options)
         self.negotiated: dict[int, int] = {}
         self.close_after_response = False
         # Produce requests of this connection queue their batches in arrival order (api_produce).
