@@ -64,6 +64,12 @@ def coordinator_node(group: str, brokers: list[tuple[int, str, int]]) -> tuple[i
     return max(brokers, key=lambda b: (zlib.crc32(key + b"\x00" + str(b[0]).encode()), -b[0]))
 
 
+def coordinates(broker, key: str) -> bool:
+    """Whether ``broker`` coordinates ``key``, a group id or a transactional id (both use
+    :func:`coordinator_node` over the live brokers, so FindCoordinator and the owner agree)."""
+    return coordinator_node(key, broker.live_brokers())[0] == broker.node_id
+
+
 class GroupService:
     """The coordinator, the offsets store and the background tasks of one broker."""
 
@@ -79,7 +85,7 @@ class GroupService:
 
     # -- ownership -----------------------------------------------------------
     def owns(self, group: str) -> bool:
-        return coordinator_node(group, self.broker.live_brokers())[0] == self.broker.node_id
+        return coordinates(self.broker, group)
 
     def _check_moves(self) -> None:
         live = tuple(n for n, _, _ in self.broker.live_brokers())

@@ -30,6 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import struct
 import threading
 import time
@@ -201,6 +203,21 @@ def take_pending_offsets(storage: Storage, pid: int, epoch: int) -> list[tuple[s
     return out
 
 
+# -- fault injection (tests) ------------------------------------------------------------------
+#: ``KAFKASTORE_FAULT=txn:<step>`` makes the broker SIGKILL itself at that coordinator step,
+#: so a test can stop it at an exact point: ``after-add-partitions`` (the Ongoing state
+#: landed, not answered), ``before-markers`` (Prepare* landed, no marker written),
+#: ``after-markers`` (every marker and offset written, Complete* not).
+FAULT_ENV = "KAFKASTORE_FAULT"
+
+
+def fault_point(step: str) -> None:
+    """Die here, as a SIGKILL would, if the environment asks for it (never set in production)."""
+    if os.environ.get(FAULT_ENV) == "txn:" + step:
+        log.warning("%s=txn:%s: killing this broker", FAULT_ENV, step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 # -- the service ------------------------------------------------------------------------------
 class TxnService:
     """One broker's transaction coordinator: the store, one lock per transactional id, the
@@ -215,9 +232,9 @@ class TxnService:
         spawn(self._timeout_loop())
 
     def owns(self, tid: str) -> bool:
-        from .api_groups import coordinator_node
+        from .api_groups import coordinates
 
-        return coordinator_node(tid, self.broker.live_brokers())[0] == self.broker.node_id
+        return coordinates(self.broker, tid)
 
     def lock(self, tid: str) -> asyncio.Lock:
         if len(self._locks) > 10_000:
@@ -251,6 +268,7 @@ class TxnService:
                 await self._apply_offsets([(g, o) for _, g, o in pending if o])
             if pending:
                 await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
+            fault_point("after-markers")
             await self.write(T.complete(meta, int(time.time() * 1000)))
         except KafkaStoreError:
             log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
@@ -413,6 +431,19 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     try:
         async with svc.lock(tid):
             cur = await ctx.run(svc.store.get, tid)
+            expected = T.check_expected(cur, getattr(request, "producer_id", -1),
+                                        getattr(request, "producer_epoch", -1))
+            if expected is not None and expected.error:
+                code = expected.error
+                # Clients before v4 do not know PRODUCER_FENCED (as Kafka's KafkaApis).
+                return answer(T.INVALID_PRODUCER_EPOCH if code == T.PRODUCER_FENCED and ctx.api_version < 4
+                              else code)
+            if expected is not None:
+                return answer(T.NONE, expected.meta.producer_id, expected.meta.producer_epoch)
+            # KIP-360: a producer that names its own epoch and had a transaction open gets
+            # the epoch its abort bumped to (one bump, as Kafka), not a second one.
+            own_abort = getattr(request, "producer_epoch", -1) >= 0 and cur is not None \
+                and cur.state is T.TxnState.ONGOING
             if cur is not None and not cur.state.complete:
                 err, cur = await svc.abort_in_flight(cur)
                 if err:
@@ -421,7 +452,7 @@ async def handle_init_producer_id(ctx: RequestContext, request):
             if cur is None or cur.producer_epoch + 1 >= T.MAX_EPOCH:
                 new_pid = await ctx.run(ctx.broker.producer_ids.allocate)
             step = T.init_producer_id(cur, tid, timeout_ms, int(time.time() * 1000), new_pid,
-                                      max_timeout_ms=svc.max_timeout_ms)
+                                      max_timeout_ms=svc.max_timeout_ms, bump=not own_abort)
             if step.error:
                 return answer(step.error)
             await svc.write(step.meta)
@@ -474,6 +505,7 @@ async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> i
                 return step.error
             if step.meta is not None:
                 await svc.write(step.meta)
+                fault_point("after-add-partitions")
             return T.NONE
     except KafkaStoreError:
         log.warning("AddPartitionsToTxn of %s failed", tid, exc_info=True)
@@ -572,6 +604,7 @@ async def handle_end_txn(ctx: RequestContext, request):
                 return make(ctx.response_class, error_code=T.compat_error(step.error, ctx.api_version))
             if step.meta != cur:
                 await svc.write(step.meta)
+            fault_point("before-markers")
             err = await svc.finish(step.meta)
             return make(ctx.response_class, error_code=err)
     except KafkaStoreError:

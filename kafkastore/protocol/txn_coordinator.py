@@ -34,6 +34,7 @@ MAX_EPOCH = 32767
 
 # Kafka error codes of the transaction APIs.
 NONE = 0
+INVALID_REQUEST = 42
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
@@ -97,13 +98,33 @@ class Step:
 
 
 # -- transitions ---------------------------------------------------------------------------
+def check_expected(cur: TxnMetadata | None, pid: int, epoch: int) -> Step | None:
+    """KIP-360: the producer id and epoch an InitProducerId (v3+) names, checked against the
+    stored state before anything changes. None: go on (the epoch is bumped); a Step with an
+    error: refused; a Step with ``meta``: the retry of a bump whose answer was lost, answered
+    with the current id and epoch, unchanged (Kafka's ``lastProducerEpoch`` retry)."""
+    if pid < 0 and epoch < 0:
+        return None
+    if pid < 0 or epoch < 0:  # Kafka: both set or both -1
+        return Step(INVALID_REQUEST)
+    if cur is None or cur.producer_epoch < 0:
+        return None  # a producer moving to transactions: a new id, as Kafka
+    if pid == cur.producer_id:
+        if epoch == cur.producer_epoch:
+            return None
+        if epoch == cur.producer_epoch - 1 and cur.state.complete:
+            return Step(meta=cur)
+    return Step(PRODUCER_FENCED)
+
+
 def init_producer_id(cur: TxnMetadata | None, tid: str, timeout_ms: int, now_ms: int, new_pid: int,
-                     *, max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS) -> Step:
+                     *, max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS, bump: bool = True) -> Step:
     """InitProducerId with a transactional id, for a state with no transaction in flight.
 
     ``new_pid`` is used for a new id, or when the epoch is exhausted. A state with a
     transaction in flight (Ongoing, Prepare*) must first be aborted or completed: see
-    :func:`fence` and :func:`complete`; here it is CONCURRENT_TRANSACTIONS.
+    :func:`fence` and :func:`complete`; here it is CONCURRENT_TRANSACTIONS. ``bump=False``:
+    the epoch stays (the abort of the producer's own transaction already bumped it, KIP-360).
     """
     if not 0 < timeout_ms <= max_timeout_ms:
         return Step(INVALID_TRANSACTION_TIMEOUT)
@@ -112,7 +133,9 @@ def init_producer_id(cur: TxnMetadata | None, tid: str, timeout_ms: int, now_ms:
                                      now_ms, -1))
     if not cur.state.complete:
         return Step(CONCURRENT_TRANSACTIONS)
-    if cur.producer_epoch + 1 >= MAX_EPOCH:
+    if not bump:
+        pid, epoch = cur.producer_id, cur.producer_epoch
+    elif cur.producer_epoch + 1 >= MAX_EPOCH:
         pid, epoch = new_pid, 0
     else:
         pid, epoch = cur.producer_id, cur.producer_epoch + 1
