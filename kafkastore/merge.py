@@ -96,7 +96,8 @@ it plans on that manifest (no I/O) and, when there is something to merge,
 runs :func:`merge_partition` on a background thread; at most once per
 ``gc_interval_ms`` per partition it also runs :func:`kafkastore.gc.collect_garbage`
 for the partition (which expires old manifest versions and deletes unlisted
-files older than the grace). The caller never waits and never sees its
+files older than the grace) on a thread of its own, so a long gc never stalls
+merging. The caller never waits and never sees its
 errors (logged; the next poke tries again).
 """
 from __future__ import annotations
@@ -418,9 +419,11 @@ class Housekeeper:
 
     ``clock`` gives epoch ms for gc's age checks and the rate limit; by
     default the storage's own clock (the one object times come from).
-    Work runs on the process's ``housekeeping`` pool (:func:`kafkastore.threads.shared_pool`,
-    ``workers`` threads, remade in a forked child); a partition never has two
-    jobs at once. :meth:`poke` is cheap and never blocks on I/O.
+    Merges run on the process's ``housekeeping`` pool (:func:`kafkastore.threads.shared_pool`,
+    ``workers`` threads, remade in a forked child), gc on its own ``housekeeping-gc`` pool
+    (``gc_workers`` threads), so a long gc never holds merging up; a partition never has
+    two merge jobs, nor two gc runs, at once (a merge and a gc of one partition may run
+    side by side: gc is safe next to any writer). :meth:`poke` is cheap and never blocks on I/O.
     """
 
     #: Runs one merge job takes at most. A job's uploads must commit within half the gc
@@ -431,7 +434,7 @@ class Housekeeper:
     def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
                  gc_interval_ms: int = DEFAULT_GC_INTERVAL_MS, fan_in: int = DEFAULT_FAN_IN,
                  min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
-                 writer: str = "housekeeping"):
+                 gc_workers: int = 1, writer: str = "housekeeping"):
         self.storage = storage
         self.clock = clock or (lambda: int(storage.clock() * 1000))
         self.gc_interval_ms = gc_interval_ms
@@ -439,10 +442,12 @@ class Housekeeper:
         self.min_segments = min_segments
         self.writer = writer
         self.workers = workers
+        self.gc_workers = gc_workers
         self._closed = False
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._busy: set[tuple[str, int]] = set()
+        self._busy: set[tuple[str, int]] = set()       # merge job running or queued
+        self._gc_busy: set[tuple[str, int]] = set()    # gc running or queued
         self._again: set[tuple[str, int]] = set()  # poked while busy: merge again after
         # The first gc of a partition is due one interval after this housekeeper started: a
         # short-lived writer (one CLI produce) does not pay for gc; `kafkastore gc` and the
@@ -492,65 +497,65 @@ class Housekeeper:
             # A forked child: the parent's jobs and sweeper do not run here, and its lock may
             # be held.
             self._pid, self._lock = os.getpid(), threading.Lock()
-            self._busy, self._again = set(), set()
+            self._busy, self._again, self._gc_busy = set(), set(), set()
             self._quiet, self._idle_runs, self._sweeper = {}, {}, None
         now = self.clock()
         self._owe_gc(tp, now)
         with self._lock:
-            if tp in self._busy:
-                if manifest is not None:
-                    self._again.add(tp)  # the running job plans once more when it is done
-                return False
-            due_gc = now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms
-        want_merge = manifest is not None and bool(
+            merging = tp in self._busy
+            if merging and manifest is not None:
+                self._again.add(tp)  # the running merge job plans once more when it is done
+            due_gc = (tp not in self._gc_busy
+                      and now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms)
+        want_merge = not merging and manifest is not None and bool(
             plan_for(manifest, self._config(topic), fan_in=self.fan_in,
                      min_segments=self.min_segments))
-        if not (want_merge or due_gc):
-            return False
-        with self._lock:
-            if tp in self._busy:
-                return False
-            self._busy.add(tp)
-            if due_gc:
-                self._last_gc[tp] = now
-        try:
-            shared_pool("housekeeping", self.workers).submit(self._run, tp, want_merge, due_gc)
-        except RuntimeError:  # shut down
+        scheduled = False
+        if want_merge:
             with self._lock:
-                self._busy.discard(tp)
+                claimed = tp not in self._busy
+                if claimed:
+                    self._busy.add(tp)
+            if claimed:
+                scheduled |= self._submit("housekeeping", self.workers, self._run_merge, tp,
+                                          self._busy)
+        if due_gc:
+            with self._lock:
+                claimed = tp not in self._gc_busy
+                if claimed:
+                    self._gc_busy.add(tp)
+                    self._last_gc[tp] = now
+            if claimed:
+                scheduled |= self._submit("housekeeping-gc", self.gc_workers, self._run_gc, tp,
+                                          self._gc_busy)
+        return scheduled
+
+    def _submit(self, pool: str, workers: int, job, tp: tuple[str, int], busy: set) -> bool:
+        try:
+            shared_pool(pool, workers).submit(job, tp)
+        except RuntimeError:  # interpreter shutting down
+            with self._lock:
+                busy.discard(tp)
             return False
         return True
 
-    def _run(self, tp: tuple[str, int], merge: bool, gc: bool) -> None:
-        from .gc import collect_garbage  # gc imports topics and manifest only; no cycle, kept lazy
-
+    def _run_merge(self, tp: tuple[str, int]) -> None:
+        """Merge jobs for ``tp``, one bounded job after another while a backlog or new commits
+        leave work (on the ``housekeeping`` pool; gc runs on its own, see :meth:`_run_gc`)."""
         topic, partition = tp
         while True:
             try:
-                more = False
-                if merge:
-                    report = merge_partition(self.storage, topic, partition,
-                                             config=self._config(topic), fan_in=self.fan_in,
-                                             min_segments=self.min_segments, writer=self.writer,
-                                             max_runs=self.max_runs_per_job)
-                    self.merges += len(report.merged)
-                    # A capped job left work behind (a backlog): go on, one bounded job at a
-                    # time, rather than letting one job grow with the backlog.
-                    more = report.planned >= self.max_runs_per_job and bool(report.merged)
-                if gc:
-                    now = self.clock()
-                    gc_report = collect_garbage(self.storage, topic, partition, now_ms=now)
-                    self.gc_runs += 1
-                    self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
-                                                 or any(gc_report.versions_expired.values())))
+                report = merge_partition(self.storage, topic, partition,
+                                         config=self._config(topic), fan_in=self.fan_in,
+                                         min_segments=self.min_segments, writer=self.writer,
+                                         max_runs=self.max_runs_per_job)
+                self.merges += len(report.merged)
+                # A capped job left work behind (a backlog): go on, one bounded job at a
+                # time, rather than letting one job grow with the backlog.
+                more = report.planned >= self.max_runs_per_job and bool(report.merged)
             except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
                 self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
                 log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
-                if gc:
-                    # A failed gc counts as one that found nothing: the sweeper tries again one
-                    # interval and one grace later, and gives up after two (a deleted topic, a
-                    # removed root), instead of retrying at every sweep.
-                    self._after_gc(tp, self.clock(), False)
                 with self._lock:
                     self._again.discard(tp)
                     self._busy.discard(tp)
@@ -562,7 +567,30 @@ class Housekeeper:
                     self._busy.discard(tp)
                     return
                 self._again.discard(tp)
-            merge, gc = True, False
+
+    def _run_gc(self, tp: tuple[str, int]) -> None:
+        """One gc of ``tp`` (version expiry and unlisted files), on the ``housekeeping-gc``
+        pool: a gc that takes long (many versions within the grace) never holds merging up,
+        and at most :attr:`gc_workers` gc runs at once in the process."""
+        from .gc import collect_garbage  # gc imports topics and manifest only; no cycle, kept lazy
+
+        topic, partition = tp
+        try:
+            now = self.clock()
+            gc_report = collect_garbage(self.storage, topic, partition, now_ms=now)
+            self.gc_runs += 1
+            self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
+                                         or any(gc_report.versions_expired.values())))
+        except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
+            self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+            log.warning("gc of %s/%d failed: %s", topic, partition, exc)
+            # A failed gc counts as one that found nothing: the sweeper tries again one
+            # interval and one grace later, and gives up after two (a deleted topic, a
+            # removed root), instead of retrying at every sweep.
+            self._after_gc(tp, self.clock(), False)
+        finally:
+            with self._lock:
+                self._gc_busy.discard(tp)
 
     #: How often (seconds) the sweeper looks for quiet partitions whose gc is due.
     sweep_s: float = 15.0
@@ -606,16 +634,13 @@ class Housekeeper:
             _time.sleep(self.sweep_s)
             now = self.clock()
             with self._lock:
-                due = [tp for tp, at in self._quiet.items() if at <= now and tp not in self._busy]
+                due = [tp for tp, at in self._quiet.items() if at <= now and tp not in self._gc_busy]
                 for tp in due:
-                    self._busy.add(tp)
+                    self._gc_busy.add(tp)
                     self._last_gc[tp] = now
             for tp in due:
-                try:
-                    shared_pool("housekeeping", self.workers).submit(self._run, tp, False, True)
-                except RuntimeError:  # interpreter shutting down
-                    with self._lock:
-                        self._busy.discard(tp)
+                if not self._submit("housekeeping-gc", self.gc_workers, self._run_gc, tp,
+                                    self._gc_busy):
                     return
 
     def wait(self, timeout_s: float = 30.0) -> None:
@@ -625,7 +650,7 @@ class Housekeeper:
         deadline = _time.monotonic() + timeout_s
         while _time.monotonic() < deadline:
             with self._lock:
-                if not self._busy:
+                if not self._busy and not self._gc_busy:
                     return
             _time.sleep(0.01)
 
