@@ -495,8 +495,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--from-offset", type=non_negative)
     g.add_argument("--from-timestamp", type=non_negative, metavar="MS")
     co.add_argument("--limit", type=non_negative)
-    co.add_argument("--isolation-level", default="read_committed",
-                    choices=("read_committed", "read_uncommitted"))
+    co.add_argument("--isolation", "--isolation-level", dest="isolation_level", default="read_committed",
+                    choices=("read_committed", "read_uncommitted"),
+                    help="read_committed (default, as the Spark source): stop at the first open "
+                         "transaction and skip aborted records")
     co.set_defaults(func=cmd_consume)
 
     of = sub.add_parser("offsets", help="log start offset and high watermark per partition (JSON)")

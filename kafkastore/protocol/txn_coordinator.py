@@ -161,7 +161,9 @@ def _check_producer(cur: TxnMetadata | None, pid: int, epoch: int) -> int:
     if cur.producer_id != pid:
         return INVALID_PRODUCER_ID_MAPPING
     if epoch != cur.producer_epoch:
-        return PRODUCER_FENCED if epoch < cur.producer_epoch else INVALID_PRODUCER_EPOCH
+        # Kafka's coordinator: a client's epoch must equal the current one; any other
+        # (older: a zombie; newer or -1: a bad client) is PRODUCER_FENCED.
+        return PRODUCER_FENCED
     return NONE
 
 

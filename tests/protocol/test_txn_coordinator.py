@@ -81,12 +81,30 @@ def test_fencing_and_wrong_producers():
     # The old epoch is fenced everywhere; a wrong id is a mapping error; unknown ids not found.
     assert T.add_partitions(fenced, 1000, 0, [("t", 0)], NOW).error == T.PRODUCER_FENCED
     assert T.end_txn(fenced, 1000, 0, True, NOW).error == T.PRODUCER_FENCED
-    assert T.end_txn(fenced, 1000, 5, True, NOW).error == T.INVALID_PRODUCER_EPOCH
+    # Kafka's coordinator: any epoch but the current one (newer, -1) is PRODUCER_FENCED too.
+    assert T.end_txn(fenced, 1000, 5, True, NOW).error == T.PRODUCER_FENCED
+    assert T.add_partitions(fenced, 1000, -1, [("t", 0)], NOW).error == T.PRODUCER_FENCED
     assert T.end_txn(fenced, 999, 1, True, NOW).error == T.INVALID_PRODUCER_ID_MAPPING
     assert T.add_partitions(None, 1000, 0, [("t", 0)], NOW).error == T.INVALID_PRODUCER_ID_MAPPING
     assert T.end_txn(None, 1000, 0, True, NOW).error == T.INVALID_PRODUCER_ID_MAPPING
     assert T.compat_error(T.PRODUCER_FENCED, 1) == T.INVALID_PRODUCER_EPOCH
     assert T.compat_error(T.PRODUCER_FENCED, 2) == T.PRODUCER_FENCED
+
+
+def test_kip360_expected_producer_id_and_epoch():
+    m = _init()  # producer 1000, epoch 0, Empty
+    assert T.check_expected(m, -1, -1) is None                        # a new instance: bump
+    assert T.check_expected(m, 1000, 0) is None                       # its own epoch: bump
+    bumped = T.init_producer_id(m, "tx", 60000, NOW, -1).meta
+    assert (bumped.producer_id, bumped.producer_epoch) == (1000, 1)
+    assert T.check_expected(bumped, 1000, 0).meta == bumped           # retry: unchanged
+    assert T.check_expected(bumped, 1000, 3).error == T.PRODUCER_FENCED
+    assert T.check_expected(bumped, 999, 1).error == T.PRODUCER_FENCED
+    assert T.check_expected(bumped, 1000, -1).error == T.INVALID_REQUEST
+    assert T.check_expected(None, 1000, 4) is None                    # unknown id: a new one
+    ongoing = T.add_partitions(bumped, 1000, 1, [("t", 0)], NOW).meta
+    assert T.check_expected(ongoing, 1000, 0).error == T.PRODUCER_FENCED  # no retry mid-transaction
+    assert T.init_producer_id(bumped, "tx", 60000, NOW, -1, bump=False).meta.producer_epoch == 1
 
 
 def test_expiry_uses_the_injected_time():

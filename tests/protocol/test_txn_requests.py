@@ -1,0 +1,123 @@
+"""The transaction APIs request by request over the wire: KIP-360 epoch bumps and bad input
+(Kafka's error codes, never a crash)."""
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+
+from kafkastore.topics import create_topic
+
+from .test_transactions import _produce, _txn_batch
+from .wire import Wire
+
+pytest.importorskip("kio")
+
+FENCED, BAD_EPOCH, BAD_TXN_STATE, BAD_MAPPING, INVALID_REQUEST = 90, 47, 48, 49, 42
+
+
+@pytest.fixture
+def wire(broker):
+    w = Wire(broker.bootstrap)
+    yield w
+    w.close()
+
+
+def _init(w, tid, pid=-1, epoch=-1, version=4, timeout_ms=60000):
+    import importlib
+
+    mod = importlib.import_module(f"kio.schema.init_producer_id.v{version}.request")
+    fields = dict(transactional_id=tid, transaction_timeout=datetime.timedelta(milliseconds=timeout_ms))
+    if version >= 3:
+        fields.update(producer_id=pid, producer_epoch=epoch)
+    r = w.call(mod.InitProducerIdRequest(**fields))
+    return int(r.error_code), r.producer_id, r.producer_epoch
+
+
+def _add(w, tid, pid, epoch, topic, partitions=(0,)):
+    from kio.schema.add_partitions_to_txn.v3 import request as ap
+
+    r = w.call(ap.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=tuple(partitions)),)))
+    return [int(p.partition_error_code) for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+
+def _end(w, tid, pid, epoch, commit=True):
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+
+    return int(w.call(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                    committed=commit)).error_code)
+
+
+def test_kip360_init_producer_id_with_the_producers_own_id_and_epoch(broker, storage, wire):
+    from tests.helpers.wire_requests import fetch
+
+    topic = "kip360-" + uuid.uuid4().hex[:6]
+    create_topic(storage, topic, 1)
+    tid = "tx-kip360-" + uuid.uuid4().hex[:6]
+    err, pid, epoch = _init(wire, tid)
+    assert (err, epoch) == (0, 0)
+    assert _init(wire, tid, pid, 0) == (0, pid, 1)           # its own epoch: bumped
+    assert _init(wire, tid, pid, 0) == (0, pid, 1)           # the retry of that bump: unchanged
+    assert _init(wire, tid, pid, 7)[0] == FENCED             # an epoch it never had
+    assert _init(wire, tid, pid + 1, 1)[0] == FENCED         # another producer's id
+    assert _init(wire, tid, pid, 7, version=3)[0] == BAD_EPOCH  # v3 clients do not know PRODUCER_FENCED
+    assert _init(wire, tid, pid, -1)[0] == INVALID_REQUEST   # id without epoch
+    # With a transaction open: it is aborted with one bump, the producer continues at that epoch.
+    assert _add(wire, tid, pid, 1, topic) == [0]
+    assert _produce(wire, topic, 0, _txn_batch([b"doomed"], pid, 1, 0), tid)[0] == 0
+    assert _init(wire, tid, pid, 1) == (0, pid, 2)
+    f = fetch(wire, topic, 0, 0, isolation=1)
+    assert f.last_stable_offset == 2 and [(a.producer_id, a.first_offset) for a in f.aborted_transactions] == [(pid, 0)]
+    assert _add(wire, tid, pid, 2, topic) == [0]
+    assert _produce(wire, topic, 0, _txn_batch([b"kept"], pid, 2, 0), tid)[0] == 0
+    assert _end(wire, tid, pid, 2) == 0
+    assert fetch(wire, topic, 0, 0, isolation=1).last_stable_offset == 4
+    # A new instance (no id given) bumps and fences the old one.
+    assert _init(wire, tid) == (0, pid, 3)
+    assert _end(wire, tid, pid, 2) == FENCED
+
+
+def test_bad_transactional_input_gets_kafkas_error_codes(broker, storage, wire):
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+
+    topic = "bad-" + uuid.uuid4().hex[:6]
+    create_topic(storage, topic, 2)
+    tid = "tx-bad-" + uuid.uuid4().hex[:6]
+    err, pid, epoch = _init(wire, tid)
+    assert err == 0
+    # Transactional ids are bounded like group ids (32,767 UTF-8 bytes), and never empty.
+    too_long = "t" * 40_000
+    for bad in ("", too_long):
+        assert _init(wire, bad)[0] == INVALID_REQUEST
+        assert _add(wire, bad, pid, epoch, topic) == [INVALID_REQUEST]
+        assert _end(wire, bad, pid, epoch) == INVALID_REQUEST
+        assert int(wire.call(AddOffsetsToTxnRequest(transactional_id=bad, producer_id=pid, producer_epoch=epoch,
+                                                    group_id="g")).error_code) == INVALID_REQUEST
+    fc = wire.call(FindCoordinatorRequest(key_type=1, coordinator_keys=(too_long, tid)))
+    assert [int(c.error_code) for c in fc.coordinators] == [INVALID_REQUEST, 0]
+    d = wire.call(DescribeTransactionsRequest(transactional_ids=(too_long,)))
+    assert int(d.transaction_states[0].error_code) == 105
+    # Unknown transactional id: a producer id the coordinator does not map.
+    unknown = "tx-unknown-" + uuid.uuid4().hex[:6]
+    assert _add(wire, unknown, pid, epoch, topic) == [BAD_MAPPING]
+    assert _end(wire, unknown, pid, epoch) == BAD_MAPPING
+    assert int(wire.call(AddOffsetsToTxnRequest(transactional_id=unknown, producer_id=pid, producer_epoch=epoch,
+                                                group_id="g")).error_code) == BAD_MAPPING
+    # Without a valid epoch (-1, newer, older): fenced, nothing changes.
+    for bad_epoch in (-1, epoch + 1):
+        assert _add(wire, tid, pid, bad_epoch, topic) == [FENCED]
+        assert _end(wire, tid, pid, bad_epoch) == FENCED
+    assert _add(wire, tid, pid + 1, epoch, topic) == [BAD_MAPPING]
+    # A partition that does not exist: refused, the others not attempted; nothing added.
+    assert _add(wire, tid, pid, epoch, topic, (0, 9)) == [55, 3]
+    # EndTxn with nothing open; a batch for a partition not added.
+    assert _end(wire, tid, pid, epoch) == BAD_TXN_STATE
+    assert _add(wire, tid, pid, epoch, topic, (0,)) == [0]
+    assert _produce(wire, topic, 1, _txn_batch([b"x"], pid, epoch, 0), tid)[0] == BAD_TXN_STATE
+    assert _produce(wire, topic, 0, _txn_batch([b"y"], pid, epoch, 0), tid)[0] == 0
+    assert _end(wire, tid, pid, epoch) == 0
