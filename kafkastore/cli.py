@@ -382,6 +382,29 @@ def cmd_groups(args, cfg: Config) -> int:
     return 0
 
 
+# -- SCRAM users ---------------------------------------------------------------------
+def cmd_users(args, cfg: Config) -> int:
+    from .scram_users import ScramUsers
+
+    users = ScramUsers(_storage(cfg, read_only=args.users_cmd == "list"))
+    if args.users_cmd == "list":
+        print_json(users.describe(fresh=True))
+    elif args.users_cmd == "add":
+        if args.password_stdin:
+            password = sys.stdin.readline().rstrip("\r\n")
+        else:
+            password = args.password
+        if not password:
+            raise ConfigError("the password must not be empty")
+        users.add(args.name, args.mechanism, password, iterations=args.iterations)
+        print(f"user {args.name}: {args.mechanism} credential set ({args.iterations} iterations)",
+              file=sys.stderr)
+    elif args.users_cmd == "remove":
+        removed = users.remove(args.name, args.mechanism)
+        print(f"user {args.name}: removed {', '.join(removed)}", file=sys.stderr)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------
 def non_negative(value: str) -> int:
     try:
@@ -438,9 +461,11 @@ def cmd_serve(args, cfg: Config) -> int:
     creds = load_credentials(args.sasl_credentials) if args.sasl_credentials else None
     opts = ServeOptions(host=host, port=port, advertise_host=adv_host, advertise_port=adv_port,
                         node_id=args.node_id, commit_interval_ms=args.commit_interval_ms,
-                        ssl_context=ctx, credentials=creds, insecure=args.insecure,
+                        ssl_context=ctx, credentials=creds, sasl=args.sasl, insecure=args.insecure,
                         auto_create_topics=args.auto_create_topics,
                         default_partitions=args.default_partitions,
+                        schema_registry_listen=(_host_port(args.schema_registry_listen)
+                                                if args.schema_registry_listen else None),
                         **{name: getattr(args, name) for name in (
                             "max_connections", "max_connections_per_ip", "connections_max_idle_ms")
                            if getattr(args, name) is not None})
@@ -449,6 +474,8 @@ def cmd_serve(args, cfg: Config) -> int:
         print(f"kafkastore: broker {server.node_id} serving {cfg.root} on "
               f"{server.options.host}:{server.port} (advertised {server.advertised[0]}:"
               f"{server.advertised[1]})", flush=True)
+        if server.schema_registry is not None:
+            print(f"kafkastore: schema registry on {server.schema_registry.url}", flush=True)
 
     run_server(_storage(cfg), opts, ready=ready)
     return 0
@@ -554,6 +581,23 @@ def build_parser() -> argparse.ArgumentParser:
     gre.add_argument("--execute", action="store_true", help="commit the new offsets")
     gr.set_defaults(func=cmd_groups)
 
+    us = sub.add_parser("users", help="SCRAM users every broker of the root accepts")
+    usub = us.add_subparsers(dest="users_cmd", required=True, metavar="ACTION")
+    ua = usub.add_parser("add", help="create a user or replace its credential for one mechanism")
+    ua.add_argument("name")
+    ua.add_argument("--mechanism", required=True, choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    ua.add_argument("--iterations", type=positive, default=4096,
+                    help="PBKDF2 iterations, 4096..16384 (default 4096)")
+    upw = ua.add_mutually_exclusive_group(required=True)
+    upw.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line")
+    upw.add_argument("--password", metavar="P", help="the password (visible to other local users: "
+                                                     "prefer --password-stdin)")
+    usub.add_parser("list", help="users with their mechanisms and iterations (JSON; never secrets)")
+    ur = usub.add_parser("remove", help="remove a user's credentials (every mechanism unless --mechanism)")
+    ur.add_argument("name")
+    ur.add_argument("--mechanism", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
+    us.set_defaults(func=cmd_users)
+
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
     sv.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
                     help="listen address (default 127.0.0.1:9092; port 0 picks a free one)")
@@ -564,9 +608,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--tls-cert", help="TLS certificate chain (PEM)")
     sv.add_argument("--tls-key", help="TLS private key (PEM)")
     sv.add_argument("--sasl-credentials", metavar="FILE",
-                    help="user:password lines; enables SASL PLAIN and SCRAM-SHA-256")
+                    help="user:password lines; enables SASL PLAIN and SCRAM-SHA-256/512")
+    sv.add_argument("--sasl", action="store_true",
+                    help="require SASL: the root's SCRAM users (kafkastore users) log in, and those "
+                         "of --sasl-credentials")
     sv.add_argument("--insecure", action="store_true",
                     help="allow a non-loopback listener without TLS and SASL")
+    sv.add_argument("--schema-registry-listen", metavar="HOST:PORT",
+                    help="also serve a Confluent-compatible schema registry (REST) here, stored "
+                         "in the root's _schemas topic; TLS and basic auth as the Kafka listener")
     sv.add_argument("--auto-create-topics", action="store_true",
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=positive, default=1,

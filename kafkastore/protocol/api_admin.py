@@ -1,20 +1,29 @@
-"""CreateTopics, DeleteTopics, DescribeConfigs: topic administration over the root."""
+"""CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, DescribeConfigs: topic
+administration over the root.
+
+:func:`register` also registers the other admin modules (:mod:`.api_configs`,
+:mod:`.api_cluster`, :mod:`.api_users`), so the server wires one module for all of them.
+"""
 from __future__ import annotations
 
 import logging
 
 from .. import layout
-from ..errors import (ConfigError, InternalTopicError, StorageError, TopicExistsError,
-                      UnknownTopicError)
-from ..topics import create_topic, delete_topic as delete_topic_everywhere, is_internal_topic
+from ..errors import (ConfigError, InternalTopicError, KafkaStoreError, OffsetOutOfRangeError, StorageError,
+                      TopicExistsError, UnknownTopicError)
+from ..retention import delete_records
+from ..topics import alter_topic, create_topic, delete_topic as delete_topic_everywhere, is_internal_topic
 from . import error_codes as E
-from .api_meta import topic_id
+from .placement import topic_id
+from ..acls import Operation as Op, ResourceType
+from . import authorizer as authz
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
+DELETE_RECORDS, CREATE_PARTITIONS = 21, 37
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _DEFAULT_CONFIG, _TOPIC_CONFIG = 5, 1  # Kafka's ConfigSource: DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG
@@ -60,8 +69,11 @@ def create_topic_safely(broker, name: str, partitions: int, configs: dict,
 async def handle_create_topics(ctx: RequestContext, request):
     mod = ctx.response_module
     results = []
+    may_create_any = ctx.authorize(Op.CREATE, ResourceType.CLUSTER)  # else CREATE on each topic
     for t in request.topics:
-        if t.replication_factor not in (-1, 1) and t.replication_factor < 1:
+        if not may_create_any and authz.topic_error(ctx, Op.CREATE, t.name):
+            err, msg, meta = E.TOPIC_AUTHORIZATION_FAILED, None, None
+        elif t.replication_factor not in (-1, 1) and t.replication_factor < 1:
             err, msg, meta = E.INVALID_REPLICATION_FACTOR, "replication factor must be >= 1 or -1", None
         elif t.assignments:
             err, msg, meta = E.INVALID_REQUEST, "manual replica assignment is not supported", None
@@ -101,7 +113,9 @@ async def handle_delete_topics(ctx: RequestContext, request):
         names = tuple(t.name for t in request.topics if t.name is not None)
     results = []
     for name in names:
-        err, msg = await ctx.run(delete_topic, ctx.broker, name)
+        err, msg = (authz.topic_error(ctx, Op.DELETE, name), None)
+        if not err:
+            err, msg = await ctx.run(delete_topic, ctx.broker, name)
         results.append(make(mod, "DeletableTopicResult", name=name, error_code=err, error_message=msg))
     return make(ctx.response_class, responses=tuple(results))
 
@@ -122,7 +136,12 @@ async def handle_describe_configs(ctx: RequestContext, request):
     results = []
     for r in request.resources:
         entries: list = []
-        if r.resource_type == TOPIC_RESOURCE:
+        denied = authz.topic_error(ctx, Op.DESCRIBE_CONFIGS, r.resource_name) \
+            if r.resource_type == TOPIC_RESOURCE else authz.cluster_error(ctx, Op.DESCRIBE_CONFIGS) \
+            if r.resource_type == BROKER_RESOURCE else 0
+        if denied:
+            err, msg = denied, None
+        elif r.resource_type == TOPIC_RESOURCE:
             err, msg, entries = await ctx.run(describe_topic_configs, ctx.broker, r.resource_name,
                                               r.configuration_keys)
         elif r.resource_type == BROKER_RESOURCE:
@@ -140,7 +159,105 @@ async def handle_describe_configs(ctx: RequestContext, request):
     return make(ctx.response_class, results=tuple(results))
 
 
+# -- CreatePartitions ------------------------------------------------------------------
+def create_partitions(broker, name: str, count: int, validate_only: bool) -> tuple[int, str | None]:
+    """Grow a topic to ``count`` partitions (:func:`kafkastore.topics.alter_topic`). Blocking."""
+    try:
+        layout.validate_topic_name(name)
+        meta = broker.meta.topic(name)
+    except ConfigError as exc:
+        return E.INVALID_TOPIC_EXCEPTION, str(exc)
+    if meta is None:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+    if is_internal_topic(name):
+        return E.INVALID_REQUEST, f"cannot add partitions to internal topic {name!r}"
+    if count <= meta.partitions:  # Kafka's wording and code for both "fewer" and "same"
+        return (E.INVALID_PARTITIONS, f"topic currently has {meta.partitions} partitions, "
+                f"which is higher than or equal to the requested {count}")
+    if count > MAX_PARTITIONS:
+        return E.INVALID_PARTITIONS, f"partition count must be at most {MAX_PARTITIONS}, got {count}"
+    if validate_only:
+        return E.NONE, None
+    try:
+        alter_topic(broker.storage, name, partitions=count)
+    except UnknownTopicError as exc:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+    except ConfigError as exc:
+        return E.INVALID_PARTITIONS, str(exc)
+    except StorageError as exc:
+        return E.KAFKA_STORAGE_ERROR, str(exc)
+    finally:
+        broker.meta.forget_topic(name)
+    return E.NONE, None
+
+
+async def handle_create_partitions(ctx: RequestContext, request):
+    mod = ctx.response_module
+    names = [t.name for t in request.topics]
+    results = []
+    for t in request.topics:
+        if names.count(t.name) > 1:
+            err, msg = E.INVALID_REQUEST, "duplicate topic in request"
+        elif authz.topic_error(ctx, Op.ALTER, t.name):
+            err, msg = E.TOPIC_AUTHORIZATION_FAILED, None
+        elif t.assignments is not None:
+            # One copy on object storage: there are no replicas to place.
+            err, msg = E.INVALID_REPLICA_ASSIGNMENT, "manual replica assignment is not supported"
+        else:
+            err, msg = await ctx.run(create_partitions, ctx.broker, t.name, t.count,
+                                     bool(request.validate_only))
+        results.append(make(mod, "CreatePartitionsTopicResult", name=t.name, error_code=err,
+                            error_message=msg))
+    return make(ctx.response_class, results=tuple(results))
+
+
+# -- DeleteRecords ----------------------------------------------------------------------
+def delete_records_before(broker, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """``(error, low watermark)`` of Kafka's DeleteRecords on one partition
+    (:func:`kafkastore.retention.delete_records`; -1 is the high watermark). Blocking."""
+    if is_internal_topic(topic):  # Kafka's ReplicaManager refuses internal topics too
+        return E.INVALID_TOPIC_EXCEPTION, -1
+    meta = broker.meta.topic(topic)
+    if meta is None or not 0 <= partition < meta.partitions:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, -1
+    if offset < -1:
+        return E.OFFSET_OUT_OF_RANGE, -1
+    try:
+        result = delete_records(broker.storage, topic, partition, offset, writer="serve-delete-records")
+    except OffsetOutOfRangeError:
+        return E.OFFSET_OUT_OF_RANGE, -1
+    except (UnknownTopicError, ConfigError):
+        return E.UNKNOWN_TOPIC_OR_PARTITION, -1
+    except KafkaStoreError as exc:  # storage trouble, too many commit conflicts: the client retries
+        log.warning("delete records of %s/%d failed: %s", topic, partition, exc)
+        return E.KAFKA_STORAGE_ERROR, -1
+    finally:
+        broker.meta.forget_topic(topic)
+    return E.NONE, result.log_start_offset
+
+
+async def handle_delete_records(ctx: RequestContext, request):
+    mod = ctx.response_module
+    topics = []
+    for t in request.topics:
+        parts = []
+        denied = authz.topic_error(ctx, Op.DELETE, t.name)
+        for p in t.partitions:
+            err, low = (denied, -1) if denied else \
+                await ctx.run(delete_records_before, ctx.broker, t.name, p.partition_index, p.offset)
+            parts.append(make(mod, "DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                              low_watermark=low, error_code=err))
+        topics.append(make(mod, "DeleteRecordsTopicResult", name=t.name, partitions=tuple(parts)))
+    return make(ctx.response_class, topics=tuple(topics))
+
+
 def register(registry: Registry) -> None:
+    from . import api_cluster, api_configs, api_users
+
     registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
     registry.register(DELETE_TOPICS, 1, 5, handle_delete_topics)
     registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
+    registry.register(DELETE_RECORDS, 0, 2, handle_delete_records)
+    registry.register(CREATE_PARTITIONS, 0, 3, handle_create_partitions)
+    for mod in (api_configs, api_cluster, api_users):
+        mod.register(registry)

@@ -1,23 +1,24 @@
 """ApiVersions, Metadata and InitProducerId."""
 from __future__ import annotations
 
+import dataclasses
 import logging
-import uuid
-import zlib
 
+from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 
 from . import codec
 from . import error_codes as E
+from .api_admin import MAX_PARTITIONS, create_topic_safely
 from .codec import make
+from .placement import leader_for, topic_id  # noqa: F401 - re-exported (registry docs, handlers)
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
 
 API_VERSIONS, METADATA, INIT_PRODUCER_ID = 18, 3, 22
 _NO_AUTH_OPS = -2147483648  # "not requested"
-_TOPIC_ID_NS = uuid.UUID("6f1c2d8e-5b7a-4c1e-9a55-3c0de0f4ab10")
 
 
 def _api_keys(ctx_module_or_cls, registry: Registry):
@@ -40,18 +41,6 @@ def unsupported_api_versions(registry: Registry, correlation_id: int) -> bytes:
     return codec.encode_response(correlation_id, resp)
 
 
-def topic_id(name: str, created_ms: int) -> uuid.UUID:
-    """A stable topic id: the same for every broker, new when a topic is re-created."""
-    return uuid.uuid5(_TOPIC_ID_NS, f"{name}:{created_ms}")
-
-
-def leader_for(topic: str, partition: int, brokers: list[tuple[int, str, int]]) -> int:
-    """The node to name as a partition's leader: partitions spread round-robin over live brokers,
-    starting at a per-topic offset, so every broker computes the same answer."""
-    start = zlib.crc32(topic.encode())
-    return brokers[(start + partition) % len(brokers)][0]
-
-
 async def handle_metadata(ctx: RequestContext, request):
     """Topics and the live brokers a client of this listener can use (same security protocol).
 
@@ -68,9 +57,17 @@ async def handle_metadata(ctx: RequestContext, request):
         names = [t.name for t in wanted]
         requested = True
     auto_create = getattr(request, "allow_auto_topic_creation", True) and broker.options.auto_create_topics
+    names, denied, no_create = _authorize_topics(ctx, names, requested, requested and auto_create)
     topics = await ctx.run(describe_topics, broker, ctx.response_module, names, requested and auto_create,
                            brokers)
     mod = ctx.response_module
+    if denied or no_create:  # Kafka: DESCRIBE to see a topic, CREATE (cluster or topic) to auto-create it
+        topics += [dataclasses.replace(t, error_code=E.code(E.TOPIC_AUTHORIZATION_FAILED))
+                   if t.error_code == E.UNKNOWN_TOPIC_OR_PARTITION else t
+                   for t in await ctx.run(describe_topics, broker, mod, no_create, False, brokers)]
+        topics += [make(mod, "MetadataResponseTopic", error_code=E.TOPIC_AUTHORIZATION_FAILED, name=n,
+                        topic_id=None, is_internal=is_internal_topic(n), partitions=(),
+                        topic_authorized_operations=_NO_AUTH_OPS) for n in denied]
     return make(ctx.response_class,
                 brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
                               for n, h, p in brokers),
@@ -78,10 +75,26 @@ async def handle_metadata(ctx: RequestContext, request):
                 cluster_authorized_operations=_NO_AUTH_OPS)
 
 
+def _authorize_topics(ctx: RequestContext, names, requested: bool, auto_create: bool):
+    """``(names to describe, names refused TOPIC_AUTHORIZATION_FAILED, names to describe that
+    may not be auto-created)``: every topic the principal may not DESCRIBE is left out of an
+    all-topics answer (Kafka hides it) and refused when asked for by name."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return names, [], []
+    seen = [n for n in names if n is not None and ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, n)]
+    if not requested:
+        return seen, [], []
+    visible = set(seen)
+    denied = [n for n in names if n is not None and n not in visible]
+    if not auto_create or ctx.authorize(Operation.CREATE, ResourceType.CLUSTER):
+        return seen, denied, []
+    no_create = [n for n in seen if not ctx.authorize(Operation.CREATE, ResourceType.TOPIC, n)]
+    creatable = seen if not no_create else [n for n in seen if n not in frozenset(no_create)]
+    return creatable, denied, no_create
+
+
 def describe_topics(broker, mod, names, auto_create: bool, brokers) -> list:
     """Metadata's topic entries (blocking: reads topic metadata, may auto-create)."""
-    from .api_admin import MAX_PARTITIONS, create_topic_safely
-
     def failed(name, code):
         return make(mod, "MetadataResponseTopic", error_code=code, name=name, topic_id=None,
                     is_internal=is_internal_topic(name), partitions=(),

@@ -1,6 +1,11 @@
-"""SASL authentication (SaslHandshake + SaslAuthenticate): PLAIN and SCRAM-SHA-256.
+"""SASL authentication (SaslHandshake + SaslAuthenticate): PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512.
 
-Credentials come from a file of ``user:password`` lines (``--sasl-credentials``).
+SCRAM users come from the root (``kafkastore users``, AlterUserScramCredentials: salted
+credentials every broker shares, :mod:`kafkastore.scram_users`, re-read within about two
+seconds of a change) and from a file of ``user:password`` lines (``--sasl-credentials``).
+When both name a user, the root's credential for that mechanism wins (so a password
+changed over the admin API takes effect); the file's password serves a user and mechanism
+the root has no credential for. PLAIN checks the file only (the root holds no passwords).
 A connection must authenticate before any API but ApiVersions, SaslHandshake
 and SaslAuthenticate; a failed authentication is answered with
 SASL_AUTHENTICATION_FAILED and the connection is closed after the response.
@@ -13,13 +18,15 @@ import hmac
 import os
 import secrets
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KafkaStoreError
+from ..scram_users import MECHANISMS as SCRAM_MECHANISMS, ScramCredential, credential_from_password
 from . import error_codes as E
+from .api_users import scram_users
 from .codec import make
 from .registry import Registry, RequestContext
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_ITERATIONS = 4096
 
 
@@ -65,11 +72,15 @@ def _ok(ctx, data: bytes = b""):
                 session_lifetime=0)
 
 
-def _scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
-    return hashlib.sha256(client_key).digest(), server_key
+def _credential(broker, user: str, mechanism: str) -> ScramCredential | None:
+    """The root's credential of ``user`` for ``mechanism``, None if it has none. Blocking (a
+    cached read of the shared document)."""
+    try:
+        return scram_users(broker).lookup(user, mechanism)
+    except KafkaStoreError as exc:  # the root unreadable: the file's users still log in
+        import logging
+        logging.getLogger("kafkastore.serve").warning("cannot read SCRAM users: %s", exc)
+        return None
 
 
 def _fake_salt(secret: bytes, user: str) -> bytes:
@@ -133,17 +144,23 @@ async def _authenticate(ctx: RequestContext, request):
                               "is different from the user name")
         conn.principal, conn.authenticated = user, True
         return _ok(ctx)
-    if mech == "SCRAM-SHA-256":
+    if mech in SCRAM_MECHANISMS:
+        algo = SCRAM_MECHANISMS[mech][0]
         if state.get("step") == 0:
             parsed = _parse_client_first(data.decode("utf-8", "replace"))
             if parsed is None:
                 return _fail(ctx, "malformed SCRAM client-first message")
             gs2, bare, user, cnonce = parsed
-            salt = _fake_salt(_scram_secret(ctx.broker), user)
+            stored = await ctx.run(_credential, ctx.broker, user, mech)
+            if stored is not None:
+                salt, iterations = stored.salt, stored.iterations
+            else:
+                salt, iterations = _fake_salt(_scram_secret(ctx.broker), user), _SCRAM_ITERATIONS
             nonce = cnonce + secrets.token_urlsafe(18)
-            server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={_SCRAM_ITERATIONS}"
+            server_first = f"r={nonce},s={base64.b64encode(salt).decode()},i={iterations}"
             # Unknown users go on to the final step like known ones and fail there, the same way.
             conn.sasl_state = {"mechanism": mech, "step": 1, "user": user, "salt": salt,
+                               "iterations": iterations, "stored": stored,
                                "nonce": nonce, "auth": bare + "," + server_first, "gs2": gs2}
             return _ok(ctx, server_first.encode())
         if state.get("step") == 1:
@@ -152,23 +169,28 @@ async def _authenticate(ctx: RequestContext, request):
             without_proof = text.rsplit(",p=", 1)[0]
             if fields.get("r") != state["nonce"] or "p" not in fields:
                 return _fail(ctx, "authentication failed: bad SCRAM nonce")
-            password = users.get(state["user"])
-            # An unknown user is checked against a random password: same work, same answer.
-            # PBKDF2 (4096 rounds) in the thread pool: many logins must not stall the event loop.
-            stored_key, server_key = await ctx.run(
-                _scram_keys, password if password is not None else secrets.token_hex(16),
-                state["salt"], _SCRAM_ITERATIONS)
+            cred: ScramCredential | None = state["stored"]
+            known = cred is not None or state["user"] in users
+            if cred is None:
+                # The file's password, or for an unknown user a random one: same work, same
+                # answer. PBKDF2 in the thread pool: many logins must not stall the event loop.
+                password = users.get(state["user"])
+                cred = await ctx.run(
+                    lambda: credential_from_password(
+                        mech, password if password is not None else secrets.token_hex(16),
+                        iterations=state["iterations"], salt=state["salt"]))
+            stored_key, server_key = cred.stored_key, cred.server_key
             auth_message = (state["auth"] + "," + without_proof).encode()
-            signature = hmac.new(stored_key, auth_message, hashlib.sha256).digest()
+            signature = hmac.new(stored_key, auth_message, algo).digest()
             try:
                 proof = base64.b64decode(fields["p"], validate=True)
             except ValueError:
                 return _fail(ctx, "malformed SCRAM proof")
             client_key = bytes(a ^ b for a, b in zip(proof, signature))
-            if (password is None or len(proof) != len(signature)
-                    or not hmac.compare_digest(hashlib.sha256(client_key).digest(), stored_key)):
+            if (not known or len(proof) != len(signature)
+                    or not hmac.compare_digest(hashlib.new(algo, client_key).digest(), stored_key)):
                 return _fail(ctx, "authentication failed: bad user name or password")
-            server_sig = hmac.new(server_key, auth_message, hashlib.sha256).digest()
+            server_sig = hmac.new(server_key, auth_message, algo).digest()
             conn.principal, conn.authenticated = state["user"], True
             conn.sasl_state = {"mechanism": mech, "step": 2}
             return _ok(ctx, b"v=" + base64.b64encode(server_sig))

@@ -1,0 +1,157 @@
+"""AlterConfigs and IncrementalAlterConfigs: topic config overrides, validated as
+``kafkastore topics create`` validates them (:mod:`kafkastore.topic_config`).
+
+Only topic resources are alterable: a kafkastore broker takes its own settings from the
+``kafkastore serve`` command line, so broker resources are refused with INVALID_REQUEST.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Mapping
+
+from .. import layout
+from ..errors import ConfigError, KafkaStoreError, UnknownTopicError
+from ..topic_config import CONFIG_KEYS, TopicConfig
+from ..topics import alter_topic, is_internal_topic
+from . import error_codes as E
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.admin")
+
+ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
+TOPIC_RESOURCE = 2
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # Kafka's AlterConfigOp.OpType
+
+
+class _Refused(Exception):
+    """A resource's change is refused with ``code`` (internal to this module)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def _split_list(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | None]]) -> dict:
+    """The overrides after Kafka's incremental ``ops`` ``(name, op, value)``: SET a value,
+    DELETE back to the default, APPEND to / SUBTRACT from a list config. Pure;
+    :class:`_Refused` on a bad operation, :class:`ConfigError` on a bad key or value."""
+    merged = dict(current.to_dict())
+    for name, op, value in ops:
+        key = CONFIG_KEYS.get(name)
+        if key is None:
+            TopicConfig({name: value})  # raises the standard "unknown topic config" error
+        if op == SET:
+            if value is None:
+                raise _Refused(E.INVALID_REQUEST, f"null value not supported for {name}")
+            merged[name] = value
+        elif op == DELETE:
+            merged.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            if key.type != "list":
+                raise _Refused(E.INVALID_CONFIG, f"config value {'append' if op == APPEND else 'subtract'}"
+                                                 f" is not allowed for config key {name}")
+            items = list(current[name])
+            for v in _split_list(value):
+                if op == APPEND and v not in items:
+                    items.append(v)
+                elif op == SUBTRACT and v in items:
+                    items.remove(v)
+            merged[name] = ",".join(items)
+        else:
+            raise _Refused(E.INVALID_REQUEST, f"unknown config operation {op} for {name}")
+    return merged
+
+
+def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bool) -> tuple[int, str | None]:
+    """Make ``overrides`` the topic's config overrides (everything else back to defaults).
+    Blocking."""
+    try:
+        layout.validate_topic_name(name)
+    except ConfigError as exc:
+        return E.INVALID_TOPIC_EXCEPTION, str(exc)
+    meta = broker.meta.topic(name)
+    if meta is None:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+    try:
+        new = TopicConfig.from_dict(overrides)
+    except ConfigError as exc:
+        return E.INVALID_CONFIG, str(exc)
+    if validate_only:
+        return E.NONE, None
+    removed = [k for k in meta.config.overrides if k not in new.overrides]
+    try:
+        alter_topic(broker.storage, name, set_configs=new.overrides, delete_configs=removed)
+    except UnknownTopicError as exc:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
+    except ConfigError as exc:
+        return E.INVALID_CONFIG, str(exc)
+    except KafkaStoreError as exc:
+        log.warning("altering configs of topic %r failed: %s", name, exc)
+        return E.KAFKA_STORAGE_ERROR, str(exc)
+    finally:
+        broker.meta.forget_topic(name)
+    return E.NONE, None
+
+
+def _alter_one(broker, resource, incremental: bool, validate_only: bool) -> tuple[int, str | None]:
+    """One resource of either request. Blocking."""
+    if resource.resource_type != TOPIC_RESOURCE:
+        return (E.INVALID_REQUEST, f"resource type {resource.resource_type} is not alterable: only topic "
+                "configs are (a kafkastore broker takes its settings from its command line)")
+    name = resource.resource_name
+    if is_internal_topic(name):
+        return E.INVALID_REQUEST, f"the configs of internal topic {name!r} are kafkastore's"
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        return E.INVALID_REQUEST, f"duplicate config keys in the request for {name!r}"
+    if incremental:
+        meta = broker.meta.topic(name)
+        if meta is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+        try:
+            overrides = incremental_overrides(
+                meta.config, [(c.name, c.config_operation, c.value) for c in resource.configs])
+        except _Refused as exc:
+            return exc.code, str(exc)
+        except ConfigError as exc:
+            return E.INVALID_CONFIG, str(exc)
+    else:
+        nulls = [c.name for c in resource.configs if c.value is None]
+        if nulls:
+            return E.INVALID_REQUEST, f"null value not supported for {', '.join(nulls)}"
+        overrides = {c.name: c.value for c in resource.configs}
+    return apply_topic_configs(broker, name, overrides, validate_only)
+
+
+async def _handle(ctx: RequestContext, request, incremental: bool):
+    mod = ctx.response_module
+    keys = [(r.resource_type, r.resource_name) for r in request.resources]
+    out = []
+    for r in request.resources:
+        if keys.count((r.resource_type, r.resource_name)) > 1:  # as Kafka: every copy is refused
+            err, msg = E.INVALID_REQUEST, "duplicate resource in request"
+        else:
+            err, msg = await ctx.run(_alter_one, ctx.broker, r, incremental, bool(request.validate_only))
+        out.append(make(mod, "AlterConfigsResourceResponse", error_code=err, error_message=msg,
+                        resource_type=r.resource_type, resource_name=r.resource_name))
+    return make(ctx.response_class, responses=tuple(out))
+
+
+async def handle_alter_configs(ctx: RequestContext, request):
+    """Kafka's (deprecated but still used) AlterConfigs: the given configs replace every override."""
+    return await _handle(ctx, request, incremental=False)
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, request):
+    """KIP-339: SET / DELETE / APPEND / SUBTRACT single configs."""
+    return await _handle(ctx, request, incremental=True)
+
+
+def register(registry: Registry) -> None:
+    registry.register(ALTER_CONFIGS, 0, 2, handle_alter_configs)
+    registry.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)
