@@ -85,6 +85,9 @@ class ServeOptions:
     #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
     #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 900_000
+    #: ``(host, port)`` of the schema registry's HTTP listener (``--schema-registry-listen``,
+    #: :mod:`kafkastore.schema_registry`); None: off. Same TLS, credentials and loopback rule.
+    schema_registry_listen: tuple[str, int] | None = None
     #: Check every request against the root's ACLs (``--authorizer``; Kafka's StandardAuthorizer).
     authorizer: bool = False
     #: Principals allowed everything (``--super-users User:admin,...``).
@@ -179,6 +182,12 @@ class BrokerServer:
         self.data_watch = DataWatch(self._read_versions,
                                     lambda tp: self.meta.cached_version(tp[0], tp[1]),
                                     poll_s=opts.fetch_poll_ms / 1000)
+        self.schema_registry = None
+        if opts.schema_registry_listen is not None:
+            from ..schema_registry import SchemaRegistryThread
+            self.schema_registry = SchemaRegistryThread(
+                storage, *opts.schema_registry_listen, ssl_context=opts.ssl_context,
+                credentials=opts.credentials, insecure=opts.insecure)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:
@@ -202,6 +211,9 @@ class BrokerServer:
             await self.run(self.authorizer.load)  # before the first request: deny by default
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
+        if self.schema_registry is not None:
+            self.schema_registry.store.broker_id = self.node_id
+            await self.run(self.schema_registry.start)
         from . import api_txn
         api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
         log.info("broker %d listening on %s:%d (advertised %s:%d)", self.node_id, opts.host,
@@ -223,6 +235,8 @@ class BrokerServer:
             w.close()
         await self.appender.close()
         self.data_watch.close()
+        if self.schema_registry is not None:
+            await self.run(self.schema_registry.stop)
         for t in list(self._tasks):
             t.cancel()
         try:

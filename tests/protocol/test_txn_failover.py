@@ -85,3 +85,71 @@ def test_coordinator_killed_at_a_step_another_broker_finishes_the_transaction(tm
         assert TxnStore(storage).get(tid).state is TxnState.COMPLETE_ABORT
     finally:
         _stop_all(procs)
+
+
+def _rewind(consumer) -> None:
+    """Back to the group's committed offsets (the documented loop, after an abort)."""
+    committed = consumer.committed(consumer.assignment(), 10)
+    for tp in committed:
+        consumer.seek(ck.TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+
+
+def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
+    """confluent-kafka's exactly-once loop (send_offsets_to_transaction) between two topics;
+    the broker coordinating the transactional id and the group is SIGKILLed after a few
+    transactions: the output holds every input record exactly once."""
+    import signal
+
+    from tests.helpers.serve_procs import free_port, start_serve
+
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    src, dst = "in-" + uuid.uuid4().hex[:6], "out-" + uuid.uuid4().hex[:6]
+    create_topic(storage, src, 2)
+    create_topic(storage, dst, 2)
+    ports = [free_port(), free_port()]
+    procs = [start_serve(root, ports[0], 0), start_serve(root, ports[1], 1)]
+    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
+    n = 300
+    try:
+        plain = ck.Producer({"bootstrap.servers": bootstrap})
+        for i in range(n):
+            plain.produce(src, b"%d" % i, partition=i % 2)
+        plain.flush(10)
+        tid, group = _tid_owned_by(0, "tx-ctp"), _tid_owned_by(0, "g-ctp")
+        consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                                "reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+        consumer.subscribe([src])
+        producer = _producer(bootstrap, tid, **{"reconnect.backoff.ms": 50, "reconnect.backoff.max.ms": 500})
+        done = commits = 0
+        deadline = time.time() + 90
+        while done < n and time.time() < deadline:
+            msgs = [m for m in consumer.consume(25, 0.5) if m.error() is None]
+            if not msgs:
+                continue
+            try:
+                producer.begin_transaction()
+                for m in msgs:
+                    producer.produce(dst, b"t" + m.value(), partition=m.partition())
+                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                                     consumer.consumer_group_metadata(), 30)
+                producer.commit_transaction(60)
+            except ck.KafkaException as exc:
+                err = exc.args[0]
+                if err.txn_requires_abort():
+                    producer.abort_transaction(60)
+                    _rewind(consumer)
+                    continue
+                raise
+            done += len(msgs)
+            commits += 1
+            if commits == 3:
+                procs[0].send_signal(signal.SIGKILL)  # midway: the coordinator of both
+                procs[0].wait(10)
+        consumer.close()
+        assert done >= n
+        out = _consume(f"127.0.0.1:{ports[1]}", dst, 2, "read_committed", expect=n)
+        assert sorted(out) == sorted(b"t%d" % i for i in range(n))  # each once: no loss, no duplicate
+    finally:
+        _stop_all(procs)
