@@ -3,7 +3,7 @@
 The input is read in chunks of whole lines (about :data:`CHUNK_BYTES`; never
 the whole input), and each chunk is parsed in bulk into the columns
 :meth:`kafkastore.broker.Broker.send_arrow` takes: by the C fast path
-(``_native.parse_jsonl``) when every line has the common shape (string or null
+(``kafkastore._jsonl_native.parse_jsonl``) when every line has the common shape (string or null
 key and value, integer timestamp and partition, no headers; see its comment
 for the exact set), else by pyarrow's JSON reader. The per-line parser
 (:func:`kafkastore.jsonl.parse_produce_line`) stays the judge of what is
@@ -44,15 +44,12 @@ import pyarrow.json as pj
 from .errors import ConfigError, KafkaStoreError
 from .format.arrow_encode import IMPLEMENTATION as _ENCODER
 from .format.arrow_encode import validity
+from .format.extensions import use
 from .jsonl import MAX_TIMESTAMP_MS, parse_produce_line
 
-try:
-    from .format import _native
-except ImportError:  # not built: pyarrow's reader does the bulk parse
-    _native = None
+_native = use("kafkastore._jsonl_native")  # None: not built or switched off
 #: Whether lines of the common shape are parsed by the C fast path (off with the extensions).
-NATIVE_PARSE = (_native is not None and hasattr(_native, "parse_jsonl")
-                and _ENCODER == "native")
+NATIVE_PARSE = _native is not None and _ENCODER == "native"
 
 #: Bytes read at a time (a chunk is this plus the rest of its last line).
 CHUNK_BYTES = 4 << 20

@@ -71,3 +71,22 @@ def test_no_test_module_imports_another_test_module_or_conftest():
         if name.split(".")[0] == "tests"
         and name.rsplit(".", 1)[-1].startswith(("test_", "conftest")))
     assert offending == []
+
+
+def test_one_switch_turns_the_c_extensions_off():
+    """``KAFKASTORE_NO_EXTENSIONS`` is read in one place, kafkastore/format/extensions.py;
+    every module with a fast path asks it (so the switch cannot half-apply)."""
+    readers = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "kafkastore").rglob("*.py")
+                     if "KAFKASTORE_NO_EXTENSIONS" in path.read_text(encoding="utf-8")
+                     .split('"""', 2)[-1])  # past the module docstring
+    assert readers == ["kafkastore/format/extensions.py"]
+
+
+def test_the_c_sources_are_cut_by_concern():
+    """The byte-format kernel is one extension built from one source per concern, and the
+    JSON-lines parser (produce input) is not among them."""
+    sources = sorted(p.name for p in (ROOT / "kafkastore" / "format" / "native").glob("*.c"))
+    assert sources == ["buffers.c", "columns.c", "crc.c", "decode.c", "encode.c", "module.c"]
+    assert not any("parse_jsonl" in (ROOT / "kafkastore" / "format" / "native" / s).read_text()
+                   for s in sources)
+    assert "parse_jsonl" in (ROOT / "kafkastore" / "_jsonl_native.c").read_text()

@@ -87,16 +87,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compression import MAX_DECOMPRESSED_SIZE, decompress
+from .extensions import ENABLED, load
 from ..errors import (
     CompressionError, ConfigError, CorruptRecordError, CrcMismatchError, KafkaStoreError,
 )
 from .record_batch import HEADER_SIZE, decode_records, parse_header
 from .segment import iter_batches
 
-try:
-    from . import _native
-except ImportError:  # not built: the pure decoder does everything
-    _native = None
+_native = load("kafkastore.format._native")  # None (not built): the pure decoder does everything
 
 __all__ = [
     "KAFKA_SCHEMA", "HEADERS_TYPE", "IMPLEMENTATION", "NATIVE_AVAILABLE",
@@ -145,8 +143,7 @@ if _native is not None and os.environ.get("KAFKASTORE_DECODE_ALLOC"):
         warnings.warn(f"KAFKASTORE_DECODE_ALLOC={_mode!r} ignored: expected one of "
                       f"{', '.join(_ALLOC_MODES)}", RuntimeWarning, stacklevel=2)
 #: "native" or "pure": what decode_to_arrow uses.
-IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
-                  and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
+IMPLEMENTATION = "native" if NATIVE_AVAILABLE and ENABLED else "pure"
 
 
 class BatchDecoder(Protocol):

@@ -24,7 +24,6 @@ which raises the precise :class:`~kafkastore.errors.ConfigError`.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -33,15 +32,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compression import Compression
+from .extensions import ENABLED, load
 from ..errors import ConfigError
 from .record_batch import (CREATE_TIME, DELETE_HORIZON_MASK, NO_PRODUCER_ID, NO_SEQUENCE,
                            TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, Record, assemble_batch,
                            batch_offsets, check_timestamp_type, encode_records_pure)
 
-try:
-    from . import _native
-except ImportError:  # not built
-    _native = None
+_native = load("kafkastore.format._native")
 
 __all__ = ["Columns", "prepare", "encode_rows", "encode_rows_pure", "encode_rows_native",
            "EncodedBatches", "encode_batches", "encode_batches_pure", "encode_batches_native",
@@ -50,8 +47,7 @@ __all__ = ["Columns", "prepare", "encode_rows", "encode_rows_pure", "encode_rows
 
 NATIVE_AVAILABLE = _native is not None and hasattr(_native, "encode_arrow")
 #: "native" or "pure": what encode_rows uses.
-IMPLEMENTATION = ("native" if NATIVE_AVAILABLE
-                  and os.environ.get("KAFKASTORE_NO_EXTENSIONS") != "1" else "pure")
+IMPLEMENTATION = "native" if NATIVE_AVAILABLE and ENABLED else "pure"
 
 _EMPTY = np.zeros(0, np.uint8)
 

@@ -2,12 +2,12 @@
 
 Uses the ``crc32c`` package (C, hardware accelerated where the CPU has it) and
 falls back to a table-driven pure-Python implementation when the package is
-missing or ``KAFKASTORE_NO_EXTENSIONS=1`` is set (the same switch that turns
-off the native Arrow decoder, so the pure paths can be tested on their own).
+missing or ``KAFKASTORE_NO_EXTENSIONS=1`` is set (:mod:`.extensions`: the same switch
+turns off the C kernel, so the pure paths can be tested on their own).
 """
 from __future__ import annotations
 
-import os
+from .extensions import use
 
 _POLY = 0x82F63B78  # CRC-32C polynomial, bit-reversed
 
@@ -34,17 +34,8 @@ def crc32c_pure(data, value: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _load_native():
-    if os.environ.get("KAFKASTORE_NO_EXTENSIONS") == "1":
-        return None
-    try:
-        import crc32c as _lib
-    except ImportError:
-        return None
-    return _lib.crc32c
-
-
-_native = _load_native()
+_lib = use("crc32c")
+_native = _lib.crc32c if _lib is not None else None
 
 #: True when the C implementation is in use.
 NATIVE = _native is not None

@@ -49,13 +49,13 @@ decompress).
 """
 from __future__ import annotations
 
-import os
 import struct
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from .compression import MAX_DECOMPRESSED_SIZE, Compression, compress, decompress
 from .crc import crc32c
+from .extensions import use
 from ..errors import CompressionError, ConfigError, CorruptRecordError, CrcMismatchError
 from .varint import decode_varint, decode_varlong, write_varint
 
@@ -579,18 +579,9 @@ def assemble_batch(body, count: int, base_offset: int, last_offset: int, base_ts
     return b"".join((header, body))
 
 
-def _load_native_encoder():
-    """The C records encoder, unless not built or ``KAFKASTORE_NO_EXTENSIONS=1``."""
-    if os.environ.get("KAFKASTORE_NO_EXTENSIONS") == "1":
-        return None
-    try:
-        from ._native import encode_records
-    except ImportError:
-        return None
-    return encode_records
-
-
-_native_encode_records = _load_native_encoder()
+_native = use("kafkastore.format._native")
+#: The C records encoder (None: not built or switched off, see :mod:`.extensions`).
+_native_encode_records = _native.encode_records if _native is not None else None
 
 
 def _encode_records(records: Sequence[Record], base_offset: int,
