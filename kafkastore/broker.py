@@ -47,8 +47,8 @@ from .format.control import encode_marker_batch
 from .format.crc import crc32c
 from .errors import (ConfigError, InvalidRecordError, KafkaStoreError, OutOfOrderSequenceError,
                      RecordTooLargeError, StaleUploadError, StorageError, UnknownTopicError)
-from .manifest import (AppendSegments, AssertLeaderEpoch, BatchMetadata, Manifest,
-                       ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
+from .manifest import (AppendSegments, AssertHighWatermark, AssertLeaderEpoch, BatchMetadata,
+                       Manifest, ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
                        UpdateProducerState)
 from .format.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
@@ -227,6 +227,10 @@ class Broker:
     #: Internal topics (:func:`kafkastore.topics.is_internal_topic`) refuse every write
     #: (:class:`InternalTopicError`) unless their owner, e.g. the OffsetsStore, sets this.
     allow_internal: bool = False
+    #: ``{(topic, partition): offset}``: a commit to such a partition lands only while its high
+    #: watermark is still ``offset`` (else :class:`RequirementFailedError`, nothing written).
+    #: For writers that allocate from what they read, e.g. the schema registry's ids.
+    expect_high_watermark: dict | None = None
 
     def topic(self, name: str) -> TopicMetadata:
         """Topic metadata (cached for the broker's life; configs are read once)."""
@@ -856,6 +860,8 @@ class Broker:
 
         def build(m: Manifest | None):
             m = m or Manifest.empty(topic, partition)
+            if self.expect_high_watermark and tp in self.expect_high_watermark:
+                AssertHighWatermark(self.expect_high_watermark[tp]).check(m)
             epoch = self._epochs.get(tp)
             if epoch is None:
                 epoch = self._epochs[tp] = m.leader_epoch

@@ -49,7 +49,8 @@ READABLE_TOPIC_FORMATS = (1, 2)
 #: The topics kafkastore itself writes (Kafka's internal topics). Clients may read them but
 #: never produce to, create or delete them; only their owner (e.g.
 #: :class:`kafkastore.group_offsets.OffsetsStore`) opts in to writing.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
+                             "_schemas"})  # _schemas: kafkastore.schema_registry
 
 #: The manifest ``extra`` key of a deletion tombstone.
 DELETED_KEY = "deleted"

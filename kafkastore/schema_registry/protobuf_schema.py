@@ -1,0 +1,228 @@
+"""Protobuf schemas as the registry sees them: ``.proto`` text (most clients) or a base64
+``FileDescriptorProto`` (confluent-kafka's Python serializer), both read into one small model
+(:class:`ProtoFile`) that :mod:`~kafkastore.schema_registry.protobuf_compat` compares. Pure.
+
+Type names are resolved to full names with protobuf's scoping rules; a name defined in an
+imported file (not part of this schema's text) keeps its written name.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+
+from ..errors import SchemaRegistryError
+
+SCALARS = frozenset({"double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
+                     "fixed32", "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes"})
+
+
+@dataclass(frozen=True)
+class ProtoField:
+    """One field: ``kind`` is ``scalar``, ``named`` (a message or enum) or ``map``."""
+
+    name: str
+    number: int
+    kind: str
+    type: str
+    label: str = ""          # "", "optional", "required" or "repeated"
+    oneof: str | None = None
+
+
+@dataclass
+class ProtoMessage:
+    """A message by its full name (package included); ``fields`` by number."""
+
+    name: str
+    fields: dict[int, ProtoField] = field(default_factory=dict)
+
+
+@dataclass
+class ProtoFile:
+    """What the compatibility rules look at in one ``.proto`` file."""
+
+    package: str = ""
+    syntax: str = "proto2"
+    messages: dict[str, ProtoMessage] = field(default_factory=dict)
+    enums: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    imports: tuple[str, ...] = ()
+
+
+def _invalid(msg: str) -> SchemaRegistryError:
+    return SchemaRegistryError(422, 42201, f"Invalid schema: {msg}")
+
+
+def decode_descriptor(schema: str):
+    """The ``FileDescriptorProto`` of a base64 schema, or None if ``schema`` is not base64."""
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
+
+    text = schema.strip()
+    if not text or any(c.isspace() for c in text) or ";" in text or "{" in text:
+        return None
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    fd = descriptor_pb2.FileDescriptorProto()
+    try:
+        fd.ParseFromString(raw)
+    except DecodeError as exc:
+        raise _invalid(f"base64 is not a FileDescriptorProto: {exc}") from None
+    return fd
+
+
+def parse(schema: str) -> ProtoFile:
+    """Read ``.proto`` text or a base64 ``FileDescriptorProto``; :class:`SchemaRegistryError`
+    42201 when it is neither."""
+    fd = decode_descriptor(schema)
+    if fd is not None:
+        return from_descriptor(fd)
+    return from_text(schema)
+
+
+# -- text --------------------------------------------------------------------------------------
+def from_text(text: str) -> ProtoFile:
+    """Parse ``.proto`` text with proto-schema-parser."""
+    from proto_schema_parser import ast
+    from proto_schema_parser.parser import Parser
+
+    try:
+        tree = Parser().parse(text)
+    except Exception as exc:  # noqa: BLE001 - the parser raises assorted errors on bad text
+        raise _invalid(f"cannot parse .proto text: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    out = ProtoFile(syntax=tree.syntax or "proto2")
+    imports = []
+    for el in tree.file_elements:
+        if isinstance(el, ast.Package):
+            out.package = el.name
+        elif isinstance(el, ast.Import):
+            imports.append(el.name)
+    out.imports = tuple(imports)
+    prefix = out.package + "." if out.package else ""
+    raw: list[tuple[str, object]] = []   # (full name, ast.Message), every level
+
+    def walk(elements, scope: str):
+        for el in elements:
+            if isinstance(el, ast.Message):
+                name = scope + el.name
+                raw.append((name, el))
+                out.messages[name] = ProtoMessage(name)
+                walk(el.elements, name + ".")
+            elif isinstance(el, ast.Enum):
+                out.enums[scope + el.name] = tuple(v.name for v in el.elements
+                                                   if isinstance(v, ast.EnumValue))
+
+    walk(tree.file_elements, prefix)
+    for name, msg in raw:
+        fields = out.messages[name].fields
+
+        def add(f, oneof=None):
+            if isinstance(f, ast.MapField):
+                fields[f.number] = ProtoField(f.name, f.number, "map",
+                                              f"map<{f.key_type},{_text_type(out, name, f.value_type)}>")
+                return
+            label = f.cardinality.value.lower() if f.cardinality is not None else ""
+            if f.type in SCALARS:
+                fields[f.number] = ProtoField(f.name, f.number, "scalar", f.type, label, oneof)
+            else:
+                fields[f.number] = ProtoField(f.name, f.number, "named", _resolve(out, name, f.type),
+                                              label, oneof)
+
+        for el in msg.elements:
+            if isinstance(el, ast.Field) or isinstance(el, ast.MapField):
+                add(el)
+            elif isinstance(el, ast.OneOf):
+                for f in el.elements:
+                    if isinstance(f, ast.Field):
+                        add(f, el.name)
+            elif type(el).__name__ == "Group":  # proto2 groups: a nested message and a field
+                pass
+    return out
+
+
+def _text_type(pf: ProtoFile, scope: str, name: str) -> str:
+    return name if name in SCALARS else _resolve(pf, scope, name)
+
+
+def _resolve(pf: ProtoFile, scope: str, name: str) -> str:
+    """Protobuf scoping: innermost scope outwards; a leading dot is absolute."""
+    if name.startswith("."):
+        return name[1:]
+    parts = scope.split(".")
+    while True:
+        cand = ".".join(parts + [name]) if parts else name
+        if cand in pf.messages or cand in pf.enums:
+            return cand
+        if not parts:
+            return name  # from an import: kept as written
+        parts.pop()
+
+
+# -- descriptor --------------------------------------------------------------------------------
+_TYPE_NAMES = {1: "double", 2: "float", 3: "int64", 4: "uint64", 5: "int32", 6: "fixed64",
+               7: "fixed32", 8: "bool", 9: "string", 12: "bytes", 13: "uint32", 15: "sfixed32",
+               16: "sfixed64", 17: "sint32", 18: "sint64"}
+_LABELS = {1: "optional", 2: "required", 3: "repeated"}
+_TYPE_MESSAGE, _TYPE_ENUM, _TYPE_GROUP = 11, 14, 10
+
+
+def from_descriptor(fd) -> ProtoFile:
+    """Read a ``FileDescriptorProto``."""
+    syntax = fd.syntax or "proto2"
+    out = ProtoFile(package=fd.package, syntax=syntax, imports=tuple(fd.dependency))
+    prefix = fd.package + "." if fd.package else ""
+    maps: dict[str, object] = {}
+
+    def walk_enums(enums, scope):
+        for e in enums:
+            out.enums[scope + e.name] = tuple(v.name for v in e.value)
+
+    def walk(messages, scope):
+        for m in messages:
+            name = scope + m.name
+            if m.options.map_entry:
+                maps[name] = m
+                continue
+            out.messages[name] = ProtoMessage(name)
+            walk(m.nested_type, name + ".")
+            walk_enums(m.enum_type, name + ".")
+
+    walk(fd.message_type, prefix)
+    walk_enums(fd.enum_type, prefix)
+
+    def type_of(f) -> tuple[str, str]:
+        if f.type in (_TYPE_MESSAGE, _TYPE_ENUM, _TYPE_GROUP):
+            tn = f.type_name.lstrip(".")
+            if tn in maps:
+                entry = maps[tn]
+                k, v = entry.field[0], entry.field[1]
+                return "map", f"map<{type_of(k)[1]},{type_of(v)[1]}>"
+            return "named", tn
+        return "scalar", _TYPE_NAMES.get(f.type, str(f.type))
+
+    def fill(messages, scope):
+        for m in messages:
+            name = scope + m.name
+            if name in maps:
+                continue
+            msg = out.messages[name]
+            for f in m.field:
+                kind, tn = type_of(f)
+                oneof = (m.oneof_decl[f.oneof_index].name
+                         if f.HasField("oneof_index") and not f.proto3_optional else None)
+                label = "" if kind == "map" else _LABELS.get(f.label, "")
+                if syntax == "proto3" and label == "optional" and not f.proto3_optional:
+                    label = ""
+                msg.fields[f.number] = ProtoField(f.name, f.number, kind, tn, label, oneof)
+            fill(m.nested_type, name + ".")
+
+    fill(fd.message_type, prefix)
+    return out
+
+
+def to_serialized(text: str) -> str:
+    """``.proto`` text as the base64 ``FileDescriptorProto`` clients ask for with
+    ``format=serialized``: needs a compiler this install does not have, so refused (422)."""
+    raise SchemaRegistryError(422, 42201, "Invalid schema: format=serialized is only available for "
+                                          "Protobuf schemas registered as a serialized descriptor")

@@ -1,0 +1,477 @@
+"""The Confluent Schema Registry API as methods (no HTTP here): each takes the request's
+parsed parts, returns the JSON to answer, and raises :class:`SchemaRegistryError` with
+Confluent's status and code for anything refused. Writes go through
+:meth:`SchemaStore.write`, so their checks run on the head of ``_schemas``.
+"""
+from __future__ import annotations
+
+from ..errors import SchemaRegistryError
+from . import formats as F
+from .state import (RegistryState, SchemaVersion, config_key, config_value, mode_key, mode_value,
+                    schema_key, schema_value)
+from .store import SchemaStore
+
+DEFAULT_LEVEL = "BACKWARD"
+DEFAULT_MODE = "READWRITE"
+MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
+MAX_VERSION = 2 ** 31 - 1
+
+
+def _err(status: int, code: int, message: str) -> SchemaRegistryError:
+    return SchemaRegistryError(status, code, message)
+
+
+def subject_not_found(subject: str) -> SchemaRegistryError:
+    """40401."""
+    return _err(404, 40401, f"Subject '{subject}' not found.")
+
+
+def _version_not_found(version) -> SchemaRegistryError:
+    return _err(404, 40402, f"Version {version} not found.")
+
+
+def _schema_not_found(schema_id=None) -> SchemaRegistryError:
+    return _err(404, 40403, f"Schema {schema_id} not found" if schema_id is not None else "Schema not found")
+
+
+def parse_version(text) -> int | str:
+    """``latest`` (or -1) or a version number; 42202 otherwise."""
+    if isinstance(text, str) and text.strip().lower() == "latest":
+        return "latest"
+    try:
+        n = int(text)
+    except (TypeError, ValueError):
+        n = 0
+    if n == -1:
+        return "latest"
+    if not 1 <= n <= MAX_VERSION:
+        raise _err(422, 42202, f"The specified version '{text}' is not a valid version id. Allowed "
+                               f"values are between [1, 2^31-1] and the string \"latest\"")
+    return n
+
+
+def _references(body: dict) -> tuple:
+    refs = body.get("references") or []
+    if not isinstance(refs, list):
+        raise _err(422, 42201, "Invalid schema: references must be a list")
+    out = []
+    for r in refs:
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str) \
+                or not isinstance(r.get("subject"), str) or not isinstance(r.get("version"), int) \
+                or isinstance(r.get("version"), bool):
+            raise _err(422, 42201, "Invalid schema: a reference is {name, subject, version}")
+        out.append({"name": r["name"], "subject": r["subject"], "version": r["version"]})
+    return tuple(out)
+
+
+def _schema_type(body: dict) -> str:
+    t = body.get("schemaType") or F.AVRO
+    if not isinstance(t, str) or t.upper() not in F.TYPES:
+        raise _err(422, 42201, f"Invalid schema: unknown schema type {t!r}")
+    return t.upper()
+
+
+def version_json(v: SchemaVersion, fmt: str | None = None) -> dict:
+    """A version as GET /subjects/{s}/versions/{v} shows it."""
+    out: dict = {"subject": v.subject, "version": v.version, "id": v.id}
+    if v.schema_type != F.AVRO:
+        out["schemaType"] = v.schema_type
+    if v.references:
+        out["references"] = [dict(r) for r in v.references]
+    out["schema"] = render(v, fmt)
+    return out
+
+
+def render(v: SchemaVersion, fmt: str | None = None) -> str:
+    """The schema text to answer: Protobuf as registered unless ``format=serialized`` asks for
+    the base64 descriptor, which a text registration is compiled to."""
+    if v.schema_type == F.PROTOBUF and fmt == "serialized":
+        from . import protobuf_schema
+
+        if protobuf_schema.decode_descriptor(v.schema) is None:
+            return protobuf_schema.to_serialized(v.schema)
+    return v.schema
+
+
+class SchemaRegistryService:
+    """The registry over one root's ``_schemas`` (see the module docstring)."""
+
+    def __init__(self, store: SchemaStore):
+        self.store = store
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _state(self, force: bool = False) -> RegistryState:
+        return self.store.refresh(force=force)
+
+    def _find(self, fn, *args):
+        """Run a lookup; on a miss, read the log to its head and try once more (another broker
+        may have just written it)."""
+        try:
+            return fn(self._state(), *args)
+        except SchemaRegistryError as exc:
+            if exc.status != 404:
+                raise
+            return fn(self._state(force=True), *args)
+
+    def _resolver(self, state: RegistryState):
+        def resolve(ref: dict):
+            vs = {v.version: v for v in state.versions(ref["subject"], deleted=True)}
+            v = vs.get(ref["version"])
+            if v is None:
+                raise _err(422, 42201, f"Invalid schema: reference {ref['name']!r} names "
+                                       f"{ref['subject']!r} version {ref['version']}, not found")
+            return v.schema_type, v.schema, list(v.references)
+        return resolve
+
+    def _parse(self, state: RegistryState, body, normalize: bool):
+        if not isinstance(body, dict):
+            raise _err(422, 42201, "Invalid schema: the body is a JSON object with a \"schema\"")
+        text = body.get("schema")
+        if not isinstance(text, str) or not text.strip():
+            raise _err(422, 42201, "Empty schema")
+        stype, refs = _schema_type(body), _references(body)
+        return F.parse(stype, text, list(refs), self._resolver(state), normalize), refs
+
+    def _parse_version(self, state: RegistryState, v: SchemaVersion) -> F.Parsed:
+        return F.parse(v.schema_type, v.schema, list(v.references), self._resolver(state))
+
+    @staticmethod
+    def level(state: RegistryState, subject: str | None) -> str:
+        """The subject's compatibility level, else the global one, else BACKWARD."""
+        return state.configs.get(subject) or state.configs.get(None) or DEFAULT_LEVEL
+
+    @staticmethod
+    def mode(state: RegistryState, subject: str | None) -> str:
+        """The subject's mode, else the global one, else READWRITE."""
+        return state.modes.get(subject) or state.modes.get(None) or DEFAULT_MODE
+
+    @staticmethod
+    def _resolve_version(state: RegistryState, subject: str, version, deleted: bool) -> SchemaVersion:
+        all_vs = state.versions(subject, deleted=True)
+        if not all_vs:
+            raise subject_not_found(subject)
+        vs = all_vs if deleted else [v for v in all_vs if not v.deleted]
+        if version == "latest":
+            if not vs:
+                raise subject_not_found(subject)
+            return vs[-1]
+        for v in vs:
+            if v.version == version:
+                return v
+        raise _version_not_found(version)
+
+    def _incompatible(self, state, subject, parsed: F.Parsed, against: list[SchemaVersion],
+                      level: str) -> list[str]:
+        out = []
+        for prev in against:
+            for m in F.incompatibilities(parsed, self._parse_version(state, prev), level):
+                out.append(f"version {prev.version}: {m}")
+        return out
+
+    def _against(self, state: RegistryState, subject: str, level: str) -> list[SchemaVersion]:
+        live = state.versions(subject)
+        if level == "NONE" or not live:
+            return []
+        return live if level.endswith("_TRANSITIVE") else live[-1:]
+
+    # -- subjects ------------------------------------------------------------------------------
+    def subjects(self, deleted: bool = False, prefix: str | None = None) -> list[str]:
+        """GET /subjects."""
+        return [s for s in self._state().live_subjects(deleted) if not prefix or s.startswith(prefix)]
+
+    def versions(self, subject: str, deleted: bool = False) -> list[int]:
+        """GET /subjects/{s}/versions."""
+        def find(state):
+            vs = state.versions(subject, deleted)
+            if not vs:
+                raise subject_not_found(subject)
+            return [v.version for v in vs]
+        return self._find(find)
+
+    def get_version(self, subject: str, version, deleted: bool = False,
+                    fmt: str | None = None) -> dict:
+        """GET /subjects/{s}/versions/{v}."""
+        version = parse_version(version)
+        return version_json(self._find(self._resolve_version, subject, version, deleted), fmt)
+
+    def get_version_schema(self, subject: str, version, deleted: bool = False) -> str:
+        """GET /subjects/{s}/versions/{v}/schema: the schema text alone."""
+        version = parse_version(version)
+        return self._find(self._resolve_version, subject, version, deleted).schema
+
+    def referenced_by(self, subject: str, version) -> list[int]:
+        """GET /subjects/{s}/versions/{v}/referencedby."""
+        v = self._find(self._resolve_version, subject, parse_version(version), False)
+        return self._state().referenced_by(subject, v.version)
+
+    def register(self, subject: str, body, normalize: bool = False) -> dict:
+        """POST /subjects/{s}/versions: the id (the existing one if this schema is already a
+        version of the subject, or registered under another subject)."""
+        _check_subject(subject)
+
+        def plan(state: RegistryState):
+            parsed, refs = self._parse(state, body, normalize)
+            mode = self.mode(state, subject)
+            if mode in ("READONLY", "READONLY_OVERRIDE"):
+                raise _err(422, 42205, f"Subject {subject} is in read-only mode")
+            ident = (parsed.schema_type, parsed.canonical,
+                     tuple((r["name"], r["subject"], r["version"]) for r in refs))
+            for v in state.versions(subject):
+                if v.identity() == ident:
+                    return [], {"id": v.id}
+            want_id, want_version = body.get("id"), body.get("version")
+            if want_id is not None and mode != "IMPORT" and state.ids.get(ident) != want_id:
+                raise _err(422, 42205, "Subject is not in import mode: an id cannot be given")
+            level = self.level(state, subject)
+            if mode != "IMPORT":
+                problems = self._incompatible(state, subject, parsed,
+                                              self._against(state, subject, level), level)
+                if problems:
+                    raise _err(409, 409, f"Schema being registered is incompatible with an earlier "
+                                         f"schema for subject \"{subject}\", details: {problems}")
+            schema_id = state.ids.get(ident)
+            if mode == "IMPORT" and isinstance(want_id, int) and not isinstance(want_id, bool):
+                owner = state.by_id.get(want_id)
+                if owner is not None and owner.identity() != ident:
+                    raise _err(422, 42205, f"Overwrite new schema with id {want_id} is not permitted.")
+                schema_id = want_id
+            if schema_id is None:
+                schema_id = state.max_id + 1
+            existing = state.versions(subject, deleted=True)
+            version = existing[-1].version + 1 if existing else 1
+            if mode == "IMPORT" and isinstance(want_version, int) and want_version >= 1:
+                version = want_version
+            sv = SchemaVersion(subject, version, schema_id, parsed.schema_type, parsed.canonical,
+                               refs, False)
+            return [(schema_key(subject, version), schema_value(sv))], {"id": schema_id}
+
+        return self.store.write(plan)
+
+    def lookup(self, subject: str, body, deleted: bool = False, normalize: bool = False) -> dict:
+        """POST /subjects/{s}: the version of the subject that is this schema."""
+        def find(state):
+            parsed, refs = self._parse(state, body, normalize)
+            ident = (parsed.schema_type, parsed.canonical,
+                     tuple((r["name"], r["subject"], r["version"]) for r in refs))
+            vs = state.versions(subject, deleted)
+            if not state.versions(subject, True):
+                raise subject_not_found(subject)
+            for v in vs:
+                if v.identity() == ident:
+                    return version_json(v)
+            raise _schema_not_found()
+        return self._find(find)
+
+    def delete_version(self, subject: str, version, permanent: bool = False) -> int:
+        """DELETE /subjects/{s}/versions/{v}[?permanent=true]."""
+        version = parse_version(version)
+
+        def plan(state: RegistryState):
+            if self.mode(state, subject) in ("READONLY", "READONLY_OVERRIDE"):
+                raise _err(422, 42205, f"Subject {subject} is in read-only mode")
+            v = self._resolve_version(state, subject, version,
+                                      deleted=permanent or version != "latest")
+            if permanent:
+                if not v.deleted:
+                    raise _err(404, 40407, f"Subject '{subject}' Version {v.version} was not deleted "
+                                           f"first before being permanently deleted")
+                return [(schema_key(subject, v.version), None)], v.version
+            if v.deleted:
+                raise _err(404, 40406, f"Subject '{subject}' Version {v.version} was soft deleted."
+                                       f"Set permanent=true to delete permanently")
+            if state.referenced_by(subject, v.version):
+                raise _err(422, 42206, f"One or more references exist to the schema "
+                                       f"{{magic=1,keytype=SCHEMA,subject={subject},version={v.version}}}.")
+            dv = SchemaVersion(v.subject, v.version, v.id, v.schema_type, v.schema, v.references, True)
+            return [(schema_key(subject, v.version), schema_value(dv))], v.version
+
+        return self.store.write(plan)
+
+    def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
+        """DELETE /subjects/{s}[?permanent=true]: the versions deleted."""
+        def plan(state: RegistryState):
+            if self.mode(state, subject) in ("READONLY", "READONLY_OVERRIDE"):
+                raise _err(422, 42205, f"Subject {subject} is in read-only mode")
+            all_vs = state.versions(subject, deleted=True)
+            if not all_vs:
+                raise subject_not_found(subject)
+            live = [v for v in all_vs if not v.deleted]
+            if permanent:
+                if live:
+                    raise _err(404, 40405, f"Subject '{subject}' was not deleted first before being "
+                                           f"permanently deleted")
+                records = [(schema_key(subject, v.version), None) for v in all_vs]
+                if subject in state.configs:
+                    records.append((config_key(subject), None))
+                if subject in state.modes:
+                    records.append((mode_key(subject), None))
+                return records, [v.version for v in all_vs]
+            if not live:
+                raise _err(404, 40404, f"Subject '{subject}' was soft deleted.Set permanent=true to "
+                                       f"delete permanently")
+            for v in live:
+                if state.referenced_by(subject, v.version):
+                    raise _err(422, 42206, f"One or more references exist to the schema "
+                                           f"{{magic=1,keytype=SCHEMA,subject={subject},version={v.version}}}.")
+            return ([(schema_key(subject, v.version),
+                      schema_value(SchemaVersion(v.subject, v.version, v.id, v.schema_type, v.schema,
+                                                 v.references, True))) for v in live],
+                    [v.version for v in live])
+
+        return self.store.write(plan)
+
+    # -- schemas by id -------------------------------------------------------------------------
+    def _by_id(self, state: RegistryState, schema_id: int) -> SchemaVersion:
+        uses = state.uses_of(schema_id, deleted=True)
+        if not uses:
+            raise _schema_not_found(schema_id)
+        first = state.by_id.get(schema_id)
+        return first if first is not None else uses[0]
+
+    def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict:
+        """GET /schemas/ids/{id}."""
+        v = self._find(self._by_id, schema_id)
+        out: dict = {}
+        if v.schema_type != F.AVRO:
+            out["schemaType"] = v.schema_type
+        if v.references:
+            out["references"] = [dict(r) for r in v.references]
+        out["schema"] = render(v, fmt)
+        return out
+
+    def schema_text_by_id(self, schema_id: int) -> str:
+        """GET /schemas/ids/{id}/schema."""
+        return self._find(self._by_id, schema_id).schema
+
+    def id_versions(self, schema_id: int, deleted: bool = False) -> list[dict]:
+        """GET /schemas/ids/{id}/versions."""
+        self._find(self._by_id, schema_id)
+        return [{"subject": v.subject, "version": v.version}
+                for v in self._state().uses_of(schema_id, deleted)]
+
+    def id_subjects(self, schema_id: int, deleted: bool = False) -> list[str]:
+        """GET /schemas/ids/{id}/subjects."""
+        return sorted({u["subject"] for u in self.id_versions(schema_id, deleted)})
+
+    def all_schemas(self, deleted: bool = False, prefix: str | None = None,
+                    latest_only: bool = False) -> list[dict]:
+        """GET /schemas."""
+        state = self._state()
+        out = []
+        for s in state.live_subjects(deleted):
+            if prefix and not s.startswith(prefix):
+                continue
+            vs = state.versions(s, deleted)
+            out += [version_json(v) for v in (vs[-1:] if latest_only else vs)]
+        return out
+
+    # -- config and mode -----------------------------------------------------------------------
+    def get_config(self, subject: str | None, default_to_global: bool = False) -> dict:
+        """GET /config[/{s}]."""
+        state = self._state()
+        if subject is None:
+            return {"compatibilityLevel": self.level(state, None)}
+        level = state.configs.get(subject)
+        if level is None:
+            state = self._state(force=True)
+            level = state.configs.get(subject)
+        if level is None:
+            if not default_to_global:
+                raise _err(404, 40408, f"Subject '{subject}' does not have subject-level "
+                                       f"compatibility configured")
+            level = self.level(state, None)
+        return {"compatibilityLevel": level}
+
+    def put_config(self, subject: str | None, body) -> dict:
+        """PUT /config[/{s}]."""
+        level = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
+        if not isinstance(level, str) or level.upper() not in F.LEVELS:
+            raise _err(422, 42203, "Invalid compatibility level. Valid values are none, backward, "
+                                   "forward, full, backward_transitive, forward_transitive, and "
+                                   "full_transitive")
+        level = level.upper()
+        if subject is not None:
+            _check_subject(subject)
+
+        def plan(state):
+            if state.configs.get(subject) == level:
+                return [], {"compatibility": level}
+            return [(config_key(subject), config_value(level))], {"compatibility": level}
+        return self.store.write(plan)
+
+    def delete_config(self, subject: str | None) -> dict:
+        """DELETE /config[/{s}]: the level it had."""
+        def plan(state):
+            if subject is not None and not state.versions(subject, True) and subject not in state.configs:
+                raise subject_not_found(subject)
+            before = {"compatibilityLevel": self.level(state, subject)}
+            if subject not in state.configs:
+                return [], before
+            return [(config_key(subject), None)], before
+        return self.store.write(plan)
+
+    def get_mode(self, subject: str | None, default_to_global: bool = False) -> dict:
+        """GET /mode[/{s}]."""
+        state = self._state()
+        if subject is None:
+            return {"mode": self.mode(state, None)}
+        mode = state.modes.get(subject)
+        if mode is None:
+            if not default_to_global:
+                raise _err(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
+            mode = self.mode(state, None)
+        return {"mode": mode}
+
+    def put_mode(self, subject: str | None, body, force: bool = False) -> dict:
+        """PUT /mode[/{s}]. IMPORT on a registry (or subject) holding schemas needs ``force``."""
+        mode = body.get("mode") if isinstance(body, dict) else None
+        if not isinstance(mode, str) or mode.upper() not in MODES:
+            raise _err(422, 42204, "Invalid mode. Valid values are READWRITE, READONLY, "
+                                   "READONLY_OVERRIDE, IMPORT")
+        mode = mode.upper()
+
+        def plan(state):
+            if mode == "IMPORT" and not force and (
+                    state.live_subjects(True) if subject is None else state.versions(subject, True)):
+                raise _err(422, 42205, "Cannot import since found existing subjects")
+            if state.modes.get(subject) == mode:
+                return [], {"mode": mode}
+            return [(mode_key(subject), mode_value(mode))], {"mode": mode}
+        return self.store.write(plan)
+
+    def delete_mode(self, subject: str) -> dict:
+        """DELETE /mode/{s}: the mode it had."""
+        def plan(state):
+            before = {"mode": self.mode(state, subject)}
+            if subject not in state.modes:
+                return [], before
+            return [(mode_key(subject), None)], before
+        return self.store.write(plan)
+
+    # -- compatibility -------------------------------------------------------------------------
+    def check_compatibility(self, subject: str, version, body, verbose: bool = False,
+                            normalize: bool = False) -> dict:
+        """POST /compatibility/subjects/{s}/versions[/{v}]: ``version`` None checks against
+        what registering would (the level's versions), else against that one version."""
+        def find(state):
+            parsed, _ = self._parse(state, body, normalize)
+            level = self.level(state, subject)
+            if version is None:
+                against = self._against(state, subject, level)
+            else:
+                v = parse_version(version)
+                if v == "latest" and not state.versions(subject):
+                    against = []
+                else:
+                    against = [self._resolve_version(state, subject, v, False)]
+            msgs = self._incompatible(state, subject, parsed, against, level)
+            out: dict = {"is_compatible": not msgs}
+            if verbose:
+                out["messages"] = msgs
+            return out
+        return self._find(find)
+
+
+def _check_subject(subject: str) -> None:
+    if not subject or len(subject) > 4096 or any(ord(c) < 32 for c in subject):
+        raise _err(422, 42201, "Invalid subject name")
