@@ -28,9 +28,13 @@ none of its requests was being handled is closed.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
+import datetime
 import ipaddress
 import logging
 import ssl as ssl_lib
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -52,6 +56,10 @@ MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+#: APIs no request-time quota throttles (Kafka exempts them too: a client must be able to
+#: negotiate and authenticate).
+_QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
+PRODUCE, FETCH = 0, 1
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,14 @@ class ServeOptions:
     #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
     #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 900_000
+    #: Client quotas' rate sensors: Kafka's quota.window.size.seconds and quota.window.num.
+    quota_window_s: float = 1.0
+    quota_samples: int = 11
+    #: How often the root's shared quotas are re-read: a change made on any broker applies
+    #: on this one within about this long.
+    quota_refresh_s: float = 1.0
+    #: ``(host, port)`` of the Prometheus metrics listener (``--metrics-listen``); None: off.
+    metrics_listen: tuple[str, int] | None = None
     #: ``(host, port)`` of the schema registry's HTTP listener (``--schema-registry-listen``,
     #: :mod:`kafkastore.schema_registry`); None: off. Same TLS, credentials and loopback rule.
     schema_registry_listen: tuple[str, int] | None = None
@@ -107,7 +123,12 @@ def is_loopback(host: str) -> bool:
 
 
 def check_listener_security(opts: ServeOptions) -> None:
-    """A non-loopback listener needs TLS and SASL credentials unless ``insecure`` (DESIGN 8)."""
+    """A non-loopback listener needs TLS and SASL credentials unless ``insecure`` (DESIGN 8);
+    a non-loopback metrics listener needs TLS (it has no SASL) unless ``insecure``."""
+    if opts.metrics_listen is not None and not opts.insecure \
+            and not is_loopback(opts.metrics_listen[0]) and opts.ssl_context is None:
+        raise ConfigError(f"metrics on {opts.metrics_listen[0]} (not loopback) require TLS "
+                          f"(--tls-cert/--tls-key), or --insecure")
     if is_loopback(opts.host) or opts.insecure:
         return
     missing = [what for what, ok in (("TLS (--tls-cert/--tls-key)", opts.ssl_context is not None),
@@ -135,7 +156,9 @@ class BrokerServer:
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
                  extensions: Iterable[Callable[[Registry], None]] = ()):
-        from . import api_admin, api_fetch, api_groups, api_meta, api_produce, api_txn, sasl
+        from ..cluster_config import ClusterDocument
+        from . import (api_admin, api_fetch, api_groups, api_meta, api_produce, api_quotas,
+                       api_txn, sasl)
         from .appender import Appender
         from .brokers import BrokerRegistry
         from .fetch_cache import RangeCache
@@ -146,7 +169,7 @@ class BrokerServer:
         check_listener_security(opts)
         self.storage = storage
         self.registry = Registry()
-        for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn):
+        for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn, api_quotas):
             mod.register(self.registry)
         from . import api_acls
         api_acls.register(self.registry)
@@ -167,6 +190,17 @@ class BrokerServer:
         self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
         self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms)
         self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance)
+        from .quotas import QuotaManager
+        #: The root's shared client quotas and this broker's enforcement of them.
+        self.quota_document = ClusterDocument(storage, "quotas", max_age_s=opts.quota_refresh_s)
+        self.quotas = QuotaManager(window_s=opts.quota_window_s, samples=opts.quota_samples)
+        self.commit_failures = 0
+        self.metrics = None
+        self.metrics_port: int | None = None
+        if opts.metrics_listen is not None:
+            from .metrics import BrokerMetrics
+            self.metrics = BrokerMetrics(self)
+            self._time_commits()
         self.node_id: int = -1
         self.cluster_id = "kafkastore"
         self._server: asyncio.base_events.Server | None = None
@@ -211,6 +245,15 @@ class BrokerServer:
             await self.run(self.authorizer.load)  # before the first request: deny by default
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
+        try:
+            self.quotas.set_config(await self.run(self.quota_document.refresh))
+        except Exception:  # noqa: BLE001 - served without quotas until the next refresh
+            log.warning("cannot read the client quotas", exc_info=True)
+        self._spawn(self._refresh_quotas())
+        if self.metrics is not None:
+            mhost, mport = opts.metrics_listen
+            self.metrics_port = self.metrics.serve(mhost, mport, opts.ssl_context)
+            log.info("metrics on %s:%d", mhost, self.metrics_port)
         if self.schema_registry is not None:
             self.schema_registry.store.broker_id = self.node_id
             await self.run(self.schema_registry.start)
@@ -235,6 +278,8 @@ class BrokerServer:
             w.close()
         await self.appender.close()
         self.data_watch.close()
+        if self.metrics is not None:
+            self.metrics.close()
         if self.schema_registry is not None:
             await self.run(self.schema_registry.stop)
         for t in list(self._tasks):
@@ -260,9 +305,51 @@ class BrokerServer:
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next interval
                 log.warning("broker heartbeat failed", exc_info=True)
 
+    async def _refresh_quotas(self) -> None:
+        """Re-read the shared quotas document now and then (changes from any broker)."""
+        document, quotas = self.quota_document, self.quotas
+        while True:
+            await asyncio.sleep(self.options.quota_refresh_s)
+            try:
+                version = document.version
+                doc = await self.run(document.refresh)
+                if document.version != version:
+                    quotas.set_config(doc)
+                    log.info("client quotas changed (version %d)", document.version)
+            except Exception:  # noqa: BLE001 - keep enforcing the last quotas read
+                log.warning("cannot re-read the client quotas", exc_info=True)
+            quotas.expire_idle(time.monotonic())
+
+    def _time_commits(self) -> None:
+        """Observe every produce commit's latency (the metrics' commit histogram)."""
+        commit, histogram = self.appender.commit, self.metrics.commit_latency
+
+        def timed(tp, items):
+            started = time.perf_counter()
+            try:
+                return commit(tp, items)
+            except BaseException:
+                self.commit_failures += 1
+                raise
+            finally:
+                histogram.observe(time.perf_counter() - started)
+        self.appender.commit = timed
+
     async def run(self, fn, *args):
-        """Run a blocking function in the I/O thread pool."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        """Run a blocking function in the I/O thread pool. Its time counts towards the
+        request-time quota of the request whose handler called it."""
+        loop = asyncio.get_running_loop()
+        acc = _REQUEST_TIME.get()
+        if acc is None or acc.task is not asyncio.current_task():
+            return await loop.run_in_executor(self.pool, fn, *args)
+
+        def timed():
+            started = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                acc.busy += time.perf_counter() - started
+        return await loop.run_in_executor(self.pool, timed)
 
     def live_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
         """``(node_id, host, port)`` of the live brokers (this one always included); with
@@ -341,6 +428,8 @@ class Connection:
         self.produce_gate: asyncio.Future | None = None
         self._inflight_bytes = 0  # request bytes read and not yet answered
         self._drained = asyncio.Event()
+        #: Loop time until which no request is read: a throttled client's channel is muted.
+        self.muted_until = 0.0
 
     def _max_request_bytes(self) -> int:
         """512 KB before SASL authentication (as Kafka), the listener's limit after."""
@@ -370,7 +459,11 @@ class Connection:
         writer_task = asyncio.ensure_future(self._write_responses(queue))
         idle_s = self.server.options.connections_max_idle_ms / 1000
         try:
+            loop = asyncio.get_running_loop()
             while True:
+                wait = self.muted_until - loop.time()
+                if wait > 0:  # throttled: read nothing more until the throttle time is over
+                    await asyncio.sleep(wait)
                 size_bytes = await self._read(4, idle_s)
                 if size_bytes is None:
                     return
@@ -443,13 +536,62 @@ class Connection:
         ctx = RequestContext(self.server, header.api_key, header.api_version,
                              header.correlation_id, header.client_id, principal=self.principal,
                              connection=self)
-        return asyncio.ensure_future(self._handle(spec.handler, ctx, request))
+        return asyncio.ensure_future(self._handle(spec.handler, ctx, request, len(payload)))
 
-    async def _handle(self, handler, ctx: RequestContext, request) -> bytes | None:
-        response = await handler(ctx, request)
-        if response is None:
-            return None
-        return codec.encode_response(ctx.correlation_id, response)
+    async def _handle(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
+        server = self.server
+        quotas, metrics = server.quotas, server.metrics
+        started = time.perf_counter()
+        acc = None
+        if quotas.active and ctx.api_key not in _QUOTA_EXEMPT:
+            acc = _RequestTime(asyncio.current_task())
+            _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
+            response = await _StepTimer(handler(ctx, request), acc)
+        else:
+            response = await handler(ctx, request)
+        data = None if response is None else codec.encode_response(ctx.correlation_id, response)
+        throttle_s = 0.0
+        if quotas.active:
+            throttle_s = self._quota_throttle(ctx, request, size, data, acc)
+            if throttle_s > 0 and response is not None:
+                response = _with_throttle(response, throttle_s)
+                data = codec.encode_response(ctx.correlation_id, response)
+        if metrics is not None:
+            metrics.observe_request(ctx.api_key, ctx.api_version, time.perf_counter() - started,
+                                    request, response)
+        if throttle_s > 0:
+            # Kafka's channel throttling: the response is held and nothing more is read from
+            # the client for the throttle time (clients also back off by throttle_time_ms).
+            loop = asyncio.get_running_loop()
+            self.muted_until = max(self.muted_until, loop.time() + throttle_s)
+            await asyncio.sleep(throttle_s)
+        return data
+
+    def _quota_throttle(self, ctx: RequestContext, request, size: int, data: bytes | None,
+                        acc: "_RequestTime | None") -> float:
+        """Record this request against the client's quotas; the longest throttle (seconds)."""
+        from .quotas import ANONYMOUS, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
+
+        quotas, metrics = self.server.quotas, self.server.metrics
+        user, client_id = self.principal or ANONYMOUS, ctx.client_id or ""
+        now = time.monotonic()
+        recorded = []
+        if ctx.api_key == PRODUCE:
+            # Kafka records the request's size against the producer byte rate.
+            recorded.append((PRODUCER_BYTE_RATE, size))
+        elif ctx.api_key == FETCH and data is not None:
+            recorded.append((CONSUMER_BYTE_RATE, len(data)))
+        if acc is not None and not (ctx.api_key == PRODUCE and getattr(request, "acks", -1) == 0):
+            # Percent of one thread: busy seconds * 100 per second of the window.
+            recorded.append((REQUEST_PERCENTAGE, acc.busy * 100))
+        longest = 0.0
+        for key, value in recorded:
+            throttle, match = quotas.record(key, user, client_id, value, now)
+            if throttle > 0:
+                longest = max(longest, throttle)
+                if metrics is not None:
+                    metrics.observe_throttle(key, match, user, client_id, throttle)
+        return longest
 
     async def _write_responses(self, queue: asyncio.Queue) -> None:
         try:
@@ -494,6 +636,64 @@ def _warm_up() -> None:
 
 async def _ready(value):
     return value
+
+
+class _RequestTime:
+    """Time one request's handler kept the event loop or a pool thread busy (seconds)."""
+
+    __slots__ = ("task", "busy")
+
+    def __init__(self, task):
+        self.task = task
+        self.busy = 0.0
+
+
+_REQUEST_TIME: contextvars.ContextVar[_RequestTime | None] = contextvars.ContextVar(
+    "kafkastore_request_time", default=None)
+
+
+class _StepTimer:
+    """Awaits a coroutine, adding the time each of its steps runs on the loop to ``acc.busy``:
+    a handler's own time, without the time it waits (a long poll costs nothing)."""
+
+    __slots__ = ("coro", "acc")
+
+    def __init__(self, coro, acc: _RequestTime):
+        self.coro, self.acc = coro, acc
+
+    def __await__(self):
+        coro, acc = self.coro, self.acc
+        value, error = None, None
+        while True:
+            started = time.perf_counter()
+            try:
+                future = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                acc.busy += time.perf_counter() - started
+                return stop.value
+            except BaseException:
+                acc.busy += time.perf_counter() - started
+                raise
+            acc.busy += time.perf_counter() - started
+            value, error = None, None
+            try:
+                value = yield future
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to the handler, as await would
+                error = exc
+
+
+def _with_throttle(response, throttle_s: float):
+    """``response`` with its ``throttle_time_ms`` raised to ``throttle_s`` (if it has one)."""
+    current = getattr(response, "throttle_time", None)
+    if current is None:
+        return response
+    wanted = datetime.timedelta(milliseconds=min(int(throttle_s * 1000 + 0.999), 2**31 - 1))
+    if current >= wanted:
+        return response
+    return dataclasses.replace(response, throttle_time=wanted)
 
 
 def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[BrokerServer], None] | None = None,
