@@ -405,6 +405,47 @@ def cmd_users(args, cfg: Config) -> int:
     return 0
 
 
+def _quota_entity(args) -> dict:
+    """The entity the quotas options name (``--user``/``--default-user``, ``--client-id``/
+    ``--default-client-id``), validated."""
+    from .protocol.quotas import CLIENT_ID, USER, validate_entity
+
+    entity: dict = {}
+    if args.user is not None or args.default_user:
+        entity[USER] = None if args.default_user else args.user
+    if args.client_id is not None or args.default_client_id:
+        entity[CLIENT_ID] = None if args.default_client_id else args.client_id
+    return validate_entity(entity)
+
+
+def cmd_quotas(args, cfg: Config) -> int:
+    from .cluster_config import ClusterDocument
+    from .protocol import quotas as Q
+
+    document = ClusterDocument(_storage(cfg, read_only=args.quotas_cmd == "list"), "quotas")
+    if args.quotas_cmd == "list":
+        print_json([{"entity": e, "path": Q.describe_entity(e), "values": v}
+                    for e, v in Q.entries(document.refresh())])
+        return 0
+    entity = _quota_entity(args)
+    if args.quotas_cmd == "set":
+        values = {k: getattr(args, k) for k in Q.QUOTA_KEYS if getattr(args, k) is not None}
+        if not values:
+            raise ConfigError("quotas set needs at least one of --producer-byte-rate, "
+                              "--consumer-byte-rate, --request-percentage")
+        for k, v in values.items():
+            Q.validate_value(k, v)
+        values = {k: (int(v) if k != Q.REQUEST_PERCENTAGE else v) for k, v in values.items()}
+        document.update(lambda doc: Q.alter(doc, entity, values))
+        print(f"quotas of {Q.describe_entity(entity)}: "
+              f"{', '.join(f'{k}={v:g}' for k, v in values.items())}", file=sys.stderr)
+    elif args.quotas_cmd == "delete":
+        keys = args.quota or list(Q.QUOTA_KEYS)
+        document.update(lambda doc: Q.alter(doc, entity, {}, keys))
+        print(f"quotas of {Q.describe_entity(entity)}: removed {', '.join(keys)}", file=sys.stderr)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------
 def non_negative(value: str) -> int:
     try:
@@ -466,6 +507,8 @@ def cmd_serve(args, cfg: Config) -> int:
                         default_partitions=args.default_partitions,
                         schema_registry_listen=(_host_port(args.schema_registry_listen)
                                                 if args.schema_registry_listen else None),
+                        metrics_listen=(_host_port(args.metrics_listen)
+                                        if args.metrics_listen else None),
                         **{name: getattr(args, name) for name in (
                             "max_connections", "max_connections_per_ip", "connections_max_idle_ms")
                            if getattr(args, name) is not None})
@@ -476,6 +519,9 @@ def cmd_serve(args, cfg: Config) -> int:
               f"{server.advertised[1]})", flush=True)
         if server.schema_registry is not None:
             print(f"kafkastore: schema registry on {server.schema_registry.url}", flush=True)
+        if server.metrics_port is not None:
+            print(f"kafkastore: metrics on {server.options.metrics_listen[0]}:{server.metrics_port}",
+                  flush=True)
 
     run_server(_storage(cfg), opts, ready=ready)
     return 0
@@ -598,6 +644,35 @@ def build_parser() -> argparse.ArgumentParser:
     ur.add_argument("--mechanism", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"))
     us.set_defaults(func=cmd_users)
 
+    qu = sub.add_parser("quotas", help="client quotas (byte rates, request time) every broker of "
+                                       "the root enforces")
+    qsub = qu.add_subparsers(dest="quotas_cmd", required=True, metavar="ACTION")
+    qsub.add_parser("list", help="every quota entity and its values (JSON)")
+    for name, helptext in (("set", "set quota values of a (user, client-id), user or client-id "
+                                   "entity, or of their defaults"),
+                           ("delete", "remove quota values of an entity (all unless --quota)")):
+        qp = qsub.add_parser(name, help=helptext)
+        qu_user = qp.add_mutually_exclusive_group()
+        qu_user.add_argument("--user", metavar="U")
+        qu_user.add_argument("--default-user", action="store_true",
+                             help="the default of every user without its own quota")
+        qu_client = qp.add_mutually_exclusive_group()
+        qu_client.add_argument("--client-id", metavar="C")
+        qu_client.add_argument("--default-client-id", action="store_true",
+                               help="the default of every client id without its own quota")
+        if name == "set":
+            qp.add_argument("--producer-byte-rate", dest="producer_byte_rate", type=float,
+                            metavar="N", help="bytes per second produced, per broker")
+            qp.add_argument("--consumer-byte-rate", dest="consumer_byte_rate", type=float,
+                            metavar="N", help="bytes per second fetched, per broker")
+            qp.add_argument("--request-percentage", dest="request_percentage", type=float,
+                            metavar="P", help="percent of one broker thread's time")
+        else:
+            qp.add_argument("--quota", action="append",
+                            choices=("producer_byte_rate", "consumer_byte_rate", "request_percentage"),
+                            help="remove only this quota (repeatable)")
+    qu.set_defaults(func=cmd_quotas)
+
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
     sv.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
                     help="listen address (default 127.0.0.1:9092; port 0 picks a free one)")
@@ -617,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--schema-registry-listen", metavar="HOST:PORT",
                     help="also serve a Confluent-compatible schema registry (REST) here, stored "
                          "in the root's _schemas topic; TLS and basic auth as the Kafka listener")
+    sv.add_argument("--metrics-listen", metavar="HOST:PORT",
+                    help="serve Prometheus metrics over HTTP here (loopback unless TLS or "
+                         "--insecure, as the Kafka listener)")
     sv.add_argument("--auto-create-topics", action="store_true",
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=positive, default=1,
