@@ -187,6 +187,8 @@ class Appender:
         self._workers: dict[tuple[str, int], asyncio.Task] = {}
         self._busy: set[tuple[str, int]] = set()
         self.commits = 0
+        #: Commit attempts (plans built); beyond ``commits`` they are lost races (metrics).
+        self.commit_attempts = 0
         #: A partition's worker, queue and wake-up go after this many idle seconds.
         self.idle_s = WORKER_IDLE_S
         self.producer_expiration_ms = PRODUCER_ID_EXPIRATION_MS
@@ -333,6 +335,7 @@ class Appender:
         planned: dict[int, Outcome] = {}
 
         def build(m: Manifest | None):
+            self.commit_attempts += 1
             m = m or Manifest.empty(topic, partition)
             planned.clear()
             producers: dict[int, ProducerState] = dict(m.producers)

@@ -1,0 +1,225 @@
+"""Prometheus metrics of one broker (``kafkastore serve --metrics-listen HOST:PORT``).
+
+Each :class:`BrokerMetrics` has its own ``CollectorRegistry`` (several brokers
+may run in one process, as in the tests). What is counted as it happens:
+bytes and records in (Produce) and out (Fetch) per topic, requests and
+requests answered with an error per API and version, request latency per API,
+throttle time per quota and entity, commit latency. What is read at scrape
+time (on the metrics server's thread, never on the event loop): live
+connections, commit attempts and lost races, consumer-group states and the lag
+of every committed offset of the groups this broker coordinates, and the
+process's memory (prometheus-client's process collector).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import struct
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from ..errors import ListenError
+
+log = logging.getLogger("kafkastore.serve.metrics")
+
+_I32 = struct.Struct(">i")
+#: Kafka's API names for the label (others are labelled by number).
+API_NAMES = {
+    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
+    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
+    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions",
+    19: "CreateTopics", 20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId",
+    23: "OffsetForLeaderEpoch", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
+    28: "TxnOffsetCommit", 29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",
+    32: "DescribeConfigs", 33: "AlterConfigs", 35: "DescribeLogDirs", 36: "SaslAuthenticate",
+    37: "CreatePartitions", 42: "DeleteGroups", 44: "IncrementalAlterConfigs",
+    47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 60: "DescribeCluster",
+    61: "DescribeProducers", 75: "DescribeTopicPartitions",
+}
+_LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API key (its number when unnamed here)."""
+    return API_NAMES.get(api_key, str(api_key))
+
+
+def batch_records(data) -> int:
+    """Records in a concatenation of record batches (the count field of each v2 header)."""
+    total, pos, n = 0, 0, len(data)
+    while pos + 61 <= n:
+        length = _I32.unpack_from(data, pos + 8)[0]
+        if length < 49:
+            break
+        total += max(_I32.unpack_from(data, pos + 57)[0], 0)
+        pos += 12 + length
+    return total
+
+
+class BrokerMetrics:
+    """The metrics of one :class:`~kafkastore.protocol.server.BrokerServer`."""
+
+    def __init__(self, server):
+        self.server = server
+        self.registry = reg = CollectorRegistry(auto_describe=True)
+        self.bytes_in = Counter("kafkastore_bytes_in", "Record-batch bytes produced, per topic",
+                                ["topic"], registry=reg)
+        self.records_in = Counter("kafkastore_records_in", "Records produced, per topic",
+                                  ["topic"], registry=reg)
+        self.bytes_out = Counter("kafkastore_bytes_out", "Record-batch bytes fetched, per topic",
+                                 ["topic"], registry=reg)
+        self.records_out = Counter("kafkastore_records_out", "Records fetched, per topic",
+                                   ["topic"], registry=reg)
+        self.requests = Counter("kafkastore_requests", "Requests answered, per API and version",
+                                ["api", "version"], registry=reg)
+        self.errors = Counter("kafkastore_request_errors",
+                              "Requests whose response holds an error code, per API and version",
+                              ["api", "version"], registry=reg)
+        self.latency = Histogram("kafkastore_request_latency_seconds",
+                                 "Time from a request's decoding to its response, per API",
+                                 ["api"], buckets=_LATENCY_BUCKETS, registry=reg)
+        self.throttle = Counter("kafkastore_throttle_time_seconds",
+                                "Time clients were throttled, per quota and matched entity",
+                                ["quota", "entity", "user", "client_id"], registry=reg)
+        self.commit_latency = Histogram("kafkastore_commit_latency_seconds",
+                                        "Time of one produce commit (upload + manifest version)",
+                                        buckets=_LATENCY_BUCKETS, registry=reg)
+        reg.register(_LiveCollector(server))
+        ProcessCollector(registry=reg)
+        self._httpd = None
+        self._thread: threading.Thread | None = None
+
+    # -- recording (event loop) ---------------------------------------------------
+    def observe_request(self, api_key: int, version: int, seconds: float, request, response) -> None:
+        """Count one answered request (``response`` None: none was sent, Produce acks=0)."""
+        name = api_name(api_key)
+        self.requests.labels(name, str(version)).inc()
+        self.latency.labels(name).observe(seconds)
+        if response is not None and _has_error(response):
+            self.errors.labels(name, str(version)).inc()
+        if api_key == 0:
+            for t in getattr(request, "topic_data", ()) or ():
+                nbytes = nrecords = 0
+                for p in t.partition_data:
+                    if p.records:
+                        nbytes += len(p.records)
+                        nrecords += batch_records(p.records)
+                topic = t.name or self._topic_of_id(getattr(t, "topic_id", None))
+                self.bytes_in.labels(topic).inc(nbytes)
+                self.records_in.labels(topic).inc(nrecords)
+        elif api_key == 1 and response is not None:
+            for t in getattr(response, "responses", ()) or ():
+                nbytes = nrecords = 0
+                for p in t.partitions:
+                    if p.records:
+                        nbytes += len(p.records)
+                        nrecords += batch_records(p.records)
+                if nbytes:
+                    topic = getattr(t, "topic", None) or self._topic_of_id(getattr(t, "topic_id", None))
+                    self.bytes_out.labels(topic).inc(nbytes)
+                    self.records_out.labels(topic).inc(nrecords)
+
+    def _topic_of_id(self, topic_id) -> str:
+        if topic_id is None:
+            return "unknown"
+        find = getattr(self.server.meta, "topic_name_for_id", None)
+        name = find(topic_id) if find is not None else None
+        return name or str(topic_id)
+
+    def observe_throttle(self, quota: str, match, user: str, client_id: str, seconds: float) -> None:
+        """Count throttle time given for ``quota`` to a client matched by ``match``."""
+        self.throttle.labels(quota, match.entity, match.sensor[0], match.sensor[1]).inc(seconds)
+
+    # -- serving -----------------------------------------------------------------
+    def serve(self, host: str, port: int, ssl_context=None) -> int:
+        """Serve ``/metrics`` on ``host:port`` (TLS with ``ssl_context``) from a thread; the port."""
+        app = make_wsgi_app(self.registry)
+        try:
+            httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+        except OSError as exc:
+            raise ListenError(f"cannot listen for metrics on {host}:{port}: "
+                              f"{exc.strerror or exc}") from None
+        if ssl_context is not None:
+            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True)
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="kafkastore-metrics",
+                                        daemon=True)
+        self._thread.start()
+        return httpd.server_address[1]
+
+    def close(self) -> None:
+        """Stop serving."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        log.debug("metrics: " + format, *args)
+
+
+def _has_error(entity, depth: int = 0) -> bool:
+    """Whether any ``error_code`` in a response (to three levels down) is not NONE."""
+    if depth > 3 or not dataclasses.is_dataclass(entity):
+        return False
+    code = getattr(entity, "error_code", None)
+    if code is not None and int(code) != 0:
+        return True
+    for f in dataclasses.fields(entity):
+        value = getattr(entity, f.name)
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            if any(_has_error(v, depth + 1) for v in value):
+                return True
+    return False
+
+
+class _LiveCollector:
+    """What is read at scrape time: connections, commits, groups and their lag."""
+
+    def __init__(self, server):
+        self.server = server
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        server = self.server
+        yield GaugeMetricFamily("kafkastore_connections", "Live client connections",
+                                value=len(server._conns))
+        appender = server.appender
+        yield CounterMetricFamily("kafkastore_commits", "Produce commits that landed",
+                                  value=appender.commits)
+        conflicts = max(getattr(appender, "commit_attempts", 0) - appender.commits
+                        - server.commit_failures, 0)
+        yield CounterMetricFamily("kafkastore_commit_conflicts",
+                                  "Produce commit attempts that lost a race and were planned again",
+                                  value=conflicts)
+        states = GaugeMetricFamily("kafkastore_group_state",
+                                   "1 for the state each group this broker coordinates is in",
+                                   labels=["group", "state"])
+        lag = GaugeMetricFamily("kafkastore_group_lag",
+                                "High watermark minus the committed offset, per group and partition",
+                                labels=["group", "topic", "partition"])
+        svc = getattr(server, "_group_service", None)
+        if svc is not None:
+            coordinator = svc.coordinator
+            for group, _ptype, state in coordinator.list_groups():
+                states.add_metric([group, state], 1)
+                for (topic, partition), om in sorted(coordinator.fetch_offsets(group).items()):
+                    offset = getattr(om, "offset", None)
+                    if offset is None or offset < 0:
+                        continue
+                    try:
+                        hw = server.meta.manifest(topic, partition, 5.0).high_watermark
+                    except Exception:  # noqa: BLE001 - a deleted or unreadable partition: no lag
+                        continue
+                    lag.add_metric([group, topic, str(partition)], max(hw - offset, 0))
+        yield states
+        yield lag
