@@ -115,6 +115,16 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     close = getattr(broker, "close", None)
     if close is not None:
         close()
+    hk = getattr(broker, "housekeeper", None)
+    if hk is not None:
+        # Stop the background merging and gc before the root is checked and removed: a merge
+        # job still reading its inputs while the temporary root is deleted fails with "no
+        # object ...log" (what the 40,000-commit runs of the last session printed at exit).
+        hk.close(wait=False)
+        hk.wait(600)
+    head = ManifestStore(storage, TOPIC, 0).latest()
+    missing = [s.stem for s in head.segments
+               if not storage.exists(s.paths(TOPIC, 0)[".log"])]
 
     def row(name, first, last, fmt="{:.2f}"):
         ratio = last / first if first else float("nan")
@@ -134,6 +144,13 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     row("load planning (ms)", f["plan_ms"], l_["plan_ms"])
     row("live segments", f["live_segments"], l_["live_segments"], "{:.0f}")
     row("manifest version", f["versions"], l_["versions"], "{:.0f}")
+    if hk is not None:
+        print(f"  housekeeping: {hk.merges} runs merged, {hk.gc_runs} gc runs, "
+              f"{len(hk.errors)} errors{': ' + hk.errors[0] if hk.errors else ''}")
+    print(f"  live segments whose .log is missing at the end: {len(missing)}"
+          f"{' (first ' + missing[0] + ')' if missing else ''}")
+    if missing:
+        raise SystemExit(f"{len(missing)} live segment(s) lost their .log")
 
 
 def main(argv=None) -> int:
