@@ -165,9 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help='end offsets, Spark Kafka-source JSON: {"t":{"0":100}} (default: latest at start)')
     lo.add_argument("--until-timestamp", type=non_negative, metavar="MS",
                     help="load records before this time (first offset at or after it, per partition)")
-    lo.add_argument("--value-format", choices=("raw", "json", "avro"))
+    lo.add_argument("--value-format", choices=("raw", "json", "avro", "protobuf", "json-schema"))
     lo.add_argument("--value-schema", help="DDL (json) or Avro schema JSON")
     lo.add_argument("--value-schema-file")
+    lo.add_argument("--schema-registry", metavar="URL",
+                    help="decode by the schema id in each value's header, with the writer "
+                         "schemas of this Confluent-compatible registry; the table follows them")
+    lo.add_argument("--on-incompatible", choices=("dead-letter", "fail"),
+                    help="with --schema-registry, records of a writer schema the table cannot "
+                         "take: dead-letter (default) or fail the load")
     lo.add_argument("--on-data-loss", choices=("fail", "skip"),
                     help="when retention deleted offsets the table never loaded: fail (default) "
                          "or skip them and record the gap in the snapshot")

@@ -4,7 +4,17 @@ Options (Spark-style camelCase; snake_case such as ``value_format`` is accepted
 too, which is how ``loads`` entries in the config file spell them):
 
 ``valueFormat``
-    ``raw`` (default: nothing decoded), ``json`` or ``avro``.
+    ``raw`` (default: nothing decoded), ``json``, ``avro``; with ``schemaRegistry``
+    also ``protobuf`` and ``json-schema``.
+``schemaRegistry``
+    The URL of a Confluent-compatible schema registry (``http://user:pass@host:port``
+    for basic auth). Values are then decoded by the schema id in their header with
+    that id's writer schema, and the table follows the writers' schemas
+    (:mod:`pipelines.registry_load`); ``valueSchema`` is not used.
+``onIncompatible``
+    With ``schemaRegistry``: ``dead-letter`` (default) sends records of a writer
+    schema the table cannot take to the dead letters with the reason; ``fail``
+    stops the load, before committing anything, with a one-line error.
 ``valueSchema``
     json: a Spark DDL string (``"id long, name string, tags array<string>"``) or
     a Spark JSON schema; avro: the Avro schema as JSON text.
@@ -52,7 +62,9 @@ from typing import Any, Iterator, Mapping
 
 from kafkastore.errors import ConfigError
 
-FORMATS = ("raw", "json", "avro")
+FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
+REGISTRY_FORMATS = ("avro", "protobuf", "json-schema")
+ON_INCOMPATIBLE = ("dead-letter", "fail")
 WIRE_MODES = ("auto", "true", "false")
 KAFKA_META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType",
                       "headers")
@@ -64,6 +76,7 @@ _OPTION_NAMES = {
     "valueformat": "value_format", "valueschema": "value_schema",
     "valueschemafile": "value_schema_file", "confluentwireformat": "confluent_wire_format",
     "valueschemaid": "value_schema_id", "flatten": "flatten", "keeprawvalue": "keep_raw_value",
+    "schemaregistry": "schema_registry", "onincompatible": "on_incompatible",
 }
 
 
@@ -89,6 +102,8 @@ class DecodeOptions:
     value_schema_id: int | None = None
     flatten: bool = True
     keep_raw_value: bool = False
+    schema_registry: str | None = None
+    on_incompatible: str = "dead-letter"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | "DecodeOptions" | None = None,
@@ -106,7 +121,8 @@ class DecodeOptions:
             if norm is None:
                 raise ConfigError(f"unknown decoder option {key!r}; expected some of "
                                   f"valueFormat, valueSchema, valueSchemaFile, "
-                                  f"confluentWireFormat, valueSchemaId, flatten, keepRawValue")
+                                  f"confluentWireFormat, valueSchemaId, flatten, keepRawValue, "
+                                  f"schemaRegistry, onIncompatible")
             base[norm] = value
         fmt = str(base.get("value_format") or "raw").lower()
         if fmt not in FORMATS:
@@ -123,9 +139,25 @@ class DecodeOptions:
                    value_schema_file=base.get("value_schema_file") or None,
                    confluent_wire_format=wire, value_schema_id=sid,
                    flatten=_bool("flatten", base.get("flatten", True)),
-                   keep_raw_value=_bool("keepRawValue", base.get("keep_raw_value", False)))
+                   keep_raw_value=_bool("keepRawValue", base.get("keep_raw_value", False)),
+                   schema_registry=str(base.get("schema_registry") or "") or None,
+                   on_incompatible=str(base.get("on_incompatible") or "dead-letter").lower())
+        if opts.on_incompatible not in ON_INCOMPATIBLE:
+            raise ConfigError(f"onIncompatible must be one of {ON_INCOMPATIBLE}, got "
+                              f"{opts.on_incompatible!r}")
+        if opts.schema_registry:
+            if fmt not in REGISTRY_FORMATS:
+                raise ConfigError(f"schemaRegistry needs valueFormat one of {REGISTRY_FORMATS}, "
+                                  f"got {fmt!r}")
+            if opts.value_schema or opts.value_schema_file:
+                raise ConfigError("give schemaRegistry or valueSchema/valueSchemaFile, not both")
+            return opts
+        if fmt in REGISTRY_FORMATS and fmt != "avro":
+            raise ConfigError(f"valueFormat={fmt} needs schemaRegistry (the URL of a schema "
+                              f"registry)")
         if fmt != "raw" and not (opts.value_schema or opts.value_schema_file):
-            raise ConfigError(f"valueFormat={fmt} needs valueSchema or valueSchemaFile")
+            raise ConfigError(f"valueFormat={fmt} needs valueSchema or valueSchemaFile, or "
+                              f"schemaRegistry")
         if opts.value_schema and opts.value_schema_file:
             raise ConfigError("give valueSchema or valueSchemaFile, not both")
         return opts
@@ -169,6 +201,9 @@ def decode_value(df, options: Mapping[str, Any] | DecodeOptions | None = None,
     from pyspark.sql import functions as F
 
     opts = DecodeOptions.parse(options, **more)
+    if opts.schema_registry:
+        raise ConfigError("schemaRegistry decoding runs in loads (kafkastore load), not in "
+                          "decode_value")
     missing = [c for c in ("value", "topic", "partition", "offset") if c not in df.columns]
     if missing:
         raise ConfigError(f"cannot decode: the input lacks column(s) {missing}; expected the "

@@ -288,9 +288,10 @@ def _json_schema_text(opts) -> str | None:
 
 def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, target: WriteTarget,
                  run_id: str, *, storage_options: dict | None = None,
-                 max_bytes: int | None = None, counter=None) -> list[dict]:
+                 max_bytes: int | None = None, counter=None, table_schema=None) -> list[dict]:
     """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
-    executors; return the file descriptors (nothing committed)."""
+    executors; return the file descriptors (nothing committed). ``table_schema``:
+    the table's (pyarrow) for loads that follow a schema registry."""
     max_bytes = max_bytes or DEFAULT_MAX_BYTES
     cores = spark.sparkContext.defaultParallelism
     splits = plan_splits(root, ranges, storage_options=storage_options, max_bytes=max_bytes)
@@ -305,6 +306,13 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
     if not splits:
         return []
     opts = spec.decode_options()
+    if opts.schema_registry:
+        from .registry_load import load_files
+
+        files = load_files(spark, root, splits, opts, target, run_id, table_schema,
+                           storage_options=storage_options, counter=counter)
+        check_disjoint(files)
+        return files
     if not spec.decoded:
         read = split_reader(root, storage_options, splits)
         write = file_writer(target, run_id=run_id, split_dead_letters=False, counter=counter)
@@ -638,7 +646,8 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     try:
         files = write_ranges(spark, root, ranges, spec, target, run_id,
                              storage_options=storage_options, max_bytes=max_bytes_per_partition,
-                             counter=tracker.counter if tracker else None)
+                             counter=tracker.counter if tracker else None,
+                             table_schema=tbl.schema().as_arrow() if spec.registry else None)
     finally:
         if tracker:
             tracker.stop()
@@ -647,6 +656,12 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     dead = [f["url"] for f in files if f["kind"] == "dead_letter"]
     footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
     commit_started = time.monotonic()
+    extras = None
+    if spec.registry:   # onIncompatible=fail stops here, before any commit
+        from .registry_load import commit_extras
+
+        extras = commit_extras(files, tbl.schema().as_arrow(),
+                               spec.decode_options().on_incompatible)
     try:
         if dl is not None and dl_ranges:
             r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
@@ -654,8 +669,10 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
             summary.dead_letter_snapshot_id = r.snapshot_id
         schema = nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
         result = ice.commit(tbl, ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data),
-                                                 gaps=tuple(gaps), schema=schema,
-                                                 footers=footers))
+                                                 gaps=tuple(gaps),
+                                                 schema=extras.schema if extras else schema,
+                                                 footers=footers,
+                                                 properties=extras.properties if extras else {}))
     except OffsetOverlapError as exc:
         raise OffsetOverlapError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. "
                                  f"Its files stay invisible; rerun to load from the committed "
@@ -699,6 +716,8 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
     fmt = getattr(args, "value_format", None)
     schema = getattr(args, "value_schema", None)
     schema_file = getattr(args, "value_schema_file", None)
+    registry = {k: getattr(args, k, None) for k in ("schema_registry", "on_incompatible")}
+    registry = {k: v for k, v in registry.items() if v is not None}
     decoding = {}
     if fmt is not None or schema is not None or schema_file is not None:
         # Flags describing the value replace the entry's decoding as a whole.
@@ -712,7 +731,11 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
 
         spec = replace(spec, value_format=decoding["value_format"],
                        value_schema=decoding["value_schema"],
-                       value_schema_file=decoding["value_schema_file"], decode={})
+                       value_schema_file=decoding["value_schema_file"], decode=registry)
+    elif registry:
+        from dataclasses import replace
+
+        spec = replace(spec, decode={**spec.decode, **registry})
     wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
                        dict(cfg.storage_options or {}) or None)
     return {"root": cfg.root, "warehouse": wh, "spec": spec,

@@ -8,7 +8,9 @@ dictionaries. A config entry::
       - topic: orders
         table: orders                 # default.orders; ns.orders accepted
         schedule: "@hourly"           # for the DAGs: LoadSpec.scheduling
-        value_format: json            # raw (default) | json | avro
+        value_format: json            # raw (default) | json | avro | protobuf | json-schema
+        schema_registry: null         # a registry URL: decode by the header's schema id and
+        on_incompatible: dead-letter  # follow the writers' schemas (pipelines.registry_load)
         value_schema: "id long, name string"   # DDL (json) or Avro schema JSON
         value_schema_file: null
         confluent_wire_format: false  # more decoder options (pipelines.decoding)
@@ -26,9 +28,10 @@ from typing import Any, Mapping
 
 from kafkastore.errors import ConfigError
 
-VALUE_FORMATS = ("raw", "json", "avro")
+VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
 ON_DATA_LOSS = ("fail", "skip")
-DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value")
+DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value",
+                "schema_registry", "on_incompatible")
 DEFAULT_PARTITION_BY = ("day(timestamp)",)
 #: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
 #: key and ``schedule: null``, a DAG run only by hand, differ).
@@ -73,6 +76,11 @@ class LoadSpec:
     @property
     def decoded(self) -> bool:
         return self.value_format != "raw"
+
+    @property
+    def registry(self) -> bool:
+        """Decoded by the writer schemas of a schema registry (pipelines.registry_load)."""
+        return bool(self.decode.get("schema_registry"))
 
     def decode_options(self):
         """:class:`pipelines.decoding.DecodeOptions` (imports the decoder, not Spark)."""

@@ -1,0 +1,319 @@
+"""Decode Confluent-framed values into Arrow arrays, grouped by writer schema id.
+
+A framed value is magic byte 0, the schema id (4 bytes, big-endian) and the
+body; Protobuf puts the message indexes (a zigzag-varint count, then the
+indexes; a single 0 byte for ``[0]``) between the id and the body. Values of
+one batch are grouped by schema id and each group decoded with that id's writer
+schema into one Arrow struct array (:mod:`pipelines.type_mapping` gives its
+type). A value without a header, with an id the registry does not know, or a
+body that does not decode gets an error text instead: a dead letter, never a
+null row. A null value (a tombstone) is a row whose decoded fields are null.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kafkastore.errors import RegistryFetchError
+
+from .type_mapping import (Mapped, UnmappableSchema, avro_mapping, json_schema_mapping,
+                           protobuf_mapping)
+
+FORMATS = ("avro", "protobuf", "json-schema")
+_REGISTRY_TYPE = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (value, next position); ValueError if cut short."""
+    shift = result = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("the message indexes end before their varint does")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def split_frame(value: bytes, fmt: str) -> tuple[int, tuple[int, ...], int]:
+    """``(schema id, message indexes, body start)`` of a framed value; ValueError
+    naming what is wrong."""
+    if len(value) < 5 or value[0] != 0:
+        raise ValueError("no schema registry header (magic byte 0 + 4-byte schema id)")
+    sid = int.from_bytes(value[1:5], "big")
+    if fmt != "protobuf":
+        return sid, (), 5
+    count, pos = read_varint(value, 5)
+    if count == 0:
+        return sid, (0,), pos
+    if count < 0 or count > 100:
+        raise ValueError(f"bad protobuf message index count {count}")
+    idx = []
+    for _ in range(count):
+        i, pos = read_varint(value, pos)
+        idx.append(i)
+    return sid, tuple(idx), pos
+
+
+class GroupDecoder:
+    """Decodes the bodies of one writer schema (and, for Protobuf, one message)."""
+
+    mapped: Mapped
+
+    @property
+    def arrow(self):
+        return self.mapped.arrow
+
+    def decode_one(self, value: bytes, start: int):
+        raise NotImplementedError
+
+    def decode_many(self, values: list[bytes], starts: list[int]):
+        """``(struct array, errors)``: one entry per value; a failed value is null in
+        the array and has its error text."""
+        import pyarrow as pa
+
+        records, errors = [], []
+        conv = self.mapped.convert
+        for v, s in zip(values, starts):
+            try:
+                rec = self.decode_one(v, s)
+                records.append(conv(rec) if conv is not None else rec)
+                errors.append(None)
+            except Exception as exc:   # any data error is a dead letter, never a crash
+                records.append(None)
+                errors.append(f"{self.label} decode failed: {type(exc).__name__}: "
+                              f"{exc or 'value ends early'}")
+        try:
+            return pa.array(records, type=self.arrow), errors
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            # One value spoils the conversion of the group: find it value by value.
+            parts = []
+            for i, rec in enumerate(records):
+                try:
+                    parts.append(pa.array([rec], type=self.arrow))
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    errors[i] = f"{self.label} value does not fit {self.arrow}: {exc}"
+                    parts.append(pa.nulls(1, self.arrow))
+            return pa.concat_arrays(parts), errors
+
+    label = "value"
+
+
+class AvroGroupDecoder(GroupDecoder):
+    label = "Avro"
+
+    def __init__(self, ws):
+        import fastavro
+
+        named: dict = {}
+        raw_refs = []
+        for ref in reversed(list(ws.all_references().values())):
+            raw = json.loads(ref.text)
+            raw_refs.append(raw)
+            fastavro.parse_schema(raw, named_schemas=named)
+        schema = json.loads(ws.text)
+        self.parsed = fastavro.parse_schema(schema, named_schemas=named)
+        from .type_mapping import avro_named_types
+
+        self.mapped = avro_mapping(schema, avro_named_types(raw_refs))
+        self.is_record = isinstance(schema, dict) and schema.get("type") == "record"
+        self._reader = fastavro.schemaless_reader
+
+    def decode_one(self, value: bytes, start: int):
+        bio = io.BytesIO(value)
+        bio.seek(start)
+        rec = self._reader(bio, self.parsed, None, return_record_name=True,
+                           return_record_name_override=True)
+        left = len(value) - bio.tell()
+        if left:
+            raise ValueError(f"{left} byte(s) left after the Avro datum")
+        return rec if self.is_record else {"value": rec}
+
+
+def protobuf_file(ws):
+    """The FileDescriptorProto of a registered Protobuf schema: a base64 serialized
+    descriptor (what ``?format=serialized`` and the Python serializer give) or
+    ``.proto`` text."""
+    from google.protobuf import descriptor_pb2
+
+    fdp = descriptor_pb2.FileDescriptorProto()
+    text = ws.text.strip()
+    try:
+        fdp.ParseFromString(base64.b64decode(text, validate=True))
+        if fdp.name or fdp.message_type:
+            return fdp
+    except Exception:   # not base64 or not a descriptor: .proto text
+        pass
+    from .proto_text import parse_proto
+
+    return parse_proto(text, name=f"schema-{ws.schema_id}.proto")
+
+
+def _well_known(pool, name: str) -> bool:
+    import importlib
+
+    if not name.startswith("google/protobuf/"):
+        return False
+    mod = name[len("google/protobuf/"):-len(".proto")] + "_pb2"
+    try:
+        m = importlib.import_module(f"google.protobuf.{mod}")
+    except ImportError:
+        return False
+    pool.AddSerializedFile(m.DESCRIPTOR.serialized_pb)
+    return True
+
+
+class ProtobufGroupDecoder(GroupDecoder):
+    label = "Protobuf"
+
+    def __init__(self, ws, indexes: tuple[int, ...]):
+        from google.protobuf import descriptor_pool, message_factory
+
+        pool = descriptor_pool.DescriptorPool()
+        refs = ws.all_references()
+        added: set[str] = set()
+
+        def add(fdp, refs_here):
+            for dep in fdp.dependency:
+                if dep in added:
+                    continue
+                added.add(dep)
+                if dep in refs_here:
+                    add(protobuf_file(refs_here[dep]), refs_here)
+                elif not _well_known(pool, dep):
+                    raise UnmappableSchema(f"protobuf import {dep!r}: not a reference of the schema")
+            pool.Add(fdp)
+
+        fdp = protobuf_file(ws)
+        add(fdp, refs)
+        fd = pool.FindFileByName(fdp.name)
+        if not indexes or indexes[0] >= len(fdp.message_type):
+            raise UnmappableSchema(f"message indexes {list(indexes)} name no message")
+        desc = fd.message_types_by_name[fdp.message_type[indexes[0]].name]
+        for i in indexes[1:]:
+            if i >= len(desc.nested_types):
+                raise UnmappableSchema(f"message indexes {list(indexes)} name no message")
+            desc = desc.nested_types[i]
+        self.cls = message_factory.GetMessageClass(desc)
+        self.mapped = protobuf_mapping(desc)
+
+    def decode_one(self, value: bytes, start: int):
+        msg = self.cls()
+        msg.ParseFromString(value[start:])
+        return msg
+
+
+class JsonGroupDecoder(GroupDecoder):
+    label = "JSON"
+
+    def __init__(self, ws):
+        schema = json.loads(ws.text)
+        refs = {name: json.loads(r.text) for name, r in ws.all_references().items()}
+        self.mapped = json_schema_mapping(schema, refs)
+        self.wrapped = not (isinstance(schema, dict) and (
+            schema.get("properties") is not None and schema.get("type", "object") in (
+                "object", ["object", "null"], ["null", "object"])))
+
+    def decode_one(self, value: bytes, start: int):
+        doc = json.loads(value[start:].decode("utf-8"))
+        if self.wrapped:
+            return {"value": doc}
+        if not isinstance(doc, dict):
+            raise ValueError(f"expected a JSON object, got {type(doc).__name__}")
+        return doc
+
+
+@dataclass
+class DecoderCache:
+    """Group decoders by (schema id, message indexes), built once per process from
+    the registry; a schema that cannot be fetched or mapped is remembered as its
+    error text."""
+
+    client: Any
+    fmt: str
+    decoders: dict = field(default_factory=dict)
+
+    def get(self, sid: int, indexes: tuple[int, ...]):
+        key = (sid, indexes)
+        hit = self.decoders.get(key)
+        if hit is None:
+            hit = self._build(sid, indexes)
+            self.decoders[key] = hit
+        return hit
+
+    def _build(self, sid: int, indexes: tuple[int, ...]):
+        try:
+            ws = self.client.schema(sid)
+        except RegistryFetchError as exc:
+            if exc.status is None or exc.status >= 500:
+                raise   # the registry is down: fail the task (Spark retries), not the records
+            return f"unknown schema id {sid}: {exc}"
+        want = _REGISTRY_TYPE[self.fmt]
+        if ws.schema_type != want:
+            return f"schema id {sid} is {ws.schema_type}, the load expects {want}"
+        try:
+            if self.fmt == "avro":
+                return AvroGroupDecoder(ws)
+            if self.fmt == "protobuf":
+                return ProtobufGroupDecoder(ws, indexes)
+            return JsonGroupDecoder(ws)
+        except (UnmappableSchema, ValueError, TypeError, KeyError) as exc:
+            return f"schema id {sid} cannot be mapped to a table: {exc}"
+        except Exception as exc:   # fastavro / protobuf schema errors of every kind
+            return f"schema id {sid} cannot be parsed: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class Group:
+    """The rows of one batch decoded with one writer schema: ``rows`` (positions in
+    the batch), ``array`` (a struct array, one entry per row) and ``errors``."""
+
+    schema_id: int | None
+    indexes: tuple[int, ...]
+    rows: list[int]
+    array: Any
+    errors: list
+
+
+def decode_groups(values, cache: DecoderCache) -> tuple[list[Group], dict[int, str]]:
+    """Decode an Arrow binary array of framed values. Returns the decoded groups
+    (tombstones as a group with ``schema_id`` None and a null array) and
+    ``{row: error}`` for rows that never reached a decoder (no header, unknown id)."""
+    import pyarrow as pa
+
+    fmt = cache.fmt
+    by_key: dict[tuple, tuple[list, list, list]] = {}
+    failed: dict[int, str] = {}
+    tombstones: list[int] = []
+    for i, v in enumerate(values.to_pylist()):
+        if v is None:
+            tombstones.append(i)
+            continue
+        try:
+            sid, idx, start = split_frame(v, fmt)
+        except ValueError as exc:
+            failed[i] = str(exc)
+            continue
+        rows, vals, starts = by_key.setdefault((sid, idx), ([], [], []))
+        rows.append(i)
+        vals.append(v)
+        starts.append(start)
+    groups: list[Group] = []
+    for (sid, idx), (rows, vals, starts) in sorted(by_key.items()):
+        dec = cache.get(sid, idx)
+        if isinstance(dec, str):
+            for r in rows:
+                failed[r] = dec
+            continue
+        arr, errors = dec.decode_many(vals, starts)
+        groups.append(Group(sid, idx, rows, arr, errors))
+    if tombstones:
+        groups.append(Group(None, (), tombstones, pa.nulls(len(tombstones), pa.struct([])),
+                            [None] * len(tombstones)))
+    return groups, failed

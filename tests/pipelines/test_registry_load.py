@@ -1,0 +1,204 @@
+"""Loads that follow a schema registry, end to end: confluent-kafka's serializers
+register against kafkastore's own registry (kafkastore.schema_registry) and frame the
+values; the library's producer writes them to a topic; ``run_load`` decodes by id,
+evolves the table in the commit, and pyiceberg and ``kafkastore sql`` read it back."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from kafkastore.errors import IncompatibleSchemaError
+from kafkastore.storage import Storage
+from pipelines import iceberg as ice
+from pipelines.load import run_load
+from pipelines.load_spec import LoadSpec
+from tests.helpers.loads import make_topic, produce, warehouse_for
+
+confluent = pytest.importorskip("confluent_kafka.schema_registry")
+
+V1 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"}, {"name": "item", "type": "string"}]}
+V2 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "int"}, {"name": "item", "type": "string"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [
+        {"name": "city", "type": "string"},
+        {"name": "zip", "type": ["null", "string"], "default": None}]}], "default": None}]}
+V3 = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "item", "type": "string"},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [
+        {"name": "city", "type": "string"},
+        {"name": "zip", "type": ["null", "string"], "default": None},
+        {"name": "floor", "type": ["null", "int"], "default": None}]}], "default": None},
+    {"name": "price", "type": ["null", "double"], "default": None}]}
+
+
+@pytest.fixture
+def registry(tmp_path):
+    from kafkastore.schema_registry.http import SchemaRegistryThread
+
+    with SchemaRegistryThread(Storage(f"file://{tmp_path}/sr"), host="127.0.0.1", port=0) as sr:
+        yield sr
+
+
+def avro_values(url: str, topic: str, schema: dict, records: list[dict]) -> list[bytes]:
+    """``records`` framed by confluent-kafka's AvroSerializer (registering ``schema``)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    ser = AvroSerializer(SchemaRegistryClient({"url": url}), json.dumps(schema))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return [ser(r, ctx) for r in records]
+
+
+def write(storage, topic: str, values: list, start: int) -> None:
+    produce(storage, topic, len(values), start=start, value=lambda i: values[i - start])
+
+
+def spec(url: str, **kw) -> LoadSpec:
+    return LoadSpec(topic="orders", table="orders", value_format="avro",
+                    decode={"schema_registry": url, **kw})
+
+
+def rows(tbl, snapshot_id=None) -> list[dict]:
+    data = ice.read_arrow(tbl, snapshot_id=snapshot_id)
+    cols = [c for c in ("id", "item", "note", "ship", "price") if c in data.column_names]
+    return sorted(data.select(cols).to_pylist(), key=lambda r: r["id"])
+
+
+def three_versions(url: str) -> list[list[bytes]]:
+    v1 = avro_values(url, "orders", V1, [{"id": i, "item": f"i{i}"} for i in range(4)])
+    v2 = avro_values(url, "orders", V2, [
+        {"id": 4, "item": "i4", "note": None, "ship": {"city": "Oslo", "zip": None}},
+        {"id": 5, "item": "i5", "note": None, "ship": None}])
+    v3 = avro_values(url, "orders", V3, [
+        {"id": 6, "item": "i6", "note": None, "price": 9.5,
+         "ship": {"city": "Rome", "zip": "00100", "floor": 3}}])
+    return [v1, v2, v3]
+
+
+EXPECTED = [
+    {"id": 0, "item": "i0", "note": None, "ship": None, "price": None},
+    {"id": 1, "item": "i1", "note": None, "ship": None, "price": None},
+    {"id": 2, "item": "i2", "note": None, "ship": None, "price": None},
+    {"id": 3, "item": "i3", "note": None, "ship": None, "price": None},
+    {"id": 4, "item": "i4", "note": None, "ship": {"city": "Oslo", "zip": None, "floor": None},
+     "price": None},
+    {"id": 5, "item": "i5", "note": None, "ship": None, "price": None},
+    {"id": 6, "item": "i6", "note": None, "ship": {"city": "Rome", "zip": "00100", "floor": 3},
+     "price": 9.5},
+]
+
+
+def test_three_schema_versions_in_one_run(spark, tmp_path, registry):
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=2)
+    versions = three_versions(registry.url)
+    write(storage, "orders", [v for vs in versions for v in vs], 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    assert (s.rows, s.dead_letters) == (7, 0)
+    tbl = wh.table("orders")
+    assert rows(tbl) == EXPECTED
+    fields = {f.name: str(f.field_type) for f in tbl.schema().fields}
+    assert fields["id"] == "long" and fields["price"] == "double"   # int promoted to long
+    ids = json.loads(tbl.current_snapshot().summary["kafkastore.schema-ids"])
+    assert len(ids) == 3
+
+
+def test_three_schema_versions_in_three_runs_and_time_travel(spark, tmp_path, registry):
+    from pipelines.sql import run_sql
+
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=1)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    snaps, start = [], 0
+    for values in three_versions(registry.url):
+        write(storage, "orders", values, start)
+        start += len(values)
+        s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+        assert s.dead_letters == 0
+        snaps.append(s.snapshot_id)
+    tbl = wh.table("orders")
+    assert rows(tbl) == EXPECTED
+    # Each snapshot keeps the schema it was committed with.
+    first = ice.read_arrow(tbl, snapshot_id=snaps[0])
+    assert set(first.column_names) >= {"id", "item"} and "ship" not in first.column_names
+    assert "price" not in ice.read_arrow(tbl, snapshot_id=snaps[1]).column_names
+    out = io.StringIO()
+    run_sql(spark, "SELECT id, ship.city AS city, price FROM orders ORDER BY id", root=root,
+            warehouse=f"file://{tmp_path}/wh", fmt="jsonl", out=out, views_dir=None)
+    got = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [(r["id"], r["city"], r["price"]) for r in got] == [
+        (0, None, None), (1, None, None), (2, None, None), (3, None, None), (4, "Oslo", None),
+        (5, None, None), (6, "Rome", 9.5)]
+    out = io.StringIO()
+    run_sql(spark, "SELECT * FROM orders", root=root, warehouse=f"file://{tmp_path}/wh",
+            fmt="jsonl", out=out, views_dir=None, as_of_snapshot=snaps[0])
+    old = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert len(old) == 4 and all("ship" not in r and "price" not in r for r in old)
+
+
+def test_bad_records_among_good_are_dead_letters(spark, tmp_path, registry):
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=1)
+    good = avro_values(registry.url, "orders", V1, [{"id": i, "item": "x"} for i in range(3)])
+    sid = int.from_bytes(good[0][1:5], "big")
+    values = [good[0], b"plain bytes", good[1], b"\x00" + (sid + 999).to_bytes(4, "big") + b"\x02",
+              good[2][:-1], None, good[2]]
+    write(storage, "orders", values, 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    assert (s.rows, s.dead_letters) == (4, 3)
+    got = ice.read_arrow(wh.table("orders")).sort_by("offset")
+    assert got.column("offset").to_pylist() == [0, 2, 5, 6]
+    assert got.column("id").to_pylist() == [0, 1, None, 2]    # the tombstone: a null row
+    dead = ice.read_arrow(wh.table("orders_dead_letters")).sort_by("offset").to_pylist()
+    assert [d["offset"] for d in dead] == [1, 3, 4]
+    assert "no schema registry header" in dead[0]["error"]
+    assert f"unknown schema id {sid + 999}" in dead[1]["error"]
+    assert "Avro decode failed" in dead[2]["error"]
+    assert dead[0]["value"] == b"plain bytes"
+
+
+def _incompatible_topic(tmp_path, registry):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=1)
+    SchemaRegistryClient({"url": registry.url}).set_compatibility("orders-value", "NONE")
+    v1 = avro_values(registry.url, "orders", V1, [{"id": 1, "item": "a"}])
+    changed = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "int"}, {"name": "item", "type": "long"}]}
+    v2 = avro_values(registry.url, "orders", changed, [{"id": 2, "item": 7}])
+    write(storage, "orders", v1, 0)
+    return root, storage, v2
+
+
+def test_incompatible_change_goes_to_dead_letters(spark, tmp_path, registry):
+    root, storage, v2 = _incompatible_topic(tmp_path, registry)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    write(storage, "orders", v2, 1)
+    s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    assert (s.rows, s.dead_letters) == (0, 1)
+    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    assert "incompatible" in dead[0]["error"] and "item" in dead[0]["error"]
+    assert str(wh.table("orders").schema().find_field("item").field_type) == "string"
+
+
+def test_incompatible_change_fails_the_load(spark, tmp_path, registry):
+    root, storage, v2 = _incompatible_topic(tmp_path, registry)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    before = wh.table("orders").current_snapshot().snapshot_id
+    write(storage, "orders", v2, 1)
+    with pytest.raises(IncompatibleSchemaError, match="item"):
+        run_load(spark, root=root, warehouse=wh, progress=False,
+                 spec=spec(registry.url, on_incompatible="fail"))
+    assert wh.table("orders").current_snapshot().snapshot_id == before
+    assert ice.committed_offsets(wh.table("orders_dead_letters")).get(("orders", 0)) in (None, 1)
