@@ -54,6 +54,16 @@ def _int_id(text: str) -> int:
     return n
 
 
+def _page(items: list, query: dict) -> list:
+    """``offset`` / ``limit`` (-1: all) of a list answer, as Confluent pages them."""
+    try:
+        offset = max(0, int(_arg(query, "offset") or 0))
+        limit = int(_arg(query, "limit") or -1)
+    except ValueError:
+        raise SchemaRegistryError(422, 422, "offset and limit are integers") from None
+    return items[offset:] if limit < 0 else items[offset:offset + limit]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -192,6 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "DELETE" and self.headers.get("Content-Length") not in (None, "0"):
                 self._body()
             status, payload, raw = self._route(method, parts, query, body)
+            if isinstance(payload, list):
+                payload = _page(payload, query)
             self._send(status, payload, raw)
         except SchemaRegistryError as exc:
             self._error(exc.status, exc.error_code, exc.message)
@@ -209,13 +221,14 @@ class _Handler(BaseHTTPRequestHandler):
         svc: SchemaRegistryService = self.server.service
         n = len(p)
         ok = lambda payload: (200, payload, False)  # noqa: E731
-        deleted, normalize = _flag(q, "deleted"), _flag(q, "normalize")
+        deleted_only = _flag(q, "deleted_only")
+        deleted, normalize = _flag(q, "deleted") or deleted_only, _flag(q, "normalize")
         if n == 0 and method == "GET":
             return ok({})
         head = p[0] if n else ""
         if head == "subjects":
             if n == 1 and method == "GET":
-                return ok(svc.subjects(deleted, _arg(q, "subjectPrefix")))
+                return ok(svc.subjects(deleted, _arg(q, "subjectPrefix"), deleted_only))
             if n == 2:
                 if method == "POST":
                     return ok(svc.lookup(p[1], body, deleted, normalize))
@@ -223,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return ok(svc.delete_subject(p[1], _flag(q, "permanent")))
             if n == 3 and p[2] == "versions":
                 if method == "GET":
-                    return ok(svc.versions(p[1], deleted))
+                    return ok(svc.versions(p[1], deleted, deleted_only))
                 if method == "POST":
                     return ok(svc.register(p[1], body, normalize))
             if n == 4 and p[2] == "versions":
@@ -248,9 +261,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if n == 4 and p[3] == "schema":
                     return 200, svc.schema_text_by_id(sid), True
                 if n == 4 and p[3] == "versions":
-                    return ok(svc.id_versions(sid, deleted))
+                    return ok(svc.id_versions(sid, deleted, _arg(q, "subject")))
                 if n == 4 and p[3] == "subjects":
-                    return ok(svc.id_subjects(sid, deleted))
+                    return ok(svc.id_subjects(sid, deleted, _arg(q, "subject")))
         elif head == "config" and n in (1, 2):
             subject = p[1] if n == 2 else None
             if method == "GET":

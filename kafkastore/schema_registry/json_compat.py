@@ -99,7 +99,8 @@ class _Check:
                 lost = {t for t in wtypes if t not in rtypes
                         and not (t == "integer" and "number" in rtypes)}
                 if lost:
-                    kind = "TYPE_NARROWED" if wtypes & rtypes else "TYPE_CHANGED"
+                    overlap = wtypes & rtypes or ("number" in wtypes and "integer" in rtypes)
+                    kind = "TYPE_NARROWED" if overlap else "TYPE_CHANGED"
                     out.append(f"{path}: {kind}: {sorted(wtypes)} -> {sorted(rtypes)}")
         if "enum" in r:
             wenum = w.get("enum")

@@ -87,10 +87,25 @@ def from_text(text: str) -> ProtoFile:
     from proto_schema_parser import ast
     from proto_schema_parser.parser import Parser
 
+    from antlr4.error.ErrorListener import ErrorListener
+
+    class _Raise(ErrorListener):
+        """ANTLR recovers from syntax errors (printing them); a schema must not."""
+
+        def syntaxError(self, recognizer, offending, line, column, msg, e):  # noqa: N802
+            raise _invalid(f"line {line}:{column}: {msg}")
+
+    def strict(target):
+        target.removeErrorListeners()
+        target.addErrorListener(_Raise())
+
     try:
-        tree = Parser().parse(text)
+        tree = Parser(setup_lexer=strict, setup_parser=strict).parse(text)
+    except SchemaRegistryError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the parser raises assorted errors on bad text
-        raise _invalid(f"cannot parse .proto text: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise _invalid(f"cannot parse .proto text: {first}") from None
     out = ProtoFile(syntax=tree.syntax or "proto2")
     imports = []
     for el in tree.file_elements:

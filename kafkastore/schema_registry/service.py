@@ -175,17 +175,21 @@ class SchemaRegistryService:
         return live if level.endswith("_TRANSITIVE") else live[-1:]
 
     # -- subjects ------------------------------------------------------------------------------
-    def subjects(self, deleted: bool = False, prefix: str | None = None) -> list[str]:
-        """GET /subjects."""
-        return [s for s in self._state().live_subjects(deleted) if not prefix or s.startswith(prefix)]
+    def subjects(self, deleted: bool = False, prefix: str | None = None,
+                 deleted_only: bool = False) -> list[str]:
+        """GET /subjects (``deleted_only``: subjects whose every version is soft-deleted)."""
+        state = self._state()
+        live = set(state.live_subjects(False))
+        return [s for s in state.live_subjects(deleted or deleted_only)
+                if (not prefix or s.startswith(prefix)) and (not deleted_only or s not in live)]
 
-    def versions(self, subject: str, deleted: bool = False) -> list[int]:
+    def versions(self, subject: str, deleted: bool = False, deleted_only: bool = False) -> list[int]:
         """GET /subjects/{s}/versions."""
         def find(state):
-            vs = state.versions(subject, deleted)
+            vs = state.versions(subject, deleted or deleted_only)
             if not vs:
                 raise subject_not_found(subject)
-            return [v.version for v in vs]
+            return [v.version for v in vs if not deleted_only or v.deleted]
         return self._find(find)
 
     def get_version(self, subject: str, version, deleted: bool = False,
@@ -343,15 +347,18 @@ class SchemaRegistryService:
         """GET /schemas/ids/{id}/schema."""
         return self._find(self._by_id, schema_id).schema
 
-    def id_versions(self, schema_id: int, deleted: bool = False) -> list[dict]:
-        """GET /schemas/ids/{id}/versions."""
+    def id_versions(self, schema_id: int, deleted: bool = False,
+                    subject: str | None = None) -> list[dict]:
+        """GET /schemas/ids/{id}/versions (``subject``: only that subject's)."""
         self._find(self._by_id, schema_id)
         return [{"subject": v.subject, "version": v.version}
-                for v in self._state().uses_of(schema_id, deleted)]
+                for v in self._state().uses_of(schema_id, deleted)
+                if subject is None or v.subject == subject]
 
-    def id_subjects(self, schema_id: int, deleted: bool = False) -> list[str]:
+    def id_subjects(self, schema_id: int, deleted: bool = False,
+                    subject: str | None = None) -> list[str]:
         """GET /schemas/ids/{id}/subjects."""
-        return sorted({u["subject"] for u in self.id_versions(schema_id, deleted)})
+        return sorted({u["subject"] for u in self.id_versions(schema_id, deleted, subject)})
 
     def all_schemas(self, deleted: bool = False, prefix: str | None = None,
                     latest_only: bool = False) -> list[dict]:
