@@ -196,6 +196,9 @@ def _read_all(broker, topics, max_bytes: int, read_committed: bool, refresh: boo
 # -- ListOffsets ---------------------------------------------------------------
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
+#: KIP-405's specs (v8+, v9+): everything is in the one store, which is "local", and nothing is
+#: tiered (as Kafka without remote storage: earliest-local is the log start, latest-tiered -1).
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
 
 def list_offset(broker, topic: str, partition: int, timestamp: int,
@@ -205,8 +208,10 @@ def list_offset(broker, topic: str, partition: int, timestamp: int,
     if meta is None or not 0 <= partition < meta.partitions:
         return E.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
     m: Manifest = broker.meta.manifest(topic, partition, 0)
-    if timestamp == EARLIEST:
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return E.NONE, -1, m.log_start_offset
+    if timestamp == LATEST_TIERED:
+        return E.NONE, -1, -1
     if timestamp == LATEST:
         return E.NONE, -1, last_stable_offset(m) if read_committed else m.high_watermark
     if timestamp == MAX_TIMESTAMP:
@@ -246,4 +251,4 @@ async def handle_list_offsets(ctx: RequestContext, request):
 
 def register(registry: Registry) -> None:
     registry.register(FETCH, 4, 12, handle_fetch)
-    registry.register(LIST_OFFSETS, 1, 8, handle_list_offsets)
+    registry.register(LIST_OFFSETS, 1, 9, handle_list_offsets)

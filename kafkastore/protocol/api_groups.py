@@ -377,6 +377,10 @@ async def handle_list_groups(ctx: RequestContext, request):
             await svc.ensure(name)
     states = getattr(request, "states_filter", None) or ()
     groups = [g for g in svc.coordinator.list_groups(states) if svc.owns(g[0])]
+    # KIP-848's types filter (v5): every group here is a classic one.
+    types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
+    if types and "classic" not in types:
+        groups = []
     return make(ctx.response_class, error_code=G.NONE, groups=tuple(
         make(mod, "ListedGroup", group_id=g, protocol_type=t, group_state=s, group_type="classic")
         for g, t, s in groups))
@@ -448,6 +452,6 @@ def register(registry: Registry) -> None:
     registry.register(OFFSET_COMMIT, 2, 8, handle_offset_commit)
     registry.register(OFFSET_FETCH, 1, 7, handle_offset_fetch)
     registry.register(OFFSET_DELETE, 0, 0, handle_offset_delete)
-    registry.register(LIST_GROUPS, 0, 4, handle_list_groups)
+    registry.register(LIST_GROUPS, 0, 5, handle_list_groups)
     registry.register(DESCRIBE_GROUPS, 0, 5, handle_describe_groups)
     registry.register(DELETE_GROUPS, 0, 2, handle_delete_groups)
