@@ -181,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
                          "(repeatable; default: the config's, else day(timestamp))")
     lo.add_argument("--register-existing", action="store_true", help=REGISTER_HELP)
+    lo.add_argument("--mode", choices=("append", "upsert"),
+                    help="append (default): every record a row; upsert: one row per key, "
+                         "the latest record wins, a tombstone deletes the key")
+    lo.add_argument("--key-columns", metavar="A,B",
+                    help="upsert: key by these decoded value columns (default: the Kafka key)")
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")

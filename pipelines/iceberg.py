@@ -90,6 +90,9 @@ RANGES_KEY = "kafkastore.ranges"
 GAPS_KEY = "kafkastore.gaps"
 AUDIT_KEY = "kafkastore.audit"
 OPERATIONS = ("load", "reprocess")
+#: Snapshots that carry the committed offsets forward unchanged (no ranges): a
+#: table rewrite by ``kafkastore maintain`` (issue 24). Not a load: never validated.
+CARRY_OPERATIONS = ("maintain",)
 
 # Table properties kafkastore sets on every table it creates or commits to.
 NO_BLIND_RETRY = {"commit.retry.num-retries": "0"}
@@ -597,6 +600,9 @@ class KafkaCommit:
     expected: Mapping[TopicPartition, int] | None = None
     properties: Mapping[str, str] = field(default_factory=dict)
     footers: Mapping[str, tuple[int, bytes]] = field(default_factory=dict)
+    #: Copy-on-write: ``rewrite(table, head snapshot id) -> (DataFiles to drop,
+    #: [(url, bytes, footer)] to add)``, called on every attempt (issue 24).
+    rewrite: Any = None
 
     def summary(self, offsets: Mapping[TopicPartition, int]) -> dict[str, str]:
         """The snapshot-summary properties of this commit on top of ``offsets``."""
@@ -774,7 +780,12 @@ def ensure_no_blind_retry(table):
 def _build(table, c: KafkaCommit, branch: str):
     """Stage ``c`` on a fresh transaction of ``table``; returns (txn, new offsets)."""
     committed = committed_offsets(table, branch)
-    new = next_offsets(committed, c.operation, c.ranges, gaps=c.gaps, expected=c.expected)
+    if c.operation in CARRY_OPERATIONS:
+        if c.ranges:
+            raise WarehouseError(f"a {c.operation} commit carries offsets forward; it has no ranges")
+        new = dict(committed)
+    else:
+        new = next_offsets(committed, c.operation, c.ranges, gaps=c.gaps, expected=c.expected)
     props = c.summary(new)
     txn = table.transaction()
     if c.schema is not None:
@@ -797,12 +808,21 @@ def _build(table, c: KafkaCommit, branch: str):
         head = _ref_head(table, branch)
         drop, rewritten = _rewind_files(table, c.delete_from, c.run_id,
                                         head.snapshot_id if head is not None else None)
+    footers = dict(c.footers)
+    if c.rewrite is not None:
+        # Copy-on-write (upsert loads, maintenance): planned against this attempt's
+        # table, so a racing commit makes the next attempt plan again.
+        head = _ref_head(table, branch)
+        more_drop, written = c.rewrite(table, head.snapshot_id if head is not None else None)
+        drop = list(drop) + list(more_drop)
+        rewritten = rewritten + [u for u, _, _ in written]
+        footers.update({u: (size, footer) for u, size, footer in written})
     try:
         files = list(c.files) + rewritten
-        unread = [u for u in files if u not in c.footers]   # e.g. reprocess rewrites
+        unread = [u for u in files if u not in footers]   # e.g. reprocess rewrites
         read = dict(zip(unread, _parquet_files_to_data_files(txn.table_metadata, unread,
                                                              table.io)))
-        added = [read[u] if u in read else data_file(txn.table_metadata, u, *c.footers[u])
+        added = [read[u] if u in read else data_file(txn.table_metadata, u, *footers[u])
                  for u in files]
     except ValueError as exc:
         raise SchemaEvolutionError(f"files of run {c.run_id} do not fit table "
@@ -858,7 +878,7 @@ def commit(table, c: KafkaCommit, *, branch: str = MAIN, max_attempts: int = 20,
     ``max_attempts`` conflicts, :class:`kafkastore.errors.CommitUnknownError` when reading
     back cannot decide (the files stay; rerunning the same run id is safe).
     """
-    if c.operation not in OPERATIONS:
+    if c.operation not in OPERATIONS + CARRY_OPERATIONS:
         raise WarehouseError(f"unknown operation {c.operation!r}")
     engine = CommitEngine(backoff=Backoff(backoff_s, max_backoff_s),
                           budget=Budget(max_attempts=max_attempts),

@@ -187,6 +187,8 @@ class WriteTarget:
     dead_letters_from: Mapping[int, int] = field(default_factory=dict)
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     compression: str = "zstd"
+    #: upsert staging: keep a column telling tombstones (null raw value) apart
+    tombstones: bool = False
 
 
 def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
@@ -228,6 +230,11 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
             batch = _restore_null_headers(batch)
             for p, n in zip(*_value_counts(batch.column("partition"))):
                 seen[p] = seen.get(p, 0) + n
+            if target.tombstones:
+                from pipelines.upsert import TOMBSTONE
+
+                raw = batch.column(_RAW_VALUE if split_dead_letters else "value")
+                batch = batch.append_column(TOMBSTONE, pc.is_null(raw))
             if split_dead_letters:
                 failed = pc.is_valid(batch.column("__error"))
                 ok = batch.filter(pc.invert(failed))
@@ -487,6 +494,8 @@ class LoadSummary:
     initial: dict[int, int] = field(default_factory=dict)
     dead_letter_snapshot_id: int | None = None
     commit_seconds: float = 0.0
+    #: upsert loads: what the copy-on-write commit did (pipelines.upsert.RewriteStats)
+    upsert: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form (for Airflow's XCom)."""
@@ -497,7 +506,7 @@ class LoadSummary:
                 "rows": self.rows, "dead_letters": self.dead_letters, "bytes": self.bytes,
                 "files": self.files, "seconds": round(self.seconds, 3), "gaps": self.gaps,
                 "initial": {str(p): o for p, o in self.initial.items()},
-                "dead_letter_snapshot_id": self.dead_letter_snapshot_id,
+                "dead_letter_snapshot_id": self.dead_letter_snapshot_id, "upsert": self.upsert,
                 "commit_seconds": round(self.commit_seconds, 3)}
 
     def render(self) -> str:
@@ -528,8 +537,18 @@ def _warehouse(warehouse, catalog, storage_options) -> ice.Warehouse:
 def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
     """The spec's table (created if missing: raw Kafka columns, or the base
     columns of a decoded load) and, for decoded loads, its dead-letter table."""
+    from .upsert import check_mode, mode_properties
+
     base = raw_schema() if not spec.decoded else base_decoded_schema()
-    tbl = wh.load_table(spec.table) or wh.create_table(spec.table, nullable(base), spec.partition_by)
+    if spec.mode == "upsert" and spec.decoded and "key" not in base.names:
+        import pyarrow as pa
+
+        base = base.append(pa.field("key", pa.binary()))
+    keys = spec.upsert_keys if spec.mode == "upsert" else ()
+    tbl = wh.load_table(spec.table)
+    check_mode(tbl, spec.table, spec.mode, keys)
+    tbl = tbl or wh.create_table(spec.table, nullable(base), spec.partition_by,
+                                 properties=mode_properties(spec.mode, keys))
     dl = None
     if spec.decoded:
         dl = (wh.load_table(spec.dead_letter_table)
@@ -636,9 +655,13 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     tbl, dl = ensure_tables(wh, spec)
     dl_start, dl_ranges, dl_gaps = ({}, [], []) if dl is None else _dead_letter_plan(
         dl, topic, ranges, gaps)
-    target = WriteTarget(tbl.location(), dl.location() if dl is not None else None,
+    upsert = spec.mode == "upsert"
+    # Upsert runs stage their decoded rows (never committed; pipelines.upsert) and the
+    # commit writes the table's files.
+    target = WriteTarget(tbl.location() + ("/upsert-staging" if upsert else ""),
+                         dl.location() if dl is not None else None,
                          spec.partition_by, dict(storage_options or {}) or None, dl_start,
-                         max_rows_per_file, compression)
+                         max_rows_per_file, compression, tombstones=upsert)
     tracker = Progress(spark, f"load {topic} -> {table}", progress_interval_s) if progress else None
     if tracker:
         tracker.start()
@@ -667,18 +690,31 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
             r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
                                                gaps=tuple(dl_gaps), footers=footers))
             summary.dead_letter_snapshot_id = r.snapshot_id
-        schema = nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
-        result = ice.commit(tbl, ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data),
-                                                 gaps=tuple(gaps),
-                                                 schema=extras.schema if extras else schema,
-                                                 footers=footers,
-                                                 properties=extras.properties if extras else {}))
+        if upsert:
+            from .upsert import upsert_commit
+
+            kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options)
+        else:
+            schema = (nullable(file_schema(data[0], storage_options)) if data and spec.decoded
+                      else None)
+            kc = ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data), gaps=tuple(gaps),
+                                 schema=extras.schema if extras else schema, footers=footers,
+                                 properties=extras.properties if extras else {})
+        result = ice.commit(tbl, kc)
     except OffsetOverlapError as exc:
         raise OffsetOverlapError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. "
                                  f"Its files stay invisible; rerun to load from the committed "
                                  f"offsets") from None
     summary.snapshot_id = result.snapshot_id
     summary.commit_seconds = time.monotonic() - commit_started
+    if upsert:
+        from dataclasses import asdict
+
+        from .upsert import remove_staging
+
+        summary.upsert = {**asdict(kc.rewrite.stats), "keys": kc.rewrite.winners.num_rows,
+                          "skipped_null_keys": kc.rewrite.skipped}
+        remove_staging(data, storage_options)
     if result.noop:
         summary.noop = True
         summary.reason = f"run id committed by an earlier attempt at snapshot {result.snapshot_id}"
@@ -725,7 +761,9 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
                     "value_schema_file": schema_file}
     spec = resolve_spec(cfg, args.topic, getattr(args, "table", None),
                         on_data_loss=getattr(args, "on_data_loss", None),
-                        partition_by=getattr(args, "partition_by", None))
+                        partition_by=getattr(args, "partition_by", None),
+                        mode=getattr(args, "mode", None),
+                        key_columns=getattr(args, "key_columns", None))
     if decoding:
         from dataclasses import replace
 

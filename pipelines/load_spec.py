@@ -16,6 +16,8 @@ dictionaries. A config entry::
         confluent_wire_format: false  # more decoder options (pipelines.decoding)
         partition_by: ["day(timestamp)"]       # Iceberg hidden partitioning; [] = none
         on_data_loss: fail            # fail | skip (record the gap and go on)
+        mode: append                  # append (every record) | upsert (latest state per key)
+        key_columns: null             # upsert: value columns "a,b" (default: the Kafka key)
         start_date: "2024-01-01"      # more DAG keys (also catchup, retries, retry_delay_s,
                                       # max_retry_delay_s): LoadSpec.scheduling too
 
@@ -38,7 +40,8 @@ DEFAULT_PARTITION_BY = ("day(timestamp)",)
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
               "max_retry_delay_s")
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
-         "partition_by", "on_data_loss", *DECODE_EXTRA, *SCHEDULING}
+         "partition_by", "on_data_loss", "mode", "key_columns", *DECODE_EXTRA, *SCHEDULING}
+MODES = ("append", "upsert")
 DEAD_LETTER_SUFFIX = "_dead_letters"
 
 
@@ -55,6 +58,9 @@ class LoadSpec:
     partition_by: tuple[str, ...] = DEFAULT_PARTITION_BY
     on_data_loss: str = "fail"
     scheduling: Mapping[str, Any] = field(default_factory=dict)
+    #: ``upsert``: one row per key (pipelines.upsert); ``key_columns`` () = the Kafka key.
+    mode: str = "append"
+    key_columns: tuple[str, ...] = ()
 
     def __post_init__(self):
         from .iceberg import parse_partition_field, table_identifier
@@ -68,6 +74,17 @@ class LoadSpec:
             raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {self.on_data_loss!r}")
         for p in self.partition_by:
             parse_partition_field(p)
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.key_columns and self.mode != "upsert":
+            raise ConfigError("key_columns only apply to mode: upsert")
+
+    @property
+    def upsert_keys(self) -> tuple[str, ...]:
+        """The key columns of an upsert load (the Kafka ``key`` by default)."""
+        from .upsert import parse_key_columns
+
+        return parse_key_columns(self.key_columns or None)
 
     @property
     def dead_letter_table(self) -> str:
@@ -95,6 +112,10 @@ class LoadSpec:
         """A copy with the non-None keyword values replaced (CLI flags over the config)."""
         changes = {k: (tuple(v) if k == "partition_by" else v) for k, v in kw.items()
                    if v is not None}
+        if "key_columns" in changes:
+            from .upsert import parse_key_columns
+
+            changes["key_columns"] = parse_key_columns(changes["key_columns"])
         return replace(self, **changes)
 
     @classmethod
@@ -120,7 +141,17 @@ class LoadSpec:
                    decode={k: entry[k] for k in DECODE_EXTRA if entry.get(k) is not None},
                    partition_by=tuple(str(x) for x in pb),
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
-                   scheduling={k: entry[k] for k in SCHEDULING if k in entry})
+                   scheduling={k: entry[k] for k in SCHEDULING if k in entry},
+                   mode=str(entry.get("mode") or "append"),
+                   key_columns=_key_columns(entry.get("key_columns")))
+
+
+def _key_columns(value) -> tuple[str, ...]:
+    if not value:
+        return ()
+    from .upsert import parse_key_columns
+
+    return parse_key_columns(value)
 
 
 def load_specs(cfg) -> list[LoadSpec]:
