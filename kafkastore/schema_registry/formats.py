@@ -92,7 +92,30 @@ def _avro(text: str, references: list, resolve: Resolver, normalize: bool) -> Pa
     except (SchemaParseException, UnknownType, ValueError, TypeError, KeyError, AttributeError,
             RecursionError) as exc:
         raise invalid(str(exc) or repr(exc)) from None
+    _check_records(obj, 0)
     return Parsed(AVRO, _compact(obj, normalize), parsed, named)
+
+
+def _check_records(schema, depth: int) -> None:
+    """What Avro's Java parser refuses and fastavro lets by: a record without a fields list."""
+    if depth > 200:
+        raise invalid("schema nests too deep")
+    if isinstance(schema, list):
+        for s in schema:
+            _check_records(s, depth + 1)
+    elif isinstance(schema, dict):
+        t = schema.get("type")
+        if t in ("record", "error"):
+            if not isinstance(schema.get("fields"), list):
+                raise invalid(f"record {schema.get('name')!r} has no fields list")
+            for f in schema["fields"]:
+                _check_records(f.get("type"), depth + 1)
+        elif t == "array":
+            _check_records(schema.get("items"), depth + 1)
+        elif t == "map":
+            _check_records(schema.get("values"), depth + 1)
+        elif isinstance(t, (dict, list)):
+            _check_records(t, depth + 1)
 
 
 def _json(text: str, normalize: bool) -> Parsed:
