@@ -88,6 +88,21 @@ def cmd_vacuum(args, cfg: Config) -> int:
     return 0
 
 
+def cmd_maintain(args, cfg: Config) -> int:
+    from pipelines.iceberg import Warehouse
+    from pipelines.maintain import maintain
+
+    wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
+                   cfg.storage_options or None)
+    names = [args.table] if args.table else wh.list_tables()
+    for name in names:
+        kw = {"run_id": args.run_id} if args.run_id else {}
+        if args.target_file_mb is not None:
+            kw["target_bytes"] = int(args.target_file_mb * (1 << 20))
+        print(maintain(wh.table(name), **kw).render(), file=sys.stderr)
+    return 0
+
+
 def cmd_compact(args, cfg: Config) -> int:
     from pipelines.compaction import compact_topic
 
@@ -222,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "(for tables nobody validates; the validated tag can then no longer "
                          "move past them)")
     va.set_defaults(func=cmd_vacuum)
+
+    mt = sub.add_parser("maintain", help="rewrite a warehouse table's small files into target-"
+                        "sized ones and fold its delete files (one snapshot, offsets unchanged)")
+    mt.add_argument("--warehouse")
+    mt.add_argument("--table", help="default: every table of the warehouse")
+    mt.add_argument("--target-file-mb", type=float, metavar="MB",
+                    help="target data file size (default 128)")
+    mt.add_argument("--run-id", help="idempotency key: a rerun of a committed run id is a no-op")
+    mt.set_defaults(func=cmd_maintain)
 
     cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")
     cp.add_argument("topic")
