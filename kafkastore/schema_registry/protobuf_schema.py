@@ -207,7 +207,7 @@ def from_descriptor(fd) -> ProtoFile:
     walk_enums(fd.enum_type, prefix)
 
     def type_of(f) -> tuple[str, str]:
-        if f.type in (_TYPE_MESSAGE, _TYPE_ENUM, _TYPE_GROUP):
+        if f.type in (_TYPE_MESSAGE, _TYPE_ENUM, _TYPE_GROUP) or f.type_name:
             tn = f.type_name.lstrip(".")
             if tn in maps:
                 entry = maps[tn]
@@ -238,6 +238,168 @@ def from_descriptor(fd) -> ProtoFile:
 
 def to_serialized(text: str) -> str:
     """``.proto`` text as the base64 ``FileDescriptorProto`` clients ask for with
-    ``format=serialized``: needs a compiler this install does not have, so refused (422)."""
-    raise SchemaRegistryError(422, 42201, "Invalid schema: format=serialized is only available for "
-                                          "Protobuf schemas registered as a serialized descriptor")
+    ``format=serialized`` (what confluent-kafka's Protobuf deserializer reads)."""
+    return base64.b64encode(to_descriptor(text).SerializeToString()).decode("ascii")
+
+
+_SCALAR_CODES = {v: k for k, v in _TYPE_NAMES.items()}
+
+
+def _camel(name: str) -> str:
+    """protoc's map entry name: ``my_field`` -> ``MyFieldEntry``."""
+    out, up = [], True
+    for c in name:
+        if c == "_":
+            up = True
+        else:
+            out.append(c.upper() if up else c)
+            up = False
+    return "".join(out) + "Entry"
+
+
+def to_descriptor(text: str):
+    """Compile ``.proto`` text into a ``FileDescriptorProto`` (messages, nested types, enums,
+    oneofs, maps, proto3 ``optional``, imports; options other than ``map_entry`` are left out).
+    A type from an import is left for the reader's pool to resolve by name."""
+    from google.protobuf import descriptor_pb2
+    from proto_schema_parser import ast
+
+    pf = from_text(text)   # validates, and knows every local message and enum by full name
+    from proto_schema_parser.parser import Parser
+
+    tree = Parser().parse(text)
+    FDP = descriptor_pb2.FieldDescriptorProto
+    fd = descriptor_pb2.FileDescriptorProto(name="schema.proto", package=pf.package or None,
+                                            syntax=pf.syntax if pf.syntax == "proto3" else None)
+    fd.dependency.extend(pf.imports)
+    proto3 = pf.syntax == "proto3"
+
+    def set_type(f, scope: str, type_name: str):
+        if type_name in SCALARS:
+            f.type = _SCALAR_CODES[type_name]
+            return
+        full = _resolve(pf, scope, type_name)
+        f.type_name = "." + full
+        if full in pf.messages:
+            f.type = FDP.TYPE_MESSAGE
+        elif full in pf.enums:
+            f.type = FDP.TYPE_ENUM
+
+    def add_field(msg, scope, el, oneof_index=None):
+        f = msg.field.add(name=el.name, number=el.number)
+        card = el.cardinality.value.lower() if el.cardinality is not None else ""
+        f.label = {"repeated": FDP.LABEL_REPEATED, "required": FDP.LABEL_REQUIRED}.get(card, FDP.LABEL_OPTIONAL)
+        set_type(f, scope, el.type)
+        if oneof_index is not None:
+            f.oneof_index = oneof_index
+        elif proto3 and card == "optional":
+            f.proto3_optional = True   # its synthetic oneof is added after the real ones
+
+    def fill_enum(e, el):
+        for v in el.elements:
+            if isinstance(v, ast.EnumValue):
+                e.value.add(name=v.name, number=v.number)
+
+    def fill_message(msg, el, full: str):
+        for child in el.elements:
+            if isinstance(child, ast.Field):
+                add_field(msg, full, child)
+            elif isinstance(child, ast.MapField):
+                entry = msg.nested_type.add(name=_camel(child.name))
+                entry.options.map_entry = True
+                k = entry.field.add(name="key", number=1, label=FDP.LABEL_OPTIONAL)
+                set_type(k, full, child.key_type)
+                v = entry.field.add(name="value", number=2, label=FDP.LABEL_OPTIONAL)
+                set_type(v, full, child.value_type)
+                f = msg.field.add(name=child.name, number=child.number, label=FDP.LABEL_REPEATED,
+                                  type=FDP.TYPE_MESSAGE, type_name=f".{full}.{entry.name}")
+            elif isinstance(child, ast.OneOf):
+                idx = len(msg.oneof_decl)
+                msg.oneof_decl.add(name=child.name)
+                for f in child.elements:
+                    if isinstance(f, ast.Field):
+                        add_field(msg, full, f, idx)
+            elif isinstance(child, ast.Message):
+                fill_message(msg.nested_type.add(name=child.name), child, f"{full}.{child.name}")
+            elif isinstance(child, ast.Enum):
+                fill_enum(msg.enum_type.add(name=child.name), child)
+        for f in msg.field:
+            if f.proto3_optional:
+                f.oneof_index = len(msg.oneof_decl)
+                msg.oneof_decl.add(name="_" + f.name)
+
+    prefix = pf.package + "." if pf.package else ""
+    for el in tree.file_elements:
+        if isinstance(el, ast.Message):
+            fill_message(fd.message_type.add(name=el.name), el, prefix + el.name)
+        elif isinstance(el, ast.Enum):
+            fill_enum(fd.enum_type.add(name=el.name), el)
+    return fd
+
+
+def to_text(fd) -> str:
+    """A ``FileDescriptorProto`` as ``.proto`` text (what the registry shows for a schema
+    registered as a serialized descriptor, as Confluent does); type names fully qualified."""
+    lines = [f'syntax = "{fd.syntax or "proto2"}";']
+    if fd.package:
+        lines.append(f"package {fd.package};")
+    lines += [f'import "{d}";' for d in fd.dependency]
+    proto3 = fd.syntax == "proto3"
+    maps: dict[str, object] = {}
+
+    def collect(messages, scope):
+        for m in messages:
+            name = f"{scope}.{m.name}" if scope else m.name
+            if m.options.map_entry:
+                maps["." + name] = m
+            collect(m.nested_type, name)
+
+    collect(fd.message_type, fd.package)
+
+    def type_of(f) -> str:
+        return f.type_name if f.type_name else _TYPE_NAMES.get(f.type, "bytes")
+
+    def field_line(f, in_oneof: bool) -> str:
+        if f.type_name in maps:
+            entry = maps[f.type_name]
+            return f"map<{type_of(entry.field[0])}, {type_of(entry.field[1])}> {f.name} = {f.number};"
+        label = _LABELS.get(f.label, "")
+        if in_oneof or (proto3 and label == "optional" and not f.proto3_optional):
+            label = ""
+        return f"{label + ' ' if label else ''}{type_of(f)} {f.name} = {f.number};"
+
+    def enum(e, indent):
+        pad = "  " * indent
+        out = [f"{pad}enum {e.name} {{"]
+        out += [f"{pad}  {v.name} = {v.number};" for v in e.value]
+        return out + [f"{pad}}}"]
+
+    def message(m, indent):
+        pad = "  " * indent
+        out = [f"{pad}message {m.name} {{"]
+        real = {i for i, f in enumerate(m.oneof_decl)
+                if not any(x.proto3_optional and x.oneof_index == i for x in m.field)}
+        done = set()
+        for f in m.field:
+            if f.HasField("oneof_index") and f.oneof_index in real:
+                if f.oneof_index in done:
+                    continue
+                done.add(f.oneof_index)
+                out.append(f"{pad}  oneof {m.oneof_decl[f.oneof_index].name} {{")
+                out += [f"{pad}    {field_line(x, True)}" for x in m.field
+                        if x.HasField("oneof_index") and x.oneof_index == f.oneof_index]
+                out.append(f"{pad}  }}")
+            else:
+                out.append(f"{pad}  {field_line(f, False)}")
+        for n in m.nested_type:
+            if not n.options.map_entry:
+                out += message(n, indent + 1)
+        for e in m.enum_type:
+            out += enum(e, indent + 1)
+        return out + [f"{pad}}}"]
+
+    for m in fd.message_type:
+        lines += message(m, 0)
+    for e in fd.enum_type:
+        lines += enum(e, 0)
+    return "\n".join(lines) + "\n"

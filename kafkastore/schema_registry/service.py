@@ -83,14 +83,17 @@ def version_json(v: SchemaVersion, fmt: str | None = None) -> dict:
 
 
 def render(v: SchemaVersion, fmt: str | None = None) -> str:
-    """The schema text to answer: Protobuf as registered unless ``format=serialized`` asks for
-    the base64 descriptor, which a text registration is compiled to."""
-    if v.schema_type == F.PROTOBUF and fmt == "serialized":
-        from . import protobuf_schema
+    """The schema text to answer. Protobuf is stored as registered; it is shown as ``.proto``
+    text (a serialized descriptor is printed as text, as Confluent does) unless
+    ``format=serialized`` asks for the base64 descriptor (a text registration is compiled)."""
+    if v.schema_type != F.PROTOBUF:
+        return v.schema
+    from . import protobuf_schema
 
-        if protobuf_schema.decode_descriptor(v.schema) is None:
-            return protobuf_schema.to_serialized(v.schema)
-    return v.schema
+    fd = protobuf_schema.decode_descriptor(v.schema)
+    if fmt == "serialized":
+        return v.schema if fd is not None else protobuf_schema.to_serialized(v.schema)
+    return protobuf_schema.to_text(fd) if fd is not None else v.schema
 
 
 class SchemaRegistryService:

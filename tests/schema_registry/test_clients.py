@@ -138,8 +138,21 @@ def test_protobuf_serializer_registers_and_roundtrips(broker, module_root, regis
     with pytest.raises(ClientError) as e:
         client.register_schema(f"{topic}-value", Schema(bad, "PROTOBUF"))
     assert e.value.http_status_code == 409
+    # Registered as a serialized descriptor, shown as .proto text (as Confluent shows it).
+    shown = SchemaRegistryClient({"url": registry_url}).get_schema(latest.schema_id).schema_str
+    assert "message Order {" in shown and "int64 id = 1;" in shown
+    # A .proto text registration is served to the Python deserializer (format=serialized)
+    # compiled to a descriptor: producing with it as the latest version reads back.
     ok = 'syntax = "proto3"; package shop; message Order { int64 id = 1; string item = 2; int32 n = 3; }'
-    assert client.register_schema(f"{topic}-value", Schema(ok, "PROTOBUF")) > latest.schema_id - 1
+    sid2 = client.register_schema(f"{topic}-value", Schema(ok, "PROTOBUF"))
+    assert sid2 != latest.schema_id
+    ser2 = ProtobufSerializer(Order, SchemaRegistryClient({"url": registry_url}),
+                              {"use.deprecated.format": False, "auto.register.schemas": False,
+                               "use.latest.version": True})
+    de2 = ProtobufDeserializer(Order, {"use.deprecated.format": False},
+                               SchemaRegistryClient({"url": registry_url}))
+    got = _roundtrip(broker, topic, ser2, de2, [Order(id=3, item="pie")], already=2)
+    assert got[2][0] == b"\x00" + sid2.to_bytes(4, "big") and (got[2][1].id, got[2][1].item) == (3, "pie")
 
 
 PAYMENT = {"type": "object", "properties": {"id": {"type": "integer"}, "amount": {"type": "number"}},

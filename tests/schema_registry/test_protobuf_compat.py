@@ -92,3 +92,35 @@ def test_bad_text_is_an_invalid_schema(bad):
     with pytest.raises(SchemaRegistryError) as e:
         P.parse(bad)
     assert e.value.error_code == 42201
+
+
+RICH = """syntax = "proto3"; package shop; import "google/protobuf/timestamp.proto";
+message Order { int64 id = 1; optional string note = 2; repeated Line lines = 3;
+  map<string, int32> tags = 4; oneof pay { string card = 5; Cash cash = 6; } Status status = 7;
+  google.protobuf.Timestamp at = 8;
+  message Line { string sku = 1; int32 qty = 2; } enum Status { NEW = 0; DONE = 1; } }
+message Cash { double amount = 1; }"""
+
+
+def test_text_compiles_to_a_descriptor_protobuf_loads():
+    """format=serialized: .proto text compiled to a FileDescriptorProto that protobuf's own
+    pool accepts (nested types, maps, oneofs, proto3 optional, an imported well-known type)."""
+    from google.protobuf import descriptor_pool, message_factory, timestamp_pb2
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(P.to_descriptor(RICH))
+    Order = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    o = Order(id=3, tags={"a": 1}, card="x", status=1)
+    o.lines.add(sku="s", qty=2)
+    back = Order.FromString(o.SerializeToString())
+    assert (back.id, dict(back.tags), back.WhichOneof("pay"), back.lines[0].qty) == (3, {"a": 1}, "card", 2)
+    assert not back.HasField("note")      # proto3 optional keeps presence
+    assert P.parse(P.to_serialized(RICH)) == P.parse(RICH)
+
+
+def test_a_descriptor_prints_as_text_that_reads_the_same():
+    text = P.to_text(P.to_descriptor(RICH))
+    assert "map<string, int32> tags = 4;" in text and "oneof pay {" in text
+    assert "optional string note = 2;" in text
+    assert P.parse(text) == P.parse(RICH)
