@@ -567,7 +567,7 @@ class _JsonCtx:
                 t = ms[0].arrow
                 try:
                     for m in ms[1:]:
-                        t = merge_types(t, m.arrow, k)
+                        t = _json_number(t, m.arrow) or merge_types(t, m.arrow, k)
                 except IncompatibleChange:
                     fields.append((k, Mapped(pa.string(), _json_text)))
                     continue
@@ -575,6 +575,14 @@ class _JsonCtx:
                 fields.append((k, Mapped(t, conv)))
             return _struct_of(fields)
         return Mapped(pa.string(), _json_text)
+
+
+def _json_number(a, b):
+    """integer and number branches: a JSON number is a double."""
+    pa = _pa()
+    if {a, b} == {pa.int64(), pa.float64()}:
+        return pa.float64()
+    return None
 
 
 def _parse_datetime(v):

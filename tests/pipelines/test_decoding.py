@@ -75,7 +75,17 @@ def test_options_accept_both_spellings_and_refuse_unknown():
         DecodeOptions.parse({"valueFormat": "avro", "valueSchema": "{}",
                              "confluentWireFormat": "maybe"})
     with pytest.raises(ConfigError, match="valueFormat must be"):
+        DecodeOptions.parse({"valueFormat": "xml"})
+    with pytest.raises(ConfigError, match="needs schemaRegistry"):
         DecodeOptions.parse({"valueFormat": "protobuf"})
+    with pytest.raises(ConfigError, match="schemaRegistry or valueSchema"):
+        DecodeOptions.parse({"valueFormat": "avro", "valueSchema": "{}",
+                             "schemaRegistry": "http://127.0.0.1:1"})
+    with pytest.raises(ConfigError, match="onIncompatible"):
+        DecodeOptions.parse({"valueFormat": "avro", "schemaRegistry": "http://127.0.0.1:1",
+                             "onIncompatible": "ignore"})
+    reg = DecodeOptions.parse({"valueFormat": "json-schema", "schemaRegistry": "http://h:1"})
+    assert (reg.schema_registry, reg.on_incompatible) == ("http://h:1", "dead-letter")
     with pytest.raises(ConfigError, match="not both"):
         DecodeOptions.parse({"valueFormat": "json", "valueSchema": "a int",
                              "valueSchemaFile": "/x"})

@@ -202,3 +202,89 @@ def test_incompatible_change_fails_the_load(spark, tmp_path, registry):
                  spec=spec(registry.url, on_incompatible="fail"))
     assert wh.table("orders").current_snapshot().snapshot_id == before
     assert ice.committed_offsets(wh.table("orders_dead_letters")).get(("orders", 0)) in (None, 1)
+
+
+def _order_class(version: int):
+    """A protobuf message class built at run time: shop.Order v1 (id, item), v2 adds a
+    nested message and a well-known Timestamp."""
+    from google.protobuf import descriptor_pb2 as d
+    from google.protobuf import descriptor_pool, message_factory, timestamp_pb2
+
+    F = d.FieldDescriptorProto
+    f = d.FileDescriptorProto(name=f"order_v{version}.proto", package="shop", syntax="proto3")
+    m = f.message_type.add(name="Order")
+    m.field.add(name="id", number=1, type=F.TYPE_INT32, label=F.LABEL_OPTIONAL)
+    m.field.add(name="item", number=2, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    if version > 1:
+        f.dependency.append("google/protobuf/timestamp.proto")
+        ship = m.nested_type.add(name="Ship")
+        ship.field.add(name="city", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+        m.field.add(name="ship", number=3, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".shop.Order.Ship")
+        m.field.add(name="at", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_OPTIONAL,
+                    type_name=".google.protobuf.Timestamp")
+        pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def test_protobuf_serializer_two_versions(spark, tmp_path, registry):
+    import datetime as dt
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry.url})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    v1, v2 = _order_class(1), _order_class(2)
+    s1 = ProtobufSerializer(v1, client, {"use.deprecated.format": False})
+    s2 = ProtobufSerializer(v2, client, {"use.deprecated.format": False})
+    late = v2(id=2, item="b")
+    late.ship.city = "Oslo"
+    late.at.FromDatetime(dt.datetime(2024, 1, 2, 3, 4, 5))
+    values = [s1(v1(id=1, item="a"), ctx), s2(late, ctx), s2(v2(id=3), ctx)]
+    root = f"file://{tmp_path}/root"
+    write(make_topic(root, "orders", partitions=1), "orders", values, 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, progress=False, spec=LoadSpec(
+        topic="orders", table="orders", value_format="protobuf",
+        decode={"schema_registry": registry.url}))
+    assert (s.rows, s.dead_letters) == (3, 0)
+    got = sorted(ice.read_arrow(wh.table("orders")).select(["id", "item", "ship", "at"])
+                 .to_pylist(), key=lambda r: r["id"])
+    assert got == [
+        {"id": 1, "item": "a", "ship": None, "at": None},
+        {"id": 2, "item": "b", "ship": {"city": "Oslo"},
+         "at": dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)},
+        {"id": 3, "item": "", "ship": None, "at": None}]
+
+
+def test_json_schema_serializer_two_versions(spark, tmp_path, registry):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient({"url": registry.url})
+    # An open content model refuses an added property under BACKWARD (as Confluent does).
+    client.set_compatibility("orders-value", "NONE")
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    one = {"$schema": "http://json-schema.org/draft-07/schema#", "title": "Order",
+           "type": "object", "properties": {"id": {"type": "integer"},
+                                            "item": {"type": "string"}}}
+    two = {**one, "properties": {**one["properties"],
+                                 "tags": {"type": "array", "items": {"type": "string"}}}}
+    a = JSONSerializer(json.dumps(one), client)
+    b = JSONSerializer(json.dumps(two), client)
+    values = [a({"id": 1, "item": "x"}, ctx), b({"id": 2, "item": "y", "tags": ["t"]}, ctx)]
+    root = f"file://{tmp_path}/root"
+    write(make_topic(root, "orders", partitions=1), "orders", values, 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, progress=False, spec=LoadSpec(
+        topic="orders", table="orders", value_format="json-schema",
+        decode={"schema_registry": registry.url}))
+    assert (s.rows, s.dead_letters) == (2, 0)
+    got = sorted(ice.read_arrow(wh.table("orders")).select(["id", "item", "tags"]).to_pylist(),
+                 key=lambda r: r["id"])
+    assert got == [{"id": 1, "item": "x", "tags": None}, {"id": 2, "item": "y", "tags": ["t"]}]
