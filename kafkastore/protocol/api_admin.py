@@ -167,10 +167,10 @@ def create_partitions(broker, name: str, count: int, validate_only: bool) -> tup
         meta = broker.meta.topic(name)
     except ConfigError as exc:
         return E.INVALID_TOPIC_EXCEPTION, str(exc)
+    if is_internal_topic(name):  # their keys are hashed over the partition count: fixed
+        return E.INVALID_REQUEST, f"cannot add partitions to internal topic {name!r}"
     if meta is None:
         return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
-    if is_internal_topic(name):
-        return E.INVALID_REQUEST, f"cannot add partitions to internal topic {name!r}"
     if count <= meta.partitions:  # Kafka's wording and code for both "fewer" and "same"
         return (E.INVALID_PARTITIONS, f"topic currently has {meta.partitions} partitions, "
                 f"which is higher than or equal to the requested {count}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit, urlunsplit
 
+from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import error_codes as E
@@ -21,18 +22,20 @@ log = logging.getLogger("kafkastore.serve.admin")
 DESCRIBE_LOG_DIRS, DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 35, 60, 61, 75
 _NO_AUTH_OPS = -2147483648  # Kafka's "not requested"
 BROKERS_ENDPOINT = 1  # DescribeCluster's endpoint_type (2 asks for KRaft controllers)
-#: Kafka's AclOperation codes a cluster resource supports, as authorized operations bits
-#: (what Kafka answers with no authorizer configured: everything).
-_CLUSTER_OPS = (5, 7, 8, 9, 10, 11, 12)  # CREATE ALTER DESCRIBE CLUSTER_ACTION DESCRIBE/ALTER_CONFIGS IDEMPOTENT_WRITE
+#: The operations a cluster resource supports (Kafka's AclEntry.supportedOperations(CLUSTER)).
+_CLUSTER_OPS = (Operation.CREATE, Operation.ALTER, Operation.DESCRIBE, Operation.CLUSTER_ACTION,
+                Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.IDEMPOTENT_WRITE)
 #: Most partitions one DescribeTopicPartitions response holds (Kafka's
 #: ``max.request.partition.size.limit`` default).
 MAX_RESPONSE_PARTITIONS = 2000
 
 
-def _bits(ops) -> int:
+def cluster_authorized_operations(ctx: RequestContext) -> int:
+    """The bit field of the cluster operations this principal may do (all without an authorizer)."""
     out = 0
-    for op in ops:
-        out |= 1 << op
+    for op in _CLUSTER_OPS:
+        if ctx.authorize(op, ResourceType.CLUSTER):
+            out |= 1 << int(op)
     return out
 
 
@@ -47,7 +50,7 @@ async def handle_describe_cluster(ctx: RequestContext, request):
                     endpoint_type=endpoint, cluster_id=broker.cluster_id, controller_id=-1,
                     brokers=(), cluster_authorized_operations=_NO_AUTH_OPS)
     brokers = broker.live_brokers(same_security=True)
-    ops = _bits(_CLUSTER_OPS) if request.include_cluster_authorized_operations else _NO_AUTH_OPS
+    ops = cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations else _NO_AUTH_OPS
     return make(ctx.response_class, error_code=E.NONE, error_message=None, endpoint_type=endpoint,
                 cluster_id=broker.cluster_id, controller_id=brokers[0][0],
                 brokers=tuple(make(mod, "DescribeClusterBroker", broker_id=n, host=h, port=p, rack=None)
@@ -57,12 +60,13 @@ async def handle_describe_cluster(ctx: RequestContext, request):
 
 # -- DescribeTopicPartitions (KIP-966) -------------------------------------------------------
 def describe_topic_partitions(broker, mod, names: list[str] | None, cursor, limit: int,
-                              brokers) -> tuple[list, object]:
+                              brokers, may_describe=lambda name: True) -> tuple[list, object]:
     """``(topic entries, next cursor)``: topics by name from the cursor on, at most ``limit``
-    partitions in all. Blocking."""
+    partitions in all; topics the principal may not describe are refused when named, left
+    out when listing all (as Metadata). Blocking."""
     requested = names is not None
     if not requested:
-        names = broker.meta.topic_names()
+        names = [n for n in broker.meta.topic_names() if may_describe(n)]
     names = sorted(set(n for n in names if n is not None))
     start_topic, start_part = (cursor.topic_name, cursor.partition_index) if cursor else (None, 0)
     out, budget, next_cursor = [], limit, None
@@ -70,6 +74,11 @@ def describe_topic_partitions(broker, mod, names: list[str] | None, cursor, limi
         if start_topic is not None and name < start_topic:
             continue
         first = start_part if name == start_topic else 0
+        if not may_describe(name):
+            out.append(make(mod, "DescribeTopicPartitionsResponseTopic",
+                            error_code=E.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=None,
+                            is_internal=False, partitions=(), topic_authorized_operations=_NO_AUTH_OPS))
+            continue
         try:
             meta = broker.meta.topic(name)
         except KafkaStoreError as exc:
@@ -116,8 +125,9 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request):
             for n in (names or ())))
     limit = max(1, min(request.response_partition_limit, MAX_RESPONSE_PARTITIONS))
     brokers = ctx.broker.live_brokers(same_security=True)
-    topics, next_cursor = await ctx.run(describe_topic_partitions, ctx.broker, mod, names, cursor,
-                                        limit, brokers)
+    topics, next_cursor = await ctx.run(
+        describe_topic_partitions, ctx.broker, mod, names, cursor, limit, brokers,
+        lambda name: ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name))
     return make(ctx.response_class, topics=tuple(topics), next_cursor=next_cursor)
 
 
@@ -146,6 +156,11 @@ async def handle_describe_producers(ctx: RequestContext, request):
     mod = ctx.response_module
     topics = []
     for t in request.topics:
+        if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.name):  # as Kafka: READ
+            parts = [make(mod, "PartitionResponse", partition_index=p, error_code=E.TOPIC_AUTHORIZATION_FAILED,
+                          error_message=None, active_producers=()) for p in t.partition_indexes]
+            topics.append(make(mod, "TopicResponse", name=t.name, partitions=tuple(parts)))
+            continue
         parts = [await ctx.run(describe_producers, ctx.broker, mod, t.name, p) for p in t.partition_indexes]
         topics.append(make(mod, "TopicResponse", name=t.name, partitions=tuple(parts)))
     return make(ctx.response_class, topics=tuple(topics))
@@ -182,6 +197,8 @@ def describe_log_dir(broker, mod, wanted) -> list:
 
 async def handle_describe_log_dirs(ctx: RequestContext, request):
     mod = ctx.response_module
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER):  # as Kafka: DESCRIBE on the cluster
+        return make(ctx.response_class, error_code=E.CLUSTER_AUTHORIZATION_FAILED, results=())
     wanted = None if request.topics is None else [(t.topic, list(t.partitions)) for t in request.topics]
     try:
         topics = await ctx.run(describe_log_dir, ctx.broker, mod, wanted)

@@ -10,6 +10,7 @@ import logging
 from typing import Mapping
 
 from .. import layout
+from ..acls import Operation, ResourceType
 from ..errors import ConfigError, KafkaStoreError, UnknownTopicError
 from ..topic_config import CONFIG_KEYS, TopicConfig
 from ..topics import alter_topic, is_internal_topic
@@ -135,6 +136,12 @@ async def _handle(ctx: RequestContext, request, incremental: bool):
     for r in request.resources:
         if keys.count((r.resource_type, r.resource_name)) > 1:  # as Kafka: every copy is refused
             err, msg = E.INVALID_REQUEST, "duplicate resource in request"
+        elif r.resource_type == TOPIC_RESOURCE and not ctx.authorize(
+                Operation.ALTER_CONFIGS, ResourceType.TOPIC, r.resource_name):
+            err, msg = E.TOPIC_AUTHORIZATION_FAILED, None
+        elif r.resource_type != TOPIC_RESOURCE and not ctx.authorize(
+                Operation.ALTER_CONFIGS, ResourceType.CLUSTER):
+            err, msg = E.CLUSTER_AUTHORIZATION_FAILED, None
         else:
             err, msg = await ctx.run(_alter_one, ctx.broker, r, incremental, bool(request.validate_only))
         out.append(make(mod, "AlterConfigsResourceResponse", error_code=err, error_message=msg,

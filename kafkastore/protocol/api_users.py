@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError, ScramCredentialError
 from ..scram_users import MECHANISMS, Deletion, ScramUsers, Upsertion
 from . import error_codes as E
@@ -32,6 +33,14 @@ def error_code(exc: ScramCredentialError) -> int:
 
 async def handle_describe(ctx: RequestContext, request):
     mod = ctx.response_module
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER):  # as Kafka: DESCRIBE on the cluster
+        # Kafka's error response: the code and a message at the top and for each user asked
+        # about (librdkafka crashes on a null top-level message).
+        msg = "Cluster authorization failed."
+        return make(ctx.response_class, error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message=msg,
+                    results=tuple(make(mod, "DescribeUserScramCredentialsResult", user=u.name,
+                                       error_code=E.CLUSTER_AUTHORIZATION_FAILED, error_message=msg,
+                                       credential_infos=()) for u in request.users or ()))
     try:
         known = await ctx.run(scram_users(ctx.broker).describe, True)
     except KafkaStoreError as exc:
@@ -66,6 +75,10 @@ async def handle_alter(ctx: RequestContext, request):
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt),
                             bytes(u.salted_password)) for u in request.upsertions]
     users = list(dict.fromkeys(op.user for op in deletions + upsertions))
+    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER):  # as Kafka: ALTER on the cluster
+        return make(ctx.response_class, results=tuple(
+            make(mod, "AlterUserScramCredentialsResult", user=u, error_code=E.CLUSTER_AUTHORIZATION_FAILED,
+                 error_message=None) for u in users))
     try:
         outcome = await ctx.run(scram_users(ctx.broker).alter, deletions, upsertions)
     except KafkaStoreError as exc:

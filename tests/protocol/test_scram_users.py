@@ -122,13 +122,13 @@ def test_kafka_python_admin_manages_users_and_scram_sha_256_logs_in(brokers):
         c.close()
 
 
-def _authenticated_wire(bootstrap: str) -> Wire:
+def _authenticated_wire(bootstrap: str, user: bytes = b"filer", password: bytes = b"filepw") -> Wire:
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
     w = Wire(bootstrap, timeout=5)
     assert int(w.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code) == 0
-    assert int(w.call(SaslAuthenticateRequest(auth_bytes=b"\x00filer\x00filepw")).error_code) == 0
+    assert int(w.call(SaslAuthenticateRequest(auth_bytes=b"\x00" + user + b"\x00" + password)).error_code) == 0
     return w
 
 
@@ -172,3 +172,34 @@ def test_the_roots_credential_wins_over_the_files_for_its_mechanism(brokers):
     assert _produce(a.bootstrap, "SCRAM-SHA-256", "filer", "filepw", "scram-w") is not None
     # Mechanisms the root has no credential for still take the file's password.
     assert _produce(a.bootstrap, "SCRAM-SHA-512", "filer", "filepw", "scram-w") is None
+
+
+def test_with_the_authorizer_only_cluster_alter_may_change_users(tmp_path):
+    """Kafka checks ALTER (change) and DESCRIBE (list) on the cluster: an ordinary user may not
+    give herself someone else's password."""
+    root = "file://" + str(tmp_path)
+    opts = ServeOptions(port=0, credentials={"admin": "adminpw", "eve": "evepw"}, authorizer=True,
+                        super_users=("User:admin",))
+    with BrokerThread(Storage(root), opts) as b:
+        def client(user, password):
+            return AdminClient({"bootstrap.servers": b.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
+
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+        eve = client("eve", "evepw")
+        fut = eve.alter_user_scram_credentials([UserScramCredentialUpsertion("admin", info, b"mine")])["admin"]
+        with pytest.raises(KafkaException) as err:
+            fut.result(10)
+        assert err.value.args[0].code() == 31  # CLUSTER_AUTHORIZATION_FAILED
+        # (Over the wire: librdkafka 2.16 crashes on DescribeUserScramCredentials' top-level
+        # error, which Kafka sends in this case too.)
+        w = _authenticated_wire(b.bootstrap, b"eve", b"evepw")
+        try:
+            r = w.call(DescribeUserScramCredentialsRequest(users=None))
+            assert int(r.error_code) == 31 and r.results == ()
+        finally:
+            w.close()
+        assert ScramUsers(Storage(root)).describe(fresh=True) == {}
+        admin = client("admin", "adminpw")
+        admin.alter_user_scram_credentials([UserScramCredentialUpsertion("zed", info, b"z")])["zed"].result(10)
+        assert ScramUsers(Storage(root)).describe(fresh=True) == {"zed": {"SCRAM-SHA-256": 4096}}
