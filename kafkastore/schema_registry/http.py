@@ -134,10 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ------------------------------------------------------------------------------
     def _send(self, status: int, payload, raw: bool = False) -> None:
-        body = (payload if isinstance(payload, str) else json.dumps(payload)).encode("utf-8") \
-            if raw else json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        # raw: a schema's own text (GET .../schema), sent as is, as Confluent does.
+        body = payload.encode("utf-8") if raw else json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8" if raw else CONTENT_TYPE)
+        self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(body)))
         if status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="kafkastore"')
@@ -264,6 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return ok(svc.id_versions(sid, deleted, _arg(q, "subject")))
                 if n == 4 and p[3] == "subjects":
                     return ok(svc.id_subjects(sid, deleted, _arg(q, "subject")))
+        elif head == "contexts" and n == 1 and method == "GET":
+            return ok(["."])   # one (the default) context
         elif head == "config" and n in (1, 2):
             subject = p[1] if n == 2 else None
             if method == "GET":

@@ -96,6 +96,18 @@ def render(v: SchemaVersion, fmt: str | None = None) -> str:
     return protobuf_schema.to_text(fd) if fd is not None else v.schema
 
 
+def _locked(method):
+    """Run under the store's lock: the state's dicts change while a refresh or write applies
+    records, and a request reads several of them."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.store.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class SchemaRegistryService:
     """The registry over one root's ``_schemas`` (see the module docstring)."""
 
@@ -178,6 +190,7 @@ class SchemaRegistryService:
         return live if level.endswith("_TRANSITIVE") else live[-1:]
 
     # -- subjects ------------------------------------------------------------------------------
+    @_locked
     def subjects(self, deleted: bool = False, prefix: str | None = None,
                  deleted_only: bool = False) -> list[str]:
         """GET /subjects (``deleted_only``: subjects whose every version is soft-deleted)."""
@@ -186,6 +199,7 @@ class SchemaRegistryService:
         return [s for s in state.live_subjects(deleted or deleted_only)
                 if (not prefix or s.startswith(prefix)) and (not deleted_only or s not in live)]
 
+    @_locked
     def versions(self, subject: str, deleted: bool = False, deleted_only: bool = False) -> list[int]:
         """GET /subjects/{s}/versions."""
         def find(state):
@@ -195,22 +209,26 @@ class SchemaRegistryService:
             return [v.version for v in vs if not deleted_only or v.deleted]
         return self._find(find)
 
+    @_locked
     def get_version(self, subject: str, version, deleted: bool = False,
                     fmt: str | None = None) -> dict:
         """GET /subjects/{s}/versions/{v}."""
         version = parse_version(version)
         return version_json(self._find(self._resolve_version, subject, version, deleted), fmt)
 
+    @_locked
     def get_version_schema(self, subject: str, version, deleted: bool = False) -> str:
         """GET /subjects/{s}/versions/{v}/schema: the schema text alone."""
         version = parse_version(version)
-        return self._find(self._resolve_version, subject, version, deleted).schema
+        return render(self._find(self._resolve_version, subject, version, deleted))
 
+    @_locked
     def referenced_by(self, subject: str, version) -> list[int]:
         """GET /subjects/{s}/versions/{v}/referencedby."""
         v = self._find(self._resolve_version, subject, parse_version(version), False)
         return self._state().referenced_by(subject, v.version)
 
+    @_locked
     def register(self, subject: str, body, normalize: bool = False) -> dict:
         """POST /subjects/{s}/versions: the id (the existing one if this schema is already a
         version of the subject, or registered under another subject)."""
@@ -254,6 +272,7 @@ class SchemaRegistryService:
 
         return self.store.write(plan)
 
+    @_locked
     def lookup(self, subject: str, body, deleted: bool = False, normalize: bool = False) -> dict:
         """POST /subjects/{s}: the version of the subject that is this schema."""
         def find(state):
@@ -269,6 +288,7 @@ class SchemaRegistryService:
             raise _schema_not_found()
         return self._find(find)
 
+    @_locked
     def delete_version(self, subject: str, version, permanent: bool = False) -> int:
         """DELETE /subjects/{s}/versions/{v}[?permanent=true]."""
         version = parse_version(version)
@@ -294,6 +314,7 @@ class SchemaRegistryService:
 
         return self.store.write(plan)
 
+    @_locked
     def delete_subject(self, subject: str, permanent: bool = False) -> list[int]:
         """DELETE /subjects/{s}[?permanent=true]: the versions deleted."""
         def plan(state: RegistryState):
@@ -335,6 +356,7 @@ class SchemaRegistryService:
         first = state.by_id.get(schema_id)
         return first if first is not None else uses[0]
 
+    @_locked
     def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict:
         """GET /schemas/ids/{id}."""
         v = self._find(self._by_id, schema_id)
@@ -346,10 +368,12 @@ class SchemaRegistryService:
         out["schema"] = render(v, fmt)
         return out
 
+    @_locked
     def schema_text_by_id(self, schema_id: int) -> str:
         """GET /schemas/ids/{id}/schema."""
-        return self._find(self._by_id, schema_id).schema
+        return render(self._find(self._by_id, schema_id))
 
+    @_locked
     def id_versions(self, schema_id: int, deleted: bool = False,
                     subject: str | None = None) -> list[dict]:
         """GET /schemas/ids/{id}/versions (``subject``: only that subject's)."""
@@ -358,11 +382,13 @@ class SchemaRegistryService:
                 for v in self._state().uses_of(schema_id, deleted)
                 if subject is None or v.subject == subject]
 
+    @_locked
     def id_subjects(self, schema_id: int, deleted: bool = False,
                     subject: str | None = None) -> list[str]:
         """GET /schemas/ids/{id}/subjects."""
         return sorted({u["subject"] for u in self.id_versions(schema_id, deleted, subject)})
 
+    @_locked
     def all_schemas(self, deleted: bool = False, prefix: str | None = None,
                     latest_only: bool = False) -> list[dict]:
         """GET /schemas."""
@@ -376,6 +402,7 @@ class SchemaRegistryService:
         return out
 
     # -- config and mode -----------------------------------------------------------------------
+    @_locked
     def get_config(self, subject: str | None, default_to_global: bool = False) -> dict:
         """GET /config[/{s}]."""
         state = self._state()
@@ -392,6 +419,7 @@ class SchemaRegistryService:
             level = self.level(state, None)
         return {"compatibilityLevel": level}
 
+    @_locked
     def put_config(self, subject: str | None, body) -> dict:
         """PUT /config[/{s}]."""
         level = body.get("compatibility", body.get("compatibilityLevel")) if isinstance(body, dict) else None
@@ -409,6 +437,7 @@ class SchemaRegistryService:
             return [(config_key(subject), config_value(level))], {"compatibility": level}
         return self.store.write(plan)
 
+    @_locked
     def delete_config(self, subject: str | None) -> dict:
         """DELETE /config[/{s}]: the level it had."""
         def plan(state):
@@ -420,6 +449,7 @@ class SchemaRegistryService:
             return [(config_key(subject), None)], before
         return self.store.write(plan)
 
+    @_locked
     def get_mode(self, subject: str | None, default_to_global: bool = False) -> dict:
         """GET /mode[/{s}]."""
         state = self._state()
@@ -432,6 +462,7 @@ class SchemaRegistryService:
             mode = self.mode(state, None)
         return {"mode": mode}
 
+    @_locked
     def put_mode(self, subject: str | None, body, force: bool = False) -> dict:
         """PUT /mode[/{s}]. IMPORT on a registry (or subject) holding schemas needs ``force``."""
         mode = body.get("mode") if isinstance(body, dict) else None
@@ -449,6 +480,7 @@ class SchemaRegistryService:
             return [(mode_key(subject), mode_value(mode))], {"mode": mode}
         return self.store.write(plan)
 
+    @_locked
     def delete_mode(self, subject: str) -> dict:
         """DELETE /mode/{s}: the mode it had."""
         def plan(state):
@@ -459,6 +491,7 @@ class SchemaRegistryService:
         return self.store.write(plan)
 
     # -- compatibility -------------------------------------------------------------------------
+    @_locked
     def check_compatibility(self, subject: str, version, body, verbose: bool = False,
                             normalize: bool = False) -> dict:
         """POST /compatibility/subjects/{s}/versions[/{v}]: ``version`` None checks against

@@ -49,7 +49,8 @@ class SchemaStore:
         self.state = RegistryState()
         self._next = 0
         self._last_refresh: float | None = None
-        self._lock = threading.RLock()
+        #: Held while the state changes (refresh, write); readers of several of its parts hold it.
+        self.lock = self._lock = threading.RLock()
         self._broker = None
         self._exists = False
 

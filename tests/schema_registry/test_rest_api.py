@@ -15,8 +15,12 @@ CT = "application/vnd.schemaregistry.v1+json"
 
 
 @pytest.fixture(scope="module")
-def sr(tmp_path_factory):
-    root = "file://" + str(tmp_path_factory.mktemp("rest-root"))
+def root(tmp_path_factory):
+    return "file://" + str(tmp_path_factory.mktemp("rest-root"))
+
+
+@pytest.fixture(scope="module")
+def sr(root):
     with SchemaRegistryThread(Storage(root), port=0, max_body_bytes=64 << 10) as s:
         yield s
 
@@ -202,3 +206,18 @@ def test_json_and_protobuf_types(sr):
     assert s == 200
     v = call(sr, "GET", "/subjects/p-value/versions/1")[1]
     assert v["schemaType"] == "PROTOBUF" and "message M" in v["schema"]
+
+
+def test_a_new_registry_over_the_root_replays_everything(sr, root):
+    """State lives only in _schemas: a registry started later (another broker, a restart)
+    answers every read the same, soft deletes, configs and modes included."""
+    call(sr, "POST", "/subjects/r-value/versions", {"schema": rec("R", ("x", "int", {}))})
+    call(sr, "POST", "/subjects/r-value/versions", {"schema": rec("R", ("x", "long", {}))})
+    call(sr, "DELETE", "/subjects/r-value/versions/1")
+    call(sr, "PUT", "/config/r-value", {"compatibility": "FULL"})
+    paths = ["/subjects", "/subjects?deleted=true", "/subjects/r-value/versions?deleted=true",
+             "/subjects/r-value/versions/2", "/config/r-value", "/config", "/mode", "/schemas",
+             "/subjects/r-value/versions/1"]
+    before = [call(sr, "GET", p)[:2] for p in paths]
+    with SchemaRegistryThread(Storage(root), port=0) as fresh:
+        assert [call(fresh, "GET", p)[:2] for p in paths] == before
