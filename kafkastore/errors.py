@@ -292,6 +292,16 @@ class IncompatibleSchemaError(SchemaEvolutionError):
     cannot take (e.g. a column's type changed in a way Iceberg forbids)."""
 
 
+class UnmappableSchemaError(KafkaStoreError, ValueError):
+    """A writer schema (or part of it) with no Iceberg type (a recursive type, a decimal
+    wider than 38 digits): its records are dead letters with the reason."""
+
+
+class IncompatibleChangeError(SchemaEvolutionError, ValueError):
+    """Two types (a table's column and a writer schema's field) that no Iceberg schema
+    change reconciles; the message names the field's path."""
+
+
 class RegistryFetchError(KafkaStoreError):
     """A load could not get a writer schema from a schema registry (unknown id, registry
     unreachable); ``status`` is the HTTP status when the registry answered."""

@@ -22,8 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 
-class IncompatibleChange(ValueError):
-    """Two types that no Iceberg schema change reconciles; the message names the path."""
+from kafkastore.errors import IncompatibleChangeError
+
+IncompatibleChange = IncompatibleChangeError
 
 
 def normalize(t):

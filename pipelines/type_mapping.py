@@ -22,8 +22,9 @@ from typing import Any, Callable, Mapping
 TIMESTAMP = None   # set lazily: pa.timestamp("us", tz="UTC")
 
 
-class UnmappableSchema(ValueError):
-    """A writer schema (or part of it) with no Iceberg type: the reason says where."""
+from kafkastore.errors import UnmappableSchemaError
+
+UnmappableSchema = UnmappableSchemaError
 
 
 @dataclass(frozen=True)

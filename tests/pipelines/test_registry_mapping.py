@@ -328,3 +328,23 @@ def test_merge_types_evolution_rules():
         merge_types(table, s(("d", pa.decimal128(9, 3))), "")
     with pytest.raises(IncompatibleChange):
         merge_types(s(("t", pa.timestamp("us", tz="UTC"))), s(("t", pa.timestamp("us"))), "")
+
+
+def test_protobuf_schema_as_proto_text():
+    text = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Order {
+  int64 id = 1;
+  map<string, int32> tags = 2;
+  google.protobuf.Timestamp at = 3;
+  message Line { string sku = 1; }
+  repeated Line lines = 4;
+}
+"""
+    dec = ProtobufGroupDecoder(WriterSchema(9, "PROTOBUF", text), (0,))
+    line = pa.struct([("sku", pa.string())])
+    assert _types(dec) == {
+        "id": pa.int64(),
+        "tags": pa.map_(pa.field("key", pa.string(), False), pa.field("value", pa.int32())),
+        "at": pa.timestamp("us", tz="UTC"), "lines": pa.list_(pa.field("element", line))}
