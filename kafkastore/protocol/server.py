@@ -60,6 +60,15 @@ SASL_AUTHENTICATE = 36
 #: negotiate and authenticate).
 _QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 PRODUCE, FETCH = 0, 1
+#: KIP-219: from these versions on (Kafka's ``AbstractResponse.shouldClientThrottle``) the
+#: client itself waits out ``throttle_time_ms``, so a throttled response is sent at once and
+#: only the channel is muted; older versions get the response held back instead. APIs
+#: newer than KIP-219 (not listed) throttle on the client at every version.
+_CLIENT_THROTTLES_FROM = {
+    0: 6, 1: 8, 2: 3, 3: 6, 8: 4, 9: 4, 10: 2, 11: 3, 12: 2, 13: 2, 14: 2, 15: 2, 16: 2, 18: 2,
+    19: 3, 20: 2, 21: 1, 22: 1, 23: 2, 24: 1, 25: 1, 26: 1, 28: 1, 29: 1, 30: 1, 31: 1, 32: 2,
+    33: 1, 35: 1, 36: 1, 37: 1, 42: 1,
+}
 
 
 @dataclass(frozen=True)
@@ -541,6 +550,12 @@ class Connection:
     async def _handle(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
         server = self.server
         quotas, metrics = server.quotas, server.metrics
+        wait = self.muted_until - asyncio.get_running_loop().time()
+        if wait > 0:
+            # Read before the channel was muted (clients pipeline): handled once the mute is
+            # over, as if read then (Kafka reads nothing from a muted channel), so a client's
+            # in-flight requests cannot serve their throttle times side by side.
+            await asyncio.sleep(wait)
         started = time.perf_counter()
         acc = None
         if quotas.active and ctx.api_key not in _QUOTA_EXEMPT:
@@ -560,11 +575,13 @@ class Connection:
             metrics.observe_request(ctx.api_key, ctx.api_version, time.perf_counter() - started,
                                     request, response)
         if throttle_s > 0:
-            # Kafka's channel throttling: the response is held and nothing more is read from
-            # the client for the throttle time (clients also back off by throttle_time_ms).
+            # Kafka's channel throttling: nothing more is read from the client for the
+            # throttle time; a client too old to wait by itself (before KIP-219) also gets
+            # this response held back that long.
             loop = asyncio.get_running_loop()
             self.muted_until = max(self.muted_until, loop.time() + throttle_s)
-            await asyncio.sleep(throttle_s)
+            if ctx.api_version < _CLIENT_THROTTLES_FROM.get(ctx.api_key, 0):
+                await asyncio.sleep(throttle_s)
         return data
 
     def _quota_throttle(self, ctx: RequestContext, request, size: int, data: bytes | None,

@@ -10,6 +10,7 @@ from kio.schema.alter_client_quotas.v1 import request as alter_req
 from kio.schema.describe_client_quotas.v0 import request as describe_req_v0
 from kio.schema.describe_client_quotas.v1 import request as describe_req
 
+from kafkastore.cluster_config import ClusterDocument
 from kafkastore.errors import ConfigError
 from kafkastore.protocol import codec
 from kafkastore.protocol import quotas as Q
@@ -199,35 +200,44 @@ def test_malformed_describe_is_invalid_request(brokers, components):
     assert _describe(Wire(brokers[0].bootstrap), components)[0] == INVALID_REQUEST
 
 
-def test_produce_over_quota_is_throttled_and_delayed_on_every_broker(brokers):
-    client = f"heavy-{uuid.uuid4().hex[:6]}"
-    w0 = Wire(brokers[0].bootstrap)
-    assert _alter(w0, {"client-id": client}, {Q.PRODUCER_BYTE_RATE: 20_000}) == (0, None)
-    time.sleep(0.5)  # the other broker re-reads the shared quotas every 0.2 s
-    from kio.schema.produce.v9 import request as prod_req
+def test_produce_over_quota_is_throttled_on_every_broker(brokers):
+    """KIP-219 clients (Produce v9) get the response at once with throttle_time_ms and the
+    channel muted: their next request waits. Older ones (v3) get the response held back."""
     import datetime
 
-    big = batch([b"x" * 20_000] * 3)   # 60 KB: 3x what the whole measured span allows
+    from kio.schema.produce.v3 import request as prod_v3
+    from kio.schema.produce.v9 import request as prod_v9
 
-    def send(w):
-        req = prod_req.ProduceRequest(acks=-1, timeout=datetime.timedelta(seconds=10), topic_data=(
-            prod_req.TopicProduceData(name="qt", partition_data=(
-                prod_req.PartitionProduceData(index=0, records=big),)),))
+    client = f"heavy-{uuid.uuid4().hex[:6]}"
+    assert _alter(Wire(brokers[0].bootstrap), {"client-id": client},
+                  {Q.PRODUCER_BYTE_RATE: 20_000}) == (0, None)
+    time.sleep(0.5)  # the other broker re-reads the shared quotas every 0.2 s
+    big = batch([b"x" * 10_000] * 3)   # 30 KB, over what 20 KB/s allows over a 1 s span
+
+    def send(w, req_mod):
+        req = req_mod.ProduceRequest(acks=-1, timeout=datetime.timedelta(seconds=10), topic_data=(
+            req_mod.TopicProduceData(name="qt", partition_data=(
+                req_mod.PartitionProduceData(index=0, records=big),)),), transactional_id=None)
         started = time.monotonic()
         r = _call(w, req, client)
-        return r, time.monotonic() - started
+        assert int(r.responses[0].partition_responses[0].error_code) == 0
+        return r.throttle_time.total_seconds(), time.monotonic() - started
 
-    for b in brokers:
+    for b in brokers:   # the quota stored through broker 0 applies on both
         w = Wire(b.bootstrap)
-        first, _ = send(w)
-        assert int(first.responses[0].partition_responses[0].error_code) == 0
-        throttled, elapsed = send(w)
-        throttle_ms = throttled.throttle_time.total_seconds() * 1000
-        assert throttle_ms > 100
-        assert elapsed >= throttle_ms / 1000 * 0.8   # the response itself was held back
-    # a different client id is not affected, and gets throttle 0
+        throttle, elapsed = send(w, prod_v9)
+        assert throttle > 0.1
+        assert elapsed < throttle                 # answered at once...
+        _, elapsed = send(w, prod_v9)
+        assert elapsed >= throttle * 0.8          # ...and the channel stayed muted
+    time.sleep(3)  # let the rate fall back
     w = Wire(brokers[0].bootstrap)
-    assert produce(w, "qt", 0, batch([b"small"]))[0] == 0
+    throttle = 0.0
+    while throttle == 0.0:
+        throttle, elapsed = send(w, prod_v3)
+    assert elapsed >= throttle * 0.8              # before KIP-219: the response is held back
+    # another client id is not affected
+    assert produce(Wire(brokers[0].bootstrap), "qt", 0, batch([b"small"]))[0] == 0
 
 
 def test_well_behaved_client_sees_no_throttle(brokers):
@@ -319,3 +329,17 @@ def test_real_producer_and_consumer_are_held_near_their_quota(brokers, root):
     assert produce_rate < 2 * quota
     assert consume_rate < 2 * quota
     assert got > 0
+
+
+def test_quota_apis_need_cluster_config_permissions_with_the_authorizer(tmp_path):
+    storage = Storage(f"file://{tmp_path}/acl-root")
+    with BrokerThread(storage, ServeOptions(port=0, authorizer=True)) as denied:
+        w = Wire(denied.bootstrap)
+        assert _describe(w, [])[0] == 31                 # CLUSTER_AUTHORIZATION_FAILED
+        assert _alter(w, {"user": "a"}, {Q.PRODUCER_BYTE_RATE: 10})[0] == 31
+    assert ClusterDocument(storage, "quotas").refresh() == {}
+    with BrokerThread(storage, ServeOptions(port=0, authorizer=True,
+                                            super_users=("User:ANONYMOUS",))) as admin:
+        w = Wire(admin.bootstrap)
+        assert _alter(w, {"user": "a"}, {Q.PRODUCER_BYTE_RATE: 10}) == (0, None)
+        assert _describe(w, [])[1] == {(("user", "a"),): {Q.PRODUCER_BYTE_RATE: 10.0}}
