@@ -10,7 +10,9 @@ of the Airflow process. DAGs (see docs/airflow.md):
   end, exactly once, as one Iceberg snapshot of the table's ``main``) then
   ``validate`` (Great Expectations checks of that snapshot's rows; a pass
   moves the table's ``validated`` tag over them, a failure fails the run and
-  leaves the tag where it was).
+  leaves the tag where it was), then, for upsert tables or entries with
+  ``maintain: true``, ``maintain`` (``kafkastore maintain``: small files into
+  target-sized ones, one snapshot carrying the offsets; nothing if none is small).
 * ``kafkastore_compaction`` on ``compaction.schedule``: one mapped task per
   compacted topic under the root.
 * ``kafkastore_retention`` on ``retention.schedule``: one mapped task per topic.
@@ -177,7 +179,17 @@ def make_load_dag(entry: dict, shared_table: bool = False):
             start, end = _interval(context)
             return _validate(table, summary.get("snapshot_id"), (_ms(start), _ms(end)))
 
-        validate(load())
+        checked = validate(load())
+        if spec.maintain_after_load:
+            @task(task_id="maintain")
+            def maintain(_checked):
+                from pipelines.iceberg import Warehouse
+                from pipelines.maintain import maintain_tables
+
+                wh = Warehouse(CFG.warehouse, CFG.catalog or None, CFG.storage_options or None)
+                return maintain_tables(wh, [table])
+
+            maintain(checked)
 
     return load_dag()
 

@@ -20,6 +20,8 @@ dictionaries. A config entry::
         key_columns: null             # upsert: value columns "a,b" (default: the Kafka key)
         start_date: "2024-01-01"      # more DAG keys (also catchup, retries, retry_delay_s,
                                       # max_retry_delay_s): LoadSpec.scheduling too
+        maintain: true                # DAG: `kafkastore maintain` after each validated load
+                                      # (default: true for mode upsert, else false)
 
 Spark-free, so the CLI and Airflow's scheduler can parse it cheaply.
 """
@@ -38,7 +40,7 @@ DEFAULT_PARTITION_BY = ("day(timestamp)",)
 #: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
 #: key and ``schedule: null``, a DAG run only by hand, differ).
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
-              "max_retry_delay_s")
+              "max_retry_delay_s", "maintain")
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
          "partition_by", "on_data_loss", "mode", "key_columns", *DECODE_EXTRA, *SCHEDULING}
 MODES = ("append", "upsert")
@@ -78,6 +80,14 @@ class LoadSpec:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.key_columns and self.mode != "upsert":
             raise ConfigError("key_columns only apply to mode: upsert")
+
+    @property
+    def maintain_after_load(self) -> bool:
+        """Whether the load DAG runs ``kafkastore maintain`` on the table after each load."""
+        value = self.scheduling.get("maintain")
+        if value is None:
+            return self.mode == "upsert"
+        return str(value).strip().lower() not in ("false", "0", "no", "off")
 
     @property
     def upsert_keys(self) -> tuple[str, ...]:
