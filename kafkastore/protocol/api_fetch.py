@@ -29,6 +29,7 @@ from ..errors import FetchCheckError
 from ..manifest import Manifest
 from ..reader import _INDEXES, PartitionReader, last_stable_offset
 from ..format.record_batch import LOG_OVERHEAD
+from ..acls import Operation, ResourceType
 from . import error_codes as E
 from .codec import make
 from .registry import Registry, RequestContext
@@ -137,10 +138,15 @@ async def handle_fetch(ctx: RequestContext, request):
     max_wait = request.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    tps = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    topics, denied = request.topics, [t for t in request.topics
+                                      if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.topic)]
+    if denied:  # answered TOPIC_AUTHORIZATION_FAILED; the others are fetched as usual
+        gone = {id(t) for t in denied}
+        topics = [t for t in topics if id(t) not in gone]
+    tps = [(t.topic, p.partition) for t in topics for p in t.partitions]
     while True:
         since = broker.data_watch.generations(tps)
-        results = await ctx.run(_read_all, broker, request.topics, max_bytes, read_committed, False)
+        results = await ctx.run(_read_all, broker, topics, max_bytes, read_committed, False)
         size = sum(len(r.records) for _, parts in results for _, r in parts)
         errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
         remaining = deadline - time.monotonic()
@@ -151,6 +157,8 @@ async def handle_fetch(ctx: RequestContext, request):
         # or the wait ends: nothing runs for it meanwhile.
         if not await broker.data_watch.wait(tps, since, remaining):
             break
+    results += [(t.topic, [(p.partition, PartitionRead(E.TOPIC_AUTHORIZATION_FAILED)) for p in t.partitions])
+                for t in denied]
     mod = ctx.response_module
     responses = []
     for topic, parts in results:
@@ -236,10 +244,12 @@ async def handle_list_offsets(ctx: RequestContext, request):
     topics = []
     for t in request.topics:
         parts = []
+        describe = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             try:
-                err, ts, off = await ctx.run(list_offset, ctx.broker, t.name, p.partition_index,
-                                             p.timestamp, read_committed)
+                err, ts, off = (E.TOPIC_AUTHORIZATION_FAILED, -1, -1) if not describe else \
+                    await ctx.run(list_offset, ctx.broker, t.name, p.partition_index,
+                                  p.timestamp, read_committed)
             except KafkaStoreError as exc:
                 log.warning("list offsets of %s/%d failed: %s", t.name, p.partition_index, exc)
                 err, ts, off = E.KAFKA_STORAGE_ERROR, -1, -1

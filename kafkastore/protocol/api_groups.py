@@ -25,6 +25,8 @@ import zlib
 
 from ..errors import KafkaStoreError
 from ..group_offsets import GroupMetadata, OffsetAndMetadata, OffsetsStore
+from ..acls import Operation as Op, ResourceType
+from . import authorizer as authz
 from . import group_coordinator as G
 from .codec import make
 from .registry import Registry, RequestContext
@@ -169,12 +171,16 @@ async def handle_find_coordinator(ctx: RequestContext, request):
         if key_type == COORDINATOR_KEY_TRANSACTION:  # same hash; api_txn serves the id
             if invalid_group_id(key):
                 return INVALID_REQUEST, "bad transactional id", (-1, "", -1)
+            if authz.txn_error(ctx, Op.DESCRIBE, key):
+                return authz.E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, (-1, "", -1)
             return G.NONE, None, coordinator_node(key, brokers)
         if key_type != COORDINATOR_KEY_GROUP:
             return INVALID_REQUEST, f"unknown coordinator key type {key_type}", (-1, "", -1)
         if invalid_group_id(key):
             return G.INVALID_GROUP_ID, ("empty group id" if not key else
                                         f"group id longer than {MAX_STRING_BYTES} bytes"), (-1, "", -1)
+        if authz.group_error(ctx, Op.DESCRIBE, key):
+            return authz.E.GROUP_AUTHORIZATION_FAILED, None, (-1, "", -1)
         return G.NONE, None, coordinator_node(key, brokers)
 
     if ctx.api_version >= 4:
@@ -200,7 +206,7 @@ def _join_response(ctx, r: G.JoinResult):
 
 async def handle_join_group(ctx: RequestContext, request):
     svc = service(ctx.broker)
-    err = await svc.ensure(request.group_id)
+    err = authz.group_error(ctx, Op.READ, request.group_id) or await svc.ensure(request.group_id)
     if err:
         return _join_response(ctx, G.JoinResult(err, request.member_id))
     if (any(too_long(x) for x in (request.member_id, getattr(request, "group_instance_id", None),
@@ -222,7 +228,7 @@ async def handle_join_group(ctx: RequestContext, request):
 
 async def handle_sync_group(ctx: RequestContext, request):
     svc = service(ctx.broker)
-    err = await svc.ensure(request.group_id)
+    err = authz.group_error(ctx, Op.READ, request.group_id) or await svc.ensure(request.group_id)
     if err:
         return make(ctx.response_class, error_code=err, protocol_type=None, protocol_name=None,
                     assignment=b"")
@@ -242,7 +248,7 @@ async def handle_sync_group(ctx: RequestContext, request):
 
 async def handle_heartbeat(ctx: RequestContext, request):
     svc = service(ctx.broker)
-    err = await svc.ensure(request.group_id)
+    err = authz.group_error(ctx, Op.READ, request.group_id) or await svc.ensure(request.group_id)
     if not err:
         err = svc.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
                                         getattr(request, "group_instance_id", None))
@@ -256,7 +262,7 @@ async def handle_leave_group(ctx: RequestContext, request):
         members = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         members = [(request.member_id, None)]
-    err = await svc.ensure(request.group_id)
+    err = authz.group_error(ctx, Op.READ, request.group_id) or await svc.ensure(request.group_id)
     if err:
         per = [err] * len(members)
     else:
@@ -274,7 +280,7 @@ async def handle_offset_commit(ctx: RequestContext, request):
     svc = service(ctx.broker)
     mod = ctx.response_module
     group = request.group_id
-    err = await svc.ensure(group)
+    err = authz.group_error(ctx, Op.READ, group) or await svc.ensure(group)
     if not err:
         err = svc.coordinator.validate_commit(group, request.generation_id_or_member_epoch,
                                               request.member_id,
@@ -283,6 +289,10 @@ async def handle_offset_commit(ctx: RequestContext, request):
     codes: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     for t in request.topics:
+        if not err and authz.topic_error(ctx, Op.READ, t.name):
+            codes.update(((t.name, p.partition_index), authz.E.TOPIC_AUTHORIZATION_FAILED)
+                         for p in t.partitions)
+            continue
         known = err or await ctx.run(ctx.broker.meta.topic, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -314,7 +324,7 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     svc = service(ctx.broker)
     mod = ctx.response_module
     group = request.group_id
-    err = await svc.ensure(group)
+    err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     if not err and group in getattr(ctx.broker, "_txn_groups", ()):
@@ -329,6 +339,9 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     found = {} if err else svc.coordinator.fetch_offsets(group, requested)
     if err and requested is not None:
         found = {tp: None for tp in requested}
+    hidden = {tp for tp in found if authz.topic_error(ctx, Op.DESCRIBE, tp[0])}
+    if hidden and requested is None:  # Kafka leaves out the topics the principal may not see
+        found = {tp: om for tp, om in found.items() if tp not in hidden}
     by_topic: dict[str, list] = {}
     for (topic, p), om in sorted(found.items()):
         by_topic.setdefault(topic, []).append(make(
@@ -336,7 +349,8 @@ async def handle_offset_fetch(ctx: RequestContext, request):
             committed_offset=-1 if om is None else om.offset,
             committed_leader_epoch=-1 if om is None else om.leader_epoch,
             metadata="" if om is None else om.metadata,
-            error_code=err if ctx.api_version < 2 else G.NONE))
+            error_code=authz.E.TOPIC_AUTHORIZATION_FAILED if (topic, p) in hidden
+            else err if ctx.api_version < 2 else G.NONE))
     topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())
     return make(ctx.response_class, topics=topics, error_code=err)
@@ -347,10 +361,12 @@ async def handle_offset_delete(ctx: RequestContext, request):
     mod = ctx.response_module
     group = request.group_id
     parts = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    err = await svc.ensure(group)
+    err = authz.group_error(ctx, Op.DELETE, group) or await svc.ensure(group)
     per: dict[tuple[str, int], int] = {}
     if not err:
         err, per = svc.coordinator.validate_offset_delete(group, parts)
+        per.update({tp: authz.E.TOPIC_AUTHORIZATION_FAILED for tp in parts
+                    if authz.topic_error(ctx, Op.READ, tp[0])})
     if not err:
         doomed = [tp for tp, e in per.items() if e == G.NONE]
         if doomed:
@@ -376,7 +392,9 @@ async def handle_list_groups(ctx: RequestContext, request):
         if svc.owns(name):
             await svc.ensure(name)
     states = getattr(request, "states_filter", None) or ()
-    groups = [g for g in svc.coordinator.list_groups(states) if svc.owns(g[0])]
+    see_all = ctx.authorize(Op.DESCRIBE, ResourceType.CLUSTER)  # else the groups it may DESCRIBE
+    groups = [g for g in svc.coordinator.list_groups(states) if svc.owns(g[0])
+              and (see_all or not authz.group_error(ctx, Op.DESCRIBE, g[0]))]
     # KIP-848's types filter (v5): every group here is a classic one.
     types = {t.lower() for t in (getattr(request, "types_filter", None) or ())}
     if types and "classic" not in types:
@@ -391,7 +409,7 @@ async def handle_describe_groups(ctx: RequestContext, request):
     mod = ctx.response_module
     out = []
     for group in request.groups:
-        err = await svc.ensure(group)
+        err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure(group)
         d = G.GroupDescription(group, err, G.DEAD, "", "") if err else svc.coordinator.describe_group(group)
         out.append(make(mod, "DescribedGroup", error_code=d.error, error_message=None, group_id=group,
                         group_state=d.state, protocol_type=d.protocol_type, protocol_data=d.protocol,
@@ -408,7 +426,7 @@ async def handle_delete_groups(ctx: RequestContext, request):
     mod = ctx.response_module
     results = []
     for group in request.groups_names:
-        err = await svc.ensure(group)
+        err = authz.group_error(ctx, Op.DELETE, group) or await svc.ensure(group)
         if not err:
             err = svc.coordinator.validate_delete_group(group)
         if not err:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import api_txn
@@ -27,7 +28,8 @@ async def handle_produce(ctx: RequestContext, request):
     previous one has."""
     broker = ctx.broker
     conn = ctx.connection
-    names = {t.name for t in request.topic_data}
+    denied = _denied(ctx, request)
+    names = {t.name for t in request.topic_data if t.name not in denied}
     metas = {n: broker.meta.topic_if_fresh(n) for n in names}
     prev = mine = None
     if conn is not None:
@@ -41,7 +43,7 @@ async def handle_produce(ctx: RequestContext, request):
                                                api_txn.transactional_batches(request))
         if prev is not None and not prev.done():
             await prev
-        pending = _submit(broker.appender, request, metas, refused)
+        pending = _submit(broker.appender, request, metas, refused, denied)
     finally:
         if mine is not None:
             mine.set_result(None)
@@ -62,6 +64,19 @@ async def handle_produce(ctx: RequestContext, request):
     return make(ctx.response_class, responses=tuple(responses))
 
 
+def _denied(ctx: RequestContext, request) -> dict[str, int]:
+    """Topics this request may not write, with the error their partitions get (Kafka: WRITE on
+    the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all; WRITE on each topic,
+    else TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists)."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return {}
+    tid = getattr(request, "transactional_id", None)
+    if tid is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return {t.name: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for t in request.topic_data}
+    return {t.name: E.TOPIC_AUTHORIZATION_FAILED for t in request.topic_data
+            if not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, t.name)}
+
+
 def _lookup(broker, names: list[str]) -> dict:
     """Topic metadata by name (None: no such topic; a KafkaStoreError: could not be read)."""
     out: dict = {}
@@ -73,7 +88,7 @@ def _lookup(broker, names: list[str]) -> dict:
     return out
 
 
-def _submit(appender, request, metas, refused=None) -> list:
+def _submit(appender, request, metas, refused=None, denied=None) -> list:
     """Queue every acceptable batch (synchronous: no await between them); outcomes or futures."""
     acks = request.acks
     pending: list[tuple[str, list[tuple[int, asyncio.Future | Outcome]]]] = []
@@ -81,7 +96,11 @@ def _submit(appender, request, metas, refused=None) -> list:
         meta = metas.get(topic.name)
         internal = is_internal_topic(topic.name)
         parts = []
+        deny = denied.get(topic.name) if denied else None
         for pd in topic.partition_data:
+            if deny:
+                parts.append((pd.index, Outcome(deny)))
+                continue
             if acks not in (-1, 0, 1):
                 parts.append((pd.index, Outcome(E.INVALID_REQUIRED_ACKS)))
                 continue

@@ -42,6 +42,9 @@ from . import txn_coordinator as T
 from .codec import make
 from .registry import Registry, RequestContext
 
+from ..acls import Operation as Op
+from . import authorizer as authz
+from . import error_codes as E
 log = logging.getLogger("kafkastore.serve.txn")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
@@ -469,6 +472,9 @@ async def handle_add_partitions(ctx: RequestContext, request):
 
     def answer(codes: dict):
         by_topic: dict[str, list] = {}
+    denied = authz.init_producer_id_error(ctx, tid)
+    if denied:
+        return make(ctx.response_class, error_code=denied, producer_id=-1, producer_epoch=-1)
         for (t, p) in wanted:
             by_topic.setdefault(t, []).append(make(mod, "AddPartitionsToTxnPartitionResult",
                                                    partition_index=p, partition_error_code=codes[(t, p)]))
@@ -529,6 +535,9 @@ async def handle_add_offsets(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
     err = await _add(ctx, svc, tid, request.producer_id, request.producer_epoch,
                      [(OFFSETS_TOPIC, partition_for_group(request.group_id, n))])
+    denied = authz.txn_partitions_errors(ctx, tid, wanted)
+    if denied:
+        return answer(denied)
     return make(ctx.response_class, error_code=T.compat_error(err, ctx.api_version))
 
 
@@ -538,7 +547,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
 
     mod = ctx.response_module
     gsvc = groups(ctx.broker)
-    err = await gsvc.ensure(request.group_id)
+    err = authz.txn_error(ctx, Op.WRITE, request.transactional_id) or \
+        authz.group_error(ctx, Op.READ, request.group_id) or await gsvc.ensure(request.group_id)
     if not err:
         err = T.compat_error(await _check_txn_offsets(ctx, request), ctx.api_version)
     offsets = {}
@@ -568,6 +578,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
         make(mod, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             make(mod, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
                  error_code=codes[(t.name, p.partition_index)]) for p in t.partitions))
+    denied = authz.txn_error(ctx, Op.WRITE, tid) or authz.group_error(ctx, Op.READ, request.group_id)
+    if denied:
+        return make(ctx.response_class, error_code=denied)
         for t in request.topics))
 
 
@@ -597,6 +610,9 @@ async def handle_end_txn(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     try:
         async with svc.lock(tid):
+        if not err and authz.topic_error(ctx, Op.READ, t.name):
+            codes.update(((t.name, p.partition_index), E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)
+            continue
             cur = await ctx.run(svc.store.get, tid)
             step = T.end_txn(cur, request.producer_id, request.producer_epoch, request.committed,
                              int(time.time() * 1000))
@@ -643,6 +659,8 @@ async def handle_describe_transactions(ctx: RequestContext, request):
         start = datetime.datetime.fromtimestamp(start_ms / 1000, tz=datetime.timezone.utc)
         out.append(make(mod, "TransactionState", error_code=err, transactional_id=tid,
                         transaction_state=STATE_NAMES[m.state] if m is not None else "",
+    if authz.txn_error(ctx, Op.WRITE, tid):
+        return make(ctx.response_class, error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                         transaction_timeout=datetime.timedelta(milliseconds=m.timeout_ms if m else 0),
                         transaction_start_time=start,
                         producer_id=m.producer_id if m else -1, producer_epoch=m.producer_epoch if m else -1,
@@ -668,7 +686,7 @@ async def handle_list_transactions(ctx: RequestContext, request):
     now = int(time.time() * 1000)
     out = []
     for m in sorted(svc.store.cached(), key=lambda m: m.transactional_id):
-        if not svc.owns(m.transactional_id):
+        if not svc.owns(m.transactional_id) or authz.txn_error(ctx, Op.DESCRIBE, m.transactional_id):
             continue
         if states and STATE_NAMES[m.state] not in states or pids and m.producer_id not in pids:
             continue
@@ -681,6 +699,8 @@ async def handle_list_transactions(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
+        elif authz.txn_error(ctx, Op.DESCRIBE, tid):
+            err = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     # Kafka 3.9's ranges; AddPartitionsToTxn v4+ is broker-to-broker (clients send v0-v3), and
     # v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit and v5 of InitProducerId only allow
     # TRANSACTION_ABORTABLE in answers, which this coordinator never gives.

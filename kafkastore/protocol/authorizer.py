@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 
 from ..acls import (ANONYMOUS, CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclBinding, Operation,
                     PatternType, Permission, ResourceType, bindings_of)
+from . import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.authorizer")
 
@@ -208,3 +209,62 @@ class Authorizer:
                       resource_type: ResourceType) -> bool:
         """Whether ``principal`` may ``op`` some resource of the type (never blocks)."""
         return self.index.authorize_any(principal, host, op, resource_type)
+
+
+# -- what handlers call: 0 when allowed, else Kafka's error code for the resource type ----------
+def topic_error(ctx, op: Operation, topic: str) -> int:
+    """0, or TOPIC_AUTHORIZATION_FAILED when the principal may not ``op`` the topic."""
+    return 0 if ctx.authorize(op, ResourceType.TOPIC, topic) else E.TOPIC_AUTHORIZATION_FAILED
+
+
+def group_error(ctx, op: Operation, group: str) -> int:
+    """0, or GROUP_AUTHORIZATION_FAILED when the principal may not ``op`` the group."""
+    if group is None:  # the handler refuses it as Kafka does (INVALID_GROUP_ID / INVALID_REQUEST)
+        return 0
+    return 0 if ctx.authorize(op, ResourceType.GROUP, group) else E.GROUP_AUTHORIZATION_FAILED
+
+
+def txn_error(ctx, op: Operation, transactional_id: str) -> int:
+    """0, or TRANSACTIONAL_ID_AUTHORIZATION_FAILED when the principal may not ``op`` the id."""
+    if transactional_id is None:
+        return 0
+    return 0 if ctx.authorize(op, ResourceType.TRANSACTIONAL_ID, transactional_id) \
+        else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def cluster_error(ctx, op: Operation) -> int:
+    """0, or CLUSTER_AUTHORIZATION_FAILED when the principal may not ``op`` the cluster."""
+    return 0 if ctx.authorize(op, ResourceType.CLUSTER, CLUSTER_NAME) else E.CLUSTER_AUTHORIZATION_FAILED
+
+
+def init_producer_id_error(ctx, transactional_id: str | None) -> int:
+    """Kafka's InitProducerId check: WRITE on the transactional id; without one (an idempotent
+    producer) IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
+    authorizer = getattr(ctx.broker, "authorizer", None)
+    if authorizer is None:
+        return 0
+    if transactional_id is not None:
+        return txn_error(ctx, Operation.WRITE, transactional_id)
+    if ctx.authorize(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    principal, host = principal_of(ctx.connection)
+    if authorizer.authorize_any(principal, host, Operation.WRITE, ResourceType.TOPIC):
+        return 0
+    return E.CLUSTER_AUTHORIZATION_FAILED
+
+
+def txn_partitions_errors(ctx, transactional_id: str, partitions) -> dict:
+    """AddPartitionsToTxn's check: ``{}`` when allowed, else the code of every partition
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all without WRITE on the id; else
+    TOPIC_AUTHORIZATION_FAILED for those of topics without WRITE, OPERATION_NOT_ATTEMPTED
+    for the rest, as Kafka)."""
+    if getattr(ctx.broker, "authorizer", None) is None:
+        return {}
+    err = txn_error(ctx, Operation.WRITE, transactional_id)
+    if err:
+        return dict.fromkeys(partitions, err)
+    denied = {t for t, _ in partitions if topic_error(ctx, Operation.WRITE, t)}
+    if not denied:
+        return {}
+    return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else E.OPERATION_NOT_ATTEMPTED
+            for tp in partitions}
