@@ -38,13 +38,13 @@ import time
 
 from ..errors import KafkaStoreError, StorageError, TopicExistsError
 from ..storage import Storage
+from ..acls import Operation as Op
+from . import authorizer as authz
+from . import error_codes as E
 from . import txn_coordinator as T
 from .codec import make
 from .registry import Registry, RequestContext
 
-from ..acls import Operation as Op
-from . import authorizer as authz
-from . import error_codes as E
 log = logging.getLogger("kafkastore.serve.txn")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
@@ -419,6 +419,9 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     from . import api_meta
 
     tid = request.transactional_id
+    denied = authz.init_producer_id_error(ctx, tid)
+    if denied:
+        return make(ctx.response_class, error_code=denied, producer_id=-1, producer_epoch=-1)
     if tid is None:
         return await api_meta.handle_init_producer_id(ctx, request)
 
@@ -472,9 +475,6 @@ async def handle_add_partitions(ctx: RequestContext, request):
 
     def answer(codes: dict):
         by_topic: dict[str, list] = {}
-    denied = authz.init_producer_id_error(ctx, tid)
-    if denied:
-        return make(ctx.response_class, error_code=denied, producer_id=-1, producer_epoch=-1)
         for (t, p) in wanted:
             by_topic.setdefault(t, []).append(make(mod, "AddPartitionsToTxnPartitionResult",
                                                    partition_index=p, partition_error_code=codes[(t, p)]))
@@ -482,6 +482,9 @@ async def handle_add_partitions(ctx: RequestContext, request):
             make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(ps))
             for t, ps in by_topic.items()))
 
+    denied = authz.txn_partitions_errors(ctx, tid, wanted)
+    if denied:
+        return answer(denied)
     if _bad_tid(tid):
         return answer(dict.fromkeys(wanted, INVALID_REQUEST))
     svc = service(ctx.broker)
@@ -521,6 +524,9 @@ async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> i
 async def handle_add_offsets(ctx: RequestContext, request):
     """The group's ``__consumer_offsets`` partition joins the transaction (as in Kafka)."""
     tid = request.transactional_id
+    denied = authz.txn_error(ctx, Op.WRITE, tid) or authz.group_error(ctx, Op.READ, request.group_id)
+    if denied:
+        return make(ctx.response_class, error_code=denied)
     if _bad_tid(tid) or not request.group_id:
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
@@ -535,9 +541,6 @@ async def handle_add_offsets(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
     err = await _add(ctx, svc, tid, request.producer_id, request.producer_epoch,
                      [(OFFSETS_TOPIC, partition_for_group(request.group_id, n))])
-    denied = authz.txn_partitions_errors(ctx, tid, wanted)
-    if denied:
-        return answer(denied)
     return make(ctx.response_class, error_code=T.compat_error(err, ctx.api_version))
 
 
@@ -554,6 +557,9 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
     offsets = {}
     codes = {}
     for t in request.topics:
+        if not err and authz.topic_error(ctx, Op.READ, t.name):
+            codes.update(((t.name, p.partition_index), E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)
+            continue
         known = None if err else await ctx.run(ctx.broker.meta.topic, t.name)
         for p in t.partitions:
             tp = (t.name, p.partition_index)
@@ -578,9 +584,6 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
         make(mod, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
             make(mod, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
                  error_code=codes[(t.name, p.partition_index)]) for p in t.partitions))
-    denied = authz.txn_error(ctx, Op.WRITE, tid) or authz.group_error(ctx, Op.READ, request.group_id)
-    if denied:
-        return make(ctx.response_class, error_code=denied)
         for t in request.topics))
 
 
@@ -603,6 +606,8 @@ async def _check_txn_offsets(ctx, request) -> int:
 
 async def handle_end_txn(ctx: RequestContext, request):
     tid = request.transactional_id
+    if authz.txn_error(ctx, Op.WRITE, tid):
+        return make(ctx.response_class, error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if _bad_tid(tid):
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
@@ -610,9 +615,6 @@ async def handle_end_txn(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     try:
         async with svc.lock(tid):
-        if not err and authz.topic_error(ctx, Op.READ, t.name):
-            codes.update(((t.name, p.partition_index), E.TOPIC_AUTHORIZATION_FAILED) for p in t.partitions)
-            continue
             cur = await ctx.run(svc.store.get, tid)
             step = T.end_txn(cur, request.producer_id, request.producer_epoch, request.committed,
                              int(time.time() * 1000))
@@ -644,6 +646,8 @@ async def handle_describe_transactions(ctx: RequestContext, request):
         m = None
         if _bad_tid(tid):
             err = TRANSACTIONAL_ID_NOT_FOUND_ERR
+        elif authz.txn_error(ctx, Op.DESCRIBE, tid):
+            err = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         elif not svc.owns(tid):
             err = NOT_COORDINATOR
         else:
@@ -659,8 +663,6 @@ async def handle_describe_transactions(ctx: RequestContext, request):
         start = datetime.datetime.fromtimestamp(start_ms / 1000, tz=datetime.timezone.utc)
         out.append(make(mod, "TransactionState", error_code=err, transactional_id=tid,
                         transaction_state=STATE_NAMES[m.state] if m is not None else "",
-    if authz.txn_error(ctx, Op.WRITE, tid):
-        return make(ctx.response_class, error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
                         transaction_timeout=datetime.timedelta(milliseconds=m.timeout_ms if m else 0),
                         transaction_start_time=start,
                         producer_id=m.producer_id if m else -1, producer_epoch=m.producer_epoch if m else -1,
@@ -699,8 +701,6 @@ async def handle_list_transactions(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-        elif authz.txn_error(ctx, Op.DESCRIBE, tid):
-            err = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     # Kafka 3.9's ranges; AddPartitionsToTxn v4+ is broker-to-broker (clients send v0-v3), and
     # v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit and v5 of InitProducerId only allow
     # TRANSACTION_ABORTABLE in answers, which this coordinator never gives.
