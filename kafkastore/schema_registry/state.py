@@ -112,8 +112,8 @@ class RegistryState:
             return False
         kt, subject = k.get("keytype"), k.get("subject")
         if kt == "SCHEMA" and isinstance(subject, str) and isinstance(k.get("version"), int):
-            versions = self.subjects.setdefault(subject, {})
             if v is None:
+                versions = self.subjects.get(subject, {})
                 versions.pop(k["version"], None)
                 if not versions:
                     self.subjects.pop(subject, None)
@@ -121,6 +121,7 @@ class RegistryState:
             if not isinstance(v, dict) or not isinstance(v.get("id"), int) \
                     or not isinstance(v.get("schema"), str):
                 return False
+            versions = self.subjects.setdefault(subject, {})
             sv = SchemaVersion(subject, k["version"], v["id"], v.get("schemaType") or AVRO,
                                v["schema"], tuple(v.get("references") or ()), bool(v.get("deleted")))
             versions[sv.version] = sv
