@@ -145,7 +145,10 @@ class BrokerMetrics:
             raise ListenError(f"cannot listen for metrics on {host}:{port}: "
                               f"{exc.strerror or exc}") from None
         if ssl_context is not None:
-            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True)
+            # The handshake happens in the request's own thread, so a client that never
+            # completes one cannot stall the accept loop.
+            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True,
+                                                   do_handshake_on_connect=False)
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, name="kafkastore-metrics",
                                         daemon=True)

@@ -125,3 +125,25 @@ def test_non_loopback_metrics_need_tls_or_insecure(tmp_path):
     # --insecure allows it (constructing the server checks; nothing listens yet)
     BrokerServer(Storage(f"file://{tmp_path}"),
                  ServeOptions(metrics_listen=("0.0.0.0", 0), insecure=True)).pool.shutdown()
+
+
+def test_metrics_over_tls(tmp_path):
+    import ssl
+
+    from kafkastore.protocol.server import check_listener_security
+    from tests.protocol.test_security import _self_signed
+
+    cert, key = _self_signed(tmp_path)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    # with TLS a non-loopback metrics address is allowed (as the Kafka listener's rule)
+    check_listener_security(ServeOptions(metrics_listen=("0.0.0.0", 0), ssl_context=ctx))
+    opts = ServeOptions(port=0, ssl_context=ctx, metrics_listen=("127.0.0.1", 0))
+    with BrokerThread(Storage(f"file://{tmp_path}/root"), opts) as b:
+        client = ssl.create_default_context(cafile=cert)
+        url = f"https://127.0.0.1:{b.server.metrics_port}/metrics"
+        text = urllib.request.urlopen(url, timeout=10, context=client).read().decode()
+        names = {f.name for f in text_string_to_metric_families(text)}
+        assert "kafkastore_connections" in names
+        with pytest.raises(Exception):   # plain HTTP is not served
+            urllib.request.urlopen(f"http://127.0.0.1:{b.server.metrics_port}/metrics", timeout=5)
