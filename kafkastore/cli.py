@@ -446,6 +446,62 @@ def cmd_quotas(args, cfg: Config) -> int:
     return 0
 
 
+# -- ACLs ----------------------------------------------------------------------------
+def _acl_resource(args, required: bool):
+    """``(resource type, name)`` of --topic / --group / --cluster / --transactional-id."""
+    from .acls import CLUSTER_NAME, ResourceType
+
+    given = [(t, n) for t, n in ((ResourceType.TOPIC, args.topic), (ResourceType.GROUP, args.group),
+                                 (ResourceType.CLUSTER, CLUSTER_NAME if args.cluster else None),
+                                 (ResourceType.TRANSACTIONAL_ID, args.transactional_id))
+             if n is not None]
+    if len(given) > 1:
+        raise ConfigError("name one resource: --topic, --group, --cluster or --transactional-id")
+    if not given and required:
+        raise ConfigError("name the resource: --topic, --group, --cluster or --transactional-id")
+    return given[0] if given else (ResourceType.ANY, None)
+
+
+def cmd_acls(args, cfg: Config) -> int:
+    from .acls import (AclBinding, AclFilter, Operation, PatternType, Permission, acl_document,
+                       add_acls, list_acls, parse_operation, remove_acls, validate_host,
+                       validate_principal)
+
+    document = acl_document(_storage(cfg, read_only=args.acls_cmd == "list"))
+    ops = [parse_operation(o) for o in (args.operation or ())]
+    principals = [validate_principal(p) for p in (args.principal or ())]
+    host = validate_host(args.host) if args.host is not None else None
+    if args.acls_cmd == "list":
+        rtype, name = _acl_resource(args, required=False)
+        pattern = PatternType[args.pattern_type.upper()]
+        found = list_acls(document, AclFilter(rtype, name, pattern, None, host))
+        found = [b for b in found if (not principals or b.principal in principals)
+                 and (not ops or b.operation in ops)]
+        print_json([b.to_json() for b in found])
+        return 0
+    rtype, name = _acl_resource(args, required=True)
+    pattern = PatternType.PREFIXED if args.prefixed else PatternType.LITERAL
+    if args.acls_cmd == "add":
+        if not principals or not ops:
+            raise ConfigError("acls add needs --principal and --operation")
+        permission = Permission.DENY if args.deny else Permission.ALLOW
+        new = [AclBinding(rtype, name, pattern, p, host or "*", o, permission)
+               for p in principals for o in ops]
+        add_acls(document, new)
+        for b in new:
+            print(f"added: {b.describe()}", file=sys.stderr)
+    else:
+        permission = Permission.DENY if args.deny else Permission.ALLOW if args.allow else Permission.ANY
+        filters = [AclFilter(rtype, name, pattern, p, host, o, permission)
+                   for p in (principals or [None]) for o in (ops or [Operation.ANY])]
+        removed = sorted({b for group in remove_acls(document, filters) for b in group})
+        for b in removed:
+            print(f"removed: {b.describe()}", file=sys.stderr)
+        if not removed:
+            print("no ACL matched: nothing removed", file=sys.stderr)
+    return 0
+
+
 # -- parser -------------------------------------------------------------------------
 def non_negative(value: str) -> int:
     try:
@@ -478,6 +534,17 @@ def _host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", n
 
 
+def _super_users(args) -> tuple:
+    """``--super-users User:a,User:b`` validated (only with ``--authorizer``)."""
+    from .acls import validate_principal
+
+    if not args.super_users:
+        return ()
+    if not args.authorizer:
+        raise ConfigError("--super-users needs --authorizer")
+    return tuple(validate_principal(p.strip()) for p in args.super_users.split(",") if p.strip())
+
+
 def cmd_serve(args, cfg: Config) -> int:
     import logging
     import ssl
@@ -500,10 +567,12 @@ def cmd_serve(args, cfg: Config) -> int:
         except (OSError, ssl.SSLError) as exc:
             raise ConfigError(f"cannot load TLS certificate/key: {exc}") from None
     creds = load_credentials(args.sasl_credentials) if args.sasl_credentials else None
+    super_users = _super_users(args)
     opts = ServeOptions(host=host, port=port, advertise_host=adv_host, advertise_port=adv_port,
                         node_id=args.node_id, commit_interval_ms=args.commit_interval_ms,
                         ssl_context=ctx, credentials=creds, sasl=args.sasl, insecure=args.insecure,
                         auto_create_topics=args.auto_create_topics,
+                        authorizer=args.authorizer, super_users=super_users,
                         default_partitions=args.default_partitions,
                         schema_registry_listen=(_host_port(args.schema_registry_listen)
                                                 if args.schema_registry_listen else None),
@@ -673,6 +742,36 @@ def build_parser() -> argparse.ArgumentParser:
                             help="remove only this quota (repeatable)")
     qu.set_defaults(func=cmd_quotas)
 
+    ac = sub.add_parser("acls", help="ACLs every broker of the root enforces with serve --authorizer")
+    asub = ac.add_subparsers(dest="acls_cmd", required=True, metavar="ACTION")
+    for name, helptext in (("add", "allow (or --deny) principals operations on a resource"),
+                           ("list", "the ACLs the options match (JSON; all without options)"),
+                           ("remove", "remove the ACLs the options match (on the named resource)")):
+        ap = asub.add_parser(name, help=helptext)
+        ap.add_argument("--principal", action="append", metavar="User:NAME",
+                        help="User:alice, or User:* for every user (repeatable)")
+        ap.add_argument("--operation", action="append", metavar="OP",
+                        help="Read, Write, Create, Delete, Alter, Describe, DescribeConfigs, "
+                             "AlterConfigs, IdempotentWrite, ClusterAction or All (repeatable)")
+        ap.add_argument("--host", metavar="IP", help="client address the ACL is for (default *)")
+        ap_res = ap.add_mutually_exclusive_group()
+        ap_res.add_argument("--topic", metavar="T", help="a topic (* for every topic)")
+        ap_res.add_argument("--group", metavar="G", help="a consumer group (* for every group)")
+        ap_res.add_argument("--cluster", action="store_true", help="the cluster")
+        ap_res.add_argument("--transactional-id", metavar="X", help="a transactional id")
+        if name == "list":
+            ap.add_argument("--pattern-type", default="any",
+                            choices=("any", "match", "literal", "prefixed"),
+                            help="match: the ACLs that apply to the named resource (default any)")
+        else:
+            ap.add_argument("--prefixed", action="store_true",
+                            help="the name is a prefix: every resource whose name starts with it")
+            ap_perm = ap.add_mutually_exclusive_group()
+            ap_perm.add_argument("--deny", action="store_true", help="a DENY ACL (deny wins)")
+            if name == "remove":
+                ap_perm.add_argument("--allow", action="store_true", help="only ALLOW ACLs")
+    ac.set_defaults(func=cmd_acls)
+
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
     sv.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
                     help="listen address (default 127.0.0.1:9092; port 0 picks a free one)")
@@ -695,6 +794,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--metrics-listen", metavar="HOST:PORT",
                     help="serve Prometheus metrics over HTTP here (loopback unless TLS or "
                          "--insecure, as the Kafka listener)")
+    sv.add_argument("--authorizer", action="store_true",
+                    help="check every request against the root's ACLs (kafkastore acls); deny "
+                         "what no ACL allows")
+    sv.add_argument("--super-users", metavar="User:A,User:B",
+                    help="principals allowed everything (with --authorizer)")
     sv.add_argument("--auto-create-topics", action="store_true",
                     help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=positive, default=1,
