@@ -145,14 +145,12 @@ def from_text(text: str) -> ProtoFile:
                                               label, oneof)
 
         for el in msg.elements:
-            if isinstance(el, ast.Field) or isinstance(el, ast.MapField):
+            if isinstance(el, (ast.Field, ast.MapField)):
                 add(el)
             elif isinstance(el, ast.OneOf):
                 for f in el.elements:
                     if isinstance(f, ast.Field):
                         add(f, el.name)
-            elif type(el).__name__ == "Group":  # proto2 groups: a nested message and a field
-                pass
     return out
 
 
