@@ -230,7 +230,7 @@ class BrokerServer:
             from ..schema_registry import SchemaRegistryThread
             self.schema_registry = SchemaRegistryThread(
                 storage, *opts.schema_registry_listen, ssl_context=opts.ssl_context,
-                credentials=opts.credentials, insecure=opts.insecure)
+                credentials=opts.credentials, insecure=opts.insecure, root_users=opts.sasl)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:

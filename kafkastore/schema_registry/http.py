@@ -11,6 +11,7 @@ and is logged.
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import logging
@@ -64,15 +65,65 @@ def _page(items: list, query: dict) -> list:
     return items[offset:] if limit < 0 else items[offset:offset + limit]
 
 
+class BasicAuth:
+    """HTTP basic auth against the broker's SASL users: the ``user:password`` file
+    (``credentials``) and, with ``scram_users``, the root's SCRAM users (``kafkastore users``),
+    whose stored keys a password is checked against (RFC 5802). A checked password is
+    remembered (by its hash, with the credential it matched) so PBKDF2 runs once per
+    credential, not per request."""
+
+    _MAX_REMEMBERED = 1024
+
+    def __init__(self, credentials: dict | None = None, scram_users=None):
+        self.credentials = credentials or {}
+        self.scram_users = scram_users
+        self._ok: dict[tuple, bool] = {}
+        self._lock = threading.Lock()
+
+    def check(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s."""
+        want = self.credentials.get(user)
+        if want is not None and hmac.compare_digest(want.encode(), password.encode()):
+            return True
+        if self.scram_users is None:
+            return False
+        from ..scram_users import MECHANISMS, credential_from_salted, salted_password
+
+        digest = hashlib.sha256(password.encode("utf-8", "surrogatepass")).digest()
+        for mech in MECHANISMS:
+            try:
+                cred = self.scram_users.lookup(user, mech)
+            except KafkaStoreError as exc:   # the root unreadable: the file's users still log in
+                log.warning("cannot read SCRAM users: %s", exc)
+                return False
+            if cred is None:
+                continue
+            key = (user, mech, cred.salt, cred.iterations, cred.stored_key, digest)
+            with self._lock:
+                known = self._ok.get(key)
+            if known is None:
+                salted = salted_password(mech, password, cred.salt, cred.iterations)
+                known = hmac.compare_digest(
+                    credential_from_salted(mech, cred.salt, cred.iterations, salted).stored_key,
+                    cred.stored_key)
+                with self._lock:
+                    if len(self._ok) >= self._MAX_REMEMBERED:
+                        self._ok.clear()
+                    self._ok[key] = known
+            if known:
+                return True
+        return False
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr, handler, *, service, ssl_context, credentials, max_body_bytes,
+    def __init__(self, addr, handler, *, service, ssl_context, auth, max_body_bytes,
                  max_connections):
         self.service = service
         self.ssl_context = ssl_context
-        self.credentials = credentials
+        self.auth = auth
         self.max_body_bytes = max_body_bytes
         self._slots = threading.BoundedSemaphore(max_connections)
         host = addr[0]
@@ -149,8 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, {"error_code": code, "message": message})
 
     def _authorized(self) -> bool:
-        creds = self.server.credentials
-        if not creds:
+        auth = self.server.auth
+        if auth is None:
             return True
         header = self.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
@@ -160,8 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
             user, sep, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
             return False
-        want = creds.get(user)
-        return bool(sep) and want is not None and hmac.compare_digest(want.encode(), password.encode())
+        return bool(sep) and auth.check(user, password)
 
     def _body(self):
         length = self.headers.get("Content-Length")
@@ -293,13 +343,14 @@ class SchemaRegistryThread:
     """The registry over ``storage`` on ``host:port`` in a background thread.
 
     ``with SchemaRegistryThread(storage, port=0) as sr: ... sr.url ...``; ``port=0`` picks a
-    free port. ``ssl_context`` and ``credentials`` (``{user: password}``) are the broker's TLS
-    and SASL settings; a non-loopback ``host`` needs both unless ``insecure``.
+    free port. ``ssl_context``, ``credentials`` (``{user: password}``) and ``root_users`` (the
+    root's SCRAM users log in too: ``serve --sasl``) are the broker's TLS and SASL settings,
+    checked as HTTP basic auth; a non-loopback ``host`` needs TLS and users unless ``insecure``.
     """
 
     def __init__(self, storage: Storage, host: str = "127.0.0.1", port: int = 8081, *,
                  ssl_context: ssl_lib.SSLContext | None = None, credentials: dict | None = None,
-                 insecure: bool = False, broker_id: int = 0,
+                 insecure: bool = False, root_users: bool = False, broker_id: int = 0,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
                  refresh_interval_s: float = 0.5):
@@ -307,13 +358,19 @@ class SchemaRegistryThread:
 
         try:
             check_listener_security(ServeOptions(host=host, ssl_context=ssl_context,
-                                                 credentials=credentials, insecure=insecure))
+                                                 credentials=credentials, insecure=insecure,
+                                                 sasl=root_users))
         except ConfigError as exc:
             raise ConfigError(f"schema registry: {exc}") from None
         self.host, self.port = host, port
         self.store = SchemaStore(storage, broker_id=broker_id, refresh_interval_s=refresh_interval_s)
         self.service = SchemaRegistryService(self.store)
-        self._ssl, self._creds = ssl_context, credentials
+        self._ssl = ssl_context
+        self._auth = None
+        if credentials or root_users:
+            from ..scram_users import ScramUsers
+
+            self._auth = BasicAuth(credentials, ScramUsers(storage) if root_users else None)
         self._max_body, self._max_conns = max_body_bytes, max_connections
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -322,7 +379,7 @@ class SchemaRegistryThread:
         """Listen and serve; :class:`ListenError` if the address cannot be bound."""
         try:
             self._server = _Server((self.host, self.port), _Handler, service=self.service,
-                                   ssl_context=self._ssl, credentials=self._creds,
+                                   ssl_context=self._ssl, auth=self._auth,
                                    max_body_bytes=self._max_body, max_connections=self._max_conns)
         except OSError as exc:
             raise ListenError(f"schema registry cannot listen on {self.host}:{self.port}: "

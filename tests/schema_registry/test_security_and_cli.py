@@ -51,6 +51,25 @@ def test_tls_and_basic_auth_with_a_real_client(tmp_path):
         assert e.value.http_status_code == 401
 
 
+def test_the_roots_scram_users_log_in_with_basic_auth(tmp_path):
+    """serve --sasl: the root's SCRAM users (kafkastore users add) are the registry's users too;
+    the password is checked against the stored keys."""
+    from kafkastore.scram_users import ScramUsers
+
+    storage = Storage(f"file://{tmp_path}/r")
+    ScramUsers(storage).add("carol", "SCRAM-SHA-512", "pa:ss")
+    with SchemaRegistryThread(storage, port=0, root_users=True, credentials={"dave": "x"}) as sr:
+        for info, ok in (("carol:pa:ss", True), ("dave:x", True), ("carol:pa", False),
+                         ("erin:pa:ss", False)):
+            client = SchemaRegistryClient({"url": sr.url, "basic.auth.user.info": info})
+            if ok:
+                assert client.get_subjects() == []
+            else:
+                with pytest.raises(ClientError) as e:
+                    client.get_subjects()
+                assert e.value.http_status_code == 401
+
+
 def test_serve_flag_starts_the_registry(tmp_path):
     proc = start_serve(f"file://{tmp_path}/r", extra=["--schema-registry-listen", "127.0.0.1:0"])
     try:
