@@ -143,10 +143,13 @@ def incompatibilities(new: Parsed, old: Parsed, level: str) -> list[str]:
     backward = level.startswith(("BACKWARD", "FULL"))
     forward = level.startswith(("FORWARD", "FULL"))
     out: list[str] = []
-    if backward:
-        out += _one(reader=new, writer=old)
-    if forward:
-        out += _one(reader=old, writer=new)
+    try:
+        if backward:
+            out += _one(reader=new, writer=old)
+        if forward:
+            out += _one(reader=old, writer=new)
+    except RecursionError:
+        raise invalid("schema nests too deep to compare") from None
     return out
 
 
