@@ -12,7 +12,8 @@ from kafkastore.errors import ConfigError
 from kafkastore.protocol.server import BrokerServer, BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from tests.protocol.test_quotas import _alter, _call
+from tests.helpers.quota_requests import alter_quotas as _alter
+from tests.helpers.quota_requests import call_as as _call
 from tests.protocol.wire import Wire
 
 
@@ -131,9 +132,9 @@ def test_metrics_over_tls(tmp_path):
     import ssl
 
     from kafkastore.protocol.server import check_listener_security
-    from tests.protocol.test_security import _self_signed
+    from tests.helpers.tls import self_signed
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     # with TLS a non-loopback metrics address is allowed (as the Kafka listener's rule)

@@ -6,18 +6,18 @@ import time
 import uuid
 
 import pytest
-from kio.schema.alter_client_quotas.v1 import request as alter_req
 from kio.schema.describe_client_quotas.v0 import request as describe_req_v0
-from kio.schema.describe_client_quotas.v1 import request as describe_req
 
 from kafkastore.cluster_config import ClusterDocument
 from kafkastore.errors import ConfigError
-from kafkastore.protocol import codec
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from tests.helpers.wire_requests import batch, fetch, produce
+from tests.helpers.quota_requests import alter_quotas as _alter
+from tests.helpers.quota_requests import call_as as _call
+from tests.helpers.quota_requests import describe_quotas as _describe
+from tests.helpers.wire_requests import batch, produce
 from tests.protocol.wire import Wire
 
 INVALID_REQUEST = 42
@@ -117,32 +117,6 @@ def brokers(root):
     yield bs
     for b in bs:
         b.stop()
-
-
-def _call(w: Wire, entity, client_id: str):
-    w.correlation += 1
-    w.sock.sendall(codec.encode_request(entity, w.correlation, client_id=client_id))
-    frame = w.recv_frame()
-    _, response = codec.decode_response(frame, type(entity).__api_key__, type(entity).__version__)
-    return response
-
-
-def _alter(w, entity: dict, ops: dict, *, validate_only=False, req=alter_req):
-    entry = req.EntryData(
-        entity=tuple(req.EntityData(entity_type=t, entity_name=n) for t, n in entity.items()),
-        ops=tuple(req.OpData(key=k, value=float(v or 0), remove=v is None) for k, v in ops.items()))
-    r = w.call(req.AlterClientQuotasRequest(entries=(entry,), validate_only=validate_only))
-    return int(r.entries[0].error_code), r.entries[0].error_message
-
-
-def _describe(w, components, strict=False, req=describe_req):
-    r = w.call(req.DescribeClientQuotasRequest(components=tuple(
-        req.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components),
-        strict=strict))
-    if int(r.error_code):
-        return int(r.error_code), r.error_message
-    return 0, {tuple((e.entity_type, e.entity_name) for e in entry.entity):
-               {v.key: v.value for v in entry.values} for entry in r.entries}
 
 
 def test_alter_and_describe_client_quotas(brokers):
