@@ -48,10 +48,13 @@ compaction and readers:
   referenced set after expiring (and after listing the objects) cannot miss
   a live file. Two collectors may race to delete the same file; deletes are
   idempotent.
-* Delta versions are rebuilt from their group's full version (one read per
-  stored version), so the referenced set covers every stored version's
-  segments; a delta whose base was expired is itself being expired (groups go
-  oldest first), and protects nothing.
+* The referenced set covers every stored version's segments without reading
+  every delta: the head (with what its own group listed before it) and the
+  chain of full versions back to the oldest stored one, each recording what
+  its previous group listed and it no longer does
+  (:meth:`ManifestStore.referenced_files`; where that record is missing, every
+  stored version is replayed, one read each). A delta whose base was expired is
+  itself being expired (groups go oldest first), and protects nothing.
 * Any failure to list or read a manifest version aborts the partition before
   anything is deleted (a partial referenced set would be unsafe); a failed
   delete is recorded in :attr:`GcReport.errors` and retried by the next run.

@@ -791,12 +791,66 @@ _KIND_RE = re.compile(rb'^\{\s*"format"\s*:\s*(\d+)\s*,\s*(?:"kind"\s*:\s*"(full
 @dataclass(frozen=True)
 class _Head:
     """A manifest known to have been the newest stored version: its stored format, and
-    when (``clock()``) the next version was seen absent (None: not confirmed)."""
+    when (``clock()``) the next version was seen absent (None: not confirmed).
+
+    ``group_start`` is the full version its group starts at and ``group_removed`` the
+    segments, as ``(base_offset, segment_id)``, that some version of the group from
+    ``group_start`` on listed and this one does not (None: not known). The writer of the
+    next full version records both in it (see :meth:`ManifestStore.referenced_files`)."""
 
     manifest: Manifest
     fmt: int
     confirmed: float | None = None
     clock: Callable[[], float] | None = None
+    group_start: int | None = None
+    group_removed: frozenset | None = None
+
+    def followed_by(self, m: Manifest, fmt: int, full: bool) -> "_Head":
+        """The unconfirmed head ``m`` (stored full or as a delta on this one), its group tracked."""
+        if full:
+            return _Head(m, fmt, group_start=m.version, group_removed=frozenset())
+        if self.group_removed is None:
+            return _Head(m, fmt)
+        return _Head(m, fmt, group_start=self.group_start,
+                     group_removed=self.group_removed | _gone(self.manifest, m))
+
+
+def _gone(base: Manifest, new: Manifest) -> frozenset:
+    """``(base_offset, segment_id)`` of the segments ``base`` lists and ``new`` does not."""
+    if new.segments is base.segments:
+        return frozenset()
+    removed = manifest_delta._segment_changes(base.segments, new.segments)[0]
+    if not removed:
+        return frozenset()
+    live = {s.segment_id for s in new.segments}
+    return frozenset((s.base_offset, s.segment_id) for s in base.segments
+                     if s.segment_id not in live)
+
+
+def _full_bytes(m: Manifest, group: "tuple[int | None, frozenset] | None") -> bytes:
+    """The stored bytes of full version ``m``; with ``group`` (the previous group's start and
+    the segments listed in it that ``m`` no longer lists) also that, for gc."""
+    d = m.to_dict()
+    if group is not None:
+        d["group"] = {"previous_full": group[0],
+                      "removed": [[b, i] for b, i in sorted(group[1])]}
+    return json.dumps(d, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _stored_group(doc: dict) -> "tuple[int | None, list] | None":
+    """``(previous_full, removed)`` of a stored full version, None if absent or malformed."""
+    g = doc.get("group")
+    if not isinstance(g, dict):
+        return None
+    prev, removed = g.get("previous_full"), g.get("removed")
+    if prev is not None and (not isinstance(prev, int) or isinstance(prev, bool) or prev < 1
+                             or prev >= doc.get("version", 0)):
+        return None
+    if not isinstance(removed, list) or not all(
+            isinstance(r, list) and len(r) == 2 and isinstance(r[0], int)
+            and isinstance(r[1], str) and _SEGMENT_ID_RE.match(r[1]) for r in removed):
+        return None
+    return prev, removed
 
 
 class _HeadCache:
@@ -955,14 +1009,20 @@ class ManifestStore:
     def _reconstruct(self, version: int) -> tuple[Manifest, int]:
         """Version ``version`` and its stored format: its full base version plus the deltas
         after it (at most :attr:`full_every` reads while writers keep the rule)."""
+        h = self._rebuild(version)
+        return h.manifest, h.fmt
+
+    def _rebuild(self, version: int) -> "_Head":
+        """Version ``version`` as an unconfirmed head (its group tracked): see :meth:`_reconstruct`."""
         head = self._head
         if head is not None and head.manifest.version == version:
-            return head.manifest, head.fmt
+            return _Head(head.manifest, head.fmt, group_start=head.group_start,
+                         group_removed=head.group_removed)
         chain: list[tuple[int, dict]] = []
         v = version
         while True:
             if head is not None and head.manifest.version == v and chain:
-                base, fmt = head.manifest, head.fmt
+                at = head
                 break
             try:
                 doc = self._read_doc(v)
@@ -974,15 +1034,16 @@ class ManifestStore:
                     f"manifest of {self.topic}/{self.partition} version {version} cannot be "
                     f"rebuilt: its base version {v} is no longer stored (expired)") from None
             if not self._is_delta(doc):
-                base, fmt = self._decode(v, doc, None)
+                m, fmt = self._decode(v, doc, None)
+                at = _Head(m, fmt, group_start=v, group_removed=frozenset())
                 break
             chain.append((v, doc))
             if v <= 1:
                 raise self._damaged(v, "version 1 is a delta")
             v -= 1
         for v, doc in reversed(chain):
-            base, fmt = self._decode(v, doc, base)
-        return base, fmt
+            at = at.followed_by(*self._decode(v, doc, at.manifest), full=False)
+        return at
 
     def load(self, version: int) -> Manifest:
         """One version; :class:`ObjectNotFoundError` if it is not stored,
@@ -1066,7 +1127,8 @@ class ManifestStore:
             log.warning("%s/%s: the manifest hint names version %d, a delta: listing",
                         self.topic, self.partition, v)
             return None
-        return _Head(*self._decode(v, doc, None), confirmed=None)
+        m, fmt = self._decode(v, doc, None)
+        return _Head(m, fmt, group_start=v, group_removed=frozenset())
 
     def _start_from_listing(self) -> "_Head | None":
         missing_base: ObjectNotFoundError | None = None
@@ -1075,7 +1137,7 @@ class ManifestStore:
             if not versions:
                 return None
             try:
-                return _Head(*self._reconstruct(versions[-1]), confirmed=None)
+                return self._rebuild(versions[-1])
             except ObjectNotFoundError as exc:
                 # Only if the listing went stale while we read: list again. But a head that is
                 # still stored while its base is gone was not expired by the rules (a head's
@@ -1106,11 +1168,11 @@ class ManifestStore:
             except ObjectNotFoundError:
                 if not trusted and not self.storage.exists(self.path(head.manifest.version)):
                     return None  # expired under us: v may have been expired too
-                head = _Head(head.manifest, head.fmt, confirmed=asked, clock=self._clock.monotonic)
+                head = replace(head, confirmed=asked, clock=self._clock.monotonic)
                 self._remember(head)
                 return head
-            m, fmt = self._decode(v, doc, head.manifest)
-            head = _Head(m, fmt, confirmed=None)
+            head = head.followed_by(*self._decode(v, doc, head.manifest),
+                                    full=not self._is_delta(doc))
             if not self._is_delta(doc) and not galloped and v % self.full_every == 0:
                 # We crossed a group boundary, so the start was stale by a group or more:
                 # skip ahead over full versions (multiples of full_every) instead of walking.
@@ -1118,7 +1180,7 @@ class ManifestStore:
                 far = self._gallop(v)
                 if far > v:
                     try:
-                        head = _Head(*self._reconstruct(far), confirmed=None)
+                        head = self._rebuild(far)
                     except ObjectNotFoundError:
                         return None
 
@@ -1254,15 +1316,17 @@ class ManifestStore:
                               unknown_retries=self.unknown_retries, clock=self._clock, rng=self._rng)
         return engine.run(_ManifestTarget(self, build, operation, writer, now_ms, full))
 
-    def _encode(self, base: Manifest | None, base_fmt: int | None, new: Manifest) -> tuple[str, bytes]:
+    def _encode(self, base: Manifest | None, base_fmt: int | None, new: Manifest,
+                group: "tuple[int | None, frozenset] | None" = None) -> tuple[str, bytes]:
         """``(kind, bytes)`` to store ``new`` as: a delta on ``base`` unless the rule in the
-        class docstring asks for a full version."""
+        class docstring asks for a full version. A full version records ``group`` (see
+        :func:`_full_bytes`) when it is known."""
         v = new.version
         if base is None or base_fmt != MANIFEST_FORMAT or v == 1 or v % self.full_every == 0:
-            return "full", new.to_json()
+            return "full", _full_bytes(new, group)
         delta = manifest_delta.encode(manifest_delta.delta_dict(base, new))
         if len(delta) > self.small_delta_bytes:
-            full = new.to_json()
+            full = _full_bytes(new, group)
             if len(full) <= len(delta):
                 return "full", full
         return "delta", delta
@@ -1422,9 +1486,23 @@ class ManifestStore:
 
         Garbage collection may delete a segment object only if it is in no
         such set *and* older than its grace period (an upload whose commit is
-        still in flight is not listed yet). Deltas are replayed from the oldest
-        stored full version, one read per stored version.
+        still in flight is not listed yet).
+
+        For all stored versions (the default) this reads the head (as :meth:`latest`) and
+        then the chain of full versions back to the oldest stored one, not every delta:
+        every full version records the full version its previous group started at and the
+        segments some version of that group listed that it no longer does, and the head
+        carries the same for its own group. A group's versions list nothing beyond its
+        next full version's segments and that record, so the union is exact up to the
+        oldest group (whose record may name segments of versions already expired: kept a
+        little longer, never too little). Where that record is missing (versions written
+        before it existed, format 1, damage) every stored version is replayed instead,
+        one read per version, from the oldest stored full version.
         """
+        if versions is None:
+            fast = self._referenced_by_checkpoints()
+            if fast is not None:
+                return fast
         chosen = None if versions is None else set(versions)
         out: set[str] = set()
         replayed = list(self.replay())
@@ -1444,6 +1522,51 @@ class ManifestStore:
                 out.update(seg.paths(self.topic, self.partition).values())
         return out
 
+    def _referenced_by_checkpoints(self) -> set[str] | None:
+        """:meth:`referenced_files` of every stored version from the head and the chain of
+        full versions (see there); None when a record it needs is missing or damaged."""
+        listing = self.versions()
+        if not listing:
+            return set()
+        oldest = listing[0]
+        try:
+            head = self._read_head()
+        except (CorruptMetadataError, ObjectNotFoundError):
+            return None
+        if head is None or head.group_removed is None or head.group_start is None:
+            return None
+        out: set[str] = set()
+        t, p = self.topic, self.partition
+
+        def add(pairs) -> None:
+            for base_offset, seg_id in pairs:
+                out.update(layout.segment_path(t, p, base_offset, seg_id, ext)
+                           for ext in layout.SEGMENT_EXTENSIONS)
+
+        add((s.base_offset, s.segment_id) for s in head.manifest.segments)
+        add(head.group_removed)
+        f: int | None = head.group_start
+        while f is not None and f >= oldest:
+            try:
+                doc = self._read_doc(f)
+            except ObjectNotFoundError:
+                break  # expired meanwhile: so are (or soon will be) the versions before it
+            except (CorruptMetadataError, StorageError):
+                return None
+            group = _stored_group(doc) if not self._is_delta(doc) else None
+            if group is None:
+                return None
+            try:
+                m, _ = self._decode(f, doc, None)
+            except CorruptMetadataError:
+                return None
+            add((s.base_offset, s.segment_id) for s in m.segments)
+            prev, removed = group
+            if oldest < f:  # some version of the group before f is still stored
+                add(removed)
+            f = prev
+        return out
+
 
 class _ManifestTarget(ObjectTarget):
     """One :meth:`ManifestStore.commit` as the engine sees it: version N+1, put-if-absent."""
@@ -1457,7 +1580,9 @@ class _ManifestTarget(ObjectTarget):
         self.put_started = 0.0
         self.base_fmt: int | None = None
         self.full = full
-        self.encoded: tuple[Manifest, str, bytes] | None = None  # (new, kind, stored bytes)
+        self.base_head: _Head | None = None  # the head the base was, when read through the store
+        # (new, kind, stored bytes, new's head with its group tracked)
+        self.encoded: tuple[Manifest, str, bytes, _Head] | None = None
 
     def read(self) -> Manifest | None:
         self.started = self.store._clock.monotonic()
@@ -1466,6 +1591,7 @@ class _ManifestTarget(ObjectTarget):
         # The stored format of the base decides whether the next version may be a delta;
         # unknown (a base not read through this store) means full, the safe choice.
         self.base_fmt = head.fmt if head is not None and head.manifest is base else None
+        self.base_head = head if head is not None and head.manifest is base else None
         return base
 
     def plan(self, base: Manifest | None, attempt: int):
@@ -1488,7 +1614,21 @@ class _ManifestTarget(ObjectTarget):
         new = apply(base, updates, requirements, topic=self.store.topic,
                     partition=self.store.partition, commit=info)
         self.store._check_uploads(base, new)
-        self.encoded = (new, *self.store._encode(None if self.full else base, self.base_fmt, new))
+        bh = self.base_head
+        if base is None:
+            group: tuple[int | None, frozenset] | None = (None, frozenset())
+        elif bh is not None and bh.group_removed is not None:
+            group = (bh.group_start, bh.group_removed | _gone(base, new))
+        else:
+            group = None  # the base's group is not known: gc reads its versions instead
+        kind, data = self.store._encode(None if self.full else base, self.base_fmt, new, group)
+        if kind == "full":
+            after = _Head(new, MANIFEST_FORMAT, group_start=new.version, group_removed=frozenset())
+        elif group is not None:
+            after = _Head(new, MANIFEST_FORMAT, group_start=group[0], group_removed=group[1])
+        else:
+            after = _Head(new, MANIFEST_FORMAT)
+        self.encoded = (new, kind, data, after)
         if base is not None and self.base_fmt != MANIFEST_FORMAT and not self.store._fenced:
             # The first format-2 version on a format-1 log: fence older kafkastore off the
             # topic first (kafkastore.topics.fence_old_readers; imported here, as topics
@@ -1500,7 +1640,9 @@ class _ManifestTarget(ObjectTarget):
 
     def locate(self, new: Manifest) -> tuple[str, bytes]:
         if self.encoded is None or self.encoded[0] is not new:
-            self.encoded = (new, "full", new.to_json())
+            self.encoded = (new, "full", new.to_json(),
+                            _Head(new, MANIFEST_FORMAT, group_start=new.version,
+                                  group_removed=frozenset()))
         return self.store.path(new.version), self.encoded[2]
 
     def put(self, new: Manifest) -> None:
@@ -1522,9 +1664,12 @@ class _ManifestTarget(ObjectTarget):
             # So slow that our version number may have been expired and re-created:
             # the version we wrote is invisible (latest() never returns it). Plan again.
             return RETRY
-        kind = self.encoded[1] if self.encoded is not None and self.encoded[0] is new else "full"
-        self.store._remember(_Head(new, MANIFEST_FORMAT, confirmed=self.put_started,
-                                   clock=self.store._clock.monotonic))
+        if self.encoded is not None and self.encoded[0] is new:
+            kind, after = self.encoded[1], self.encoded[3]
+        else:
+            kind, after = "full", _Head(new, MANIFEST_FORMAT)
+        self.store._remember(replace(after, confirmed=self.put_started,
+                                     clock=self.store._clock.monotonic))
         if kind == "full":
             self.store._write_hint(new.version)
         return new
