@@ -63,6 +63,7 @@ def cmd_reprocess(args, cfg: Config) -> int:
         from_offset=args.from_offset, from_timestamp=args.from_timestamp,
         storage_options=cfg.storage_options or None, reason=args.reason,
         allow_compacted=args.allow_compacted, allow_below_log_start=args.allow_below_log_start,
+        allow_expired=getattr(args, "allow_expired", False),
         register_existing=args.register_existing)
     print(summary.render(), file=sys.stderr)
     return 0
@@ -212,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--from-offset", type=non_negative)
     g.add_argument("--from-timestamp", type=non_negative, metavar="MS")
     rp.add_argument("--reason", default="", help="recorded in the snapshot's audit")
+    rp.add_argument("--allow-expired", action="store_true",
+                    help="upsert tables: when vacuum expired the snapshot to rebuild from, "
+                         "rebuild from the log start instead")
     rp.add_argument("--allow-compacted", action="store_true",
                     help="reprocess even where compaction rewrote the log since (records only "
                          "the table holds are dropped); recorded in the audit")

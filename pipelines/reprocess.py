@@ -27,6 +27,18 @@ table; ``allow_compacted``). A range compacted before it was loaded is fine.
 The snapshot summary carries ``kafkastore.operation = reprocess`` and
 ``kafkastore.audit``: requested and effective offsets per partition, the
 offset or timestamp asked for, user, reason and the flags.
+
+**Upsert tables** (issue 24) hold one row per key, so deleting ``offset >= N`` would
+lose the older rows those offsets replaced. Their reprocess rebuilds the state instead
+(:func:`_reprocess_upsert`): from the newest snapshot of main whose committed offsets
+are all at or before the rewind points (its rows, read through pyiceberg: the state
+as of then; the empty table before the first snapshot), replaying every partition of
+the topic from that snapshot's offsets up to the committed ones with the spec's
+decoder, merged by the upsert rule; the result replaces every data file in one
+snapshot, offsets unchanged. Refused with a one-line reason when that snapshot was
+expired by ``kafkastore vacuum`` (``allow_expired``: replay from the log start
+instead), or when a replayed range lies below the log start or lost records to
+compaction since it was loaded (the same flags as above).
 """
 from __future__ import annotations
 
@@ -112,13 +124,14 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                   catalog: Mapping[str, Any] | None = None, storage_options: dict | None = None,
                   max_bytes_per_partition: int | None = None,
                   max_rows_per_file: int = _load.DEFAULT_MAX_ROWS_PER_FILE,
-                  compression: str = "zstd", progress: bool = True) -> ReprocessSummary:
+                  compression: str = "zstd", progress: bool = True,
+                  allow_expired: bool = False) -> ReprocessSummary:
     """Replace the table's rows of the topic at and after ``from_offset`` (or the
     first offset at or after ``from_timestamp``, per partition) with a fresh read
     of the log, for ``partitions`` (default: every partition the table loaded),
     in one audited transaction. ``spec`` (or ``topic``, ``table`` and
     ``load_options``, a ``loads:`` entry) says how to decode. See the module
-    docstring for refusals. ``register_existing``: a table the catalog lost is
+    docstring for refusals (``allow_expired``: upsert tables only). ``register_existing``: a table the catalog lost is
     registered again from its newest metadata file (else refused, see
     :meth:`pipelines.iceberg.Warehouse.recover`).
     """
@@ -134,6 +147,20 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     tbl = wh.table(table)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
+    from .upsert import table_mode
+
+    mode, keys = table_mode(tbl)
+    if mode == "upsert":
+        from dataclasses import replace
+
+        return _reprocess_upsert(
+            spark, root, wh, replace(spec, mode="upsert", key_columns=keys), tbl, storage,
+            committed, partitions=partitions, from_offset=from_offset,
+            from_timestamp=from_timestamp, reason=reason, run_id=run_id, user=user,
+            allow_compacted=allow_compacted, allow_below_log_start=allow_below_log_start,
+            storage_options=storage_options, max_bytes=max_bytes_per_partition,
+            max_rows_per_file=max_rows_per_file, compression=compression, started=started,
+            allow_expired=allow_expired)
     plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
                         from_timestamp=from_timestamp, allow_compacted=allow_compacted,
                         allow_below_log_start=allow_below_log_start,
@@ -199,6 +226,126 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     result = ice.commit(tbl, ice.KafkaCommit(
         run_id, "reprocess", claims, data, delete_from=claims, schema=schema, audit=audit,
         footers=footers, expected={(topic, pl.range.partition): pl.committed for pl in plans}))
+    summary.snapshot_id = result.snapshot_id
+    if result.noop:
+        summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def base_snapshot(table, topic: str, points: Mapping[int, int]):
+    """The newest snapshot of main's ancestry carrying kafkastore offsets whose offsets
+    of ``topic`` are all at or before ``points`` (``{partition: offset}``; a partition it
+    lacks is at 0). None when the table's first snapshot is already past them (the
+    state then was the empty table). :class:`WarehouseError` when such a snapshot
+    existed but was expired."""
+    from kafkastore.errors import ExpiredSnapshotError
+
+    last = None
+    for snap in ice.ancestry(table):
+        last = snap
+        offsets = ice.snapshot_offsets(snap)
+        if offsets is None:
+            continue
+        mine = {p: n for (t, p), n in offsets.items() if t == topic}
+        if all(mine.get(p, 0) <= n for p, n in points.items()):
+            return snap
+    if last is not None and (last.parent_snapshot_id is not None
+                             or (last.sequence_number or 1) > 1):
+        raise ExpiredSnapshotError(
+            f"table {ice.table_name(table.name())}: the state at or before offsets "
+            f"{dict(sorted(points.items()))} of {topic} was in snapshots expired by kafkastore "
+            f"vacuum (the oldest left, {last.snapshot_id}, is past them); pass "
+            f"--allow-expired to rebuild from the log start instead")
+    return None
+
+
+def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, *, partitions,
+                      from_offset, from_timestamp, reason, run_id, user, allow_compacted,
+                      allow_below_log_start, storage_options, max_bytes, max_rows_per_file,
+                      compression, started, allow_expired: bool = False) -> ReprocessSummary:
+    """Rebuild an upsert table as of the rewind points (module docstring)."""
+    from kafkastore.errors import ExpiredSnapshotError
+
+    from . import upsert as up
+
+    topic, table = spec.topic, spec.table
+    plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
+                        from_timestamp=from_timestamp, allow_compacted=allow_compacted,
+                        allow_below_log_start=allow_below_log_start)
+    run_id = run_id or f"reprocess-{topic}-{uuid.uuid4().hex[:16]}"
+    summary = ReprocessSummary(topic, table, run_id)
+    if not plans:
+        summary.noop, summary.reason = True, "the table holds nothing at or after the rewind point"
+        summary.seconds = time.monotonic() - started
+        return summary
+    points = {pl.range.partition: pl.requested for pl in plans}
+    try:
+        base = base_snapshot(tbl, topic, points)
+    except ExpiredSnapshotError:
+        if not allow_expired:
+            raise
+        base = None
+    base_offsets = {} if base is None else {
+        p: n for (t, p), n in (ice.snapshot_offsets(base) or {}).items() if t == topic}
+    # Every partition replays from the base's offsets (the log start for one it lacks),
+    # with the refusals of a rewind to there.
+    replay = []
+    for p, nxt in sorted(committed.items()):
+        start = base_offsets.get(p, 0)
+        if start >= nxt:
+            continue
+        (pl,) = plan_rewind(storage, topic, committed, partitions=[p], from_offset=start,
+                            allow_compacted=allow_compacted,
+                            allow_below_log_start=allow_below_log_start) or (None,)
+        if pl is not None:
+            replay.append(pl)
+    for pl in plans:
+        summary.partitions[pl.range.partition] = {
+            "requested_from": pl.requested, "effective_from": pl.range.from_offset,
+            "until": pl.committed, "compacted": pl.compacted,
+            "below_log_start": pl.below_log_start}
+    audit = {"reason": reason or "", "user": user or _load._user(), "from_offset": from_offset,
+             "from_timestamp": from_timestamp, "mode": "upsert",
+             "requested": {str(p): n for p, n in points.items()},
+             "base_snapshot": None if base is None else base.snapshot_id,
+             "replayed": {str(pl.range.partition): [pl.range.from_offset, pl.committed]
+                          for pl in replay},
+             "allow_compacted": allow_compacted, "allow_below_log_start": allow_below_log_start,
+             "compacted": sorted(pl.range.partition for pl in replay if pl.compacted),
+             "below_log_start": sorted(pl.range.partition for pl in replay if pl.below_log_start)}
+    tbl, dl = _load.ensure_tables(wh, spec)
+    # Dead letters: only the rewound ranges [N, committed) are derived again.
+    dl_from = {p: points.get(p, n) for p, n in committed.items()}
+    target = _load.WriteTarget(tbl.location() + "/upsert-staging",
+                               dl.location() if dl is not None else None, spec.partition_by,
+                               dict(storage_options or {}) or None, dl_from,
+                               max_rows_per_file, compression, tombstones=True)
+    reads = [pl.range for pl in replay if not pl.range.empty]
+    files = _load.write_ranges(spark, root, reads, spec, target, run_id,
+                               storage_options=storage_options, max_bytes=max_bytes)
+    staged_urls = [f["url"] for f in files if f["kind"] == "data"]
+    dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
+    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
+    summary.rows = sum(f["rows"] for f in files if f["kind"] == "data")
+    summary.dead_letters = sum(f["rows"] for f in files if f["kind"] == "dead_letter")
+    audit.update(rows=summary.rows, dead_letters=summary.dead_letters)
+    claims = tuple(OffsetRange(topic, pl.range.partition, pl.range.from_offset, pl.committed)
+                   for pl in replay)
+    if dl is not None:
+        dl_claims = tuple(OffsetRange(topic, p, n, committed[p]) for p, n in points.items())
+        dl_done = ice.committed_offsets(dl)
+        ice.commit(dl, ice.KafkaCommit(
+            run_id, "reprocess", dl_claims, dead, delete_from=dl_claims, audit=audit,
+            footers=footers,
+            expected={c.topic_partition: dl_done.get(c.topic_partition) for c in dl_claims}))
+    state = (ice.read_arrow(tbl, snapshot_id=base.snapshot_id) if base is not None else None)
+    staged = up.staged_rows(staged_urls, storage_options)
+    c = up.rebuild_commit(run_id, spec.upsert_keys, tuple(spec.partition_by), claims, state,
+                          staged, audit=audit,
+                          expected={(topic, pl.range.partition): pl.committed for pl in replay})
+    result = ice.commit(tbl, c)
+    up.remove_staging(staged_urls, storage_options)
     summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"

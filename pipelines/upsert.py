@@ -519,3 +519,63 @@ class _EmptyRewrite(UpsertRewrite):
 
     def __call__(self, table, snapshot_id):
         return [], []
+
+
+@dataclass
+class RebuildRewrite:
+    """A reprocess of an upsert table: every data file of the head is replaced by
+    ``state`` (the rebuilt table). The commit's ``expected`` offsets make a load that
+    landed meanwhile a refusal; maintenance meanwhile only re-plans."""
+
+    state: Any
+    key_columns: tuple[str, ...]
+    partition_by: tuple[str, ...]
+    run_id: str
+    target_rows: int = DEFAULT_TARGET_ROWS
+    stats: RewriteStats = field(default_factory=RewriteStats)
+
+    def __call__(self, table, snapshot_id: int | None):
+        from .iceberg import _fs
+
+        tasks = list(table.scan(snapshot_id=snapshot_id).plan_files()) if snapshot_id else []
+        written = write_sorted(table.location(), self.state, self.key_columns, run_id=self.run_id,
+                               partition_by=self.partition_by, target_rows=self.target_rows,
+                               io_fs=_fs(table, table.location()), prefix="rebuild")
+        self.stats = RewriteStats(len(tasks), 0, sum(t.file.record_count for t in tasks),
+                                  self.state.num_rows, len(written))
+        return [t.file for t in tasks], written
+
+
+def rebuild_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[str],
+                   claims, state, staged, *, audit, expected,
+                   target_rows: int = DEFAULT_TARGET_ROWS):
+    """The reprocess commit of an upsert table: ``state`` (rows as of the base snapshot,
+    None: empty) merged with the replayed ``staged`` rows replaces the whole table."""
+    import pyarrow as pa
+
+    from . import iceberg as ice
+    from .load import nullable
+
+    keys = tuple(key_columns)
+    schema = None
+    if staged is not None and staged.num_rows:
+        check_staged(staged)
+        rows, _ = keyed_rows(staged, keys)
+        winners = reduce_batch(rows, keys)
+        schema = nullable(staged.drop_columns([TOMBSTONE]).schema
+                          if TOMBSTONE in staged.column_names else staged.schema)
+        if state is None or state.num_rows == 0:
+            keep = pa.array([], pa.bool_())
+            state = None
+            _, insert = merge(winners.slice(0, 0), winners, keys)
+        else:
+            keep, insert = merge(state, winners, keys)
+        new = winners.filter(pa.array(insert)).drop_columns([TOMBSTONE])
+        parts = ([state.filter(pa.array(keep))] if state is not None else []) + [new]
+        state = _union(parts)
+    if state is None:
+        state = pa.table({})
+    return ice.KafkaCommit(run_id, "reprocess", tuple(claims), (), schema=schema, audit=audit,
+                           expected=expected,
+                           rewrite=RebuildRewrite(state, keys, tuple(partition_by), run_id,
+                                                  target_rows))
