@@ -81,6 +81,10 @@ def validate_entity(entity: Mapping[str, str | None]) -> dict:
                               f"{', '.join(ENTITY_TYPES)}")
         if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
             raise ConfigError(f"invalid {etype} name {name!r}: expected 1-255 printable characters")
+        if name == "<default>":
+            # Kafka's config paths spell the default so: a literal name would read as it.
+            raise ConfigError(f"{etype} name '<default>' is reserved: use the default "
+                              f"{etype} option instead")
         out[etype] = name
     return out
 

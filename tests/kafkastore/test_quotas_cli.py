@@ -50,6 +50,7 @@ def test_set_list_delete(run):
     (["--user", "bob"], "needs at least one of"),
     (["--user", "bad\nname", "--producer-byte-rate", "5"], "invalid user name"),
     (["--client-id", "", "--producer-byte-rate", "5"], "invalid client-id name"),
+    (["--user", "<default>", "--producer-byte-rate", "5"], "is reserved"),
 ])
 def test_bad_values_and_names_are_refused_in_one_line(run, argv, why):
     rc, _, err = run("quotas", "set", *argv)
