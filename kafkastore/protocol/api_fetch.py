@@ -220,18 +220,22 @@ def list_offset(broker, topic: str, partition: int, timestamp: int,
         return E.NONE, -1, m.log_start_offset
     if timestamp == LATEST_TIERED:
         return E.NONE, -1, -1
+    # Kafka's Partition.fetchOffsetForTimestamp: lookups answer only offsets a consumer of this
+    # isolation level may fetch (below the last stable offset for read_committed).
+    fetchable = last_stable_offset(m) if read_committed else m.high_watermark
     if timestamp == LATEST:
-        return E.NONE, -1, last_stable_offset(m) if read_committed else m.high_watermark
+        return E.NONE, -1, fetchable
     if timestamp == MAX_TIMESTAMP:
         best = max(m.segments, key=lambda s: s.max_timestamp, default=None)
         if best is None or best.max_timestamp < 0:
             return E.NONE, -1, -1
-        return E.NONE, best.max_timestamp, max(best.max_timestamp_offset, m.log_start_offset)
+        offset = max(best.max_timestamp_offset, m.log_start_offset)
+        return (E.NONE, best.max_timestamp, offset) if offset < fetchable else (E.NONE, -1, -1)
     if timestamp < 0:
         return E.INVALID_REQUEST, -1, -1
     reader = PartitionReader(broker.storage, topic, partition, manifest=m)
     offset = reader.offset_for_timestamp(timestamp)
-    if offset >= m.high_watermark:
+    if offset >= fetchable:
         return E.NONE, -1, -1
     table = reader.read(offset, offset + 1, isolation="read_uncommitted", include_headers=False)
     ts = table.column("timestamp")[0].as_py() if table.num_rows else None

@@ -274,3 +274,30 @@ def test_offset_delete_and_list_groups_filters(admin, kp_admin, broker):
     from kafka.errors import GroupIdNotFoundError
     with pytest.raises(GroupIdNotFoundError):
         kp_admin.delete_group_offsets("od-nope", [KpTP("od-t", 0)])
+
+
+def test_list_offsets_read_committed_stops_at_an_open_transaction(admin, broker):
+    """As Kafka: a read_committed lookup (latest, max timestamp, by time) answers nothing a
+    read_committed consumer could not fetch: the open transaction's records are past the LSO."""
+    _create(admin, "lo-txn")
+    base = 1_700_000_000_000
+    _produce(broker.bootstrap, "lo-txn", 2, timestamps=[base, base + 1000])
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "lo-txn-p", "linger.ms": 0})
+    p.init_transactions(10)
+    p.begin_transaction()
+    p.produce("lo-txn", b"open", partition=0, timestamp=base + 50_000)
+    assert p.flush(10) == 0
+    tp = TopicPartition("lo-txn", 0)
+
+    def offset(spec, isolation):
+        futures = admin.list_offsets({tp: spec}, isolation_level=isolation)
+        return futures[tp].result(10).offset
+
+    committed, uncommitted = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
+    assert offset(OffsetSpec.latest(), committed) == 2 and offset(OffsetSpec.latest(), uncommitted) == 3
+    assert offset(OffsetSpec.max_timestamp(), committed) == -1
+    assert offset(OffsetSpec.max_timestamp(), uncommitted) == 2
+    assert offset(OffsetSpec.for_timestamp(base + 20_000), committed) == -1
+    assert offset(OffsetSpec.for_timestamp(base + 20_000), uncommitted) == 2
+    assert offset(OffsetSpec.for_timestamp(base + 500), committed) == 1
+    p.abort_transaction(10)
