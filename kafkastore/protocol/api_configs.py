@@ -25,22 +25,16 @@ TOPIC_RESOURCE = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # Kafka's AlterConfigOp.OpType
 
 
-class _Refused(Exception):
-    """A resource's change is refused with ``code`` (internal to this module)."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 def _split_list(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | None]]) -> dict:
-    """The overrides after Kafka's incremental ``ops`` ``(name, op, value)``: SET a value,
-    DELETE back to the default, APPEND to / SUBTRACT from a list config. Pure;
-    :class:`_Refused` on a bad operation, :class:`ConfigError` on a bad key or value."""
+def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | None]]
+                          ) -> tuple[dict | None, tuple[int, str] | None]:
+    """``(overrides, None)`` after Kafka's incremental ``ops`` ``(name, op, value)``: SET a
+    value, DELETE back to the default, APPEND to / SUBTRACT from a list config; or
+    ``(None, (error code, message))`` for a bad operation. Pure; :class:`ConfigError` on an
+    unknown key."""
     merged = dict(current.to_dict())
     for name, op, value in ops:
         key = CONFIG_KEYS.get(name)
@@ -48,14 +42,14 @@ def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | 
             TopicConfig({name: value})  # raises the standard "unknown topic config" error
         if op == SET:
             if value is None:
-                raise _Refused(E.INVALID_REQUEST, f"null value not supported for {name}")
+                return None, (E.INVALID_REQUEST, f"null value not supported for {name}")
             merged[name] = value
         elif op == DELETE:
             merged.pop(name, None)
         elif op in (APPEND, SUBTRACT):
             if key.type != "list":
-                raise _Refused(E.INVALID_CONFIG, f"config value {'append' if op == APPEND else 'subtract'}"
-                                                 f" is not allowed for config key {name}")
+                return None, (E.INVALID_CONFIG, f"config value {'append' if op == APPEND else 'subtract'}"
+                                                f" is not allowed for config key {name}")
             items = list(current[name])
             for v in _split_list(value):
                 if op == APPEND and v not in items:
@@ -64,8 +58,8 @@ def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | 
                     items.remove(v)
             merged[name] = ",".join(items)
         else:
-            raise _Refused(E.INVALID_REQUEST, f"unknown config operation {op} for {name}")
-    return merged
+            return None, (E.INVALID_REQUEST, f"unknown config operation {op} for {name}")
+    return merged, None
 
 
 def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bool) -> tuple[int, str | None]:
@@ -115,12 +109,12 @@ def _alter_one(broker, resource, incremental: bool, validate_only: bool) -> tupl
         if meta is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
         try:
-            overrides = incremental_overrides(
+            overrides, refused = incremental_overrides(
                 meta.config, [(c.name, c.config_operation, c.value) for c in resource.configs])
-        except _Refused as exc:
-            return exc.code, str(exc)
         except ConfigError as exc:
             return E.INVALID_CONFIG, str(exc)
+        if refused is not None:
+            return refused
     else:
         nulls = [c.name for c in resource.configs if c.value is None]
         if nulls:

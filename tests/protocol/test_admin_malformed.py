@@ -109,3 +109,21 @@ def test_describe_apis(wire):
         dld.DescribableLogDirTopic(topic=TopicName("bad-t"), partitions=(i32(-1), i32(1), i32(5))))))
     (result,) = r.results
     assert [(t.name, [int(p.partition_index) for p in t.partitions]) for t in result.topics] == [("bad-t", [1])]
+
+
+def test_alter_configs(wire):
+    from kio.schema.alter_configs.v2 import request as ac
+
+    def res(name, *configs):
+        return ac.AlterConfigsResource(resource_type=i8(2), resource_name=name, configs=tuple(
+            ac.AlterableConfig(name=k, value=v) for k, v in configs))
+
+    def codes(*resources, validate_only=False):
+        r = wire.call(ac.AlterConfigsRequest(resources=resources, validate_only=validate_only))
+        return [(x.resource_name, int(x.error_code)) for x in r.responses]
+
+    assert codes(res("bad-t", ("retention.ms", None))) == [("bad-t", INVALID_REQUEST)]
+    assert codes(res("bad-t", ("retention.ms", "-9"))) == [("bad-t", INVALID_CONFIG)]
+    assert codes(res("bad-t", ("cleanup.policy", "compact,shred"))) == [("bad-t", INVALID_CONFIG)]
+    assert codes(res("nope", ("retention.ms", "1"))) == [("nope", UNKNOWN_TOPIC_OR_PARTITION)]
+    assert codes(res("bad-t", ("retention.ms", "1")), validate_only=True) == [("bad-t", 0)]
