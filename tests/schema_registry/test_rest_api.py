@@ -226,3 +226,25 @@ def test_a_new_registry_over_the_root_replays_everything(sr, root):
     before = [call(sr, "GET", p)[:2] for p in paths]
     with SchemaRegistryThread(Storage(root), port=0) as fresh:
         assert [call(fresh, "GET", p)[:2] for p in paths] == before
+
+
+def test_import_mode_keeps_given_ids_and_versions(sr):
+    """IMPORT (migrating from another registry): the body's id and version are kept; an id
+    already held by another schema is refused; outside IMPORT an id cannot be chosen."""
+    assert call(sr, "PUT", "/mode/imp-value", {"mode": "IMPORT"})[1] == {"mode": "IMPORT"}
+    s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
+                     {"schema": rec("I", ("x", "int", {})), "id": 5000, "version": 3})
+    assert (s, got) == (200, {"id": 5000})
+    assert call(sr, "GET", "/subjects/imp-value/versions")[1] == [3]
+    s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
+                     {"schema": rec("I", ("y", "int", {})), "id": 5000, "version": 4})
+    assert (s, got["error_code"]) == (422, 42205)
+    call(sr, "DELETE", "/mode/imp-value")
+    s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
+                     {"schema": rec("I", ("x", "int", {}), ("z", "int", {"default": 1})), "id": 6000})
+    assert (s, got["error_code"]) == (422, 42205)
+    # The next id allocated normally comes after the imported one.
+    s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
+                     {"schema": rec("I", ("x", "int", {}), ("z", "int", {"default": 1}))})
+    assert s == 200 and got["id"] == 5001
+    assert call(sr, "GET", "/subjects/imp-value/versions")[1] == [3, 4]
