@@ -1,6 +1,8 @@
 """Benchmark: a real Kafka client producing into and fetching from ``kafkastore serve``.
 
     .venv/bin/python bench/serve.py [--records 1000000] [--partitions 1] [--root URL]
+    .venv/bin/python bench/serve.py --transactions [--records 100000] [--partitions 4]
+    .venv/bin/python bench/serve.py --authorizer [--records 300000] [--rounds 2]
 
 1. Starts ``kafkastore serve`` as a subprocess (its own interpreter, as in
    production) on 127.0.0.1 over a fresh root (default: a temporary
@@ -119,6 +121,195 @@ def baseline(path: str, nbytes: int) -> float:
     return nbytes / dt / 1e6
 
 
+def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1000, rounds: int = 2) -> int:
+    """Records/s of a transactional producer committing every ``per_txn`` records against the
+    same producer (idempotent, same batching) without transactions, alternating ``rounds``
+    times in this run; prints the best of each and their ratio."""
+    from confluent_kafka import Producer
+
+    conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "acks": "all",
+            "enable.idempotence": True, "compression.codec": "none",
+            "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 1_048_576}
+    blob = os.urandom(VALUE + KEY + 1024)
+    msgs = [{"key": i.to_bytes(KEY, "big"), "value": blob[i % 1024:i % 1024 + VALUE],
+             "partition": i % partitions} for i in range(n)]
+    failed: list = []
+    on_delivery = _record_failure(failed)
+
+    def hand_over(p, batch):
+        while batch:
+            queued = p.produce_batch("bench", batch, on_delivery=on_delivery)
+            batch = batch[queued:]
+            p.poll(0 if not batch else 0.005)
+
+    def plain() -> float:
+        p = Producer(conf)
+        t0 = time.perf_counter()
+        hand_over(p, msgs)
+        if p.flush(300):
+            raise RuntimeError("plain produce did not finish")
+        return n / (time.perf_counter() - t0)
+
+    def transactional(r: int) -> float:
+        p = Producer({**conf, "transactional.id": f"bench-txn-{r}", "transaction.timeout.ms": 60000})
+        p.init_transactions(30)
+        t0 = time.perf_counter()
+        for j in range(0, n, per_txn):
+            p.begin_transaction()
+            hand_over(p, msgs[j:j + per_txn])
+            p.commit_transaction(60)
+        return n / (time.perf_counter() - t0)
+
+    best_plain = best_txn = 0.0
+    for r in range(rounds):
+        best_plain = max(best_plain, plain())
+        best_txn = max(best_txn, transactional(r))
+    if failed:
+        print(f"produce failed: {failed[:3]}", file=sys.stderr)
+        return 1
+    print(f"records: {n} x ({KEY} B key + {VALUE} B value), partitions: {partitions}, best of {rounds} rounds")
+    print(f"idempotent producer without transactions: {best_plain:,.0f} records/s")
+    print(f"transactional producer, commit every {per_txn} records: {best_txn:,.0f} records/s "
+          f"({n // per_txn} transactions, {per_txn / best_txn * 1000 - per_txn / best_plain * 1000:.1f} ms "
+          f"each beyond the records)")
+    print(f"ratio transactional / plain: {best_txn / best_plain:.2f}")
+    return 0
+
+
+def bench_acls(root: str) -> int:
+    """Store 1,000 ACLs under ``root``: the ones the bench's client (``User:ANONYMOUS``: no SASL,
+    so both modes pay the same for the connection) needs on topic and group ``bench``, a DENY on
+    a prefix of other names, and 993 for other users, topics, prefixes and groups."""
+    from kafkastore.acls import AclBinding, Operation as Op, PatternType as P, Permission, ResourceType as R
+    from kafkastore.acls import acl_document, add_acls, list_acls
+    from kafkastore.storage import Storage
+
+    me, allow = "User:ANONYMOUS", Permission.ALLOW
+    acls = [AclBinding(R.TOPIC, "bench", P.LITERAL, me, "*", Op.WRITE, allow),
+            AclBinding(R.TOPIC, "bench", P.LITERAL, me, "*", Op.READ, allow),
+            AclBinding(R.GROUP, "bench", P.LITERAL, me, "*", Op.READ, allow),
+            AclBinding(R.TOPIC, "bench-private.", P.PREFIXED, me, "*", Op.ALL, Permission.DENY)]
+    kinds = [(R.TOPIC, P.LITERAL, "orders-{i}", Op.WRITE), (R.TOPIC, P.PREFIXED, "team{i}.", Op.READ),
+             (R.GROUP, P.LITERAL, "consumers-{i}", Op.READ), (R.TOPIC, P.PREFIXED, "be{i}", Op.DESCRIBE),
+             (R.TRANSACTIONAL_ID, P.PREFIXED, "app{i}-", Op.WRITE)]
+    for i in range(1000 - len(acls) - 3):
+        rtype, pattern, name, op = kinds[i % len(kinds)]
+        acls.append(AclBinding(rtype, name.format(i=i), pattern, f"User:user{i % 97}", "*", op,
+                               Permission.DENY if i % 11 == 0 else allow))
+    acls += [AclBinding(R.TOPIC, "b", P.PREFIXED, "User:user1", "*", Op.READ, allow),
+             AclBinding(R.TOPIC, "*", P.LITERAL, "User:user2", "*", Op.DESCRIBE, allow),
+             AclBinding(R.TOPIC, "bench", P.LITERAL, "User:user3", "10.0.0.1", Op.WRITE, Permission.DENY)]
+    add_acls(acl_document(Storage(root)), acls)
+    return len(list_acls(acl_document(Storage(root))))
+
+
+def bench_authorizer(args) -> int:
+    """Produce and fetch rates with ``serve --authorizer`` and 1,000 ACLs against the same broker
+    without it, in this run: alternating rounds on fresh roots, best of each; prints the ratios."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+
+    n = args.records
+    blob = os.urandom(VALUE + KEY + 1024)
+    msgs = [{"key": i.to_bytes(KEY, "big"), "value": blob[i % 1024:i % 1024 + VALUE],
+             "partition": i % args.partitions} for i in range(n)]
+    payload = n * (KEY + VALUE)
+    best: dict = {}
+    for r in range(args.rounds):
+        for mode in ("off", "on"):
+            tmp = tempfile.mkdtemp(prefix="bench-serve-acl-")
+            root = f"file://{tmp}/root"
+            create_topic(Storage(root), "bench", args.partitions)
+            flags = ["--authorizer"] if mode == "on" else []
+            if mode == "on":
+                count = bench_acls(root)
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()
+            broker = subprocess.Popen(
+                [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen",
+                 f"127.0.0.1:{port}", "--commit-interval-ms", str(args.commit_interval_ms), *flags],
+                stdout=subprocess.PIPE, text=True)
+            try:
+                if "serving" not in broker.stdout.readline():
+                    print("broker did not start", file=sys.stderr)
+                    return 1
+                p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 5,
+                              "batch.size": 1_000_000, "acks": "all", "enable.idempotence": True,
+                              "compression.codec": "none", "queue.buffering.max.messages": 2_000_000,
+                              "queue.buffering.max.kbytes": 1_048_576})
+                failed: list = []
+                on_delivery = _record_failure(failed)
+                t0 = time.perf_counter()
+                for j in range(0, n, 10_000):
+                    batch = msgs[j:j + 10_000]
+                    while batch:
+                        queued = p.produce_batch("bench", batch, on_delivery=on_delivery)
+                        batch = batch[queued:]
+                        p.poll(0 if not batch else 0.005)
+                if p.flush(300) or failed:
+                    print(f"produce failed ({mode}): {failed[:3]}", file=sys.stderr)
+                    return 1
+                produce = payload / (time.perf_counter() - t0) / 1e6
+                c = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "bench",
+                              "enable.auto.commit": False, "fetch.max.bytes": 52_428_800,
+                              "max.partition.fetch.bytes": 8_388_608})
+                c.assign([TopicPartition("bench", q, 0) for q in range(args.partitions)])
+                got, t0 = 0, time.perf_counter()
+                deadline = time.time() + 600
+                while got < n and time.time() < deadline:
+                    got += sum(1 for m in c.consume(num_messages=100_000, timeout=1.0) if m.error() is None)
+                fetch = payload / (time.perf_counter() - t0) / 1e6
+                c.close()
+                if got != n:
+                    print(f"fetch ({mode}) got {got} of {n} records", file=sys.stderr)
+                    return 1
+                raw_s, _ = raw_fetch(port, args.partitions)
+                rates = (produce, fetch, payload / raw_s / 1e6)
+                hidden = p.list_topics("bench-private.x", timeout=10).topics["bench-private.x"].error
+                if (hidden is not None and hidden.code() == 29) != (mode == "on"):  # the DENY applies
+                    print(f"the authorizer is not {mode}: Metadata answered {hidden}", file=sys.stderr)
+                    return 1
+                print(f"round {r + 1}, authorizer {mode}: produce {rates[0]:.1f} MB/s, fetch "
+                      f"(consumer) {rates[1]:.1f} MB/s, fetch (raw Fetch v12) {rates[2]:.1f} MB/s")
+                best[mode] = tuple(max(a, b) for a, b in zip(best.get(mode, rates), rates))
+            finally:
+                broker.terminate()
+                try:
+                    broker.wait(30)
+                except subprocess.TimeoutExpired:
+                    broker.kill()
+                shutil.rmtree(tmp, ignore_errors=True)
+    on, off = best["on"], best["off"]
+    from kafkastore.acls import Operation, ResourceType, acl_document, list_acls
+    from kafkastore.protocol.authorizer import AclIndex
+
+    tmp = tempfile.mkdtemp(prefix="bench-serve-acl-")
+    try:
+        bench_acls(f"file://{tmp}/root")
+        index = AclIndex(list_acls(acl_document(Storage(f"file://{tmp}/root"))))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    names = [f"orders-{i}x" for i in range(20_000)]  # never seen: every call decides afresh
+    t0 = time.perf_counter()
+    for name in names:
+        index.authorize("User:ANONYMOUS", "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, name)
+    fresh_us = (time.perf_counter() - t0) / len(names) * 1e6
+    t0 = time.perf_counter()
+    for name in names:
+        index.authorize("User:ANONYMOUS", "127.0.0.1", Operation.WRITE, ResourceType.TOPIC, name)
+    cached_us = (time.perf_counter() - t0) / len(names) * 1e6
+    print(f"one decision over {len(index.bindings)} ACLs: {fresh_us:.1f} us, remembered {cached_us:.2f} us")
+    print(f"records: {n} x ({KEY} B key + {VALUE} B value), partitions: {args.partitions}, "
+          f"{count} ACLs, best of {args.rounds} rounds")
+    for i, what in enumerate(("produce", "fetch (consumer)", "fetch (raw Fetch v12)")):
+        print(f"{what}: authorizer on {on[i]:.1f} MB/s, off {off[i]:.1f} MB/s, ratio {on[i] / off[i]:.2f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -126,7 +317,16 @@ def main() -> int:
     ap.add_argument("--commit-interval-ms", type=float, default=5.0)
     ap.add_argument("--verbose", action="store_true", help="the broker logs every commit (stderr)")
     ap.add_argument("--root", help="root URL (default: a fresh temporary directory)")
+    ap.add_argument("--transactions", action="store_true",
+                    help="instead: records/s of a transactional producer committing every 1,000 "
+                         "records against the same producer without transactions")
+    ap.add_argument("--authorizer", action="store_true",
+                    help="instead: produce and fetch rates with serve --authorizer and 1,000 ACLs "
+                         "against the authorizer off, in this run")
+    ap.add_argument("--rounds", type=int, default=2, help="--authorizer: rounds of each mode (best kept)")
     args = ap.parse_args()
+    if args.authorizer:
+        return bench_authorizer(args)
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -150,6 +350,8 @@ def main() -> int:
             print(f"broker did not start: {line!r}", file=sys.stderr)
             return 1
         n = args.records
+        if args.transactions:
+            return bench_transactions(f"127.0.0.1:{port}", n, args.partitions)
         payload = n * (KEY + VALUE)
         base = baseline(os.path.join(tmp, "baseline.bin"), payload)
         print(f"baseline: sequential write + fsync of {payload / 1e6:.1f} MB: {base:.1f} MB/s")
