@@ -3,15 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.storage import Storage
-
-
-def start_broker(root: str) -> BrokerThread:
-    """A broker on 127.0.0.1 with its schema registry, both on ephemeral ports."""
-    return BrokerThread(Storage(root), ServeOptions(
-        port=0, commit_interval_ms=2, heartbeat_ms=500,
-        schema_registry_listen=("127.0.0.1", 0))).start()
+from tests.helpers.registry_broker import start_broker
 
 
 @pytest.fixture(scope="module")

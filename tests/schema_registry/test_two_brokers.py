@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from .conftest import start_broker
+from tests.helpers.registry_broker import start_broker
 
 
 @pytest.fixture(scope="module")
