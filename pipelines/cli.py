@@ -202,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "the latest record wins, a tombstone deletes the key")
     lo.add_argument("--key-columns", metavar="A,B",
                     help="upsert: key by these decoded value columns (default: the Kafka key)")
+    lo.add_argument("--cdc", choices=("debezium",),
+                    help="values are Debezium change events (JSON, with or without the "
+                         "schema/payload wrapper): the table holds the source table's rows "
+                         "(implies --mode upsert; --value-schema: the source columns)")
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")

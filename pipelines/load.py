@@ -329,10 +329,18 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
 
         rows = _split_frame(spark, len(splits)).mapInArrow(run, DESCRIPTOR_DDL).collect()
     else:
-        frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
+        if spec.cdc:
+            from .cdc import debezium_frame
+
+            frame = debezium_frame(kafka_frame(spark, root, splits, storage_options), opts,
+                                   _RAW_VALUE, "__error")
+            split, detail = True, None
+        else:
+            frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
+            detail = _json_schema_text(opts) if split else None
         frame = _headers_never_null(frame)
         fn = file_writer(target, run_id=run_id, split_dead_letters=split,
-                         json_schema=_json_schema_text(opts) if split else None, counter=counter)
+                         json_schema=detail, counter=counter)
         rows = frame.mapInArrow(fn, DESCRIPTOR_DDL).collect()
     files = [r.asDict() for r in rows]
     check_disjoint(files)
@@ -774,6 +782,10 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
         from dataclasses import replace
 
         spec = replace(spec, decode={**spec.decode, **registry})
+    if getattr(args, "cdc", None):
+        from dataclasses import replace
+
+        spec = replace(spec, cdc=args.cdc)   # checked with the value flags applied
     wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
                        dict(cfg.storage_options or {}) or None)
     return {"root": cfg.root, "warehouse": wh, "spec": spec,

@@ -18,6 +18,8 @@ dictionaries. A config entry::
         on_data_loss: fail            # fail | skip (record the gap and go on)
         mode: append                  # append (every record) | upsert (latest state per key)
         key_columns: null             # upsert: value columns "a,b" (default: the Kafka key)
+        cdc: null                     # debezium: change events (implies mode: upsert;
+                                      # value_schema: the source table's columns)
         start_date: "2024-01-01"      # more DAG keys (also catchup, retries, retry_delay_s,
                                       # max_retry_delay_s): LoadSpec.scheduling too
         maintain: true                # DAG: `kafkastore maintain` after each validated load
@@ -42,7 +44,8 @@ DEFAULT_PARTITION_BY = ("day(timestamp)",)
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
               "max_retry_delay_s", "maintain")
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
-         "partition_by", "on_data_loss", "mode", "key_columns", *DECODE_EXTRA, *SCHEDULING}
+         "partition_by", "on_data_loss", "mode", "key_columns", "cdc", *DECODE_EXTRA,
+         *SCHEDULING}
 MODES = ("append", "upsert")
 DEAD_LETTER_SUFFIX = "_dead_letters"
 
@@ -63,6 +66,8 @@ class LoadSpec:
     #: ``upsert``: one row per key (pipelines.upsert); ``key_columns`` () = the Kafka key.
     mode: str = "append"
     key_columns: tuple[str, ...] = ()
+    #: ``debezium``: values are change events (pipelines.cdc); implies ``mode="upsert"``.
+    cdc: str | None = None
 
     def __post_init__(self):
         from .iceberg import parse_partition_field, table_identifier
@@ -78,6 +83,12 @@ class LoadSpec:
             parse_partition_field(p)
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.cdc is not None and self.mode == "append":
+            object.__setattr__(self, "mode", "upsert")
+        if self.cdc is not None:
+            from .cdc import check_spec
+
+            check_spec(self)
         if self.key_columns and self.mode != "upsert":
             raise ConfigError("key_columns only apply to mode: upsert")
 
@@ -153,7 +164,8 @@ class LoadSpec:
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
                    scheduling={k: entry[k] for k in SCHEDULING if k in entry},
                    mode=str(entry.get("mode") or "append"),
-                   key_columns=_key_columns(entry.get("key_columns")))
+                   key_columns=_key_columns(entry.get("key_columns")),
+                   cdc=entry.get("cdc") or None)
 
 
 def _key_columns(value) -> tuple[str, ...]:
