@@ -547,7 +547,8 @@ class Storage:
         if isinstance(rels, str):
             rels = [rels]
         for rel in rels:
-            self._put_times.pop(rel.strip("/"), None)
+            with self._put_times_lock:  # a put may be pruning the dict on another thread
+                self._put_times.pop(rel.strip("/"), None)
             with self._failures("delete", rel), contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self.full_path(rel))
 

@@ -8,13 +8,29 @@ import time
 import pytest
 
 from kafkastore import layout
+from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.merge import Housekeeper
+from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.roots import make_root_url
-from tests.kafkastore.test_merge import P, T, fill, snapshot
+
+T, P = "events", 0
+
+
+def fill(storage, flushes):
+    b = Broker(storage, housekeeping=False)
+    for i in range(flushes):
+        for j in range(3):
+            b.send(T, b"v%d-%d" % (i, j), key=b"k%d" % j, partition=P)
+        b.flush()
+
+
+def snapshot(storage):
+    r = PartitionReader(storage, T, P)
+    return r.read(r.log_start_offset).to_pylist()
 
 
 @pytest.mark.parametrize("backend", ["file", "memory"])
@@ -22,7 +38,7 @@ def test_a_slow_gc_does_not_stop_a_merge_from_landing(backend, tmp_path, request
     url = make_root_url(backend, tmp_path, request)
     inner = Storage(url)
     create_topic(inner, T, 1)
-    fill(inner, flushes=16, txn=False)
+    fill(inner, flushes=16)
     expected = snapshot(inner)
     fs = FaultyFS(inner.fs)
     storage = Storage(url, fs=fs)
