@@ -154,7 +154,14 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None, help="warehouse and copy output (default: cache)")
     ap.add_argument("--compression", default="zstd", help="Parquet codec for both sides")
     ap.add_argument("--skip-tail", action="store_true")
+    ap.add_argument("--mode", choices=("append", "upsert"), default="append",
+                    help="upsert: upsert loads vs an append load (see bench/load_upsert.py)")
+    ap.add_argument("--keys", type=int, default=100_000, help="--mode upsert: distinct keys")
     args = ap.parse_args(argv)
+    if args.mode == "upsert":
+        from load_upsert import upsert_main
+
+        return upsert_main(args)
     os.makedirs(args.cache_dir, exist_ok=True)
     n, parts = args.records, args.partitions
 
