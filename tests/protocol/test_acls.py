@@ -4,16 +4,21 @@ fetch, groups, offsets, topic create and delete, transactional ids and Metadata,
 a change on one broker applying on another of the same root, and Kafka's error codes."""
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException,
+                             Producer, TopicPartition)
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
-                                   AdminClient, NewTopic, ResourcePatternType, ResourceType)
+                                   AdminClient, ConfigResource, NewTopic, OffsetSpec,
+                                   ResourcePatternType, ResourceType)
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v8 import request as lo
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
@@ -45,7 +50,7 @@ def root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def broker(root):
-    with BrokerThread(Storage(root), _options()) as b:
+    with BrokerThread(Storage(root), _options(acl_max_age_s=0.5)) as b:  # changes seen sooner
         yield b
 
 
@@ -406,3 +411,77 @@ def test_a_change_on_one_broker_applies_on_another_within_seconds(root):
         assert time.monotonic() - started < 5
         # (the partition's leader may be the module's broker, with its own acl_max_age_s)
         assert wait_for(lambda: produce(a, "bob", topic) is None and produce(b, "bob", topic) is None)
+
+
+def test_admin_apis_answer_kafkas_authorization_errors(broker, root):
+    topic, group = unique("adm-topic-"), unique("adm-group-")
+    create_topic(Storage(root), topic, 1)
+    admin = AdminClient(conf(broker, "admin"))
+    bob = AdminClient(conf(broker, "bob"))
+
+    def code(future):
+        try:
+            future.result()
+            return None
+        except KafkaException as exc:
+            return exc.args[0].code()
+
+    # (raw: librdkafka looks the topic up in Metadata first, where bob does not see it)
+    w = sasl_wire(broker, "bob")
+
+    def list_offsets():
+        return int(w.call(lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(
+            lo.ListOffsetsTopic(name=topic, partitions=(
+                lo.ListOffsetsPartition(partition_index=0, timestamp=-1),)),))).topics[0].partitions[0].error_code)
+
+    assert list_offsets() == TOPIC_AUTHORIZATION_FAILED
+    tp = TopicPartition(topic, 0)
+    assert code(admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=10)[tp]) is None
+    res = ConfigResource("topic", topic)
+    assert code(bob.describe_configs([res], request_timeout=10)[res]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert code(bob.describe_consumer_groups([group], request_timeout=10)[group]) == \
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert code(bob.delete_consumer_groups([group], request_timeout=10)[group]) == \
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    request = ConsumerGroupTopicPartitions(group, [tp])
+    assert code(bob.list_consumer_group_offsets([request], request_timeout=10)[group]) == \
+        KafkaError.GROUP_AUTHORIZATION_FAILED
+    # DESCRIBE on the topic and group: the same calls get past the authorizer.
+    allow(root, R.TOPIC, topic, Operation.DESCRIBE_CONFIGS, "User:bob")
+    allow(root, R.TOPIC, topic, Operation.DESCRIBE, "User:bob")
+    allow(root, R.GROUP, group, Operation.DESCRIBE, "User:bob")
+    assert wait_for(lambda: list_offsets() == 0)
+    w.close()
+    assert wait_for(lambda: code(bob.describe_configs([res], request_timeout=10)[res]) is None)
+    assert code(bob.describe_consumer_groups([group], request_timeout=10)[group]) is None
+
+
+def test_idempotent_producer_needs_idempotent_write_or_some_topic_write(tmp_path):
+    """InitProducerId without a transactional id: IDEMPOTENT_WRITE on the cluster or WRITE on any
+    topic (KIP-679), else CLUSTER_AUTHORIZATION_FAILED, a fatal error for the producer."""
+    root = "file://" + str(tmp_path)  # its own root: no other test's ACLs
+    with BrokerThread(Storage(root), _options(acl_max_age_s=0.5)) as broker:
+        _idempotent_init(broker, root)
+
+
+def _idempotent_init(broker, root):
+    user_topic = unique("idem-")
+    w = sasl_wire(broker, "bob")
+
+    def init():
+        return int(w.call(InitProducerIdRequest(
+            transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1, producer_epoch=-1)).error_code)
+
+    allow(root, R.TOPIC, user_topic, Operation.READ, "User:bob")  # READ is not enough
+    time.sleep(1.5)  # past the broker's acl_max_age_s: it has seen the READ
+    assert init() == CLUSTER_AUTHORIZATION_FAILED
+    allow(root, R.TOPIC, user_topic, Operation.WRITE, "User:bob")
+    assert wait_for(lambda: init() == 0)
+    w.close()
+    # IDEMPOTENT_WRITE on the cluster is the other way (alice has no topic WRITE here).
+    w = sasl_wire(broker, "alice")
+    assert init() == CLUSTER_AUTHORIZATION_FAILED
+    allow(root, R.CLUSTER, "kafka-cluster", Operation.IDEMPOTENT_WRITE, "User:alice")
+    assert wait_for(lambda: init() == 0)
+    w.close()
