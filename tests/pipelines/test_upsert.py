@@ -357,3 +357,25 @@ def test_quality_gate_validates_upsert_snapshots(tmp_path):
     first = ice.history(table)[0].snapshot_id
     assert validate_snapshot(wh.url, "up", first, compacted=False, docs=False,
                              publish_tag=False).rows == 1
+
+
+def test_a_foreign_engines_position_delete_is_applied_and_folded(tmp_path):
+    """Another engine deleted a row with a position delete file (merge-on-read): the next
+    upsert reads the touched file through pyiceberg with the delete applied, and the file
+    it writes instead has no delete file planned against it (Spark reads files again)."""
+    from tests.pipelines.test_maintain import _add_position_delete
+
+    _, table = _table(tmp_path)
+    _commit(table, [{"key": k, "value": b"1", "partition": 0, "offset": i, "timestamp": i}
+                    for i, k in enumerate([b"a", b"b", b"c"])], "r1", target_rows=10)
+    table = table.refresh()
+    (task,) = list(table.scan().plan_files())
+    _add_position_delete(table, task, position=1)          # b goes
+    table = table.refresh()
+    assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"1"}
+    _commit(table, [{"key": b"c", "value": b"2", "partition": 0, "offset": 3, "timestamp": 3}],
+            "r2", target_rows=10)
+    table = table.refresh()
+    assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"2"}
+    assert not ice.plan_scan(table).delete_files
+    assert ice.committed_offsets(table) == {("t", 0): 4}   # the foreign snapshot is skipped
