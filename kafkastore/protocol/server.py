@@ -558,6 +558,8 @@ class Connection:
             await asyncio.sleep(wait)
         started = time.perf_counter()
         acc = None
+        if quotas.active and ctx.api_key == FETCH:
+            request = self._cap_fetch(ctx, request)
         if quotas.active and ctx.api_key not in _QUOTA_EXEMPT:
             acc = _RequestTime(asyncio.current_task())
             _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
@@ -569,6 +571,10 @@ class Connection:
         if quotas.active:
             throttle_s = self._quota_throttle(ctx, request, size, data, acc)
             if throttle_s > 0 and response is not None:
+                if ctx.api_key == FETCH:
+                    # Kafka answers a throttled fetch empty (its bytes were unrecorded): the
+                    # client fetches the same offsets again once the throttle time is over.
+                    response = dataclasses.replace(response, responses=())
                 response = _with_throttle(response, throttle_s)
                 data = codec.encode_response(ctx.correlation_id, response)
         if metrics is not None:
@@ -583,6 +589,20 @@ class Connection:
             if ctx.api_version < _CLIENT_THROTTLES_FROM.get(ctx.api_key, 0):
                 await asyncio.sleep(throttle_s)
         return data
+
+    def _cap_fetch(self, ctx: RequestContext, request):
+        """``request`` with its ``max_bytes`` at most what the consumer byte-rate quota allows
+        over the measured span (Kafka's ``getMaxValueInQuotaWindow``): a bigger response
+        would be throttled, answered empty and asked for again, forever."""
+        from .quotas import ANONYMOUS, CONSUMER_BYTE_RATE
+
+        match = self.server.quotas.config.lookup(CONSUMER_BYTE_RATE, self.principal or ANONYMOUS,
+                                                 ctx.client_id or "")
+        if match is None or getattr(request, "max_bytes", None) is None:
+            return request
+        opts = self.server.options
+        cap = max(int(match.bound * (opts.quota_samples - 1) * opts.quota_window_s), 1)
+        return dataclasses.replace(request, max_bytes=cap) if request.max_bytes > cap else request
 
     def _quota_throttle(self, ctx: RequestContext, request, size: int, data: bytes | None,
                         acc: "_RequestTime | None") -> float:
@@ -608,6 +628,9 @@ class Connection:
                 longest = max(longest, throttle)
                 if metrics is not None:
                     metrics.observe_throttle(key, match, user, client_id, throttle)
+        if longest > 0 and ctx.api_key == FETCH and data is not None:
+            # The response goes out empty, so its bytes were not consumed (Kafka unrecords them).
+            quotas.record(CONSUMER_BYTE_RATE, user, client_id, -len(data), now)
         return longest
 
     async def _write_responses(self, queue: asyncio.Queue) -> None:

@@ -258,15 +258,18 @@ def test_real_producer_and_consumer_are_held_near_their_quota(brokers, root):
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     client = f"real-{uuid.uuid4().hex[:6]}"
-    quota = 200_000  # bytes per second
+    quota = 500_000  # bytes per second
     w = Wire(brokers[0].bootstrap)
     assert _alter(w, {"client-id": client}, {Q.PRODUCER_BYTE_RATE: quota,
                                              Q.CONSUMER_BYTE_RATE: quota}) == (0, None)
     topic = f"rq-{uuid.uuid4().hex[:6]}"
     create_topic(Storage(root), topic, 1)
+    # One request in flight: the pipelined requests of one throttle period would otherwise
+    # add up to max.in.flight batches to the burst this short run measures.
     p = Producer({"bootstrap.servers": brokers[0].bootstrap, "client.id": client,
                   "linger.ms": 5, "batch.size": 64_000, "compression.type": "none",
-                  "queue.buffering.max.kbytes": 256})
+                  "queue.buffering.max.kbytes": 256,
+                  "max.in.flight.requests.per.connection": 1})
     payload = b"p" * 10_000
     delivered = [0]
 
@@ -317,3 +320,40 @@ def test_quota_apis_need_cluster_config_permissions_with_the_authorizer(tmp_path
         w = Wire(admin.bootstrap)
         assert _alter(w, {"user": "a"}, {Q.PRODUCER_BYTE_RATE: 10}) == (0, None)
         assert _describe(w, [])[1] == {(("user", "a"),): {Q.PRODUCER_BYTE_RATE: 10.0}}
+
+
+def test_throttled_fetch_is_answered_empty_and_capped_to_the_quota(brokers, root):
+    import datetime
+
+    from kio.schema.fetch.v12 import request as fetch_req
+
+    topic = f"qf-{uuid.uuid4().hex[:6]}"
+    create_topic(Storage(root), topic, 1)
+    w = Wire(brokers[0].bootstrap)
+    for _ in range(20):
+        assert produce(w, topic, 0, batch([b"f" * 2000]))[0] == 0
+    client = f"reader-{uuid.uuid4().hex[:6]}"
+    assert _alter(w, {"client-id": client}, {Q.CONSUMER_BYTE_RATE: 10_000}) == (0, None)
+
+    def fetch(offset):
+        r = _call(w, fetch_req.FetchRequest(
+            max_wait=datetime.timedelta(milliseconds=0), min_bytes=1, isolation_level=0,
+            max_bytes=1 << 20, topics=(fetch_req.FetchTopic(topic=topic, partitions=(
+                fetch_req.FetchPartition(partition=0, fetch_offset=offset,
+                                         partition_max_bytes=1 << 20),)),),
+            forgotten_topics_data=()), client)
+        records = r.responses[0].partitions[0].records if r.responses else None
+        return r.throttle_time.total_seconds(), records
+
+    throttle, records = fetch(0)
+    assert throttle == 0
+    # max_bytes capped to what the quota allows over the measured span (10 KB), not 1 MB
+    assert 2000 < len(records) <= 10_000 + 2100
+    throttle, records = fetch(0)
+    assert throttle > 0 and records is None        # throttled: answered without data
+    for _ in range(10):   # served again once the rate is back under the quota (no livelock)
+        time.sleep(throttle)
+        throttle, records = fetch(0)
+        if records:
+            break
+    assert records and throttle == 0
