@@ -2,13 +2,19 @@
 keeps ids unique across brokers."""
 from __future__ import annotations
 
+import json
+import uuid
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kafkastore.broker import Broker
 from kafkastore.errors import RequirementFailedError
 from kafkastore.reader import PartitionReader
 from kafkastore.schema_registry.state import (RegistryState, SchemaVersion, config_key, config_value,
                                               schema_key, schema_value)
+from kafkastore.schema_registry.service import SchemaRegistryService
 from kafkastore.schema_registry.store import SCHEMAS_TOPIC, SchemaStore
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
@@ -54,8 +60,8 @@ def test_a_commit_expecting_an_old_high_watermark_writes_nothing(local_root):
     assert PartitionReader(storage, "t", 0).high_watermark == 1
 
 
-def test_a_write_plans_again_on_what_another_broker_appended(local_root):
-    storage = Storage(local_root)
+def test_a_write_plans_again_on_what_another_broker_appended(root_url):
+    storage = Storage(root_url)
     one, two = SchemaStore(storage), SchemaStore(storage)
     bases = []
 
@@ -82,3 +88,35 @@ def test_a_write_plans_again_on_what_another_broker_appended(local_root):
     assert two.write(racing) == 4 and landed == [3]
     assert sorted(v.id for s in two.refresh(force=True).subjects.values() for v in s.values()) == [1, 2, 3, 4]
     assert PartitionReader(storage, SCHEMAS_TOPIC, 0).high_watermark == 4
+
+
+SCHEMAS = [json.dumps({"type": "record", "name": "R", "fields": [{"name": f, "type": "int", "default": 0}]})
+           for f in ("a", "b", "c")]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.integers(0, 1), st.sampled_from(["s1", "s2"]), st.integers(0, 2)),
+                    min_size=1, max_size=12))
+def test_two_brokers_agree_on_ids_whatever_the_order(ops):
+    """Registrations spread over two registries of one root, in any order: one id per distinct
+    schema, registering again returns it, and both registries end with the same state."""
+    url = f"memory://registry-{uuid.uuid4().hex}"
+    services = [SchemaRegistryService(SchemaStore(Storage(url), refresh_interval_s=3600))
+                for _ in range(2)]
+    ids: dict[int, int] = {}
+    try:
+        for who, subject, k in ops:
+            got = services[who].register(subject, {"schema": SCHEMAS[k]})["id"]
+            assert ids.setdefault(k, got) == got
+        assert sorted(ids.values()) == list(range(1, len(ids) + 1))
+        views = [svc.store.refresh(force=True) for svc in services]
+        assert views[0].subjects == views[1].subjects and views[0].by_id == views[1].by_id
+    finally:
+        import fsspec
+
+        for _ in range(3):   # a background merge may still be adding to the root
+            try:
+                fsspec.filesystem("memory").rm(url.split("://", 1)[1], recursive=True)
+                break
+            except FileNotFoundError:
+                continue
