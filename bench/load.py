@@ -154,6 +154,9 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default=None, help="warehouse and copy output (default: cache)")
     ap.add_argument("--compression", default="zstd", help="Parquet codec for both sides")
     ap.add_argument("--skip-tail", action="store_true")
+    ap.add_argument("--value-format", choices=("raw", "avro"), default="raw",
+                    help="avro: Avro values framed for the built-in schema registry, loaded "
+                         "decoded to columns vs raw (see bench/load_avro.py)")
     ap.add_argument("--mode", choices=("append", "upsert"), default="append",
                     help="upsert: upsert loads vs an append load (see bench/load_upsert.py)")
     ap.add_argument("--keys", type=int, default=100_000, help="--mode upsert: distinct keys")
@@ -162,6 +165,10 @@ def main(argv=None) -> int:
         from load_upsert import upsert_main
 
         return upsert_main(args)
+    if args.value_format == "avro":
+        from load_avro import avro_main
+
+        return avro_main(args)
     os.makedirs(args.cache_dir, exist_ok=True)
     n, parts = args.records, args.partitions
 

@@ -127,9 +127,10 @@ class _Column:
                 for r, e in zip(g.rows, g.errors):
                     failed[r] = e or reason
                 continue
-            for r, e in zip(g.rows, g.errors):
-                if e:
-                    failed[r] = e
+            if any(g.errors):
+                for r, e in zip(g.rows, g.errors):
+                    if e:
+                        failed[r] = e
             kept.append(g)
         return kept, failed
 
@@ -145,15 +146,17 @@ class _Column:
                 parts.append(pa.nulls(len(g.rows), target))
             else:
                 parts.append(g.array.cast(target) if g.array.type != target else g.array)
-            order.extend(g.rows)
-        placed = set(order)
-        rest = [r for r in range(n) if r not in placed]
-        if rest:
+            order.extend(g.rows)   # noqa: PERF401
+        order = np.asarray(order, dtype=np.int64)
+        rest = np.setdiff1d(np.arange(n, dtype=np.int64), order, assume_unique=True)
+        if len(rest):
             parts.append(pa.nulls(len(rest), target))
-            order.extend(rest)
+            order = np.concatenate([order, rest])
         arr = pa.concat_arrays(parts) if parts else pa.nulls(0, target)
+        if len(order) == n and (order == np.arange(n)).all():
+            return arr
         inverse = np.empty(n, dtype=np.int64)
-        inverse[np.asarray(order, dtype=np.int64)] = np.arange(n, dtype=np.int64)
+        inverse[order] = np.arange(n, dtype=np.int64)
         return arr.take(pa.array(inverse))
 
 
@@ -183,7 +186,7 @@ def registry_writer(plan: RegistryPlan, write):
         def out() -> Iterator[Any]:
             for batch, vg, vf in pending:
                 n = batch.num_rows
-                errors = [vf.get(i) for i in range(n)]
+                errors = [vf.get(i) for i in range(n)] if vf else None
                 varr = value.assemble(n, vg, vf)
                 cols, names = [], []
                 for name in batch.schema.names:
@@ -201,7 +204,8 @@ def registry_writer(plan: RegistryPlan, write):
                 else:
                     cols.append(varr)
                     names.append("value")
-                cols += [batch.column("value"), pa.array(errors, pa.string())]
+                cols += [batch.column("value"), pa.array(errors, pa.string()) if errors
+                         else pa.nulls(n, pa.string())]
                 names += [_RAW_VALUE, "__error"]
                 yield pa.RecordBatch.from_arrays(cols, names=names)
 

@@ -62,13 +62,21 @@ def split_frame(value: bytes, fmt: str) -> tuple[int, tuple[int, ...], int]:
 
 
 class GroupDecoder:
-    """Decodes the bodies of one writer schema (and, for Protobuf, one message)."""
+    """Decodes the bodies of one writer schema (and, for Protobuf, one message).
+    ``mapped``: how decoded values become Arrow (``read_type``, cast to ``arrow``)."""
 
     mapped: Mapped
+    final: Any = None   # the table-facing type when it differs from mapped.arrow
 
     @property
     def arrow(self):
-        return self.mapped.arrow
+        return self.final if self.final is not None else self.mapped.arrow
+
+    def _array(self, records):
+        import pyarrow as pa
+
+        arr = pa.array(records, type=self.mapped.arrow)
+        return arr if self.final is None else arr.cast(self.final)
 
     def decode_one(self, value: bytes, start: int):
         raise NotImplementedError
@@ -89,14 +97,19 @@ class GroupDecoder:
                 records.append(None)
                 errors.append(f"{self.label} decode failed: {type(exc).__name__}: "
                               f"{exc or 'value ends early'}")
+        return self._arrays(records, errors)
+
+    def _arrays(self, records, errors):
+        import pyarrow as pa
+
         try:
-            return pa.array(records, type=self.arrow), errors
+            return self._array(records), errors
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             # One value spoils the conversion of the group: find it value by value.
             parts = []
             for i, rec in enumerate(records):
                 try:
-                    parts.append(pa.array([rec], type=self.arrow))
+                    parts.append(self._array([rec]))
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                     errors[i] = f"{self.label} value does not fit {self.arrow}: {exc}"
                     parts.append(pa.nulls(1, self.arrow))
@@ -118,12 +131,77 @@ class AvroGroupDecoder(GroupDecoder):
             raw_refs.append(raw)
             fastavro.parse_schema(raw, named_schemas=named)
         schema = json.loads(ws.text)
-        self.parsed = fastavro.parse_schema(schema, named_schemas=named)
         from .type_mapping import avro_named_types
 
-        self.mapped = avro_mapping(schema, avro_named_types(raw_refs))
+        refs = avro_named_types(raw_refs)
+        self.final = avro_mapping(schema, refs).arrow
+        # Dates, times and timestamps are read as the integers Avro stores and cast by
+        # Arrow: no Python datetime per value.
+        self.mapped = avro_mapping(schema, refs, raw_time=True)
+        raw_named: dict = {}
+        for raw in raw_refs:
+            fastavro.parse_schema(_raw_time(raw), named_schemas=raw_named)
+        self.parsed = fastavro.parse_schema(_raw_time(schema), named_schemas=raw_named)
         self.is_record = isinstance(schema, dict) and schema.get("type") == "record"
         self._reader = fastavro.schemaless_reader
+        from . import avro_columns
+
+        self._names: dict = {}
+        for raw in raw_refs:
+            avro_columns.supported(raw, self._names)
+        self._schema = schema
+        self.columnar = avro_columns.supported(schema, self._names)
+
+    def decode_array(self, values, starts: list[int]):
+        """Like :meth:`decode_many` for an Arrow binary array: read column by column
+        (:mod:`pipelines.avro_columns`) when the schema allows and every value is
+        clean, else value by value."""
+        import numpy as np
+        import pyarrow as pa
+
+        if self.columnar and len(values):
+            from . import avro_columns
+
+            offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+                values.offset:values.offset + len(values) + 1].astype(np.int64)
+            data = values.buffers()[2].to_pybytes()
+            arr = avro_columns.decode(self._schema, self._names, self.mapped.arrow, data,
+                                      offsets[:-1] + np.asarray(starts, dtype=np.int64),
+                                      offsets[1:])
+            if arr is not None:
+                if self.final is not None and arr.type != self.final:
+                    arr = arr.cast(self.final)
+                return arr, [None] * len(values)
+        return self.decode_many(values.to_pylist(), starts)
+
+    def decode_many(self, values: list[bytes], starts: list[int]):
+        """All bodies of the group read from one buffer, each checked to end where its
+        value ends; any failure falls back to value-by-value decoding for the reasons."""
+        reader, parsed = self._reader, self.parsed
+        data = b"".join(values)
+        bio = io.BytesIO(data)
+        records = []
+        pos = 0
+        try:
+            for v, s in zip(values, starts):
+                bio.seek(pos + s)
+                rec = reader(bio, parsed, None, return_record_name=True,
+                             return_record_name_override=True)
+                pos += len(v)
+                if bio.tell() != pos:
+                    raise ValueError("misaligned")
+                records.append(rec)
+        except Exception:   # a bad value somewhere: redo the group carefully
+            return super().decode_many(values, starts)
+        if not self.is_record:
+            records = [{"value": r} for r in records]
+        conv = self.mapped.convert
+        if conv is not None:
+            try:
+                records = [conv(r) for r in records]
+            except Exception:   # noqa: BLE001 - the careful path names the value
+                return super().decode_many(values, starts)
+        return self._arrays(records, [None] * len(records))
 
     def decode_one(self, value: bytes, start: int):
         bio = io.BytesIO(value)
@@ -134,6 +212,26 @@ class AvroGroupDecoder(GroupDecoder):
         if left:
             raise ValueError(f"{left} byte(s) left after the Avro datum")
         return rec if self.is_record else {"value": rec}
+
+
+def _raw_time(t):
+    """An Avro schema (JSON) without the date/time/timestamp logical types, so fastavro
+    returns their stored integers."""
+    from .type_mapping import RAW_TIME_LOGICAL
+
+    if isinstance(t, list):
+        return [_raw_time(x) for x in t]
+    if not isinstance(t, dict):
+        return t
+    t = dict(t)
+    if t.get("logicalType") in RAW_TIME_LOGICAL:
+        del t["logicalType"]
+    if "fields" in t:
+        t["fields"] = [dict(f, type=_raw_time(f["type"])) for f in t["fields"]]
+    for key in ("items", "values", "type"):
+        if isinstance(t.get(key), (dict, list)):
+            t[key] = _raw_time(t[key])
+    return t
 
 
 def protobuf_file(ws):
@@ -281,6 +379,45 @@ class Group:
     errors: list
 
 
+def _headers(values, failed: dict[int, str]):
+    """Avro and JSON headers of a whole binary array at once (numpy over its
+    buffers): ``({(id, ()): (rows, values, starts)}, tombstone rows)``; values
+    without a header go to ``failed``."""
+    import numpy as np
+    import pyarrow as pa
+
+    values = values.cast(pa.binary()) if values.type != pa.binary() else values
+    n = len(values)
+    if n == 0:
+        return {}, []
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[values.offset:values.offset + n + 1]
+    data_buf = values.buffers()[2]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    valid = values.is_valid().to_numpy(zero_copy_only=False)
+    starts = offsets[:-1].astype(np.int64)
+    lengths = np.diff(offsets).astype(np.int64)
+    framed = valid & (lengths >= 5)
+    safe = np.where(framed, starts, 0)
+    if len(data):
+        framed &= data[np.minimum(safe, len(data) - 1)] == 0
+    ids = np.zeros(n, dtype=np.int64)
+    for k in range(1, 5):
+        ids = (ids << 8) | np.where(framed, data[np.minimum(safe + k, max(len(data) - 1, 0))]
+                                    if len(data) else 0, 0)
+    for r in np.nonzero(valid & ~framed)[0].tolist():
+        failed[r] = "no schema registry header (magic byte 0 + 4-byte schema id)"
+    tombstones = np.nonzero(~valid)[0].tolist()
+    by_key: dict = {}
+    framed_rows = np.nonzero(framed)[0]
+    if len(framed_rows):
+        fids = ids[framed_rows]
+        for sid in np.unique(fids).tolist():
+            rows = framed_rows[fids == sid]
+            vals = values.take(pa.array(rows))
+            by_key[(int(sid), ())] = (rows.tolist(), vals, [5] * len(vals))
+    return by_key, tombstones
+
+
 def decode_groups(values, cache: DecoderCache) -> tuple[list[Group], dict[int, str]]:
     """Decode an Arrow binary array of framed values. Returns the decoded groups
     (tombstones as a group with ``schema_id`` None and a null array) and
@@ -291,7 +428,9 @@ def decode_groups(values, cache: DecoderCache) -> tuple[list[Group], dict[int, s
     by_key: dict[tuple, tuple[list, list, list]] = {}
     failed: dict[int, str] = {}
     tombstones: list[int] = []
-    for i, v in enumerate(values.to_pylist()):
+    if fmt != "protobuf":
+        by_key, tombstones = _headers(values, failed)
+    for i, v in enumerate(values.to_pylist() if fmt == "protobuf" else ()):
         if v is None:
             tombstones.append(i)
             continue
@@ -311,7 +450,12 @@ def decode_groups(values, cache: DecoderCache) -> tuple[list[Group], dict[int, s
             for r in rows:
                 failed[r] = dec
             continue
-        arr, errors = dec.decode_many(vals, starts)
+        if isinstance(vals, list):
+            arr, errors = dec.decode_many(vals, starts)
+        elif hasattr(dec, "decode_array"):
+            arr, errors = dec.decode_array(vals, starts)
+        else:
+            arr, errors = dec.decode_many(vals.to_pylist(), starts)
         groups.append(Group(sid, idx, rows, arr, errors))
     if tombstones:
         groups.append(Group(None, (), tombstones, pa.nulls(len(tombstones), pa.struct([])),

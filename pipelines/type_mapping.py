@@ -103,11 +103,22 @@ _AVRO_PRIMITIVE = {"boolean": "bool_", "int": "int32", "long": "int64", "float":
                    "double": "float64", "bytes": "binary", "string": "string"}
 
 
-def avro_mapping(schema: Any, named: Mapping[str, Any] | None = None) -> Mapped:
+_RAW_TIME = "\x00raw-time"   # a key no Avro name can be: the mapping of raw_time=True
+RAW_TIME_LOGICAL = ("timestamp-millis", "timestamp-micros", "local-timestamp-millis",
+                    "local-timestamp-micros", "date", "time-millis", "time-micros")
+
+
+def avro_mapping(schema: Any, named: Mapping[str, Any] | None = None,
+                 raw_time: bool = False) -> Mapped:
     """The mapping of an Avro schema (parsed JSON). A record gives a struct of its
     fields; any other type a struct with one field ``value``. ``named``: named types
-    from referenced schemas (full name -> schema JSON)."""
+    from referenced schemas (full name -> schema JSON). ``raw_time``: the types that
+    hold dates, times and timestamps as the integers Avro stores (``timestamp[ms]``
+    for timestamp-millis...), for a decoder reading them without their logical type;
+    an Arrow cast to the plain mapping's type then gives the table's units."""
     names: dict[str, Any] = dict(named or {})
+    if raw_time:
+        names[_RAW_TIME] = True
     m = _avro(schema, names, (), None)
     if isinstance(schema, dict) and schema.get("type") == "record":
         return m
@@ -160,14 +171,17 @@ def _avro(t: Any, names: dict, stack: tuple, ns: str | None) -> Mapped:
         if kind == "fixed":
             names[_avro_name(t, ns)] = t
         return Mapped(pa.decimal128(precision, scale))
+    raw = names.get(_RAW_TIME, False)
     if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
-        return Mapped(_ts())
+        return Mapped(pa.timestamp("ms", tz="UTC") if raw and logical == "timestamp-millis"
+                      else _ts())
     if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
-        return Mapped(pa.timestamp("us"))
+        return Mapped(pa.timestamp("ms") if raw and logical == "local-timestamp-millis"
+                      else pa.timestamp("us"))
     if logical == "date" and kind == "int":
         return Mapped(pa.date32())
     if logical == "time-millis" and kind == "int" or logical == "time-micros" and kind == "long":
-        return Mapped(pa.time64("us"))
+        return Mapped(pa.time32("ms") if raw and logical == "time-millis" else pa.time64("us"))
     if logical == "uuid" and kind == "string":
         return Mapped(pa.string(), lambda v: None if v is None else str(v))
     if kind == "record":
@@ -246,6 +260,8 @@ def _avro_test(b: Any, names: dict, ns: str | None) -> Callable[[Any], bool]:
     logical = None if isinstance(b, str) else b.get("logicalType")
     if logical == "decimal":
         return lambda v: isinstance(v, decimal.Decimal)
+    if logical in RAW_TIME_LOGICAL and names.get(_RAW_TIME):
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
     if logical and "timestamp" in logical:
         return lambda v: isinstance(v, dt.datetime)
     if logical == "date":

@@ -348,3 +348,57 @@ message Order {
         "id": pa.int64(),
         "tags": pa.map_(pa.field("key", pa.string(), False), pa.field("value", pa.int32())),
         "at": pa.timestamp("us", tz="UTC"), "lines": pa.list_(pa.field("element", line))}
+
+
+COLUMNAR = {"type": "record", "name": "C", "namespace": "t", "fields": [
+    {"name": "b", "type": "boolean"}, {"name": "i", "type": "int"}, {"name": "l", "type": "long"},
+    {"name": "f", "type": "float"}, {"name": "d", "type": "double"},
+    {"name": "by", "type": "bytes"}, {"name": "s", "type": "string"},
+    {"name": "fx", "type": {"type": "fixed", "name": "F2", "size": 2}},
+    {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}},
+    {"name": "opt", "type": ["null", "string"]}, {"name": "nothing", "type": "null"},
+    {"name": "u", "type": ["null", "long", "string", "E"]},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "lts", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "tm", "type": {"type": "int", "logicalType": "time-millis"}},
+    {"name": "in", "type": ["null", {"type": "record", "name": "In", "fields": [
+        {"name": "x", "type": ["null", "int"]}, {"name": "e2", "type": "E"}]}]},
+]}
+
+
+def _random_record(rnd):
+    def maybe(v):
+        return None if rnd.random() < 0.3 else v
+    return {
+        "b": rnd.random() < 0.5, "i": rnd.randint(-2**31, 2**31 - 1),
+        "l": rnd.randint(-2**63, 2**63 - 1), "f": rnd.choice([0.5, -1.25, 3e10]),
+        "d": rnd.uniform(-1e300, 1e300), "by": rnd.randbytes(rnd.randint(0, 9)),
+        "s": "".join(rnd.choice("aé€😀 ") for _ in range(rnd.randint(0, 6))),
+        "fx": rnd.randbytes(2), "e": rnd.choice("ABC"), "opt": maybe("o" * rnd.randint(0, 3)),
+        "nothing": None, "u": rnd.choice([None, rnd.randint(-5, 5), "str", "B"]),
+        "ts": dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(milliseconds=rnd.randint(0, 10**9)),
+        "lts": dt.datetime(2000, 1, 1) + dt.timedelta(microseconds=rnd.randint(0, 10**12)),
+        "day": dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randint(-1000, 30000)),
+        "tm": dt.time(rnd.randint(0, 23), rnd.randint(0, 59), 1, 1000 * rnd.randint(0, 999)),
+        "in": maybe({"x": maybe(rnd.randint(-9, 9)), "e2": rnd.choice("ABC")})}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_avro_columnar_decoding_equals_value_by_value(seed):
+    import random
+
+    rnd = random.Random(seed)
+    dec = AvroGroupDecoder(WriterSchema(1, "AVRO", json.dumps(COLUMNAR)))
+    assert dec.columnar
+    bodies = [_avro_body(COLUMNAR, _random_record(rnd)) for _ in range(200)]
+    if seed >= 3:   # a bad value: the whole group falls back, the bad one is a dead letter
+        bad = rnd.randrange(len(bodies))
+        bodies[bad] = bodies[bad][:-1] if seed == 3 else bodies[bad] + b"\x00"
+    framed = pa.array([b"\x00\x00\x00\x00\x01" + b for b in bodies], pa.binary())
+    columns, col_errors = dec.decode_array(framed, [5] * len(bodies))
+    one_by_one, errors = dec.decode_many(framed.to_pylist(), [5] * len(bodies))
+    assert columns.type == one_by_one.type == dec.arrow
+    assert columns.to_pylist() == one_by_one.to_pylist()
+    assert col_errors == errors
+    assert (sum(e is not None for e in errors) == 1) == (seed >= 3)
