@@ -189,6 +189,12 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self):  # noqa: N802
         self._handle("DELETE")
 
+    def _not_allowed(self):
+        self.close_connection = True   # any body is left unread
+        self._error(405, 405, "HTTP 405 Method Not Allowed")
+
+    do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
     # -- plumbing ------------------------------------------------------------------------------
     def _send(self, status: int, payload, raw: bool = False) -> None:
         # raw: a schema's own text (GET .../schema), sent as is, as Confluent does.

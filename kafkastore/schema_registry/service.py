@@ -264,7 +264,13 @@ class SchemaRegistryService:
                 schema_id = state.max_id + 1
             existing = state.versions(subject, deleted=True)
             version = existing[-1].version + 1 if existing else 1
-            if mode == "IMPORT" and isinstance(want_version, int) and want_version >= 1:
+            if mode == "IMPORT" and isinstance(want_version, int) and not isinstance(want_version, bool):
+                if not 1 <= want_version <= MAX_VERSION:
+                    raise _err(422, 42202, f"The specified version '{want_version}' is not a valid "
+                                           f"version id.")
+                if any(v.version == want_version for v in existing):
+                    raise _err(422, 42205, f"Version {want_version} of subject {subject} already "
+                                           f"exists: an import does not overwrite it")
                 version = want_version
             sv = SchemaVersion(subject, version, schema_id, parsed.schema_type, parsed.canonical,
                                refs, False)

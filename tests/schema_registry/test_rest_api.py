@@ -94,6 +94,7 @@ def test_register_read_and_list(sr):
     ("GET", "/config/nope", None, 404, 40408),
     ("GET", "/mode/nope", None, 404, 40409),
     ("GET", "/no/such/path", None, 404, 404),
+    ("PATCH", "/subjects", {}, 405, 405),
     ("POST", "/compatibility/subjects/nope/versions/1", {"schema": '"int"'}, 404, 40401),
 ])
 def test_errors_have_confluent_codes(sr, method, path, body, status, code):
@@ -239,6 +240,9 @@ def test_import_mode_keeps_given_ids_and_versions(sr):
     s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
                      {"schema": rec("I", ("y", "int", {})), "id": 5000, "version": 4})
     assert (s, got["error_code"]) == (422, 42205)
+    s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
+                     {"schema": rec("I", ("y", "int", {})), "id": 5100, "version": 3})
+    assert (s, got["error_code"]) == (422, 42205)      # version 3 is taken
     call(sr, "DELETE", "/mode/imp-value")
     s, got, _ = call(sr, "POST", "/subjects/imp-value/versions",
                      {"schema": rec("I", ("x", "int", {}), ("z", "int", {"default": 1})), "id": 6000})
