@@ -148,3 +148,27 @@ def test_metrics_over_tls(tmp_path):
         assert "kafkastore_connections" in names
         with pytest.raises(Exception):   # plain HTTP is not served
             urllib.request.urlopen(f"http://127.0.0.1:{b.server.metrics_port}/metrics", timeout=5)
+
+
+def test_serve_command_serves_metrics_and_quotas_cli_applies(tmp_path):
+    """`kafkastore serve --metrics-listen` as in production, and a quota set with the CLI
+    while it runs reaches it (DescribeClientQuotas through the broker shows it)."""
+    from kafkastore.cli import main as cli
+    from tests.helpers.quota_requests import describe_quotas
+    from tests.helpers.serve_procs import start_serve, stop_serve
+
+    root = f"file://{tmp_path}/root"
+    proc = start_serve(root, extra=["--metrics-listen", "127.0.0.1:0"])
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("kafkastore: metrics on 127.0.0.1:"), line
+        port = int(line.rsplit(":", 1)[1])
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert "kafkastore_connections" in {f.name for f in
+                                            text_string_to_metric_families(text.decode())}
+        assert cli(["--root", root, "quotas", "set", "--client-id", "cli",
+                    "--producer-byte-rate", "1000"]) == 0
+        found = describe_quotas(Wire(proc.bootstrap), [("client-id", 0, "cli")])
+        assert found == (0, {(("client-id", "cli"),): {"producer_byte_rate": 1000.0}})
+    finally:
+        stop_serve(proc)
