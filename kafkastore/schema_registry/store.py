@@ -15,10 +15,12 @@ forced, and the HTTP layer forces one when a lookup misses.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import Callable
 
+from ..commit import Backoff
 from ..errors import RequirementFailedError, SchemaRegistryError, StorageError, TopicExistsError
 from ..storage import Storage
 from .state import RegistryState
@@ -30,6 +32,7 @@ SCHEMAS_TOPIC = "_schemas"
 SCHEMAS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 #: Conditional appends retried this many times against other brokers' writes.
 MAX_WRITE_ATTEMPTS = 20
+_BACKOFF = Backoff(initial_s=0.005, max_s=0.2)
 
 #: ``plan(state) -> (records, result)``: records to append (key, value) and what the write
 #: returns; no records means nothing to write.
@@ -40,8 +43,11 @@ class SchemaStore:
     """The registry's state over ``storage``'s ``_schemas`` topic."""
 
     def __init__(self, storage: Storage, *, broker_id: int = 0, clock=None,
-                 monotonic: Callable[[], float] = time.monotonic, refresh_interval_s: float = 0.5):
+                 monotonic: Callable[[], float] = time.monotonic, refresh_interval_s: float = 0.5,
+                 sleep: Callable[[float], object] = time.sleep, rng: random.Random | None = None):
         self.storage = storage
+        self.sleep = sleep
+        self._rng = rng or random.Random()
         self.broker_id = broker_id
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.monotonic = monotonic
@@ -104,7 +110,11 @@ class SchemaStore:
 
         with self._lock:
             self._topic_exists(create=True)
-            for _ in range(MAX_WRITE_ATTEMPTS):
+            for attempt in range(MAX_WRITE_ATTEMPTS):
+                if attempt:
+                    # Brokers that lost a race do not all come back at once (the commit
+                    # engine's full-jitter back-off).
+                    self.sleep(_BACKOFF.delay(attempt, self._rng))
                 state = self.refresh(force=True)
                 records, result = plan(state)
                 if not records:
