@@ -84,6 +84,24 @@ class _Column:
         self.accepted: set[str] = set()
         self.verdicts: dict[str, str | None] = {}
         self.incompatible: dict[str, str] = {}
+        self.types: dict[str, tuple] = {}
+
+    def settle(self) -> set[str]:
+        """The task's union type over its accepted writer schemas, oldest id first; a
+        schema contradicting an older one (both new to the table) is refused. Returns
+        the keys refused here (their rows become dead letters)."""
+        late = set()
+        for key in sorted(self.types, key=lambda k: (self.types[k][0], self.types[k][1])):
+            sid, _, arrow = self.types[key]
+            try:
+                self.union = merge_types(self.union, arrow, "")
+            except IncompatibleChange as exc:
+                reason = (f"schema id {sid} contradicts an older schema loaded in the same "
+                          f"run: {exc}")
+                self.accepted.discard(key)
+                self.incompatible[key] = self.verdicts[key] = reason
+                late.add(key)
+        return late
 
     def verdict(self, sid: int, idx: tuple, arrow) -> str | None:
         """None if rows of this writer schema are accepted, else the reason."""
@@ -100,11 +118,11 @@ class _Column:
                         f"field(s) {bad} clash with the table's Kafka columns (load with "
                         f"flatten=false to keep the value as a struct)")
                 merge_types(self.table_type, arrow, "" if self.name == "value" else "key")
-                self.union = merge_types(self.union, arrow, "")
             except IncompatibleChange as exc:
                 reason = f"schema id {sid} is incompatible with table: {exc}"
         if reason is None:
             self.accepted.add(key)
+            self.types[key] = (sid, idx, arrow)
         else:
             self.incompatible[key] = reason
         self.verdicts[key] = reason
@@ -182,6 +200,19 @@ def registry_writer(plan: RegistryPlan, write):
                 continue
             vg, vf = value.decode(batch.column("value"))
             pending.append((batch, vg, vf))
+        late = value.settle()
+        if late:
+            for _, vg, vf in pending:
+                keep = []
+                for g in vg:
+                    key = None if g.schema_id is None else group_key("value", g.schema_id,
+                                                                    g.indexes)
+                    if key not in late:
+                        keep.append(g)
+                        continue
+                    for r, e in zip(g.rows, g.errors):
+                        vf[r] = e or value.incompatible[key]
+                vg[:] = keep
 
         def out() -> Iterator[Any]:
             for batch, vg, vf in pending:

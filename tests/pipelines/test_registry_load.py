@@ -288,3 +288,24 @@ def test_json_schema_serializer_two_versions(spark, tmp_path, registry):
     got = sorted(ice.read_arrow(wh.table("orders")).select(["id", "item", "tags"]).to_pylist(),
                  key=lambda r: r["id"])
     assert got == [{"id": 1, "item": "x", "tags": None}, {"id": 2, "item": "y", "tags": ["t"]}]
+
+
+def test_contradicting_new_schemas_in_one_run_the_older_id_wins(spark, tmp_path, registry):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    SchemaRegistryClient({"url": registry.url}).set_compatibility("orders-value", "NONE")
+    older = avro_values(registry.url, "orders", V1, [{"id": 1, "item": "a"}, {"id": 3, "item": "c"}])
+    changed = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "int"}, {"name": "item", "type": "long"}]}
+    newer = avro_values(registry.url, "orders", changed, [{"id": 0, "item": 7}, {"id": 2, "item": 8}])
+    root = f"file://{tmp_path}/root"
+    # The newer schema's records come first in the log (partition 0), the older's in partition 1.
+    write(make_topic(root, "orders", partitions=2), "orders",
+          [newer[0], older[0], newer[1], older[1]], 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    assert (s.rows, s.dead_letters) == (2, 2)
+    assert sorted(ice.read_arrow(wh.table("orders")).column("item").to_pylist()) == ["a", "c"]
+    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    assert all("contradicts an older schema" in d["error"] and "item" in d["error"] for d in dead)
+    assert sorted(d["partition"] for d in dead) == [0, 0]
