@@ -417,7 +417,9 @@ async def handle_describe_groups(ctx: RequestContext, request):
                                            group_instance_id=m.group_instance_id, client_id=m.client_id,
                                            client_host=m.client_host, member_metadata=m.metadata,
                                            member_assignment=m.assignment) for m in d.members),
-                        authorized_operations=-2147483648))
+                        authorized_operations=authz.authorized_operations(ctx, ResourceType.GROUP, group)
+                        if getattr(request, "include_authorized_operations", False) and not err
+                        else -2147483648))
     return make(ctx.response_class, groups=tuple(out))
 
 

@@ -5,6 +5,7 @@ import dataclasses
 import logging
 
 from ..acls import Operation, ResourceType
+from .authorizer import authorized_operations
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 
@@ -68,6 +69,9 @@ async def handle_metadata(ctx: RequestContext, request):
         topics += [make(mod, "MetadataResponseTopic", error_code=E.TOPIC_AUTHORIZATION_FAILED, name=n,
                         topic_id=None, is_internal=is_internal_topic(n), partitions=(),
                         topic_authorized_operations=_NO_AUTH_OPS) for n in denied]
+    if getattr(request, "include_topic_authorized_operations", False):
+        topics = [dataclasses.replace(t, topic_authorized_operations=authorized_operations(
+            ctx, ResourceType.TOPIC, t.name)) if t.error_code == E.NONE else t for t in topics]
     return make(ctx.response_class,
                 brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
                               for n, h, p in brokers),

@@ -268,3 +268,22 @@ def txn_partitions_errors(ctx, transactional_id: str, partitions) -> dict:
         return {}
     return {tp: E.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else E.OPERATION_NOT_ATTEMPTED
             for tp in partitions}
+
+
+#: The operations each resource type supports (Kafka's AclEntry.supportedOperations).
+SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: (Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE,
+                         Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS,
+                         Operation.ALTER_CONFIGS),
+    ResourceType.GROUP: (Operation.READ, Operation.DESCRIBE, Operation.DELETE),
+}
+
+
+def authorized_operations(ctx, resource_type: ResourceType, name: str) -> int:
+    """Kafka's authorized-operations bit field (bit ``op`` set when allowed) of a topic or group,
+    as Metadata and DescribeGroups answer when asked (every supported one without an authorizer)."""
+    out = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if ctx.authorize(op, resource_type, name):
+            out |= 1 << int(op)
+    return out

@@ -485,3 +485,28 @@ def _idempotent_init(broker, root):
     allow(root, R.CLUSTER, "kafka-cluster", Operation.IDEMPOTENT_WRITE, "User:alice")
     assert wait_for(lambda: init() == 0)
     w.close()
+
+
+def test_authorized_operations_of_topics_and_groups(broker, root):
+    from confluent_kafka import TopicCollection
+
+    topic, group = unique("ops-topic-"), unique("ops-group-")
+    create_topic(Storage(root), topic, 1)
+    allow(root, R.TOPIC, topic, Operation.READ, "User:bob")
+    allow(root, R.TOPIC, topic, Operation.ALTER_CONFIGS, "User:bob")
+    allow(root, R.GROUP, group, Operation.DELETE, "User:bob")
+    bob = AdminClient(conf(broker, "bob"))
+
+    def topic_ops():
+        try:
+            d = bob.describe_topics(TopicCollection([topic]), request_timeout=10,
+                                    include_authorized_operations=True)[topic].result()
+        except KafkaException:
+            return None
+        return sorted(op.name for op in d.authorized_operations)
+
+    # READ and ALTER_CONFIGS imply DESCRIBE and DESCRIBE_CONFIGS.
+    assert wait_for(lambda: topic_ops() == ["ALTER_CONFIGS", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"])
+    d = bob.describe_consumer_groups([group], request_timeout=10,
+                                     include_authorized_operations=True)[group].result()
+    assert sorted(op.name for op in d.authorized_operations) == ["DELETE", "DESCRIBE"]
