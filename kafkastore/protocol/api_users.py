@@ -59,7 +59,7 @@ async def handle_describe(ctx: RequestContext, request):
             err, msg, infos = (E.DUPLICATE_RESOURCE, "cannot describe SCRAM credentials for the same "
                                "user twice in a single request", ())
         elif name not in known:
-            err, msg, infos = E.RESOURCE_NOT_FOUND, f"attempt to describe a user credential that does not exist", ()
+            err, msg, infos = E.RESOURCE_NOT_FOUND, "attempt to describe a user credential that does not exist", ()
         else:
             err, msg = E.NONE, None
             infos = tuple(make(mod, "CredentialInfo", mechanism=MECHANISMS[m][1], iterations=it)
