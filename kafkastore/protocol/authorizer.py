@@ -23,6 +23,7 @@ made through this broker applies to it at once, on the others within
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Callable, Iterable
 
@@ -163,6 +164,7 @@ class Authorizer:
         self._version = -1
         self._loaded_at: float | None = None
         self._refreshing = False
+        self._lock = threading.Lock()  # use(): a background load and a change made here may race
 
     @property
     def index(self) -> AclIndex:
@@ -184,12 +186,13 @@ class Authorizer:
 
     def use(self, version: int, doc: dict, at: float | None = None) -> None:
         """Use ``doc`` (version ``version``) from now on, unless a newer version is in use."""
-        if version != self._version:
+        index = AclIndex(bindings_of(doc), self.super_users) if version != self._version else None
+        with self._lock:
             if version < self._version:
                 return
-            self._index = AclIndex(bindings_of(doc), self.super_users)
-            self._version = version
-        self._loaded_at = self._clock() if at is None else at
+            if version > self._version:
+                self._index, self._version = index, version
+            self._loaded_at = self._clock() if at is None else at
 
     def _background_load(self) -> None:
         try:
