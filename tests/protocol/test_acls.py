@@ -510,3 +510,21 @@ def test_authorized_operations_of_topics_and_groups(broker, root):
     d = bob.describe_consumer_groups([group], request_timeout=10,
                                      include_authorized_operations=True)[group].result()
     assert sorted(op.name for op in d.authorized_operations) == ["DELETE", "DESCRIBE"]
+
+
+def test_list_groups_shows_only_the_groups_the_principal_may_describe(broker, root):
+    topic, seen, hidden = unique("lg-topic-"), unique("lg-seen-"), unique("lg-hidden-")
+    create_topic(Storage(root), topic, 1)
+    admin = AdminClient(conf(broker, "admin"))
+    for group in (seen, hidden):  # groups with committed offsets (the super user may)
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])
+        admin.alter_consumer_group_offsets([request], request_timeout=10)[group].result()
+    allow(root, R.GROUP, seen, Operation.DESCRIBE, "User:bob")
+    bob = AdminClient(conf(broker, "bob"))
+
+    def listed(client):
+        return {g.group_id for g in client.list_consumer_groups(request_timeout=10).result().valid}
+
+    assert wait_for(lambda: seen in listed(bob))
+    assert hidden not in listed(bob)
+    assert {seen, hidden} <= listed(admin)  # DESCRIBE on the cluster: every group
