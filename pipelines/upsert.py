@@ -151,6 +151,8 @@ def keyed_rows(tbl, key_columns: Sequence[str]):
         raise ConfigError(f"key column(s) {missing} are not columns of the decoded records "
                           f"(columns: {sorted(c for c in tbl.column_names if not c.startswith('__'))})")
     tbl = _keys_from_kafka_key(tbl, key_columns)
+    if not any(tbl.column(c).null_count for c in key_columns):
+        return tbl, 0                      # the usual case: no copy
     ok = None
     for c in key_columns:
         v = pc.is_valid(tbl.column(c))
@@ -177,33 +179,51 @@ def _ts_int(col):
     return pc.fill_null(col, np.iinfo(np.int64).min).to_numpy(zero_copy_only=False)
 
 
+def key_ids(tbl, key_columns: Sequence[str]):
+    """One int64 per row, equal iff the rows' key columns are equal (non-null keys)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ids = None
+    for c in key_columns:
+        enc = pc.dictionary_encode(tbl.column(c).combine_chunks())
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        ids = codes if ids is None else ids * len(enc.dictionary) + codes
+    return ids
+
+
+def _last_of_runs(sorted_ids):
+    """Positions of the last element of each run of equal values."""
+    import numpy as np
+
+    if len(sorted_ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.append(sorted_ids[1:] != sorted_ids[:-1], True))
+
+
 def reduce_batch(tbl, key_columns: Sequence[str]):
     """One winner per key among ``tbl``'s rows (the module docstring's rule); rows
     keep every column, tombstones included (``TOMBSTONE`` true). Rows need
     non-null key columns (see :func:`keyed_rows`) and ``partition``, ``offset``,
-    ``timestamp``."""
+    ``timestamp``. Sorts of integer columns (numpy), no joins: a million rows in a
+    fraction of a second."""
     import numpy as np
     import pyarrow as pa
 
     if tbl.num_rows == 0:
         return tbl
-    keys = list(key_columns)
+    ids = key_ids(tbl, key_columns)
+    part = tbl.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
+    off = tbl.column("offset").to_numpy(zero_copy_only=False)
+    ts = _ts_int(tbl.column("timestamp"))
     # 1. per (key, partition): the highest offset.
-    t = _with_row(tbl.select(keys + ["partition", "offset"]), "__row")
-    last = t.group_by(keys + ["partition"], use_threads=False).aggregate([("offset", "max")])
-    idx = t.join(last.rename_columns(keys + ["partition", "__max"]), keys + ["partition"],
-                 join_type="inner", use_threads=False)
-    idx = idx.filter(pa.compute.equal(idx.column("offset"), idx.column("__max")))
-    rows = np.sort(idx.column("__row").to_numpy())
-    cand = tbl.take(pa.array(rows))
+    order = np.lexsort((off, part, ids))
+    pair = ids[order] * (int(part.max()) + 1 if len(part) else 1) + part[order]
+    cand = order[_last_of_runs(pair)]
     # 2. per key, across partitions: the latest (timestamp, partition, offset).
-    ts = _ts_int(cand.column("timestamp"))
-    order = np.lexsort((cand.column("offset").to_numpy(), cand.column("partition").to_numpy(),
-                        ts))
-    ranked = cand.take(pa.array(order))
-    r = _with_row(ranked.select(keys), "__rank")
-    best = r.group_by(keys, use_threads=False).aggregate([("__rank", "max")])
-    return ranked.take(pa.array(np.sort(best.column("__rank_max").to_numpy())))
+    order2 = cand[np.lexsort((off[cand], part[cand], ts[cand], ids[cand]))]
+    best = order2[_last_of_runs(ids[order2])]
+    return tbl.take(pa.array(np.sort(best)))
 
 
 def beats(new: tuple[int, int, int], old: tuple[int, int, int]) -> bool:
