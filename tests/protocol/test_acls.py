@@ -528,3 +528,14 @@ def test_list_groups_shows_only_the_groups_the_principal_may_describe(broker, ro
     assert wait_for(lambda: seen in listed(bob))
     assert hidden not in listed(bob)
     assert {seen, hidden} <= listed(admin)  # DESCRIBE on the cluster: every group
+
+
+def test_scram_users_are_principals_too(broker, root):
+    topic, other = unique("scram-"), unique("scram-other-")
+    for t in (topic, other):
+        create_topic(Storage(root), t, 1)
+    allow(root, R.TOPIC, topic, Operation.WRITE, "User:bob")
+    scram = {"sasl.mechanism": "SCRAM-SHA-256"}
+    assert wait_for(lambda: produce(broker, "bob", topic, **scram) is None)
+    err = produce(broker, "bob", other, **scram)
+    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
