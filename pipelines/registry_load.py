@@ -296,7 +296,9 @@ def write_registry_ranges(spark, splits, plan: RegistryPlan, read, make_writer, 
         if not bad:
             return files
         if on_incompatible == "fail":
-            raise IncompatibleSchemaError(next(iter(bad.values())))
+            raise IncompatibleSchemaError(
+                f"{next(iter(bad.values()))} (nothing committed; --on-incompatible dead-letter "
+                f"sends such records to the dead letters)")
         plan = RegistryPlan(**{**plan.__dict__, "refused": {**plan.refused, **bad}})
     return files
 
@@ -320,7 +322,9 @@ def commit_extras(files, table_schema, on_incompatible: str) -> CommitExtras:
         for f in files:
             refused = json.loads(f.get("incompatible") or "{}")
             if refused:
-                raise IncompatibleSchemaError(sorted(refused.values())[0].splitlines()[0])
+                raise IncompatibleSchemaError(
+                    f"{sorted(refused.values())[0].splitlines()[0]} (nothing committed; "
+                    f"--on-incompatible dead-letter sends such records to the dead letters)")
     merged = pa.struct([pa.field(f.name, normalize(f.type)) for f in table_schema]) \
         if table_schema is not None else pa.struct([])
     for f in files:

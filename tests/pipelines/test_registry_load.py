@@ -309,3 +309,32 @@ def test_contradicting_new_schemas_in_one_run_the_older_id_wins(spark, tmp_path,
     dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
     assert all("contradicts an older schema" in d["error"] and "item" in d["error"] for d in dead)
     assert sorted(d["partition"] for d in dead) == [0, 0]
+
+
+def test_cli_flags_and_config_entry(spark, tmp_path, registry, capsys, clean_config_env):
+    from pipelines.cli import main
+    from tests.helpers.cli import one_error_line, write_conf
+
+    warehouse = f"file://{tmp_path}/wh"
+    root, storage, v2 = _incompatible_topic(tmp_path, registry)
+    assert main(["--root", root, "load", "orders", "--warehouse", warehouse, "--table", "orders",
+                 "--value-format", "avro", "--schema-registry", registry.url]) == 0
+    write(storage, "orders", v2, 1)
+    conf = write_conf(tmp_path, f"""root: {root}
+warehouse: {warehouse}
+loads:
+  - topic: orders
+    table: orders
+    value_format: avro
+    schema_registry: {registry.url}
+    on_incompatible: fail
+""")
+    capsys.readouterr()
+    rc = main(["--conf", conf, "load", "orders"])
+    err = capsys.readouterr().err.splitlines()
+    line = one_error_line(rc, err[-1])    # after the load's plan line
+    assert "incompatible" in line and "item" in line and "dead-letter" in line
+    # the flag overrides the entry's on_incompatible
+    assert main(["--conf", conf, "load", "orders", "--on-incompatible", "dead-letter"]) == 0
+    wh = ice.Warehouse(warehouse)
+    assert len(ice.read_arrow(wh.table("orders_dead_letters"))) == 1
