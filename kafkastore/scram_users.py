@@ -196,12 +196,20 @@ def plan_alter(doc: dict, deletions: Iterable[Deletion], upsertions: Iterable[Up
     return {**doc, "users": dict(sorted(users.items()))}, errors
 
 
+STALE = object()  # cached_lookup's "read the root first"
+
+
 class ScramUsers:
     """The root's SCRAM users (the ``scram`` cluster document), cached for ``max_age_s``."""
 
     def __init__(self, storage: Storage, *, max_age_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic):
         self.document = ClusterDocument(storage, DOCUMENT, max_age_s=max_age_s, clock=clock)
+        self.max_age_s = max_age_s
+        self._clock = clock
+        #: ``(read at, version, {(user, mechanism): credential})``: parsed once per version, so a
+        #: login costs a dict lookup, not a copy of the document.
+        self._parsed: tuple[float, int, dict] | None = None
 
     def describe(self, fresh: bool = False) -> dict[str, dict[str, int]]:
         """``{user: {mechanism: iterations}}`` of every user (``fresh``: read the root now)."""
@@ -210,9 +218,28 @@ class ScramUsers:
                 for u, creds in sorted(doc.get("users", {}).items())}
 
     def lookup(self, user: str, mechanism: str) -> ScramCredential | None:
-        """``user``'s credential for ``mechanism``, None if there is none (cached read)."""
-        d = self.document.get().get("users", {}).get(user, {}).get(mechanism)
-        return ScramCredential.from_dict(d) if d is not None else None
+        """``user``'s credential for ``mechanism``, None if there is none; the root is re-read
+        when the credentials in hand are older than ``max_age_s``. Blocking then."""
+        parsed = self._parsed
+        if parsed is None or self._clock() - parsed[0] >= self.max_age_s:
+            at = self._clock()
+            doc = self.document.refresh()
+            version = self.document.version
+            if parsed is None or version != parsed[1]:
+                creds = {(u, m): ScramCredential.from_dict(c)
+                         for u, by_mech in doc.get("users", {}).items() for m, c in by_mech.items()}
+            else:
+                creds = parsed[2]
+            parsed = self._parsed = (at, version, creds)
+        return parsed[2].get((user, mechanism))
+
+    def cached_lookup(self, user: str, mechanism: str):
+        """:meth:`lookup` if the credentials in hand are fresh (never blocks), else
+        :data:`STALE`."""
+        parsed = self._parsed
+        if parsed is None or self._clock() - parsed[0] >= self.max_age_s:
+            return STALE
+        return parsed[2].get((user, mechanism))
 
     def alter(self, deletions: Iterable[Deletion] = (), upsertions: Iterable[Upsertion] = ()
               ) -> dict[str, ScramCredentialError | None]:
@@ -228,6 +255,7 @@ class ScramUsers:
             return new
 
         self.document.update(change)
+        self._parsed = None  # this broker sees its own change at once
         return dict(outcome)
 
     def add(self, user: str, mechanism: str, password: str, *, iterations: int = DEFAULT_ITERATIONS) -> None:

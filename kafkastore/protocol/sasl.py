@@ -19,7 +19,8 @@ import os
 import secrets
 
 from ..errors import ConfigError, KafkaStoreError
-from ..scram_users import MECHANISMS as SCRAM_MECHANISMS, ScramCredential, credential_from_password
+from ..scram_users import (MECHANISMS as SCRAM_MECHANISMS, STALE, ScramCredential,
+                           credential_from_password)
 from . import error_codes as E
 from .api_users import scram_users
 from .codec import make
@@ -70,6 +71,28 @@ def _fail(ctx, message: str):
 def _ok(ctx, data: bytes = b""):
     return make(ctx.response_class, error_code=E.NONE, error_message=None, auth_bytes=data,
                 session_lifetime=0)
+
+
+async def _file_credential(ctx, user: str, mechanism: str, password: str, salt: bytes,
+                           iterations: int) -> ScramCredential:
+    """The keys of a ``--sasl-credentials`` user: PBKDF2 once per user and mechanism for the
+    broker's life (the salt shown for a name is fixed), in the thread pool."""
+    cache = getattr(ctx.broker, "_scram_file_keys", None)
+    if cache is None:
+        cache = ctx.broker._scram_file_keys = {}
+    key = (user, mechanism, salt, iterations)
+    cred = cache.get(key)
+    if cred is None:
+        cred = cache[key] = await ctx.run(
+            lambda: credential_from_password(mechanism, password, iterations=iterations, salt=salt))
+    return cred
+
+
+def _fake_credential(secret: bytes, user: str, algo: str) -> ScramCredential:
+    """Keys no password gives (unknown users): fixed per name, derived from the broker's secret."""
+    name = user.encode("utf-8", "surrogatepass")
+    return ScramCredential(b"", _SCRAM_ITERATIONS, hmac.new(secret, b"scram-stored:" + name, algo).digest(),
+                           hmac.new(secret, b"scram-server:" + name, algo).digest())
 
 
 def _credential(broker, user: str, mechanism: str) -> ScramCredential | None:
@@ -151,7 +174,9 @@ async def _authenticate(ctx: RequestContext, request):
             if parsed is None:
                 return _fail(ctx, "malformed SCRAM client-first message")
             gs2, bare, user, cnonce = parsed
-            stored = await ctx.run(_credential, ctx.broker, user, mech)
+            stored = scram_users(ctx.broker).cached_lookup(user, mech)
+            if stored is STALE:  # re-read the root's users in the thread pool (every ~2 s)
+                stored = await ctx.run(_credential, ctx.broker, user, mech)
             if stored is not None:
                 salt, iterations = stored.salt, stored.iterations
             else:
@@ -171,14 +196,13 @@ async def _authenticate(ctx: RequestContext, request):
                 return _fail(ctx, "authentication failed: bad SCRAM nonce")
             cred: ScramCredential | None = state["stored"]
             known = cred is not None or state["user"] in users
-            if cred is None:
-                # The file's password, or for an unknown user a random one: same work, same
-                # answer. PBKDF2 in the thread pool: many logins must not stall the event loop.
-                password = users.get(state["user"])
-                cred = await ctx.run(
-                    lambda: credential_from_password(
-                        mech, password if password is not None else secrets.token_hex(16),
-                        iterations=state["iterations"], salt=state["salt"]))
+            if cred is None and known:
+                cred = await _file_credential(ctx, state["user"], mech, users[state["user"]],
+                                              state["salt"], state["iterations"])
+            elif cred is None:
+                # An unknown user is checked against made-up keys: it fails like a wrong password,
+                # in about the same time as a known user (no PBKDF2 for an attacker to make us run).
+                cred = _fake_credential(_scram_secret(ctx.broker), state["user"], algo)
             stored_key, server_key = cred.stored_key, cred.server_key
             auth_message = (state["auth"] + "," + without_proof).encode()
             signature = hmac.new(stored_key, auth_message, algo).digest()
