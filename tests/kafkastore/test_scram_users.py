@@ -11,8 +11,8 @@ import pytest
 
 from kafkastore.cli import main
 from kafkastore.errors import ScramCredentialError
-from kafkastore.scram_users import (Deletion, ScramUsers, Upsertion, credential_from_password, plan_alter,
-                                    salted_password)
+from kafkastore.scram_users import (STALE, Deletion, ScramUsers, Upsertion, credential_from_password,
+                                    plan_alter, salted_password)
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner, one_error_line
 
@@ -85,3 +85,19 @@ def test_users_cli(capsys, monkeypatch, local_root):
     assert json.loads(run("users", "list")[1]) == {}
     with pytest.raises(SystemExit):  # argparse: a mechanism we do not know
         main(["--root", local_root, "users", "add", "x", "--mechanism", "PLAIN", "--password", "p"])
+
+
+def test_a_broker_sees_another_brokers_change_within_max_age(local_root):
+    now = [0.0]
+    broker = ScramUsers(Storage(local_root), max_age_s=2.0, clock=lambda: now[0])
+    admin = ScramUsers(Storage(local_root))
+    assert broker.lookup("amy", "SCRAM-SHA-256") is None
+    admin.add("amy", "SCRAM-SHA-256", "pw")
+    now[0] = 1.9
+    assert broker.cached_lookup("amy", "SCRAM-SHA-256") is None  # fresh enough: no read
+    now[0] = 2.0
+    assert broker.cached_lookup("amy", "SCRAM-SHA-256") is STALE
+    assert broker.lookup("amy", "SCRAM-SHA-256") == admin.lookup("amy", "SCRAM-SHA-256")
+    admin.remove("amy")
+    broker.add("bob", "SCRAM-SHA-512", "pw")  # its own change: seen at once, with the other's
+    assert broker.lookup("amy", "SCRAM-SHA-256") is None and broker.lookup("bob", "SCRAM-SHA-512")
