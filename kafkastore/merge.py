@@ -112,7 +112,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from . import layout
-from .errors import ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError
+from .errors import (ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError,
+                     UnknownTopicError)
 from .format.crc import crc32c
 from .format.segment import rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
@@ -581,6 +582,12 @@ class Housekeeper:
             self.gc_runs += 1
             self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
                                          or any(gc_report.versions_expired.values())))
+        except UnknownTopicError as exc:
+            # The topic (or the whole root) was deleted: nothing is owed any more.
+            log.info("gc of %s/%d: %s; dropped", topic, partition, exc)
+            with self._lock:
+                self._quiet.pop(tp, None)
+                self._idle_runs.pop(tp, None)
         except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
             self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
             log.warning("gc of %s/%d failed: %s", topic, partition, exc)

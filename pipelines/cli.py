@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--schema-registry", metavar="URL",
                     help="decode by the schema id in each value's header, with the writer "
                          "schemas of this Confluent-compatible registry; the table follows them")
+    lo.add_argument("--key-format", choices=("raw", "avro", "protobuf", "json-schema"),
+                    help="with --schema-registry, decode keys too (into a struct column key)")
     lo.add_argument("--on-incompatible", choices=("dead-letter", "fail"),
                     help="with --schema-registry, records of a writer schema the table cannot "
                          "take: dead-letter (default) or fail the load")

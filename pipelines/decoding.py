@@ -11,6 +11,10 @@ too, which is how ``loads`` entries in the config file spell them):
     for basic auth). Values are then decoded by the schema id in their header with
     that id's writer schema, and the table follows the writers' schemas
     (:mod:`pipelines.registry_load`); ``valueSchema`` is not used.
+``keyFormat``
+    With ``schemaRegistry``: ``raw`` (default) keeps the key bytes; ``avro``,
+    ``protobuf`` or ``json-schema`` decodes keys by their header's schema id into a
+    struct column ``key`` (dead letters keep the raw key).
 ``onIncompatible``
     With ``schemaRegistry``: ``dead-letter`` (default) sends records of a writer
     schema the table cannot take to the dead letters with the reason; ``fail``
@@ -77,6 +81,7 @@ _OPTION_NAMES = {
     "valueschemafile": "value_schema_file", "confluentwireformat": "confluent_wire_format",
     "valueschemaid": "value_schema_id", "flatten": "flatten", "keeprawvalue": "keep_raw_value",
     "schemaregistry": "schema_registry", "onincompatible": "on_incompatible",
+    "keyformat": "key_format",
 }
 
 
@@ -104,6 +109,7 @@ class DecodeOptions:
     keep_raw_value: bool = False
     schema_registry: str | None = None
     on_incompatible: str = "dead-letter"
+    key_format: str = "raw"
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | "DecodeOptions" | None = None,
@@ -122,7 +128,7 @@ class DecodeOptions:
                 raise ConfigError(f"unknown decoder option {key!r}; expected some of "
                                   f"valueFormat, valueSchema, valueSchemaFile, "
                                   f"confluentWireFormat, valueSchemaId, flatten, keepRawValue, "
-                                  f"schemaRegistry, onIncompatible")
+                                  f"schemaRegistry, onIncompatible, keyFormat")
             base[norm] = value
         fmt = str(base.get("value_format") or "raw").lower()
         if fmt not in FORMATS:
@@ -141,7 +147,13 @@ class DecodeOptions:
                    flatten=_bool("flatten", base.get("flatten", True)),
                    keep_raw_value=_bool("keepRawValue", base.get("keep_raw_value", False)),
                    schema_registry=str(base.get("schema_registry") or "") or None,
-                   on_incompatible=str(base.get("on_incompatible") or "dead-letter").lower())
+                   on_incompatible=str(base.get("on_incompatible") or "dead-letter").lower(),
+                   key_format=str(base.get("key_format") or "raw").lower())
+        if opts.key_format not in ("raw",) + REGISTRY_FORMATS:
+            raise ConfigError(f"keyFormat must be one of {('raw',) + REGISTRY_FORMATS}, got "
+                              f"{opts.key_format!r}")
+        if opts.key_format != "raw" and not opts.schema_registry:
+            raise ConfigError(f"keyFormat={opts.key_format} needs schemaRegistry")
         if opts.on_incompatible not in ON_INCOMPATIBLE:
             raise ConfigError(f"onIncompatible must be one of {ON_INCOMPATIBLE}, got "
                               f"{opts.on_incompatible!r}")

@@ -691,8 +691,9 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     if spec.registry:   # onIncompatible=fail stops here, before any commit
         from .registry_load import commit_extras
 
-        extras = commit_extras(files, tbl.schema().as_arrow(),
-                               spec.decode_options().on_incompatible)
+        dopts = spec.decode_options()
+        extras = commit_extras(files, tbl.schema().as_arrow(), dopts.on_incompatible,
+                               key_decoded=dopts.key_format != "raw")
     try:
         if dl is not None and dl_ranges:
             r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
@@ -760,7 +761,8 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
     fmt = getattr(args, "value_format", None)
     schema = getattr(args, "value_schema", None)
     schema_file = getattr(args, "value_schema_file", None)
-    registry = {k: getattr(args, k, None) for k in ("schema_registry", "on_incompatible")}
+    registry = {k: getattr(args, k, None) for k in ("schema_registry", "on_incompatible",
+                                                     "key_format")}
     registry = {k: v for k, v in registry.items() if v is not None}
     decoding = {}
     if fmt is not None or schema is not None or schema_file is not None:

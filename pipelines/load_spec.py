@@ -11,6 +11,7 @@ dictionaries. A config entry::
         value_format: json            # raw (default) | json | avro | protobuf | json-schema
         schema_registry: null         # a registry URL: decode by the header's schema id and
         on_incompatible: dead-letter  # follow the writers' schemas (pipelines.registry_load)
+        key_format: raw               # with schema_registry: raw | avro | protobuf | json-schema
         value_schema: "id long, name string"   # DDL (json) or Avro schema JSON
         value_schema_file: null
         confluent_wire_format: false  # more decoder options (pipelines.decoding)
@@ -37,7 +38,7 @@ from kafkastore.errors import ConfigError
 VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
 ON_DATA_LOSS = ("fail", "skip")
 DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value",
-                "schema_registry", "on_incompatible")
+                "schema_registry", "on_incompatible", "key_format")
 DEFAULT_PARTITION_BY = ("day(timestamp)",)
 #: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
 #: key and ``schedule: null``, a DAG run only by hand, differ).

@@ -30,7 +30,8 @@ from .schema_evolution import IncompatibleChange, merge_types, normalize
 
 SCHEMA_IDS_KEY = "kafkastore.schema-ids"
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
-INFO_DDL = "value_ids string, incompatible string"
+INFO_DDL = "value_ids string, key_ids string, incompatible string"
+KEY_SCHEMA_IDS_KEY = "kafkastore.key-schema-ids"
 _RAW_VALUE = "__dl_value"
 
 
@@ -41,9 +42,11 @@ class RegistryPlan:
 
     client: Any
     value_format: str
+    key_format: str = "raw"
     flatten: bool = True
     keep_raw_value: bool = False
     table_value: Any = None    # struct type of the table's decoded columns
+    table_key: Any = None      # the table's key column type (key decoding only)
     refused: Mapping[str, str] = field(default_factory=dict)   # "value:<sid>:<idx>" -> reason
 
 
@@ -68,6 +71,29 @@ def table_value_type(table_schema, flatten: bool, keep_raw_value: bool):
     return value
 
 
+def table_key_type(table_schema):
+    """The table's ``key`` column type for key decoding (a raw binary key makes a
+    decoded key incompatible); an empty struct when the table has no key yet."""
+    import pyarrow as pa
+
+    if table_schema is None or "key" not in table_schema.names:
+        return pa.struct([])
+    return normalize(table_schema.field("key").type)
+
+
+def _refuse(col, late: set, groups: list, failed: dict) -> None:
+    """Move the groups of writer schemas refused at settle time to the dead letters."""
+    keep = []
+    for g in groups:
+        key = None if g.schema_id is None else group_key(col.name, g.schema_id, g.indexes)
+        if key not in late:
+            keep.append(g)
+            continue
+        for r, e in zip(g.rows, g.errors):
+            failed[r] = e or col.incompatible[key]
+    groups[:] = keep
+
+
 class _Column:
     """One decoded column (value or key) of a task: its cache, accepted union type,
     accepted ids and refusal reasons."""
@@ -80,7 +106,7 @@ class _Column:
         self.table_type = table_type
         self.refused = refused
         self.clash = set(clash)
-        self.union = pa.struct([]) if name == "value" else pa.null()
+        self.union = pa.struct([])
         self.accepted: set[str] = set()
         self.verdicts: dict[str, str | None] = {}
         self.incompatible: dict[str, str] = {}
@@ -194,36 +220,43 @@ def registry_writer(plan: RegistryPlan, write):
         clash = set(KAFKA_COLUMNS) | ({"value_raw"} if plan.keep_raw_value else set())
         value = _Column("value", DecoderCache(plan.client, plan.value_format), plan.table_value,
                         plan.refused, clash if plan.flatten else ())
+        key = None
+        if plan.key_format != "raw":
+            key = _Column("key", DecoderCache(plan.client, plan.key_format), plan.table_key,
+                          plan.refused)
         pending = []
         for batch in batches:
             if not batch.num_rows:
                 continue
             vg, vf = value.decode(batch.column("value"))
-            pending.append((batch, vg, vf))
-        late = value.settle()
-        if late:
-            for _, vg, vf in pending:
-                keep = []
-                for g in vg:
-                    key = None if g.schema_id is None else group_key("value", g.schema_id,
-                                                                    g.indexes)
-                    if key not in late:
-                        keep.append(g)
-                        continue
-                    for r, e in zip(g.rows, g.errors):
-                        vf[r] = e or value.incompatible[key]
-                vg[:] = keep
+            kg, kf = key.decode(batch.column("key")) if key is not None else ([], {})
+            pending.append((batch, vg, vf, kg, kf))
+        for col, g_at in ((value, 1), (key, 3)):
+            if col is None:
+                continue
+            late = col.settle()
+            if late:
+                for item in pending:
+                    _refuse(col, late, item[g_at], item[g_at + 1])
 
         def out() -> Iterator[Any]:
-            for batch, vg, vf in pending:
+            for batch, vg, vf, kg, kf in pending:
                 n = batch.num_rows
-                errors = [vf.get(i) for i in range(n)] if vf else None
+                errors = None
+                if vf or kf:
+                    errors = [vf.get(i) or (f"key: {kf[i]}" if i in kf else None)
+                              for i in range(n)]
                 varr = value.assemble(n, vg, vf)
                 cols, names = [], []
                 for name in batch.schema.names:
                     if name == "value":
                         continue
-                    cols.append(batch.column(name))
+                    if name == "key" and key is not None:
+                        if not key.union.num_fields:
+                            continue   # no key decoded yet: no column (Parquet has no empty struct)
+                        cols.append(key.assemble(n, kg, kf))
+                    else:
+                        cols.append(batch.column(name))
                     names.append(name)
                 if plan.keep_raw_value:
                     cols.append(batch.column("value"))
@@ -232,19 +265,35 @@ def registry_writer(plan: RegistryPlan, write):
                     for f, child in zip(varr.type, varr.flatten()):
                         cols.append(child)
                         names.append(f.name)
-                else:
+                elif varr.type.num_fields:
                     cols.append(varr)
                     names.append("value")
                 cols += [batch.column("value"), pa.array(errors, pa.string()) if errors
                          else pa.nulls(n, pa.string())]
                 names += [_RAW_VALUE, "__error"]
-                yield pa.RecordBatch.from_arrays(cols, names=names)
+                out_batch = pa.RecordBatch.from_arrays(cols, names=names)
+                if key is None or not errors:
+                    yield out_batch
+                    continue
+                # Dead letters keep the raw key (the dead-letter table's key is bytes):
+                # good and bad rows go to the writer as separate batches.
+                import pyarrow.compute as pc
+
+                bad = pc.is_valid(out_batch.column("__error"))
+                yield out_batch.filter(pc.invert(bad))
+                at = out_batch.schema.get_field_index("key")
+                raw = (out_batch.set_column(at, "key", batch.column("key")) if at >= 0
+                       else out_batch.append_column("key", batch.column("key")))
+                yield raw.filter(bad)
 
         for desc in write(out()):
             # The writer yields only after consuming every batch: the verdicts are final.
             n = desc.num_rows
+            refused = {**value.incompatible, **(key.incompatible if key is not None else {})}
+            keys = sorted(key.accepted) if key is not None else []
             yield desc.append_column("value_ids", pa.array([json.dumps(sorted(value.accepted))] * n)) \
-                .append_column("incompatible", pa.array([json.dumps(value.incompatible)] * n))
+                .append_column("key_ids", pa.array([json.dumps(keys)] * n)) \
+                .append_column("incompatible", pa.array([json.dumps(refused)] * n))
 
     return run
 
@@ -262,7 +311,10 @@ def conflicts(plan: RegistryPlan, files) -> dict[str, str]:
     from .schema_decoding import DecoderCache
 
     out: dict[str, str] = {}
-    for column, fmt, start in (("value", plan.value_format, plan.table_value),):
+    for column, fmt, start in (("value", plan.value_format, plan.table_value),
+                               ("key", plan.key_format, plan.table_key)):
+        if fmt == "raw":
+            continue
         cache = DecoderCache(plan.client, fmt)
         union = start
         for gk in sorted(_ids(files, column), key=lambda k: (int(k.split(":")[1]), k)):
@@ -311,7 +363,8 @@ class CommitExtras:
     properties: dict[str, str]
 
 
-def commit_extras(files, table_schema, on_incompatible: str) -> CommitExtras:
+def commit_extras(files, table_schema, on_incompatible: str,
+                  key_decoded: bool = False) -> CommitExtras:
     """The commit's schema (the table's merged with every data file's) and summary
     properties; :class:`IncompatibleSchemaError` for ``onIncompatible=fail`` when
     any task refused a writer schema (before anything is committed)."""
@@ -335,6 +388,9 @@ def commit_extras(files, table_schema, on_incompatible: str) -> CommitExtras:
                              "")
     schema = pa.schema([merged.field(i) for i in range(merged.num_fields)])
     props = {SCHEMA_IDS_KEY: json.dumps(sorted({int(k.split(":")[1]) for k in _ids(files, "value")}))}
+    if key_decoded:
+        props[KEY_SCHEMA_IDS_KEY] = json.dumps(sorted({int(k.split(":")[1])
+                                                       for k in _ids(files, "key")}))
     return CommitExtras(schema, props)
 
 
@@ -346,10 +402,11 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     from .registry_client import RegistryClient
 
     plan = RegistryPlan(client=RegistryClient(opts.schema_registry),
-                        value_format=opts.value_format, flatten=opts.flatten,
-                        keep_raw_value=opts.keep_raw_value,
+                        value_format=opts.value_format, key_format=opts.key_format,
+                        flatten=opts.flatten, keep_raw_value=opts.keep_raw_value,
                         table_value=table_value_type(table_schema, opts.flatten,
-                                                     opts.keep_raw_value))
+                                                     opts.keep_raw_value),
+                        table_key=table_key_type(table_schema))
     read = split_reader(root, storage_options, splits)
     return write_registry_ranges(
         spark, splits, plan, read,

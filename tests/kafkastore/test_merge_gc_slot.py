@@ -71,3 +71,26 @@ def test_a_slow_gc_does_not_stop_a_merge_from_landing(backend, tmp_path, request
     assert not hk.errors and hk.gc_runs == 1
     assert snapshot(inner) == expected
     hk.close()
+
+
+def test_the_gc_of_a_removed_root_is_dropped_quietly(tmp_path):
+    """A root removed under a housekeeper (a bench's temporary root, a deleted topic): its gc
+    finds an unknown topic once, owes nothing after that, and records no error."""
+    import shutil
+
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, T, 1)
+    fill(storage, 2)
+    now = [int(storage.clock() * 1000)]
+    hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
+    hk.sweep_s = 0.02
+    hk.poke(T, P, ManifestStore(storage, T, P).latest())
+    hk.wait()
+    shutil.rmtree(tmp_path / "root")
+    now[0] += 10 * 60_000
+    deadline = time.monotonic() + 10
+    while (T, P) in hk._quiet and time.monotonic() < deadline:
+        time.sleep(0.02)
+    hk.wait()
+    assert (T, P) not in hk._quiet and hk.errors == []
+    hk.close()
