@@ -439,6 +439,7 @@ class Connection:
         self._drained = asyncio.Event()
         #: Loop time until which no request is read: a throttled client's channel is muted.
         self.muted_until = 0.0
+        self._mute_gate = asyncio.Lock()
 
     def _max_request_bytes(self) -> int:
         """512 KB before SASL authentication (as Kafka), the listener's limit after."""
@@ -548,14 +549,22 @@ class Connection:
         return asyncio.ensure_future(self._handle(spec.handler, ctx, request, len(payload)))
 
     async def _handle(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
+        gate = self._mute_gate
+        if gate.locked() or self.muted_until > asyncio.get_running_loop().time():
+            # Read before the channel was muted (clients pipeline): handled once the mute is
+            # over, one at a time and in arrival order (the lock is FIFO; produce batches keep
+            # their order), each seeing the mute the one before it set, as if read then:
+            # Kafka reads nothing from a muted channel and one request of a connection at a time.
+            async with gate:
+                wait = self.muted_until - asyncio.get_running_loop().time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                return await self._handle_now(handler, ctx, request, size)
+        return await self._handle_now(handler, ctx, request, size)
+
+    async def _handle_now(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
         server = self.server
         quotas, metrics = server.quotas, server.metrics
-        wait = self.muted_until - asyncio.get_running_loop().time()
-        if wait > 0:
-            # Read before the channel was muted (clients pipeline): handled once the mute is
-            # over, as if read then (Kafka reads nothing from a muted channel), so a client's
-            # in-flight requests cannot serve their throttle times side by side.
-            await asyncio.sleep(wait)
         started = time.perf_counter()
         acc = None
         if quotas.active and ctx.api_key == FETCH:
