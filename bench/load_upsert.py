@@ -121,16 +121,19 @@ def upsert_main(args) -> int:
     rows10 = ice.plan_scan(wh.table("state10x")).records
     spark.stop()
 
+    def records(summary):
+        return sum(b - a for a, b in summary.ranges.values())
+
     def rate(rows, s, summary=None):
         commit = f" (commit {summary.commit_seconds:.2f} s)" if summary is not None else ""
         return f"{s:7.2f} s  {rows / s:12,.0f} records/s{commit}"
 
     print()
     print(f"{n:,} records over {keys:,} keys, {parts} partitions, master {args.master}")
-    print(f"append (fresh table):              {rate(appended.rows, append_s, appended)}")
-    print(f"upsert into {rows1:>9,}-row table:    {rate(changed.rows, upsert_s, changed)}  "
+    print(f"append (fresh table):              {rate(records(appended), append_s, appended)}")
+    print(f"upsert into {rows1:>9,}-row table:    {rate(records(changed), upsert_s, changed)}  "
           f"{changed.upsert}")
-    print(f"upsert into {rows10:>9,}-row table:    {rate(changed10.rows, upsert10_s, changed10)}  "
+    print(f"upsert into {rows10:>9,}-row table:    {rate(records(changed10), upsert10_s, changed10)}  "
           f"{changed10.upsert}")
     print(f"ratio upsert/append: {append_s / upsert_s:.2f} (aim >= 0.5); "
           f"10x table / 1x table: {upsert_s / upsert10_s:.2f} (1.0 = cost independent of size)")

@@ -189,6 +189,8 @@ class WriteTarget:
     compression: str = "zstd"
     #: upsert staging: keep a column telling tombstones (null raw value) apart
     tombstones: bool = False
+    #: upsert staging: the key columns (each task stages the last record per key and partition)
+    upsert_keys: tuple[str, ...] = ()
 
 
 def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
@@ -212,6 +214,12 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
 
         def flush():
             nonlocal good, dead, rows
+            if good and target.upsert_keys:
+                # Upsert staging: only the last record per (key, partition) of this task
+                # can win (pipelines.upsert), so only those are staged.
+                from pipelines.upsert import last_per_partition
+
+                good = last_per_partition(pa.Table.from_batches(good), target.upsert_keys)
             if good:
                 descriptors.extend(write_files(
                     target.data_location, good, run_id=run_id, storage_options=so,
@@ -669,7 +677,8 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     target = WriteTarget(tbl.location() + ("/upsert-staging" if upsert else ""),
                          dl.location() if dl is not None else None,
                          spec.partition_by, dict(storage_options or {}) or None, dl_start,
-                         max_rows_per_file, compression, tombstones=upsert)
+                         max_rows_per_file, compression, tombstones=upsert,
+                         upsert_keys=spec.upsert_keys if upsert else ())
     tracker = Progress(spark, f"load {topic} -> {table}", progress_interval_s) if progress else None
     if tracker:
         tracker.start()

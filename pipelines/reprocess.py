@@ -320,7 +320,8 @@ def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, 
     target = _load.WriteTarget(tbl.location() + "/upsert-staging",
                                dl.location() if dl is not None else None, spec.partition_by,
                                dict(storage_options or {}) or None, dl_from,
-                               max_rows_per_file, compression, tombstones=True)
+                               max_rows_per_file, compression, tombstones=True,
+                               upsert_keys=spec.upsert_keys)
     reads = [pl.range for pl in replay if not pl.range.empty]
     files = _load.write_ranges(spark, root, reads, spec, target, run_id,
                                storage_options=storage_options, max_bytes=max_bytes)

@@ -226,6 +226,37 @@ def reduce_batch(tbl, key_columns: Sequence[str]):
     return tbl.take(pa.array(np.sort(best)))
 
 
+def last_per_partition(tbl, key_columns: Sequence[str]):
+    """The rows of ``tbl`` that may still win: per (key, Kafka partition) the highest
+    offset (always safe to apply early: the rule's first step). Rows with a null key
+    column are all kept (the driver may take their key from the Kafka key)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    missing = [c for c in key_columns if c not in tbl.column_names]
+    if tbl.num_rows == 0 or missing:
+        return tbl
+    ok = None
+    for c in key_columns:
+        v = pc.is_valid(tbl.column(c))
+        ok = v if ok is None else pc.and_(ok, v)
+    ok_np = ok.to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(ok_np)
+    if len(rows) == 0:
+        return tbl
+    keyed = tbl.take(pa.array(rows)) if len(rows) < tbl.num_rows else tbl
+    ids = key_ids(keyed, key_columns)
+    part = keyed.column("partition").to_numpy(zero_copy_only=False).astype(np.int64)
+    off = keyed.column("offset").to_numpy(zero_copy_only=False)
+    order = np.lexsort((off, part, ids))
+    pair = ids[order] * (int(part.max()) + 1) + part[order]
+    keep = np.sort(rows[order[_last_of_runs(pair)]])
+    if len(rows) < tbl.num_rows:
+        keep = np.sort(np.concatenate([keep, np.flatnonzero(~ok_np)]))
+    return tbl.take(pa.array(keep))
+
+
 def beats(new: tuple[int, int, int], old: tuple[int, int, int]) -> bool:
     """Whether record ``new`` (partition, offset, timestamp µs) replaces ``old`` of the
     same key: same partition by offset, else by (timestamp, partition, offset)."""

@@ -103,6 +103,21 @@ def test_any_split_into_runs_gives_the_model(records, cuts):
     assert _as_dict(state) == _model_dict(records)
 
 
+@settings(max_examples=200, deadline=None)
+@given(histories(monotone_clock=False), st.lists(st.integers(0, 30), max_size=4))
+def test_staging_only_the_last_record_per_key_and_partition_changes_nothing(records, cuts):
+    """What each Spark task stages (pipelines.upsert.last_per_partition over any cut of
+    the records) reduces to the same winners as all the records."""
+    from pipelines.upsert import last_per_partition
+
+    bounds = sorted({0, len(records), *[c for c in cuts if c < len(records)]})
+    staged = pa.concat_tables([last_per_partition(_rows(records[a:b]), ("key",))
+                               for a, b in zip(bounds, bounds[1:])])
+    assert staged.num_rows <= len(records)
+    assert reduce_batch(staged, ("key",)).sort_by("key").to_pylist() == \
+        reduce_batch(_rows(records), ("key",)).sort_by("key").to_pylist()
+
+
 def test_rule_for_keys_moving_between_partitions():
     """Same partition: the higher offset wins even with an older timestamp. Between
     partitions: the later timestamp, then the higher partition, then the offset."""
