@@ -338,3 +338,36 @@ loads:
     assert main(["--conf", conf, "load", "orders", "--on-incompatible", "dead-letter"]) == 0
     wh = ice.Warehouse(warehouse)
     assert len(ice.read_arrow(wh.table("orders_dead_letters"))) == 1
+
+
+def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from kafkastore.broker import Broker
+
+    key_schema = {"type": "record", "name": "OrderKey", "fields": [
+        {"name": "customer", "type": "string"}]}
+    ser = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(key_schema))
+    keys = [ser({"customer": c}, SerializationContext("orders", MessageField.KEY))
+            for c in ("ann", "bob")] + [b"plain key", None]
+    values = avro_values(registry.url, "orders", V1, [{"id": i, "item": "x"} for i in range(4)])
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=1)
+    broker = Broker(storage)
+    for k, v in zip(keys, values):
+        broker.send("orders", v, key=k, partition=0)
+    broker.flush()
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    s = run_load(spark, root=root, warehouse=wh, progress=False,
+                 spec=spec(registry.url, key_format="avro"))
+    assert (s.rows, s.dead_letters) == (3, 1)
+    tbl = wh.table("orders")
+    got = ice.read_arrow(tbl).sort_by("offset").select(["key", "id"]).to_pylist()
+    assert got == [{"key": {"customer": "ann"}, "id": 0}, {"key": {"customer": "bob"}, "id": 1},
+                   {"key": None, "id": 3}]
+    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    assert dead[0]["key"] == b"plain key" and dead[0]["error"].startswith("key: no schema")
+    summary = tbl.current_snapshot().summary
+    assert len(json.loads(summary["kafkastore.key-schema-ids"])) == 1
