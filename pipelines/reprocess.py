@@ -202,7 +202,8 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
         files = _load.write_ranges(spark, root, reads, spec, target, run_id,
                                    storage_options=storage_options,
                                    max_bytes=max_bytes_per_partition,
-                                   counter=tracker.counter if tracker else None)
+                                   counter=tracker.counter if tracker else None,
+                                   table_schema=tbl.schema().as_arrow() if spec.registry else None)
     finally:
         if tracker:
             tracker.stop()
@@ -216,6 +217,13 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     data = tuple(f["url"] for f in files if f["kind"] == "data")
     dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
     footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
+    extras = None
+    if spec.registry:   # writer schemas the table follows (pipelines.registry_load)
+        from .registry_load import commit_extras
+
+        dopts = spec.decode_options()
+        extras = commit_extras(files, tbl.schema().as_arrow(), dopts.on_incompatible,
+                               key_decoded=dopts.key_format != "raw")
     if dl is not None:
         dl_done = ice.committed_offsets(dl)
         ice.commit(dl, ice.KafkaCommit(
@@ -224,8 +232,10 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     schema = (_load.nullable(_load.file_schema(data[0], storage_options))
               if data and spec.decoded else None)
     result = ice.commit(tbl, ice.KafkaCommit(
-        run_id, "reprocess", claims, data, delete_from=claims, schema=schema, audit=audit,
-        footers=footers, expected={(topic, pl.range.partition): pl.committed for pl in plans}))
+        run_id, "reprocess", claims, data, delete_from=claims,
+        schema=extras.schema if extras else schema, audit=audit, footers=footers,
+        properties=extras.properties if extras else {},
+        expected={(topic, pl.range.partition): pl.committed for pl in plans}))
     summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"

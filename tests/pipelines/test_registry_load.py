@@ -371,3 +371,23 @@ def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
     assert dead[0]["key"] == b"plain key" and dead[0]["error"].startswith("key: no schema")
     summary = tbl.current_snapshot().summary
     assert len(json.loads(summary["kafkastore.key-schema-ids"])) == 1
+
+
+def test_reprocess_follows_the_registry(spark, tmp_path, registry):
+    from pipelines.reprocess import run_reprocess
+
+    root = f"file://{tmp_path}/root"
+    storage = make_topic(root, "orders", partitions=1)
+    v1, v2, _ = three_versions(registry.url)
+    write(storage, "orders", v1 + v2, 0)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
+    s = run_reprocess(spark, root=root, warehouse=wh, spec=spec(registry.url), from_offset=3,
+                      reason="test", progress=False)
+    assert (s.rows, s.dead_letters) == (3, 0)
+    tbl = wh.table("orders")
+    assert [(r["id"], r["ship"]) for r in rows(tbl)][3:] == [
+        (3, None), (4, {"city": "Oslo", "zip": None}), (5, None)]
+    summary = tbl.current_snapshot().summary
+    assert summary["kafkastore.operation"] == "reprocess"
+    assert len(json.loads(summary["kafkastore.schema-ids"])) == 2
