@@ -139,6 +139,11 @@ class TopicExistsError(KafkaStoreError):
     """``topics create`` for a topic that is already there."""
 
 
+class InvalidPartitionsError(ConfigError):
+    """A partition count change that does not apply to the topic as it is now (fewer
+    partitions, or, for Kafka's CreatePartitions, not more): Kafka's INVALID_PARTITIONS."""
+
+
 class UnknownGroupError(KafkaStoreError):
     """A consumer group with no metadata and no committed offsets under the root."""
 

@@ -7,10 +7,30 @@ gets :class:`TopicExistsError`)::
      "config": {"cleanup.policy": "compact", "retention.ms": 86400000},
      "created_ms": 1700000000000, "updated_ms": 1700000000000}
 
-``config`` holds only overrides of Kafka's defaults. :func:`alter_topic` is a
-documented simple overwrite of the whole object (atomic, last writer wins):
-topic alterations are rare admin actions, and nothing else writes this file.
-Offsets are not stored here; they come from each partition's manifest.
+``config`` holds only overrides of Kafka's defaults. Offsets are not stored here; they
+come from each partition's manifest.
+
+Changes (:func:`update_topic`, :func:`alter_topic`) are conditional commits, never an
+overwrite: a changed topic's metadata is a sequence of immutable versions, each a full
+snapshot, kept as :class:`kafkastore.cluster_config.ClusterDocument` keeps the cluster's
+documents::
+
+    topics/<t>/_topic.json                    {"format": 3, "incarnation": "c<created_ms>",
+                                               ...the metadata before the first change}
+    topics/<t>/_meta/<incarnation>/v<20 digits>.json   {"name", "version", "id", "doc"}
+    topics/<t>/_meta/<incarnation>/_head.json          {"version": N}   (hint, overwritten)
+
+A change reads the head N, applies a pure function to it and creates version N+1 with
+put-if-absent; of two racing changes one wins and the other re-reads and re-applies
+(a change that no longer applies raises, e.g. :class:`InvalidPartitionsError`), so no
+update is lost. A read is ``_topic.json``, the hint, version N and a probe of N+1
+(versions are never pruned, so an absent successor is the head; the hint bounds the probe).
+A topic never changed keeps its format-2 ``_topic.json`` and is read in one request; its
+first change moves ``_topic.json`` to format 3 (one overwrite with bytes that depend only on
+what it held, so racing first changes write the same object and then meet on version 1).
+The incarnation (from ``created_ms``) keeps a re-created topic from reading the versions of
+a deleted one of the same name. kafkastore before format 3 refuses such a topic
+("unsupported format 3") instead of overwriting it: see docs/DECISIONS.md, "Topic changes".
 
 Format 2 says the topic's manifests may hold format-2 (delta) versions. kafkastore before
 them reads only format 1 and refuses anything else, so the bump fences it off the topic
@@ -27,24 +47,32 @@ delete either lands before the tombstone (and goes with the topic) or re-reads a
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from . import layout
+from .cluster_config import ClusterDocument
 from .commit import CommitEngine, ObjectTarget
-from .errors import (ConfigError, InternalTopicError, ObjectNotFoundError, TopicExistsError,
-                     UnknownTopicError)
+from .errors import (ConfigError, InternalTopicError, InvalidPartitionsError, ObjectNotFoundError,
+                     StorageError, TopicExistsError, UnknownTopicError)
 from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
                        UpdateProducerState)
 from .storage import Storage
 from .topic_config import TopicConfig
 
 TOPIC_FORMAT = 2
-#: ``_topic.json`` formats this code reads (1: written before delta manifest versions).
-READABLE_TOPIC_FORMATS = (1, 2)
+#: ``_topic.json`` of a topic changed since its creation: the metadata lives in versions.
+VERSIONED_TOPIC_FORMAT = 3
+#: ``_topic.json`` formats this code reads (1: written before delta manifest versions,
+#: 3: versioned metadata).
+READABLE_TOPIC_FORMATS = (1, 2, 3)
+#: The directory of a topic's metadata versions, one subdirectory per incarnation.
+META_DIR = "_meta"
+_INCARNATION_RE = re.compile(r"^c\d{1,20}$")
 
 #: The topics kafkastore itself writes (Kafka's internal topics). Clients may read them but
 #: never produce to, create or delete them; only their owner (e.g.
@@ -200,7 +228,12 @@ def fence_old_readers(storage: Storage, name: str) -> bool:
     Called before a topic's first format-2 manifest version is written: kafkastore older
     than delta versions refuses a format-2 topic file, so it stops touching the topic
     before the new format appears (its gc expires versions without reading them, which
-    would cut a delta from its base). A simple overwrite, like :func:`alter_topic`.
+    would cut a delta from its base).
+
+    The file moves straight to format 3 (versioned metadata, :func:`_make_versioned`), not
+    2: that is an overwrite of the same bytes a racing first change of the topic writes, so
+    the two cannot undo each other (a format-2 overwrite could undo the move to 3 and hide
+    the committed change).
     """
     path = layout.topic_meta_path(name)
     try:
@@ -211,24 +244,101 @@ def fence_old_readers(storage: Storage, name: str) -> bool:
         raise CorruptMetadataError(f"topic {name!r}: {path} is not JSON") from None
     if not isinstance(doc, dict) or doc.get("format") != 1:
         return False
-    doc["format"] = TOPIC_FORMAT
-    storage.put(path, json.dumps(doc, separators=(",", ":")).encode())
+    _make_versioned(storage, name, doc)
     return True
 
 
-def load_topic(storage: Storage, name: str) -> TopicMetadata:
-    """The topic's metadata; :class:`UnknownTopicError` if there is no such topic."""
+class _TopicVersions(ClusterDocument):
+    """The versions of one topic incarnation's metadata: a :class:`ClusterDocument` stored
+    under ``topics/<t>/_meta/<incarnation>/`` whose version 0 is ``base`` (what
+    ``_topic.json`` holds). Versions are never pruned (a topic changes rarely; a version is
+    a few hundred bytes; deleting the topic removes them), so the head is found from the
+    hint by probing forward, without listing."""
+
+    def __init__(self, storage: Storage, name: str, incarnation: str, base: dict):
+        super().__init__(storage, "topic", max_age_s=0)
+        self.name = name  # stored in and checked against every version
+        self.dir = versions_dir(name, incarnation)
+        self._base = base
+        self._doc = base
+
+    def _read_head(self) -> tuple[int, dict]:
+        version, doc = self._version, self._doc
+        if version == 0:
+            hint = self._read_hint()
+            if hint:
+                try:
+                    version, doc = hint, self._read_version(hint)
+                except ObjectNotFoundError:  # only while the topic is deleted: probe from 0
+                    version, doc = 0, self._base
+        while True:
+            try:
+                doc = self._read_version(version + 1)
+            except ObjectNotFoundError:
+                return version, doc
+            version += 1
+
+    def _after_commit(self, version: int) -> None:
+        try:
+            self.storage.put(f"{self.dir}/_head.json", json.dumps({"version": version}).encode())
+        except StorageError:  # advisory: readers probe forward from an older hint
+            pass
+
+
+def versions_dir(name: str, incarnation: str) -> str:
+    """Relative directory of the metadata versions of one incarnation of topic ``name``."""
+    return f"{layout.topic_dir(name)}/{META_DIR}/{incarnation}"
+
+
+def _read_topic_file(storage: Storage, name: str) -> dict:
+    """``_topic.json`` as stored; :class:`UnknownTopicError` if there is no such topic."""
     layout.validate_topic_name(name)
+    path = layout.topic_meta_path(name)
     try:
-        data = storage.get(layout.topic_meta_path(name))
+        data = storage.get(path)
     except ObjectNotFoundError:
         known = list_topics(storage)
         hint = f" (topics: {', '.join(known)})" if known else " (no topics yet)"
         raise UnknownTopicError(f"unknown topic {name!r} under {storage.url}{hint}") from None
     try:
-        meta = TopicMetadata.from_dict(json.loads(data))
+        doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptMetadataError(f"{layout.topic_meta_path(name)} is not JSON: {exc}") from None
+        raise CorruptMetadataError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CorruptMetadataError(f"{path} is not a JSON object")
+    return doc
+
+
+def _versions_of(storage: Storage, name: str, doc: dict) -> _TopicVersions | None:
+    """The versions a format-3 ``_topic.json`` points at (None for formats 1 and 2)."""
+    if doc.get("format") != VERSIONED_TOPIC_FORMAT:
+        return None
+    incarnation = doc.get("incarnation")
+    if not isinstance(incarnation, str) or not _INCARNATION_RE.match(incarnation):
+        raise CorruptMetadataError(f"{layout.topic_meta_path(name)}: bad incarnation {incarnation!r}")
+    return _TopicVersions(storage, name, incarnation, doc)
+
+
+def _make_versioned(storage: Storage, name: str, doc: dict) -> dict:
+    """Move a format-1/2 ``_topic.json`` holding ``doc`` to format 3; returns what it wrote.
+
+    The bytes depend only on ``doc``, so racing first changes write the same object; the
+    incarnation comes from ``created_ms``, which no change alters.
+    """
+    meta = TopicMetadata.from_dict(doc)  # refuse to build on a damaged file
+    if meta.name != name:
+        raise CorruptMetadataError(f"{layout.topic_meta_path(name)} describes topic {meta.name!r}")
+    new = dict(doc, format=VERSIONED_TOPIC_FORMAT, incarnation=f"c{meta.created_ms}")
+    storage.put(layout.topic_meta_path(name), json.dumps(new, indent=1, sort_keys=True).encode())
+    return new
+
+
+def load_topic(storage: Storage, name: str) -> TopicMetadata:
+    """The topic's metadata (the head version once it was changed); :class:`UnknownTopicError`
+    if there is no such topic."""
+    doc = _read_topic_file(storage, name)
+    versions = _versions_of(storage, name, doc)
+    meta = TopicMetadata.from_dict(doc if versions is None else versions.refresh())
     if meta.name != name:
         raise CorruptMetadataError(f"{layout.topic_meta_path(name)} describes topic {meta.name!r}")
     return meta
@@ -270,28 +380,83 @@ def describe_topic(storage: Storage, name: str) -> TopicInfo:
     return TopicInfo(meta.name, meta.partitions, meta.config, offsets, meta.created_ms)
 
 
-def alter_topic(storage: Storage, name: str, *, set_configs: Mapping[str, Any] | None = None,
-                delete_configs: Iterable[str] = (), partitions: int | None = None,
-                now_ms: int | None = None) -> TopicMetadata:
-    """Change config overrides (``delete_configs`` go back to defaults) and/or grow the partition count.
+def update_topic(storage: Storage, name: str,
+                 change: Callable[[TopicMetadata], TopicMetadata], *,
+                 now_ms: int | None = None) -> TopicMetadata:
+    """Apply ``change`` to the topic's metadata as a conditional commit; returns the result.
 
-    A simple overwrite of ``_topic.json`` (last writer wins). Partitions can only
-    be added, as in Kafka.
+    ``change`` is pure: it gets the metadata as committed now and returns the new one (its
+    errors propagate; returning it unchanged commits nothing). On a lost race it runs again
+    on the newer metadata, so concurrent changes on any broker all land (module docstring).
+    Partitions can only be added, as in Kafka (:class:`InvalidPartitionsError`).
     """
-    meta = load_topic(storage, name)
-    config = meta.config.with_updates(set_configs or {}, delete_configs)
-    count = meta.partitions
-    if partitions is not None:
-        count = _check_partitions(partitions)
-        if count < meta.partitions:
-            raise ConfigError(f"topic {name!r} has {meta.partitions} partitions; "
-                              f"the partition count can only grow, got {count}")
+    doc = _read_topic_file(storage, name)
+    versions = _versions_of(storage, name, doc)
+    if versions is None:  # the first change: move _topic.json to format 3
+        versions = _versions_of(storage, name, _make_versioned(storage, name, doc))
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
-    new = TopicMetadata(name, count, config, created_ms=meta.created_ms, updated_ms=now)
-    storage.put(layout.topic_meta_path(name), _encode(new))
-    if count > meta.partitions:  # added partitions may hold a past incarnation's tombstones
-        _clear_tombstones(storage, name, range(meta.partitions, count), meta.created_ms)
-    return new
+    applied: list[tuple[TopicMetadata, TopicMetadata]] = []  # (before, after) of the last plan
+
+    def apply(d: dict) -> dict:
+        old = TopicMetadata.from_dict(d)
+        new = change(old)
+        if new.name != old.name or new.created_ms != old.created_ms:
+            raise ConfigError(f"a change of topic {name!r} cannot rename or re-create it")
+        if new.partitions < old.partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {old.partitions} partitions; the partition count can "
+                f"only grow, got {new.partitions}")
+        applied[:] = [(old, new)]
+        if (new.partitions, new.config) == (old.partitions, old.config):
+            return d  # nothing to commit
+        return TopicMetadata(name, new.partitions, new.config, created_ms=old.created_ms,
+                             updated_ms=now).to_dict()
+
+    result = TopicMetadata.from_dict(versions.update(apply))
+    old = applied[0][0] if applied else result
+    if result.partitions > old.partitions:  # added partitions may hold a past incarnation's tombstones
+        _clear_tombstones(storage, name, range(old.partitions, result.partitions), result.created_ms)
+    return result
+
+
+def alter_topic(storage: Storage, name: str, *, set_configs: Mapping[str, Any] | None = None,
+                delete_configs: Iterable[str] = (), replace_configs: Mapping[str, Any] | None = None,
+                configs_from: Callable[[TopicConfig], Mapping[str, Any]] | None = None,
+                partitions: int | None = None, require_growth: bool = False,
+                now_ms: int | None = None) -> TopicMetadata:
+    """Change config overrides and/or grow the partition count (:func:`update_topic`).
+
+    On the metadata as committed when the change lands: ``replace_configs`` become the
+    overrides (Kafka's AlterConfigs), or ``configs_from(config)`` does (computed from the
+    current config, e.g. IncrementalAlterConfigs), then ``set_configs`` are set and
+    ``delete_configs`` go back to defaults. ``partitions`` must not be fewer than the
+    topic has (:class:`InvalidPartitionsError`), nor equal with ``require_growth`` (Kafka's
+    CreatePartitions: a racing request that already grew the topic makes this one fail).
+    """
+    count = None if partitions is None else _check_partitions(partitions)
+    sets, deletes = dict(set_configs or {}), list(delete_configs)
+    if replace_configs is not None:
+        TopicConfig.from_dict(replace_configs)  # bad input fails before any write
+    if sets or deletes:
+        TopicConfig().with_updates(sets, [])
+
+    def change(meta: TopicMetadata) -> TopicMetadata:
+        config = meta.config
+        if replace_configs is not None:
+            config = TopicConfig.from_dict(replace_configs)
+        if configs_from is not None:
+            config = TopicConfig.from_dict(configs_from(config))
+        config = config.with_updates(sets, deletes)
+        grown = meta.partitions
+        if count is not None:
+            if count < meta.partitions or (require_growth and count == meta.partitions):
+                raise InvalidPartitionsError(
+                    f"topic {name!r} has {meta.partitions} partitions; the partition count "
+                    f"can only grow, got {count}")
+            grown = count
+        return TopicMetadata(name, grown, config, meta.created_ms, meta.updated_ms)
+
+    return update_topic(storage, name, change, now_ms=now_ms)
 
 
 def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
@@ -314,8 +479,9 @@ def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
     now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     try:
         meta: TopicMetadata | None = load_topic(storage, name)
+        versions = _versions_of(storage, name, _read_topic_file(storage, name))
     except UnknownTopicError:
-        meta = None
+        meta, versions = None, None
     parts = sorted(set(range(meta.partitions) if meta else ()) | set(_partition_dirs(storage, name)))
     mark = _tombstone_mark(now)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
@@ -325,6 +491,8 @@ def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
             raise UnknownTopicError(f"unknown topic {name!r} under {storage.url}")
         return [p for p, d in zip(parts, done) if d]
     storage.delete([layout.topic_meta_path(name)])
+    if versions is not None:  # only this incarnation's: a re-create has its own directory
+        storage.delete([o.path for o in storage.list(versions.dir)])
     return parts
 
 

@@ -179,7 +179,8 @@ def create_partitions(broker, name: str, count: int, validate_only: bool) -> tup
     if validate_only:
         return E.NONE, None
     try:
-        alter_topic(broker.storage, name, partitions=count)
+        # Conditional: racing the same growth on another broker gives INVALID_PARTITIONS.
+        alter_topic(broker.storage, name, partitions=count, require_growth=True)
     except UnknownTopicError as exc:
         return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
     except ConfigError as exc:

@@ -62,9 +62,13 @@ def incremental_overrides(current: TopicConfig, ops: list[tuple[str, int, str | 
     return merged, None
 
 
-def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bool) -> tuple[int, str | None]:
-    """Make ``overrides`` the topic's config overrides (everything else back to defaults).
-    Blocking."""
+def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bool,
+                        ops: list | None = None) -> tuple[int, str | None]:
+    """Make ``overrides`` the topic's config overrides (everything else back to defaults),
+    or with incremental ``ops`` (``(name, op, value)``), apply them to the config as committed
+    when the change lands (``overrides``: their result on the cached config, for validation).
+    A conditional commit (:func:`kafkastore.topics.alter_topic`): a racing change of the
+    partition count or of other configs on any broker is kept. Blocking."""
     try:
         layout.validate_topic_name(name)
     except ConfigError as exc:
@@ -78,9 +82,11 @@ def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bo
         return E.INVALID_CONFIG, str(exc)
     if validate_only:
         return E.NONE, None
-    removed = [k for k in meta.config.overrides if k not in new.overrides]
     try:
-        alter_topic(broker.storage, name, set_configs=new.overrides, delete_configs=removed)
+        if ops is None:
+            alter_topic(broker.storage, name, replace_configs=new.overrides)
+        else:
+            alter_topic(broker.storage, name, configs_from=lambda config: _incremental(config, ops))
     except UnknownTopicError as exc:
         return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
     except ConfigError as exc:
@@ -91,6 +97,15 @@ def apply_topic_configs(broker, name: str, overrides: Mapping, validate_only: bo
     finally:
         broker.meta.forget_topic(name)
     return E.NONE, None
+
+
+def _incremental(config: TopicConfig, ops: list) -> dict:
+    """:func:`incremental_overrides` for a commit: a refusal raises (it does not depend on the
+    current values, so the validation on the cached config already answered it)."""
+    overrides, refused = incremental_overrides(config, ops)
+    if refused is not None:
+        raise ConfigError(refused[1])
+    return overrides
 
 
 def _alter_one(broker, resource, incremental: bool, validate_only: bool) -> tuple[int, str | None]:
@@ -108,9 +123,9 @@ def _alter_one(broker, resource, incremental: bool, validate_only: bool) -> tupl
         meta = broker.meta.topic(name)
         if meta is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+        ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
         try:
-            overrides, refused = incremental_overrides(
-                meta.config, [(c.name, c.config_operation, c.value) for c in resource.configs])
+            overrides, refused = incremental_overrides(meta.config, ops)
         except ConfigError as exc:
             return E.INVALID_CONFIG, str(exc)
         if refused is not None:
@@ -119,8 +134,8 @@ def _alter_one(broker, resource, incremental: bool, validate_only: bool) -> tupl
         nulls = [c.name for c in resource.configs if c.value is None]
         if nulls:
             return E.INVALID_REQUEST, f"null value not supported for {', '.join(nulls)}"
-        overrides = {c.name: c.value for c in resource.configs}
-    return apply_topic_configs(broker, name, overrides, validate_only)
+        overrides, ops = {c.name: c.value for c in resource.configs}, None
+    return apply_topic_configs(broker, name, overrides, validate_only, ops)
 
 
 async def _handle(ctx: RequestContext, request, incremental: bool):

@@ -72,7 +72,7 @@ def test_many_format1_versions_list_once_then_never(local_root):
 
 def test_the_first_format2_version_fences_older_kafkastore_off_the_topic(local_root):
     """Before the first delta-era version of an old topic lands, its _topic.json moves to
-    format 2, which kafkastore before delta versions refuses ("unsupported format 2"): its gc
+    format 3 (past 2), which kafkastore before delta versions refuses ("unsupported format 2"): its gc
     would otherwise expire versions a delta needs without reading them."""
     storage = Storage(local_root)
     create_topic(storage, T, 1)
@@ -92,7 +92,8 @@ def test_the_first_format2_version_fences_older_kafkastore_off_the_topic(local_r
     b2 = Broker(Storage(local_root, fs=fs), housekeeping=False)
     b2.send(T, b"v3", partition=P)
     b2.flush()
-    assert json.loads(storage.get(meta_path))["format"] == 2
+    # Format 3 (versioned topic metadata, topics._make_versioned), which old code refuses too.
+    assert json.loads(storage.get(meta_path))["format"] == 3
     first_version = next(i for i, p in enumerate(writes) if "/_manifest/0" in p)
     fenced = [i for i, p in enumerate(writes) if p.endswith(meta_path)]
     assert fenced and fenced[0] < first_version, writes
