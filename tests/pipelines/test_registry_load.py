@@ -391,3 +391,36 @@ def test_reprocess_follows_the_registry(spark, tmp_path, registry):
     summary = tbl.current_snapshot().summary
     assert summary["kafkastore.operation"] == "reprocess"
     assert len(json.loads(summary["kafkastore.schema-ids"])) == 2
+
+
+def test_producer_through_serve_and_its_registry(spark, tmp_path, capsys):
+    """confluent-kafka's Producer and AvroSerializer against `kafkastore serve
+    --schema-registry-listen`, then `kafkastore load --schema-registry` of what it wrote."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from pipelines.cli import main
+    from tests.helpers.serve_procs import start_serve, stop_serve
+
+    root, warehouse = f"file://{tmp_path}/root", f"file://{tmp_path}/wh"
+    make_topic(root, "orders", partitions=1)
+    proc = start_serve(root, extra=["--schema-registry-listen", "127.0.0.1:0"])
+    try:
+        url = proc.stdout.readline().rsplit(" ", 1)[1].strip()
+        client = SchemaRegistryClient({"url": url})
+        ctx = SerializationContext("orders", MessageField.VALUE)
+        producer = Producer({"bootstrap.servers": proc.bootstrap})
+        for schema, rec in ((V1, {"id": 1, "item": "a"}),
+                            (V2, {"id": 2, "item": "b", "note": "n", "ship": None})):
+            producer.produce("orders", AvroSerializer(client, json.dumps(schema))(rec, ctx))
+        assert producer.flush(30) == 0
+        capsys.readouterr()
+        assert main(["--root", root, "load", "orders", "--warehouse", warehouse, "--table",
+                     "orders", "--value-format", "avro", "--schema-registry", url]) == 0
+    finally:
+        stop_serve(proc)
+    got = rows(ice.Warehouse(warehouse).table("orders"))
+    assert got == [{"id": 1, "item": "a", "note": None, "ship": None},
+                   {"id": 2, "item": "b", "note": "n", "ship": None}]
