@@ -160,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=("append", "upsert"), default="append",
                     help="upsert: upsert loads vs an append load (see bench/load_upsert.py)")
     ap.add_argument("--keys", type=int, default=100_000, help="--mode upsert: distinct keys")
+    ap.add_argument("--spread", action="store_true",
+                    help="--mode upsert: the change set's keys spread over the 10x table")
     args = ap.parse_args(argv)
     if args.mode == "upsert":
         from load_upsert import upsert_main

@@ -13,8 +13,9 @@
    keys), then the change set (timed): records/s and the ratio to the append.
 4. The same change set upserted into the 10x table (setup: its round 1): records/s,
    files touched and rows rewritten. The change set's keys are one contiguous key
-   range, so with files sorted by key it touches about 1/10 of the 10x table; changes
-   spread over the whole key space touch every file (copy-on-write: see the report).
+   range, so with files sorted by key it touches about 1/10 of the 10x table; with
+   ``--spread`` its keys are every 10th key of the 10x table instead, so every file
+   holds some and is rewritten (copy-on-write's worst case).
 """
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ def _value(i: int) -> bytes:
     return head + _PAD[:100 - len(head) - 2] + b'"}'
 
 
-def _build(cache: str, name: str, rounds: list[tuple[int, int]], parts: int):
+def _build(cache: str, name: str, rounds: list[tuple[int, int]], parts: int, stride: int = 1):
     """A cached root with topic ``name``: per round (records, keys), record j of a round
-    has key ``j % keys``. Returns (root, {partition: end offset of round 1})."""
-    tag = "-".join(f"{r}x{k}" for r, k in rounds) + f"-p{parts}"
+    has key ``j % keys`` (times ``stride`` after the first round). Returns (root,
+    {partition: end offset of round 1})."""
+    tag = "-".join(f"{r}x{k}" for r, k in rounds) + f"-p{parts}-s{stride}"
     path = os.path.join(cache, f"{name}-v1-{tag}")
     done = os.path.join(path, "COMPLETE")
     root = f"file://{path}"
@@ -55,7 +57,7 @@ def _build(cache: str, name: str, rounds: list[tuple[int, int]], parts: int):
     started = time.monotonic()
     for rnd, (records, keys) in enumerate(rounds):
         for j in range(records):
-            k = j % keys
+            k = (j % keys) * (stride if rnd else 1)
             p = k % parts
             broker.send(name, _value(i), key=b"key-%012d" % k, timestamp=BASE_TS + i, partition=p)
             if rnd == 0:
@@ -86,7 +88,9 @@ def upsert_main(args) -> int:
     n, keys, parts = args.records, args.keys, args.partitions
     os.makedirs(args.cache_dir, exist_ok=True)
     root1, r1 = _build(args.cache_dir, "upsert", [(n, keys), (n, keys)], parts)
-    root10, r10 = _build(args.cache_dir, "upsert10x", [(10 * keys, 10 * keys), (n, keys)], parts)
+    stride = 10 if args.spread else 1
+    root10, r10 = _build(args.cache_dir, "upsert10x", [(10 * keys, 10 * keys), (n, keys)], parts,
+                         stride)
     work = args.work_dir or os.path.join(args.cache_dir, "work-upsert")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
