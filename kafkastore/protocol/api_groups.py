@@ -2,7 +2,8 @@
 OffsetCommit, OffsetFetch, OffsetDelete, ListGroups, DescribeGroups, DeleteGroups.
 
 Which broker coordinates a group: rendezvous hashing of the group id over the
-live brokers (the highest ``crc32(group, node id)`` wins), so every broker
+live brokers of the listener's security protocol (:func:`coordinator_candidates`;
+the highest ``crc32(group, node id)`` wins), so every broker
 computes the same answer from the broker registry, and when a broker dies
 only its groups move. A request for a group this broker does not coordinate
 gets NOT_COORDINATOR and the client asks FindCoordinator again.
@@ -68,8 +69,17 @@ def coordinator_node(group: str, brokers: list[tuple[int, str, int]]) -> tuple[i
 
 def coordinates(broker, key: str) -> bool:
     """Whether ``broker`` coordinates ``key``, a group id or a transactional id (both use
-    :func:`coordinator_node` over the live brokers, so FindCoordinator and the owner agree)."""
-    return coordinator_node(key, broker.live_brokers())[0] == broker.node_id
+    :func:`coordinator_node` over the live brokers of ``broker``'s security protocol, as
+    FindCoordinator does, so the answer and the owner agree)."""
+    return coordinator_node(key, coordinator_candidates(broker))[0] == broker.node_id
+
+
+def coordinator_candidates(broker) -> list[tuple[int, str, int]]:
+    """The brokers a coordinator is chosen among: the live ones whose listener has the security
+    protocol of ``broker``'s, i.e. of the listener a client's request came in on (Kafka
+    answers FindCoordinator with that listener; a client cannot use another one, and
+    Metadata through it lists only these)."""
+    return broker.live_brokers(same_security=True)
 
 
 class GroupService:
@@ -90,7 +100,7 @@ class GroupService:
         return coordinates(self.broker, group)
 
     def _check_moves(self) -> None:
-        live = tuple(n for n, _, _ in self.broker.live_brokers())
+        live = tuple(n for n, _, _ in coordinator_candidates(self.broker))
         if live != self._live:
             self._live = live
             for g in self.coordinator.loaded_groups():
@@ -163,7 +173,7 @@ def _future():
 # -- FindCoordinator ---------------------------------------------------------------
 async def handle_find_coordinator(ctx: RequestContext, request):
     mod = ctx.response_module
-    brokers = ctx.broker.live_brokers()
+    brokers = coordinator_candidates(ctx.broker)
     key_type = getattr(request, "key_type", COORDINATOR_KEY_GROUP)
     keys = list(getattr(request, "coordinator_keys", None) or ()) if ctx.api_version >= 4 else [request.key]
 
@@ -464,7 +474,7 @@ def _host(peer) -> str:
 
 
 def register(registry: Registry) -> None:
-    registry.register(FIND_COORDINATOR, 0, 4, handle_find_coordinator)
+    registry.register(FIND_COORDINATOR, 0, 5, handle_find_coordinator)  # Kafka 3.9's; v5 = v4 (KIP-890)
     registry.register(JOIN_GROUP, 0, 9, handle_join_group)
     registry.register(SYNC_GROUP, 0, 5, handle_sync_group)
     registry.register(HEARTBEAT, 0, 4, handle_heartbeat)

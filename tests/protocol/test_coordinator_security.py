@@ -4,7 +4,6 @@ a plaintext broker, as Metadata lists only those; naming the SASL one leaves the
 unable to reach its coordinator (it is not in the Metadata it was given)."""
 from __future__ import annotations
 
-import pytest
 from kio.schema.find_coordinator.v4 import request as fc_req
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions
@@ -13,8 +12,6 @@ from kafkastore.storage import Storage
 from .wire import Wire
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: FindCoordinator hashes groups over all live "
-                   "brokers, whatever their security (fix in protocol/api_groups.py pending)")
 def test_find_coordinator_names_only_brokers_of_the_same_security(tmp_path):
     root = f"file://{tmp_path}/r"
     plain = ServeOptions(port=0, heartbeat_ms=200)
@@ -28,3 +25,32 @@ def test_find_coordinator_names_only_brokers_of_the_same_security(tmp_path):
         w.close()
         named = {c.node_id for c in r.coordinators if int(c.error_code) == 0}
         assert named == {a.server.node_id}, f"plaintext clients told to use node(s) {named - {a.server.node_id}}"
+
+
+def test_coordinators_are_chosen_and_owned_within_each_security_protocol(tmp_path):
+    """Two plaintext brokers and one SASL broker on one root: plaintext clients are sent to
+    both plaintext brokers (groups and transactional ids spread over them), never to the SASL
+    one; the broker named agrees it owns the key (no NOT_COORDINATOR loop), and for SASL
+    clients the SASL broker owns every key."""
+    from kafkastore.protocol.api_groups import coordinates
+
+    root = f"file://{tmp_path}/r"
+    plain = ServeOptions(port=0, heartbeat_ms=200)
+    sasl = ServeOptions(port=0, heartbeat_ms=200, credentials={"alice": "pw"})
+    with BrokerThread(Storage(root), plain) as a, BrokerThread(Storage(root), plain) as a2, \
+            BrokerThread(Storage(root), sasl) as b:
+        for br in (a, a2, b):
+            br.server.brokers.refresh()
+        keys = tuple(f"group-{i}" for i in range(40))  # crc32 rendezvous: both nodes get some
+        plain_nodes = {a.server.node_id: a, a2.server.node_id: a2}
+        w = Wire(a2.bootstrap)
+        for key_type in (0, 1):  # groups, transactional ids
+            r = w.call(fc_req.FindCoordinatorRequest(key_type=key_type, coordinator_keys=keys))
+            named = {c.key: c.node_id for c in r.coordinators if int(c.error_code) == 0}
+            assert set(named) == set(keys)
+            assert set(named.values()) == set(plain_nodes), named
+            for key, node in named.items():
+                assert coordinates(plain_nodes[node].server, key)
+                assert not coordinates(plain_nodes[({*plain_nodes} - {node}).pop()].server, key)
+                assert coordinates(b.server, key)  # the SASL clients' coordinator
+        w.close()
