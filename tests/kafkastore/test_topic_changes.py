@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore import layout
-from kafkastore.errors import CorruptMetadataError, InvalidPartitionsError
+from kafkastore.errors import CorruptMetadataError, InvalidPartitionsError, StorageError
 from kafkastore.storage import Storage
 from kafkastore.topics import (alter_topic, create_topic, delete_topic, load_topic, update_topic,
                                versions_dir)
@@ -105,7 +105,7 @@ def test_a_failed_first_change_leaves_the_topic_readable_and_a_retry_lands(root_
     storage, fs, other = _racing(root_url)
     create_topic(other, T, 2, {"retention.ms": 9}, now_ms=1)
     fs.lose_response(match=_topic_write())
-    with pytest.raises(Exception):
+    with pytest.raises(StorageError):
         alter_topic(storage, T, partitions=3)
     got = load_topic(other, T)
     assert got.partitions == 2 and got.config.to_dict() == {"retention.ms": 9}
