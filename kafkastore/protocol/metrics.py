@@ -61,6 +61,16 @@ def batch_records(data) -> int:
     return total
 
 
+def _records_of(partitions) -> tuple[int, int]:
+    """(bytes, records) of the record sets of a topic's partitions (Produce's or Fetch's)."""
+    nbytes = nrecords = 0
+    for p in partitions:
+        if p.records:
+            nbytes += len(p.records)
+            nrecords += batch_records(p.records)
+    return nbytes, nrecords
+
+
 class BrokerMetrics:
     """The metrics of one :class:`~kafkastore.protocol.server.BrokerServer`."""
 
@@ -104,21 +114,13 @@ class BrokerMetrics:
             self.errors.labels(name, str(version)).inc()
         if api_key == 0:
             for t in getattr(request, "topic_data", ()) or ():
-                nbytes = nrecords = 0
-                for p in t.partition_data:
-                    if p.records:
-                        nbytes += len(p.records)
-                        nrecords += batch_records(p.records)
+                nbytes, nrecords = _records_of(t.partition_data)
                 topic = t.name or self._topic_of_id(getattr(t, "topic_id", None))
                 self.bytes_in.labels(topic).inc(nbytes)
                 self.records_in.labels(topic).inc(nrecords)
         elif api_key == 1 and response is not None:
             for t in getattr(response, "responses", ()) or ():
-                nbytes = nrecords = 0
-                for p in t.partitions:
-                    if p.records:
-                        nbytes += len(p.records)
-                        nrecords += batch_records(p.records)
+                nbytes, nrecords = _records_of(t.partitions)
                 if nbytes:
                     topic = getattr(t, "topic", None) or self._topic_of_id(getattr(t, "topic_id", None))
                     self.bytes_out.labels(topic).inc(nbytes)
