@@ -35,6 +35,16 @@ def _changed(authorizer, fn, *args):
     return out
 
 
+def _refusal(ctx: RequestContext, op: Operation) -> tuple[int, str | None] | None:
+    """Why an ACL request is refused as a whole (no authorizer, or the caller may not ``op`` the
+    cluster): (error code, message); None when it may go on."""
+    if ctx.broker.authorizer is None:
+        return SECURITY_DISABLED, _DISABLED_MESSAGE
+    if not ctx.authorize(op, ResourceType.CLUSTER):
+        return E.CLUSTER_AUTHORIZATION_FAILED, None
+    return None
+
+
 async def handle_create_acls(ctx: RequestContext, request):
     mod = ctx.response_module
     authorizer = ctx.broker.authorizer
@@ -42,12 +52,10 @@ async def handle_create_acls(ctx: RequestContext, request):
     def result(code, message=None):
         return make(mod, "AclCreationResult", error_code=code, error_message=message)
 
-    if authorizer is None:
+    refused = _refusal(ctx, Operation.ALTER)
+    if refused:
         return make(ctx.response_class, throttle_time=0, results=tuple(
-            result(SECURITY_DISABLED, _DISABLED_MESSAGE) for _ in request.creations))
-    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER):
-        return make(ctx.response_class, throttle_time=0, results=tuple(
-            result(E.CLUSTER_AUTHORIZATION_FAILED) for _ in request.creations))
+            result(*refused) for _ in request.creations))
     outcomes: list = []
     valid: list[AclBinding] = []
     for c in request.creations:
@@ -86,10 +94,9 @@ async def handle_describe_acls(ctx: RequestContext, request):
         return make(ctx.response_class, throttle_time=0, error_code=code, error_message=message,
                     resources=())
 
-    if authorizer is None:
-        return fail(SECURITY_DISABLED, _DISABLED_MESSAGE)
-    if not ctx.authorize(Operation.DESCRIBE, ResourceType.CLUSTER):
-        return fail(E.CLUSTER_AUTHORIZATION_FAILED)
+    refused = _refusal(ctx, Operation.DESCRIBE)
+    if refused:
+        return fail(*refused)
     try:
         flt = _filter(request)
     except InvalidAclError as exc:
@@ -118,12 +125,10 @@ async def handle_delete_acls(ctx: RequestContext, request):
         return make(mod, "DeleteAclsFilterResult", error_code=code, error_message=message,
                     matching_acls=tuple(matching))
 
-    if authorizer is None:
+    refused = _refusal(ctx, Operation.ALTER)
+    if refused:
         return make(ctx.response_class, throttle_time=0, filter_results=tuple(
-            result(SECURITY_DISABLED, _DISABLED_MESSAGE) for _ in request.filters))
-    if not ctx.authorize(Operation.ALTER, ResourceType.CLUSTER):
-        return make(ctx.response_class, throttle_time=0, filter_results=tuple(
-            result(E.CLUSTER_AUTHORIZATION_FAILED) for _ in request.filters))
+            result(*refused) for _ in request.filters))
     filters: list = []
     for f in request.filters:
         try:
