@@ -33,6 +33,20 @@ _DEFAULT_CONFIG, _TOPIC_CONFIG = 5, 1  # Kafka's ConfigSource: DEFAULT_CONFIG, D
 MAX_PARTITIONS = 10_000
 
 
+def _change_topic(broker, name: str, change, errors) -> tuple[int, str | None, object]:
+    """``(error code, message, result)`` of ``change()``, a change of topic ``name`` in the root:
+    a failure answers the code paired with the first of ``errors`` ((exception class, code)
+    pairs, in order) it is an instance of. The broker's cached metadata of the topic is dropped
+    either way (it may have changed even when the call failed). Blocking."""
+    try:
+        result = change()
+    except tuple(cls for cls, _ in errors) as exc:
+        return next(code for cls, code in errors if isinstance(exc, cls)), str(exc), None
+    finally:
+        broker.meta.forget_topic(name)
+    return E.NONE, None, result
+
+
 def create_topic_safely(broker, name: str, partitions: int, configs: dict,
                         validate_only: bool = False) -> tuple[int, str | None, object]:
     """``(error code, message, metadata)`` of creating one topic. Blocking."""
@@ -55,15 +69,8 @@ def create_topic_safely(broker, name: str, partitions: int, configs: dict,
     if validate_only:
         exists = broker.meta.topic(name) is not None
         return (E.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists", None) if exists else (E.NONE, None, None)
-    try:
-        meta = create_topic(broker.storage, name, partitions, config)
-    except TopicExistsError as exc:
-        return E.TOPIC_ALREADY_EXISTS, str(exc), None
-    except StorageError as exc:
-        return E.KAFKA_STORAGE_ERROR, str(exc), None
-    finally:
-        broker.meta.forget_topic(name)
-    return E.NONE, None, meta
+    return _change_topic(broker, name, lambda: create_topic(broker.storage, name, partitions, config),
+                         ((TopicExistsError, E.TOPIC_ALREADY_EXISTS), (StorageError, E.KAFKA_STORAGE_ERROR)))
 
 
 async def handle_create_topics(ctx: RequestContext, request):
@@ -92,18 +99,12 @@ async def handle_create_topics(ctx: RequestContext, request):
 def delete_topic(broker, name: str) -> tuple[int, str | None]:
     """Delete a topic for every broker (:func:`kafkastore.topics.delete_topic`: partitions are
     tombstoned, so writes racing the delete are refused). Internal topics are refused. Blocking."""
-    try:
+    def delete():
         layout.validate_topic_name(name)
         delete_topic_everywhere(broker.storage, name)
-    except InternalTopicError as exc:
-        return E.INVALID_TOPIC_EXCEPTION, str(exc)
-    except (ConfigError, UnknownTopicError) as exc:
-        return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
-    except StorageError as exc:
-        return E.KAFKA_STORAGE_ERROR, str(exc)
-    finally:
-        broker.meta.forget_topic(name)
-    return E.NONE, None
+    return _change_topic(broker, name, delete, (
+        (InternalTopicError, E.INVALID_TOPIC_EXCEPTION), (ConfigError, E.UNKNOWN_TOPIC_OR_PARTITION),
+        (UnknownTopicError, E.UNKNOWN_TOPIC_OR_PARTITION), (StorageError, E.KAFKA_STORAGE_ERROR)))[:2]
 
 
 async def handle_delete_topics(ctx: RequestContext, request):
@@ -178,18 +179,11 @@ def create_partitions(broker, name: str, count: int, validate_only: bool) -> tup
         return E.INVALID_PARTITIONS, f"partition count must be at most {MAX_PARTITIONS}, got {count}"
     if validate_only:
         return E.NONE, None
-    try:
-        # Conditional: racing the same growth on another broker gives INVALID_PARTITIONS.
-        alter_topic(broker.storage, name, partitions=count, require_growth=True)
-    except UnknownTopicError as exc:
-        return E.UNKNOWN_TOPIC_OR_PARTITION, str(exc)
-    except ConfigError as exc:
-        return E.INVALID_PARTITIONS, str(exc)
-    except StorageError as exc:
-        return E.KAFKA_STORAGE_ERROR, str(exc)
-    finally:
-        broker.meta.forget_topic(name)
-    return E.NONE, None
+    # Conditional: racing the same growth on another broker gives INVALID_PARTITIONS.
+    return _change_topic(
+        broker, name, lambda: alter_topic(broker.storage, name, partitions=count, require_growth=True),
+        ((UnknownTopicError, E.UNKNOWN_TOPIC_OR_PARTITION), (ConfigError, E.INVALID_PARTITIONS),
+         (StorageError, E.KAFKA_STORAGE_ERROR)))[:2]
 
 
 async def handle_create_partitions(ctx: RequestContext, request):
