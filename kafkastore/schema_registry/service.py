@@ -73,7 +73,12 @@ def _schema_type(body: dict) -> str:
 
 def version_json(v: SchemaVersion, fmt: str | None = None) -> dict:
     """A version as GET /subjects/{s}/versions/{v} shows it."""
-    out: dict = {"subject": v.subject, "version": v.version, "id": v.id}
+    return {"subject": v.subject, "version": v.version, "id": v.id, **schema_json(v, fmt)}
+
+
+def schema_json(v: SchemaVersion, fmt: str | None = None) -> dict:
+    """A version's schema as GET /schemas/ids/{id} shows it (type only when not Avro)."""
+    out: dict = {}
     if v.schema_type != F.AVRO:
         out["schemaType"] = v.schema_type
     if v.references:
@@ -365,14 +370,7 @@ class SchemaRegistryService:
     @_locked
     def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict:
         """GET /schemas/ids/{id}."""
-        v = self._find(self._by_id, schema_id)
-        out: dict = {}
-        if v.schema_type != F.AVRO:
-            out["schemaType"] = v.schema_type
-        if v.references:
-            out["references"] = [dict(r) for r in v.references]
-        out["schema"] = render(v, fmt)
-        return out
+        return schema_json(self._find(self._by_id, schema_id), fmt)
 
     @_locked
     def schema_text_by_id(self, schema_id: int) -> str:
@@ -408,22 +406,32 @@ class SchemaRegistryService:
         return out
 
     # -- config and mode -----------------------------------------------------------------------
+    def _get_setting(self, subject: str | None, default_to_global: bool, own, inherited,
+                     missing_code: int, what: str) -> str:
+        """A subject's (None: the global) compatibility level or mode: ``own(state)`` is the
+        dict of those set (``configs`` or ``modes``), ``inherited(state, None)`` the global
+        one, answered for a subject without its own only with ``default_to_global`` (else 404
+        ``missing_code``). A miss reads the log to its head first (another broker may have
+        just written it)."""
+        state = self._state()
+        if subject is None:
+            return inherited(state, None)
+        value = own(state).get(subject)
+        if value is None:
+            state = self._state(force=True)
+            value = own(state).get(subject)
+        if value is None:
+            if not default_to_global:
+                raise _err(404, missing_code, f"Subject '{subject}' does not have subject-level "
+                                              f"{what} configured")
+            value = inherited(state, None)
+        return value
+
     @_locked
     def get_config(self, subject: str | None, default_to_global: bool = False) -> dict:
         """GET /config[/{s}]."""
-        state = self._state()
-        if subject is None:
-            return {"compatibilityLevel": self.level(state, None)}
-        level = state.configs.get(subject)
-        if level is None:
-            state = self._state(force=True)
-            level = state.configs.get(subject)
-        if level is None:
-            if not default_to_global:
-                raise _err(404, 40408, f"Subject '{subject}' does not have subject-level "
-                                       f"compatibility configured")
-            level = self.level(state, None)
-        return {"compatibilityLevel": level}
+        return {"compatibilityLevel": self._get_setting(subject, default_to_global, lambda s: s.configs,
+                                                        self.level, 40408, "compatibility")}
 
     @_locked
     def put_config(self, subject: str | None, body) -> dict:
@@ -438,9 +446,8 @@ class SchemaRegistryService:
             _check_subject(subject)
 
         def plan(state):
-            if state.configs.get(subject) == level:
-                return [], {"compatibility": level}
-            return [(config_key(subject), config_value(level))], {"compatibility": level}
+            unchanged = state.configs.get(subject) == level
+            return [] if unchanged else [(config_key(subject), config_value(level))], {"compatibility": level}
         return self.store.write(plan)
 
     @_locked
@@ -450,23 +457,14 @@ class SchemaRegistryService:
             if subject is not None and not state.versions(subject, True) and subject not in state.configs:
                 raise subject_not_found(subject)
             before = {"compatibilityLevel": self.level(state, subject)}
-            if subject not in state.configs:
-                return [], before
-            return [(config_key(subject), None)], before
+            return [(config_key(subject), None)] if subject in state.configs else [], before
         return self.store.write(plan)
 
     @_locked
     def get_mode(self, subject: str | None, default_to_global: bool = False) -> dict:
         """GET /mode[/{s}]."""
-        state = self._state()
-        if subject is None:
-            return {"mode": self.mode(state, None)}
-        mode = state.modes.get(subject)
-        if mode is None:
-            if not default_to_global:
-                raise _err(404, 40409, f"Subject '{subject}' does not have subject-level mode configured")
-            mode = self.mode(state, None)
-        return {"mode": mode}
+        return {"mode": self._get_setting(subject, default_to_global, lambda s: s.modes, self.mode,
+                                          40409, "mode")}
 
     @_locked
     def put_mode(self, subject: str | None, body, force: bool = False) -> dict:
@@ -481,9 +479,8 @@ class SchemaRegistryService:
             if mode == "IMPORT" and not force and (
                     state.live_subjects(True) if subject is None else state.versions(subject, True)):
                 raise _err(422, 42205, "Cannot import since found existing subjects")
-            if state.modes.get(subject) == mode:
-                return [], {"mode": mode}
-            return [(mode_key(subject), mode_value(mode))], {"mode": mode}
+            unchanged = state.modes.get(subject) == mode
+            return [] if unchanged else [(mode_key(subject), mode_value(mode))], {"mode": mode}
         return self.store.write(plan)
 
     @_locked
@@ -491,9 +488,7 @@ class SchemaRegistryService:
         """DELETE /mode/{s}: the mode it had."""
         def plan(state):
             before = {"mode": self.mode(state, subject)}
-            if subject not in state.modes:
-                return [], before
-            return [(mode_key(subject), None)], before
+            return [(mode_key(subject), None)] if subject in state.modes else [], before
         return self.store.write(plan)
 
     # -- compatibility -------------------------------------------------------------------------

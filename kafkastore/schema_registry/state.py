@@ -129,19 +129,13 @@ class RegistryState:
             self.ids.setdefault(sv.identity(), sv.id)
             self.max_id = max(self.max_id, sv.id)
             return True
-        if kt == "CONFIG" and (subject is None or isinstance(subject, str)):
-            level = v.get("compatibilityLevel") if isinstance(v, dict) else None
-            if isinstance(level, str):
-                self.configs[subject] = level
-            else:
-                self.configs.pop(subject, None)
-            return True
-        if kt == "MODE" and (subject is None or isinstance(subject, str)):
-            mode = v.get("mode") if isinstance(v, dict) else None
-            if isinstance(mode, str):
-                self.modes[subject] = mode
-            else:
-                self.modes.pop(subject, None)
+        if kt in ("CONFIG", "MODE") and (subject is None or isinstance(subject, str)):
+            settings, field = (self.configs, "compatibilityLevel") if kt == "CONFIG" else (self.modes, "mode")
+            value = v.get(field) if isinstance(v, dict) else None
+            if isinstance(value, str):
+                settings[subject] = value
+            else:  # a tombstone (or a value not understood) unsets it
+                settings.pop(subject, None)
             return True
         return False
 
