@@ -31,10 +31,11 @@ import argparse
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+
+from serve_proc import start_broker, stop_broker, wait_serving  # bench/ is sys.path[0]
 
 KEY, VALUE = 16, 100
 
@@ -225,18 +226,9 @@ def bench_authorizer(args) -> int:
             flags = ["--authorizer"] if mode == "on" else []
             if mode == "on":
                 count = bench_acls(root)
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            s.close()
-            broker = subprocess.Popen(
-                [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen",
-                 f"127.0.0.1:{port}", "--commit-interval-ms", str(args.commit_interval_ms), *flags],
-                stdout=subprocess.PIPE, text=True)
+            broker, port = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms), *flags)
             try:
-                if "serving" not in broker.stdout.readline():
-                    print("broker did not start", file=sys.stderr)
-                    return 1
+                wait_serving(broker)
                 p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 5,
                               "batch.size": 1_000_000, "acks": "all", "enable.idempotence": True,
                               "compression.codec": "none", "queue.buffering.max.messages": 2_000_000,
@@ -283,11 +275,7 @@ def bench_authorizer(args) -> int:
                       f"broker CPU: produce {rates[3]:.1f} MB per CPU s, fetch {rates[4]:.1f}")
                 best[mode] = tuple(max(a, b) for a, b in zip(best.get(mode, rates), rates))
             finally:
-                broker.terminate()
-                try:
-                    broker.wait(30)
-                except subprocess.TimeoutExpired:
-                    broker.kill()
+                stop_broker(broker)
                 shutil.rmtree(tmp, ignore_errors=True)
     on, off = best["on"], best["off"]
     from kafkastore.acls import Operation, ResourceType, acl_document, list_acls
@@ -343,19 +331,10 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-serve-")
     root = args.root or f"file://{tmp}/root"
     create_topic(Storage(root), "bench", args.partitions)
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen", f"127.0.0.1:{port}",
-         "--commit-interval-ms", str(args.commit_interval_ms)] + (["-vv"] if args.verbose else []),
-        stdout=subprocess.PIPE, text=True)
+    broker, port = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms),
+                                *(["-vv"] if args.verbose else []))
     try:
-        line = broker.stdout.readline()
-        if "serving" not in line:
-            print(f"broker did not start: {line!r}", file=sys.stderr)
-            return 1
+        wait_serving(broker)
         n = args.records
         if args.transactions:
             return bench_transactions(f"127.0.0.1:{port}", n, args.partitions)
@@ -428,11 +407,7 @@ def main() -> int:
               f"payload, ratio to baseline {raw_mbs / base:.3f}")
         return 0
     finally:
-        broker.terminate()
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
+        stop_broker(broker)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

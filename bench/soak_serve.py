@@ -25,20 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from serve_proc import start_broker, stop_broker, wait_serving  # bench/ is sys.path[0]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -76,15 +68,9 @@ def main() -> int:
         root = f"file://{tmp}/root"
     storage = Storage(root)
     create_topic(storage, "soak", 1, {"segment.bytes": args.segment_bytes})
-    port = _free_port()
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen", f"127.0.0.1:{port}"],
-        stdout=subprocess.PIPE, text=True, env=env)
+    broker, port = start_broker(root, env=env)
     try:
-        line = broker.stdout.readline()
-        if "serving" not in line:
-            print(f"broker did not start: {line!r}", file=sys.stderr)
-            return 1
+        wait_serving(broker)
         p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0, "acks": "all",
                       "enable.idempotence": True, "log.connection.close": False})
         sent: dict[int, float] = {}
@@ -143,11 +129,7 @@ def main() -> int:
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
         return 0
     finally:
-        broker.terminate()
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
+        stop_broker(broker)
         if moto is not None:
             moto.stop()
         shutil.rmtree(tmp, ignore_errors=True)
