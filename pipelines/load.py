@@ -555,6 +555,7 @@ def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
     columns of a decoded load) and, for decoded loads, its dead-letter table."""
     from .upsert import check_mode, mode_properties
 
+    spec = spec.for_table(wh.load_table(spec.table))
     base = raw_schema() if not spec.decoded else base_decoded_schema()
     if spec.mode == "upsert" and spec.decoded and "key" not in base.names:
         import pyarrow as pa
@@ -638,6 +639,7 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     # never created anew from offset 0 next to its own files.
     wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []), register_existing)
     existing = wh.load_table(table)
+    spec = spec.for_table(existing)   # no mode given: the table's (append when new)
     if run_id is not None and existing is not None:
         done = ice.find_run(existing, run_id)
         if done is not None:

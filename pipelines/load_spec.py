@@ -17,7 +17,8 @@ dictionaries. A config entry::
         confluent_wire_format: false  # more decoder options (pipelines.decoding)
         partition_by: ["day(timestamp)"]       # Iceberg hidden partitioning; [] = none
         on_data_loss: fail            # fail | skip (record the gap and go on)
-        mode: append                  # append (every record) | upsert (latest state per key)
+        mode: upsert                  # append (every record) | upsert (latest state per key);
+                                      # default: the table's (append for a new table)
         key_columns: null             # upsert: value columns "a,b" (default: the Kafka key)
         cdc: null                     # debezium: change events (implies mode: upsert;
                                       # value_schema: the source table's columns)
@@ -65,7 +66,8 @@ class LoadSpec:
     on_data_loss: str = "fail"
     scheduling: Mapping[str, Any] = field(default_factory=dict)
     #: ``upsert``: one row per key (pipelines.upsert); ``key_columns`` () = the Kafka key.
-    mode: str = "append"
+    #: ``None``: the existing table's mode (append for a new table); see :meth:`for_table`
+    mode: str | None = None
     key_columns: tuple[str, ...] = ()
     #: ``debezium``: values are change events (pipelines.cdc); implies ``mode="upsert"``.
     cdc: str | None = None
@@ -82,9 +84,9 @@ class LoadSpec:
             raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {self.on_data_loss!r}")
         for p in self.partition_by:
             parse_partition_field(p)
-        if self.mode not in MODES:
+        if self.mode is not None and self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.cdc is not None and self.mode == "append":
+        if (self.cdc is not None or self.key_columns) and self.mode is None:
             object.__setattr__(self, "mode", "upsert")
         if self.cdc is not None:
             from .cdc import check_spec
@@ -92,6 +94,17 @@ class LoadSpec:
             check_spec(self)
         if self.key_columns and self.mode != "upsert":
             raise ConfigError("key_columns only apply to mode: upsert")
+
+    def for_table(self, table) -> "LoadSpec":
+        """This spec with the mode settled: a spec that names none takes ``table``'s
+        (a pyiceberg table or None): an upsert table keeps loading as one."""
+        if self.mode is not None:
+            return self
+        from .upsert import DEFAULT_KEY_COLUMNS, table_mode
+
+        mode, keys = table_mode(table)
+        return replace(self, mode=mode,
+                       key_columns=() if tuple(keys) in ((), DEFAULT_KEY_COLUMNS) else tuple(keys))
 
     @property
     def maintain_after_load(self) -> bool:
@@ -164,7 +177,7 @@ class LoadSpec:
                    partition_by=tuple(str(x) for x in pb),
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
                    scheduling={k: entry[k] for k in SCHEDULING if k in entry},
-                   mode=str(entry.get("mode") or "append"),
+                   mode=str(entry["mode"]) if entry.get("mode") else None,
                    key_columns=_key_columns(entry.get("key_columns")),
                    cdc=entry.get("cdc") or None)
 

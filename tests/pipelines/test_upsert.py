@@ -253,7 +253,12 @@ def test_modes_do_not_mix(tmp_path):
     with pytest.raises(ConfigError, match="append table"):
         check_mode(plain, "plain", "upsert", ("key",))
     with pytest.raises(ConfigError, match="key_columns"):
-        LoadSpec(topic="t", table="x", key_columns=("a",))
+        LoadSpec(topic="t", table="x", mode="append", key_columns=("a",))
+    # No mode given: the table's; key columns or --cdc imply upsert.
+    assert LoadSpec(topic="t", table="x", key_columns=("a",)).mode == "upsert"
+    assert LoadSpec(topic="t", table="up").for_table(table).mode == "upsert"
+    assert LoadSpec(topic="t", table="plain").for_table(plain).mode == "append"
+    assert LoadSpec(topic="t", table="new").for_table(None).mode == "append"
     spec = LoadSpec.from_entry({"topic": "t", "table": "x", "mode": "upsert",
                                 "key_columns": "id, region"})
     assert spec.upsert_keys == ("id", "region")
