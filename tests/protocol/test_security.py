@@ -1,7 +1,6 @@
 """Listener security: loopback by default, TLS + SASL (PLAIN, SCRAM-SHA-256) otherwise."""
 from __future__ import annotations
 
-import datetime
 import ssl
 
 import pytest
@@ -14,6 +13,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from tests.helpers.kafka_clients import confluent_consume
+from tests.helpers.tls import self_signed
 
 
 def test_non_loopback_needs_tls_and_sasl_or_insecure(capsys, tmp_path):
@@ -35,35 +35,11 @@ def test_credentials_file_errors(tmp_path):
         load_credentials(str(tmp_path / "missing"))
 
 
-def _self_signed(tmp_path):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    import ipaddress
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return str(cert_path), str(key_path)
-
-
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
 def test_tls_and_sasl_with_a_real_client(tmp_path, mechanism):
     from confluent_kafka import Producer
 
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
     root = f"file://{tmp_path}/root"
