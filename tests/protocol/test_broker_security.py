@@ -5,9 +5,10 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
+
+from tests.helpers.mixed_security import brokers, plain, sasl
 
 from .wire import Wire
 
@@ -18,12 +19,7 @@ METADATA = md_req.MetadataRequest(topics=(md_req.MetadataRequestTopic(name="sec"
 def test_metadata_lists_only_brokers_with_the_same_security(tmp_path):
     root = f"file://{tmp_path}/r"
     create_topic(Storage(root), "sec", 4)
-    plain = ServeOptions(port=0, heartbeat_ms=200)
-    sasl = ServeOptions(port=0, heartbeat_ms=200, credentials={"alice": "pw"})
-    with BrokerThread(Storage(root), plain) as a, BrokerThread(Storage(root), sasl) as b, \
-            BrokerThread(Storage(root), plain) as c:
-        for br in (a, b, c):
-            br.server.brokers.refresh()
+    with brokers(root, plain(), sasl(), plain()) as (a, b, c):
         ids = {br: br.server.node_id for br in (a, b, c)}
         assert sorted(n for n, _, _ in a.server.live_brokers()) == sorted(ids.values())
         w = Wire(a.bootstrap)

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 from kio.schema.find_coordinator.v4 import request as fc_req
 
-from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.storage import Storage
+from tests.helpers.mixed_security import brokers, plain, sasl
 
 from .wire import Wire
 
 
 def test_find_coordinator_names_only_brokers_of_the_same_security(tmp_path):
-    root = f"file://{tmp_path}/r"
-    plain = ServeOptions(port=0, heartbeat_ms=200)
-    sasl = ServeOptions(port=0, heartbeat_ms=200, credentials={"alice": "pw"})
-    with BrokerThread(Storage(root), plain) as a, BrokerThread(Storage(root), sasl) as b:
-        for br in (a, b):
-            br.server.brokers.refresh()
+    with brokers(f"file://{tmp_path}/r", plain(), sasl()) as (a, _):
         groups = tuple(f"group-{i}" for i in range(40))
         w = Wire(a.bootstrap)
         r = w.call(fc_req.FindCoordinatorRequest(key_type=0, coordinator_keys=groups))
@@ -34,13 +28,7 @@ def test_coordinators_are_chosen_and_owned_within_each_security_protocol(tmp_pat
     clients the SASL broker owns every key."""
     from kafkastore.protocol.api_groups import coordinates
 
-    root = f"file://{tmp_path}/r"
-    plain = ServeOptions(port=0, heartbeat_ms=200)
-    sasl = ServeOptions(port=0, heartbeat_ms=200, credentials={"alice": "pw"})
-    with BrokerThread(Storage(root), plain) as a, BrokerThread(Storage(root), plain) as a2, \
-            BrokerThread(Storage(root), sasl) as b:
-        for br in (a, a2, b):
-            br.server.brokers.refresh()
+    with brokers(f"file://{tmp_path}/r", plain(), plain(), sasl()) as (a, a2, b):
         keys = tuple(f"group-{i}" for i in range(40))  # crc32 rendezvous: both nodes get some
         plain_nodes = {a.server.node_id: a, a2.server.node_id: a2}
         w = Wire(a2.bootstrap)
