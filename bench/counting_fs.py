@@ -54,17 +54,26 @@ class CountingFS(AbstractFileSystem):
         super().__init__(**kwargs)
         self.inner = inner
         self._counts = Counts()
+        self._by_thread: dict[int, Counts] = {}
         self._lock = threading.Lock()
 
-    def snapshot(self) -> Counts:
+    def snapshot(self, thread: int | None = None) -> Counts:
+        """Counts so far: of every thread, or only of ``thread`` (a ``threading.get_ident()``,
+        e.g. the writer's, to leave out background merging and gc)."""
         with self._lock:
-            return Counts(Counter(self._counts.requests), Counter(self._counts.bytes))
+            c = self._counts if thread is None else self._by_thread.get(thread, Counts())
+            return Counts(Counter(c.requests), Counter(c.bytes))
 
     def _count(self, op: str, nbytes: int = 0) -> None:
+        ident = threading.get_ident()
         with self._lock:
-            self._counts.requests[op] += 1
-            if nbytes:
-                self._counts.bytes[op] += nbytes
+            mine = self._by_thread.get(ident)
+            if mine is None:
+                mine = self._by_thread[ident] = Counts()
+            for c in (self._counts, mine):
+                c.requests[op] += 1
+                if nbytes:
+                    c.bytes[op] += nbytes
 
     # -- writes
     def kafkastore_write(self, path, data, exclusive):
@@ -86,6 +95,7 @@ class CountingFS(AbstractFileSystem):
         data = self.inner.cat_file(path, start=start, end=end, **kwargs)
         with self._lock:
             self._counts.bytes["read"] += len(data)
+            self._by_thread[threading.get_ident()].bytes["read"] += len(data)
         return data
 
     def exists(self, path, **kwargs):

@@ -11,7 +11,9 @@ started here on 127.0.0.1 (``ThreadedMotoServer``, as tests/conftest.py does).
 Printed for the first 10% and the last 10% of the commits, and the ratio
 last/first (flat history means ratios near 1):
 
-* time per commit (send + flush, wall clock) and bytes written and requests per commit;
+* time per commit (send + flush, wall clock) and bytes written and requests per commit
+  (requests of every thread, by kind, so background merging and gc count; and the
+  writer thread's own);
 * reading the head cold (as a new process would: this process's remembered
   manifest heads are dropped first): requests and bytes of
   ``ManifestStore.latest()``;
@@ -36,6 +38,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,12 +95,14 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
         kwargs["housekeeping"] = housekeeping
     broker = Broker(storage, **kwargs)
     window = max(1, commits // 10)
-    times, nbytes, nreq = [], [], []
+    times, nbytes, nreq, wreq = [], [], [], []
+    kinds: dict[str, list[int]] = {k: [] for k in ("write", "read", "stat", "list", "delete")}
+    me = threading.get_ident()
     probes = {}
     value = b"v" * 100
     started = time.perf_counter()
     for i in range(commits):
-        before = fs.snapshot()
+        before, mine = fs.snapshot(), fs.snapshot(me)
         t = time.perf_counter()
         for r in range(per_commit):
             broker.send(TOPIC, value, key=b"k%d" % r, partition=0)
@@ -106,6 +111,9 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
         used = fs.snapshot() - before
         nbytes.append(used.bytes["write"])
         nreq.append(used.total_requests)
+        wreq.append((fs.snapshot(me) - mine).total_requests)
+        for k, v in kinds.items():
+            v.append(used.requests[k])
         if i + 1 == window:
             probes["first"] = probe(storage, fs)
         if (i + 1) % max(1, commits // 20) == 0:
@@ -136,7 +144,10 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     print(f"  {'':<34} {'first 10%':>12} {'last 10%':>12} {'last/first':>8}")
     row("time per commit (ms)", statistics.mean(times[first_w]) * 1000, statistics.mean(times[last_w]) * 1000)
     row("bytes written per commit", statistics.mean(nbytes[first_w]), statistics.mean(nbytes[last_w]), "{:.0f}")
-    row("requests per commit", statistics.mean(nreq[first_w]), statistics.mean(nreq[last_w]))
+    row("requests per commit (all threads)", statistics.mean(nreq[first_w]), statistics.mean(nreq[last_w]))
+    for k, v in kinds.items():
+        row(f"  of which {k}", statistics.mean(v[first_w]), statistics.mean(v[last_w]))
+    row("requests per commit (writer only)", statistics.mean(wreq[first_w]), statistics.mean(wreq[last_w]))
     f, l_ = probes["first"], probes["last"]
     row("head read cold: requests", f["head_requests"], l_["head_requests"], "{:.0f}")
     row("head read cold: bytes", f["head_bytes"], l_["head_bytes"], "{:.0f}")
