@@ -1,7 +1,6 @@
 """ClusterDocument: the shared JSON documents of a root (quotas, ACLs, credentials)."""
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -11,6 +10,7 @@ from hypothesis import strategies as st
 from kafkastore.cluster_config import ClusterDocument
 from kafkastore.errors import ClusterDocumentError, ConfigError
 from kafkastore.storage import Storage
+from tests.helpers.threads import run_at_once
 
 
 class FakeClock:
@@ -43,23 +43,12 @@ def test_update_then_other_reader_sees_it_within_max_age(root_url):
 def test_two_writers_racing_lose_nothing(root_url):
     per_writer = 6
     docs = [ClusterDocument(Storage(root_url), "acls") for _ in range(2)]
-    barrier = threading.Barrier(2)
-    errors = []
 
     def run(i):
-        try:
-            barrier.wait()
-            for n in range(per_writer):
-                docs[i].update(lambda d, key=f"w{i}-{n}": {**d, key: True})
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for n in range(per_writer):
+            docs[i].update(lambda d, key=f"w{i}-{n}": {**d, key: True})
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    run_at_once(run, 2)
     final = ClusterDocument(Storage(root_url), "acls").refresh()
     assert set(final) == {f"w{i}-{n}" for i in range(2) for n in range(per_writer)}
 

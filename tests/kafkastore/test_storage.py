@@ -6,7 +6,6 @@ import itertools
 import multiprocessing
 import os
 import pickle
-import threading
 import time
 import uuid
 
@@ -17,7 +16,7 @@ from hypothesis import strategies as st
 from kafkastore.errors import CommitConflict, ConfigError, ObjectNotFoundError, StorageError
 from kafkastore.storage import ObjectInfo, Storage, _write_all
 from tests.faults import FaultyFS, InjectedFault, faulty_storage
-from tests.helpers.threads import run_side_by_side
+from tests.helpers.threads import run_at_once, run_side_by_side
 
 
 @pytest.fixture
@@ -99,26 +98,16 @@ def test_put_if_absent_race_threads(storage):
     """Many threads race on one name: exactly one wins and its bytes are stored."""
     for round_ in range(3):
         name = f"race/{round_}.json"
-        barrier = threading.Barrier(12)
-        winners, losers, errors = [], [], []
 
-        def attempt(i):
-            barrier.wait()
+        def attempt(i, name=name):
             try:
                 storage.put_if_absent(name, f"writer-{i}".encode())
-                winners.append(i)
+                return True
             except CommitConflict:
-                losers.append(i)
-            except Exception as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+                return False
 
-        threads = [threading.Thread(target=attempt, args=(i,)) for i in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
-        assert len(winners) == 1 and len(losers) == 11
+        winners = [i for i, won in enumerate(run_at_once(attempt, 12)) if won]
+        assert len(winners) == 1  # the other 11 saw CommitConflict, nothing else
         assert storage.get(name) == f"writer-{winners[0]}".encode()
 
 
@@ -236,22 +225,15 @@ def test_faulty_fs_write_faults(root_url):
 def test_faulty_fs_race_still_exclusive(root_url):
     base = Storage(root_url)
     stores = [Storage(root_url, fs=FaultyFS(base.fs)) for _ in range(6)]
-    barrier = threading.Barrier(len(stores))
-    winners = []
 
     def attempt(i):
-        barrier.wait()
         try:
             stores[i].put_if_absent("x", str(i).encode())
-            winners.append(i)
+            return True
         except CommitConflict:
-            pass
+            return False
 
-    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    winners = [i for i, won in enumerate(run_at_once(attempt, len(stores))) if won]
     assert len(winners) == 1 and base.get("x") == str(winners[0]).encode()
 
 
