@@ -226,9 +226,9 @@ def bench_authorizer(args) -> int:
             flags = ["--authorizer"] if mode == "on" else []
             if mode == "on":
                 count = bench_acls(root)
-            broker, port = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms), *flags)
+            broker = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms), *flags)
             try:
-                wait_serving(broker)
+                port = wait_serving(broker)
                 p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 5,
                               "batch.size": 1_000_000, "acks": "all", "enable.idempotence": True,
                               "compression.codec": "none", "queue.buffering.max.messages": 2_000_000,
@@ -331,10 +331,10 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-serve-")
     root = args.root or f"file://{tmp}/root"
     create_topic(Storage(root), "bench", args.partitions)
-    broker, port = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms),
-                                *(["-vv"] if args.verbose else []))
+    broker = start_broker(root, "--commit-interval-ms", str(args.commit_interval_ms),
+                          *(["-vv"] if args.verbose else []))
     try:
-        wait_serving(broker)
+        port = wait_serving(broker)
         n = args.records
         if args.transactions:
             return bench_transactions(f"127.0.0.1:{port}", n, args.partitions)

@@ -68,9 +68,9 @@ def main() -> int:
         root = f"file://{tmp}/root"
     storage = Storage(root)
     create_topic(storage, "soak", 1, {"segment.bytes": args.segment_bytes})
-    broker, port = start_broker(root, env=env)
+    broker = start_broker(root, env=env)
     try:
-        wait_serving(broker)
+        port = wait_serving(broker)
         p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0, "acks": "all",
                       "enable.idempotence": True, "log.connection.close": False})
         sent: dict[int, float] = {}
