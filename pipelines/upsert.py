@@ -419,7 +419,8 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
             footer = pa.BufferOutputStream()
             written[0].write_metadata_file(footer)
             path = f"{root}/{rel}"
-            if fs.protocol in ("file", ("file", "local")) or "file" in tuple(fs.protocol):
+            protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+            if "file" in protocols or "local" in protocols:
                 fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
             fs.pipe_file(path, body.to_pybytes())
             out.append((f"{location.rstrip('/')}/{rel}", body.size,

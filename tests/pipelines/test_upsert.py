@@ -399,3 +399,20 @@ def test_a_foreign_engines_position_delete_is_applied_and_folded(tmp_path):
     assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"2"}
     assert not ice.plan_scan(table).delete_files
     assert ice.committed_offsets(table) == {("t", 0): 4}   # the foreign snapshot is skipped
+
+
+@pytest.mark.parametrize("backend", ["s3"])
+def test_upsert_commits_on_an_object_store(backend, tmp_path, request):
+    """The copy-on-write commit reads and writes through the table's FileIO (moto S3)."""
+    from tests.helpers.loads import log_and_warehouse
+
+    _, wh, _, _ = log_and_warehouse(backend, tmp_path, request)
+    table = wh.create_table("up", SCHEMA, (), properties=mode_properties("upsert", ("key",)))
+    _commit(table, [{"key": b"a", "value": b"1", "partition": 0, "offset": 0, "timestamp": 1},
+                    {"key": b"b", "value": b"1", "partition": 0, "offset": 1, "timestamp": 2}],
+            "r1")
+    _commit(table.refresh(), [{"key": b"a", "value": None, "partition": 0, "offset": 2,
+                               "timestamp": 3}], "r2")
+    table = table.refresh()
+    assert table.location().startswith("s3://")
+    assert _as_dict(ice.read_arrow(table)) == {b"b": b"1"}
