@@ -14,7 +14,10 @@ every step writes its new state before acting on it:
    through the broker's :class:`~kafkastore.protocol.appender.Appender` (one
    manifest commit per partition, as any produce), and on commit the offsets
    sent with TxnOffsetCommit are written to ``__consumer_offsets``;
-3. then CompleteCommit / CompleteAbort.
+3. then CompleteCommit / CompleteAbort, stored lazily: the producer's next
+   AddPartitions (its next state) usually supersedes it, so a transaction costs
+   two ``__transaction_state`` commits, Ongoing and Prepare (see
+   :meth:`TxnStore.mark_complete`).
 
 A broker dying after 1 or 2 leaves a Prepare state: the client's retried EndTxn,
 a new InitProducerId of the same id, or the timeout check of whichever broker
@@ -35,6 +38,7 @@ import signal
 import struct
 import threading
 import time
+from dataclasses import replace
 
 from ..errors import KafkaStoreError, StorageError, TopicExistsError
 from ..storage import Storage
@@ -59,6 +63,9 @@ PENDING_DIR = "_txn_offsets"
 TIMEOUT_CHECK_S = 1.0
 #: Every this many checks, the whole of ``__transaction_state`` is read again.
 FULL_REFRESH_ROUNDS = 10
+#: Seconds after its markers that a transaction's Complete state is stored, unless the
+#: producer's next transaction (its AddPartitions) has written a newer state by then.
+COMPLETE_DELAY_S = 2.0
 
 
 class TxnStore:
@@ -78,6 +85,9 @@ class TxnStore:
         self._lock = threading.RLock()
         self._next: dict[int, int] = {}
         self._state: dict[str, T.TxnMetadata] = {}
+        # Transactions whose markers are all written but whose Complete state is not stored
+        # yet (see mark_complete): read as complete here, stored lazily or never.
+        self._complete: dict[str, T.TxnMetadata] = {}
         self._broker = None
 
     def _topic_partitions(self, create: bool) -> int | None:
@@ -130,22 +140,49 @@ class TxnStore:
                 self._next[p] = max(start, reader.high_watermark)
 
     def get(self, tid: str) -> T.TxnMetadata | None:
-        """The stored state of ``tid`` (None if never written)."""
+        """The state of ``tid`` (None if never written): the stored one, or the completed one
+        of :meth:`mark_complete` while the stored one is still its Prepare state."""
         with self._lock:
             p = self.partition_for(tid)
             if p is not None:
                 self.refresh([p])
-            return self._state.get(tid)
+            return self._overlay(tid)
 
     def peek(self, tid: str) -> T.TxnMetadata | None:
         """The state of ``tid`` as last read (no I/O; may be stale)."""
         with self._lock:
-            return self._state.get(tid)
+            return self._overlay(tid)
 
     def cached(self) -> list[T.TxnMetadata]:
         """Every state read so far (no I/O)."""
         with self._lock:
-            return list(self._state.values())
+            return [self._overlay(tid) for tid in list(self._state)]
+
+    def mark_complete(self, meta: T.TxnMetadata) -> None:
+        """Every marker of the prepared transaction ``meta`` is written: read it as complete
+        from now on without storing that yet. The next state this broker writes for the id
+        (the next AddPartitions, mostly) supersedes it, so a transaction costs two commits to
+        ``__transaction_state`` (Ongoing, Prepare) instead of three; a broker that dies first
+        leaves the Prepare state, and whoever finishes it writes the markers again, which
+        changes nothing (Kafka's coordinator also completes after the markers, asynchronously)."""
+        with self._lock:
+            self._complete[meta.transactional_id] = T.complete(meta, meta.last_update_ms)
+
+    def unstored_complete(self, tid: str) -> T.TxnMetadata | None:
+        """The complete state :meth:`mark_complete` holds for ``tid`` and nothing stored since."""
+        with self._lock:
+            return self._complete.get(tid) if self._overlay(tid) is self._complete.get(tid) else None
+
+    def _overlay(self, tid: str) -> T.TxnMetadata | None:
+        cur = self._state.get(tid)
+        done = self._complete.get(tid)
+        if done is None:
+            return cur
+        if cur is not None and cur.state.prepared and (cur.producer_id, cur.producer_epoch) == \
+                (done.producer_id, done.producer_epoch):
+            return done
+        del self._complete[tid]  # the stored state moved on (another broker, a later step)
+        return cur
 
     def put(self, meta: T.TxnMetadata) -> None:
         """Write ``meta`` (one manifest commit); visible to every broker once this returns."""
@@ -166,6 +203,7 @@ class TxnStore:
                 raise
             # Landed: it is the latest state (a later refresh reads it again, in log order).
             self._state[meta.transactional_id] = meta
+            self._complete.pop(meta.transactional_id, None)
 
 
 # -- pending offsets (TxnOffsetCommit) -------------------------------------------------------------
@@ -272,11 +310,26 @@ class TxnService:
             if pending:
                 await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
             fault_point("after-markers")
-            await self.write(T.complete(meta, int(time.time() * 1000)))
+            self.store.mark_complete(replace(meta, last_update_ms=int(time.time() * 1000)))
+            self._store_complete_later(meta.transactional_id)
         except KafkaStoreError:
             log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
             return COORDINATOR_NOT_AVAILABLE
         return T.NONE
+
+    def _store_complete_later(self, tid: str) -> None:
+        """Store the Complete state unless the id's next step (written sooner) supersedes it."""
+        async def later():
+            await asyncio.sleep(COMPLETE_DELAY_S)
+            try:
+                async with self.lock(tid):
+                    done = self.store.unstored_complete(tid)
+                    if done is not None:
+                        await self.write(done)
+            except Exception:  # noqa: BLE001 - whoever reads the Prepare state finishes it again
+                log.warning("could not store the completion of transaction %s", tid, exc_info=True)
+
+        getattr(self.broker, "_spawn", asyncio.ensure_future)(later())
 
     async def _apply_offsets(self, pending) -> None:
         from ..group_offsets import OffsetAndMetadata
@@ -469,27 +522,67 @@ async def handle_init_producer_id(ctx: RequestContext, request):
 
 
 async def handle_add_partitions(ctx: RequestContext, request):
-    mod = ctx.response_module
+    """Versions 0-3 (clients): one transaction. Versions 4-5 (Kafka's brokers verifying a
+    transactional produce, KIP-890): a batch of transactions, each added or only checked
+    (``verify_only``), for a principal with CLUSTER_ACTION."""
+    if ctx.api_version >= 4:
+        return await _add_partitions_batch(ctx, request)
     tid = request.v3_and_below_transactional_id
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
 
     def answer(codes: dict):
-        by_topic: dict[str, list] = {}
-        for (t, p) in wanted:
-            by_topic.setdefault(t, []).append(make(mod, "AddPartitionsToTxnPartitionResult",
-                                                   partition_index=p, partition_error_code=codes[(t, p)]))
-        return make(ctx.response_class, results_by_topic_v3_and_below=tuple(
-            make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(ps))
-            for t, ps in by_topic.items()))
+        return make(ctx.response_class, results_by_topic_v3_and_below=_topic_results(ctx, wanted, codes))
 
     denied = authz.txn_partitions_errors(ctx, tid, wanted)
     if denied:
         return answer(denied)
+    codes = await _add_for(ctx, tid, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch,
+                           wanted, verify_only=False)
+    return answer(codes)
+
+
+def _topic_results(ctx, wanted, codes: dict) -> tuple:
+    mod = ctx.response_module
+    by_topic: dict[str, list] = {}
+    for (t, p) in wanted:
+        by_topic.setdefault(t, []).append(make(mod, "AddPartitionsToTxnPartitionResult",
+                                               partition_index=p, partition_error_code=codes[(t, p)]))
+    return tuple(make(mod, "AddPartitionsToTxnTopicResult", name=t, results_by_partition=tuple(ps))
+                 for t, ps in by_topic.items())
+
+
+async def _add_partitions_batch(ctx: RequestContext, request):
+    mod = ctx.response_module
+    err = authz.cluster_error(ctx, Op.CLUSTER_ACTION)
+    if err:
+        return make(ctx.response_class, error_code=err, results_by_transaction=())
+    out = []
+    for txn in request.transactions:
+        wanted = [(t.name, p) for t in txn.topics for p in t.partitions]
+        codes = await _add_for(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                               verify_only=txn.verify_only)
+        out.append(make(mod, "AddPartitionsToTxnResult", transactional_id=txn.transactional_id,
+                        topic_results=_topic_results(ctx, wanted, codes)))
+    return make(ctx.response_class, error_code=T.NONE, results_by_transaction=tuple(out))
+
+
+async def _add_for(ctx, tid, pid: int, epoch: int, wanted, *, verify_only: bool) -> dict:
+    """``{(topic, partition): error code}`` of adding (or, ``verify_only``, checking) ``wanted``."""
     if _bad_tid(tid):
-        return answer(dict.fromkeys(wanted, INVALID_REQUEST))
+        return dict.fromkeys(wanted, INVALID_REQUEST)
     svc = service(ctx.broker)
     if not svc.owns(tid):
-        return answer(dict.fromkeys(wanted, NOT_COORDINATOR))
+        return dict.fromkeys(wanted, NOT_COORDINATOR)
+    if verify_only:  # Kafka's handleVerifyPartitionsInTransaction
+        try:
+            cur = await ctx.run(svc.store.get, tid)
+        except KafkaStoreError:
+            return dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
+        err = T.check_producer(cur, pid, epoch) or (T.CONCURRENT_TRANSACTIONS if cur.state.prepared else 0)
+        if err:
+            return dict.fromkeys(wanted, err)
+        return {tp: T.NONE if cur.state is T.TxnState.ONGOING and tp in cur.partitions else T.INVALID_TXN_STATE
+                for tp in wanted}
     from ..topics import is_internal_topic
 
     codes = {}
@@ -499,16 +592,22 @@ async def handle_add_partitions(ctx: RequestContext, request):
             if tp[0] == t and (meta is None or is_internal_topic(t) or not 0 <= tp[1] < meta.partitions):
                 codes[tp] = UNKNOWN_TOPIC_OR_PARTITION
     if codes:
-        return answer({tp: codes.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted})
-    err = await _add(ctx, svc, tid, request.v3_and_below_producer_id,
-                     request.v3_and_below_producer_epoch, wanted)
-    return answer(dict.fromkeys(wanted, T.compat_error(err, ctx.api_version)))
+        return {tp: codes.get(tp, OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    err = await _add(ctx, svc, tid, pid, epoch, wanted)
+    return dict.fromkeys(wanted, T.compat_error(err, ctx.api_version))
 
 
 async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> int:
     try:
         async with svc.lock(tid):
             cur = await ctx.run(svc.store.get, tid)
+            if cur is not None and cur.state.prepared and (cur.producer_id, cur.producer_epoch) == (pid, epoch):
+                # The producer's previous transaction, ended (its EndTxn answered) by a broker
+                # that died before storing Complete: finish it here (its markers again) rather
+                # than answer CONCURRENT_TRANSACTIONS until the timeout check does.
+                err, cur = await svc.abort_in_flight(cur)
+                if err:
+                    return err
             step = T.add_partitions(cur, pid, epoch, parts, int(time.time() * 1000))
             if step.error:
                 return step.error
@@ -701,11 +800,12 @@ async def handle_list_transactions(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    # Kafka 3.9's ranges; AddPartitionsToTxn v4+ is broker-to-broker (clients send v0-v3), and
-    # v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit and v5 of InitProducerId only allow
-    # TRANSACTION_ABORTABLE in answers, which this coordinator never gives.
+    # Kafka 3.9's ranges. AddPartitionsToTxn v4-5 is Kafka's broker-to-broker batch (clients
+    # send v0-v3; CLUSTER_ACTION needed); v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit,
+    # v5 of InitProducerId and AddPartitionsToTxn only allow TRANSACTION_ABORTABLE in answers,
+    # which this coordinator never gives.
     registry.register(INIT_PRODUCER_ID, 0, 5, handle_init_producer_id)
-    registry.register(ADD_PARTITIONS_TO_TXN, 0, 3, handle_add_partitions)
+    registry.register(ADD_PARTITIONS_TO_TXN, 0, 5, handle_add_partitions)
     registry.register(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets)
     registry.register(END_TXN, 0, 4, handle_end_txn)
     registry.register(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit)

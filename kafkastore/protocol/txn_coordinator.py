@@ -155,7 +155,8 @@ def fence(cur: TxnMetadata, now_ms: int) -> Step:
                              last_update_ms=now_ms))
 
 
-def _check_producer(cur: TxnMetadata | None, pid: int, epoch: int) -> int:
+def check_producer(cur: TxnMetadata | None, pid: int, epoch: int) -> int:
+    """NONE if ``pid`` at ``epoch`` holds the id's state, else Kafka's coordinator error."""
     if cur is None:  # as Kafka: an unknown id is a producer id it does not map
         return INVALID_PRODUCER_ID_MAPPING
     if cur.producer_id != pid:
@@ -177,7 +178,7 @@ def add_partitions(cur: TxnMetadata | None, pid: int, epoch: int,
                    partitions: Iterable[tuple[str, int]], now_ms: int) -> Step:
     """AddPartitionsToTxn (and AddOffsetsToTxn, whose partition is the group's
     ``__consumer_offsets`` one): the transaction becomes Ongoing with these partitions."""
-    err = _check_producer(cur, pid, epoch)
+    err = check_producer(cur, pid, epoch)
     if err:
         return Step(err)
     if cur.state.prepared:
@@ -197,7 +198,7 @@ def end_txn(cur: TxnMetadata | None, pid: int, epoch: int, commit: bool, now_ms:
     """EndTxn: Ongoing goes to PrepareCommit / PrepareAbort (markers follow). A retry of an
     EndTxn already prepared or completed the same way answers NONE (a prepared one returns
     its state, so the caller finishes the markers); the other way is INVALID_TXN_STATE."""
-    err = _check_producer(cur, pid, epoch)
+    err = check_producer(cur, pid, epoch)
     if err:
         return Step(err)
     want_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT

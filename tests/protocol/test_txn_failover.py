@@ -82,6 +82,9 @@ def test_coordinator_killed_at_a_step_another_broker_finishes_the_transaction(tm
         from kafkastore.protocol.api_txn import TxnStore
         from kafkastore.protocol.txn_coordinator import TxnState
 
+        deadline = time.time() + 10  # Complete is stored lazily (api_txn.COMPLETE_DELAY_S)
+        while time.time() < deadline and TxnStore(storage).get(tid).state is not TxnState.COMPLETE_ABORT:
+            time.sleep(0.2)
         assert TxnStore(storage).get(tid).state is TxnState.COMPLETE_ABORT
     finally:
         _stop_all(procs)
@@ -132,7 +135,12 @@ def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
                 producer.begin_transaction()
                 for m in msgs:
                     producer.produce(dst, b"t" + m.value(), partition=m.partition())
-                producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                # The next offset of each partition this batch read (positions of partitions
+                # just reassigned by the rebalance after the kill may not be known yet).
+                nxt = {}
+                for m in msgs:
+                    nxt[m.partition()] = max(nxt.get(m.partition(), 0), m.offset() + 1)
+                producer.send_offsets_to_transaction([ck.TopicPartition(src, q, o) for q, o in nxt.items()],
                                                      consumer.consumer_group_metadata(), 30)
                 producer.commit_transaction(60)
             except ck.KafkaException as exc:

@@ -121,3 +121,82 @@ def test_bad_transactional_input_gets_kafkas_error_codes(broker, storage, wire):
     assert _produce(wire, topic, 1, _txn_batch([b"x"], pid, epoch, 0), tid)[0] == BAD_TXN_STATE
     assert _produce(wire, topic, 0, _txn_batch([b"y"], pid, epoch, 0), tid)[0] == 0
     assert _end(wire, tid, pid, epoch) == 0
+
+
+def test_a_transaction_costs_two_state_commits_and_complete_is_stored_later(broker, storage, wire):
+    """Ongoing and Prepare are stored before their answers; Complete is read at once but stored
+    lazily, and the producer's next AddPartitions supersedes it (never stored then)."""
+    import time
+
+    from kafkastore.protocol import txn_coordinator as T
+    from kafkastore.protocol.api_txn import COMPLETE_DELAY_S, TxnStore
+
+    topic = "lazy-" + uuid.uuid4().hex[:6]
+    create_topic(storage, topic, 1)
+    tid = "tx-lazy-" + uuid.uuid4().hex[:6]
+    err, pid, epoch = _init(wire, tid)
+
+    def states():
+        store = TxnStore(storage)
+        p = store.partition_for(tid)
+        from kafkastore.reader import PartitionReader
+
+        t = PartitionReader(storage, T.TXN_TOPIC, p).read(0, include_headers=False)
+        return [T.decode_value(tid, v).state.name for k, v in zip(t.column("key").to_pylist(),
+                                                                  t.column("value").to_pylist())
+                if T.decode_key(k) == tid]
+
+    for _ in range(2):
+        assert _add(wire, tid, pid, epoch, topic) == [0]
+        assert _produce(wire, topic, 0, _txn_batch([b"x"], pid, epoch, 0 if _ == 0 else 1), tid)[0] == 0
+        assert _end(wire, tid, pid, epoch) == 0
+        assert _end(wire, tid, pid, epoch) == 0          # a retry reads it complete: nothing redone
+    assert states() == ["EMPTY", "ONGOING", "PREPARE_COMMIT", "ONGOING", "PREPARE_COMMIT"]
+    time.sleep(COMPLETE_DELAY_S + 1.5)
+    assert states()[-1] == "COMPLETE_COMMIT"
+
+
+#: Apache Kafka 3.9's ranges of the transaction APIs and FindCoordinator (served in full).
+KAFKA_39 = {10: (0, 5), 22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 4), 28: (0, 4), 65: (0, 0), 66: (0, 1)}
+
+
+def test_api_versions_advertises_kafka_39s_ranges_of_the_transaction_apis(wire):
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    r = wire.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+    served = {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in r.api_keys}
+    assert {k: served.get(k) for k in KAFKA_39} == KAFKA_39
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_add_partitions_v4_v5_batches_transactions_and_verifies(broker, storage, wire, version):
+    """Kafka's broker-to-broker form (KIP-890): several transactions in one request, each added
+    or only checked (verify_only: in the transaction or INVALID_TXN_STATE, nothing added)."""
+    import importlib
+
+    from kio.schema.find_coordinator.v5.request import FindCoordinatorRequest
+
+    ap = importlib.import_module(f"kio.schema.add_partitions_to_txn.v{version}.request")
+    topic = "apv%d-" % version + uuid.uuid4().hex[:6]
+    create_topic(storage, topic, 2)
+    a, b = ("tx-ap%d-%s-%s" % (version, x, uuid.uuid4().hex[:6]) for x in "ab")
+    fc = wire.call(FindCoordinatorRequest(key_type=1, coordinator_keys=(a, b)))
+    assert [int(c.error_code) for c in fc.coordinators] == [0, 0]
+    (_, pa, ea), (_, pb, eb) = _init(wire, a), _init(wire, b)
+
+    def txn(tid, pid, epoch, parts, verify):
+        return ap.AddPartitionsToTxnTransaction(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                verify_only=verify, topics=(
+                                                    ap.AddPartitionsToTxnTopic(name=topic, partitions=parts),))
+
+    def call(*txns):
+        r = wire.call(ap.AddPartitionsToTxnRequest(transactions=txns))
+        assert int(r.error_code) == 0
+        return {t.transactional_id: [int(p.partition_error_code) for x in t.topic_results
+                                     for p in x.results_by_partition] for t in r.results_by_transaction}
+
+    assert call(txn(a, pa, ea, (0,), False), txn(b, pb, eb, (0, 1), True)) == {a: [0], b: [48, 48]}
+    assert call(txn(a, pa, ea, (0, 1), True), txn(b, pb, eb + 1, (0,), True)) == {a: [0, 48], b: [FENCED]}
+    assert _produce(wire, topic, 0, _txn_batch([b"v"], pa, ea, 0), a)[0] == 0
+    assert _produce(wire, topic, 0, _txn_batch([b"w"], pb, eb, 0), b)[0] == BAD_TXN_STATE  # b added nothing
+    assert _end(wire, a, pa, ea) == 0
