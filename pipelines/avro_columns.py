@@ -15,8 +15,6 @@ which names the bad ones.
 """
 from __future__ import annotations
 
-from typing import Any
-
 _PRIMITIVE = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
 

@@ -15,7 +15,7 @@ import base64
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kafkastore.errors import RegistryFetchError
 

@@ -19,9 +19,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-TIMESTAMP = None   # set lazily: pa.timestamp("us", tz="UTC")
-
-
 from kafkastore.errors import UnmappableSchemaError
 
 UnmappableSchema = UnmappableSchemaError
