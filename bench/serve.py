@@ -306,18 +306,20 @@ def bench_authorizer(args) -> int:
 
 
 def main() -> int:
+    from kafkastore.cli import flag
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--commit-interval-ms", type=float, default=5.0)
-    ap.add_argument("--verbose", action="store_true", help="the broker logs every commit (stderr)")
+    flag(ap, "--verbose", "the broker logs every commit (stderr)")
     ap.add_argument("--root", help="root URL (default: a fresh temporary directory)")
-    ap.add_argument("--transactions", action="store_true",
-                    help="instead: records/s of a transactional producer committing every 1,000 "
-                         "records against the same producer without transactions")
-    ap.add_argument("--authorizer", action="store_true",
-                    help="instead: produce and fetch rates with serve --authorizer and 1,000 ACLs "
-                         "against the authorizer off, in this run")
+    flag(ap, "--transactions",
+         "instead: records/s of a transactional producer committing every 1,000 "
+         "records against the same producer without transactions")
+    flag(ap, "--authorizer",
+         "instead: produce and fetch rates with serve --authorizer and 1,000 ACLs "
+         "against the authorizer off, in this run")
     ap.add_argument("--rounds", type=int, default=2, help="--authorizer: rounds of each mode (best kept)")
     args = ap.parse_args()
     if args.authorizer:

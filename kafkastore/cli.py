@@ -520,6 +520,11 @@ def positive(value: str) -> int:
     return n
 
 
+def flag(parser, name: str, help: str | None = None) -> None:
+    """An on/off option ``name`` of ``parser`` (or of a group of it): off unless given."""
+    parser.add_argument(name, action="store_true", help=help)
+
+
 # -- serve --------------------------------------------------------------------
 def _host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -616,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     tsub.add_parser("apply", help="create the topics the config file lists that do not exist yet")
     d = tsub.add_parser("describe", help="partitions, configs and offsets of a topic (JSON)")
     d.add_argument("topic")
-    d.add_argument("--all", action="store_true", help="include configs left at their defaults")
+    flag(d, "--all", "include configs left at their defaults")
     t.set_defaults(func=cmd_topics)
 
     pr = sub.add_parser("produce", help="append JSON lines from stdin to a topic")
@@ -661,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     gc = sub.add_parser("gc", help="delete files no manifest references, after the grace period")
     gc.add_argument("topic")
     gc.add_argument("--grace-ms", type=non_negative, help="default: the topic's file.delete.delay.ms")
-    gc.add_argument("--dry-run", action="store_true")
+    flag(gc, "--dry-run")
     gc.set_defaults(func=cmd_gc)
 
     mg = sub.add_parser("merge", help="merge small adjacent segments into segment.bytes-sized ones "
@@ -689,11 +694,11 @@ def build_parser() -> argparse.ArgumentParser:
     gre.add_argument("group")
     gre.add_argument("--topic", required=True, metavar="TOPIC[:P1,P2]")
     gt = gre.add_mutually_exclusive_group(required=True)
-    gt.add_argument("--to-earliest", action="store_true")
-    gt.add_argument("--to-latest", action="store_true")
+    flag(gt, "--to-earliest")
+    flag(gt, "--to-latest")
     gt.add_argument("--to-offset", type=non_negative, metavar="N")
     gt.add_argument("--to-datetime", metavar="ISO", help="e.g. 2024-01-02T03:04:05.000 (UTC unless a zone is given)")
-    gre.add_argument("--execute", action="store_true", help="commit the new offsets")
+    flag(gre, "--execute", "commit the new offsets")
     gr.set_defaults(func=cmd_groups)
 
     us = sub.add_parser("users", help="SCRAM users every broker of the root accepts")
@@ -704,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
     ua.add_argument("--iterations", type=positive, default=4096,
                     help="PBKDF2 iterations, 4096..16384 (default 4096)")
     upw = ua.add_mutually_exclusive_group(required=True)
-    upw.add_argument("--password-stdin", action="store_true", help="read the password from stdin's first line")
+    flag(upw, "--password-stdin", "read the password from stdin's first line")
     upw.add_argument("--password", metavar="P", help="the password (visible to other local users: "
                                                      "prefer --password-stdin)")
     usub.add_parser("list", help="users with their mechanisms and iterations (JSON; never secrets)")
@@ -723,12 +728,12 @@ def build_parser() -> argparse.ArgumentParser:
         qp = qsub.add_parser(name, help=helptext)
         qu_user = qp.add_mutually_exclusive_group()
         qu_user.add_argument("--user", metavar="U")
-        qu_user.add_argument("--default-user", action="store_true",
-                             help="the default of every user without its own quota")
+        flag(qu_user, "--default-user",
+             "the default of every user without its own quota")
         qu_client = qp.add_mutually_exclusive_group()
         qu_client.add_argument("--client-id", metavar="C")
-        qu_client.add_argument("--default-client-id", action="store_true",
-                               help="the default of every client id without its own quota")
+        flag(qu_client, "--default-client-id",
+             "the default of every client id without its own quota")
         if name == "set":
             qp.add_argument("--producer-byte-rate", dest="producer_byte_rate", type=float,
                             metavar="N", help="bytes per second produced, per broker")
@@ -757,19 +762,19 @@ def build_parser() -> argparse.ArgumentParser:
         ap_res = ap.add_mutually_exclusive_group()
         ap_res.add_argument("--topic", metavar="T", help="a topic (* for every topic)")
         ap_res.add_argument("--group", metavar="G", help="a consumer group (* for every group)")
-        ap_res.add_argument("--cluster", action="store_true", help="the cluster")
+        flag(ap_res, "--cluster", "the cluster")
         ap_res.add_argument("--transactional-id", metavar="X", help="a transactional id")
         if name == "list":
             ap.add_argument("--pattern-type", default="any",
                             choices=("any", "match", "literal", "prefixed"),
                             help="match: the ACLs that apply to the named resource (default any)")
         else:
-            ap.add_argument("--prefixed", action="store_true",
-                            help="the name is a prefix: every resource whose name starts with it")
+            flag(ap, "--prefixed",
+                 "the name is a prefix: every resource whose name starts with it")
             ap_perm = ap.add_mutually_exclusive_group()
-            ap_perm.add_argument("--deny", action="store_true", help="a DENY ACL (deny wins)")
+            flag(ap_perm, "--deny", "a DENY ACL (deny wins)")
             if name == "remove":
-                ap_perm.add_argument("--allow", action="store_true", help="only ALLOW ACLs")
+                flag(ap_perm, "--allow", "only ALLOW ACLs")
     ac.set_defaults(func=cmd_acls)
 
     sv = sub.add_parser("serve", help="a Kafka-protocol broker over the root (DESIGN.md section 8)")
@@ -783,24 +788,24 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--tls-key", help="TLS private key (PEM)")
     sv.add_argument("--sasl-credentials", metavar="FILE",
                     help="user:password lines; enables SASL PLAIN and SCRAM-SHA-256/512")
-    sv.add_argument("--sasl", action="store_true",
-                    help="require SASL: the root's SCRAM users (kafkastore users) log in, and those "
-                         "of --sasl-credentials")
-    sv.add_argument("--insecure", action="store_true",
-                    help="allow a non-loopback listener without TLS and SASL")
+    flag(sv, "--sasl",
+         "require SASL: the root's SCRAM users (kafkastore users) log in, and those "
+         "of --sasl-credentials")
+    flag(sv, "--insecure",
+         "allow a non-loopback listener without TLS and SASL")
     sv.add_argument("--schema-registry-listen", metavar="HOST:PORT",
                     help="also serve a Confluent-compatible schema registry (REST) here, stored "
                          "in the root's _schemas topic; TLS and basic auth as the Kafka listener")
     sv.add_argument("--metrics-listen", metavar="HOST:PORT",
                     help="serve Prometheus metrics over HTTP here (loopback unless TLS or "
                          "--insecure, as the Kafka listener)")
-    sv.add_argument("--authorizer", action="store_true",
-                    help="check every request against the root's ACLs (kafkastore acls); deny "
-                         "what no ACL allows")
+    flag(sv, "--authorizer",
+         "check every request against the root's ACLs (kafkastore acls); deny "
+         "what no ACL allows")
     sv.add_argument("--super-users", metavar="User:A,User:B",
                     help="principals allowed everything (with --authorizer)")
-    sv.add_argument("--auto-create-topics", action="store_true",
-                    help="create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
+    flag(sv, "--auto-create-topics",
+         "create unknown topics on Metadata requests (Kafka's auto.create.topics.enable)")
     sv.add_argument("--default-partitions", type=positive, default=1,
                     help="partitions of auto-created topics (default 1)")
     # Defaults live in ServeOptions (not imported here: every command would pay for it).

@@ -17,7 +17,7 @@ import sys
 import time
 
 from kafkastore import cli as log_cli
-from kafkastore.cli import non_negative, offsets_of, print_json
+from kafkastore.cli import flag, non_negative, offsets_of, print_json
 from pipelines.config import Config, load_config
 from kafkastore.errors import ConfigError, KafkaStoreError, MissingExtraError
 
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--partition-by", action="append", metavar="FIELD",
                     help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
                          "(repeatable; default: the config's, else day(timestamp))")
-    lo.add_argument("--register-existing", action="store_true", help=REGISTER_HELP)
+    flag(lo, "--register-existing", REGISTER_HELP)
     lo.add_argument("--mode", choices=("append", "upsert"),
                     help="append (default): every record a row; upsert: one row per key, "
                          "the latest record wins, a tombstone deletes the key")
@@ -219,16 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--from-offset", type=non_negative)
     g.add_argument("--from-timestamp", type=non_negative, metavar="MS")
     rp.add_argument("--reason", default="", help="recorded in the snapshot's audit")
-    rp.add_argument("--allow-expired", action="store_true",
-                    help="upsert tables: when vacuum expired the snapshot to rebuild from, "
-                         "rebuild from the log start instead")
-    rp.add_argument("--allow-compacted", action="store_true",
-                    help="reprocess even where compaction rewrote the log since (records only "
-                         "the table holds are dropped); recorded in the audit")
-    rp.add_argument("--allow-below-log-start", action="store_true",
-                    help="rewind below the log start: rows the log no longer holds leave the "
-                         "table; recorded in the audit")
-    rp.add_argument("--register-existing", action="store_true", help=REGISTER_HELP)
+    flag(rp, "--allow-expired",
+         "upsert tables: when vacuum expired the snapshot to rebuild from, "
+         "rebuild from the log start instead")
+    flag(rp, "--allow-compacted",
+         "reprocess even where compaction rewrote the log since (records only "
+         "the table holds are dropped); recorded in the audit")
+    flag(rp, "--allow-below-log-start",
+         "rewind below the log start: rows the log no longer holds leave the "
+         "table; recorded in the audit")
+    flag(rp, "--register-existing", REGISTER_HELP)
     rp.set_defaults(func=cmd_reprocess)
 
     va = sub.add_parser("vacuum", help="expire old snapshots of warehouse tables and remove "
@@ -241,11 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "survive)")
     va.add_argument("--retain-last", type=int, default=1,
                     help="snapshots of main always kept (default 1)")
-    va.add_argument("--dry-run", action="store_true")
-    va.add_argument("--expire-unvalidated", action="store_true",
-                    help="also expire old snapshots the quality gate has not validated yet "
-                         "(for tables nobody validates; the validated tag can then no longer "
-                         "move past them)")
+    flag(va, "--dry-run")
+    flag(va, "--expire-unvalidated",
+         "also expire old snapshots the quality gate has not validated yet "
+         "(for tables nobody validates; the validated tag can then no longer "
+         "move past them)")
     va.set_defaults(func=cmd_vacuum)
 
     mt = sub.add_parser("maintain", help="rewrite a warehouse table's small files into target-"
@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cp = sub.add_parser("compact", help="log compaction of a topic (Spark)")
     cp.add_argument("topic")
-    cp.add_argument("--force", action="store_true", help="ignore min.cleanable.dirty.ratio")
+    flag(cp, "--force", "ignore min.cleanable.dirty.ratio")
     cp.set_defaults(func=cmd_compact)
 
     rt = sub.add_parser("retention", help="apply retention.ms / retention.bytes to a topic")
