@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import datetime, timezone
 
 import pytest
@@ -12,6 +13,8 @@ from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
 from pipelines.iceberg_read import VALIDATED_TAG
 
+DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "dags", "kafkastore_dags.py")
 T0 = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
 
 
@@ -42,8 +45,7 @@ def upsert_env(tmp_path_factory):
 def test_upsert_load_dag_loads_validates_and_maintains(upsert_env, airflow_db, spark):
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(__import__("tests.dags.test_dags", fromlist=["DAG_FILE"])
-                                .DAG_FILE)).get_dag("kafkastore_load_accounts")
+    dag = DagBag(dag_folder=DAG_FILE).get_dag("kafkastore_load_accounts")
     assert [t.task_id for t in dag.topological_sort()] == ["load", "validate", "maintain"]
     dr = dag.test(logical_date=datetime(2024, 1, 1, 1, tzinfo=timezone.utc))
     states = {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}

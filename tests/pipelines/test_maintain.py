@@ -2,10 +2,7 @@
 ones and delete files folded, one snapshot carrying the offsets forward, safe beside loads."""
 from __future__ import annotations
 
-import os
-import uuid
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -16,7 +13,8 @@ from pipelines.maintain import maintain
 from pipelines.offset_ranges import OffsetRange
 from pipelines.table_files import write_files
 from pipelines.upsert import mode_properties, rows_commit
-from tests.pipelines.test_upsert import SCHEMA, _rows
+from tests.helpers.upsert import SCHEMA, add_position_delete
+from tests.helpers.upsert import staged as _rows
 
 T0_US = 1_700_000_000_000_000
 
@@ -103,7 +101,7 @@ def test_position_deletes_are_folded_into_the_data(table):
     maintain(table)
     table = table.refresh()
     (task,) = list(table.scan().plan_files())
-    _add_position_delete(table, task, position=3)
+    add_position_delete(table, task, position=3)
     table = table.refresh()
     assert ice.plan_scan(table).delete_files
     want = [r for r in _sorted_rows(table)]
@@ -140,22 +138,3 @@ def test_cli(table, capsys):
     assert "rewritten into 1" in capsys.readouterr().err
     assert cli_main(["maintain", "--warehouse", wh, "--table", "events"]) == 0
     assert "nothing to do" in capsys.readouterr().err
-
-
-def _add_position_delete(table, task, position):
-    """A position delete file for row ``position`` of ``task``'s file, as a
-    merge-on-read engine (Spark, Trino) would commit it."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
-    url = f"{table.location()}/data/delete-{uuid.uuid4().hex}.parquet"
-    deletes = pa.table({"file_path": [task.file.file_path],
-                        "pos": pa.array([position], pa.int64())})
-    with fsspec.open(url, "wb") as f:
-        pq.write_table(deletes, f)
-    df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=url,
-                            file_format=FileFormat.PARQUET, partition=task.file.partition,
-                            record_count=1, file_size_in_bytes=os.path.getsize(url[7:]),
-                            spec_id=task.file.spec_id)
-    with table.transaction() as txn:
-        with txn.update_snapshot().fast_append() as app:
-            app.append_data_file(df)

@@ -23,28 +23,11 @@ from pipelines.offset_ranges import OffsetRange
 from pipelines.upsert import (TOMBSTONE, apply_model, beats, merge, mode_properties,
                               reduce_batch, rows_commit)
 from tests.faults import lose_catalog_response
+from tests.helpers.upsert import SCHEMA, add_position_delete, produce_records
+from tests.helpers.upsert import staged as _rows
 
 KEYS = [f"k{i}".encode() for i in range(4)]
 T_US = 1_700_000_000_000_000
-SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-                    ("partition", pa.int32()), ("offset", pa.int64()),
-                    ("timestamp", pa.timestamp("us", tz="UTC"))])
-
-
-def _rows(records, tombstones=True):
-    cols = {n: [r[n] for r in records] for n in ("key", "value", "partition", "offset",
-                                                 "timestamp")}
-    t = pa.table({"key": pa.array(cols["key"], pa.binary()),
-                  "value": pa.array(cols["value"], pa.binary()),
-                  "topic": pa.array(["t"] * len(records), pa.string()),
-                  "partition": pa.array(cols["partition"], pa.int32()),
-                  "offset": pa.array(cols["offset"], pa.int64()),
-                  "timestamp": pa.array(cols["timestamp"], pa.timestamp("us", tz="UTC"))})
-    if tombstones:
-        t = t.append_column(TOMBSTONE, pa.array([v is None for v in cols["value"]]))
-    return t
-
-
 def _as_dict(tbl) -> dict:
     return {r["key"]: r["value"] for r in tbl.select(["key", "value"]).to_pylist()}
 
@@ -269,16 +252,6 @@ def test_modes_do_not_mix(tmp_path):
 # end to end: Spark loads, pyiceberg and kafkastore sql agree
 
 
-def _produce(storage, records):
-    from kafkastore.broker import Broker
-
-    broker = Broker(storage, batch_size=256)
-    for r in records:
-        broker.send("t", r["value"], key=r["key"], timestamp=r["timestamp"],
-                    partition=r["partition"])
-    broker.flush()
-
-
 def _sql_dict(spark, warehouse, table="up"):
     from pipelines.sql import run_sql
 
@@ -312,7 +285,7 @@ def test_spark_upsert_loads_match_the_model_and_sql(spark, tmp_path_factory, ops
         offsets[p] += 1
     bounds = sorted({0, len(records), *[c for c in cuts if c < len(records)]})
     for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        _produce(storage, records[a:b])
+        produce_records(storage, records[a:b])
         with pytest.MonkeyPatch.context() as mp:
             existing = wh.load_table("up")
             fired = (lose_catalog_response(mp, existing.catalog, landed=i % 2 == 1)
@@ -336,7 +309,7 @@ def test_spark_upsert_by_value_columns_with_tombstones(spark, tmp_path):
     storage = make_topic(root, partitions=1)
     rows = [({"id": 1}, {"id": 1, "name": "a"}), ({"id": 2}, {"id": 2, "name": "b"}),
             ({"id": 1}, {"id": 1, "name": "a2"}), ({"id": 2}, None)]
-    _produce(storage, [{"key": json.dumps(k).encode(),
+    produce_records(storage, [{"key": json.dumps(k).encode(),
                         "value": None if v is None else json.dumps(v).encode(),
                         "partition": 0, "timestamp": 1_700_000_000_000 + i}
                        for i, (k, v) in enumerate(rows)])
@@ -383,14 +356,12 @@ def test_a_foreign_engines_position_delete_is_applied_and_folded(tmp_path):
     """Another engine deleted a row with a position delete file (merge-on-read): the next
     upsert reads the touched file through pyiceberg with the delete applied, and the file
     it writes instead has no delete file planned against it (Spark reads files again)."""
-    from tests.pipelines.test_maintain import _add_position_delete
-
     _, table = _table(tmp_path)
     _commit(table, [{"key": k, "value": b"1", "partition": 0, "offset": i, "timestamp": i}
                     for i, k in enumerate([b"a", b"b", b"c"])], "r1", target_rows=10)
     table = table.refresh()
     (task,) = list(table.scan().plan_files())
-    _add_position_delete(table, task, position=1)          # b goes
+    add_position_delete(table, task, position=1)          # b goes
     table = table.refresh()
     assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"1"}
     _commit(table, [{"key": b"c", "value": b"2", "partition": 0, "offset": 3, "timestamp": 3}],

@@ -13,7 +13,7 @@ from pipelines.load import run_load
 from pipelines.load_spec import LoadSpec
 from pipelines.reprocess import run_reprocess
 from tests.helpers.loads import make_topic
-from tests.pipelines.test_upsert import _produce
+from tests.helpers.upsert import produce_records as _produce
 
 T0 = 1_700_000_000_000
 
