@@ -88,3 +88,22 @@ def test_schemas_topic_is_refused_to_producers(pair):
         from confluent_kafka.admin import AdminClient
 
         AdminClient({"bootstrap.servers": a.bootstrap}).delete_topics(["_schemas"])["_schemas"].result(10)
+
+
+def _rest(b, method: str, path: str, body=None) -> dict:
+    import urllib.request
+
+    req = urllib.request.Request(b.server.schema_registry.url + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_a_subject_mode_and_level_set_on_one_broker_are_read_on_the_other_at_once(pair):
+    a, b = pair
+    _rest(b, "GET", "/mode")  # b has just read _schemas: only a miss makes it read again
+    _rest(a, "PUT", "/mode/settings-shared", {"mode": "READONLY"})
+    _rest(a, "PUT", "/config/settings-shared", {"compatibility": "FULL"})
+    assert _rest(b, "GET", "/mode/settings-shared") == {"mode": "READONLY"}
+    assert _rest(b, "GET", "/config/settings-shared") == {"compatibilityLevel": "FULL"}
