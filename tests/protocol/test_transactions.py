@@ -13,6 +13,9 @@ import pytest
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
+from tests.helpers.txn import (consume_values as _consume, produce_raw as _produce, txn_producer as _producer,
+                               txn_batch as _txn_batch)
+
 ck = pytest.importorskip("confluent_kafka")
 
 
@@ -20,38 +23,6 @@ def _topic(storage: Storage, partitions: int = 2) -> str:
     name = "txn-" + uuid.uuid4().hex[:8]
     create_topic(storage, name, partitions)
     return name
-
-
-def _producer(bootstrap: str, tid: str, **conf):
-    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                     "transaction.timeout.ms": 60000, "linger.ms": 5, **conf})
-    p.init_transactions(15)
-    return p
-
-
-def _consume(bootstrap: str, topic: str, partitions: int, isolation: str, *, expect: int,
-             wait_s: float = 10.0) -> list[bytes]:
-    """Values read from offset 0 of every partition (waits for ``expect`` or ``wait_s``)."""
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
-                     "enable.auto.commit": False, "isolation.level": isolation,
-                     "enable.partition.eof": False})
-    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[bytes] = []
-    deadline = time.time() + wait_s
-    while time.time() < deadline and len(got) < expect:
-        m = c.poll(0.2)
-        if m is None:
-            continue
-        assert m.error() is None, m.error()
-        got.append(m.value())
-    # A little longer, to see nothing extra arrives.
-    end = time.time() + 1.0
-    while time.time() < end:
-        m = c.poll(0.2)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
-    return got
 
 
 def test_commit_over_two_partitions_is_visible_to_read_committed(broker, storage):
@@ -144,26 +115,6 @@ def test_send_offsets_to_transaction_commits_group_offsets_only_on_commit(broker
 
 
 # -- the protocol, request by request ------------------------------------------------------------
-def _txn_batch(values, pid, epoch, seq):
-    from kafkastore.format.record_batch import Record, encode_batch
-
-    now = int(time.time() * 1000)
-    return encode_batch([Record(i, now, None, v, ()) for i, v in enumerate(values)], producer_id=pid,
-                        producer_epoch=epoch, base_sequence=seq, transactional=True)
-
-
-def _produce(w, topic, partition, data, tid):
-    import datetime
-
-    from kio.schema.produce.v9 import request as prod_req
-
-    req = prod_req.ProduceRequest(transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=10),
-                                  topic_data=(prod_req.TopicProduceData(name=topic, partition_data=(
-                                      prod_req.PartitionProduceData(index=partition, records=data),)),))
-    r = w.call(req).responses[0].partition_responses[0]
-    return int(r.error_code), r.base_offset
-
-
 def test_wire_refusals_markers_and_aborted_list(broker, storage):
     import datetime
 

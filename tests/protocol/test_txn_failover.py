@@ -6,7 +6,6 @@ transaction is finished by the other broker from what ``__transaction_state`` ho
 """
 from __future__ import annotations
 
-import datetime
 import time
 import uuid
 
@@ -15,7 +14,7 @@ import pytest
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
-from .test_transactions import _consume, _produce, _producer, _txn_batch
+from tests.helpers.txn import consume_values as _consume, txn_producer as _producer
 
 ck = pytest.importorskip("confluent_kafka")
 

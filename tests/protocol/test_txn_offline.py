@@ -12,7 +12,7 @@ import pytest
 
 from kafkastore.topics import create_topic
 
-from .test_transactions import _producer
+from tests.helpers.txn import txn_producer as _producer
 
 ck = pytest.importorskip("confluent_kafka")
 

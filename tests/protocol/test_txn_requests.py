@@ -9,7 +9,7 @@ import pytest
 
 from kafkastore.topics import create_topic
 
-from .test_transactions import _produce, _txn_batch
+from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch
 from .wire import Wire
 
 pytest.importorskip("kio")

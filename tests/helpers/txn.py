@@ -1,0 +1,65 @@
+"""Transactional clients for the transaction tests: confluent-kafka producers and consumers,
+raw transactional batches and Produce requests over :class:`tests.protocol.wire.Wire`."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+ck = pytest.importorskip("confluent_kafka")
+
+
+def txn_producer(bootstrap: str, tid: str, **conf):
+    """A confluent-kafka transactional producer, its transactions initialised."""
+    p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                     "transaction.timeout.ms": 60000, "linger.ms": 5, **conf})
+    p.init_transactions(15)
+    return p
+
+
+def consume_values(bootstrap: str, topic: str, partitions: int, isolation: str, *, expect: int,
+             wait_s: float = 10.0) -> list[bytes]:
+    """Values read from offset 0 of every partition (waits for ``expect`` or ``wait_s``)."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "reader-" + uuid.uuid4().hex[:6],
+                     "enable.auto.commit": False, "isolation.level": isolation,
+                     "enable.partition.eof": False})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[bytes] = []
+    deadline = time.time() + wait_s
+    while time.time() < deadline and len(got) < expect:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        assert m.error() is None, m.error()
+        got.append(m.value())
+    # A little longer, to see nothing extra arrives.
+    end = time.time() + 1.0
+    while time.time() < end:
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    c.close()
+    return got
+
+
+def txn_batch(values, pid, epoch, seq):
+    """A transactional record batch of ``values`` (bytes) from producer ``pid`` at ``epoch``."""
+    from kafkastore.format.record_batch import Record, encode_batch
+
+    now = int(time.time() * 1000)
+    return encode_batch([Record(i, now, None, v, ()) for i, v in enumerate(values)], producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def produce_raw(w, topic, partition, data, tid):
+    """One Produce v9 of ``data`` through ``w``; ``(error code, base offset)``."""
+    import datetime
+
+    from kio.schema.produce.v9 import request as prod_req
+
+    req = prod_req.ProduceRequest(transactional_id=tid, acks=-1, timeout=datetime.timedelta(seconds=10),
+                                  topic_data=(prod_req.TopicProduceData(name=topic, partition_data=(
+                                      prod_req.PartitionProduceData(index=partition, records=data),)),))
+    r = w.call(req).responses[0].partition_responses[0]
+    return int(r.error_code), r.base_offset
