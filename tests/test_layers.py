@@ -90,3 +90,74 @@ def test_the_c_sources_are_cut_by_concern():
     assert not any("parse_jsonl" in (ROOT / "kafkastore" / "format" / "native" / s).read_text()
                    for s in sources)
     assert "parse_jsonl" in (ROOT / "kafkastore" / "_jsonl_native.c").read_text()
+
+
+# The third-party packages each layer may import, as docs/ARCHITECTURE.md "The layers" lists
+# them (top-level import names). A new dependency of a layer is a line here and in the document.
+THIRD_PARTY = {
+    "kafkastore/format": {"pyarrow", "numpy", "cramjam", "lz4", "zstandard", "crc32c"},
+    "kafkastore": {"pyarrow", "numpy", "fsspec", "s3fs", "yaml"},
+    "kafkastore/protocol": {"kio", "pyarrow", "prometheus_client"},
+    "kafkastore/schema_registry": {"fastavro", "jsonschema", "google", "proto_schema_parser",
+                                   "antlr4"},
+    "pipelines": {"pyspark", "pyarrow", "pyiceberg", "pandas", "fastavro", "google", "numpy",
+                  "fsspec", "great_expectations", "py4j", "yaml"},
+    "dags": {"airflow", "yaml"},
+}
+# Each layer may also import the layers below it (kafkastore/ includes format/).
+BELOW = {
+    "kafkastore/format": {"kafkastore.format", "kafkastore.errors"},
+    "kafkastore": {"kafkastore"},
+    "kafkastore/protocol": {"kafkastore"},
+    "kafkastore/schema_registry": {"kafkastore"},
+    "pipelines": {"kafkastore", "pipelines"},
+    "dags": {"pipelines.config"},
+}
+
+
+def _layer_files(layer: str):
+    sub = {"kafkastore/format", "kafkastore/protocol", "kafkastore/schema_registry"}
+    for path in (ROOT / layer).rglob("*.py"):
+        rel = str(path.relative_to(ROOT))
+        if layer == "kafkastore" and any(rel.startswith(s + "/") for s in sub):
+            continue
+        yield path
+
+
+def test_each_layer_imports_what_the_architecture_document_says():
+    import sys
+    std = set(sys.stdlib_module_names) | {"__future__"}
+    offending = []
+    for layer, allowed in THIRD_PARTY.items():
+        for path in _layer_files(layer):
+            for name in imported_modules(path):
+                top = name.split(".")[0]
+                if top in std or top in allowed:
+                    continue
+                if top in {"kafkastore", "pipelines", "dags"}:
+                    above = (layer == "kafkastore" and path.name != "cli.py"  # the entry point
+                             and name.startswith(("kafkastore.protocol", "kafkastore.schema_registry")))
+                    if (layer != "dags" and not above
+                            and any(name == b or name.startswith(b + ".") for b in BELOW[layer])):
+                        continue
+                    if layer == "dags":
+                        continue  # the DAG file's parse-time imports are checked by tests/dags
+                offending.append(f"{path.relative_to(ROOT)}: {name}")
+    assert sorted(offending) == []
+
+
+def test_the_protocol_server_does_not_import_the_schema_registry_at_module_level():
+    """The registry is started by the server when asked; nothing in the log library or the
+    protocol imports it at the top of a module (so `serve` without it loads no Avro, Protobuf
+    or JSON Schema machinery)."""
+    offending = []
+    for path in (ROOT / "kafkastore").rglob("*.py"):
+        if "schema_registry" in path.parts:
+            continue
+        tree = __import__("ast").parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            names = ([a.name for a in node.names] if isinstance(node, __import__("ast").Import)
+                     else [node.module or ""] if isinstance(node, __import__("ast").ImportFrom) else [])
+            if any("schema_registry" in n for n in names):
+                offending.append(str(path.relative_to(ROOT)))
+    assert offending == []

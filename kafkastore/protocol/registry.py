@@ -22,12 +22,13 @@ Writing a handler (this is the contract for every API, the group APIs included):
     def register(registry: Registry) -> None:
         registry.register(12, 0, 4, handle_heartbeat)   # api_key, min, max version
 
-:class:`~kafkastore.protocol.server.BrokerServer` registers its own APIs (the
-``register`` functions of ``api_meta``, ``api_produce``, ``api_fetch``,
-``api_admin`` and, with credentials, ``sasl``), then calls every extra
-``register(registry)`` hook it is given: ``BrokerServer(storage, options,
-extensions=[groups.register])``, likewise ``BrokerThread(...)`` and
-``run_server(...)`` (which ``kafkastore serve`` calls in ``cli.cmd_serve``). Handlers run on the
+:class:`~kafkastore.protocol.server.BrokerServer` registers every API it serves: the
+``register`` functions of ``api_meta``, ``api_produce``, ``api_fetch``, ``api_admin`` (which
+also registers ``api_configs``, ``api_cluster`` and ``api_users``), ``api_groups``,
+``api_txn``, ``api_quotas``, ``api_acls`` and, with SASL on, ``sasl``. A new API is a new
+``api_*`` module with a ``register(registry)`` added to that list. ``BrokerServer(storage,
+options, extensions=[hook])`` (and ``BrokerThread`` / ``run_server``) also calls extra
+``register(registry)`` hooks, for tests and embedders. Handlers run on the
 server's asyncio event loop: do storage I/O with ``await ctx.run(fn, *args)``
 (the broker's thread pool), never blocking calls on the loop. ``ctx.broker``
 is the :class:`kafkastore.protocol.server.BrokerServer` (its ``storage``,
