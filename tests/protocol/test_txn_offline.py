@@ -124,3 +124,35 @@ def test_compaction_keeps_markers_of_a_real_producers_transactions(broker, stora
     assert set(after) <= set(before)
     assert b"a1" not in [v for _, v in read("read_uncommitted")]  # aborted data removed
     assert markers() == marks                                    # every marker kept (inside the horizon)
+
+
+def test_retention_keeps_aborted_ranges_and_markers_of_a_real_producers_log(broker, storage):
+    """Time retention drops whole segments (markers go with their segments, as Kafka's); a log
+    start moved into an aborted transaction (DeleteRecords) still hides the rest of it, and an
+    open transaction still holds read_committed back."""
+    from kafkastore.reader import PartitionReader
+    from kafkastore.retention import apply_retention, delete_records
+
+    topic = "ret-" + uuid.uuid4().hex[:6]
+    create_topic(storage, topic, 1, {"retention.ms": 3_600_000})
+    p = _mixed_log(broker.bootstrap, topic, "tx-ret-" + uuid.uuid4().hex[:6])
+    # c1 0, c2 1, COMMIT 2, a1 3, ABORT 4, c3 5, COMMIT 6, open 7
+
+    def values(t, isolation="read_committed"):
+        reader = PartitionReader(storage, t, 0)
+        return reader.read(reader.log_start_offset, isolation=isolation, include_headers=False) \
+            .column("value").to_pylist()
+
+    apply_retention(storage, topic, 0, int(time.time() * 1000) + 7_200_000)  # all but the head expire
+    assert PartitionReader(storage, topic, 0).log_start_offset == 7
+    assert values(topic) == []  # the open transaction still holds read_committed back
+    p.commit_transaction(15)
+    assert values(topic) == [b"open"]
+
+    other = "ret2-" + uuid.uuid4().hex[:6]
+    create_topic(storage, other, 1)
+    q = _mixed_log(broker.bootstrap, other, "tx-ret2-" + uuid.uuid4().hex[:6])
+    q.commit_transaction(15)
+    delete_records(storage, other, 0, 3)  # the log starts at the aborted record
+    assert values(other) == [b"c3", b"open"]
+    assert values(other, "read_uncommitted") == [b"a1", b"c3", b"open"]
