@@ -713,7 +713,7 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
         if upsert:
             from .upsert import upsert_commit
 
-            kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options)
+            kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options, extras=extras)
         else:
             schema = (nullable(file_schema(data[0], storage_options)) if data and spec.decoded
                       else None)

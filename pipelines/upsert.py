@@ -530,18 +530,23 @@ def check_staged(tbl) -> None:
 
 def upsert_commit(run_id: str, spec, ranges, gaps, staged_urls: Sequence[str],
                   storage_options: Mapping[str, Any] | None, *,
-                  target_rows: int = DEFAULT_TARGET_ROWS):
+                  target_rows: int = DEFAULT_TARGET_ROWS, extras=None):
     """The :class:`pipelines.iceberg.KafkaCommit` of an upsert load: the run's ranges and
-    offsets exactly as an append load's, with :class:`UpsertRewrite` writing the data."""
+    offsets exactly as an append load's, with :class:`UpsertRewrite` writing the data.
+    ``extras``: a registry load's :class:`pipelines.registry_load.CommitExtras` (the
+    evolved schema and the ``kafkastore.schema-ids`` summary), carried by the same commit."""
     return rows_commit(run_id, spec.upsert_keys, tuple(spec.partition_by), ranges, gaps,
-                       staged_rows(staged_urls, storage_options), target_rows=target_rows)
+                       staged_rows(staged_urls, storage_options), target_rows=target_rows,
+                       extras=extras)
 
 
 def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[str],
                 ranges, gaps, staged, *, target_rows: int = DEFAULT_TARGET_ROWS,
-                operation: str = "load", **extra):
+                operation: str = "load", extras=None, **extra):
     """The commit of ``staged`` rows (a pyarrow Table with the ordering columns, the key
-    columns and optionally ``TOMBSTONE``; None: no rows) over ``ranges``."""
+    columns and optionally ``TOMBSTONE``; None: no rows) over ``ranges``. ``extras``
+    (registry loads): its schema is merged into the table's and its properties go into
+    the snapshot summary, in this one commit."""
     from . import iceberg as ice
     from .load import nullable
 
@@ -561,6 +566,13 @@ def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[
                           if TOMBSTONE in staged.column_names else staged.schema)
         rewrite = UpsertRewrite(winners, keys, tuple(partition_by), run_id, target_rows,
                                 skipped=skipped)
+    if extras is not None:
+        import pyarrow as pa
+
+        # The registry's schema is read from the staging files' footers: drop the
+        # staging-only tombstone flag before it reaches the table.
+        schema = nullable(pa.schema([f for f in extras.schema if f.name != TOMBSTONE]))
+        extra = {**extra, "properties": {**extra.get("properties", {}), **extras.properties}}
     return ice.KafkaCommit(run_id, operation, tuple(ranges), (), gaps=tuple(gaps), schema=schema,
                            rewrite=rewrite, **extra)
 
