@@ -325,7 +325,7 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
         from .registry_load import load_files
 
         files = load_files(spark, root, splits, opts, target, run_id, table_schema,
-                           storage_options=storage_options, counter=counter)
+                           storage_options=storage_options, counter=counter, cdc=spec.cdc)
         check_disjoint(files)
         return files
     if not spec.decoded:

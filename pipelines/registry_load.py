@@ -395,20 +395,31 @@ def commit_extras(files, table_schema, on_incompatible: str,
 
 
 def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema, *,
-               storage_options=None, counter=None) -> list[dict]:
+               storage_options=None, counter=None, cdc: str | None = None) -> list[dict]:
     """The registry load's part of :func:`pipelines.load.write_ranges`: ``opts`` are
-    the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors."""
+    the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors.
+    ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
+    (:func:`pipelines.cdc.debezium_batch`)."""
     from .load import file_writer, split_reader
     from .registry_client import RegistryClient
 
+    table_value = table_value_type(table_schema, opts.flatten, opts.keep_raw_value)
+    if cdc:
+        from .cdc import registry_table_value
+
+        table_value = registry_table_value(table_schema, KAFKA_COLUMNS)
     plan = RegistryPlan(client=RegistryClient(opts.schema_registry),
                         value_format=opts.value_format, key_format=opts.key_format,
                         flatten=opts.flatten, keep_raw_value=opts.keep_raw_value,
-                        table_value=table_value_type(table_schema, opts.flatten,
-                                                     opts.keep_raw_value),
-                        table_key=table_key_type(table_schema))
+                        table_value=table_value, table_key=table_key_type(table_schema))
     read = split_reader(root, storage_options, splits)
-    return write_registry_ranges(
-        spark, splits, plan, read,
-        lambda: file_writer(target, run_id=run_id, split_dead_letters=True, counter=counter),
-        opts.on_incompatible)
+
+    def make_writer():
+        write = file_writer(target, run_id=run_id, split_dead_letters=True, counter=counter)
+        if cdc:
+            from .cdc import debezium_writer
+
+            return debezium_writer(write, KAFKA_COLUMNS, _RAW_VALUE, "__error")
+        return write
+
+    return write_registry_ranges(spark, splits, plan, read, make_writer, opts.on_incompatible)
