@@ -206,8 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="upsert: key by these decoded value columns (default: the Kafka key)")
     lo.add_argument("--cdc", choices=("debezium",),
                     help="values are Debezium change events (JSON, with or without the "
-                         "schema/payload wrapper): the table holds the source table's rows "
-                         "(implies --mode upsert; --value-schema: the source columns)")
+                         "schema/payload wrapper, or Avro with --value-format avro "
+                         "--schema-registry URL): the table holds the source table's rows "
+                         "(implies --mode upsert; JSON: --value-schema gives the source "
+                         "columns, Avro: the Envelope's after record does)")
     lo.set_defaults(func=cmd_load)
 
     rp = sub.add_parser("reprocess", help="rewind a table to an offset or time and reload (Spark)")
