@@ -97,4 +97,6 @@ def test_job_on_standalone_cluster(tmp_path):
     alive = [pid for pid in pids if group_alive(pid)]
     assert not alive, subprocess.run(["ps", "-eo", "pid,pgid,stat,cmd"], capture_output=True,
                                      text=True).stdout[-3000:]
-    assert time.monotonic() - started < 120
+    # How long it took is not asserted (a loaded CI machine is slow, not wrong): the marker's
+    # timeout catches a hang.
+    print(f"standalone cluster job: {time.monotonic() - started:.0f} s")
