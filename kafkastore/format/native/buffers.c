@@ -179,14 +179,8 @@ PySequenceMethods Buffer_as_sequence = {
 };
 
 PyTypeObject BufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kafkastore.format._native.Buffer",
-    .tp_basicsize = sizeof(BufferObject),
-    .tp_dealloc = (destructor)Buffer_dealloc,
-    .tp_as_buffer = &Buffer_as_buffer,
-    .tp_as_sequence = &Buffer_as_sequence,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A column buffer produced by Decoder.finish() (read-only, zero copy).",
+    BUFFER_TYPE_SLOTS("kafkastore.format._native.Buffer", &Buffer_as_buffer,
+                      "A column buffer produced by Decoder.finish() (read-only, zero copy).")
 };
 
 /* ------------------------------------------------------------------ */

@@ -562,15 +562,9 @@ static PyBufferProcs EncBuffer_as_buffer = {
 };
 
 PyTypeObject EncBufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kafkastore.format._native.EncBuffer",
-    .tp_basicsize = sizeof(BufferObject),
-    .tp_dealloc = (destructor)Buffer_dealloc,
-    .tp_as_buffer = &EncBuffer_as_buffer,
-    .tp_as_sequence = &Buffer_as_sequence,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Encoded record batches from encode_arrow_batches() (writable: the writer "
-              "sets the batches' base offsets in place at commit).",
+    BUFFER_TYPE_SLOTS("kafkastore.format._native.EncBuffer", &EncBuffer_as_buffer,
+                      "Encoded record batches from encode_arrow_batches() (writable: the writer "
+                      "sets the batches' base offsets in place at commit).")
 };
 
 static PyObject *i64_bytes(const int64_t *v, Py_ssize_t k) {

@@ -208,6 +208,17 @@ extern int alloc_mode;
 extern PyTypeObject BufferType;
 extern PySequenceMethods Buffer_as_sequence;
 void Buffer_dealloc(BufferObject *self);
+/* The slots of every buffer type (Buffer, EncBuffer): a BufferObject freed by Buffer_dealloc,
+   with a length; each type has its own name, buffer export (read-only or writable) and doc. */
+#define BUFFER_TYPE_SLOTS(name, as_buffer, doc)        \
+    PyVarObject_HEAD_INIT(NULL, 0)                     \
+    .tp_name = (name),                                 \
+    .tp_basicsize = sizeof(BufferObject),              \
+    .tp_dealloc = (destructor)Buffer_dealloc,          \
+    .tp_as_buffer = (as_buffer),                       \
+    .tp_as_sequence = &Buffer_as_sequence,             \
+    .tp_flags = Py_TPFLAGS_DEFAULT,                    \
+    .tp_doc = (doc),
 int gb_grow(gbuf *b, size_t need, int zero);
 void gb_populate(gbuf *b, size_t need);
 void gb_free(gbuf *b);
