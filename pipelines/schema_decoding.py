@@ -17,7 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafkastore.errors import RegistryFetchError
+from kafkastore.errors import CorruptRecordError, RegistryFetchError
+from kafkastore.format.varint import decode_varint
 
 from .type_mapping import (Mapped, UnmappableSchema, avro_mapping, json_schema_mapping,
                            protobuf_mapping)
@@ -27,18 +28,12 @@ _REGISTRY_TYPE = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint at ``pos``: (value, next position); ValueError if cut short."""
-    shift = result = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            raise ValueError("the message indexes end before their varint does")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            break
-        shift += 7
-    return (result >> 1) ^ -(result & 1), pos
+    """A zigzag varint at ``pos`` (Kafka's, :func:`kafkastore.format.varint.decode_varint`):
+    (value, next position); ValueError if cut short or malformed."""
+    try:
+        return decode_varint(buf, pos)
+    except CorruptRecordError as exc:
+        raise ValueError(f"the message indexes end before their varint does ({exc})") from None
 
 
 def split_frame(value: bytes, fmt: str) -> tuple[int, tuple[int, ...], int]:

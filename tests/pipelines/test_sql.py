@@ -24,6 +24,7 @@ from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.offset_ranges import OffsetRange
 from pipelines.sql import (SQL_DIR, plan_names, referenced_names, register_views, run_sql,
                            sanitize, split_statements, to_json_value)
+from tests.helpers.upsert import add_position_delete
 
 T0 = 1_704_067_200_000        # 2024-01-01T00:00Z
 MINUTE = 60_000
@@ -501,23 +502,8 @@ def test_positional_deletes_are_applied_not_ignored(spark, tmp_path):
 def _add_position_delete(table, position):
     """Commit a position delete file for row ``position`` of the table's only data file,
     as a merge-on-read engine (Spark, Trino) would."""
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-
     (task,) = list(table.scan().plan_files())
-    url = f"{table.location()}/data/delete-{uuid.uuid4().hex}.parquet"
-    deletes = pa.table({"file_path": [task.file.file_path], "pos": pa.array([position],
-                                                                            pa.int64())})
-    import fsspec
-
-    with fsspec.open(url, "wb") as f:
-        pq.write_table(deletes, f)
-    df = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=url,
-                            file_format=FileFormat.PARQUET, partition=task.file.partition,
-                            record_count=1, file_size_in_bytes=os.path.getsize(url[7:]),
-                            spec_id=task.file.spec_id)
-    with table.transaction() as txn:
-        with txn.update_snapshot().fast_append() as app:
-            app.append_data_file(df)
+    add_position_delete(table, task, position)
 
 
 def test_only_what_the_query_needs_and_stale_views_dropped(spark, env, tmp_path):
