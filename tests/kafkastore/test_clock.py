@@ -1,0 +1,80 @@
+"""kafkastore.clock: one clock type, one unit per quantity, a manual clock for tests."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kafkastore.clock import SYSTEM, Clock, ManualClock, as_clock
+from kafkastore.errors import ConfigError
+
+
+def test_system_clock_reads_wall_ms_and_monotonic_seconds():
+    before = int(time.time() * 1000)
+    wall = SYSTEM.wall_ms()
+    after = int(time.time() * 1000)
+    assert isinstance(wall, int) and before - 1 <= wall <= after + 1
+    m1 = SYSTEM.monotonic_s()
+    SYSTEM.sleep(0.01)
+    assert SYSTEM.monotonic_s() - m1 >= 0.009
+
+
+def test_each_quantity_can_be_replaced_and_old_names_still_work():
+    slept = []
+    c = Clock(sleep=slept.append, now_ms=lambda: 42.9, monotonic=lambda: 7.5)
+    c.sleep(0.25)
+    assert slept == [0.25]
+    assert (c.wall_ms(), c.now_ms(), c.monotonic_s(), c.monotonic()) == (42, 42, 7.5, 7.5)
+    c2 = Clock(wall_ms=lambda: 1, monotonic_s=lambda: 2.0)
+    assert (c2.wall_ms(), c2.monotonic_s()) == (1, 2.0)
+
+
+def test_manual_clock_moves_only_when_told_and_sleep_does_not_wait():
+    c = ManualClock(wall_ms=10_000, monotonic_s=5.0)
+    assert (c.wall_ms(), c.monotonic_s()) == (10_000, 5.0)
+    started = time.monotonic()
+    c.sleep(3600)
+    assert time.monotonic() - started < 1
+    assert c.slept == [3600]
+    assert (c.wall_ms(), c.monotonic_s()) == (10_000 + 3_600_000, 3605.0)
+    c.advance_ms(250)
+    assert (c.wall_ms(), c.monotonic_s()) == (3_610_250, 3605.25)
+
+
+def test_manual_wall_clock_may_step_back_but_monotonic_time_may_not():
+    c = ManualClock(wall_ms=50_000, monotonic_s=1.0)
+    c.set_wall_ms(20_000)
+    assert (c.wall_ms(), c.monotonic_s()) == (20_000, 1.0)
+    c.advance(1)
+    assert c.wall_ms() == 21_000
+    with pytest.raises(ConfigError):
+        c.advance(-1)
+
+
+def test_manual_clock_is_thread_safe():
+    c = ManualClock(wall_ms=0, monotonic_s=0.0)
+    threads = [threading.Thread(target=lambda: [c.advance_ms(1) for _ in range(1000)])
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert c.wall_ms() == 4000
+
+
+def test_as_clock_adapts_none_clocks_and_old_bare_callables():
+    assert as_clock(None) is SYSTEM
+    m = ManualClock()
+    assert as_clock(m) is m
+    now = [5_000]
+    ms = as_clock(lambda: now[0])
+    assert (ms.wall_ms(), ms.monotonic_s()) == (5_000, 5.0)
+    now[0] = 6_500
+    assert (ms.wall_ms(), ms.monotonic_s()) == (6_500, 6.5)
+    s = as_clock(lambda: 12.5, "s")
+    assert (s.wall_ms(), s.monotonic_s()) == (12_500, 12.5)
+    with pytest.raises(ConfigError):
+        as_clock(5)
+    with pytest.raises(ConfigError):
+        as_clock(lambda: 1, "h")
