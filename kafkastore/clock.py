@@ -49,7 +49,8 @@ class Clock:
 
     def wall_ms(self) -> int:
         """Wall-clock time in integer epoch milliseconds."""
-        return int(self._wall_ms())
+        now = self._wall_ms()
+        return now if type(now) is int else int(now)
 
     def monotonic_s(self) -> float:
         """A monotonic reading in seconds (only differences between readings mean anything)."""
@@ -129,8 +130,9 @@ def as_clock(clock: Clock | Callable[[], float] | None, unit: str = "ms") -> Clo
     """The :class:`Clock` for an argument that may be a clock, None (:data:`SYSTEM`), or an
     older bare callable reading the wall clock in ``unit`` (``"ms"`` or ``"s"``).
 
-    A bare callable drives both wall and monotonic time (a test's fake ``now`` then also
-    moves the deadlines measured on it); sleeping stays real.
+    A bare callable replaces only the wall clock, as it did before: monotonic time and
+    sleeping stay the system's (a test's ``lambda: next(ticks)`` is read exactly as often
+    as the wall clock was read before).
     """
     if clock is None:
         return SYSTEM
@@ -139,7 +141,7 @@ def as_clock(clock: Clock | Callable[[], float] | None, unit: str = "ms") -> Clo
     if not callable(clock):
         raise ConfigError(f"a clock must be a kafkastore.clock.Clock or a callable, got {clock!r}")
     if unit == "ms":
-        return Clock(wall_ms=lambda: int(clock()), monotonic_s=lambda: clock() / 1000)
+        return Clock(wall_ms=clock)
     if unit == "s":
-        return Clock(wall_ms=lambda: int(clock() * 1000), monotonic_s=clock)
+        return Clock(wall_ms=lambda: clock() * 1000)
     raise ConfigError(f"unit must be 'ms' or 's', got {unit!r}")

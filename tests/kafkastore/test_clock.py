@@ -69,11 +69,12 @@ def test_as_clock_adapts_none_clocks_and_old_bare_callables():
     assert as_clock(m) is m
     now = [5_000]
     ms = as_clock(lambda: now[0])
-    assert (ms.wall_ms(), ms.monotonic_s()) == (5_000, 5.0)
+    assert ms.wall_ms() == 5_000
     now[0] = 6_500
-    assert (ms.wall_ms(), ms.monotonic_s()) == (6_500, 6.5)
-    s = as_clock(lambda: 12.5, "s")
-    assert (s.wall_ms(), s.monotonic_s()) == (12_500, 12.5)
+    assert ms.wall_ms() == 6_500
+    assert as_clock(lambda: 12.5, "s").wall_ms() == 12_500
+    # Only the wall clock is replaced: monotonic time stays the system's.
+    assert abs(ms.monotonic_s() - time.monotonic()) < 1
     with pytest.raises(ConfigError):
         as_clock(5)
     with pytest.raises(ConfigError):
