@@ -33,11 +33,16 @@ from ..acls import Operation, ResourceType
 from . import error_codes as E
 from .codec import make
 from .registry import Registry, RequestContext
+from .topic_ids import NEEDS_LOOKUP
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
 FETCH, LIST_OFFSETS = 1, 2
 READ_COMMITTED = 1
+#: Fetch sessions (KIP-227): a full fetch without a session, and one asking for a new session.
+FINAL_EPOCH, INITIAL_EPOCH = -1, 0
+#: The first Fetch version naming topics by id (KIP-516).
+BY_TOPIC_ID = 13
 _OFFSET_LENGTH = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_POS = 23
@@ -134,21 +139,31 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
 
 async def handle_fetch(ctx: RequestContext, request):
     broker = ctx.broker
+    if getattr(request, "session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
+        # No fetch sessions are kept (KIP-227 lets a broker decline them: every answer says
+        # session 0, so clients send full fetches); an incremental fetch names a session that
+        # does not exist, which Kafka answers FETCH_SESSION_ID_NOT_FOUND with no topics.
+        return make(ctx.response_class, error_code=E.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_wait = request.max_wait.total_seconds()
     deadline = time.monotonic() + max_wait
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
-    topics, denied = request.topics, [t for t in request.topics
-                                      if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.topic)]
-    if denied:  # answered TOPIC_AUTHORIZATION_FAILED; the others are fetched as usual
-        gone = {id(t) for t in denied}
-        topics = [t for t in topics if id(t) not in gone]
-    tps = [(t.topic, p.partition) for t in topics for p in t.partitions]
+    targets = await _targets(ctx, request.topics)
+    # Unknown topic ids (v13+) and topics the principal may not read are answered with their
+    # error for every partition asked; the others are fetched (and long-polled) as usual.
+    unknown = [t for t in targets if t[0] is None]
+    denied = [t for t in targets if t[0] is not None
+              and not ctx.authorize(Operation.READ, ResourceType.TOPIC, t[0])]
+    topics = targets
+    if unknown or denied:
+        gone = {id(t) for t in unknown + denied}
+        topics = [t for t in targets if id(t) not in gone]
+    tps = [(name, p.partition) for name, _, parts in topics for p in parts]
     while True:
         since = broker.data_watch.generations(tps)
         results = await ctx.run(_read_all, broker, topics, max_bytes, read_committed, False)
-        size = sum(len(r.records) for _, parts in results for _, r in parts)
-        errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
+        size = sum(len(r.records) for _, _, parts in results for _, r in parts)
+        errors = any(r.error != E.NONE for _, _, parts in results for _, r in parts)
         remaining = deadline - time.monotonic()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
@@ -157,11 +172,12 @@ async def handle_fetch(ctx: RequestContext, request):
         # or the wait ends: nothing runs for it meanwhile.
         if not await broker.data_watch.wait(tps, since, remaining):
             break
-    results += [(t.topic, [(p.partition, PartitionRead(E.TOPIC_AUTHORIZATION_FAILED)) for p in t.partitions])
-                for t in denied]
+    results += [(name, tid, [(p.partition, PartitionRead(code)) for p in parts])
+                for code, group in ((E.UNKNOWN_TOPIC_ID, unknown), (E.TOPIC_AUTHORIZATION_FAILED, denied))
+                for name, tid, parts in group]
     mod = ctx.response_module
     responses = []
-    for topic, parts in results:
+    for topic, tid, parts in results:
         out = []
         for p, r in parts:
             aborted = None if r.aborted is None else tuple(
@@ -170,34 +186,53 @@ async def handle_fetch(ctx: RequestContext, request):
                             high_watermark=r.hw, last_stable_offset=r.lso, log_start_offset=r.log_start,
                             aborted_transactions=aborted, preferred_read_replica=-1,
                             records=r.records))
-        responses.append(make(mod, "FetchableTopicResponse", topic=topic, partitions=tuple(out)))
+        responses.append(make(mod, "FetchableTopicResponse", topic=topic, topic_id=tid, partitions=tuple(out)))
+    # v16's NodeEndpoints name the new leaders of NOT_LEADER_OR_FOLLOWER partitions (KIP-951):
+    # every broker serves every partition, so that error and the field's entries never occur.
     return make(ctx.response_class, error_code=E.NONE, session_id=0, responses=tuple(responses))
+
+
+async def _targets(ctx: RequestContext, topics) -> list[tuple[str | None, object, tuple]]:
+    """``(name, topic id, partitions)`` per requested topic: v13+ names topics by id (KIP-516),
+    resolved through the broker's id index (a dict lookup per topic; name None: unknown id).
+    Earlier versions name them (id None)."""
+    if ctx.api_version < BY_TOPIC_ID:
+        return [(t.topic, None, t.partitions) for t in topics]
+    index = ctx.broker.meta.topic_ids
+    found = [index.resolve_cached(t.topic_id) if t.topic_id is not None else None for t in topics]
+    if any(f is NEEDS_LOOKUP for f in found):
+        found = await ctx.run(_resolve, index, [t.topic_id for t in topics], found)
+    return [(f[0] if f is not None else None, t.topic_id, t.partitions) for t, f in zip(topics, found)]
+
+
+def _resolve(index, ids, found):
+    return [index.resolve(tid) if f is NEEDS_LOOKUP else f for tid, f in zip(ids, found)]
 
 
 def _read_all(broker, topics, max_bytes: int, read_committed: bool, refresh: bool):
     results = []
     budget = max_bytes
-    for t in topics:
+    for name, tid, partitions in topics:
         parts = []
-        for p in t.partitions:
+        for p in partitions:
             limit = max(0, min(p.partition_max_bytes, budget))
             try:
                 if limit == 0:
-                    r = read_partition(broker, t.topic, p.partition, p.fetch_offset, 1,
+                    r = read_partition(broker, name, p.partition, p.fetch_offset, 1,
                                        read_committed, refresh)
                     r.records, r.aborted = b"", (() if read_committed else None)
                 else:
-                    r = read_partition(broker, t.topic, p.partition, p.fetch_offset, limit,
+                    r = read_partition(broker, name, p.partition, p.fetch_offset, limit,
                                        read_committed, refresh)
             except FetchCheckError as exc:
-                log.error("refusing to serve %s/%d: %s", t.topic, p.partition, exc)
+                log.error("refusing to serve %s/%d: %s", name, p.partition, exc)
                 r = PartitionRead(E.KAFKA_STORAGE_ERROR)
             except KafkaStoreError as exc:
-                log.warning("fetch of %s/%d failed: %s", t.topic, p.partition, exc)
+                log.warning("fetch of %s/%d failed: %s", name, p.partition, exc)
                 r = PartitionRead(E.KAFKA_STORAGE_ERROR)
             budget -= len(r.records)
             parts.append((p.partition, r))
-        results.append((t.topic, parts))
+        results.append((name, tid, parts))
     return results
 
 
@@ -264,5 +299,5 @@ async def handle_list_offsets(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(FETCH, 4, 12, handle_fetch)
+    registry.register(FETCH, 4, 17, handle_fetch)  # Kafka 3.9's
     registry.register(LIST_OFFSETS, 1, 9, handle_list_offsets)

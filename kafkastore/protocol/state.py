@@ -16,6 +16,7 @@ from ..errors import ConfigError, UnknownTopicError
 from ..manifest import Manifest, ManifestStore
 from ..storage import Storage
 from ..topics import TopicMetadata, list_topics, load_topic
+from .topic_ids import TopicIdIndex
 
 
 #: Most topic names (known or unknown) whose lookups are remembered: clients choose the names,
@@ -35,6 +36,8 @@ class MetadataCache:
         self._topics: dict[str, tuple[float, TopicMetadata | None]] = {}
         self._names: tuple[float, list[str]] | None = None
         self._manifests: dict[tuple[str, int], tuple[float, Manifest]] = {}
+        #: Fetch v13+'s topic id -> name (remembers the id of every topic loaded here).
+        self.topic_ids = TopicIdIndex(self, rescan_interval_s=ttl_s)
 
     def topic(self, name: str) -> TopicMetadata | None:
         """The topic's metadata, None if it does not exist."""
@@ -51,6 +54,7 @@ class MetadataCache:
             if len(self._topics) >= MAX_CACHED_TOPICS and name not in self._topics:
                 self._topics.clear()
             self._topics[name] = (now, meta)
+        self.topic_ids.note(name, meta)
         return meta
 
     def topic_if_fresh(self, name: str):
@@ -60,6 +64,10 @@ class MetadataCache:
         if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
             return hit[1]
         return _MISSING
+
+    def topic_name_for_id(self, tid) -> str | None:
+        """The name last seen for topic id ``tid`` (unchecked; for labels). Never blocks."""
+        return self.topic_ids.cached_name(tid)
 
     def forget_topic(self, name: str) -> None:
         """Drop a topic from the cache (after create / delete)."""
