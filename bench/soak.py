@@ -11,7 +11,9 @@ started here on 127.0.0.1 (``ThreadedMotoServer``, as tests/conftest.py does).
 Printed for the first 10% and the last 10% of the commits, and the ratio
 last/first (flat history means ratios near 1):
 
-* time per commit (send + flush, wall clock) and bytes written and requests per commit
+* time per commit (send + flush, wall clock), the writer thread's CPU time per
+  commit (``time.thread_time``: far less sensitive to other processes on the
+  machine than wall time; background merging and gc threads are not in it), and bytes written and requests per commit
   (requests of every thread, by kind, so background merging and gc count; and the
   writer thread's own);
 * reading the head cold (as a new process would: this process's remembered
@@ -95,7 +97,7 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
         kwargs["housekeeping"] = housekeeping
     broker = Broker(storage, **kwargs)
     window = max(1, commits // 10)
-    times, nbytes, nreq, wreq = [], [], [], []
+    times, cpu, nbytes, nreq, wreq = [], [], [], [], []
     kinds: dict[str, list[int]] = {k: [] for k in ("write", "read", "stat", "list", "delete")}
     me = threading.get_ident()
     probes = {}
@@ -103,11 +105,12 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     started = time.perf_counter()
     for i in range(commits):
         before, mine = fs.snapshot(), fs.snapshot(me)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         for r in range(per_commit):
             broker.send(TOPIC, value, key=b"k%d" % r, partition=0)
         broker.flush()
         times.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
         used = fs.snapshot() - before
         nbytes.append(used.bytes["write"])
         nreq.append(used.total_requests)
@@ -143,6 +146,8 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
           f"(windows of {window} commits; probes after commit {window} and {commits})")
     print(f"  {'':<34} {'first 10%':>12} {'last 10%':>12} {'last/first':>8}")
     row("time per commit (ms)", statistics.mean(times[first_w]) * 1000, statistics.mean(times[last_w]) * 1000)
+    row("writer thread CPU per commit (ms)", statistics.mean(cpu[first_w]) * 1000,
+        statistics.mean(cpu[last_w]) * 1000)
     row("bytes written per commit", statistics.mean(nbytes[first_w]), statistics.mean(nbytes[last_w]), "{:.0f}")
     row("requests per commit (all threads)", statistics.mean(nreq[first_w]), statistics.mean(nreq[last_w]))
     for k, v in kinds.items():

@@ -15,11 +15,9 @@ import struct
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
 
-from .format import offset_index, time_index
 from .format.arrow_decode import KAFKA_SCHEMA, decode_to_arrow
 from .format.crc import crc32c
 from .errors import (ConfigError, CorruptRecordError, OffsetOutOfRangeError, SegmentMismatchError,
@@ -76,28 +74,162 @@ class ReadRange:
 
 
 class _IndexCache:
-    """Segment objects are immutable, so their indexes can be cached by path."""
+    """Segment objects are immutable, so their indexes (whole, or pages of them) can be
+    cached by path (and byte range)."""
 
     def __init__(self, capacity: int = 256):
         self._items: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
         self._capacity = capacity
 
-    def get(self, storage: Storage, path: str) -> bytes:
-        key = f"{storage.url}|{path}"
+    def _cached(self, key: str, load) -> bytes:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        data = storage.get(path)
+        data = load()
         with self._lock:
             self._items[key] = data
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
         return data
 
+    def get(self, storage: Storage, path: str) -> bytes:
+        """The whole object at ``path``."""
+        return self._cached(f"{storage.url}|{path}", lambda: storage.get(path))
+
+    def get_range(self, storage: Storage, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``path`` (a page of an index)."""
+        return self._cached(f"{storage.url}|{path}|{start}-{end}",
+                            lambda: bytes(storage.get_range(path, start, end)))
+
 
 _INDEXES = _IndexCache()
+
+#: Entries per ranged read of an index (32 KiB of ``.index``, 48 KiB of ``.timeindex``). A
+#: lookup reads the pages its binary search touches, so its cost depends on the size of one
+#: segment's index (bounded by ``segment.bytes``), never on the rest of the partition; an
+#: index of at most one page (every small segment) is one read, as a whole-object read was.
+INDEX_PAGE_ENTRIES = 4096
+
+
+class _ShortIndex(Exception):
+    """An index object shorter than its manifest entry says: read it whole instead."""
+
+
+class IndexView:
+    """The entries of one ``.index`` or ``.timeindex`` object, read a page at a time on demand
+    (or all held in memory): a binary search touches about log2(pages) + 1 pages.
+
+    ``key(i)`` is the entry's first field (relative offset, or timestamp), ``value(i)`` its
+    second (position, or relative offset). Entries are trusted to increase as Kafka writes
+    them; a non-monotonic index gives some entry, never a hang (readers check what an index
+    points at against the log, see :func:`check_range`).
+    """
+
+    def __init__(self, entry: struct.Struct, data=None, *, storage: Storage | None = None,
+                 path: str = "", size: int = 0):
+        self._entry = entry
+        self._storage, self._path = storage, path
+        self._data = data
+        if data is not None:
+            self.count = len(memoryview(data).cast("B")) // entry.size
+        else:
+            self.count = size // entry.size
+            if self.count <= INDEX_PAGE_ENTRIES:  # one page: the whole object, cached as before
+                self._data = self._whole()
+                self.count = len(self._data) // entry.size
+
+    @classmethod
+    def offsets(cls, data=None, **kw) -> "IndexView":
+        """A view of an ``.index`` (entries: relative offset, position)."""
+        return cls(_OFFSET_ENTRY, data, **kw)
+
+    @classmethod
+    def times(cls, data=None, **kw) -> "IndexView":
+        """A view of a ``.timeindex`` (entries: timestamp, relative offset)."""
+        return cls(_TIME_ENTRY, data, **kw)
+
+    def _whole(self) -> bytes:
+        return _INDEXES.get(self._storage, self._path)
+
+    def entry(self, i: int) -> tuple[int, int]:
+        """Entry ``i`` (0 <= i < count) as stored: ``(key, value)``."""
+        if self._data is not None:
+            return self._entry.unpack_from(self._data, i * self._entry.size)
+        page, at = divmod(i, INDEX_PAGE_ENTRIES)
+        size = self._entry.size
+        start = page * INDEX_PAGE_ENTRIES * size
+        end = min(start + INDEX_PAGE_ENTRIES * size, self.count * size)
+        data = _INDEXES.get_range(self._storage, self._path, start, end)
+        if len(data) < end - start:
+            raise _ShortIndex
+        return self._entry.unpack_from(data, at * size)
+
+    def _search(self, fn):
+        try:
+            return fn()
+        except _ShortIndex:
+            self._data = self._whole()
+            self.count = len(self._data) // self._entry.size
+            return fn()
+
+    def last_key_at_most(self, target: int) -> int:
+        """The number of the last entry whose key is <= ``target`` (-1 if none)."""
+        def run():
+            lo, hi = 0, self.count - 1
+            if hi < 0 or self.entry(0)[0] > target:
+                return -1
+            while lo < hi:
+                mid = (lo + hi + 1) >> 1
+                if self.entry(mid)[0] <= target:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            return lo
+        return self._search(run)
+
+    def first_at_least(self, target: int, *, field: int = 0, lo: int = 0) -> int:
+        """The number of the first entry from ``lo`` whose ``field`` (0: key, 1: value) is
+        >= ``target`` (``count`` if none)."""
+        def run():
+            a, b = lo, self.count
+            while a < b:
+                mid = (a + b) // 2
+                if self.entry(mid)[field] >= target:
+                    b = mid
+                else:
+                    a = mid + 1
+            return a
+        return self._search(run)
+
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+def _offset_index(storage: Storage, topic: str, partition: int, seg: SegmentEntry) -> IndexView:
+    return IndexView.offsets(storage=storage, path=seg.paths(topic, partition)[".index"],
+                             size=seg.index_size)
+
+
+def index_lookup(index: IndexView, base_offset: int, target_offset: int) -> tuple[int, int]:
+    """The entry with the largest offset <= ``target_offset`` as ``(offset, position)``;
+    ``(base_offset, 0)`` when there is none (Kafka's ``OffsetIndex.lookup``)."""
+    i = index.last_key_at_most(target_offset - base_offset)
+    if i < 0:
+        return base_offset, 0
+    rel, pos = index.entry(i)
+    return base_offset + rel, pos
+
+
+def segment_position(storage: Storage, topic: str, partition: int, seg: SegmentEntry,
+                     offset: int) -> int:
+    """Byte position in ``seg``'s ``.log`` to scan from for ``offset``: an index lookup
+    reading only the pages of the ``.index`` its binary search needs (0 without an index)."""
+    if offset <= seg.base_offset or not seg.index_size:
+        return 0
+    return index_lookup(_offset_index(storage, topic, partition, seg), seg.base_offset, offset)[1]
 
 
 def last_stable_offset(m: Manifest) -> int:
@@ -170,9 +302,11 @@ class PartitionReader:
             if seg.max_timestamp < timestamp_ms:
                 continue
             paths = seg.paths(self.topic, self.partition)
-            index = _INDEXES.get(self.storage, paths[".index"]) if seg.index_size else b""
-            tindex = _INDEXES.get(self.storage, paths[".timeindex"]) if seg.timeindex_size else b""
-            found = segment_offset_for_timestamp(
+            index = (IndexView.offsets(storage=self.storage, path=paths[".index"],
+                                       size=seg.index_size) if seg.index_size else None)
+            tindex = (IndexView.times(storage=self.storage, path=paths[".timeindex"],
+                                      size=seg.timeindex_size) if seg.timeindex_size else None)
+            found = _offset_for_timestamp_in(
                 self.storage, paths[".log"], seg.size, index, tindex, seg.base_offset,
                 timestamp_ms, max(seg.base_offset, self.log_start_offset))
             if found is not None:
@@ -188,31 +322,35 @@ class PartitionReader:
         return tuple(t for seg in self.manifest.segments_from(start) for t in seg.aborted_txns
                      if t[2] >= start and t[1] < end)
 
-    def _byte_bounds(self, seg: SegmentEntry, index: bytes, start: int,
+    def _byte_bounds(self, seg: SegmentEntry, index: IndexView | None, start: int,
                      end: int) -> tuple[int, int, int, int]:
         """``(lo, hi, first_anchor, last_anchor)``: the byte range of ``seg`` holding offsets
         ``[start, end)`` by its index, and what the batches there must then hold (see
         :func:`read_range`): an index entry is (last offset of an append, its position)."""
         lo, first_anchor = 0, -1
-        if index and start > seg.base_offset:
-            first_anchor, lo = offset_index.lookup_entry(index, seg.base_offset, start)
+        if index is not None and start > seg.base_offset:
+            first_anchor, lo = index_lookup(index, seg.base_offset, start)
             if lo == 0:
                 first_anchor = -1
         hi, last_anchor = seg.size, -1
-        if index and end < seg.next_offset:
+        if index is not None and end < seg.next_offset:
             # Entries are (last offset of a batch, its position). The entry after
             # the first one reaching end-1 starts past the batch holding end-1.
-            n = offset_index.entry_count(index)
-            for i in _bisect_entries(index, seg.base_offset, end - 1, n):
-                hi = offset_index.entry(index, seg.base_offset, i)[1]
-                last_anchor = offset_index.entry(index, seg.base_offset, i - 1)[0]
-                break
+            i = index.first_at_least(end - 1 - seg.base_offset)
+            if i + 1 < index.count:
+                hi = index.entry(i + 1)[1]
+                last_anchor = seg.base_offset + index.entry(i)[0]
         return lo, max(lo, hi), first_anchor, last_anchor
 
     def plan(self, start: int, end: int, *, max_bytes: int | None = None,
              fail_on_data_loss: bool = True) -> list[ReadRange]:
         """Read ranges covering offsets ``[start, end)``, each at most ~``max_bytes`` (split at
-        index entries, which are batch boundaries). Sentinels must be resolved already."""
+        index entries, which are batch boundaries). Sentinels must be resolved already.
+
+        Bounded work per segment, whatever the partition's history: a segment wholly inside
+        the range is one whole-object range and its index is not read; a segment the range
+        cuts, or one split in ``max_bytes`` pieces, costs binary searches over pages of its
+        ``.index`` (:class:`IndexView`), one per end and per split."""
         if start < self.log_start_offset:
             if fail_on_data_loss:
                 self.check_in_range(start)
@@ -226,16 +364,24 @@ class PartitionReader:
             if seg.base_offset >= end:
                 break
             path = seg.paths(self.topic, self.partition)[".log"]
-            index = (_INDEXES.get(self.storage, seg.paths(self.topic, self.partition)[".index"])
-                     if seg.index_size else b"")
+            cut = start > seg.base_offset or end < seg.next_offset
+            split = bool(max_bytes) and seg.size > max_bytes
+            index = (_offset_index(self.storage, self.topic, self.partition, seg)
+                     if seg.index_size and (cut or split) else None)
             lo, hi, first_anchor, last_anchor = self._byte_bounds(seg, index, start, end)
             cuts = [(lo, first_anchor)]
-            if max_bytes and hi - lo > max_bytes and index:
-                n = offset_index.entry_count(index)
-                for i in range(n):
-                    off, pos = offset_index.entry(index, seg.base_offset, i)
-                    if pos - cuts[-1][0] >= max_bytes and pos < hi and pos > lo:
-                        cuts.append((pos, off))
+            if max_bytes and max_bytes > 0 and hi - lo > max_bytes and index is not None:
+                # Positions strictly increase: each split point is the first entry at least
+                # max_bytes past the previous one (a batch boundary), found by binary search.
+                i = 0
+                while True:
+                    i = index.first_at_least(cuts[-1][0] + max_bytes, field=1, lo=i)
+                    if i >= index.count:
+                        break
+                    rel, pos = index.entry(i)
+                    if pos >= hi:
+                        break
+                    cuts.append((pos, seg.base_offset + rel))
             cuts.append((hi, -1))
             for (a, anchor), (b, _) in zip(cuts, cuts[1:]):
                 if b > a:
@@ -279,19 +425,6 @@ class PartitionReader:
                     break
             pos, window = stop, window * 2
         return pa.Table.from_batches(batches, schema=KAFKA_SCHEMA)
-
-
-def _bisect_entries(index: bytes, base_offset: int, target: int, n: int) -> Iterator[int]:
-    """Yield the index entry number just after the first entry whose offset >= target."""
-    lo, hi = 0, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if offset_index.entry(index, base_offset, mid)[0] >= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    if lo + 1 < n:
-        yield lo + 1
 
 
 def read_range(storage: Storage, rr: ReadRange, *, include_headers: bool = True,
@@ -424,8 +557,23 @@ def segment_offset_for_timestamp(storage: Storage, path: str, size: int, index: 
     (``size`` bytes at ``path``, its indexes possibly empty), None if none: Kafka's
     ``findOffsetByTimestamp``, a time index lookup, an offset index lookup of
     ``max(that offset, start_offset)``, then a forward scan of the log from there."""
-    approx = time_index.lookup(timeindex, base_offset, timestamp_ms) if timeindex else base_offset
-    pos = offset_index.lookup(index, base_offset, max(approx, start_offset)) if index else 0
+    return _offset_for_timestamp_in(
+        storage, path, size, IndexView.offsets(index) if index else None,
+        IndexView.times(timeindex) if timeindex else None, base_offset, timestamp_ms,
+        start_offset)
+
+
+def _offset_for_timestamp_in(storage: Storage, path: str, size: int, index: IndexView | None,
+                             timeindex: IndexView | None, base_offset: int, timestamp_ms: int,
+                             start_offset: int) -> int | None:
+    """:func:`segment_offset_for_timestamp` over index views (pages read as needed)."""
+    approx = base_offset
+    if timeindex is not None:
+        i = timeindex.last_key_at_most(timestamp_ms)
+        if i >= 0:
+            approx = base_offset + timeindex.entry(i)[1]
+    pos = (index_lookup(index, base_offset, max(approx, start_offset))[1]
+           if index is not None else 0)
     return _scan_for_timestamp(storage, path, pos, size, timestamp_ms, start_offset)
 
 
