@@ -225,3 +225,114 @@ def test_id_index_resolves_in_one_lookup_and_rescans_at_most_once_per_interval(s
     now[0] += 1.5
     assert index.resolve(uuid.uuid4()) is None and index.scans == 2
     assert index.resolve_cached(tid)[0] == name
+
+
+# -- real clients ------------------------------------------------------------------------------
+
+def _fetch_versions(broker) -> dict[int, float]:
+    """Fetch requests this broker answered, per version (its request metrics)."""
+    reg = broker.server.metrics.registry
+    out = {}
+    for v in range(0, 18):
+        n = reg.get_sample_value("kafkastore_requests_total", {"api": "Fetch", "version": str(v)})
+        if n:
+            out[v] = n
+    return out
+
+
+def _records_out(broker, topic) -> float:
+    return broker.server.metrics.registry.get_sample_value("kafkastore_records_out_total",
+                                                           {"topic": topic}) or 0
+
+
+def _fill(w, topic, n=5):
+    for i in range(n):
+        assert produce(w, topic, i % 2, batch([b"v%d" % i]))[0] == 0
+
+
+def _new_versions(before, after):
+    return {v for v, n in after.items() if n > before.get(v, 0)}
+
+
+def test_confluent_consumer_fetches_by_topic_id(metered, wire, topic):
+    """librdkafka negotiates the highest Fetch version both sides serve (v16 in librdkafka 2.4+,
+    topic ids from Metadata v12) and reads everything."""
+    from confluent_kafka import Consumer, TopicPartition, libversion
+    _fill(wire, topic)
+    before = _fetch_versions(metered)
+    logs = []
+    c = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": "ti", "enable.auto.commit": False,
+                  "debug": "protocol", "logger": _Collect(logs)})
+    c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    got = []
+    for _ in range(60):
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+        if len(got) == 5:
+            break
+    c.close()
+    assert sorted(got) == [b"v%d" % i for i in range(5)]
+    versions = _new_versions(before, _fetch_versions(metered))
+    sent = {int(line.split("Sent FetchRequest (v")[1].split(",")[0]) for line in logs
+            if "Sent FetchRequest (v" in line}
+    assert sent == versions and max(versions) >= 13, (libversion(), sent, versions)
+    assert _records_out(metered, topic) >= 5  # v13+ responses are counted by topic name
+
+
+def test_kafka_python_consumer_negotiates_its_highest_fetch(metered, wire, topic):
+    """kafka-python caps Fetch at v12 (its fetcher names topics, no ids yet) and asks for fetch
+    sessions (epoch 0): declined with session 0, it keeps sending full fetches."""
+    from kafka import KafkaConsumer, TopicPartition
+    _fill(wire, topic)
+    before = _fetch_versions(metered)
+    c = KafkaConsumer(bootstrap_servers=metered.bootstrap, enable_auto_commit=False, group_id=None,
+                      consumer_timeout_ms=10_000)
+    c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    c.seek_to_beginning()
+    got = []
+    for m in c:
+        got.append(m.value)
+        if len(got) == 5:
+            break
+    c.close()
+    assert sorted(got) == [b"v%d" % i for i in range(5)]
+    assert _new_versions(before, _fetch_versions(metered)) == {12}
+
+
+def test_aiokafka_consumer_negotiates_its_highest_fetch(metered, wire, topic):
+    """aiokafka's fetcher serves Fetch v4-v11 and picks the highest the broker advertises."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    _fill(wire, topic)
+    before = _fetch_versions(metered)
+
+    async def consume():
+        c = AIOKafkaConsumer(bootstrap_servers=metered.bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            await c.seek_to_beginning()
+            got = []
+            while len(got) < 5:
+                batch_ = await asyncio.wait_for(c.getmany(timeout_ms=500), 30)
+                got += [m.value for msgs in batch_.values() for m in msgs]
+            return got
+        finally:
+            await c.stop()
+
+    got = asyncio.run(consume())
+    assert sorted(got) == [b"v%d" % i for i in range(5)]
+    assert _new_versions(before, _fetch_versions(metered)) == {11}
+
+
+class _Collect:
+    """A ``logging.Logger`` stand-in for confluent-kafka's ``logger`` option."""
+
+    def __init__(self, lines):
+        self.lines = lines
+
+    def log(self, _level, fmt, *args):
+        self.lines.append(fmt % args if args else fmt)
