@@ -60,16 +60,52 @@ TOPIC = "soak"
 SPLIT_BYTES = 128 * 1024 * 1024
 
 
+class _ReadLog:
+    """Within ``with``: every ``cat_file`` of ``fs`` as (path, bytes read)."""
+
+    def __init__(self, fs: CountingFS):
+        self.fs = fs
+        self.reads: list[tuple[str, int]] = []
+
+    def __enter__(self) -> list[tuple[str, int]]:
+        inner = type(self.fs).cat_file
+
+        def logged(path, start=None, end=None, **kwargs):
+            try:
+                data = inner(self.fs, path, start=start, end=end, **kwargs)
+            except FileNotFoundError:
+                self.reads.append((path, 0))
+                raise
+            self.reads.append((path, len(data)))
+            return data
+
+        self.fs.cat_file = logged
+        return self.reads
+
+    def __exit__(self, *exc) -> None:
+        del self.fs.cat_file
+
+
 def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
     """Point-in-time costs: cold head read, consume-from-start, load planning."""
     out: dict[str, float] = {}
     store = ManifestStore(storage, TOPIC, 0)
     store.forget_cached()
     before = fs.snapshot()
-    head = store.latest()
+    with _ReadLog(fs) as reads:
+        head = store.latest()
     used = fs.snapshot() - before
     out["head_requests"] = used.total_requests
     out["head_bytes"] = used.bytes["read"]
+    # What the head read's bytes are: the hint, the checkpoint (a full version: every live
+    # segment and producer), and the deltas after it (one per commit since the checkpoint).
+    manifests = [(p, n) for p, n in reads if "/_manifest/" in p]
+    hint = [n for p, n in manifests if p.endswith("_last_checkpoint.json")]
+    versions = [n for p, n in manifests if not p.endswith("_last_checkpoint.json") and n]
+    out["head_hint_bytes"] = sum(hint)
+    out["head_checkpoint_bytes"] = versions[0] if versions else 0
+    out["head_deltas"] = max(0, len(versions) - 1)
+    out["head_delta_bytes"] = sum(versions[1:])
     store.forget_cached()
     t = time.perf_counter()
     reader = PartitionReader(storage, TOPIC, 0)
@@ -156,6 +192,9 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     f, l_ = probes["first"], probes["last"]
     row("head read cold: requests", f["head_requests"], l_["head_requests"], "{:.0f}")
     row("head read cold: bytes", f["head_bytes"], l_["head_bytes"], "{:.0f}")
+    row("  of which checkpoint", f["head_checkpoint_bytes"], l_["head_checkpoint_bytes"], "{:.0f}")
+    row("  of which deltas", f["head_delta_bytes"], l_["head_delta_bytes"], "{:.0f}")
+    row("  deltas read after the checkpoint", f["head_deltas"], l_["head_deltas"], "{:.0f}")
     row("consume first 1000 records (ms)", f["consume_ms"], l_["consume_ms"])
     row("load planning (ms)", f["plan_ms"], l_["plan_ms"])
     row("live segments", f["live_segments"], l_["live_segments"], "{:.0f}")
