@@ -41,21 +41,19 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from . import layout
 from .format.compression import Compression
 from .format.control import encode_marker_batch
-from .format.crc import crc32c
 from .errors import (ConfigError, InvalidRecordError, KafkaStoreError, OutOfOrderSequenceError,
-                     RecordTooLargeError, StaleUploadError, StorageError, UnknownTopicError)
+                     RecordTooLargeError, StorageError, UnknownTopicError)
 from .manifest import (AppendSegments, AssertHighWatermark, AssertLeaderEpoch, BatchMetadata,
-                       Manifest, ManifestStore, ProducerState, SegmentEntry, SetLeaderEpoch,
+                       Manifest, ManifestStore, ProducerState, SetLeaderEpoch,
                        UpdateProducerState)
 from .format.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                            parse_header)
 from .format.segment import index_batch_arrays, index_batches
 from .merge import Housekeeper, housekeeper_for
-from .segment_objects import put_segment_objects
+from .segment_writer import Uploads, commit_appending, entries_with_aborted, write_segment
 from .storage import Storage
 from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
@@ -67,8 +65,6 @@ _BATCH_OVERHEAD = 61
 #: Largest record timestamp accepted: readers hold timestamps as int64 microseconds.
 MAX_TIMESTAMP_MS = (2 ** 63 - 1) // 1000
 _LONG_MAX = 2 ** 63 - 1
-#: How often a flush uploads files again that grew too old before its commit (see _commit).
-_STALE_ROUNDS = 3
 
 
 def _now_ms() -> int:
@@ -854,9 +850,10 @@ class Broker:
                     if data_batches else -1)
         max_ts = max((_MAX_TS_AND_COUNT.unpack_from(p.data, _MAX_TS_OFFSET)[0] if p.run is None
                       else int(p.run.max_ts.max()) for p in pending), default=NO_TIMESTAMP)
-        uploaded: dict[int, list[SegmentEntry]] = {}
         outcome: dict[str, object] = {}
         store = self._store(topic, partition)
+        uploads = Uploads(store)
+        now = self.clock()
 
         def build(m: Manifest | None):
             m = m or Manifest.empty(topic, partition)
@@ -877,41 +874,25 @@ class Broker:
                     outcome["dup"] = dup
                     return None
             hw = m.high_watermark
-            # The commit refuses files older than half the GC grace floor (GC may delete
-            # them): upload again, under new ids, whatever has grown too old meanwhile.
-            fresh = uploaded.get(hw)
-            if fresh is None:
-                fresh = uploaded[hw] = [self._upload(topic, partition, seg, hw - rel0, epoch,
-                                                     st.index_interval_bytes)
-                                        for seg in segments]
-            else:
-                stale = {e.segment_id for e in store.stale_uploads(fresh)}
-                for i, e in enumerate(fresh):
-                    if e.segment_id in stale:
-                        fresh[i] = self._upload(topic, partition, segments[i], hw - rel0, epoch,
-                                                st.index_interval_bytes)
-            entries = _with_aborted(fresh, pending, hw - rel0, state)
+            # Uploaded once per high watermark; what grew too old meanwhile goes up again.
+            fresh = uploads.get(hw, len(segments), lambda i: write_segment(
+                self.storage, topic, partition, segments[i].stats, segments[i].log(hw - rel0),
+                segments[i].index, segments[i].timeindex, writer_id=self.broker_id,
+                leader_epoch=epoch, shift=hw - rel0, index_interval_bytes=st.index_interval_bytes))
+            entries = entries_with_aborted(fresh, _aborted(pending, hw - rel0, state))
             new_state = _producer_state(state, self.producer_epoch, pending, hw - rel0,
                                         first_seq, last_seq, max_ts)
-            updates = [AppendSegments(tuple(entries))]
-            if new_state is not None:
-                updates.append(UpdateProducerState(self.producer_id, new_state))
+            updates = [AppendSegments(tuple(entries)),
+                       UpdateProducerState(self.producer_id, new_state)]
             outcome["hw"] = hw
             return updates, [AssertLeaderEpoch(epoch)]
 
-        for round_ in range(_STALE_ROUNDS):
-            try:
-                new = store.commit(build, operation="append", writer=self._writer(),
-                                   now_ms=self.clock())
-                break
-            except StaleUploadError as exc:
-                if round_ + 1 == _STALE_ROUNDS:
-                    raise StaleUploadError(
-                        f"{exc}; gave up after uploading {len(segments)} segment(s) "
-                        f"{_STALE_ROUNDS} times: their upload takes longer than "
-                        f"{store.max_upload_age_ms / 1000:g} s, nothing of this flush was "
-                        f"committed (flush fewer records at a time, e.g. produce --flush-every)",
-                        segment_ids=exc.segment_ids) from None
+        new = commit_appending(
+            store, build, operation="append", writer=self._writer(), now_ms=now,
+            uploaded=f"{len(segments)} segment(s)",
+            consequence=f"their upload takes longer than {store.max_upload_age_ms / 1000:g} s, "
+                        f"nothing of this flush was committed (flush fewer records at a time, "
+                        f"e.g. produce --flush-every)")
         if self.housekeeper is not None and "hw" in outcome:
             self.housekeeper.poke(topic, partition, new)
         if "dup" in outcome:
@@ -920,33 +901,6 @@ class Broker:
                                 duplicate=True)
         hw = outcome["hw"]
         return AppendResult(topic, partition, hw, hw + count, count)
-
-    def _upload(self, topic: str, partition: int, seg: "_BuiltSegment", shift: int,
-                epoch: int, index_interval_bytes: int) -> SegmentEntry:
-        log = seg.log(shift)   # buffers, written one after another
-        size, checksum = 0, 0
-        for part in log:
-            size += memoryview(part).nbytes
-            checksum = crc32c(part, checksum)
-        base = seg.stats.base_offset + shift
-        seg_id = layout.new_segment_id()
-        index, timeindex = seg.index, seg.timeindex
-        if size < index_interval_bytes:
-            # Small segment: its .index has no entry (Kafka's sparse rule) and its .timeindex
-            # one, the (max timestamp, its offset) the manifest entry carries. Readers treat
-            # index_size = timeindex_size = 0 as absent and scan the few bytes; merging
-            # builds the indexes. One object per small flush instead of three (item 5 of
-            # issue 19: a produce commit is then this PUT and the manifest's).
-            index = timeindex = b""
-        put_segment_objects(self.storage, topic, partition, base, seg_id, log, index, timeindex)
-        st = seg.stats
-        return SegmentEntry(
-            base_offset=base, next_offset=st.next_offset + shift, record_count=st.record_count,
-            size=size, min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
-            segment_id=seg_id, writer_id=self.broker_id, leader_epoch=epoch,
-            checksum=checksum, index_size=len(index), timeindex_size=len(timeindex),
-            max_timestamp_offset=(st.offset_of_max_timestamp + shift
-                                  if st.offset_of_max_timestamp >= 0 else -1))
 
     # -- idempotent appends from clients ------------------------------------
     def append_batch(self, topic: str, partition: int, records: Sequence[Record], *,
@@ -1264,26 +1218,21 @@ def _build_segments(pending: list[_Pending], segment_bytes: int, segment_ms: int
     return out
 
 
-def _with_aborted(entries: list[SegmentEntry], pending: list[_Pending], hw: int,
-                  state: ProducerState | None) -> list[SegmentEntry]:
-    """Record an aborted transaction on the segment holding its ABORT marker (Kafka's .txnindex)."""
+def _aborted(pending: list[_Pending], hw: int,
+             state: ProducerState | None) -> list[tuple[int, int, int]]:
+    """The transaction this unit aborts, ``(producer id, first offset, marker offset)``,
+    if it holds an ABORT marker of a non-empty transaction (else nothing to hide)."""
     abort = next((p for p in pending if p.marker and p.abort), None)
     if abort is None:
-        return entries
+        return []
     first_txn = next((p for p in pending if p.transactional and not p.marker), None)
     if state is not None and state.txn_first_offset is not None:
         first = state.txn_first_offset
     elif first_txn is not None:
         first = hw + first_txn.rel_base
     else:
-        return entries  # an empty transaction: nothing to hide
-    marker_offset = hw + abort.rel_base
-    out = []
-    for e in entries:
-        if e.base_offset <= marker_offset < e.next_offset:
-            e = replace(e, aborted_txns=tuple(e.aborted_txns) + ((_pid_of(abort), first, marker_offset),))
-        out.append(e)
-    return out
+        return []
+    return [(_pid_of(abort), first, hw + abort.rel_base)]
 
 
 def _pid_of(p: _Pending) -> int:
@@ -1291,7 +1240,7 @@ def _pid_of(p: _Pending) -> int:
 
 
 def _producer_state(state: ProducerState | None, epoch: int, pending: list[_Pending], hw: int,
-                    first_seq: int, last_seq: int, max_ts: int) -> ProducerState | None:
+                    first_seq: int, last_seq: int, max_ts: int) -> ProducerState:
     """The producer's state after this append (idempotence window and open transaction)."""
     data = [p for p in pending if not p.marker]
     if state is None:
