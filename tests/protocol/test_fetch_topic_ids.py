@@ -179,6 +179,50 @@ def test_consumer_replica_state_and_directory_id_are_accepted(wire, topic):
     assert int(p.error_code) == 0 and _values(p.records) == [b"r"] and p.last_stable_offset == 1
 
 
+def test_read_committed_by_topic_id_stops_at_lso_and_lists_aborted(wire, storage, topic):
+    from kafkastore.broker import Broker
+    b = Broker(storage, producer_id=4343)
+    b.send(topic, b"plain", partition=0)
+    b.flush()
+    b.begin_transaction()
+    b.send(topic, b"aborted", partition=0)
+    b.abort_transaction()
+    b.begin_transaction()
+    b.send(topic, b"open", partition=0)
+    b.flush()
+    tid = _metadata_id(wire, topic)
+    p = fetch_v(wire, 17, [(tid, [(0, 0)])], isolation=1).responses[0].partitions[0]
+    assert p.last_stable_offset == 3 and p.high_watermark == 4
+    assert [(a.producer_id, a.first_offset) for a in p.aborted_transactions] == [(4343, 1)]
+    assert b"open" not in _values(p.records)
+
+
+def test_long_poll_by_topic_id_wakes_on_produce(wire, metered, topic):
+    import threading
+    import time
+    from kio.schema.fetch.v17 import request as m
+    tid = _metadata_id(wire, topic)
+    poller = Wire(metered.bootstrap)
+    result = {}
+
+    def poll():
+        result["r"] = poller.call(m.FetchRequest(
+            max_wait=datetime.timedelta(seconds=60), min_bytes=1, topics=(m.FetchTopic(
+                topic_id=tid, partitions=(m.FetchPartition(partition=0, fetch_offset=0,
+                                                           partition_max_bytes=1 << 20),)),),
+            forgotten_topics_data=()))
+
+    th = threading.Thread(target=poll)
+    th.start()
+    time.sleep(0.3)
+    assert "r" not in result  # parked: nothing to return yet
+    produce(wire, topic, 0, batch([b"late"]))
+    th.join(30)
+    assert not th.is_alive()
+    assert _values(result["r"].responses[0].partitions[0].records) == [b"late"]
+    poller.close()
+
+
 @pytest.mark.parametrize("version", [13, 17])
 def test_malformed_fetch_closes_only_that_connection(metered, wire, topic, version):
     tid = _metadata_id(wire, topic)
