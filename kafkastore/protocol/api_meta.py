@@ -74,7 +74,7 @@ async def handle_metadata(ctx: RequestContext, request):
             ctx, ResourceType.TOPIC, t.name)) if t.error_code == E.NONE else t for t in topics]
     return make(ctx.response_class,
                 brokers=tuple(make(mod, "MetadataResponseBroker", node_id=n, host=h, port=p, rack=None)
-                              for n, h, p in brokers),
+                              for n, h, p in broker.listed_brokers(same_security=True)),
                 cluster_id=broker.cluster_id, controller_id=brokers[0][0], topics=tuple(topics),
                 cluster_authorized_operations=_NO_AUTH_OPS)
 

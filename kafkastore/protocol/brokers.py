@@ -22,6 +22,10 @@ from ..errors import ObjectNotFoundError, StorageError
 from ..storage import Storage
 
 BROKERS_DIR = "_brokers"
+#: How long Metadata keeps listing a broker after it stopped being live: librdkafka's
+#: coordinator cache entries live ``metadata.max.age.ms`` (15 minutes by default) after their
+#: last use, and must not outlive the broker's listing (see :meth:`BrokerRegistry.listed_cached`).
+LISTED_AFTER_DEATH_MS = 16 * 60 * 1000
 
 
 def _path(node_id: int) -> str:
@@ -41,6 +45,9 @@ class BrokerRegistry:
         self._lock = threading.Lock()
         self._live: list[tuple[int, str, int]] = []
         self._security: dict[int, str] = {}
+        # Brokers that stopped being live, listed in Metadata for LISTED_AFTER_DEATH_MS more:
+        # {node_id: ((node_id, host, port), security, ms when last seen live)}.
+        self._departed: dict[int, tuple[tuple[int, str, int], str, float]] = {}
         self._write_lock = threading.Lock()
         self._closed = False
         self.security = "PLAINTEXT"
@@ -70,9 +77,26 @@ class BrokerRegistry:
                 if now - float(d.get("heartbeat_ms", 0)) <= self.expiry_ms}
         live = sorted((n, str(d["host"]), int(d["port"])) for n, d in docs.items())
         with self._lock:
+            for b in self._live:
+                if b[0] not in docs:
+                    self._departed[b[0]] = (b, self._security.get(b[0], "PLAINTEXT"), now)
+            self._departed = {n: v for n, v in self._departed.items()
+                              if n not in docs and now - v[2] <= LISTED_AFTER_DEATH_MS}
             self._live = live
             self._security = {n: str(d.get("security", "PLAINTEXT")) for n, d in docs.items()}
         return live
+
+    def listed_cached(self, security: str | None = None) -> list[tuple[int, str, int]]:
+        """What Metadata lists: the live brokers plus those that stopped being live less than
+        :data:`LISTED_AFTER_DEATH_MS` ago (by this broker's reading; they lead and coordinate
+        nothing). librdkafka ends its handle of a broker missing from Metadata, and a
+        coordinator lookup it had cached on that handle then waits for ever
+        (confluentinc/librdkafka#5511, #5456: ``send_offsets_to_transaction`` hangs past its
+        timeout); a handle kept alive fails to connect, which makes it look the coordinator up again."""
+        with self._lock:
+            out = [b for b in self._live if security is None or self._security.get(b[0], "PLAINTEXT") == security]
+            out += [b for b, sec, _ in self._departed.values() if security is None or sec == security]
+        return sorted(out)
 
     def live_cached(self, security: str | None = None) -> list[tuple[int, str, int]]:
         """The live brokers as of the last :meth:`refresh` / :meth:`heartbeat`; with ``security``

@@ -369,6 +369,13 @@ class BrokerServer:
             live = sorted(live + [(self.node_id, *self.advertised)])
         return live
 
+    def listed_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
+        """The brokers Metadata lists: :meth:`live_brokers` plus the recently departed ones
+        (:meth:`~kafkastore.protocol.brokers.BrokerRegistry.listed_cached`)."""
+        listed = self.brokers.listed_cached(security_protocol(self.options) if same_security else None)
+        live = self.live_brokers(same_security)
+        return sorted(set(listed) | set(live))
+
     # -- data notifications (long poll) ------------------------------------------
     def notify_data(self, tp: tuple[str, int]) -> None:
         """Wake the fetches waiting on partition ``tp`` (called after an append to it commits)."""

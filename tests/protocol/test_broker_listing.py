@@ -1,0 +1,34 @@
+"""Metadata keeps listing a broker for a while after it stopped being live (see
+kafkastore.protocol.brokers.LISTED_AFTER_DEATH_MS): it leads and coordinates nothing meanwhile."""
+from __future__ import annotations
+
+from kafkastore.protocol.brokers import LISTED_AFTER_DEATH_MS, BrokerRegistry
+from kafkastore.storage import Storage
+
+
+def test_a_departed_broker_stays_listed_then_goes(tmp_path):
+    now = [1_000.0]
+    storage = Storage(f"file://{tmp_path}/root")
+    a = BrokerRegistry(storage, clock=lambda: now[0])
+    b = BrokerRegistry(storage, clock=lambda: now[0])
+    a.register(0, "127.0.0.1", 9092)
+    b.register(1, "127.0.0.1", 9093)
+    a.refresh()
+    assert [n for n, _, _ in a.live_cached()] == [0, 1]
+    now[0] += 10  # b's heartbeat is stale: not live, still listed
+    a.heartbeat()
+    assert [n for n, _, _ in a.live_cached()] == [0]
+    assert a.listed_cached() == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9093)]
+    assert a.listed_cached("SSL") == []
+    b.deregister()  # gone for good: still listed until the grace ends
+    now[0] += LISTED_AFTER_DEATH_MS / 1000 - 20
+    a.heartbeat()
+    assert [n for n, _, _ in a.listed_cached()] == [0, 1]
+    now[0] += 30
+    a.heartbeat()
+    assert [n for n, _, _ in a.listed_cached()] == [0]
+    # The id taken again by a live broker: listed once, at its new address.
+    c = BrokerRegistry(storage, clock=lambda: now[0])
+    c.register(1, "127.0.0.1", 9999)
+    a.refresh()
+    assert a.listed_cached() == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9999)]
