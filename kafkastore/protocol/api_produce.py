@@ -1,4 +1,6 @@
-"""Produce: check each partition's batch where it arrives, queue it, answer after the commit."""
+"""Produce: check each partition's batch where it arrives, queue it, answer after the commit.
+
+Produce v0-2 (magic 0/1 message sets) are up-converted to v2 batches first (:mod:`.api_legacy`)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +8,7 @@ import asyncio
 from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
-from . import api_txn
+from . import api_legacy, api_txn
 from . import error_codes as E
 from .appender import BatchRejected, Outcome, check_batch
 from .codec import make
@@ -14,6 +16,8 @@ from .registry import Registry, RequestContext
 from .state import MISSING
 
 PRODUCE = 0
+#: Produce v0-2 carry the old message format (magic 0/1), up-converted by :mod:`.api_legacy`.
+FIRST_V2_PRODUCE = 3
 
 
 async def handle_produce(ctx: RequestContext, request):
@@ -36,11 +40,18 @@ async def handle_produce(ctx: RequestContext, request):
         prev, mine = conn.produce_gate, asyncio.get_running_loop().create_future()
         conn.produce_gate = mine
     try:
+        old_format = None
+        if ctx.api_version < FIRST_V2_PRODUCE:
+            # Produce v0-2: magic 0/1 message sets become v2 batches (after the gate is set,
+            # so batches of one connection still queue in request order).
+            request, old_format = await ctx.run(api_legacy.up_convert_request, request)
         missing = [n for n, m in metas.items() if m is MISSING]
         if missing:
             metas.update(await ctx.run(_lookup, broker, missing))
         refused = await api_txn.verify_produce(ctx, getattr(request, "transactional_id", None),
                                                api_txn.transactional_batches(request))
+        if old_format:
+            refused = {**(refused or {}), **old_format}
         if prev is not None and not prev.done():
             await prev
         pending = _submit(broker.appender, request, metas, refused, denied)
@@ -133,4 +144,4 @@ def _submit(appender, request, metas, refused=None, denied=None) -> list:
 
 
 def register(registry: Registry) -> None:
-    registry.register(PRODUCE, 3, 11, handle_produce)
+    registry.register(PRODUCE, 0, 11, handle_produce)

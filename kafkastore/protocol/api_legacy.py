@@ -1,0 +1,183 @@
+"""Produce v0-2 and Fetch v0-3: the old message format (magic 0/1) at the edges.
+
+Kafka 3.9 still serves these versions (clients pinned to 0.9 / 0.10 brokers send them), and
+so do we, the way Kafka does with its default message format (v2 on disk):
+
+* Produce v0-2 carries a magic 0/1 message set per partition. :func:`up_convert_request`
+  turns each into one v2 batch (:func:`kafkastore.format.legacy_records.up_convert`)
+  before the request takes the normal produce path (:mod:`.api_produce`), so offsets,
+  commits and acks (acks=0 included) work exactly as for newer versions; a set that does
+  not decode is answered CORRUPT_MESSAGE for its partition.
+* Fetch v0-3 reads stored v2 batches as Fetch v4+ does under read_uncommitted (the old
+  versions have no isolation level: everything up to the high watermark, aborted
+  transactional data included, no aborted list) and down-converts them
+  (:func:`~kafkastore.format.legacy_records.down_convert`): magic 0 for v0-1, magic 1 for
+  v2-3, transaction markers dropped, zstd answered UNSUPPORTED_COMPRESSION_TYPE. Sizes
+  are counted after conversion: v0-2 return whole messages up to the partition limit, or
+  a partial first message when even that one does not fit (pre-KIP-74, the consumer must
+  raise its fetch size); v3 returns the first message whole and honours the request's
+  ``max_bytes`` across partitions (KIP-74).
+
+:func:`register` puts the old Fetch versions in front of whatever ``api_fetch`` registered,
+so newer versions keep their handler (one extra call in between).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import struct
+import time
+
+from ..acls import Operation, ResourceType
+from ..errors import CompressionError, CorruptRecordError, FetchCheckError, KafkaStoreError
+from ..format import legacy_records
+from ..format.record_batch import LOG_OVERHEAD
+from . import error_codes as E
+from .api_fetch import PartitionRead, read_partition
+from .codec import make
+from .registry import Registry, RequestContext
+
+log = logging.getLogger("kafkastore.serve.fetch")
+
+FETCH = 1
+UNSUPPORTED_COMPRESSION_TYPE = 76
+#: The oldest Fetch version kio (and so ``api_fetch``) has classes for.
+FIRST_NEW_FETCH = 4
+_INT32_MAX = 0x7FFFFFFF
+_OFFSET_LENGTH = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+LAST_OFFSET_DELTA_OFFSET = struct.calcsize(">qiibIh")  # 23, in a v2 batch
+
+
+# -- Produce v0-2 ---------------------------------------------------------------------
+
+def up_convert_request(request) -> tuple[object, dict]:
+    """``request`` with every partition's message set replaced by one v2 batch, and
+    ``{(topic, partition): (error, message)}`` for the sets that did not decode (their
+    records left empty; the caller answers them the error). Blocking (decompression)."""
+    refused: dict = {}
+    topics = []
+    for t in request.topic_data:
+        parts = []
+        for pd in t.partition_data:
+            data = pd.records
+            if data:
+                try:
+                    data = legacy_records.up_convert(data)
+                except (CorruptRecordError, CompressionError) as exc:
+                    refused[(t.name, pd.index)] = (E.CORRUPT_MESSAGE, f"bad message set: {exc}")
+                    data = None
+            parts.append(dataclasses.replace(pd, records=data))
+        topics.append(dataclasses.replace(t, partition_data=tuple(parts)))
+    return dataclasses.replace(request, topic_data=tuple(topics)), refused
+
+
+# -- Fetch v0-3 -----------------------------------------------------------------------
+
+def _next_offset(batches) -> int:
+    """The offset after the last of some concatenated v2 batches."""
+    pos = last = 0
+    while pos + LOG_OVERHEAD <= len(batches):
+        base, length = _OFFSET_LENGTH.unpack_from(batches, pos)
+        (delta,) = _I32.unpack_from(batches, pos + LAST_OFFSET_DELTA_OFFSET)
+        last = base + delta + 1
+        pos += LOG_OVERHEAD + length
+    return last
+
+
+def read_old(broker, topic: str, partition: int, offset: int, limit: int, magic: int,
+             first_whole: bool) -> PartitionRead:
+    """One partition of an old fetch: stored batches read under read_uncommitted and
+    down-converted to ``magic``, at most ``limit`` bytes after conversion (see the module
+    docstring for the first message). Blocking."""
+    start = offset
+    while True:
+        r = read_partition(broker, topic, partition, start, limit, False, False)
+        if r.error != E.NONE or not r.records:
+            return r
+        converted = legacy_records.down_convert(r.records, magic, offset)
+        if converted.units or converted.unsupported:
+            break
+        # Only markers, or records before the fetch offset (nothing for an old client):
+        # read on, so a consumer is never answered empty in front of data it can read.
+        nxt = _next_offset(r.records)
+        if nxt <= start:
+            break
+        start = nxt
+    if converted.unsupported and not converted.units:
+        return PartitionRead(UNSUPPORTED_COMPRESSION_TYPE, r.hw, r.lso, r.log_start)
+    out = PartitionRead(E.NONE, r.hw, r.lso, r.log_start)
+    out.records = legacy_records.fit(converted.units, limit, first_whole=first_whole)
+    return out
+
+
+def _read_all(broker, topics, max_bytes: int, magic: int, first_whole: bool):
+    results = []
+    budget = max_bytes
+    for t in topics:
+        parts = []
+        for p in t.partitions:
+            limit = max(0, min(p.partition_max_bytes, budget))
+            try:
+                if limit == 0:
+                    r = read_partition(broker, t.topic, p.partition, p.fetch_offset, 1, False, False)
+                    r.records = b""
+                else:
+                    r = read_old(broker, t.topic, p.partition, p.fetch_offset, limit, magic, first_whole)
+            except FetchCheckError as exc:
+                log.error("refusing to serve %s/%d: %s", t.topic, p.partition, exc)
+                r = PartitionRead(E.KAFKA_STORAGE_ERROR)
+            except (KafkaStoreError, ValueError) as exc:
+                log.warning("fetch of %s/%d failed: %s", t.topic, p.partition, exc)
+                r = PartitionRead(E.KAFKA_STORAGE_ERROR)
+            budget -= len(r.records)
+            parts.append((p.partition, r))
+        results.append((t.topic, parts))
+    return results
+
+
+async def handle_old_fetch(ctx: RequestContext, request):
+    """Fetch v0-3: as Fetch v4+ under read_uncommitted (long poll included), down-converted."""
+    broker = ctx.broker
+    magic = legacy_records.MAGIC_V0 if ctx.api_version < 2 else legacy_records.MAGIC_V1
+    first_whole = ctx.api_version >= 3
+    max_bytes = getattr(request, "max_bytes", _INT32_MAX)
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    denied = [t for t in request.topics if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.topic)]
+    gone = {id(t) for t in denied}
+    topics = [t for t in request.topics if id(t) not in gone]
+    tps = [(t.topic, p.partition) for t in topics for p in t.partitions]
+    while True:
+        since = broker.data_watch.generations(tps)
+        results = await ctx.run(_read_all, broker, topics, max_bytes, magic, first_whole)
+        size = sum(len(r.records) for _, parts in results for _, r in parts)
+        errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
+        remaining = deadline - time.monotonic()
+        if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
+            break
+        if not await broker.data_watch.wait(tps, since, remaining):
+            break
+    results += [(t.topic, [(p.partition, PartitionRead(E.TOPIC_AUTHORIZATION_FAILED)) for p in t.partitions])
+                for t in denied]
+    mod = ctx.response_module
+    responses = tuple(
+        make(mod, "FetchableTopicResponse", topic=topic, partitions=tuple(
+            make(mod, "PartitionData", partition_index=p, error_code=r.error, high_watermark=r.hw,
+                 records=r.records) for p, r in parts))
+        for topic, parts in results)
+    return make(ctx.response_class, responses=responses)
+
+
+def register(registry: Registry) -> None:
+    """Serve Fetch from v0: the old versions here, the rest by the handler registered before."""
+    spec = registry.get(FETCH)
+    if spec is None or spec.min_version > FIRST_NEW_FETCH:
+        return
+    newer = spec.handler
+
+    async def handle_any_fetch(ctx: RequestContext, request):
+        if ctx.api_version < FIRST_NEW_FETCH:
+            return await handle_old_fetch(ctx, request)
+        return await newer(ctx, request)
+
+    registry.register(FETCH, 0, spec.max_version, handle_any_fetch)
