@@ -115,20 +115,24 @@ def parse_header(buf, flexible: bool) -> tuple[RequestHeader, int]:
 
 @lru_cache(maxsize=None)
 def request_class(api_key: int, version: int) -> type:
-    """kio's request class for an API key and version (KeyError if kio has none)."""
+    """kio's (or :mod:`.legacy_messages`') request class for an API key and version (KeyError if none)."""
     try:
         return kio_index.load_request_schema(api_key, version)
     except (kio_index.KioIndexError, ImportError, AttributeError, ValueError):
-        raise KeyError((api_key, version)) from None
+        pass
+    from . import legacy_messages  # Produce v0-2 / Fetch v0-3, which kio lacks
+    return legacy_messages.request_class(api_key, version)
 
 
 @lru_cache(maxsize=None)
 def response_class(api_key: int, version: int) -> type:
-    """kio's response class for an API key and version (KeyError if kio has none)."""
+    """kio's (or :mod:`.legacy_messages`') response class for an API key and version (KeyError if none)."""
     try:
         return kio_index.load_response_schema(api_key, version)
     except (kio_index.KioIndexError, ImportError, AttributeError, ValueError):
-        raise KeyError((api_key, version)) from None
+        pass
+    from . import legacy_messages  # Produce v0-2 / Fetch v0-3, which kio lacks
+    return legacy_messages.response_class(api_key, version)
 
 
 def response_module(api_key: int, version: int) -> ModuleType:

@@ -180,6 +180,8 @@ class BrokerServer:
         self.registry = Registry()
         for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn, api_quotas):
             mod.register(self.registry)
+        from . import api_legacy  # Fetch v0-3 in front of api_fetch's handler
+        api_legacy.register(self.registry)
         from . import api_acls
         api_acls.register(self.registry)
         if sasl_enabled(opts):
