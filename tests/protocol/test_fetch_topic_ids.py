@@ -11,6 +11,8 @@ import struct
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.schema.metadata.v12 import request as md_req
 
 from kafkastore.protocol import codec
@@ -247,6 +249,43 @@ def test_malformed_fetch_closes_only_that_connection(metered, wire, topic, versi
     bad.close()
     # The broker still serves everyone else.
     assert int(fetch_v(wire, version, [(tid, [(0, 0)])]).error_code) == 0
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(version=st.sampled_from(VERSIONS), flips=st.lists(
+    st.tuples(st.integers(0, 10_000), st.integers(1, 255)), min_size=1, max_size=4),
+       cut=st.integers(0, 40))
+def test_damaged_fetch_frames_get_an_answer_or_a_close_never_a_handler_crash(metered, version, flips,
+                                                                             cut, caplog):
+    """Bytes of a valid Fetch flipped or cut off: the broker answers (a decodable response) or
+    closes that connection at decoding; no handler ever fails on what decoded."""
+    m = importlib.import_module(f"kio.schema.fetch.v{version}.request")
+    req = m.FetchRequest(max_wait=datetime.timedelta(0), min_bytes=1, isolation_level=1, topics=(
+        m.FetchTopic(topic_id=uuid.UUID(int=7), partitions=(
+            m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=100),
+            m.FetchPartition(partition=1, fetch_offset=3, partition_max_bytes=100))),),
+        forgotten_topics_data=(m.ForgottenTopic(topic_id=uuid.UUID(int=8), partitions=(1,)),))
+    body = bytearray(codec.encode_request(req, 5)[4:])
+    for pos, xor in flips:
+        i = 8 + pos % (len(body) - 8)  # after api key, version and correlation id
+        body[i] ^= xor
+    body = bytes(body[:len(body) - cut])
+    caplog.clear()
+    w = Wire(metered.bootstrap, timeout=5)
+    try:
+        w.send_raw(struct.pack(">i", len(body)) + body)
+        frame = w.recv_frame()
+        if frame is not None:
+            cid, resp = codec.decode_response(frame, 1, version)
+            assert cid == 5
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        w.close()
+    assert not [r for r in caplog.records if "handler failed" in r.getMessage()]
+    ok = Wire(metered.bootstrap)
+    assert int(fetch_v(ok, version, []).error_code) == 0
+    ok.close()
 
 
 def test_id_index_resolves_in_one_lookup_and_rescans_at_most_once_per_interval(storage):
