@@ -40,12 +40,10 @@ import asyncio
 import logging
 import struct
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
 
-from .. import layout
 from ..format.arrow_decode import decode_to_arrow
 from ..format.compression import Compression
 from ..format.crc import crc32c
@@ -58,6 +56,8 @@ from ..format.record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
 from ..format.segment import SegmentBuilder
+from ..segment_writer import (PRODUCER_ID_EXPIRATION_MS, Uploads, commit_appending,
+                              entries_with_aborted, expired_producers, write_segment)
 from . import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.append")
@@ -69,9 +69,8 @@ _I16 = struct.Struct(">h")
 _CRC_OFFSET = 17
 _MAX_TIMESTAMP_OFFSET = 35
 _INT32_MASK = 0x7FFFFFFF
-PRODUCER_ID_EXPIRATION_MS = 86_400_000
 #: A partition with this many bytes queued commits at once instead of waiting the interval.
-GROUP_COMMIT_BYTES = 1 << 20  # Kafka's producer.id.expiration.ms
+GROUP_COMMIT_BYTES = 1 << 20
 #: Seconds a partition's worker waits for appends before it and its queue go (bounded state).
 WORKER_IDLE_S = 60.0
 
@@ -192,8 +191,6 @@ class Appender:
         #: A partition's worker, queue and wake-up go after this many idle seconds.
         self.idle_s = WORKER_IDLE_S
         self.producer_expiration_ms = PRODUCER_ID_EXPIRATION_MS
-        # Uploads get their own pool: commits run in the server's pool and wait on them.
-        self._uploader = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kafkastore-upload")
 
     @property
     def interval_s(self) -> float:
@@ -280,7 +277,6 @@ class Appender:
             await asyncio.sleep(0.05)
         for task in self._workers.values():
             task.cancel()
-        self._uploader.shutdown(wait=False)
 
     # -- the commit (runs in the thread pool) -------------------------------------
     def commit(self, tp: tuple[str, int], items: list[_Item]) -> tuple[list[Outcome], Manifest | None]:
@@ -331,7 +327,7 @@ class Appender:
             return outcomes, None
 
         store = ManifestStore(self.server.storage, topic, partition)
-        uploads: dict[tuple, tuple[float, list[SegmentEntry]]] = {}
+        uploads = Uploads(store)
         planned: dict[int, Outcome] = {}
 
         def build(m: Manifest | None):
@@ -373,23 +369,24 @@ class Appender:
                 offset += h.last_offset_delta + 1
             if not accepted:
                 return None
-            key = (m.high_watermark, tuple(p.index for p, _ in accepted))
-            hit = uploads.get(key)
-            # Files are committed only while young (GC may remove unlisted files after the grace
-            # period): past half of it they are uploaded again under a new id.
-            if hit is None or time.monotonic() - hit[0] > ManifestStore.min_keep_ms / 2000:
-                hit = uploads[key] = (time.monotonic(),
-                                      self._upload(topic, partition, accepted, cfg, m.leader_epoch))
-            updates = [AppendSegments(tuple(_with_aborted(hit[1], aborted)))]
+            # Uploaded once per placement (high watermark, batches); what grew too old
+            # meanwhile goes up again (kafkastore.segment_writer).
+            groups = _roll(accepted, cfg.segment_bytes)
+            entries = uploads.get((m.high_watermark, tuple(p.index for p, _ in accepted)),
+                                  len(groups), lambda i: self._write(topic, partition, groups[i],
+                                                                     cfg, m.leader_epoch))
+            updates = [AppendSegments(tuple(entries_with_aborted(entries, aborted)))]
             updates += [UpdateProducerState(pid, st) for pid, st in changed.items()]
             updates += [UpdateProducerState(pid, None)
-                        for pid in _expired(m, changed, now, self.producer_expiration_ms)]
+                        for pid in expired_producers(m, changed, now, self.producer_expiration_ms)]
             for i in planned:
                 planned[i].log_start_offset = m.log_start_offset
             return updates, []
 
-        new = store.commit(build, operation="produce", writer=f"broker-{self.server.node_id}",
-                           now_ms=now, max_attempts=50)
+        new = commit_appending(store, build, operation="produce",
+                               writer=f"broker-{self.server.node_id}", now_ms=now,
+                               uploaded=f"the segment(s) of {len(prepared)} batch(es)",
+                               consequence="nothing of them was committed")
         self.commits += 1
         from ..merge import housekeeper_for  # merging + gc of what we write, on its own thread
         housekeeper_for(self.server.storage).poke(topic, partition, new)
@@ -397,52 +394,33 @@ class Appender:
             outcomes[i] = o
         return outcomes, new
 
-    def _upload(self, topic: str, partition: int, accepted: list[tuple[_Prepared, int]], cfg,
-                epoch: int) -> list[SegmentEntry]:
-        """Write the accepted batches as segments (rolled at ``segment.bytes``); their entries."""
-        groups: list[list[tuple[_Prepared, int]]] = []
-        size = 0
-        for p, offset in accepted:
-            if not groups or (size + p.header.size > cfg.segment_bytes and groups[-1]):
-                groups.append([])
-                size = 0
-            groups[-1].append((p, offset))
-            size += p.header.size
-        entries = []
-        uploads = []
-        for group in groups:
-            builder = SegmentBuilder(group[0][1], index_interval_bytes=cfg.index_interval_bytes,
-                                     verify_crc=False)
-            for p, offset in group:
-                buf = bytearray(p.data)
-                _BASE_OFFSET.pack_into(buf, 0, offset)
-                builder.append(buf, min_timestamp=p.min_timestamp if p.min_timestamp >= 0 else None)
-            built = builder.build()
-            st = built.stats
-            seg_id = layout.new_segment_id()
-            index, timeindex = built.index, built.timeindex
-            if len(built.log) < cfg.index_interval_bytes:
-                # As the library Broker: a small segment goes up as its .log alone (its .index
-                # has no entry; readers scan it), merging builds the indexes later. A produce
-                # commit is then two objects: this and the manifest version.
-                index = timeindex = b""
-            # The objects go up in parallel (each put waits for its fsync or PUT round
-            # trip); none is visible before the manifest lists them, so their order is free.
-            for ext, data in ((".index", index), (".timeindex", timeindex), (".log", built.log)):
-                if not data and ext != ".log":
-                    continue
-                uploads.append(self._uploader.submit(
-                    self.server.storage.put,
-                    layout.segment_path(topic, partition, st.base_offset, seg_id, ext), data))
-            entries.append(SegmentEntry(
-                base_offset=st.base_offset, next_offset=st.next_offset, record_count=st.record_count,
-                size=len(built.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
-                segment_id=seg_id, writer_id=max(self.server.node_id, 0), leader_epoch=epoch,
-                checksum=crc32c(built.log), index_size=len(index), timeindex_size=len(timeindex),
-                max_timestamp_offset=st.offset_of_max_timestamp if st.offset_of_max_timestamp >= 0 else -1))
-        for f in uploads:
-            f.result()  # re-raises a failed put: the commit is not attempted
-        return entries
+    def _write(self, topic: str, partition: int, group: list[tuple[_Prepared, int]], cfg,
+               epoch: int) -> SegmentEntry:
+        """Write one segment of accepted batches at their offsets; its entry."""
+        builder = SegmentBuilder(group[0][1], index_interval_bytes=cfg.index_interval_bytes,
+                                 verify_crc=False)
+        for p, offset in group:
+            buf = bytearray(p.data)
+            _BASE_OFFSET.pack_into(buf, 0, offset)
+            builder.append(buf, min_timestamp=p.min_timestamp if p.min_timestamp >= 0 else None)
+        built = builder.build()
+        return write_segment(self.server.storage, topic, partition, built.stats, built.log,
+                             built.index, built.timeindex, writer_id=max(self.server.node_id, 0),
+                             leader_epoch=epoch, index_interval_bytes=cfg.index_interval_bytes)
+
+
+def _roll(accepted: list[tuple[_Prepared, int]], segment_bytes: int
+          ) -> list[list[tuple[_Prepared, int]]]:
+    """The accepted batches cut into segments of at most ``segment.bytes`` (one batch at least)."""
+    groups: list[list[tuple[_Prepared, int]]] = []
+    size = 0
+    for p, offset in accepted:
+        if not groups or (size + p.header.size > segment_bytes and groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append((p, offset))
+        size += p.header.size
+    return groups
 
 
 def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerState | Outcome:
@@ -488,31 +466,6 @@ def _end_transaction(state: ProducerState | None, h: BatchHeader, offset: int
         state = replace(state, epoch=h.producer_epoch, batches=())
     return replace(state, txn_first_offset=None,
                    last_timestamp=max(state.last_timestamp, h.max_timestamp)), first
-
-
-def _with_aborted(entries, aborted: list[tuple[int, int, int]]) -> list[SegmentEntry]:
-    """Record each aborted transaction on the segment holding its ABORT marker."""
-    if not aborted:
-        return list(entries)
-    out = []
-    for e in entries:
-        mine = tuple(t for t in aborted if e.base_offset <= t[2] < e.next_offset)
-        out.append(replace(e, aborted_txns=tuple(e.aborted_txns) + mine) if mine else e)
-    return out
-
-
-def _expired(m: Manifest, changed, now: int, expiration_ms: int, limit: int = 100) -> list[int]:
-    """Producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default: one day),
-    without an open transaction: their state goes, as Kafka's broker drops it, so manifests do
-    not grow with every producer that ever wrote."""
-    out = []
-    for pid, st in m.producers.items():
-        if (pid not in changed and st.txn_first_offset is None and st.last_timestamp >= 0
-                and now - st.last_timestamp > expiration_ms):
-            out.append(pid)
-            if len(out) >= limit:
-                break
-    return out
 
 
 def _failure(exc: BaseException) -> Outcome:
