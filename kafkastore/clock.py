@@ -50,7 +50,7 @@ class Clock:
     def wall_ms(self) -> int:
         """Wall-clock time in integer epoch milliseconds."""
         now = self._wall_ms()
-        return now if type(now) is int else int(now)
+        return now if isinstance(now, int) else int(now)
 
     def monotonic_s(self) -> float:
         """A monotonic reading in seconds (only differences between readings mean anything)."""

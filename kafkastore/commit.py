@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import logging
 import random
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
+from .clock import SYSTEM, Clock  # noqa: F401 - Clock: also the old import name
 from .errors import (CommitConflict, CommitGaveUpError, CommitUnknownError, ConfigError,
                      ObjectNotFoundError, StorageError, StoragePermissionError)
 
@@ -42,19 +42,10 @@ P = TypeVar("P")
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Clock:
-    """The engine's view of time: ``sleep`` (seconds), ``monotonic`` (seconds), ``now_ms`` (epoch ms).
-
-    Tests pass fakes (``Clock(sleep=slept.append)``); the default is the real clock.
-    """
-
-    sleep: Callable[[float], Any] = time.sleep
-    monotonic: Callable[[], float] = time.monotonic
-    now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
-
-
-SYSTEM_CLOCK = Clock()
+# The engine's view of time is the library's one clock (kafkastore.clock): it sleeps
+# between attempts and measures the budget on monotonic_s(). ``Clock`` and ``SYSTEM_CLOCK``
+# keep their old import names here; tests pass fakes (``Clock(sleep=slept.append)``).
+SYSTEM_CLOCK = SYSTEM
 
 
 @dataclass(frozen=True)
@@ -188,13 +179,13 @@ class CommitEngine:
         """Commit through ``target`` exactly once; returns ``target.result(...)`` or a
         :class:`Done` value. Raises the plan's own errors, :class:`CommitGaveUpError`
         when the budget runs out, :class:`CommitUnknownError` when the outcome stays unknown."""
-        started = self.clock.monotonic()
+        started = self.clock.monotonic_s()
         attempts = 0
         in_doubt = None  # a single-use attempt read back as absent: it might still land
         planned = None
         while True:
             if attempts:
-                elapsed = self.clock.monotonic() - started
+                elapsed = self.clock.monotonic_s() - started
                 if self.budget.exhausted(attempts, elapsed):
                     if in_doubt is not None:
                         raise CommitUnknownError(

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import layout, manifest_delta
-from .commit import RETRY, SYSTEM_CLOCK, Backoff, Budget, Clock, CommitEngine, Done, ObjectTarget
+from .commit import RETRY, Backoff, Budget, Clock, CommitEngine, Done, ObjectTarget
 from .errors import (ConfigError, FencedError, ObjectNotFoundError, TopicDeletedError,
                      OffsetOutOfRangeError, StaleUploadError, StorageError)
 from .errors import (CorruptMetadataError, InvalidUpdateError,  # noqa: F401 (re-exported)
@@ -791,7 +791,7 @@ _KIND_RE = re.compile(rb'^\{\s*"format"\s*:\s*(\d+)\s*,\s*(?:"kind"\s*:\s*"(full
 @dataclass(frozen=True)
 class _Head:
     """A manifest known to have been the newest stored version: its stored format, and
-    when (``clock()``) the next version was seen absent (None: not confirmed).
+    when (``clock.monotonic_s()``) the next version was seen absent (None: not confirmed).
 
     ``group_start`` is the full version its group starts at and ``group_removed`` the
     segments, as ``(base_offset, segment_id)``, that some version of the group from
@@ -801,7 +801,7 @@ class _Head:
     manifest: Manifest
     fmt: int
     confirmed: float | None = None
-    clock: Callable[[], float] | None = None
+    clock: Clock | None = None
     group_start: int | None = None
     group_removed: frozenset | None = None
 
@@ -938,7 +938,10 @@ class ManifestStore:
         self.partition = partition
         self.dir = layout.manifest_dir(topic, partition)
         self._rng = rng or random.Random()
-        self._clock = clock or (Clock(sleep=sleep) if sleep is not None else SYSTEM_CLOCK)
+        # The storage's clock unless told otherwise (one clock per process, injected at the top).
+        base = clock or storage.clock
+        self._clock = base if sleep is None else Clock(
+            wall_ms=base.wall_ms, monotonic_s=base.monotonic_s, sleep=sleep)
         self._cache_key = (storage.url, repr(sorted(storage.storage_options.items())),
                            self.topic, self.partition)
         self._head: _Head | None = None
@@ -1152,8 +1155,8 @@ class ManifestStore:
     def _trusted(self, head: "_Head") -> bool:
         # Confirmed less than half the expiry floor ago: nothing after it can have been both
         # written and expired since, so an absent successor was never written.
-        return (head.confirmed is not None and head.clock is self._clock.monotonic
-                and self._clock.monotonic() - head.confirmed < self.min_keep_ms / 2000)
+        return (head.confirmed is not None and head.clock is self._clock
+                and self._clock.monotonic_s() - head.confirmed < self.min_keep_ms / 2000)
 
     def _advance(self, head: "_Head") -> "_Head | None":
         """``head`` moved on through the versions stored after it; None when ``head`` itself
@@ -1162,13 +1165,13 @@ class ManifestStore:
         galloped = False
         while True:
             v = head.manifest.version + 1
-            asked = self._clock.monotonic()
+            asked = self._clock.monotonic_s()
             try:
                 doc = self._read_doc(v)
             except ObjectNotFoundError:
                 if not trusted and not self.storage.exists(self.path(head.manifest.version)):
                     return None  # expired under us: v may have been expired too
-                head = replace(head, confirmed=asked, clock=self._clock.monotonic)
+                head = replace(head, confirmed=asked, clock=self._clock)
                 self._remember(head)
                 return head
             head = head.followed_by(*self._decode(v, doc, head.manifest),
@@ -1347,7 +1350,7 @@ class ManifestStore:
         Writers call this to decide what to upload again; :meth:`commit` calls it on
         every segment it adds. An index whose recorded size is 0 may be absent.
         """
-        now = self.storage.clock()
+        now = self.storage.clock.wall_ms() / 1000
         limit_s = self.max_upload_age_ms / 1000
         out = []
         for seg in segments:
@@ -1585,7 +1588,7 @@ class _ManifestTarget(ObjectTarget):
         self.encoded: tuple[Manifest, str, bytes, _Head] | None = None
 
     def read(self) -> Manifest | None:
-        self.started = self.store._clock.monotonic()
+        self.started = self.store._clock.monotonic_s()
         base = self.store.latest()
         head = self.store._head
         # The stored format of the base decides whether the next version may be a delta;
@@ -1610,7 +1613,7 @@ class _ManifestTarget(ObjectTarget):
             commit_id=uuid.uuid4().hex,
             operation=self.operation or ",".join(type(u).__name__ for u in updates),
             writer=self.writer,
-            timestamp_ms=self.store._clock.now_ms() if self.now_ms is None else int(self.now_ms))
+            timestamp_ms=self.store._clock.wall_ms() if self.now_ms is None else int(self.now_ms))
         new = apply(base, updates, requirements, topic=self.store.topic,
                     partition=self.store.partition, commit=info)
         self.store._check_uploads(base, new)
@@ -1648,7 +1651,7 @@ class _ManifestTarget(ObjectTarget):
     def put(self, new: Manifest) -> None:
         # Nothing after new.version can be written before new lands, so once it has, this
         # moment confirms new as the head (see ManifestStore._trusted).
-        self.put_started = self.store._clock.monotonic()
+        self.put_started = self.store._clock.monotonic_s()
         super().put(new)
 
     def is_ours(self, stored: bytes, new: Manifest) -> bool:
@@ -1659,7 +1662,7 @@ class _ManifestTarget(ObjectTarget):
         return found is not None and new.commit is not None and found == new.commit.commit_id
 
     def result(self, new: Manifest, *, attempts: int, read_back: bool):
-        slow = (self.store._clock.monotonic() - self.started) * 1000 >= self.store.min_keep_ms / 2
+        slow = (self.store._clock.monotonic_s() - self.started) * 1000 >= self.store.min_keep_ms / 2
         if slow and self.store._superseded(new.version):
             # So slow that our version number may have been expired and re-created:
             # the version we wrote is invisible (latest() never returns it). Plan again.
@@ -1669,7 +1672,7 @@ class _ManifestTarget(ObjectTarget):
         else:
             kind, after = "full", _Head(new, MANIFEST_FORMAT)
         self.store._remember(replace(after, confirmed=self.put_started,
-                                     clock=self.store._clock.monotonic))
+                                     clock=self.store._clock))
         if kind == "full":
             self.store._write_hint(new.version)
         return new

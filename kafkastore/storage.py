@@ -33,7 +33,6 @@ import datetime as _dt
 import errno
 import os
 import threading
-import time
 import uuid
 from concurrent.futures import wait
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
+from .clock import Clock, as_clock
 from .errors import (BucketNotFoundError, CommitConflict, ConfigError, KafkaStoreError,
                      ObjectNotFoundError, StorageError, StoragePermissionError)
 from .threads import shared_pool
@@ -279,10 +279,12 @@ class Storage:
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, *, fs=None,
                  clock=None, create: bool = True):
         self.protocol, self._base = _split_url(url)
-        #: Wall clock in epoch seconds; injectable so tests can age uploads without waiting.
-        self.clock = clock or time.time
-        # rel path -> clock() when this process started writing it (see upload_time).
-        self._put_times: dict[str, float] = {}
+        #: The process's clock (:mod:`kafkastore.clock`; an old bare callable is read as epoch
+        #: seconds). Components built on this storage default to it, so the entry point that
+        #: makes the Storage injects time for everything below it; tests age uploads with it.
+        self.clock: Clock = as_clock(clock, "s")
+        # rel path -> clock.wall_ms() when this process started writing it (see upload_time).
+        self._put_times: dict[str, int] = {}
         self._put_times_lock = threading.Lock()   # puts may run on several threads at once
         self.url = url if "://" in url else f"file://{self._base}"
         self.storage_options = dict(storage_options or {})
@@ -472,7 +474,7 @@ class Storage:
 
         The time the write started is remembered for :meth:`upload_time`.
         """
-        started = self.clock()
+        started = self.clock.wall_ms()
         with self._failures("write", rel):
             write_object(self.fs, self.full_path(rel), bytes(data), exclusive=False)
         self._remember_put(rel.strip("/"), started)
@@ -494,26 +496,26 @@ class Storage:
             for rel, data in items:
                 self.put(rel, b"".join(data) if isinstance(data, (tuple, list)) else data)
             return
-        started = self.clock()
+        started = self.clock.wall_ms()
         with self._failures("write", ", ".join(rel for rel, _ in items)):
             _local_write_many([(self.full_path(rel), data) for rel, data in items])
         for rel, _ in items:
             self._remember_put(rel.strip("/"), started)
 
-    def _remember_put(self, rel: str, started: float) -> None:
+    def _remember_put(self, rel: str, started: int) -> None:
         times = self._put_times
         with self._put_times_lock:
             times.pop(rel, None)  # re-insert: the dict stays ordered by write time
             times[rel] = started
             if len(times) > 10_000 and len(times) % 1000 == 0:
-                horizon = started - self._PUT_TIMES_KEEP_S
+                horizon = started - self._PUT_TIMES_KEEP_S * 1000
                 for old in [k for k, t in times.items() if t < horizon]:
                     del times[old]
 
     def upload_time(self, rel: str) -> float:
         """When object ``rel`` was written, epoch seconds, as late as it can be wrong.
 
-        For a write of this :class:`Storage` object, the :attr:`clock` time
+        For a write of this :class:`Storage` object, the :attr:`clock`'s wall time
         when the write started (the object's own time is later, so its age is
         never under-estimated); otherwise the store's modification time.
         :class:`ObjectNotFoundError` if the object does not exist (the
@@ -522,7 +524,7 @@ class Storage:
         rel = rel.strip("/")
         known = self._put_times.get(rel)
         if known is not None:
-            return known
+            return known / 1000
         with self._failures("stat", rel, missing=True):
             info = self.fs.info(self.full_path(rel))
         mtime = _mtime(info)

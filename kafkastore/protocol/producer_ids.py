@@ -74,7 +74,7 @@ class _BlockClaim(ObjectTarget):
     def plan(self, highest: int, attempt: int) -> tuple[int, bytes]:
         a = self.allocator
         # block 0 unused: ids start at block_size. ``claim`` makes our bytes unique for read-back.
-        doc = {"owner": a.owner, "claimed_ms": a._engine.clock.now_ms(),
+        doc = {"owner": a.owner, "claimed_ms": a._engine.clock.wall_ms(),
                "block_size": a.block_size, "claim": uuid.uuid4().hex}
         return highest + 1, json.dumps(doc).encode()
 

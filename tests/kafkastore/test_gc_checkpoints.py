@@ -55,7 +55,7 @@ def test_the_checkpoint_chain_gives_what_replaying_every_version_gives(tmp_path,
             elif op == "checkpoint" and store.latest() is not None:
                 store.commit(lambda b: ([], []), operation="checkpoint", full=True)
             elif op == "expire" and store.latest() is not None:
-                now = int(storage.clock() * 1000) + LATER
+                now = storage.clock.wall_ms() + LATER
                 expired |= bool(store.expire_versions(now, keep_ms=0, keep_last=keep))
             elif op == "cold":
                 store.forget_cached()
@@ -117,6 +117,6 @@ def test_versions_without_the_record_are_replayed(tmp_path, request):
     assert store._referenced_by_checkpoints() is None
     assert store.referenced_files() == replayed(store)
     # a gc far in the future deletes only what no stored version lists
-    report = collect_garbage(storage, T, P, now_ms=int(storage.clock() * 1000) + LATER,
+    report = collect_garbage(storage, T, P, now_ms=storage.clock.wall_ms() + LATER,
                              dry_run=True)
     assert not set(report.deleted) & replayed(store)

@@ -74,7 +74,7 @@ def test_gc_never_deletes_a_live_file_whatever_lands_between_its_steps(backend, 
     # how many storage operations one gc makes here (the steps to interleave at)
     seen = faulty.inject(("write", "read", "stat", "list", "delete"), "before", count=None,
                          callback=lambda op, path: None)
-    collect_garbage(storage, T, P, now_ms=int(inner.clock() * 1000) + LATER)
+    collect_garbage(storage, T, P, now_ms=inner.clock.wall_ms() + LATER)
     faulty.clear()
     steps = seen.fired
     assert steps > 5
@@ -88,7 +88,7 @@ def test_gc_never_deletes_a_live_file_whatever_lands_between_its_steps(backend, 
 
         faulty.inject(("write", "read", "stat", "list", "delete"), "before", count=None,
                       callback=at_step)
-        collect_garbage(storage, T, P, now_ms=int(inner.clock() * 1000) + LATER)
+        collect_garbage(storage, T, P, now_ms=inner.clock.wall_ms() + LATER)
         faulty.clear()
         assert live_files_missing(inner) == [], f"gc step {step} ({calls[0]} operations)"
     r = PartitionReader(inner, T, P)

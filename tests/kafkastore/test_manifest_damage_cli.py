@@ -86,7 +86,7 @@ def test_a_head_delta_whose_base_versions_were_deleted(damaged_root, tmp_path):
     rc, out, err = run("verify", T)
     assert rc == 1 and "version 20" in out + err
     with pytest.raises(CorruptMetadataError, match="version 20"):
-        collect_garbage(storage, T, P, now_ms=int(storage.clock() * 1000) + 10 ** 9)
+        collect_garbage(storage, T, P, now_ms=storage.clock.wall_ms() + 10 ** 9)
     left = {o.path for o in storage.list(layout.partition_dir(T, P)) if "/_manifest/" not in o.path}
     assert left == files  # every segment file kept (the log can still be re-imported)
 

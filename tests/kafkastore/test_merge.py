@@ -95,10 +95,10 @@ def test_reader_holding_the_pre_merge_manifest_keeps_reading(storage):
     expected = snapshot(storage, before)
     merge_partition(storage, T, P, min_segments=0, rounds=10)
     # gc within the grace keeps the old files: the old version still reads
-    collect_garbage(storage, T, P, now_ms=int(storage.clock() * 1000))
+    collect_garbage(storage, T, P, now_ms=storage.clock.wall_ms())
     assert snapshot(storage, before) == expected
     # after the grace the merged-away files go, the latest version reads the same
-    later = int(storage.clock() * 1000) + 10 * 60_000
+    later = storage.clock.wall_ms() + 10 * 60_000
     report = collect_garbage(storage, T, P, now_ms=later)
     assert any(layout.parse_segment_name(p)[1] in before.segment_ids() for p in report.deleted)
     assert snapshot(storage) == expected
@@ -202,7 +202,7 @@ def test_a_crash_at_each_step_loses_nothing_and_the_next_run_finishes(root_url, 
     assert snapshot(inner) == expected
     assert len(final.segments) < len(before.segments)
     # leftovers are unlisted: gc after the grace removes them and every listed file stays
-    collect_garbage(inner, T, P, now_ms=int(inner.clock() * 1000) + 10 * 60_000)
+    collect_garbage(inner, T, P, now_ms=inner.clock.wall_ms() + 10 * 60_000)
     assert snapshot(inner) == expected
     assert verify_partition(inner, T, P).ok
 
@@ -287,13 +287,13 @@ def test_every_reader_copes_with_index_free_segments_and_with_merged_ones(backen
     assert len(merged.segments) == 1 and merged.segments[0].index_size > 0  # built by the merge
     check()
     delete_records(storage, T, P, 3)
-    apply_retention(storage, T, P, int(storage.clock() * 1000))
+    apply_retention(storage, T, P, storage.clock.wall_ms())
     check()
     # compaction of the merged log keeps the last record per key (head segment untouched)
     for j in range(4):
         b.send(T, b"last-%d" % j, key=b"k%d" % j, partition=P, timestamp=base_ts + 100)
     b.flush()
-    result = compact_partition_local(storage, T, P, int(storage.clock() * 1000), force=True)
+    result = compact_partition_local(storage, T, P, storage.clock.wall_ms(), force=True)
     assert result.cleaned, result
     rows = PartitionReader(storage, T, P).read(-2).to_pylist()
     assert [r["value"] for r in rows][-4:] == [b"last-%d" % j for j in range(4)]
@@ -306,7 +306,7 @@ def test_housekeeping_removes_old_versions_and_merged_away_files_by_itself(tmp_p
     fill(storage, txn=False)
     store = ManifestStore(storage, T, P)
     before = store.latest()
-    now = [int(storage.clock() * 1000)]
+    now = [storage.clock.wall_ms()]
     hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
     # a commit landed: the housekeeper merges (no gc yet: the first is due one interval later)
     assert hk.poke(T, P, before)
@@ -337,7 +337,7 @@ def test_a_partition_gone_quiet_is_collected_without_another_commit(tmp_path):
     fill(storage, txn=False)
     store = ManifestStore(storage, T, P)
     before = store.latest()
-    now = [int(storage.clock() * 1000)]
+    now = [storage.clock.wall_ms()]
     hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
     hk.sweep_s = 0.05
     assert hk.poke(T, P, before)  # the last commit: merges, gc not due yet
@@ -361,7 +361,7 @@ def test_a_gc_that_keeps_failing_is_not_retried_at_every_sweep(tmp_path):
     storage = Storage(f"file://{tmp_path}/root")
     create_topic(storage, T, 1)
     fill(storage, txn=False)
-    now = [int(storage.clock() * 1000)]
+    now = [storage.clock.wall_ms()]
     hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
     hk.sweep_s = 0.02
     hk.poke(T, P, ManifestStore(storage, T, P).latest())

@@ -43,7 +43,7 @@ def test_a_slow_gc_does_not_stop_a_merge_from_landing(backend, tmp_path, request
     fs = FaultyFS(inner.fs)
     storage = Storage(url, fs=fs)
     store = ManifestStore(inner, T, P)
-    now = [int(inner.clock() * 1000) + 10 * 60_000]  # gc is due at the first poke
+    now = [inner.clock.wall_ms() + 10 * 60_000]  # gc is due at the first poke
     hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0, gc_interval_ms=0)
     hk._started_ms -= 1
     gc_listing, release = threading.Event(), threading.Event()
@@ -81,7 +81,7 @@ def test_the_gc_of_a_removed_root_is_dropped_quietly(tmp_path):
     storage = Storage(f"file://{tmp_path}/root")
     create_topic(storage, T, 1)
     fill(storage, 2)
-    now = [int(storage.clock() * 1000)]
+    now = [storage.clock.wall_ms()]
     hk = Housekeeper(storage, clock=lambda: now[0], min_segments=0)
     hk.sweep_s = 0.02
     hk.poke(T, P, ManifestStore(storage, T, P).latest())

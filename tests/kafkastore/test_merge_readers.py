@@ -96,7 +96,7 @@ def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
     create_topic(s, "ev", 1)
     b = Broker(s, housekeeping=False)
     store = ManifestStore(s, "ev", 0)
-    now = [int(s.clock() * 1000)]
+    now = [s.clock.wall_ms()]
     hk = Housekeeper(s, clock=lambda: now[0], min_segments=0)
 
     def flushes(n):
