@@ -377,7 +377,13 @@ def merge_partition(storage: Storage, topic: str, partition: int, *,
             break
         report.planned += len(runs)
         built: list[tuple[MergeRun, SegmentEntry]] = []
+        # The commit refuses uploads older than max_upload_age_ms, and the first run's are the
+        # oldest: on a slow store, stop building once half of that has gone and commit what is
+        # built (the rest is planned again), else every job of a backlog fails (livelock).
+        started = storage.clock.monotonic_s()
         for run in runs:
+            if built and storage.clock.monotonic_s() - started > store.max_upload_age_ms / 2000:
+                break
             built.append((run, build_merged(storage, topic, partition, run,
                                             config.index_interval_bytes)))
         landed: list[tuple[MergeRun, SegmentEntry]] = []
@@ -437,7 +443,7 @@ class Housekeeper:
                  min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
                  gc_workers: int = 1, writer: str = "housekeeping"):
         self.storage = storage
-        self.clock = clock or (lambda: int(storage.clock() * 1000))
+        self.clock = clock or storage.clock.wall_ms
         self.gc_interval_ms = gc_interval_ms
         self.fan_in = fan_in
         self.min_segments = min_segments
@@ -654,8 +660,9 @@ class Housekeeper:
         """Block until no job is running or queued (tests, shutdown)."""
         import time as _time
 
-        deadline = _time.monotonic() + timeout_s
-        while _time.monotonic() < deadline:
+        from .clock import SYSTEM  # real time on purpose: it waits for real threads
+        deadline = SYSTEM.monotonic_s() + timeout_s
+        while SYSTEM.monotonic_s() < deadline:
             with self._lock:
                 if not self._busy and not self._gc_busy:
                     return
