@@ -310,17 +310,36 @@ def test_id_index_resolves_in_one_lookup_and_rescans_at_most_once_per_interval(s
     assert index.resolve_cached(tid)[0] == name
 
 
+@pytest.mark.parametrize("version", [10, 11])
+def test_produce_v10_v11_kafka_39s_highest(wire, topic, version):
+    """Produce v10/v11 (KIP-951's CurrentLeader / NodeEndpoints, only for NOT_LEADER_OR_FOLLOWER,
+    which a broker serving every partition never answers) append as earlier versions."""
+    m = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    resp = wire.call(m.ProduceRequest(acks=-1, timeout=datetime.timedelta(seconds=10), topic_data=(
+        m.TopicProduceData(name=topic, partition_data=(
+            m.PartitionProduceData(index=0, records=batch([b"p%d" % version])),)),)))
+    r = resp.responses[0].partition_responses[0]
+    assert int(r.error_code) == 0 and r.base_offset == 0 and resp.node_endpoints == ()
+    tid = _metadata_id(wire, topic)
+    assert _values(fetch_v(wire, 17, [(tid, [(0, 0)])]).responses[0].partitions[0].records) == \
+        [b"p%d" % version]
+
+
 # -- real clients ------------------------------------------------------------------------------
 
-def _fetch_versions(broker) -> dict[int, float]:
-    """Fetch requests this broker answered, per version (its request metrics)."""
+def _fetch_versions(broker, metric="kafkastore_requests_total") -> dict[int, float]:
+    """Fetch requests this broker answered (or answered with an error code), per version."""
     reg = broker.server.metrics.registry
     out = {}
     for v in range(0, 18):
-        n = reg.get_sample_value("kafkastore_requests_total", {"api": "Fetch", "version": str(v)})
+        n = reg.get_sample_value(metric, {"api": "Fetch", "version": str(v)})
         if n:
             out[v] = n
     return out
+
+
+def _fetch_errors(broker) -> float:
+    return sum(_fetch_versions(broker, "kafkastore_request_errors_total").values())
 
 
 def _records_out(broker, topic) -> float:
@@ -342,7 +361,7 @@ def test_confluent_consumer_fetches_by_topic_id(metered, wire, topic):
     topic ids from Metadata v12) and reads everything."""
     from confluent_kafka import Consumer, TopicPartition, libversion
     _fill(wire, topic)
-    before = _fetch_versions(metered)
+    before, errors = _fetch_versions(metered), _fetch_errors(metered)
     logs = []
     c = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": "ti", "enable.auto.commit": False,
                   "debug": "protocol", "logger": _Collect(logs)})
@@ -360,6 +379,7 @@ def test_confluent_consumer_fetches_by_topic_id(metered, wire, topic):
     sent = {int(line.split("Sent FetchRequest (v")[1].split(",")[0]) for line in logs
             if "Sent FetchRequest (v" in line}
     assert sent == versions and max(versions) >= 13, (libversion(), sent, versions)
+    assert _fetch_errors(metered) == errors
     assert _records_out(metered, topic) >= 5  # v13+ responses are counted by topic name
 
 
@@ -368,7 +388,7 @@ def test_kafka_python_consumer_negotiates_its_highest_fetch(metered, wire, topic
     sessions (epoch 0): declined with session 0, it keeps sending full fetches."""
     from kafka import KafkaConsumer, TopicPartition
     _fill(wire, topic)
-    before = _fetch_versions(metered)
+    before, errors = _fetch_versions(metered), _fetch_errors(metered)
     c = KafkaConsumer(bootstrap_servers=metered.bootstrap, enable_auto_commit=False, group_id=None,
                       consumer_timeout_ms=10_000)
     c.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
@@ -381,6 +401,7 @@ def test_kafka_python_consumer_negotiates_its_highest_fetch(metered, wire, topic
     c.close()
     assert sorted(got) == [b"v%d" % i for i in range(5)]
     assert _new_versions(before, _fetch_versions(metered)) == {12}
+    assert _fetch_errors(metered) == errors  # its session requests were declined, not refused
 
 
 def test_aiokafka_consumer_negotiates_its_highest_fetch(metered, wire, topic):
@@ -389,7 +410,7 @@ def test_aiokafka_consumer_negotiates_its_highest_fetch(metered, wire, topic):
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
     _fill(wire, topic)
-    before = _fetch_versions(metered)
+    before, errors = _fetch_versions(metered), _fetch_errors(metered)
 
     async def consume():
         c = AIOKafkaConsumer(bootstrap_servers=metered.bootstrap, enable_auto_commit=False,
@@ -409,6 +430,7 @@ def test_aiokafka_consumer_negotiates_its_highest_fetch(metered, wire, topic):
     got = asyncio.run(consume())
     assert sorted(got) == [b"v%d" % i for i in range(5)]
     assert _new_versions(before, _fetch_versions(metered)) == {11}
+    assert _fetch_errors(metered) == errors
 
 
 class _Collect:
