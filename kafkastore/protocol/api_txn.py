@@ -758,6 +758,8 @@ async def handle_describe_transactions(ctx: RequestContext, request):
         by_topic: dict[str, list[int]] = {}
         for t, p in sorted(m.partitions if m is not None else ()):
             by_topic.setdefault(t, []).append(p)
+        # Kafka lists only the topics the caller may DESCRIBE (the rest of the state shows).
+        by_topic = {t: ps for t, ps in by_topic.items() if not authz.topic_error(ctx, Op.DESCRIBE, t)}
         start_ms = 0 if m is None else m.txn_start_ms  # Kafka's: the schema default, else as stored
         start = datetime.datetime.fromtimestamp(start_ms / 1000, tz=datetime.timezone.utc)
         out.append(make(mod, "TransactionState", error_code=err, transactional_id=tid,
