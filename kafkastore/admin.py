@@ -5,20 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from . import layout
-from .format.crc import crc32c
-from .errors import ConfigError, StaleUploadError
+from .errors import ConfigError
 from .kafka_import import read_kafka_partition_dir
 from .manifest import AppendSegments, CorruptMetadataError, Manifest, ManifestStore, ProducerState, \
     SegmentEntry, UpdateProducerState, check_invariants
+from .segment_writer import Uploads, commit_appending, write_segment
 from .storage import Storage
 from .topics import load_topic
 from .format.transactions import iter_control_types, scan_transactions
 from .verify import SegmentReport, verify_manifest_versions, verify_segment
-
-
-#: How often an import uploads files again that grew too old before its commit.
-_STALE_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -65,48 +60,33 @@ def import_kafka_dir(storage: Storage, path: str, topic: str, partition: int, *,
     batches = [hc for seg in segments for hc in iter_control_types(seg.log, verify_crc=False)]
     aborted, open_txns = scan_transactions(batches)
     store = ManifestStore(storage, topic, partition)
+    uploads = Uploads(store)
 
     def upload(i: int) -> SegmentEntry:
         seg = segments[i]
-        st = seg.stats
+        # Gaps compaction left between Kafka's segments go to the preceding segment.
         next_offset = (segments[i + 1].base_offset if i + 1 < len(segments)
-                       else max(st.next_offset, end_offset or 0))
-        seg_id = layout.new_segment_id()
-        for ext, data in ((".index", seg.index), (".timeindex", seg.timeindex), (".log", seg.log)):
-            storage.put(layout.segment_path(topic, partition, seg.base_offset, seg_id, ext), data)
+                       else max(seg.stats.next_offset, end_offset or 0))
         txns = tuple((a.producer_id, a.first_offset, a.last_offset) for a in aborted
                      if seg.base_offset <= a.last_offset < next_offset)
-        return SegmentEntry(
-            base_offset=seg.base_offset, next_offset=next_offset, record_count=st.record_count,
-            size=len(seg.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
-            segment_id=seg_id, writer_id=-1, leader_epoch=0, checksum=crc32c(seg.log),
-            index_size=len(seg.index), timeindex_size=len(seg.timeindex), aborted_txns=txns,
-            max_timestamp_offset=st.offset_of_max_timestamp)
+        return write_segment(storage, topic, partition, seg.stats, seg.log, seg.index,
+                             seg.timeindex, writer_id=-1, leader_epoch=0,
+                             next_offset=next_offset, aborted_txns=txns, empty_indexes=True)
 
-    entries = [upload(i) for i in range(len(segments))]
+    uploads.get(None, len(segments), upload)  # before the first attempt: nothing is read first
 
     def build(m: Manifest | None):
-        # Files the commit would refuse as too old for GC's grace are uploaded again.
-        stale = {e.segment_id for e in store.stale_uploads(entries)}
-        for i, e in enumerate(entries):
-            if e.segment_id in stale:
-                entries[i] = upload(i)
+        entries = uploads.get(None, len(segments), upload)  # too old for gc's grace: again
         updates = [AppendSegments(tuple(entries))]
         for pid, first in open_txns.items():
             state = (m.producers.get(pid) if m else None) or ProducerState(epoch=0)
             updates.append(UpdateProducerState(pid, replace(state, txn_first_offset=first)))
         return updates, []
 
-    m = None
-    for round_ in range(_STALE_ROUNDS):
-        try:
-            m = store.commit(build, operation="import", writer=writer, now_ms=now_ms)
-            break
-        except StaleUploadError as exc:
-            if round_ + 1 == _STALE_ROUNDS:
-                raise StaleUploadError(
-                    f"{exc}; gave up after uploading the {len(segments)} segment(s) of {path!r} "
-                    f"{_STALE_ROUNDS} times: nothing was imported", segment_ids=exc.segment_ids) from None
+    m = commit_appending(store, build, operation="import", writer=writer, now_ms=now_ms,
+                         uploaded=f"the {len(segments)} segment(s) of {path!r}",
+                         consequence="nothing was imported")
+    entries = m.segments[-len(segments):]
     notes = tuple(f"{os.path.basename(seg.path)}: {n}" for seg in segments for n in seg.notes)
     return ImportResult(topic, partition, len(entries), sum(e.record_count for e in entries),
                         m.log_start_offset, m.high_watermark, notes)

@@ -16,6 +16,8 @@ this module adds is what every writer did around it, once:
   one PUT after another, the PUTs run side by side (each waits a round trip). Order
   is free: nothing is visible before the manifest lists it, and a half-uploaded set is
   an unlisted orphan that gc removes after its grace.
+  An empty index is uploaded only where the file set keeps Kafka's shape
+  (``empty_indexes``: an import adopts a Kafka directory as it is).
 * **Small segments** (:func:`write_segment` with ``index_interval_bytes``): a segment
   shorter than ``index.interval.bytes`` goes up as its ``.log`` alone (its ``.index``
   has no entry by Kafka's sparse rule; readers scan the few bytes, merging builds the
@@ -63,12 +65,14 @@ EXPIRE_PER_COMMIT = 100
 
 
 def put_segment_objects(storage: Storage, topic: str, partition: int, base_offset: int,
-                        segment_id: str, log: Any, index: bytes, timeindex: bytes) -> None:
-    """Upload a segment: its non-empty indexes and ``log`` (bytes, or a tuple or list of
-    buffers written one after another, as :meth:`Storage.put_many` takes them)."""
+                        segment_id: str, log: Any, index: bytes, timeindex: bytes, *,
+                        empty_indexes: bool = False) -> None:
+    """Upload a segment: its non-empty indexes (all with ``empty_indexes``) and ``log``
+    (bytes, or a tuple or list of buffers written one after another, as
+    :meth:`Storage.put_many` takes them)."""
     items = [(layout.segment_path(topic, partition, base_offset, segment_id, ext), data)
              for ext, data in ((".index", index), (".timeindex", timeindex), (".log", log))
-             if ext == ".log" or len(data)]
+             if ext == ".log" or empty_indexes or len(data)]
     if len(items) == 1 or isinstance(storage.fs, LocalFileSystem):
         storage.put_many(items)
         return
@@ -107,13 +111,16 @@ def segment_entry(stats, *, segment_id: str, size: int, checksum: int, index_siz
 def write_segment(storage: Storage | None, topic: str, partition: int, stats, log: Any,
                   index: bytes, timeindex: bytes, *, writer_id: int, leader_epoch: int,
                   shift: int = 0, index_interval_bytes: int | None = None,
-                  segment_id: str | None = None, **entry_fields) -> SegmentEntry:
+                  segment_id: str | None = None, empty_indexes: bool = False,
+                  **entry_fields) -> SegmentEntry:
     """Upload one built segment and return its manifest entry (not committed yet).
 
     ``log`` is bytes or a tuple/list of buffers (the ``.log`` is their concatenation).
     With ``index_interval_bytes``, a log shorter than it goes up alone (see the module
     docstring). ``storage=None`` computes the entry without uploading anything (a
-    compaction dry run). ``entry_fields`` go to :func:`segment_entry`.
+    compaction dry run). ``empty_indexes`` uploads an index the builder left empty
+    (a Kafka-shaped file set, as an import adopts it). ``entry_fields`` go to
+    :func:`segment_entry`.
     """
     parts = log if isinstance(log, (tuple, list)) else (log,)
     size, checksum = 0, 0
@@ -129,7 +136,7 @@ def write_segment(storage: Storage | None, topic: str, partition: int, stats, lo
                           **entry_fields)
     if storage is not None:
         put_segment_objects(storage, topic, partition, entry.base_offset, seg_id, log, index,
-                            timeindex)
+                            timeindex, empty_indexes=empty_indexes)
     return entry
 
 
