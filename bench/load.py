@@ -119,9 +119,8 @@ def ceiling(root: str, topic: str, out_dir: str, compression: str, threads: int 
     from concurrent.futures import ThreadPoolExecutor
 
     from kafkastore.reader import READ_COMMITTED, read_range
-    from pipelines.datasource import plan_range_splits
-    from pipelines.load import DEFAULT_MAX_BYTES
     from pipelines.offset_ranges import OffsetRange
+    from pipelines.planning import DEFAULT_MAX_BYTES, plan_range_splits
     from pipelines.table_files import write_files
 
     storage = Storage(root)

@@ -41,10 +41,11 @@ def _spark(cfg: Config):
 
 
 def cmd_load(args, cfg: Config) -> int:
-    from pipelines.load import load_options_from_args, run_load
+    from pipelines.load import LoadRequest, load, load_options_from_args
 
-    options = load_options_from_args(args, cfg)   # config mistakes fail before Spark starts
-    summary = run_load(_spark(cfg), **options)
+    # Flags and config parsed once, mistakes fail before Spark starts.
+    request = LoadRequest.build(**load_options_from_args(args, cfg))
+    summary = load(_spark(cfg), request)
     print(summary.render(), file=sys.stderr)
     return 0
 

@@ -104,9 +104,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualNullSafe, EqualTo,
@@ -115,54 +112,22 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, EqualNullSafe,
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
-from kafkastore import layout
-from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
-from kafkastore.manifest import Manifest, ManifestStore
-from kafkastore.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, ReadRange,
-                               read_range)
+from kafkastore.errors import ConfigError
+from kafkastore.reader import ReadRange, read_range
 from kafkastore.storage import Storage
-from kafkastore.topics import list_topics, load_topic
 
-from .offset_ranges import OffsetRange
+from .offset_ranges import OffsetRange, is_json_int
+from .planning import Pruning, open_storage, plan_source_splits, resolve_source
+from .source_options import (DEFAULT_MAX_BYTES_PER_PARTITION, SOURCE_NAME, SourceOptions,
+                             option_strings, parse_options, ranges_to_options)
 
 __all__ = ["SOURCE_NAME", "KafkaStoreDataSource", "KafkaStoreReader", "KafkaStoreFilteringReader",
            "KafkaStorePartition", "SourceOptions", "OffsetRange", "parse_options", "spark_schema",
            "plan_offsets", "plan_partitions", "PushedFilters", "ranges_to_options", "read_topic",
-           "register"]
+           "register", "DEFAULT_MAX_BYTES_PER_PARTITION"]
 
-SOURCE_NAME = "kafkastore"
-DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
-# One fetch + decode on an executor holds at most about this much log in memory,
-# whatever maxBytesPerPartition says (an input partition reads several such ranges).
-_MAX_FETCH_BYTES = 16 << 20
 # Rows per Arrow batch handed to Spark: smaller batches keep the JVM's buffers small.
 _ROWS_PER_BATCH = 16384
-_PLANNING_THREADS = 16
-
-_SUBSCRIPTION_OPTIONS = ("topic", "subscribe", "subscribePattern", "assign")
-_KNOWN_OPTIONS = (
-    "root", "path", "storageOptions", *_SUBSCRIPTION_OPTIONS,
-    "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
-    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
-    "startingOffsetsByTimestampStrategy", "minPartitions", "maxBytesPerPartition",
-    "includeHeaders", "failOnDataLoss", "isolationLevel", "pushFilters",
-    "startingOffsetsFromGroup",
-)
-# Spark Kafka options that mean nothing for a batch read of files: accepted so that
-# existing queries run, and ignored.
-_IGNORED_OPTIONS = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-                    "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxOffsetsPerTrigger",
-                    "minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition")
-_CANONICAL = {k.lower(): k for k in _KNOWN_OPTIONS}
-_IGNORED_LOWER = frozenset(k.lower() for k in _IGNORED_OPTIONS)
-
-_STARTING_EXAMPLE = '"earliest", or JSON like {"topicA":{"0":23,"1":-2},"topicB":{"0":-2}} (-2 = earliest)'
-_ENDING_EXAMPLE = '"latest", or JSON like {"topicA":{"0":50,"1":-1},"topicB":{"0":-1}} (-1 = latest)'
-_TIMESTAMPS_EXAMPLE = 'JSON like {"topicA":{"0":1700000000000,"1":1700000000000}} (epoch ms)'
-_ASSIGN_EXAMPLE = 'JSON like {"topicA":[0,1],"topicB":[2,4]}'
-
-EARLIEST = -2
-LATEST = -1
 
 
 # --------------------------------------------------------------------------- schema
@@ -184,445 +149,14 @@ def spark_schema(include_headers: bool = False) -> StructType:
     return StructType(fields)
 
 
-# --------------------------------------------------------------------------- options
 
-@dataclass(frozen=True)
-class OffsetSpec:
-    """Where reads start or end: ``kind`` is "default" (earliest/latest), "offsets" (a JSON of
-    offsets), "timestamp" (one for all partitions) or "timestamps" (a JSON of timestamps)."""
-
-    kind: str
-    value: Any = None  # offsets/timestamps: {topic: {partition: n}}; timestamp: int
-
-    def for_partition(self, topic: str, partition: int) -> tuple[str, int | None]:
-        """``("default", None)``, ``("offset", n)`` or ``("timestamp", ms)`` for one partition."""
-        if self.kind == "timestamp":
-            return "timestamp", self.value
-        if self.kind in ("offsets", "timestamps"):
-            n = self.value.get(topic, {}).get(partition)
-            if n is None or n in (EARLIEST, LATEST):
-                return "default", None
-            return ("offset" if self.kind == "offsets" else "timestamp"), n
-        return "default", None
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Validated options of one read (plain data: it travels to Spark's workers)."""
-
-    root: str
-    storage_options: Mapping[str, Any]
-    subscription: tuple[str, Any]  # ("topics", (t, ...)) | ("pattern", str) | ("assign", {t: (p, ...)})
-    starting: OffsetSpec = OffsetSpec("default")
-    ending: OffsetSpec = OffsetSpec("default")
-    timestamp_strategy: str = "error"
-    min_partitions: int | None = None
-    max_bytes_per_partition: int = DEFAULT_MAX_BYTES_PER_PARTITION
-    include_headers: bool = False
-    fail_on_data_loss: bool = True
-    isolation: str = READ_COMMITTED
-    push_filters: bool = True
-    starting_group: str | None = None   # startingOffsetsFromGroup
-
-
-def parse_options(options: Mapping[str, Any]) -> SourceOptions:
-    """Validate data source options (case-insensitive names) into :class:`SourceOptions`.
-
-    Raises :class:`ConfigError` naming the option and showing the expected shape.
-    """
-    opts: dict[str, str] = {}
-    storage_keys: dict[str, Any] = {}
-    for key, value in options.items():
-        low = str(key).lower()
-        if value is None:
-            continue
-        value = str(value)
-        if low.startswith("storage."):
-            storage_keys[low[len("storage."):]] = _storage_value(value)
-        elif low in _CANONICAL:
-            opts[_CANONICAL[low]] = value
-        elif low.startswith("kafka.") or low in _IGNORED_LOWER:
-            if low == "kafka.isolation.level":
-                opts.setdefault("kafka.isolation.level", value)
-        else:
-            raise ConfigError(
-                f"unknown option {key!r} for the {SOURCE_NAME} source; known options: "
-                f"{', '.join(_KNOWN_OPTIONS)}, storage.<key>")
-
-    root = (opts.get("root") or opts.get("path") or "").strip()
-    if not root:
-        raise ConfigError("option root is required: the log's storage root URL, e.g. "
-                          ".option(\"root\", \"s3://bucket/kafkastore\") or file:///data/log")
-    storage_options: dict[str, Any] = {}
-    if "storageOptions" in opts:
-        try:
-            storage_options = json.loads(opts["storageOptions"])
-        except ValueError:
-            storage_options = None
-        if not isinstance(storage_options, dict):
-            raise ConfigError(f"option storageOptions: expected a JSON object like "
-                              f"{{\"endpoint_url\": \"http://127.0.0.1:9000\"}}, got "
-                              f"{opts['storageOptions']!r}")
-    storage_options.update(storage_keys)
-
-    subscription = _parse_subscription(opts)
-    starting = _parse_bound(opts, "starting")
-    ending = _parse_bound(opts, "ending")
-    _check_json_topics(subscription, starting, "starting")
-    _check_json_topics(subscription, ending, "ending")
-
-    strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
-    if strategy not in ("error", "latest"):
-        raise ConfigError(f"option startingOffsetsByTimestampStrategy: expected error or latest, "
-                          f"got {opts['startingOffsetsByTimestampStrategy']!r}")
-    min_partitions = None
-    if "minPartitions" in opts:
-        min_partitions = _parse_int(opts["minPartitions"], "minPartitions", "a positive integer")
-        if min_partitions < 1:
-            raise ConfigError(f"option minPartitions must be a positive integer, got "
-                              f"{opts['minPartitions']!r}")
-    max_bytes = DEFAULT_MAX_BYTES_PER_PARTITION
-    if "maxBytesPerPartition" in opts:
-        max_bytes = _parse_bytes(opts["maxBytesPerPartition"], "maxBytesPerPartition")
-
-    isolation = opts.get("isolationLevel")
-    alias = opts.get("kafka.isolation.level")
-    if isolation is not None and alias is not None and isolation.strip().lower() != alias.strip().lower():
-        raise ConfigError(f"options isolationLevel ({isolation!r}) and kafka.isolation.level "
-                          f"({alias!r}) disagree: give one of them")
-    isolation = (isolation or alias or READ_COMMITTED).strip().lower()
-    if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
-        raise ConfigError(f"option isolationLevel: expected {READ_COMMITTED} or {READ_UNCOMMITTED}, "
-                          f"got {isolation!r}")
-
-    return SourceOptions(
-        root=root, storage_options=storage_options, subscription=subscription,
-        starting=starting, ending=ending, timestamp_strategy=strategy,
-        min_partitions=min_partitions, max_bytes_per_partition=max_bytes,
-        include_headers=_parse_bool(opts, "includeHeaders", False),
-        fail_on_data_loss=_parse_bool(opts, "failOnDataLoss", True),
-        isolation=isolation, push_filters=_parse_bool(opts, "pushFilters", True),
-        starting_group=_parse_group(opts))
-
-
-def _parse_group(opts: Mapping[str, str]) -> str | None:
-    if "startingOffsetsFromGroup" not in opts:
-        return None
-    group = opts["startingOffsetsFromGroup"].strip()
-    if not group:
-        raise ConfigError("option startingOffsetsFromGroup: expected a consumer group id, got ''")
-    return group
-
-
-def _storage_value(text: str) -> Any:
-    # Spark options are strings; fsspec wants typed keyword arguments.
-    stripped = text.strip()
-    if stripped.lower() in ("true", "false"):
-        return stripped.lower() == "true"
-    if re.fullmatch(r"-?\d+", stripped):
-        return int(stripped)
-    if stripped[:1] in ("{", "["):
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            raise ConfigError(f"storage option value {text!r} looks like JSON but does not parse") from None
-    return text
-
-
-def _parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    if name not in opts:
-        return default
-    value = opts[name].strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"option {name}: expected true or false, got {opts[name]!r}")
-    return value == "true"
-
-
-def _parse_int(text: str, name: str, what: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"option {name}: expected {what}, got {text!r}") from None
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
-
-
-def _parse_bytes(text: str, name: str) -> int:
-    m = _SIZE_RE.match(str(text))
-    value = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()] if m else 0
-    if value < 1:
-        raise ConfigError(f"option {name}: expected a positive byte count like 134217728 or "
-                          f"128m, got {text!r}")
-    return value
-
-
-def _parse_subscription(opts: Mapping[str, str]) -> tuple[str, Any]:
-    given = [k for k in _SUBSCRIPTION_OPTIONS if k in opts]
-    if len(given) != 1:
-        got = ", ".join(given) if given else "none"
-        raise ConfigError(f"exactly one of the options {', '.join(_SUBSCRIPTION_OPTIONS)} must be "
-                          f"given (e.g. .option(\"topic\", \"orders\"), .option(\"subscribe\", "
-                          f"\"orders,payments\")), got {got}")
-    kind = given[0]
-    value = opts[kind]
-    if kind == "topic":
-        return "topics", (_topic_name(value.strip(), kind),)
-    if kind == "subscribe":
-        topics = [t.strip() for t in value.split(",") if t.strip()]
-        if not topics:
-            raise ConfigError(f"option subscribe: expected a comma-separated list of topics like "
-                              f"'orders,payments', got {value!r}")
-        return "topics", tuple(dict.fromkeys(_topic_name(t, kind) for t in topics))
-    if kind == "subscribePattern":
-        pattern = value.strip()
-        try:
-            if not pattern:
-                raise re.error("empty pattern")
-            re.compile(pattern)
-        except re.error as exc:
-            raise ConfigError(f"option subscribePattern: expected a regular expression matched "
-                              f"against whole topic names, like 'orders.*', got {value!r} ({exc})") from None
-        return "pattern", pattern
-    data = _json_object(value, "assign", _ASSIGN_EXAMPLE)
-    assign: dict[str, tuple[int, ...]] = {}
-    for topic, parts in data.items():
-        if not isinstance(parts, list) or not parts or not all(_is_int(p) and p >= 0 for p in parts):
-            raise ConfigError(f"option assign: expected {_ASSIGN_EXAMPLE}, got {value!r}")
-        assign[_topic_name(topic, kind)] = tuple(sorted(set(parts)))
-    if not assign:
-        raise ConfigError(f"option assign: expected {_ASSIGN_EXAMPLE}, got {value!r}")
-    return "assign", assign
-
-
-def _topic_name(name: str, option: str) -> str:
-    try:
-        return layout.validate_topic_name(name)
-    except ConfigError as exc:
-        raise ConfigError(f"option {option}: {exc}") from None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _json_object(text: str, name: str, example: str) -> dict:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise ConfigError(f"option {name}: expected {example}, got {text!r}")
-    return data
-
-
-def _partition_map(text: str, name: str, example: str, minimum: int) -> dict[str, dict[int, int]]:
-    """``{"t": {"0": n}}`` -> ``{"t": {0: n}}``, every n an integer >= ``minimum``."""
-    data = _json_object(text, name, example)
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in data.items():
-        if not isinstance(parts, dict):
-            raise ConfigError(f"option {name}: expected {example}, got {text!r}")
-        per: dict[int, int] = {}
-        for p, n in parts.items():
-            if not re.fullmatch(r"\d+", str(p)) or not _is_int(n) or n < minimum:
-                raise ConfigError(f"option {name}: expected {example}, got {text!r}")
-            per[int(p)] = n
-        out[_topic_name(topic, name)] = per
-    return out
-
-
-def _parse_bound(opts: Mapping[str, str], side: str) -> OffsetSpec:
-    """One side's spec, with Spark's precedence: *Timestamp, then *OffsetsByTimestamp, then *Offsets."""
-    ts_key, by_key, off_key = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
-    if ts_key in opts:
-        ts = _parse_int(opts[ts_key], ts_key, "a single long value (epoch ms)")
-        if ts < 0:
-            raise ConfigError(f"option {ts_key}: expected a timestamp >= 0 (epoch ms), got {ts}")
-        return OffsetSpec("timestamp", ts)
-    if by_key in opts:
-        return OffsetSpec("timestamps", _partition_map(opts[by_key], by_key, _TIMESTAMPS_EXAMPLE, 0))
-    if off_key not in opts:
-        return OffsetSpec("default")
-    text = opts[off_key].strip()
-    starting = side == "starting"
-    if text.lower() == ("earliest" if starting else "latest"):
-        return OffsetSpec("default")
-    if text.lower() == ("latest" if starting else "earliest"):
-        raise ConfigError(f"{'starting' if starting else 'ending'} offset can't be {text.lower()} "
-                          f"for batch queries on {SOURCE_NAME}: option {off_key} expects "
-                          f"{_STARTING_EXAMPLE if starting else _ENDING_EXAMPLE}")
-    example = _STARTING_EXAMPLE if starting else _ENDING_EXAMPLE
-    offsets = _partition_map(text, off_key, example, -2)
-    refused = LATEST if starting else EARLIEST
-    for topic, parts in offsets.items():
-        for p, n in parts.items():
-            if n == refused:
-                raise ConfigError(
-                    f"option {off_key} for {topic}-{p} can't be {n} "
-                    f"({'latest' if starting else 'earliest'}) for batch queries; expected {example}")
-    return OffsetSpec("offsets", offsets)
-
-
-def _check_json_topics(subscription: tuple[str, Any], spec: OffsetSpec, side: str) -> None:
-    """Topics named in an offsets/timestamps JSON must be read (checked again for patterns)."""
-    if spec.kind not in ("offsets", "timestamps") or subscription[0] == "pattern":
-        return
-    read = set(subscription[1])
-    extra = sorted(set(spec.value) - read)
-    if extra:
-        raise ConfigError(f"{side} offsets name topic(s) {', '.join(extra)} that this read does "
-                          f"not subscribe to (it reads {', '.join(sorted(read))})")
-
-
-# --------------------------------------------------------------------------- planning
-
-def _open_storage(opts: SourceOptions) -> Storage:
-    return Storage(opts.root, dict(opts.storage_options))
-
-
-def _topic_partitions(opts: SourceOptions, storage: Storage) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs this read covers, checked against the topics' metadata."""
-    kind, value = opts.subscription
-    if kind == "pattern":
-        pattern = re.compile(value)
-        topics = [t for t in list_topics(storage) if pattern.fullmatch(t)]
-        for spec, side in ((opts.starting, "starting"), (opts.ending, "ending")):
-            if spec.kind in ("offsets", "timestamps"):
-                extra = sorted(set(spec.value) - set(topics))
-                if extra:
-                    raise ConfigError(
-                        f"{side} offsets name topic(s) {', '.join(extra)} that subscribePattern "
-                        f"{value!r} does not match (it matches {', '.join(topics) or 'no topic'})")
-    else:
-        topics = sorted(value)
-    out = []
-    for topic in topics:
-        count = load_topic(storage, topic).partitions
-        wanted = value[topic] if kind == "assign" else range(count)
-        named = set(wanted)
-        for spec in (opts.starting, opts.ending):
-            if spec.kind in ("offsets", "timestamps"):
-                named |= set(spec.value.get(topic, {}))
-        bad = sorted(p for p in named if p >= count)
-        if bad:
-            raise ConfigError(f"topic {topic!r} has partitions 0..{count - 1}; the options name "
-                              f"partition(s) {', '.join(map(str, bad))}")
-        if kind == "assign":
-            for spec, side in ((opts.starting, "starting"), (opts.ending, "ending")):
-                if spec.kind in ("offsets", "timestamps"):
-                    extra = sorted(set(spec.value.get(topic, {})) - set(wanted))
-                    if extra:
-                        raise ConfigError(f"{side} offsets name partition(s) {extra} of {topic!r} "
-                                          f"that option assign does not list")
-        out.extend((topic, p) for p in wanted)
-    return out
-
-
-def _snapshot_readers(storage: Storage, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], PartitionReader]:
-    """One manifest snapshot per partition, loaded in parallel (object stores are slow per call)."""
-    def load(tp: tuple[str, int]) -> PartitionReader:
-        m = ManifestStore(storage, *tp).latest() or Manifest.empty(*tp)
-        return PartitionReader(storage, tp[0], tp[1], manifest=m)
-
-    if not tps:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(_PLANNING_THREADS, len(tps))) as pool:
-        return dict(zip(tps, pool.map(load, tps)))
-
-
-def _resolve_range(opts: SourceOptions, reader: PartitionReader,
-                   committed: int | None = None) -> OffsetRange:
-    """The [from, until) one partition's options select, against its snapshot (``committed``:
-    the startingOffsetsFromGroup group's offset, which wins over the starting options)."""
-    topic, partition = reader.topic, reader.partition
-    log_start, hw = reader.log_start_offset, reader.high_watermark
-    upper = reader.upper_bound(opts.isolation)
-    upper_name = "last stable offset" if opts.isolation == READ_COMMITTED else "high watermark"
-
-    s_kind, s_val = (("offset", committed) if committed is not None
-                     else opts.starting.for_partition(topic, partition))
-    if s_kind == "offset":
-        start = s_val
-    elif s_kind == "timestamp":
-        start = reader.offset_for_timestamp(s_val)
-        if start >= hw:  # no record at or after the timestamp (Kafka answers null)
-            if opts.timestamp_strategy == "error":
-                raise OffsetOutOfRangeError(
-                    f"No offset matched from request of topic-partition {topic}-{partition} and "
-                    f"timestamp {s_val}: no record has a timestamp at or after it (set option "
-                    f"startingOffsetsByTimestampStrategy to latest to read nothing instead)",
-                    log_start_offset=log_start, high_watermark=hw)
-            start = upper
-    else:
-        start = log_start
-
-    e_kind, e_val = opts.ending.for_partition(topic, partition)
-    if e_kind == "offset":
-        end = e_val
-    elif e_kind == "timestamp":
-        found = reader.offset_for_timestamp(e_val)
-        end = upper if found >= hw else min(found, upper)
-    else:
-        end = upper
-
-    if s_kind == "offset" and start > end and not end < log_start:
-        raise ConfigError(
-            f"Beginning offset {start} is after the ending offset {end} for topic {topic} "
-            f"partition {partition}: startingOffsets must not be past endingOffsets (or past the "
-            f"{upper_name} {upper} when reading to latest)")
-    lost = [f"{name} offset {n}" for name, kind, n in (("starting", s_kind, start), ("ending", e_kind, end))
-            if kind == "offset" and n < log_start]
-    if lost and opts.fail_on_data_loss:
-        raise DataLossError(
-            f"Cannot read {' and '.join(lost)} of {topic}-{partition}: the log now starts at "
-            f"offset {log_start}, so offsets [{min(start, end)}, {log_start}) are no longer "
-            f"available (deleted by retention or delete-records). Some data may have been lost. "
-            f"Set the source option failOnDataLoss to false to read from the log start instead",
-            log_start_offset=log_start, high_watermark=hw)
-    if e_kind == "offset" and end > upper:
-        if opts.fail_on_data_loss:
-            raise OffsetOutOfRangeError(
-                f"Cannot read up to ending offset {end} of {topic}-{partition}: the {upper_name} "
-                f"is {upper} ({opts.isolation}). Set the source option failOnDataLoss to false to "
-                f"read up to it instead",
-                log_start_offset=log_start, high_watermark=hw)
-        end = upper
-    start = max(start, log_start)
-    return OffsetRange(topic, partition, start, max(start, end))
-
-
-def _resolve(opts: SourceOptions, storage: Storage) -> tuple[list[OffsetRange], dict]:
-    readers = _snapshot_readers(storage, _topic_partitions(opts, storage))
-    committed: dict[tuple[str, int], int] = {}
-    if opts.starting_group is not None:
-        from kafkastore.group_admin import committed_offsets
-
-        for topic, parts in committed_offsets(storage, opts.starting_group).items():
-            committed.update({(topic, p): n for p, n in parts.items()})
-    ranges = [_resolve_range(opts, readers[tp], committed.get(tp)) for tp in sorted(readers)]
-    return ranges, readers
-
+# --------------------------------------------------------------------------- pushed filters and input partitions
 
 _COMPARISONS = (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 
 
-@dataclass
-class PushedFilters:
-    """What pushed filters allow the planner to skip (all bounds inclusive-exclusive as noted)."""
-
-    partitions: frozenset[int] | None = None  # None: any
-    partition_lo: int | None = None           # inclusive
-    partition_hi: int | None = None           # exclusive
-    offset_lo: int | None = None              # inclusive
-    offset_hi: int | None = None              # exclusive
-    timestamp_lo_ms: int | None = None        # records with a smaller timestamp are not wanted
-
-    def keeps_partition(self, p: int) -> bool:
-        """Whether partition ``p`` may hold wanted rows."""
-        return ((self.partitions is None or p in self.partitions)
-                and (self.partition_lo is None or p >= self.partition_lo)
-                and (self.partition_hi is None or p < self.partition_hi))
+class PushedFilters(Pruning):
+    """The :class:`pipelines.planning.Pruning` of the filters Spark pushes down."""
 
     def absorb(self, f: Any) -> bool:
         """Use filter ``f`` for pruning if it is understood; True when pruning applies it exactly
@@ -643,7 +177,7 @@ class PushedFilters:
         value = f.value
         if isinstance(f, In):
             values = [v for v in value if v is not None]  # x IN (.., NULL) is never true for NULL
-            if not all(_is_int(v) for v in values):
+            if not all(is_json_int(v) for v in values):
                 return False
             if column == "partition":
                 self.partitions = _intersect(self.partitions, values)
@@ -653,7 +187,7 @@ class PushedFilters:
                 return True
             self._narrow(lo_name, hi_name, min(values), max(values) + 1)
             return False  # only the span is used: Spark keeps the exact membership test
-        if not _is_int(value):
+        if not is_json_int(value):
             return False
         if isinstance(f, (EqualTo, EqualNullSafe)):
             self._narrow(lo_name, hi_name, value, value + 1)
@@ -724,67 +258,10 @@ class KafkaStorePartition(InputPartition):
         return sum(r.size for r in self.ranges)
 
 
-def _pruned_ranges(ranges: Sequence[OffsetRange], readers: Mapping, pushed: PushedFilters) -> list[OffsetRange]:
-    """The option ranges narrowed by the pushed filters (empty ones dropped)."""
-    out = []
-    for r in ranges:
-        if r.count == 0 or not pushed.keeps_partition(r.partition):
-            continue
-        lo, hi = r.from_offset, r.until_offset
-        if pushed.offset_lo is not None:
-            lo = max(lo, pushed.offset_lo)
-        if pushed.offset_hi is not None:
-            hi = min(hi, pushed.offset_hi)
-        # Timestamps at or below 0 can sit on records without one (-1): never prune for those.
-        if lo < hi and pushed.timestamp_lo_ms is not None and pushed.timestamp_lo_ms > 0:
-            lo = max(lo, readers[(r.topic, r.partition)].offset_for_timestamp(pushed.timestamp_lo_ms))
-        if lo < hi:
-            out.append(OffsetRange(r.topic, r.partition, lo, hi))
-    return out
-
-
-def _group_ranges(work: Sequence[OffsetRange], readers: Mapping, budget: int) -> list[KafkaStorePartition]:
-    """Byte ranges of every range, packed per topic-partition into partitions of <= ~budget bytes."""
-    parts = []
-    for r in work:
-        planned = readers[(r.topic, r.partition)].plan(
-            r.from_offset, r.until_offset, max_bytes=min(budget, _MAX_FETCH_BYTES),
-            fail_on_data_loss=False)
-        group: list[ReadRange] = []
-        size = 0
-        for rr in planned:
-            if group and size + rr.size > budget:
-                parts.append(KafkaStorePartition(group))
-                group, size = [], 0
-            group.append(rr)
-            size += rr.size
-        if group:
-            parts.append(KafkaStorePartition(group))
-    return parts
-
-
 def plan_partitions(opts: SourceOptions, pushed: PushedFilters | None = None,
                     storage: Storage | None = None) -> list[KafkaStorePartition]:
-    """The input partitions of a read: resolve ranges on one snapshot per partition, prune with
-    ``pushed``, cut at index entries, and cut finer until there are ``minPartitions`` if the
-    data allows (the finest cut is one ``.index`` entry, i.e. ``index.interval.bytes``)."""
-    storage = storage or _open_storage(opts)
-    ranges, readers = _resolve(opts, storage)
-    work = _pruned_ranges(ranges, readers, pushed or PushedFilters())
-    budget = opts.max_bytes_per_partition
-    parts = _group_ranges(work, readers, budget)
-    wanted = opts.min_partitions or 0
-    if len(parts) < wanted:
-        total = sum(p.size for p in parts)
-        budget = min(budget, max(1, -(-total // wanted)))
-        while True:
-            finer = _group_ranges(work, readers, budget)
-            if len(finer) > len(parts):
-                parts = finer
-            if len(parts) >= wanted or budget == 1:
-                break
-            budget = max(1, budget // 2)
-    return parts
+    """The input partitions of a read (:func:`pipelines.planning.plan_source_splits`)."""
+    return [KafkaStorePartition(split) for split in plan_source_splits(opts, pushed, storage)]
 
 
 def plan_offsets(root: str, topic: str | None = None, *,
@@ -797,34 +274,9 @@ def plan_offsets(root: str, topic: str | None = None, *,
     with its output), pass :func:`ranges_to_options` of them to :func:`read_topic`: offsets
     are then explicit and the read is deterministic.
     """
-    opts = parse_options(_option_strings(root, topic, storage_options, options))
-    ranges, _ = _resolve(opts, _open_storage(opts))
+    opts = parse_options(option_strings(root, topic, storage_options, options))
+    ranges, _ = resolve_source(opts, open_storage(opts))
     return ranges
-
-
-def plan_range_splits(storage: Storage, ranges: Sequence[OffsetRange],
-                      max_bytes: int = DEFAULT_MAX_BYTES_PER_PARTITION) -> list[tuple[ReadRange, ...]]:
-    """The input splits (ReadRange tuples, at most ~``max_bytes`` each) of exactly
-    ``ranges``: the same cut as :func:`plan_partitions`, from range values (jobs
-    such as loads and reprocesses plan this way; no option strings)."""
-    work = [r for r in ranges if not r.empty]
-    readers = _snapshot_readers(storage, sorted({r.topic_partition for r in work}))
-    return [tuple(p.ranges) for p in _group_ranges(work, readers, int(max_bytes))]
-
-
-def ranges_to_options(ranges: Sequence[OffsetRange]) -> dict[str, str]:
-    """``assign``, ``startingOffsets`` and ``endingOffsets`` options that read exactly ``ranges``."""
-    assign: dict[str, list[int]] = {}
-    starting: dict[str, dict[str, int]] = {}
-    ending: dict[str, dict[str, int]] = {}
-    for r in ranges:
-        assign.setdefault(r.topic, []).append(r.partition)
-        starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
-        ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
-    if not assign:
-        raise ConfigError("ranges_to_options needs at least one range")
-    return {"assign": json.dumps(assign), "startingOffsets": json.dumps(starting),
-            "endingOffsets": json.dumps(ending)}
 
 
 # --------------------------------------------------------------------------- Spark classes
@@ -926,27 +378,6 @@ def register(spark) -> None:
         pass
 
 
-def _option_strings(root: str | None, topic: str | None, storage_options: Mapping[str, Any] | None,
-                    options: Mapping[str, Any]) -> dict[str, str]:
-    """Python values to Spark option strings (bools lower-case, dicts and lists as JSON)."""
-    out: dict[str, str] = {}
-    if root is not None:
-        out["root"] = root
-    if topic is not None:
-        out["topic"] = topic
-    if storage_options:
-        out["storageOptions"] = json.dumps(dict(storage_options))
-    for key, value in options.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        elif isinstance(value, (dict, list, tuple)):
-            value = json.dumps(value)
-        out[key] = str(value)
-    return out
-
-
 def read_topic(spark, root: str, topic: str | None = None, *,
                storage_options: Mapping[str, Any] | None = None, **options: Any):
     """A DataFrame over ``topic`` (or the ``subscribe``/``subscribePattern``/``assign`` option)
@@ -956,7 +387,7 @@ def read_topic(spark, root: str, topic: str | None = None, *,
     directly. When the session has Python filter pushdown disabled, ``pushFilters`` is set
     to false (Spark refuses a pushdown-capable reader then).
     """
-    strings = _option_strings(root, topic, storage_options, options)
+    strings = option_strings(root, topic, storage_options, options)
     opts = parse_options(strings)
     if opts.root.lower().startswith("memory://"):
         raise ConfigError(f"root {opts.root!r}: memory:// stores live inside one process and "

@@ -75,7 +75,7 @@ KAFKA_META_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "times
 DEAD_LETTER_COLUMNS = ("topic", "partition", "offset", "timestamp", "timestampType", "key",
                        "value", "headers", "error")
 _DECODED = "__decoded"
-_ERROR = "__error"
+ERROR_COLUMN = "__error"
 _OPTION_NAMES = {
     "valueformat": "value_format", "valueschema": "value_schema",
     "valueschemafile": "value_schema_file", "confluentwireformat": "confluent_wire_format",
@@ -221,16 +221,16 @@ def decode_value(df, options: Mapping[str, Any] | DecodeOptions | None = None,
         raise ConfigError(f"cannot decode: the input lacks column(s) {missing}; expected the "
                           f"Kafka schema")
     if opts.value_format == "raw":
-        combined = df.withColumn(_ERROR, F.lit(None).cast("string"))
-        dead = combined.where(F.lit(False)).select(*_dead_columns(df), F.col(_ERROR).alias("error"))
+        combined = df.withColumn(ERROR_COLUMN, F.lit(None).cast("string"))
+        dead = combined.where(F.lit(False)).select(*_dead_columns(df), F.col(ERROR_COLUMN).alias("error"))
         return Decoded(df, dead, combined)
     if opts.value_format == "json":
         combined, detail = _json_combined(df, opts)
     else:
         combined, detail = _avro_combined(df, opts), None
-    good = combined.where(F.col(_ERROR).isNull()).select(*_good_columns(df, combined, opts))
-    dead = combined.where(F.col(_ERROR).isNotNull())
-    error = F.col(_ERROR) if detail is None else F.coalesce(detail(F.col("value")), F.col(_ERROR))
+    good = combined.where(F.col(ERROR_COLUMN).isNull()).select(*good_columns(df, combined, opts))
+    dead = combined.where(F.col(ERROR_COLUMN).isNotNull())
+    error = F.col(ERROR_COLUMN) if detail is None else F.coalesce(detail(F.col("value")), F.col(ERROR_COLUMN))
     dead = dead.select(*_dead_columns(df), error.alias("error"))
     return Decoded(good, dead, combined)
 
@@ -245,7 +245,9 @@ def _dead_columns(df) -> list[str]:
     return [c for c in DEAD_LETTER_COLUMNS if c in df.columns and c != "error"]
 
 
-def _good_columns(df, combined, opts: DecodeOptions) -> list:
+def good_columns(df, combined, opts: DecodeOptions) -> list:
+    """The columns of decoded rows: the Kafka columns and the decoded value (flattened
+    into top-level columns unless ``flatten`` is false)."""
     from pyspark.sql import functions as F
 
     keep = [c for c in df.columns if c != "value"]
@@ -307,7 +309,7 @@ def _json_combined(df, opts: DecodeOptions):
              .otherwise(F.lit(None)).cast("string"))
     decoded = F.when(error.isNull() & F.col("value").isNotNull(),
                      F.struct(*[p[f.name].alias(f.name) for f in schema.fields]))
-    combined = parsed.select(*df.columns, decoded.alias(_DECODED), error.alias(_ERROR))
+    combined = parsed.select(*df.columns, decoded.alias(_DECODED), error.alias(ERROR_COLUMN))
     schema_json = schema.json()
 
     @F.udf(returnType="string", useArrow=True)
@@ -628,7 +630,7 @@ def _avro_combined(df, opts: DecodeOptions):
     tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
     arrow_type = to_arrow_type(decoder.spark_type, timezone=tz)
     out_schema = StructType(list(df.schema.fields) + [
-        StructField(_DECODED, decoder.spark_type, True), StructField(_ERROR, StringType(), True)])
+        StructField(_DECODED, decoder.spark_type, True), StructField(ERROR_COLUMN, StringType(), True)])
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -637,6 +639,6 @@ def _avro_combined(df, opts: DecodeOptions):
             decoded, errors = decoder.decode_batch(batch.column("value"), arrow_type)
             yield pa.RecordBatch.from_arrays(
                 list(batch.columns) + [decoded, errors],
-                names=list(batch.schema.names) + [_DECODED, _ERROR])
+                names=list(batch.schema.names) + [_DECODED, ERROR_COLUMN])
 
     return df.mapInArrow(run, out_schema)

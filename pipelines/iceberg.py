@@ -74,12 +74,14 @@ from kafkastore.errors import (BucketNotFoundError, CommitUnknownError, ConfigEr
                                OrphanedTableError, SchemaEvolutionError, TableChangedError,
                                TableNotFoundError, UnsupportedDeletesError, WarehouseError)
 
+from .iceberg_internals import check_schema_compatible, default_table_location
 from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_from_json,
                             offsets_to_json)
+from .table_layout import (DEFAULT_PARTITION_BY, parse_partition_field, table_identifier,
+                           table_name)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_NAMESPACE = "default"
 CATALOG_DB = "catalog.db"
 MAIN = "main"
 
@@ -99,8 +101,6 @@ NO_BLIND_RETRY = {"commit.retry.num-retries": "0"}
 TABLE_PROPERTIES = {**NO_BLIND_RETRY, "format-version": "2",
                     "write.parquet.compression-codec": "zstd"}
 FSSPEC_IO = "pyiceberg.io.fsspec.FsspecFileIO"
-
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 # ---------------------------------------------------------------------------
@@ -131,23 +131,6 @@ def _metadata_version(path: str) -> int:
     """The version number of ``.../00042-<uuid>.metadata.json`` (-1 when unnumbered)."""
     head = path.rsplit("/", 1)[-1].split("-", 1)[0]
     return int(head) if head.isdigit() else -1
-
-
-def table_identifier(name: str) -> tuple[str, str]:
-    """``NAME`` -> ``("default", NAME)``; ``ns.NAME`` -> ``(ns, NAME)``."""
-    parts = str(name).split(".")
-    if len(parts) == 1:
-        parts = [DEFAULT_NAMESPACE, parts[0]]
-    if len(parts) != 2 or not all(_NAME_RE.match(p) for p in parts):
-        raise ConfigError(f"bad table name {name!r}: expected NAME or NAMESPACE.NAME (letters, "
-                          f"digits and underscores, not starting with a digit)")
-    return parts[0], parts[1]
-
-
-def table_name(identifier: Sequence[str]) -> str:
-    """The display name: ``NAME`` in the default namespace, else ``ns.NAME``."""
-    ns, name = identifier[-2], identifier[-1]
-    return name if ns == DEFAULT_NAMESPACE else f"{ns}.{name}"
 
 
 def _local_path(url: str) -> str | None:
@@ -199,6 +182,15 @@ class Warehouse:
         self.properties = catalog_properties(self.url, self.catalog_config, self.storage_options)
         self.name = name
         self._catalog = None
+
+    @classmethod
+    def of(cls, warehouse, catalog: Mapping[str, Any] | None = None,
+           storage_options: Mapping[str, Any] | None = None) -> "Warehouse":
+        """``warehouse`` itself when it is a Warehouse, else one opened at that URL
+        (the jobs accept either)."""
+        if isinstance(warehouse, cls):
+            return warehouse
+        return cls(warehouse, catalog, storage_options)
 
     @classmethod
     def from_config(cls, cfg, warehouse: str | None = None) -> "Warehouse":
@@ -274,7 +266,7 @@ class Warehouse:
         ns, short = table_identifier(name)
         if self.exists():
             try:
-                return self.catalog()._resolve_table_location(None, ns, short)
+                return default_table_location(self.catalog(), ns, short)
             except Exception:   # noqa: BLE001 - no namespace (an emptied catalog): the default
                 pass
         root = str(self.properties.get("warehouse") or self.url).rstrip("/")
@@ -373,31 +365,13 @@ class Warehouse:
 # ---------------------------------------------------------------------------
 # schema and partitioning
 
-DEFAULT_PARTITION_BY = ("day(timestamp)",)
-_TRANSFORM_RE = re.compile(r"^\s*(identity|year|month|day|hour)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
-
-
-def parse_partition_field(text: str) -> tuple[str, str]:
-    """``"day(timestamp)"`` -> ``("day", "timestamp")``; a bare column is identity.
-
-    Only order-preserving transforms: the driver adds Parquet files whose
-    partition value is read from their column bounds, which needs one value per
-    file under a monotone transform (bucket/truncate are refused)."""
-    m = _TRANSFORM_RE.match(str(text))
-    if m:
-        return m.group(1), m.group(2)
-    if _NAME_RE.match(str(text).strip()):
-        return "identity", str(text).strip()
-    raise ConfigError(f"bad partition field {text!r}: expected COLUMN, identity(COLUMN), "
-                      f"year(COLUMN), month(COLUMN), day(COLUMN) or hour(COLUMN)")
-
-
 def iceberg_schema(schema):
     """An Iceberg schema with fresh field ids from a pyarrow or Iceberg schema."""
-    from pyiceberg.catalog import Catalog
     from pyiceberg.schema import assign_fresh_schema_ids
 
-    return assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema))
+    from .iceberg_internals import convert_schema
+
+    return assign_fresh_schema_ids(convert_schema(schema))
 
 
 def partition_spec(schema, partition_by: Sequence[str]):
@@ -692,7 +666,7 @@ def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id
                 and lb >= low[parts][0] and ub < low[parts][1]):
             drop.append(df)
             continue
-        fs, path = _fs(table, df.file_path)
+        fs, path = table_fs(table, df.file_path)
         try:
             with fs.open(path, "rb") as f:
                 data = pq.read_table(f)
@@ -702,7 +676,7 @@ def _rewind_files(table, ranges: Sequence[OffsetRange], run_id: str, snapshot_id
         drop.append(df)
         if kept.num_rows:
             url = f"{table.location()}/data/rewind-{_safe(run_id)}-{uuid.uuid4().hex}.parquet"
-            fs2, path2 = _fs(table, url)
+            fs2, path2 = table_fs(table, url)
             with fs2.open(path2, "wb") as f:
                 pq.write_table(kept, f, compression="zstd")
             new_urls.append(url)
@@ -724,7 +698,7 @@ def check_rewind_files(table, ranges: Sequence[OffsetRange]) -> None:
         return
     for task in table.scan(snapshot_id=head.snapshot_id,
                            row_filter=_delete_filter(ranges)).plan_files():
-        fs, path = _fs(table, task.file.file_path)
+        fs, path = table_fs(table, task.file.file_path)
         if not fs.exists(path):
             raise missing_file(table, head.snapshot_id, FileNotFoundError(
                 f"no such file: {task.file.file_path}"))
@@ -758,7 +732,7 @@ def _safe(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:60]
 
 
-def _fs(table, url: str):
+def table_fs(table, url: str):
     """(fsspec filesystem, path) for ``url`` with the table's IO properties."""
     from pyiceberg.io.fsspec import FsspecFileIO
 
@@ -797,7 +771,9 @@ def _build(table, c: KafkaCommit, branch: str):
         except (ValueError, TypeError, ValidationError) as exc:
             raise SchemaEvolutionError(f"the new data's schema cannot be merged into table "
                                        f"{_name(table)}: {exc}") from None
-    from pyiceberg.table import TableProperties, _parquet_files_to_data_files
+    from pyiceberg.table import TableProperties
+
+    from .iceberg_internals import data_files_of
 
     if txn.table_metadata.name_mapping() is None:
         # Our files carry no field ids; readers map their columns by name.
@@ -820,8 +796,7 @@ def _build(table, c: KafkaCommit, branch: str):
     try:
         files = list(c.files) + rewritten
         unread = [u for u in files if u not in footers]   # e.g. reprocess rewrites
-        read = dict(zip(unread, _parquet_files_to_data_files(txn.table_metadata, unread,
-                                                             table.io)))
+        read = dict(zip(unread, data_files_of(txn.table_metadata, unread, table.io)))
         added = [read[u] if u in read else data_file(txn.table_metadata, u, *footers[u])
                  for u in files]
     except ValueError as exc:
@@ -847,15 +822,14 @@ def data_file(metadata, url: str, size: int, footer: bytes):
     wrote them already had their footers."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import (_check_pyarrow_schema_compatible, compute_statistics_plan,
+    from pyiceberg.io.pyarrow import (compute_statistics_plan,
                                       data_file_statistics_from_parquet_metadata,
                                       parquet_path_to_id_mapping)
     from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
     parquet = pq.read_metadata(pa.BufferReader(footer))
     schema = metadata.schema()
-    _check_pyarrow_schema_compatible(schema, parquet.schema.to_arrow_schema(),
-                                     format_version=metadata.format_version)
+    check_schema_compatible(schema, parquet.schema.to_arrow_schema(), metadata.format_version)
     stats = data_file_statistics_from_parquet_metadata(
         parquet_metadata=parquet, stats_columns=compute_statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema))

@@ -26,7 +26,6 @@ from kafkastore.errors import ConfigError
 from . import iceberg
 
 VALIDATED_TAG = "validated"
-DEAD_LETTERS_SUFFIX = "_dead_letters"
 
 
 @dataclass(frozen=True)

@@ -18,17 +18,11 @@ from typing import Any, Mapping
 from . import iceberg as ice
 
 
-def _warehouse(warehouse, storage_options, catalog) -> ice.Warehouse:
-    if isinstance(warehouse, ice.Warehouse):
-        return warehouse
-    return ice.Warehouse(warehouse, catalog or None, storage_options or None)
-
-
 def committed_offsets_by_table(warehouse, topic: str, storage_options: dict | None = None,
                                catalog: Mapping[str, Any] | None = None
                                ) -> dict[str, dict[int, int]]:
     """``{table: {partition: next offset to load}}`` for every table that loads ``topic``."""
-    wh = _warehouse(warehouse, storage_options, catalog)
+    wh = ice.Warehouse.of(warehouse, catalog, storage_options)
     out: dict[str, dict[int, int]] = {}
     for name in wh.list_tables():
         offsets = ice.committed_offsets(wh.load_table(name))

@@ -8,9 +8,9 @@ One run of :func:`run_load` (the spec is a :class:`pipelines.load_spec.LoadSpec`
 2. **Run id.** By default derived from topic, table and the ranges, so
    re-running the same range (after a crash whose commit may or may not have
    landed) is recognised; a committed run id makes the run a no-op.
-3. **Read, decode, write on the executors.** The ranges are cut into splits by
-   the data source's planner (:func:`pipelines.datasource.plan_range_splits`,
-   from range values, no option strings); one Spark task per split reads it
+3. **Read, decode, write on the executors.** The ranges are cut into tasks by
+   the planner (:func:`pipelines.planning.plan_tasks`, from range values, no
+   option strings); one Spark task per split reads it
    to Arrow with the data source's reader. Raw loads write those batches
    straight to Parquet in the same task, so records never go through Spark's
    row format; decoded loads (JSON, Avro) turn them into a DataFrame, decode in
@@ -47,15 +47,13 @@ from kafkastore.storage import Storage
 
 from . import iceberg as ice
 from .load_spec import LoadSpec, resolve_spec
-from .offset_ranges import OffsetRange
-from .packing import pack_by_bytes
-from .planning import default_run_id, parse_offsets_json, plan_load
+from .offset_ranges import Latest, OffsetLimit, OffsetRange
+from .planning import default_run_id, plan_load, plan_tasks, until_limit
 from .table_files import DESCRIPTOR_DDL, check_disjoint, descriptor_schema, write_files
+from .table_layout import TableLayout
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 128 << 20          # input split size: bounds a task's memory
-DEFAULT_MAX_ROWS_PER_FILE = 1_000_000
 _RAW_VALUE = "__dl_value"   # the raw value kept next to decoded columns, for dead letters
 
 
@@ -125,23 +123,6 @@ def file_schema(url: str, storage_options: Mapping[str, Any] | None):
 # reading and writing (executors)
 
 
-def plan_splits(root: str, ranges: list[OffsetRange], *, storage_options: dict | None = None,
-                max_bytes: int | None = None) -> list[tuple]:
-    """The data source's input splits for exactly ``ranges`` (ReadRange tuples)."""
-    from .datasource import plan_range_splits
-
-    return plan_range_splits(Storage(root, storage_options), ranges, max_bytes or DEFAULT_MAX_BYTES)
-
-
-def pack_splits(splits: list[tuple], parallelism: int, max_bytes: int) -> list[tuple]:
-    """``splits`` packed in order into about ``max(parallelism, bytes / max_bytes)`` splits
-    of about equal bytes (:func:`pipelines.packing.pack_by_bytes`), so a load's Spark task
-    count follows the bytes and the cores, not the partition count (docs/DECISIONS.md)."""
-    sizes = [sum(rr.size for rr in split) for split in splits]
-    return [tuple(rr for i in group for rr in splits[i])
-            for group in pack_by_bytes(sizes, parallelism, max_bytes)]
-
-
 def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
                  include_headers: bool = True):
     """For ``mapInArrow`` over a frame of split numbers: the Kafka-schema Arrow
@@ -178,19 +159,15 @@ def kafka_frame(spark, root: str, splits: list[tuple], storage_options: dict | N
 
 @dataclass(frozen=True)
 class WriteTarget:
-    """Where and how the executors write: table locations (plain strings)."""
+    """Where and how the executors write: table locations (plain strings) and the
+    table's layout. An upsert layout stages: each task keeps the last record per key
+    and partition, with a column telling tombstones (null raw value) apart."""
 
     data_location: str
     dead_letter_location: str | None = None
-    partition_by: tuple[str, ...] = ("day(timestamp)",)
+    layout: TableLayout = TableLayout()
     storage_options: Mapping[str, Any] | None = None
     dead_letters_from: Mapping[int, int] = field(default_factory=dict)
-    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
-    compression: str = "zstd"
-    #: upsert staging: keep a column telling tombstones (null raw value) apart
-    tombstones: bool = False
-    #: upsert staging: the key columns (each task stages the last record per key and partition)
-    upsert_keys: tuple[str, ...] = ()
 
 
 def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
@@ -206,6 +183,7 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
         from pipelines.decoding import DEAD_LETTER_COLUMNS, json_error_detail
 
         so = dict(target.storage_options or {})
+        layout = target.layout
         good: list = []
         dead: list = []
         rows = 0
@@ -214,22 +192,22 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
 
         def flush():
             nonlocal good, dead, rows
-            if good and target.upsert_keys:
+            if good and layout.upsert:
                 # Upsert staging: only the last record per (key, partition) of this task
                 # can win (pipelines.upsert), so only those are staged.
                 from pipelines.upsert import last_per_partition
 
-                good = last_per_partition(pa.Table.from_batches(good), target.upsert_keys)
+                good = last_per_partition(pa.Table.from_batches(good), layout.upsert_keys)
             if good:
                 descriptors.extend(write_files(
                     target.data_location, good, run_id=run_id, storage_options=so,
-                    partition_by=target.partition_by, max_rows_per_file=target.max_rows_per_file,
-                    compression=target.compression))
+                    partition_by=layout.partition_by, max_rows_per_file=layout.max_rows_per_file,
+                    compression=layout.compression))
             if dead:
                 descriptors.extend(write_files(
                     target.dead_letter_location, dead, run_id=run_id, storage_options=so,
-                    kind="dead_letter", partition_by=target.partition_by,
-                    max_rows_per_file=target.max_rows_per_file, compression=target.compression))
+                    kind="dead_letter", partition_by=layout.partition_by,
+                    max_rows_per_file=layout.max_rows_per_file, compression=layout.compression))
             good, dead, rows = [], [], 0
 
         for batch in batches:
@@ -238,7 +216,7 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
             batch = _restore_null_headers(batch)
             for p, n in zip(*_value_counts(batch.column("partition"))):
                 seen[p] = seen.get(p, 0) + n
-            if target.tombstones:
+            if layout.upsert:
                 from pipelines.upsert import TOMBSTONE
 
                 raw = batch.column(_RAW_VALUE if split_dead_letters else "value")
@@ -261,7 +239,7 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
             else:
                 good.append(batch)
             rows += batch.num_rows
-            if rows >= target.max_rows_per_file:
+            if rows >= layout.max_rows_per_file:
                 flush()
         flush()
         if counter is not None and seen:
@@ -307,17 +285,8 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
     """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
     executors; return the file descriptors (nothing committed). ``table_schema``:
     the table's (pyarrow) for loads that follow a schema registry."""
-    max_bytes = max_bytes or DEFAULT_MAX_BYTES
-    cores = spark.sparkContext.defaultParallelism
-    splits = plan_splits(root, ranges, storage_options=storage_options, max_bytes=max_bytes)
-    if 0 < len(splits) < cores:
-        # Fewer splits than cores (few, big partitions): cut finer so that every core reads
-        # (the finest cut is one index entry); one partition otherwise loaded on one core.
-        total = sum(rr.size for split in splits for rr in split)
-        finer = plan_splits(root, ranges, storage_options=storage_options,
-                            max_bytes=max(1, -(-total // cores)))
-        splits = finer if len(finer) > len(splits) else splits
-    splits = pack_splits(splits, cores, max_bytes)
+    splits = plan_tasks(Storage(root, storage_options), ranges,
+                        spark.sparkContext.defaultParallelism, max_bytes)
     if not splits:
         return []
     opts = spec.decode_options()
@@ -353,6 +322,76 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
     files = [r.asDict() for r in rows]
     check_disjoint(files)
     return files
+
+
+@dataclass(frozen=True)
+class Written:
+    """The file descriptors a job's tasks wrote (nothing committed yet), by kind."""
+
+    files: list[dict]
+
+    @property
+    def data(self) -> tuple[str, ...]:
+        return tuple(f["url"] for f in self.files if f["kind"] == "data")
+
+    @property
+    def dead(self) -> tuple[str, ...]:
+        return tuple(f["url"] for f in self.files if f["kind"] == "dead_letter")
+
+    @property
+    def footers(self) -> dict[str, tuple[int, bytes]]:
+        """``{url: (bytes, footer)}``: commits build data file entries without a read."""
+        return {f["url"]: (f["bytes"], f["footer"]) for f in self.files if f.get("footer")}
+
+    @property
+    def rows(self) -> int:
+        return sum(f["rows"] for f in self.files if f["kind"] == "data")
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(f["rows"] for f in self.files if f["kind"] == "dead_letter")
+
+    def registry_extras(self, spec: LoadSpec, tbl):
+        """For loads that follow a schema registry, the writer schemas the table follows
+        (:func:`pipelines.registry_load.commit_extras`; onIncompatible=fail raises here,
+        before any commit); None otherwise."""
+        if not spec.registry:
+            return None
+        from .registry_load import commit_extras
+
+        dopts = spec.decode_options()
+        return commit_extras(self.files, tbl.schema().as_arrow(), dopts.on_incompatible,
+                             key_decoded=dopts.key_format != "raw")
+
+    def schema(self, spec: LoadSpec, storage_options, extras=None):
+        """The schema a commit merges into the table: the registry's, else the written
+        files' for decoded loads (None: unchanged)."""
+        if extras is not None:
+            return extras.schema
+        data = self.data
+        return nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
+
+
+def write_job(spark, label: str, root: str, ranges: list[OffsetRange], spec: LoadSpec,
+              target: WriteTarget, run_id: str, tbl, *, storage_options=None,
+              max_bytes: int | None = None, progress: bool = True,
+              progress_interval_s: float = 10.0, on_start=None) -> Written:
+    """:func:`write_ranges` of a job (load, reprocess) into ``tbl``, with a
+    :class:`Progress` line every ``progress_interval_s`` when ``progress``
+    (``on_start``: called once it runs)."""
+    tracker = Progress(spark, label, progress_interval_s) if progress else None
+    if tracker:
+        tracker.start()
+        if on_start is not None:
+            on_start()
+    try:
+        return Written(write_ranges(
+            spark, root, ranges, spec, target, run_id, storage_options=storage_options,
+            max_bytes=max_bytes, counter=tracker.counter if tracker else None,
+            table_schema=tbl.schema().as_arrow() if spec.registry else None))
+    finally:
+        if tracker:
+            tracker.stop()
 
 
 # ---------------------------------------------------------------------------
@@ -433,9 +472,9 @@ def _decoded_frame(df, opts):
     if opts.value_format == "raw":
         return df, False
     dec = decoding.decode_value(df, opts)
-    good_cols = decoding._good_columns(df, dec.combined, opts)
+    good_cols = decoding.good_columns(df, dec.combined, opts)
     return dec.combined.select(*good_cols, F.col("value").alias(_RAW_VALUE),
-                               F.col(decoding._ERROR).alias("__error")), True
+                               F.col(decoding.ERROR_COLUMN).alias("__error")), True
 
 
 def _value_counts(column):
@@ -476,7 +515,8 @@ def _restore_null_headers(batch):
 
 
 
-def _user() -> str | None:
+def current_user() -> str | None:
+    """The OS user, for the audit of loads and reprocesses (None when unknown)."""
     try:
         return getpass.getuser()
     except Exception:   # no passwd entry (containers): the audit field stays empty
@@ -488,10 +528,9 @@ def _user() -> str | None:
 
 
 @dataclass
-class LoadSummary:
-    """What a load did. ``noop``: nothing committed (run id already committed,
-    or nothing new to load). ``ranges``: per partition ``(from, until)``;
-    ``rows`` / ``dead_letters`` / ``bytes`` per partition in ``per_partition``."""
+class JobSummary:
+    """What a job (load, reprocess) did to a table: the run, the snapshot it committed;
+    ``noop``: nothing committed, and why."""
 
     topic: str
     table: str
@@ -499,13 +538,46 @@ class LoadSummary:
     snapshot_id: int | None = None
     noop: bool = False
     reason: str = ""
-    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    per_partition: dict[int, dict[str, int]] = field(default_factory=dict)
     rows: int = 0
     dead_letters: int = 0
+    seconds: float = 0.0
+
+    JOB = "job"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form (for Airflow's XCom and ``--json``)."""
+        return {"topic": self.topic, "table": self.table, "run_id": self.run_id,
+                "snapshot_id": self.snapshot_id, "noop": self.noop, "reason": self.reason,
+                **self._details()}
+
+    def render(self) -> str:
+        """Human-readable summary, one line per partition."""
+        head = f"{self.JOB} {self.topic} -> {self.table} (run {self.run_id})"
+        if self.noop:
+            return f"{head}: nothing to do: {self.reason}"
+        return "\n".join([f"{head}: committed snapshot {self.snapshot_id} in "
+                          f"{self.seconds:.1f}s: {self._totals()}", *self._lines()])
+
+    def _details(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _totals(self) -> str:
+        raise NotImplementedError
+
+    def _lines(self) -> list[str]:
+        raise NotImplementedError
+
+
+@dataclass
+class LoadSummary(JobSummary):
+    """What a load did. ``noop``: nothing committed (run id already committed,
+    or nothing new to load). ``ranges``: per partition ``(from, until)``;
+    ``rows`` / ``dead_letters`` / ``bytes`` per partition in ``per_partition``."""
+
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    per_partition: dict[int, dict[str, int]] = field(default_factory=dict)
     bytes: int = 0
     files: int = 0
-    seconds: float = 0.0
     gaps: list[dict[str, int]] = field(default_factory=list)
     initial: dict[int, int] = field(default_factory=dict)
     dead_letter_snapshot_id: int | None = None
@@ -513,11 +585,10 @@ class LoadSummary:
     #: upsert loads: what the copy-on-write commit did (pipelines.upsert.RewriteStats)
     upsert: dict[str, int] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form (for Airflow's XCom)."""
-        return {"topic": self.topic, "table": self.table, "run_id": self.run_id,
-                "snapshot_id": self.snapshot_id, "noop": self.noop, "reason": self.reason,
-                "ranges": {str(p): list(r) for p, r in self.ranges.items()},
+    JOB = "load"
+
+    def _details(self) -> dict[str, Any]:
+        return {"ranges": {str(p): list(r) for p, r in self.ranges.items()},
                 "per_partition": {str(p): v for p, v in self.per_partition.items()},
                 "rows": self.rows, "dead_letters": self.dead_letters, "bytes": self.bytes,
                 "files": self.files, "seconds": round(self.seconds, 3), "gaps": self.gaps,
@@ -525,14 +596,12 @@ class LoadSummary:
                 "dead_letter_snapshot_id": self.dead_letter_snapshot_id, "upsert": self.upsert,
                 "commit_seconds": round(self.commit_seconds, 3)}
 
-    def render(self) -> str:
-        """Human-readable summary, one line per partition."""
-        head = f"load {self.topic} -> {self.table} (run {self.run_id})"
-        if self.noop:
-            return f"{head}: nothing to do: {self.reason}"
-        lines = [f"{head}: committed snapshot {self.snapshot_id} in {self.seconds:.1f}s: "
-                 f"{self.rows} rows, {self.dead_letters} dead letters, {self.files} files, "
-                 f"{self.bytes} bytes ({self.rows / max(self.seconds, 1e-9):,.0f} records/s)"]
+    def _totals(self) -> str:
+        return (f"{self.rows} rows, {self.dead_letters} dead letters, {self.files} files, "
+                f"{self.bytes} bytes ({self.rows / max(self.seconds, 1e-9):,.0f} records/s)")
+
+    def _lines(self) -> list[str]:
+        lines = []
         for p, (a, b) in sorted(self.ranges.items()):
             c = self.per_partition.get(p, {})
             note = " (first load: from the log start)" if p in self.initial else ""
@@ -541,13 +610,7 @@ class LoadSummary:
         for g in self.gaps:
             lines.append(f"  GAP partition {g['partition']}: offsets [{g['from']}, {g['until']}) "
                          f"were deleted from the log before being loaded")
-        return "\n".join(lines)
-
-
-def _warehouse(warehouse, catalog, storage_options) -> ice.Warehouse:
-    if isinstance(warehouse, ice.Warehouse):
-        return warehouse
-    return ice.Warehouse(warehouse, catalog, storage_options)
+        return lines
 
 
 def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
@@ -557,20 +620,21 @@ def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
 
     spec = spec.for_table(wh.load_table(spec.table))
     base = raw_schema() if not spec.decoded else base_decoded_schema()
-    if spec.mode == "upsert" and spec.decoded and "key" not in base.names:
+    layout = spec.layout
+    if layout.upsert and spec.decoded and "key" not in base.names:
         import pyarrow as pa
 
         base = base.append(pa.field("key", pa.binary()))
-    keys = spec.upsert_keys if spec.mode == "upsert" else ()
+    keys = layout.upsert_keys if layout.upsert else ()
     tbl = wh.load_table(spec.table)
-    check_mode(tbl, spec.table, spec.mode, keys)
-    tbl = tbl or wh.create_table(spec.table, nullable(base), spec.partition_by,
-                                 properties=mode_properties(spec.mode, keys))
+    check_mode(tbl, spec.table, layout.mode, keys)
+    tbl = tbl or wh.create_table(spec.table, nullable(base), layout.partition_by,
+                                 properties=mode_properties(layout.mode, keys))
     dl = None
     if spec.decoded:
         dl = (wh.load_table(spec.dead_letter_table)
               or wh.create_table(spec.dead_letter_table, nullable(dead_letter_schema()),
-                                 spec.partition_by))
+                                 layout.partition_by))
     return tbl, dl
 
 
@@ -597,47 +661,102 @@ def _dead_letter_plan(dl, topic: str, ranges: list[OffsetRange], gaps: list[Offs
     return start, dl_ranges, dl_gaps
 
 
-def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
-             topic: str | None = None, table: str | None = None,
-             run_id: str | None = None, until_offsets: str | Mapping | None = None,
-             until_timestamp: int | None = None, value_format: str | None = None,
-             value_schema: str | None = None, value_schema_file: str | None = None,
-             decode: Mapping[str, Any] | None = None, partition_by=None,
-             on_data_loss: str | None = None, catalog: Mapping[str, Any] | None = None,
-             storage_options: dict | None = None, max_bytes_per_partition: int | None = None,
-             max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE, compression: str = "zstd",
-             progress: bool = True, progress_interval_s: float = 10.0,
-             register_existing: bool = False) -> LoadSummary:
-    """Load ``spec.topic`` (under ``root``) into ``warehouse``/``spec.table``, exactly once.
+@dataclass(frozen=True)
+class LoadRequest:
+    """One load, parsed once: the spec (topic, table, decoding and the table's
+    :class:`~pipelines.table_layout.TableLayout`), where the log and the warehouse
+    are, and where the load ends (a sealed offset limit: ``Latest``,
+    ``SpecificOffsets`` or ``GlobalTimestamp``, resolved when the run plans)."""
 
-    ``warehouse``: a URL (with ``catalog``: the config's ``catalog:`` section)
-    or a :class:`pipelines.iceberg.Warehouse`. Without ``spec``, one is built
-    from ``topic``, ``table`` and the decoding keywords. ``until_offsets``:
-    Spark Kafka JSON (``{"t": {"0": 100}}``) or ``{partition: offset}``;
-    ``until_timestamp``: epoch ms, load records before it. ``storage_options``
-    serve the log and the warehouse. Raises :class:`OffsetOverlapError` when a
-    racing run committed first, :class:`~kafkastore.errors.DataLossError` on data loss (unless
-    ``on_data_loss="skip"``), :class:`~kafkastore.errors.OrphanedTableError` when the catalog
-    lost the table but its location holds it (``register_existing``: register its newest
-    metadata file again and carry on from its committed offsets).
+    root: str
+    warehouse: ice.Warehouse
+    spec: LoadSpec
+    until: OffsetLimit = Latest()
+    run_id: str | None = None
+    storage_options: Mapping[str, Any] | None = None
+    max_bytes_per_partition: int | None = None
+    register_existing: bool = False
+    progress: bool = True
+    progress_interval_s: float = 10.0
+
+    @classmethod
+    def build(cls, *, root: str, warehouse, spec: LoadSpec | None = None,
+              topic: str | None = None, table: str | None = None,
+              run_id: str | None = None, until_offsets: str | Mapping | None = None,
+              until_timestamp: int | None = None, value_format: str | None = None,
+              value_schema: str | None = None, value_schema_file: str | None = None,
+              decode: Mapping[str, Any] | None = None, partition_by=None,
+              on_data_loss: str | None = None, catalog: Mapping[str, Any] | None = None,
+              storage_options: dict | None = None, max_bytes_per_partition: int | None = None,
+              max_rows_per_file: int | None = None, compression: str | None = None,
+              progress: bool = True, progress_interval_s: float = 10.0,
+              register_existing: bool = False) -> "LoadRequest":
+        """The request of these keywords, every option parsed and checked here, before
+        any work.
+
+        ``warehouse``: a URL (with ``catalog``: the config's ``catalog:`` section)
+        or a :class:`pipelines.iceberg.Warehouse`. Without ``spec``, one is built
+        from ``topic``, ``table`` and the decoding keywords; ``partition_by``,
+        ``on_data_loss``, ``max_rows_per_file`` and ``compression`` override the
+        spec's (its table layout). ``until_offsets``: Spark Kafka JSON
+        (``{"t": {"0": 100}}``) or ``{partition: offset}``; ``until_timestamp``: epoch
+        ms, load records before it. ``storage_options`` serve the log and the
+        warehouse. ``register_existing``: see :func:`load`.
+        """
+        if spec is None:
+            if not topic or not table:
+                raise ConfigError("run_load needs a spec, or a topic and a table")
+            spec = LoadSpec(topic=topic, table=table).with_overrides(
+                value_format=value_format, value_schema=value_schema,
+                value_schema_file=value_schema_file, decode=dict(decode) if decode else None,
+                partition_by=partition_by, on_data_loss=on_data_loss)
+        else:
+            spec = spec.with_overrides(on_data_loss=on_data_loss, partition_by=partition_by)
+        spec = spec.with_overrides(max_rows_per_file=max_rows_per_file, compression=compression)
+        spec.decode_options()   # bad decoder options fail before any work
+        return cls(root=root, warehouse=ice.Warehouse.of(warehouse, catalog, storage_options),
+                   spec=spec, until=until_limit(spec.topic, until_offsets, until_timestamp),
+                   run_id=run_id, storage_options=dict(storage_options or {}) or None,
+                   max_bytes_per_partition=max_bytes_per_partition,
+                   register_existing=register_existing, progress=progress,
+                   progress_interval_s=progress_interval_s)
+
+
+def run_load(spark, request: LoadRequest | None = None, **options: Any) -> LoadSummary:
+    """:func:`load` of ``request``, or of the request :meth:`LoadRequest.build` makes of
+    ``options`` (its keywords: ``root``, ``warehouse``, ``spec`` or ``topic`` and
+    ``table``, ``until_offsets``, ...)."""
+    return load(spark, request_of(LoadRequest, request, options))
+
+
+def request_of(cls, request, options: Mapping[str, Any]):
+    """``request``, or ``cls.build(**options)`` (a job's request or its keywords)."""
+    if request is None:
+        return cls.build(**options)
+    if options:
+        raise ConfigError(f"give a {cls.__name__} or its keywords, not both")
+    return request
+
+
+def load(spark, request: LoadRequest) -> LoadSummary:
+    """Load ``request.spec.topic`` (under ``request.root``) into the warehouse table
+    ``request.spec.table``, exactly once (the module docstring's steps).
+
+    Raises :class:`OffsetOverlapError` when a racing run committed first,
+    :class:`~kafkastore.errors.DataLossError` on data loss (unless the spec's
+    ``on_data_loss`` is ``skip``), :class:`~kafkastore.errors.OrphanedTableError` when
+    the catalog lost the table but its location holds it (``register_existing``:
+    register its newest metadata file again and carry on from its committed offsets).
     """
     started = time.monotonic()
-    if spec is None:
-        if not topic or not table:
-            raise ConfigError("run_load needs a spec, or a topic and a table")
-        spec = LoadSpec(topic=topic, table=table).with_overrides(
-            value_format=value_format, value_schema=value_schema,
-            value_schema_file=value_schema_file, decode=dict(decode) if decode else None,
-            partition_by=partition_by, on_data_loss=on_data_loss)
-    else:
-        spec = spec.with_overrides(on_data_loss=on_data_loss, partition_by=partition_by)
-    spec.decode_options()   # bad decoder options fail before any work
+    spec, wh, run_id = request.spec, request.warehouse, request.run_id
+    storage_options = request.storage_options
     topic, table = spec.topic, spec.table
-    wh = _warehouse(warehouse, catalog, storage_options)
-    storage = Storage(root, storage_options)
+    storage = Storage(request.root, storage_options)
     # A table the catalog lost (an emptied catalog.db) is refused or registered again,
     # never created anew from offset 0 next to its own files.
-    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []), register_existing)
+    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []),
+               request.register_existing)
     existing = wh.load_table(table)
     spec = spec.for_table(existing)   # no mode given: the table's (append when new)
     if run_id is not None and existing is not None:
@@ -647,9 +766,8 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
                                reason=f"run id already committed at snapshot {done.snapshot_id}",
                                seconds=time.monotonic() - started)
     committed = {p: n for (t, p), n in ice.committed_offsets(existing).items() if t == topic}
-    plans = plan_load(storage, topic, committed,
-                      until_offsets=parse_offsets_json(until_offsets, topic),
-                      until_timestamp=until_timestamp, on_data_loss=spec.on_data_loss)
+    plans = plan_load(storage, topic, committed, until=request.until,
+                      on_data_loss=spec.on_data_loss)
     todo = [pl for pl in plans if not pl.empty]
     ranges = [pl.range for pl in todo]
     gaps = [pl.gap for pl in todo if pl.gap is not None]
@@ -673,41 +791,24 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     tbl, dl = ensure_tables(wh, spec)
     dl_start, dl_ranges, dl_gaps = ({}, [], []) if dl is None else _dead_letter_plan(
         dl, topic, ranges, gaps)
-    upsert = spec.mode == "upsert"
+    upsert = spec.layout.upsert
     # Upsert runs stage their decoded rows (never committed; pipelines.upsert) and the
     # commit writes the table's files.
     target = WriteTarget(tbl.location() + ("/upsert-staging" if upsert else ""),
-                         dl.location() if dl is not None else None,
-                         spec.partition_by, dict(storage_options or {}) or None, dl_start,
-                         max_rows_per_file, compression, tombstones=upsert,
-                         upsert_keys=spec.upsert_keys if upsert else ())
-    tracker = Progress(spark, f"load {topic} -> {table}", progress_interval_s) if progress else None
-    if tracker:
-        tracker.start()
-        _log_plan(topic, table, run_id, ranges)
-    try:
-        files = write_ranges(spark, root, ranges, spec, target, run_id,
-                             storage_options=storage_options, max_bytes=max_bytes_per_partition,
-                             counter=tracker.counter if tracker else None,
-                             table_schema=tbl.schema().as_arrow() if spec.registry else None)
-    finally:
-        if tracker:
-            tracker.stop()
-    _tally(summary, files)
-    data = [f["url"] for f in files if f["kind"] == "data"]
-    dead = [f["url"] for f in files if f["kind"] == "dead_letter"]
-    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
+                         dl.location() if dl is not None else None, spec.layout,
+                         storage_options, dl_start)
+    written = write_job(spark, f"load {topic} -> {table}", request.root, ranges, spec, target,
+                        run_id, tbl, storage_options=storage_options,
+                        max_bytes=request.max_bytes_per_partition, progress=request.progress,
+                        progress_interval_s=request.progress_interval_s,
+                        on_start=lambda: _log_plan(topic, table, run_id, ranges))
+    _tally(summary, written.files)
+    data, dead, footers = list(written.data), written.dead, written.footers
     commit_started = time.monotonic()
-    extras = None
-    if spec.registry:   # onIncompatible=fail stops here, before any commit
-        from .registry_load import commit_extras
-
-        dopts = spec.decode_options()
-        extras = commit_extras(files, tbl.schema().as_arrow(), dopts.on_incompatible,
-                               key_decoded=dopts.key_format != "raw")
+    extras = written.registry_extras(spec, tbl)   # onIncompatible=fail stops here
     try:
         if dl is not None and dl_ranges:
-            r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), tuple(dead),
+            r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), dead,
                                                gaps=tuple(dl_gaps), footers=footers))
             summary.dead_letter_snapshot_id = r.snapshot_id
         if upsert:
@@ -715,10 +816,9 @@ def run_load(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
 
             kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options, extras=extras)
         else:
-            schema = (nullable(file_schema(data[0], storage_options)) if data and spec.decoded
-                      else None)
             kc = ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data), gaps=tuple(gaps),
-                                 schema=extras.schema if extras else schema, footers=footers,
+                                 schema=written.schema(spec, storage_options, extras),
+                                 footers=footers,
                                  properties=extras.properties if extras else {})
         result = ice.commit(tbl, kc)
     except OffsetOverlapError as exc:

@@ -27,7 +27,12 @@ dictionaries. A config entry::
         maintain: true                # DAG: `kafkastore maintain` after each validated load
                                       # (default: true for mode upsert, else false)
 
-Spark-free, so the CLI and Airflow's scheduler can parse it cheaply.
+The table's layout (partitioning, mode, keys, file size) is one typed value,
+:attr:`LoadSpec.layout` (:class:`pipelines.table_layout.TableLayout`), built with the
+spec; the jobs pass it down instead of the loose fields.
+
+Spark-free and pyiceberg-free (stdlib only when parsing), so the CLI and Airflow's
+DAG file can parse it cheaply at parse time.
 """
 from __future__ import annotations
 
@@ -36,11 +41,14 @@ from typing import Any, Mapping
 
 from kafkastore.errors import ConfigError
 
+from .table_layout import (DEFAULT_COMPRESSION, DEFAULT_KEY_COLUMNS, DEFAULT_MAX_ROWS_PER_FILE,
+                           DEFAULT_PARTITION_BY, TableLayout, dead_letter_table,
+                           parse_key_columns, table_identifier)
+
 VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
 ON_DATA_LOSS = ("fail", "skip")
 DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value",
                 "schema_registry", "on_incompatible", "key_format")
-DEFAULT_PARTITION_BY = ("day(timestamp)",)
 #: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
 #: key and ``schedule: null``, a DAG run only by hand, differ).
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
@@ -48,8 +56,6 @@ SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
          "partition_by", "on_data_loss", "mode", "key_columns", "cdc", *DECODE_EXTRA,
          *SCHEDULING}
-MODES = ("append", "upsert")
-DEAD_LETTER_SUFFIX = "_dead_letters"
 
 
 @dataclass(frozen=True)
@@ -71,10 +77,13 @@ class LoadSpec:
     key_columns: tuple[str, ...] = ()
     #: ``debezium``: values are change events (pipelines.cdc); implies ``mode="upsert"``.
     cdc: str | None = None
+    #: Parquet files: rows per file and codec (jobs' keywords; not config keys)
+    max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
+    compression: str = DEFAULT_COMPRESSION
+    #: The table layout of the fields above, built (and validated) with the spec.
+    layout: TableLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        from .iceberg import parse_partition_field, table_identifier
-
         if not self.topic:
             raise ConfigError("a load needs a topic")
         table_identifier(self.table)
@@ -82,25 +91,22 @@ class LoadSpec:
             raise ConfigError(f"value_format must be one of {VALUE_FORMATS}, got {self.value_format!r}")
         if self.on_data_loss not in ON_DATA_LOSS:
             raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {self.on_data_loss!r}")
-        for p in self.partition_by:
-            parse_partition_field(p)
-        if self.mode is not None and self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         if (self.cdc is not None or self.key_columns) and self.mode is None:
             object.__setattr__(self, "mode", "upsert")
+        object.__setattr__(self, "layout", TableLayout(
+            tuple(self.partition_by), self.mode, tuple(self.key_columns),
+            int(self.max_rows_per_file), str(self.compression)))
         if self.cdc is not None:
             from .cdc import check_spec
 
             check_spec(self)
-        if self.key_columns and self.mode != "upsert":
-            raise ConfigError("key_columns only apply to mode: upsert")
 
     def for_table(self, table) -> "LoadSpec":
         """This spec with the mode settled: a spec that names none takes ``table``'s
         (a pyiceberg table or None): an upsert table keeps loading as one."""
         if self.mode is not None:
             return self
-        from .upsert import DEFAULT_KEY_COLUMNS, table_mode
+        from .upsert import table_mode
 
         mode, keys = table_mode(table)
         return replace(self, mode=mode,
@@ -117,13 +123,12 @@ class LoadSpec:
     @property
     def upsert_keys(self) -> tuple[str, ...]:
         """The key columns of an upsert load (the Kafka ``key`` by default)."""
-        from .upsert import parse_key_columns
-
-        return parse_key_columns(self.key_columns or None)
+        return self.layout.upsert_keys
 
     @property
     def dead_letter_table(self) -> str:
-        return self.table + DEAD_LETTER_SUFFIX
+        """``<table>_dead_letters``: where decode failures go."""
+        return dead_letter_table(self.table)
 
     @property
     def decoded(self) -> bool:
@@ -148,8 +153,6 @@ class LoadSpec:
         changes = {k: (tuple(v) if k == "partition_by" else v) for k, v in kw.items()
                    if v is not None}
         if "key_columns" in changes:
-            from .upsert import parse_key_columns
-
             changes["key_columns"] = parse_key_columns(changes["key_columns"])
         return replace(self, **changes)
 
@@ -185,8 +188,6 @@ class LoadSpec:
 def _key_columns(value) -> tuple[str, ...]:
     if not value:
         return ()
-    from .upsert import parse_key_columns
-
     return parse_key_columns(value)
 
 

@@ -105,7 +105,7 @@ class MaintainRewrite:
             target_rows = max(1, int(self.target_bytes / max(per_row, 1e-9)))
             written += write_sorted(table.location(), rows, sort, run_id=self.run_id,
                                     partition_by=(), target_rows=target_rows,
-                                    io_fs=ice._fs(table, table.location()), prefix="maintain")
+                                    io_fs=ice.table_fs(table, table.location()), prefix="maintain")
             drop += [t.file for t in group]
             stats.files_rewritten += len(group)
             stats.rows += rows.num_rows

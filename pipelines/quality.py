@@ -84,6 +84,7 @@ from kafkastore.storage import Storage
 
 from . import iceberg
 from . import iceberg_read as ir
+from .table_layout import dead_letter_table
 
 log = logging.getLogger(__name__)
 
@@ -714,7 +715,7 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
                          storage_options=storage_options)
     wh = iceberg.Warehouse(warehouse, catalog, storage_options)
     tbl = wh.table(table)
-    dl_tbl = wh.load_table(table + ir.DEAD_LETTERS_SUFFIX)
+    dl_tbl = wh.load_table(dead_letter_table(table))
     target = _target(tbl, snapshot_id)
     name = table
 

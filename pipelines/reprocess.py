@@ -58,42 +58,30 @@ from .planning import plan_rewind
 
 
 @dataclass
-class ReprocessSummary:
+class ReprocessSummary(_load.JobSummary):
     """What a reprocess did: per partition the requested and effective rewind
     offsets and the reloaded range; rows written."""
 
-    topic: str
-    table: str
-    run_id: str
-    snapshot_id: int | None = None
-    noop: bool = False
-    reason: str = ""
     partitions: dict[int, dict[str, Any]] = field(default_factory=dict)
-    rows: int = 0
-    dead_letters: int = 0
-    seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form."""
-        return {"topic": self.topic, "table": self.table, "run_id": self.run_id,
-                "snapshot_id": self.snapshot_id, "noop": self.noop, "reason": self.reason,
-                "partitions": {str(p): v for p, v in self.partitions.items()},
+    JOB = "reprocess"
+
+    def _details(self) -> dict[str, Any]:
+        return {"partitions": {str(p): v for p, v in self.partitions.items()},
                 "rows": self.rows, "dead_letters": self.dead_letters,
                 "seconds": round(self.seconds, 3)}
 
-    def render(self) -> str:
-        """Human-readable summary, one line per partition."""
-        head = f"reprocess {self.topic} -> {self.table} (run {self.run_id})"
-        if self.noop:
-            return f"{head}: nothing to do: {self.reason}"
-        lines = [f"{head}: committed snapshot {self.snapshot_id} in {self.seconds:.1f}s: "
-                 f"{self.rows} rows reloaded, {self.dead_letters} dead letters"]
+    def _totals(self) -> str:
+        return f"{self.rows} rows reloaded, {self.dead_letters} dead letters"
+
+    def _lines(self) -> list[str]:
+        lines = []
         for p, d in sorted(self.partitions.items()):
             notes = "".join(f" ({k.replace('_', ' ')})" for k in ("compacted", "below_log_start")
                             if d.get(k))
             lines.append(f"  partition {p}: rewound to {d['requested_from']}, reloaded "
                          f"[{d['effective_from']}, {d['until']}){notes}")
-        return "\n".join(lines)
+        return lines
 
 
 def _table_offsets(wh, spec: LoadSpec):
@@ -114,36 +102,77 @@ def _table_offsets(wh, spec: LoadSpec):
     return offsets
 
 
-def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
-                  topic: str | None = None, table: str | None = None,
-                  partitions: list[int] | None = None, from_offset: int | None = None,
-                  from_timestamp: int | None = None, reason: str = "",
-                  load_options: Mapping[str, Any] | None = None, run_id: str | None = None,
-                  user: str | None = None, allow_compacted: bool = False,
-                  allow_below_log_start: bool = False, register_existing: bool = False,
-                  catalog: Mapping[str, Any] | None = None, storage_options: dict | None = None,
-                  max_bytes_per_partition: int | None = None,
-                  max_rows_per_file: int = _load.DEFAULT_MAX_ROWS_PER_FILE,
-                  compression: str = "zstd", progress: bool = True,
-                  allow_expired: bool = False) -> ReprocessSummary:
-    """Replace the table's rows of the topic at and after ``from_offset`` (or the
-    first offset at or after ``from_timestamp``, per partition) with a fresh read
-    of the log, for ``partitions`` (default: every partition the table loaded),
-    in one audited transaction. ``spec`` (or ``topic``, ``table`` and
-    ``load_options``, a ``loads:`` entry) says how to decode. See the module
-    docstring for refusals (``allow_expired``: upsert tables only). ``register_existing``: a table the catalog lost is
-    registered again from its newest metadata file (else refused, see
-    :meth:`pipelines.iceberg.Warehouse.recover`).
-    """
+@dataclass(frozen=True)
+class ReprocessRequest:
+    """One reprocess, parsed once: the spec (decoding and the table's layout), the
+    rewind point (``from_offset`` or ``from_timestamp``), the partitions (None: every
+    partition the table loaded), the audit's reason and user, and what is allowed."""
+
+    root: str
+    warehouse: ice.Warehouse
+    spec: LoadSpec
+    from_offset: int | None = None
+    from_timestamp: int | None = None
+    partitions: tuple[int, ...] | None = None
+    reason: str = ""
+    run_id: str | None = None
+    user: str | None = None
+    allow_compacted: bool = False
+    allow_below_log_start: bool = False
+    allow_expired: bool = False
+    register_existing: bool = False
+    storage_options: Mapping[str, Any] | None = None
+    max_bytes_per_partition: int | None = None
+    progress: bool = True
+
+    @classmethod
+    def build(cls, *, root: str, warehouse, spec: LoadSpec | None = None,
+              topic: str | None = None, table: str | None = None,
+              load_options: Mapping[str, Any] | None = None,
+              catalog: Mapping[str, Any] | None = None, storage_options: dict | None = None,
+              max_rows_per_file: int | None = None, compression: str | None = None,
+              partitions: list[int] | None = None, **fields: Any) -> "ReprocessRequest":
+        """The request of these keywords (and the other fields of the request), checked
+        here. ``spec`` (or ``topic``, ``table`` and ``load_options``, a ``loads:`` entry)
+        says how to decode; ``max_rows_per_file`` and ``compression`` override its
+        table layout; ``warehouse`` and ``catalog`` as for
+        :meth:`pipelines.load.LoadRequest.build`."""
+        if spec is None:
+            if not topic or not table:
+                raise ConfigError("run_reprocess needs a spec, or a topic and a table")
+            spec = LoadSpec.from_entry({**dict(load_options or {}), "topic": topic, "table": table})
+        spec = spec.with_overrides(max_rows_per_file=max_rows_per_file, compression=compression)
+        spec.decode_options()
+        return cls(root=root, warehouse=ice.Warehouse.of(warehouse, catalog, storage_options),
+                   spec=spec, storage_options=dict(storage_options or {}) or None,
+                   partitions=None if partitions is None else tuple(partitions), **fields)
+
+
+def run_reprocess(spark, request: ReprocessRequest | None = None,
+                  **options: Any) -> ReprocessSummary:
+    """:func:`reprocess` of ``request``, or of the request :meth:`ReprocessRequest.build`
+    makes of ``options`` (``root``, ``warehouse``, ``spec`` or ``topic`` and ``table``,
+    ``from_offset`` or ``from_timestamp``, ...)."""
+    return reprocess(spark, _load.request_of(ReprocessRequest, request, options))
+
+
+def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
+    """Replace the table's rows of the topic at and after ``request.from_offset`` (or
+    the first offset at or after ``request.from_timestamp``, per partition) with a
+    fresh read of the log, for ``request.partitions`` (default: every partition the
+    table loaded), in one audited transaction. See the module docstring for refusals
+    (``allow_expired``: upsert tables only). ``register_existing``: a table the
+    catalog lost is registered again from its newest metadata file (else refused, see
+    :meth:`pipelines.iceberg.Warehouse.recover`)."""
     started = time.monotonic()
-    if spec is None:
-        if not topic or not table:
-            raise ConfigError("run_reprocess needs a spec, or a topic and a table")
-        spec = LoadSpec.from_entry({**dict(load_options or {}), "topic": topic, "table": table})
-    spec.decode_options()
+    spec, wh, root = request.spec, request.warehouse, request.root
+    storage_options, run_id = request.storage_options, request.run_id
+    partitions = None if request.partitions is None else list(request.partitions)
+    from_offset, from_timestamp = request.from_offset, request.from_timestamp
+    allow_compacted, allow_below_log_start = request.allow_compacted, request.allow_below_log_start
     topic, table = spec.topic, spec.table
-    wh = _load._warehouse(warehouse, catalog, storage_options)
-    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []), register_existing)
+    wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []),
+               request.register_existing)
     tbl = wh.table(table)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
@@ -153,14 +182,8 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
     if mode == "upsert":
         from dataclasses import replace
 
-        return _reprocess_upsert(
-            spark, root, wh, replace(spec, mode="upsert", key_columns=keys), tbl, storage,
-            committed, partitions=partitions, from_offset=from_offset,
-            from_timestamp=from_timestamp, reason=reason, run_id=run_id, user=user,
-            allow_compacted=allow_compacted, allow_below_log_start=allow_below_log_start,
-            storage_options=storage_options, max_bytes=max_bytes_per_partition,
-            max_rows_per_file=max_rows_per_file, compression=compression, started=started,
-            allow_expired=allow_expired)
+        return _reprocess_upsert(spark, request, replace(spec, mode="upsert", key_columns=keys),
+                                 tbl, storage, committed, started)
     plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
                         from_timestamp=from_timestamp, allow_compacted=allow_compacted,
                         allow_below_log_start=allow_below_log_start,
@@ -177,8 +200,8 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
             "requested_from": pl.requested, "effective_from": pl.range.from_offset,
             "until": pl.committed, "compacted": pl.compacted,
             "below_log_start": pl.below_log_start}
-    who = user or _load._user()
-    audit = {"reason": reason or "", "user": who, "from_offset": from_offset,
+    who = request.user or _load.current_user()
+    audit = {"reason": request.reason or "", "user": who, "from_offset": from_offset,
              "from_timestamp": from_timestamp,
              "requested": {str(pl.range.partition): pl.requested for pl in plans},
              "effective": {str(pl.range.partition): pl.range.from_offset for pl in plans},
@@ -192,48 +215,28 @@ def run_reprocess(spark, *, root: str, warehouse, spec: LoadSpec | None = None,
         if t is not None:    # a data file deleted outside Iceberg: refuse before any work
             ice.check_rewind_files(t, rewind)
     target = _load.WriteTarget(tbl.location(), dl.location() if dl is not None else None,
-                               spec.partition_by, dict(storage_options or {}) or None, {},
-                               max_rows_per_file, compression)
+                               spec.layout, storage_options, {})
     reads = [pl.range for pl in plans if not pl.range.empty]
-    tracker = _load.Progress(spark, f"reprocess {topic} -> {table}") if progress else None
-    if tracker:
-        tracker.start()
-    try:
-        files = _load.write_ranges(spark, root, reads, spec, target, run_id,
-                                   storage_options=storage_options,
-                                   max_bytes=max_bytes_per_partition,
-                                   counter=tracker.counter if tracker else None,
-                                   table_schema=tbl.schema().as_arrow() if spec.registry else None)
-    finally:
-        if tracker:
-            tracker.stop()
-    summary.rows = sum(f["rows"] for f in files if f["kind"] == "data")
-    summary.dead_letters = sum(f["rows"] for f in files if f["kind"] == "dead_letter")
+    written = _load.write_job(spark, f"reprocess {topic} -> {table}", root, reads, spec, target,
+                              run_id, tbl, storage_options=storage_options,
+                              max_bytes=request.max_bytes_per_partition,
+                              progress=request.progress)
+    summary.rows, summary.dead_letters = written.rows, written.dead_letters
     audit.update(rows=summary.rows, dead_letters=summary.dead_letters)
     # The claimed ranges start at the rewind point: every offset from there to
     # the committed end is replaced (rows below the log start only deleted).
     claims = tuple(OffsetRange(topic, pl.range.partition, pl.requested, pl.committed)
                    for pl in plans)
-    data = tuple(f["url"] for f in files if f["kind"] == "data")
-    dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
-    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
-    extras = None
-    if spec.registry:   # writer schemas the table follows (pipelines.registry_load)
-        from .registry_load import commit_extras
-
-        dopts = spec.decode_options()
-        extras = commit_extras(files, tbl.schema().as_arrow(), dopts.on_incompatible,
-                               key_decoded=dopts.key_format != "raw")
+    data, dead, footers = written.data, written.dead, written.footers
+    extras = written.registry_extras(spec, tbl)   # writer schemas the table follows
     if dl is not None:
         dl_done = ice.committed_offsets(dl)
         ice.commit(dl, ice.KafkaCommit(
             run_id, "reprocess", claims, dead, delete_from=claims, audit=audit, footers=footers,
             expected={c.topic_partition: dl_done.get(c.topic_partition) for c in claims}))
-    schema = (_load.nullable(_load.file_schema(data[0], storage_options))
-              if data and spec.decoded else None)
     result = ice.commit(tbl, ice.KafkaCommit(
         run_id, "reprocess", claims, data, delete_from=claims,
-        schema=extras.schema if extras else schema, audit=audit, footers=footers,
+        schema=written.schema(spec, storage_options, extras), audit=audit, footers=footers,
         properties=extras.properties if extras else {},
         expected={(topic, pl.range.partition): pl.committed for pl in plans}))
     summary.snapshot_id = result.snapshot_id
@@ -270,16 +273,19 @@ def base_snapshot(table, topic: str, points: Mapping[int, int]):
     return None
 
 
-def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, *, partitions,
-                      from_offset, from_timestamp, reason, run_id, user, allow_compacted,
-                      allow_below_log_start, storage_options, max_bytes, max_rows_per_file,
-                      compression, started, allow_expired: bool = False) -> ReprocessSummary:
+def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, storage, committed,
+                      started: float) -> ReprocessSummary:
     """Rebuild an upsert table as of the rewind points (module docstring)."""
     from kafkastore.errors import ExpiredSnapshotError
 
     from . import upsert as up
 
     topic, table = spec.topic, spec.table
+    wh, root, storage_options, run_id = (request.warehouse, request.root,
+                                         request.storage_options, request.run_id)
+    partitions = None if request.partitions is None else list(request.partitions)
+    from_offset, from_timestamp = request.from_offset, request.from_timestamp
+    allow_compacted, allow_below_log_start = request.allow_compacted, request.allow_below_log_start
     plans = plan_rewind(storage, topic, committed, partitions=partitions, from_offset=from_offset,
                         from_timestamp=from_timestamp, allow_compacted=allow_compacted,
                         allow_below_log_start=allow_below_log_start)
@@ -293,7 +299,7 @@ def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, 
     try:
         base = base_snapshot(tbl, topic, points)
     except ExpiredSnapshotError:
-        if not allow_expired:
+        if not request.allow_expired:
             raise
         base = None
     base_offsets = {} if base is None else {
@@ -315,7 +321,8 @@ def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, 
             "requested_from": pl.requested, "effective_from": pl.range.from_offset,
             "until": pl.committed, "compacted": pl.compacted,
             "below_log_start": pl.below_log_start}
-    audit = {"reason": reason or "", "user": user or _load._user(), "from_offset": from_offset,
+    audit = {"reason": request.reason or "", "user": request.user or _load.current_user(),
+             "from_offset": from_offset,
              "from_timestamp": from_timestamp, "mode": "upsert",
              "requested": {str(p): n for p, n in points.items()},
              "base_snapshot": None if base is None else base.snapshot_id,
@@ -328,18 +335,15 @@ def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, 
     # Dead letters: only the rewound ranges [N, committed) are derived again.
     dl_from = {p: points.get(p, n) for p, n in committed.items()}
     target = _load.WriteTarget(tbl.location() + "/upsert-staging",
-                               dl.location() if dl is not None else None, spec.partition_by,
-                               dict(storage_options or {}) or None, dl_from,
-                               max_rows_per_file, compression, tombstones=True,
-                               upsert_keys=spec.upsert_keys)
+                               dl.location() if dl is not None else None, spec.layout,
+                               storage_options, dl_from)
     reads = [pl.range for pl in replay if not pl.range.empty]
-    files = _load.write_ranges(spark, root, reads, spec, target, run_id,
-                               storage_options=storage_options, max_bytes=max_bytes)
-    staged_urls = [f["url"] for f in files if f["kind"] == "data"]
-    dead = tuple(f["url"] for f in files if f["kind"] == "dead_letter")
-    footers = {f["url"]: (f["bytes"], f["footer"]) for f in files if f.get("footer")}
-    summary.rows = sum(f["rows"] for f in files if f["kind"] == "data")
-    summary.dead_letters = sum(f["rows"] for f in files if f["kind"] == "dead_letter")
+    # The replay decodes against no table schema: the state is rebuilt from the base.
+    written = _load.Written(_load.write_ranges(spark, root, reads, spec, target, run_id,
+                                               storage_options=storage_options,
+                                               max_bytes=request.max_bytes_per_partition))
+    staged_urls, dead, footers = list(written.data), written.dead, written.footers
+    summary.rows, summary.dead_letters = written.rows, written.dead_letters
     audit.update(rows=summary.rows, dead_letters=summary.dead_letters)
     claims = tuple(OffsetRange(topic, pl.range.partition, pl.range.from_offset, pl.committed)
                    for pl in replay)
@@ -352,7 +356,7 @@ def _reprocess_upsert(spark, root, wh, spec: LoadSpec, tbl, storage, committed, 
             expected={c.topic_partition: dl_done.get(c.topic_partition) for c in dl_claims}))
     state = (ice.read_arrow(tbl, snapshot_id=base.snapshot_id) if base is not None else None)
     staged = up.staged_rows(staged_urls, storage_options)
-    c = up.rebuild_commit(run_id, spec.upsert_keys, tuple(spec.partition_by), claims, state,
+    c = up.rebuild_commit(run_id, spec.upsert_keys, spec.layout.partition_by, claims, state,
                           staged, audit=audit,
                           expected={(topic, pl.range.partition): pl.committed for pl in replay})
     result = ice.commit(tbl, c)

@@ -100,6 +100,7 @@ from kafkastore.topics import describe_topic, list_topics
 
 from . import iceberg
 from . import iceberg_read as ir
+from .table_layout import DEAD_LETTERS_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def sanitize(name: str) -> str:
 
 
 def is_dead_letter_table(name: str) -> bool:
-    return name.endswith(ir.DEAD_LETTERS_SUFFIX)
+    return name.endswith(DEAD_LETTERS_SUFFIX)
 
 
 # ---------------------------------------------------------------------------
@@ -498,7 +499,7 @@ def _footer_schema(table, snapshot, url: str):
     """A data file's Arrow schema (its Parquet footer, field ids in the field metadata)."""
     import pyarrow.parquet as pq
 
-    fs, path = iceberg._fs(table, url)
+    fs, path = iceberg.table_fs(table, url)
     try:
         with fs.open(path, "rb") as f:
             return pq.read_schema(f)

@@ -5,7 +5,7 @@ them under ``<table location>/data/`` through fsspec/pyarrow:
 
 * one file holds one (topic, partition) and one value of every partition field
   of the table's spec (``day(timestamp)`` by default, see
-  :func:`pipelines.iceberg.parse_partition_field`), so the driver can add it
+  :func:`pipelines.table_layout.parse_partition_field`), so the driver can add it
   to a snapshot with its partition value read from the column bounds;
 * timestamps are written as ``TIMESTAMP_MICROS`` with UTC (Iceberg's
   ``timestamptz``; Spark's INT96 default cannot be committed);
@@ -25,6 +25,8 @@ import uuid
 from typing import Any, Iterable, Sequence
 
 from kafkastore.errors import ConfigError
+
+from .table_layout import DEFAULT_PARTITION_BY, parse_partition_field
 
 KINDS = ("data", "dead_letter")
 DESCRIPTOR_DDL = ("url string, kind string, topic string, partition int, min_offset bigint, "
@@ -58,13 +60,11 @@ def micros_timestamps(data):
     return data
 
 
-def _partition_keys(data, partition_by: Sequence[str]):
+def partition_keys(data, partition_by: Sequence[str]):
     """One key array per partition field (values equal iff same partition value)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from .iceberg import parse_partition_field
 
     keys = []
     for text in partition_by:
@@ -88,9 +88,8 @@ def _partition_keys(data, partition_by: Sequence[str]):
     return keys
 
 
-def _label(text: str, value) -> str:
-    from .iceberg import parse_partition_field
-
+def partition_label(text: str, value) -> str:
+    """The path label (``timestamp_day=2024-01-02``) of one partition field's value."""
     kind, column = parse_partition_field(text)
     name = column if kind == "identity" else f"{column}_{kind}"
     if value is None:
@@ -103,7 +102,7 @@ def _label(text: str, value) -> str:
 
 
 def write_files(location: str, data, *, run_id: str, storage_options: dict | None = None,
-                kind: str = "data", partition_by: Sequence[str] = ("day(timestamp)",),
+                kind: str = "data", partition_by: Sequence[str] = DEFAULT_PARTITION_BY,
                 max_rows_per_file: int = 1_000_000, compression: str = "zstd"
                 ) -> list[dict[str, Any]]:
     """Write ``data`` (a pyarrow Table, RecordBatch or iterable of batches, with
@@ -132,7 +131,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
         if name not in tbl.column_names or tbl.column(name).null_count:
             raise ConfigError(f"rows to write need a non-null {name!r} column")
     tbl = micros_timestamps(tbl)
-    keys = _partition_keys(tbl, partition_by)
+    keys = partition_keys(tbl, partition_by)
     names = [f"__k{i}" for i in range(len(keys))]
     keyed = tbl
     for n, k in zip(names, keys):
@@ -160,7 +159,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
         part = keyed.slice(a, b - a)
         if (np.diff(offsets[a:b]) < 0).any():   # reads come in offset order: rarely taken
             part = part.sort_by("offset")
-        labels = "/".join(_label(t, g[n]) for t, n in zip(partition_by, names))
+        labels = "/".join(partition_label(t, g[n]) for t, n in zip(partition_by, names))
         for start in range(0, part.num_rows, max_rows_per_file):
             chunk = part.slice(start, max_rows_per_file)
             lo = pc.min(chunk.column("offset")).as_py()

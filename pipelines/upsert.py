@@ -39,31 +39,15 @@ from typing import Any, Mapping, Sequence
 
 from kafkastore.errors import ConfigError, UnsupportedDeletesError, WarehouseError
 
-MODES = ("append", "upsert")
+from .table_layout import DEFAULT_KEY_COLUMNS
+
 MODE_PROPERTY = "kafkastore.mode"
 KEY_COLUMNS_PROPERTY = "kafkastore.key-columns"
 #: Staging column: True for a record that deletes its key.
 TOMBSTONE = "__kafkastore_tombstone"
-DEFAULT_KEY_COLUMNS = ("key",)
 DEFAULT_TARGET_ROWS = 250_000
 _ORDER = ("partition", "offset", "timestamp")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def parse_key_columns(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"a,b"`` or ``["a", "b"]`` -> ``("a", "b")``; None or empty: the Kafka key."""
-    if text is None:
-        return DEFAULT_KEY_COLUMNS
-    items = text.split(",") if isinstance(text, str) else list(text)
-    cols = tuple(str(c).strip() for c in items if str(c).strip())
-    if not cols:
-        return DEFAULT_KEY_COLUMNS
-    for c in cols:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", c):
-            raise ConfigError(f"bad key column {c!r}: expected column names like a,b")
-    if len(set(cols)) != len(cols):
-        raise ConfigError(f"key columns {list(cols)} repeat a column")
-    return cols
 
 
 def table_mode(table) -> tuple[str, tuple[str, ...]]:
@@ -383,7 +367,7 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .table_files import _label, _partition_keys, micros_timestamps
+    from .table_files import micros_timestamps, partition_keys, partition_label
 
     if data.num_rows == 0:
         return []
@@ -391,7 +375,7 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
     sort = [(c, "ascending") for c in key_columns]
     groups: list[tuple[str, Any]] = []
     if partition_by:
-        keys = _partition_keys(data, partition_by)
+        keys = partition_keys(data, partition_by)
         names = [f"__p{i}" for i in range(len(keys))]
         keyed = data
         for n, k in zip(names, keys):
@@ -400,7 +384,7 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
         g = keyed.group_by(names, use_threads=False).aggregate([("__row", "list")])
         for vals in g.to_pylist():
             rows = np.sort(np.asarray(vals["__row_list"], dtype=np.int64))
-            label = "/".join(_label(t, vals[n]) for t, n in zip(partition_by, names))
+            label = "/".join(partition_label(t, vals[n]) for t, n in zip(partition_by, names))
             groups.append((label, data.take(pa.array(rows))))
     else:
         groups.append(("", data))
@@ -467,7 +451,7 @@ class UpsertRewrite:
 
     def __call__(self, table, snapshot_id: int | None):
         """(data files to drop, [(url, bytes, footer)] to add)."""
-        from .iceberg import _fs
+        from .iceberg import table_fs
 
         keys = _sorted_python_keys(self.winners, self.key_columns[0])
         tasks = touched_tasks(table, snapshot_id, keys, self.key_columns[0])
@@ -487,7 +471,7 @@ class UpsertRewrite:
         out = _union([kept, new_rows]) if new_rows.num_rows or kept.num_rows else kept
         written = write_sorted(table.location(), out, self.key_columns, run_id=self.run_id,
                                partition_by=self.partition_by, target_rows=self.target_rows,
-                               io_fs=_fs(table, table.location()))
+                               io_fs=table_fs(table, table.location()))
         drop = [t.file for t in tasks]
         self.stats = RewriteStats(len(tasks), existing.num_rows, int((~keep).sum()),
                                   new_rows.num_rows, len(written))
@@ -535,7 +519,7 @@ def upsert_commit(run_id: str, spec, ranges, gaps, staged_urls: Sequence[str],
     offsets exactly as an append load's, with :class:`UpsertRewrite` writing the data.
     ``extras``: a registry load's :class:`pipelines.registry_load.CommitExtras` (the
     evolved schema and the ``kafkastore.schema-ids`` summary), carried by the same commit."""
-    return rows_commit(run_id, spec.upsert_keys, tuple(spec.partition_by), ranges, gaps,
+    return rows_commit(run_id, spec.upsert_keys, spec.layout.partition_by, ranges, gaps,
                        staged_rows(staged_urls, storage_options), target_rows=target_rows,
                        extras=extras)
 
@@ -599,12 +583,12 @@ class RebuildRewrite:
     stats: RewriteStats = field(default_factory=RewriteStats)
 
     def __call__(self, table, snapshot_id: int | None):
-        from .iceberg import _fs
+        from .iceberg import table_fs
 
         tasks = list(table.scan(snapshot_id=snapshot_id).plan_files()) if snapshot_id else []
         written = write_sorted(table.location(), self.state, self.key_columns, run_id=self.run_id,
                                partition_by=self.partition_by, target_rows=self.target_rows,
-                               io_fs=_fs(table, table.location()), prefix="rebuild")
+                               io_fs=table_fs(table, table.location()), prefix="rebuild")
         self.stats = RewriteStats(len(tasks), 0, sum(t.file.record_count for t in tasks),
                                   self.state.num_rows, len(written))
         return [t.file for t in tasks], written

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from kafkastore.errors import ConfigError
 
 from . import iceberg as ice
-from .iceberg_read import DEAD_LETTERS_SUFFIX, VALIDATED_TAG
+from .iceberg_read import VALIDATED_TAG
+from .table_layout import DEAD_LETTERS_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
     if expire and not dry_run:
         table.maintenance.expire_snapshots().by_ids(expire).commit()
         table = table.refresh()
-    fs, root = ice._fs(table, table.location())
+    fs, root = ice.table_fs(table, table.location())
     try:
         listing = fs.find(root, detail=True)
     except FileNotFoundError:

@@ -186,7 +186,7 @@ def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
                grace_ms=MIN_GRACE_MS)
         tbl = wh.table(name)
         listed = {u.split("://", 1)[1].lstrip("/") for u in ice.plan_scan(tbl).files}
-        fs, path = ice._fs(tbl, tbl.location() + "/data")
+        fs, path = ice.table_fs(tbl, tbl.location() + "/data")
         assert {p.lstrip("/") for p in fs.find(path)} == listed
     assert_exactly_once(storage, "t", wh)
 
@@ -212,7 +212,7 @@ def test_failed_and_retried_task_leaves_no_duplicates(tmp_path, local_root):
     # The failed attempt's file is on storage but no snapshot lists it.
     tbl = wh.table("tbl")
     listed = {u.split("://", 1)[1] for u in ice.plan_scan(tbl).files}
-    fs, path = ice._fs(tbl, tbl.location() + "/data")
+    fs, path = ice.table_fs(tbl, tbl.location() + "/data")
     assert [p for p in fs.find(path) if p not in listed]
 
 
