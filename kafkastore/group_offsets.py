@@ -33,10 +33,10 @@ from __future__ import annotations
 import logging
 import struct
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
+from .clock import Clock, as_clock
 from .errors import CorruptRecordError, TopicExistsError
 from .storage import Storage
 
@@ -339,14 +339,15 @@ class OffsetsStore:
     """Reads and writes ``__consumer_offsets`` under ``storage``'s root (thread-safe).
 
     ``partitions`` is used when the topic is created (on the first write); an
-    existing topic's partition count always wins. ``clock`` returns epoch ms.
+    existing topic's partition count always wins. ``clock`` is a
+    :class:`~kafkastore.clock.Clock` (default: the storage's) or an old callable returning epoch ms.
     """
 
     def __init__(self, storage: Storage, *, partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                 broker_id: int = 0, clock: Callable[[], int] | None = None):
+                 broker_id: int = 0, clock: Clock | Callable[[], int] | None = None):
         self.storage = storage
         self.broker_id = broker_id
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
         self._want_partitions = partitions
         self._partitions: int | None = None
         self._lock = threading.RLock()
@@ -491,7 +492,8 @@ class OffsetsStore:
             try:
                 n = self._topic_partitions(create=True)
                 if self._broker is None:
-                    self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+                    self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                          clock=self.clock.wall_ms)
                     self._broker.allow_internal = True  # the owner of __consumer_offsets
                 touched = set()
                 for req in batch:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import zlib
 
 from ..errors import KafkaStoreError
@@ -87,8 +86,9 @@ class GroupService:
 
     def __init__(self, broker):
         self.broker = broker
-        self.store = OffsetsStore(broker.storage, broker_id=max(broker.node_id, 0))
-        self.coordinator = G.GroupCoordinator(on_persist=self._persist)
+        self.store = OffsetsStore(broker.storage, broker_id=max(broker.node_id, 0),
+                                  clock=broker.clock)
+        self.coordinator = G.GroupCoordinator(clock=broker.clock, on_persist=self._persist)
         self._writes: asyncio.Queue = asyncio.Queue()
         self._live: tuple[int, ...] = ()
         spawn = getattr(broker, "_spawn", asyncio.ensure_future)
@@ -295,7 +295,7 @@ async def handle_offset_commit(ctx: RequestContext, request):
         err = svc.coordinator.validate_commit(group, request.generation_id_or_member_epoch,
                                               request.member_id,
                                               getattr(request, "group_instance_id", None))
-    now = int(time.time() * 1000)
+    now = svc.coordinator.clock.wall_ms()
     codes: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
     for t in request.topics:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 
+from ..clock import Clock, as_clock
 from ..errors import ObjectNotFoundError, StorageError
 from ..storage import Storage
 
@@ -35,10 +35,12 @@ def _path(node_id: int) -> str:
 class BrokerRegistry:
     """This broker's registration plus a cached view of the live ones."""
 
-    def __init__(self, storage: Storage, *, heartbeat_ms: int = 1000, clock=time.time):
+    def __init__(self, storage: Storage, *, heartbeat_ms: int = 1000,
+                 clock: Clock | None = None):
         self.storage = storage
         self.heartbeat_ms = heartbeat_ms
-        self.clock = clock
+        # ``clock`` defaults to the storage's; an old bare callable is read as epoch seconds.
+        self.clock = as_clock(clock, "s") if clock is not None else storage.clock
         self.instance = uuid.uuid4().hex
         self.node_id: int | None = None
         self.address: tuple[str, int] | None = None
@@ -72,7 +74,7 @@ class BrokerRegistry:
 
     def refresh(self) -> list[tuple[int, str, int]]:
         """Re-read the registrations; returns the live ``(node_id, host, port)``, by id."""
-        now = self.clock() * 1000
+        now = self.clock.wall_ms()
         docs = {n: d for n, d in self._read_all().items()
                 if now - float(d.get("heartbeat_ms", 0)) <= self.expiry_ms}
         live = sorted((n, str(d["host"]), int(d["port"])) for n, d in docs.items())
@@ -126,7 +128,7 @@ class BrokerRegistry:
 
     def _put_registration(self) -> None:
         doc = {"node_id": self.node_id, "host": self.address[0], "port": self.address[1],
-               "heartbeat_ms": int(self.clock() * 1000), "instance": self.instance,
+               "heartbeat_ms": self.clock.wall_ms(), "instance": self.instance,
                "security": self.security}
         self.storage.put(_path(self.node_id), json.dumps(doc).encode())
 

@@ -34,11 +34,11 @@ tell live members from dead ones), and offset commits are validated here
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
+from ..clock import Clock, as_clock
 from ..errors import CorruptRecordError
 from ..group_offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
                              decode_consumer_subscription)
@@ -197,16 +197,17 @@ class _Group:
 class GroupCoordinator:
     """The groups one broker coordinates; see the module docstring.
 
-    ``clock`` returns epoch ms; ``on_persist(GroupMetadata)`` is called (under
+    ``clock`` is a :class:`~kafkastore.clock.Clock` (or an old callable returning epoch ms);
+    ``on_persist(GroupMetadata)`` is called (under
     the coordinator's lock, so it must not block) when group metadata should
     be written to ``__consumer_offsets``.
     """
 
-    def __init__(self, *, clock: Callable[[], int] | None = None,
+    def __init__(self, *, clock: Clock | Callable[[], int] | None = None,
                  config: CoordinatorConfig | None = None,
                  on_persist: Callable[[GroupMetadata], None] | None = None,
                  new_id: Callable[[], str] | None = None):
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        self.clock = as_clock(clock, "ms")
         self.config = config or CoordinatorConfig()
         self.on_persist = on_persist
         self._new_id = new_id or (lambda: str(uuid.uuid4()))
@@ -230,7 +231,7 @@ class GroupCoordinator:
             g = _Group(state.group_id, offsets=dict(state.offsets))
             meta = state.metadata
             if meta is not None:
-                now = self.clock()
+                now = self.clock.wall_ms()
                 g.generation = meta.generation
                 g.protocol_type = meta.protocol_type or None
                 live = meta.live_members(now)
@@ -305,7 +306,7 @@ class GroupCoordinator:
                           g.leader or "", members)
 
     def _persist(self, g: _Group) -> None:
-        g.persisted_ms = self.clock()
+        g.persisted_ms = self.clock.wall_ms()
         if self.on_persist is None:
             return
         members = tuple(MemberMetadata(m.member_id, m.instance_id, m.client_id, m.client_host,
@@ -324,11 +325,11 @@ class GroupCoordinator:
         delay = self.config.initial_rebalance_delay_ms if g.state == EMPTY else 0
         g.state = PREPARING_REBALANCE
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        g.rebalance_deadline = self.clock() + max(timeout, delay)
-        g.join_not_before = self.clock() + delay
+        g.rebalance_deadline = self.clock.wall_ms() + max(timeout, delay)
+        g.join_not_before = self.clock.wall_ms() + delay
 
     def _maybe_complete_join(self, g: _Group) -> None:
-        if g.state == PREPARING_REBALANCE and g.all_joined() and g.join_not_before <= self.clock():
+        if g.state == PREPARING_REBALANCE and g.all_joined() and g.join_not_before <= self.clock.wall_ms():
             self._complete_join(g)
 
     def _complete_join(self, g: _Group) -> None:
@@ -336,7 +337,7 @@ class GroupCoordinator:
             self._remove_member(g, m)
         g.pending.clear()
         g.generation += 1
-        now = self.clock()
+        now = self.clock.wall_ms()
         if not g.members:
             g.state, g.protocol, g.leader = EMPTY, None, None
             self._persist(g)
@@ -401,7 +402,7 @@ class GroupCoordinator:
     def _new_member(self, g: _Group, member_id: str, instance_id, protocol_type, protocols,
                     session, rebalance, respond, client_id, client_host) -> _Member:
         m = _Member(member_id, instance_id or None, client_id, client_host, session, rebalance,
-                    protocol_type, protocols, deadline=self.clock() + session, join_cb=respond)
+                    protocol_type, protocols, deadline=self.clock.wall_ms() + session, join_cb=respond)
         if not g.members:
             g.protocol_type = protocol_type
         g.members[member_id] = m
@@ -438,7 +439,7 @@ class GroupCoordinator:
             m.join_cb = respond
             return self._rebalance_for(g)
         if require_known and not instance_id:
-            g.pending[new_id] = self.clock() + session
+            g.pending[new_id] = self.clock.wall_ms() + session
             return respond(JoinResult(MEMBER_ID_REQUIRED, new_id))
         self._new_member(g, new_id, instance_id, protocol_type, protocols, session, rebalance,
                          respond, client_id, client_host)
@@ -456,7 +457,7 @@ class GroupCoordinator:
         m = g.members.get(member_id)
         if m is None or g.state in (EMPTY, DEAD):
             return respond(JoinResult(UNKNOWN_MEMBER_ID, member_id))
-        m.deadline = self.clock() + session
+        m.deadline = self.clock.wall_ms() + session
         m.session_timeout_ms, m.rebalance_timeout_ms = session, rebalance
         changed = m.protocols != protocols
         if g.state == PREPARING_REBALANCE:
@@ -490,7 +491,7 @@ class GroupCoordinator:
                     or (protocol_name is not None and protocol_name != g.protocol)):
                 return respond(SyncResult(INCONSISTENT_GROUP_PROTOCOL))
             m = g.members[member_id]
-            m.deadline = self.clock() + m.session_timeout_ms
+            m.deadline = self.clock.wall_ms() + m.session_timeout_ms
             if g.state == PREPARING_REBALANCE:
                 return respond(SyncResult(REBALANCE_IN_PROGRESS))
             if g.state == STABLE:
@@ -517,7 +518,7 @@ class GroupCoordinator:
             if generation != g.generation:
                 return ILLEGAL_GENERATION
             m = g.members[member_id]
-            m.deadline = self.clock() + m.session_timeout_ms
+            m.deadline = self.clock.wall_ms() + m.session_timeout_ms
             return REBALANCE_IN_PROGRESS if g.state == PREPARING_REBALANCE else NONE
 
     def leave_group(self, group_id: str,
@@ -551,7 +552,7 @@ class GroupCoordinator:
         """Expire sessions, pending member ids and rebalance timeouts; refresh the persisted
         metadata of groups with members (see the module docstring)."""
         with self._lock:
-            now = self.clock()
+            now = self.clock.wall_ms()
             for g in list(self._groups.values()):
                 for pid, deadline in list(g.pending.items()):
                     if deadline <= now:
@@ -596,7 +597,7 @@ class GroupCoordinator:
             if g.state == COMPLETING_REBALANCE:
                 return REBALANCE_IN_PROGRESS
             m = g.members[member_id]
-            m.deadline = self.clock() + m.session_timeout_ms
+            m.deadline = self.clock.wall_ms() + m.session_timeout_ms
             return NONE
 
     def metadata_error(self, metadata: str | None) -> int:

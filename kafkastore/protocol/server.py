@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ..clock import Clock
 from ..errors import ConfigError, ListenError
 from ..storage import Storage
 from . import codec
@@ -164,7 +165,7 @@ class BrokerServer:
     """A Kafka-protocol broker over one kafkastore root."""
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
-                 extensions: Iterable[Callable[[Registry], None]] = ()):
+                 extensions: Iterable[Callable[[Registry], None]] = (), clock: Clock | None = None):
         from ..cluster_config import ClusterDocument
         from . import (api_admin, api_fetch, api_groups, api_meta, api_produce, api_quotas,
                        api_txn, sasl)
@@ -177,6 +178,8 @@ class BrokerServer:
         self.options = opts = options or ServeOptions()
         check_listener_security(opts)
         self.storage = storage
+        #: The one clock every part of this broker reads (default: the storage's).
+        self.clock: Clock = clock or storage.clock
         self.registry = Registry()
         for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn, api_quotas):
             mod.register(self.registry)
@@ -199,7 +202,7 @@ class BrokerServer:
         self.meta = MetadataCache(storage)
         self.appender = Appender(self)
         self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
-        self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms)
+        self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms, clock=self.clock)
         self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance)
         from .quotas import QuotaManager
         #: The root's shared client quotas and this broker's enforcement of them.
@@ -329,7 +332,7 @@ class BrokerServer:
                     log.info("client quotas changed (version %d)", document.version)
             except Exception:  # noqa: BLE001 - keep enforcing the last quotas read
                 log.warning("cannot re-read the client quotas", exc_info=True)
-            quotas.expire_idle(time.monotonic())
+            quotas.expire_idle(self.clock.monotonic_s())
 
     def _time_commits(self) -> None:
         """Observe every produce commit's latency (the metrics' commit histogram)."""
@@ -629,7 +632,7 @@ class Connection:
 
         quotas, metrics = self.server.quotas, self.server.metrics
         user, client_id = self.principal or ANONYMOUS, ctx.client_id or ""
-        now = time.monotonic()
+        now = self.server.clock.monotonic_s()
         recorded = []
         if ctx.api_key == PRODUCE:
             # Kafka records the request's size against the producer byte rate.
