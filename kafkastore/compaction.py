@@ -97,20 +97,17 @@ from __future__ import annotations
 import json
 import struct
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from . import layout
 
 from .format import arrow_encode
 from .format.arrow_decode import decode_to_arrow
 from .format.compression import Compression
 from .format.control import ControlType, parse_control_record
-from .format.crc import crc32c
 from .errors import CorruptRecordError, StaleUploadError
 from .manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments,
                        SegmentEntry, SetCleanerOffset)
@@ -119,6 +116,7 @@ from .reader import (PartitionReader, ReadRange, check_range, last_stable_offset
                      whole_segment_range)
 from .format.record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
 from .format.segment import SegmentBuilder, iter_batches
+from .segment_writer import write_segment
 from .storage import Storage
 from .topic_config import TopicConfig
 from .topics import load_topic
@@ -590,25 +588,14 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
         return GroupResult(group.index, group.segment_ids, None, records_in, records_in,
                            source.size, source.size)
     st = built.stats
-    entry = SegmentEntry(
-        base_offset=group.base_offset, next_offset=group.next_offset, record_count=st.record_count,
-        size=len(built.log), min_timestamp=st.min_timestamp, max_timestamp=st.max_timestamp,
-        segment_id=layout.new_segment_id(), writer_id=COMPACTION_WRITER_ID,
-        leader_epoch=max(s.leader_epoch for s in group.segments), checksum=crc32c(built.log),
-        index_size=len(built.index), timeindex_size=len(built.timeindex),
+    uploaded = int(clock() * 1000) if upload else None
+    # The rewrite keeps the whole file set of the segments it replaces (empty indexes too).
+    entry = write_segment(
+        storage if upload else None, ctx.topic, ctx.partition, st, built.log, built.index,
+        built.timeindex, writer_id=COMPACTION_WRITER_ID,
+        leader_epoch=max(s.leader_epoch for s in group.segments), next_offset=group.next_offset,
         aborted_txns=tuple(t for s in group.segments for t in s.aborted_txns if t[2] in kept_markers),
-        max_timestamp_offset=st.offset_of_max_timestamp if st.batch_count else -1,
-        delete_horizon_ms=horizon)
-    uploaded = None
-    if upload:
-        uploaded = int(clock() * 1000)
-        paths = entry.paths(ctx.topic, ctx.partition)
-        # The three objects at once (a local put waits for two fsyncs, an object store for a
-        # round trip; one after the other they bounded the rewrite of many small groups). No
-        # order is needed: a half-uploaded set is an orphan either way until the manifest swap.
-        files = ((".index", built.index), (".timeindex", built.timeindex), (".log", built.log))
-        with ThreadPoolExecutor(max_workers=len(files)) as pool:
-            list(pool.map(lambda f: storage.put(paths[f[0]], f[1]), files))
+        delete_horizon_ms=horizon, empty_indexes=True)
     return GroupResult(group.index, group.segment_ids, entry, records_in, st.record_count,
                        sum(s.size for s in group.segments), len(built.log), uploaded)
 
