@@ -202,16 +202,20 @@ def _entries(buf, *, allow_partial: bool):
 
 
 def decode_message_set(buf, *, verify_crc: bool = True, allow_partial: bool = False,
-                       max_decompressed_size: int = MAX_DECOMPRESSED_SIZE) -> list[LegacyMessage]:
+                       max_decompressed_size: int = MAX_DECOMPRESSED_SIZE,
+                       inner_set: bool = False) -> list[LegacyMessage]:
     """Every message of a magic 0/1 message set, wrappers unpacked, with absolute offsets.
 
     Checks each CRC-32 (unless ``verify_crc=False``), the magic, every length, that wrappers
     hold uncompressed messages of their own magic and that the codec is one the old format
-    has. A trailing partial message (what a size-limited fetch may end with) is skipped
-    when ``allow_partial``, else an error. Raises CorruptRecordError / CompressionError.
+    has, and that all wrappers together decompress to at most ``max_decompressed_size``
+    bytes. A trailing partial message (what a size-limited fetch may end with) is skipped
+    when ``allow_partial``, else an error (``inner_set``: this is a wrapper's content,
+    where compressed messages are refused). Raises CorruptRecordError / CompressionError.
     """
     view = memoryview(buf).cast("B") if not isinstance(buf, (bytes, bytearray)) else buf
     out: list[LegacyMessage] = []
+    unpacked = 0
     for offset, start, end, crc, magic, attrs in _entries(view, allow_partial=allow_partial):
         if verify_crc:
             actual = zlib.crc32(view[start + MAGIC_OFFSET:end])
@@ -236,23 +240,28 @@ def decode_message_set(buf, *, verify_crc: bool = True, allow_partial: bool = Fa
         if codec == Compression.NONE:
             out.append(LegacyMessage(offset, timestamp, key, value, magic, ts_type))
             continue
+        if inner_set:  # refused before decompressing: no nesting, so no recursion bomb
+            raise CorruptRecordError("a compressed message holds a compressed message",
+                                     offset=offset, position=start)
         if codec not in LEGACY_CODECS:
             raise CorruptRecordError(f"unknown compression codec {codec} in message attributes",
                                      offset=offset, position=start)
         if value is None:
             raise CorruptRecordError("compressed message without a value", offset=offset, position=start)
         try:
-            inner_buf = _decompress(codec, magic, value, max_decompressed_size)
+            # One bound for the whole set, not per wrapper: many small wrappers of a
+            # request cannot add up to more than one v2 batch may.
+            inner_buf = _decompress(codec, magic, value, max_decompressed_size - unpacked)
         except CompressionError as exc:
             raise CompressionError(f"{exc} (offset {offset}, position {start})") from exc
+        unpacked += len(inner_buf)
         inner = decode_message_set(inner_buf, verify_crc=verify_crc,
-                                   max_decompressed_size=max_decompressed_size)
+                                   max_decompressed_size=max_decompressed_size, inner_set=True)
         if not inner:
             raise CorruptRecordError("compressed message holds no messages", offset=offset, position=start)
-        for m in inner:
-            if m.codec or m.magic != magic:
-                raise CorruptRecordError("a compressed message holds a compressed message or one of "
-                                         "another magic", offset=offset, position=start)
+        if any(m.magic != magic for m in inner):
+            raise CorruptRecordError("a compressed message holds one of another magic",
+                                     offset=offset, position=start)
         shift = offset - inner[-1].offset if magic == MAGIC_V1 else 0
         for m in inner:
             ts = timestamp if ts_type == LOG_APPEND_TIME else m.timestamp

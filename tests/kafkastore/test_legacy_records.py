@@ -259,3 +259,37 @@ def test_kafka_python_old_lz4_framing(monkeypatch, magic):
     for i in range(4):
         builder.append(i, timestamp=5 if magic else None, key=None, value=b"z%d" % i)
     assert [m.value for m in L.decode_message_set(bytes(builder.build()))] == [b"z%d" % i for i in range(4)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([0, 1]), st.sampled_from(CODECS), st.data())
+def test_damaged_sets_fail_cleanly(magic, codec, data):
+    """Any byte of a valid set changed, or the set cut short: decoded or refused with the
+    format's errors, never another exception (the broker maps those to CORRUPT_MESSAGE)."""
+    buf = bytearray(L.encode_message_set(_records(3), magic, compression=codec))
+    if data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(buf) - 1))
+        buf[i] = data.draw(st.integers(0, 255))
+    else:
+        del buf[data.draw(st.integers(1, len(buf))):]
+    for verify in (True, False):
+        try:
+            L.up_convert(bytes(buf)) if verify else L.decode_message_set(bytes(buf), verify_crc=False)
+        except (CorruptRecordError, CompressionError):
+            pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_fail_cleanly(buf):
+    try:
+        L.up_convert(buf)
+    except (CorruptRecordError, CompressionError):
+        pass
+
+
+def test_decompression_is_bounded_across_wrappers():
+    one = L.encode_message_set([Record(0, 0, None, b"\x00" * 5000)], 1, compression="gzip")
+    assert len(L.decode_message_set(one * 3, max_decompressed_size=20_000)) == 3
+    with pytest.raises(CompressionError):
+        L.decode_message_set(one * 5, max_decompressed_size=20_000)

@@ -25,6 +25,8 @@ def served() -> list[tuple[int, int]]:
     reg = Registry()
     for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, sasl):
         mod.register(reg)
+    from kafkastore.protocol import api_legacy  # Fetch v0-3
+    api_legacy.register(reg)
     return [(k, v) for k, lo, hi in reg.api_versions() for v in range(lo, hi + 1)]
 
 
