@@ -10,6 +10,7 @@ production) on a port of 127.0.0.1 it picks: start it, wait until it serves, sto
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,9 +20,16 @@ _SERVING = re.compile(r" serving .* on \S+:(\d+) \(advertised")
 
 def start_broker(root: str, *flags: str, env: dict | None = None) -> subprocess.Popen:
     """``kafkastore --root ROOT serve --listen 127.0.0.1:0 FLAGS...`` started (not yet serving:
-    see :func:`wait_serving`)."""
+    see :func:`wait_serving`).
+
+    ``KAFKASTORE_BENCH_BROKER_MAIN`` (environment) names a script run instead of
+    ``-m kafkastore.cli`` with the same arguments: a wrapper that profiles the broker
+    inside its own process (it ends with ``runpy.run_module("kafkastore.cli", run_name="__main__")``).
+    """
+    wrapper = (env if env is not None else os.environ).get("KAFKASTORE_BENCH_BROKER_MAIN")
+    main = [wrapper] if wrapper else ["-m", "kafkastore.cli"]
     return subprocess.Popen(
-        [sys.executable, "-m", "kafkastore.cli", "--root", root, "serve", "--listen", "127.0.0.1:0",
+        [sys.executable, *main, "--root", root, "serve", "--listen", "127.0.0.1:0",
          *flags], stdout=subprocess.PIPE, text=True, env=env)
 
 

@@ -40,6 +40,33 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process ``pid`` used so far (Linux /proc; nan elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_between(samples: list[tuple[float, float]], t0: float, t1: float) -> float:
+    """CPU seconds used between run times ``t0`` and ``t1`` from (time, cpu) samples (the
+    samples nearest inside the window)."""
+    inside = [(t, c) for t, c in samples if t0 - 0.5 <= t <= t1 + 0.5]
+    if len(inside) < 2:
+        return float("nan")
+    return inside[-1][1] - inside[0][1]
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600.0)
@@ -91,8 +118,14 @@ def main() -> int:
         value = b"v" * 100
         i = 0
         next_at = t_start
+        # The broker's CPU seconds over the run (once a second): CPU per acknowledged record
+        # hardly depends on what else the machine runs, unlike latency.
+        cpu: list[tuple[float, float]] = [(0.0, _cpu_seconds(broker.pid))]
+        load_start = _loadavg()
         while time.perf_counter() - t_start < args.seconds:
             now = time.perf_counter()
+            if now - t_start - cpu[-1][0] >= 1.0:
+                cpu.append((now - t_start, _cpu_seconds(broker.pid)))
             if now < next_at:
                 p.poll(next_at - now)
                 continue
@@ -101,6 +134,8 @@ def main() -> int:
             i += 1
             next_at += interval
             p.poll(0)
+        cpu.append((time.perf_counter() - t_start, _cpu_seconds(broker.pid)))
+        load_end = _loadavg()
         left = p.flush(120)
         if left or failed:
             print(f"produce failed: {left} undelivered, errors {failed[:3]}", file=sys.stderr)
@@ -124,6 +159,11 @@ def main() -> int:
         print(f"ack latency, last {window:.0f} s:  p50 {p50l:.1f} ms, p99 {p99l:.1f} ms "
               f"({len(last)} records)")
         print(f"ratio last/first: p50 {p50l / p50f:.2f}, p99 {p99l / p99f:.2f} (bar: p50 within 1.25)")
+        cpu_f = _cpu_between(cpu, 0.0, window) / max(1, len(first)) * 1e3
+        cpu_l = _cpu_between(cpu, dur - window, dur) / max(1, len(last)) * 1e3
+        print(f"broker CPU per acknowledged record: first {cpu_f:.3f} ms, last {cpu_l:.3f} ms, "
+              f"ratio {cpu_l / cpu_f:.2f} (less sensitive to other load than latency)")
+        print(f"load average (1/5/15 min) at start: {load_start}; at the end: {load_end}")
         bound = size / args.segment_bytes
         print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
