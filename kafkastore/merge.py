@@ -115,10 +115,10 @@ from . import layout
 from .errors import (ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError,
                      UnknownTopicError)
 from .format.crc import crc32c
-from .format.segment import rebuild_indexes
+from .format.segment import SegmentStats, rebuild_indexes
 from .manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
                        ReplaceSegments, SegmentEntry)
-from .segment_objects import put_segment_objects
+from .segment_writer import put_segment_objects, segment_entry
 from .storage import Storage
 from .threads import shared_pool
 from .topic_config import TopicConfig
@@ -279,16 +279,16 @@ def merged_entry(run: MergeRun, segment_id: str, size: int, checksum: int, index
         first = next(s for s in segs if s.max_timestamp == max_ts)
         max_ts_offset = first.max_timestamp_offset
     horizons = [s.delete_horizon_ms for s in segs if s.delete_horizon_ms is not None]
-    txns = tuple(dict.fromkeys(t for s in segs for t in s.aborted_txns))
-    newest = segs[-1]
-    return SegmentEntry(
-        base_offset=segs[0].base_offset, next_offset=newest.next_offset,
-        record_count=sum(s.record_count for s in segs), size=size,
+    stats = SegmentStats(
+        base_offset=segs[0].base_offset, next_offset=segs[-1].next_offset,
+        record_count=sum(s.record_count for s in segs), batch_count=len(segs), size=size,
         min_timestamp=min((s.min_timestamp for s in stamped), default=NO_TIMESTAMP),
-        max_timestamp=max_ts, segment_id=segment_id, writer_id=newest.writer_id,
-        leader_epoch=max(s.leader_epoch for s in segs), checksum=checksum,
-        index_size=index_size, timeindex_size=timeindex_size, aborted_txns=txns,
-        max_timestamp_offset=max_ts_offset,
+        max_timestamp=max_ts, offset_of_max_timestamp=max_ts_offset)
+    return segment_entry(
+        stats, segment_id=segment_id, size=size, checksum=checksum, index_size=index_size,
+        timeindex_size=timeindex_size, writer_id=segs[-1].writer_id,
+        leader_epoch=max(s.leader_epoch for s in segs),
+        aborted_txns=tuple(dict.fromkeys(t for s in segs for t in s.aborted_txns)),
         delete_horizon_ms=min(horizons) if horizons else None)
 
 
