@@ -138,6 +138,8 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
 
 
 async def handle_fetch(ctx: RequestContext, request):
+    """Fetch v4-17: partitions read from one manifest snapshot each, long-polled up to
+    ``max_wait``; v13+ names topics by id (:mod:`~kafkastore.protocol.topic_ids`)."""
     broker = ctx.broker
     if getattr(request, "session_epoch", FINAL_EPOCH) not in (FINAL_EPOCH, INITIAL_EPOCH):
         # No fetch sessions are kept (KIP-227 lets a broker decline them: every answer says
