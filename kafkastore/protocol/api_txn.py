@@ -194,15 +194,20 @@ class TxnStore:
             if self._broker is None:
                 self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
                 self._broker.allow_internal = True  # the owner of __transaction_state
+            p = partition_for_group(meta.transactional_id, n)
             try:
                 self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(meta.transactional_id),
-                                  partition=partition_for_group(meta.transactional_id, n))
-                self._broker.flush()
+                                  partition=p)
+                results = self._broker.flush()
             except BaseException:
                 self._broker = None  # whatever it buffered is retried by nobody: start clean
                 raise
-            # Landed: it is the latest state (a later refresh reads it again, in log order).
+            # Landed: it is the latest state. When nothing was appended since the last read,
+            # the next read starts after it (no re-read of our own record); else a later
+            # refresh reads it again, in log order.
             self._state[meta.transactional_id] = meta
+            if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
+                self._next[p] = results[0].next_offset
             self._complete.pop(meta.transactional_id, None)
 
 
