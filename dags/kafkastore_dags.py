@@ -20,8 +20,9 @@ of the Airflow process. DAGs (see docs/airflow.md):
   an offset or a time and reload (one Iceberg snapshot), then validate.
 
 This file stays thin: it reads the config (YAML) at parse time and parses each
-``loads`` entry into a typed :class:`pipelines.load_spec.LoadSpec` (light: no
-Spark), and imports the jobs and pyspark only inside the task functions, where
+``loads`` entry into a typed :class:`pipelines.load_spec.LoadSpec` (stdlib only: no
+pyiceberg, pyarrow or Spark; tests/test_layers.py checks), and imports the jobs and
+pyspark only inside the task functions, where
 Spark runs (local by default, the master from the config file). The entry keys
 ``schedule``, ``start_date``, ``catchup``, ``retries``, ``retry_delay_s`` and
 ``max_retry_delay_s`` are the DAG's: the DAG reads them from ``spec.scheduling``.
