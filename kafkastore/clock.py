@@ -128,7 +128,8 @@ class ManualClock(Clock):
 
 def as_clock(clock: Clock | Callable[[], float] | None, unit: str = "ms") -> Clock:
     """The :class:`Clock` for an argument that may be a clock, None (:data:`SYSTEM`), or an
-    older bare callable reading the wall clock in ``unit`` (``"ms"`` or ``"s"``).
+    older bare callable reading the wall clock in ``unit`` (``"ms"`` or ``"s"``), or
+    (``unit="monotonic_s"``) a monotonic clock in seconds (the caches' old ``clock=``).
 
     A bare callable replaces only the wall clock, as it did before: monotonic time and
     sleeping stay the system's (a test's ``lambda: next(ticks)`` is read exactly as often
@@ -144,4 +145,6 @@ def as_clock(clock: Clock | Callable[[], float] | None, unit: str = "ms") -> Clo
         return Clock(wall_ms=clock)
     if unit == "s":
         return Clock(wall_ms=lambda: clock() * 1000)
-    raise ConfigError(f"unit must be 'ms' or 's', got {unit!r}")
+    if unit == "monotonic_s":
+        return Clock(monotonic_s=clock)
+    raise ConfigError(f"unit must be 'ms', 's' or 'monotonic_s', got {unit!r}")

@@ -27,11 +27,11 @@ import json
 import logging
 import re
 import threading
-import time
 import uuid
 from typing import Any, Callable
 
 from .commit import CommitEngine, Done, ObjectTarget
+from .clock import Clock, as_clock
 from .errors import ClusterDocumentError, ConfigError, ObjectNotFoundError, StorageError
 from .storage import Storage
 
@@ -61,7 +61,7 @@ class ClusterDocument:
     keep: int = 8
 
     def __init__(self, storage: Storage, name: str, *, max_age_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Clock | Callable[[], float] | None = None):
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise ConfigError(f"invalid cluster document name {name!r}: expected 1-64 characters "
                               "of [a-z0-9_.-] starting with a letter or digit")
@@ -71,12 +71,13 @@ class ClusterDocument:
         self.name = name
         self.dir = document_dir(name)
         self.max_age_s = max_age_s
-        self._clock = clock
+        # Default: the storage's clock; an old bare callable is monotonic seconds.
+        self._clock = as_clock(clock, "monotonic_s") if clock is not None else storage.clock
         self._lock = threading.Lock()
         self._version = 0          # newest version this process has seen (0: none)
         self._doc: dict = {}
         self._read_at: float | None = None
-        self._engine = CommitEngine()
+        self._engine = CommitEngine(clock=self._clock)
 
     def __repr__(self) -> str:
         return f"ClusterDocument({self.storage.url!r}, {self.name!r})"
@@ -95,7 +96,7 @@ class ClusterDocument:
         """The document (a copy), re-read when the cached one is older than ``max_age_s``."""
         with self._lock:
             fresh = (self._read_at is not None
-                     and self._clock() - self._read_at < self.max_age_s)
+                     and self._clock.monotonic_s() - self._read_at < self.max_age_s)
             if not fresh:
                 self._refresh_locked()
             return copy.deepcopy(self._doc)
@@ -107,7 +108,7 @@ class ClusterDocument:
             return copy.deepcopy(self._doc)
 
     def _refresh_locked(self) -> None:
-        asked = self._clock()
+        asked = self._clock.monotonic_s()
         version, doc = self._read_head()
         if version >= self._version:
             self._version, self._doc = version, doc
@@ -205,7 +206,7 @@ class ClusterDocument:
         with self._lock:
             version, doc = self._engine.run(_NextVersion(self, change))
             if version > self._version:
-                self._version, self._doc, self._read_at = version, doc, self._clock()
+                self._version, self._doc, self._read_at = version, doc, self._clock.monotonic_s()
             result = copy.deepcopy(self._doc if version < self._version else doc)
         if version:
             self._after_commit(version)

@@ -19,10 +19,10 @@ import base64
 import hashlib
 import hmac
 import os
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from .clock import Clock
 from .cluster_config import ClusterDocument
 from .errors import ScramCredentialError
 from .storage import Storage
@@ -203,10 +203,10 @@ class ScramUsers:
     """The root's SCRAM users (the ``scram`` cluster document), cached for ``max_age_s``."""
 
     def __init__(self, storage: Storage, *, max_age_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Clock | Callable[[], float] | None = None):
         self.document = ClusterDocument(storage, DOCUMENT, max_age_s=max_age_s, clock=clock)
         self.max_age_s = max_age_s
-        self._clock = clock
+        self._clock = self.document._clock  # the document's (default: the storage's)
         #: ``(read at, version, {(user, mechanism): credential})``: parsed once per version, so a
         #: login costs a dict lookup, not a copy of the document.
         self._parsed: tuple[float, int, dict] | None = None
@@ -221,8 +221,8 @@ class ScramUsers:
         """``user``'s credential for ``mechanism``, None if there is none; the root is re-read
         when the credentials in hand are older than ``max_age_s``. Blocking then."""
         parsed = self._parsed
-        if parsed is None or self._clock() - parsed[0] >= self.max_age_s:
-            at = self._clock()
+        if parsed is None or self._clock.monotonic_s() - parsed[0] >= self.max_age_s:
+            at = self._clock.monotonic_s()
             doc = self.document.refresh()
             version = self.document.version
             if parsed is None or version != parsed[1]:
@@ -237,7 +237,7 @@ class ScramUsers:
         """:meth:`lookup` if the credentials in hand are fresh (never blocks), else
         :data:`STALE`."""
         parsed = self._parsed
-        if parsed is None or self._clock() - parsed[0] >= self.max_age_s:
+        if parsed is None or self._clock.monotonic_s() - parsed[0] >= self.max_age_s:
             return STALE
         return parsed[2].get((user, mechanism))
 

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Callable, Iterable
 
 from ..acls import (ANONYMOUS, CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclBinding, Operation,
                     PatternType, Permission, ResourceType, bindings_of)
+from ..clock import Clock, as_clock
 from . import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.authorizer")
@@ -154,12 +154,13 @@ class Authorizer:
 
     def __init__(self, document, super_users: Iterable[str] = (), *,
                  submit: Callable | None = None, max_age_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Clock | Callable[[], float] | None = None):
         self.document = document
         self.super_users = frozenset(super_users)
         self.max_age_s = max_age_s
         self._submit = submit
-        self._clock = clock
+        # An old bare callable is a monotonic clock in seconds.
+        self._clock = as_clock(clock, "monotonic_s")
         self._index = AclIndex((), self.super_users)
         self._version = -1
         self._loaded_at: float | None = None
@@ -169,7 +170,7 @@ class Authorizer:
     @property
     def index(self) -> AclIndex:
         """The index in use (refreshed in the background when older than ``max_age_s``)."""
-        if (self._loaded_at is None or self._clock() - self._loaded_at >= self.max_age_s) and \
+        if (self._loaded_at is None or self._clock.monotonic_s() - self._loaded_at >= self.max_age_s) and \
                 not self._refreshing and self._submit is not None:
             self._refreshing = True
             try:
@@ -180,7 +181,7 @@ class Authorizer:
 
     def load(self) -> None:
         """Read the document now and use it. Blocking."""
-        asked = self._clock()
+        asked = self._clock.monotonic_s()
         doc = self.document.refresh()
         self.use(self.document.version, doc, asked)
 
@@ -192,14 +193,14 @@ class Authorizer:
                 return
             if version > self._version:
                 self._index, self._version = index, version
-            self._loaded_at = self._clock() if at is None else at
+            self._loaded_at = self._clock.monotonic_s() if at is None else at
 
     def _background_load(self) -> None:
         try:
             self.load()
         except Exception:  # noqa: BLE001 - keep the ACLs in hand; retried after max_age_s
             log.warning("cannot re-read the ACLs; keeping version %d", self._version, exc_info=True)
-            self._loaded_at = self._clock()
+            self._loaded_at = self._clock.monotonic_s()
         finally:
             self._refreshing = False
 

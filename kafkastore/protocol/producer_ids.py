@@ -36,7 +36,8 @@ class ProducerIdAllocator:
         self._lock = threading.Lock()
         self._next = 0
         self._end = 0
-        self._engine = CommitEngine(budget=Budget(max_attempts=self.max_attempts), clock=clock,
+        self._engine = CommitEngine(budget=Budget(max_attempts=self.max_attempts),
+                                    clock=clock or storage.clock,
                                     rng=rng)
 
     def _claimed(self) -> list[int]:

@@ -198,12 +198,13 @@ class BrokerServer:
             from .authorizer import Authorizer
             self.authorizer = Authorizer(acl_document(storage, max_age_s=opts.acl_max_age_s),
                                          opts.super_users, submit=self.pool.submit,
-                                         max_age_s=opts.acl_max_age_s)
+                                         max_age_s=opts.acl_max_age_s, clock=self.clock)
         self.meta = MetadataCache(storage)
         self.appender = Appender(self)
         self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
         self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms, clock=self.clock)
-        self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance)
+        self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance,
+                                                clock=self.clock)
         from .quotas import QuotaManager
         #: The root's shared client quotas and this broker's enforcement of them.
         self.quota_document = ClusterDocument(storage, "quotas", max_age_s=opts.quota_refresh_s)

@@ -10,7 +10,6 @@ are visible to its fetches immediately; other brokers' writes show up within
 from __future__ import annotations
 
 import threading
-import time
 
 from ..errors import ConfigError, UnknownTopicError
 from ..manifest import Manifest, ManifestStore
@@ -30,6 +29,7 @@ class MetadataCache:
 
     def __init__(self, storage: Storage, ttl_s: float = 1.0, manifest_ttl_s: float = 0.1):
         self.storage = storage
+        self.clock = storage.clock
         self.ttl_s = ttl_s
         self.manifest_ttl_s = manifest_ttl_s
         self._lock = threading.Lock()
@@ -41,7 +41,7 @@ class MetadataCache:
 
     def topic(self, name: str) -> TopicMetadata | None:
         """The topic's metadata, None if it does not exist."""
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         with self._lock:
             hit = self._topics.get(name)
         if hit is not None and now - hit[0] < self.ttl_s:
@@ -61,7 +61,7 @@ class MetadataCache:
         """The cached answer of :meth:`topic` if still fresh (never blocks), else :data:`MISSING`."""
         with self._lock:
             hit = self._topics.get(name)
-        if hit is not None and time.monotonic() - hit[0] < self.ttl_s:
+        if hit is not None and self.clock.monotonic_s() - hit[0] < self.ttl_s:
             return hit[1]
         return _MISSING
 
@@ -79,7 +79,7 @@ class MetadataCache:
 
     def topic_names(self) -> list[str]:
         """Every topic under the root."""
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         with self._lock:
             names = self._names
         if names is not None and now - names[0] < self.ttl_s:
@@ -92,7 +92,7 @@ class MetadataCache:
     def manifest(self, topic: str, partition: int, max_age_s: float | None = None) -> Manifest:
         """The latest manifest (the empty version 0 before the first commit)."""
         max_age = self.manifest_ttl_s if max_age_s is None else max_age_s
-        now = time.monotonic()
+        now = self.clock.monotonic_s()
         with self._lock:
             hit = self._manifests.get((topic, partition))
         if hit is not None and now - hit[0] < max_age:
@@ -109,7 +109,7 @@ class MetadataCache:
 
     def put_manifest(self, m: Manifest, at: float | None = None) -> None:
         """Remember ``m`` if it is not older than what is cached."""
-        at = time.monotonic() if at is None else at
+        at = self.clock.monotonic_s() if at is None else at
         key = (m.topic, m.partition)
         with self._lock:
             if len(self._manifests) >= MAX_CACHED_TOPICS * 10 and key not in self._manifests:
