@@ -16,6 +16,13 @@
    versions still stored, and the PUT count per acknowledged commit where the
    store counts them (S3: moto's request log is not exposed, so objects
    written are counted from the bucket listing instead).
+4. Prints the broker's CPU seconds per acknowledged record (from ``/proc/<pid>/stat``) for
+   the same two windows, the load averages at start and end, and a series per half window
+   (p50, CPU per record, 1-minute load): with other tenants on the machine a latency ratio
+   that follows the load line says little; CPU per record hardly moves with the load (it
+   does fall a little as slower commits group more records).
+   ``KAFKASTORE_BENCH_BROKER_MAIN=bench/profile_broker.py`` times each step of the
+   broker's commits, merges and gc for the same windows (see that file).
 
 The issue's bar: p50 of the last minute within 1.25x of the first, live
 segments bounded. Other tenants of the machine make single runs noisy.
@@ -65,6 +72,22 @@ def _loadavg() -> str:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
+
+
+def _print_series(acks: list[tuple[float, float]], cpu: list[tuple[float, float]],
+                  loads: list[float], dur: float, window: float) -> None:
+    """p50 ack latency, broker CPU per record and the machine's load, per window of the run:
+    growth that follows the load line is the machine's, growth against a flat load is ours."""
+    step = window / 2
+    print(f"per {step:.0f} s: start s, p50 ack ms, broker CPU ms per record, 1-min load average")
+    t = 0.0
+    while t + step <= dur + 1e-6:
+        lat = [x for s, x in acks if t <= s < t + step]
+        load = [v for i, v in enumerate(loads) if t <= i + 1 < t + step]
+        used = _cpu_between(cpu, t, t + step)
+        print(f"  {t:5.0f} {_percentile(lat, 0.5) * 1e3:8.1f} {used / max(1, len(lat)) * 1e3:8.3f} "
+              f"{(sum(load) / len(load)) if load else float('nan'):6.1f}")
+        t += step
 
 
 def main() -> int:
@@ -121,11 +144,13 @@ def main() -> int:
         # The broker's CPU seconds over the run (once a second): CPU per acknowledged record
         # hardly depends on what else the machine runs, unlike latency.
         cpu: list[tuple[float, float]] = [(0.0, _cpu_seconds(broker.pid))]
+        loads: list[float] = []  # the 1-minute load average, once a second
         load_start = _loadavg()
         while time.perf_counter() - t_start < args.seconds:
             now = time.perf_counter()
             if now - t_start - cpu[-1][0] >= 1.0:
                 cpu.append((now - t_start, _cpu_seconds(broker.pid)))
+                loads.append(float(_loadavg().split()[0]))
             if now < next_at:
                 p.poll(next_at - now)
                 continue
@@ -164,6 +189,7 @@ def main() -> int:
         print(f"broker CPU per acknowledged record: first {cpu_f:.3f} ms, last {cpu_l:.3f} ms, "
               f"ratio {cpu_l / cpu_f:.2f} (less sensitive to other load than latency)")
         print(f"load average (1/5/15 min) at start: {load_start}; at the end: {load_end}")
+        _print_series(acks, cpu, loads, dur, window)
         bound = size / args.segment_bytes
         print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
