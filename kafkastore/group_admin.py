@@ -11,7 +11,6 @@ refuses them for groups that are not Empty or Dead.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
@@ -24,10 +23,6 @@ from .topics import load_topic, partition_offsets
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def list_groups(storage: Storage) -> list[str]:
@@ -46,7 +41,7 @@ def _safe_assignment(data: bytes, protocol_type: str) -> dict[str, list[int]]:
 
 def describe_group(storage: Storage, group: str, *, now_ms: int | None = None) -> dict[str, Any]:
     """Members, assignment, committed offset, log end and lag per partition (JSON-ready)."""
-    now = _now_ms() if now_ms is None else now_ms
+    now = storage.clock.wall_ms() if now_ms is None else now_ms
     st = OffsetsStore(storage).group(group)
     if st.empty:
         raise UnknownGroupError(f"consumer group {group!r} does not exist under {storage.url}")
@@ -98,7 +93,7 @@ def _refuse_live(st: GroupState, action: str, now: int) -> None:
 
 def delete_group(storage: Storage, group: str, *, now_ms: int | None = None) -> None:
     """Delete a group's metadata and committed offsets (tombstones in ``__consumer_offsets``)."""
-    now = _now_ms() if now_ms is None else now_ms
+    now = storage.clock.wall_ms() if now_ms is None else now_ms
     store = OffsetsStore(storage)
     st = store.group(group)
     if st.empty:
@@ -143,7 +138,7 @@ def plan_reset(storage: Storage, group: str, topic_spec: str, target: ResetTarge
     """The new offset of every partition (refused while the group has live members)."""
     from .reader import PartitionReader
 
-    now = _now_ms() if now_ms is None else now_ms
+    now = storage.clock.wall_ms() if now_ms is None else now_ms
     topic, parts = parse_topic_partitions(topic_spec)
     meta = load_topic(storage, topic)
     if parts is None:
@@ -176,7 +171,7 @@ def plan_reset(storage: Storage, group: str, topic_spec: str, target: ResetTarge
 def execute_reset(storage: Storage, plan: dict[str, Any], *, now_ms: int | None = None,
                   clock: Callable[[], int] | None = None) -> None:
     """Commit a plan from :func:`plan_reset` (one manifest commit; liveness checked again)."""
-    now = _now_ms() if now_ms is None else now_ms
+    now = storage.clock.wall_ms() if now_ms is None else now_ms
     store = OffsetsStore(storage, clock=clock)
     group, topic = plan["group"], plan["topic"]
     _refuse_live(store.group(group), "reset offsets of", now)

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -180,7 +179,7 @@ def create_topic(storage: Storage, name: str, partitions: int = 1,
     layout.validate_topic_name(name)
     partitions = _check_partitions(partitions)
     config = configs if isinstance(configs, TopicConfig) else TopicConfig.from_dict(configs or {})
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = storage.clock.wall_ms() if now_ms is None else int(now_ms)
     meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now)
     # A delete that stopped after removing _topic.json but before tombstoning every
     # partition is finished first, so the new topic never shows the old one's records.
@@ -394,7 +393,7 @@ def update_topic(storage: Storage, name: str,
     versions = _versions_of(storage, name, doc)
     if versions is None:  # the first change: move _topic.json to format 3
         versions = _versions_of(storage, name, _make_versioned(storage, name, doc))
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = storage.clock.wall_ms() if now_ms is None else int(now_ms)
     applied: list[tuple[TopicMetadata, TopicMetadata]] = []  # (before, after) of the last plan
 
     def apply(d: dict) -> dict:
@@ -476,7 +475,7 @@ def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
     layout.validate_topic_name(name)
     if not allow_internal:
         check_not_internal(name, "delete")
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
+    now = storage.clock.wall_ms() if now_ms is None else int(now_ms)
     try:
         meta: TopicMetadata | None = load_topic(storage, name)
         versions = _versions_of(storage, name, _read_topic_file(storage, name))

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from typing import Callable
 
+from ..clock import Clock, as_clock
 from ..commit import Backoff
 from ..errors import RequirementFailedError, SchemaRegistryError, StorageError, TopicExistsError
 from ..storage import Storage
@@ -42,15 +42,21 @@ Plan = Callable[[RegistryState], "tuple[list[tuple[bytes, bytes | None]], object
 class SchemaStore:
     """The registry's state over ``storage``'s ``_schemas`` topic."""
 
-    def __init__(self, storage: Storage, *, broker_id: int = 0, clock=None,
-                 monotonic: Callable[[], float] = time.monotonic, refresh_interval_s: float = 0.5,
-                 sleep: Callable[[float], object] = time.sleep, rng: random.Random | None = None):
+    def __init__(self, storage: Storage, *, broker_id: int = 0,
+                 clock: Clock | Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] | None = None, refresh_interval_s: float = 0.5,
+                 sleep: Callable[[float], object] | None = None, rng: random.Random | None = None):
         self.storage = storage
-        self.sleep = sleep
         self._rng = rng or random.Random()
         self.broker_id = broker_id
-        self.clock = clock or (lambda: int(time.time() * 1000))
-        self.monotonic = monotonic
+        # One clock (default: the storage's); ``monotonic``/``sleep`` replace just that part.
+        clock = as_clock(clock, "ms") if clock is not None else storage.clock
+        if monotonic is not None or sleep is not None:
+            clock = Clock(wall_ms=clock.wall_ms, monotonic_s=monotonic or clock.monotonic_s,
+                          sleep=sleep or clock.sleep)
+        self.clock = clock
+        self.sleep = clock.sleep
+        self.monotonic = clock.monotonic_s
         self.refresh_interval_s = refresh_interval_s
         self.state = RegistryState()
         self._next = 0
@@ -69,7 +75,7 @@ class SchemaStore:
             elif create:
                 try:
                     create_topic(self.storage, SCHEMAS_TOPIC, 1, SCHEMAS_TOPIC_CONFIG,
-                                 now_ms=self.clock())
+                                 now_ms=self.clock.wall_ms())
                 except TopicExistsError:
                     pass
                 self._exists = True
@@ -120,7 +126,7 @@ class SchemaStore:
                 if not records:
                     return result
                 if self._broker is None:
-                    self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock,
+                    self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock.wall_ms,
                                           commit_on_roll=False)
                     self._broker.allow_internal = True  # the owner of _schemas
                 self._broker.expect_high_watermark = {(SCHEMAS_TOPIC, 0): self._next}
