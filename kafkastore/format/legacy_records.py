@@ -269,12 +269,6 @@ def decode_message_set(buf, *, verify_crc: bool = True, allow_partial: bool = Fa
     return out
 
 
-def is_legacy(buf) -> bool:
-    """Whether ``buf`` starts with a magic 0/1 entry (the magic byte sits at the same place
-    as a v2 batch's, byte 16)."""
-    return len(buf) > MAGIC_OFFSET and buf[MAGIC_OFFSET] in (MAGIC_V0, MAGIC_V1)
-
-
 # ----------------------------------------------------------------- encode
 
 def _message(magic: int, attrs: int, timestamp: int, key: bytes | None, value: bytes | None) -> bytes:

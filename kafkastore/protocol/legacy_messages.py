@@ -56,6 +56,7 @@ def _module(name: str, *classes: type) -> types.ModuleType:
     mod = types.ModuleType(f"{__name__}.{name}")
     for cls in classes:
         cls.__module__ = mod.__name__
+        cls.__qualname__ = cls.__name__
         setattr(mod, cls.__name__, cls)
     sys.modules[mod.__name__] = mod
     return mod
