@@ -53,7 +53,8 @@ from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Re
                            parse_header)
 from .format.segment import index_batch_arrays, index_batches
 from .merge import Housekeeper, housekeeper_for
-from .segment_writer import Uploads, commit_appending, entries_with_aborted, write_segment
+from .segment_writer import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
+                             entries_with_aborted, write_segment)
 from .storage import Storage
 from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
@@ -939,19 +940,11 @@ class Broker:
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
         try:
             m = self._store(topic, partition).latest()
-            state = m.producers.get(producer_id) if m else None
-            if state is not None and state.epoch == producer_epoch:
-                last = state.last_sequence
-                last_seq = (base_sequence + len(records) - 1) & 0x7FFFFFFF
-                if (state.find_batch(base_sequence, last_seq) is None
-                        and base_sequence != (last + 1) & 0x7FFFFFFF):
-                    raise OutOfOrderSequenceError(
-                        f"producer {producer_id}: sequence {base_sequence} does not follow {last} "
-                        f"on {topic}/{partition}")
-            elif state is not None and producer_epoch > state.epoch and base_sequence != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {producer_id}: the first batch of epoch {producer_epoch} must have "
-                    f"sequence 0, got {base_sequence} on {topic}/{partition}")
+            verdict, why = check_sequence(m.producers.get(producer_id) if m else None, producer_id,
+                                          producer_epoch, base_sequence,
+                                          (base_sequence + len(records) - 1) & 0x7FFFFFFF)
+            if verdict in (FENCED, OUT_OF_ORDER):
+                raise OutOfOrderSequenceError(f"{why} on {topic}/{partition}")
             min_ts = now if st.log_append else min(r.timestamp for r in records)
             pending = [_Pending(data, 0, len(records), min_ts, False, appended_ms=now)]
             return self._commit((topic, partition), st, pending)

@@ -39,6 +39,8 @@ this module adds is what every writer did around it, once:
   producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default, one
   day) with no open transaction, as Kafka's broker does, so manifests do not grow with
   every producer that ever wrote.
+* **Sequences** (:func:`check_sequence`): a client's batch with its own producer id
+  (serve's Produce, :meth:`Broker.append_batch`) is checked by Kafka's rule, once.
 * **The entry** (:func:`segment_entry`): the one function that turns a segment's
   statistics and its uploaded bytes into a :class:`~kafkastore.manifest.SegmentEntry`.
 """
@@ -52,7 +54,7 @@ from fsspec.implementations.local import LocalFileSystem
 from . import layout
 from .errors import StaleUploadError
 from .format.crc import crc32c
-from .manifest import Manifest, ManifestStore, SegmentEntry
+from .manifest import Manifest, ManifestStore, ProducerState, SegmentEntry
 from .storage import Storage
 from .threads import shared_pool
 
@@ -202,6 +204,41 @@ def expired_producers(m: Manifest, keep: Iterable[int], now_ms: int,
             if len(out) >= limit:
                 break
     return out
+
+
+#: :func:`check_sequence` verdicts.
+APPEND, DUPLICATE, FENCED, OUT_OF_ORDER = "append", "duplicate", "fenced", "out of order"
+_INT32_MASK = 0x7FFFFFFF
+
+
+def check_sequence(state: ProducerState | None, producer_id: int, epoch: int,
+                   base_sequence: int, last_sequence: int) -> tuple[str, Any]:
+    """Kafka's sequence check of a client's batch against its producer's state at the
+    partition (``ProducerStateManager``): ``(verdict, value)``.
+
+    * ``(APPEND, state)``: the state to append the batch to (a new producer, or a newer
+      epoch starting at sequence 0, starts afresh);
+    * ``(DUPLICATE, BatchMetadata)``: a retry of a retained batch, with its offsets;
+    * ``(FENCED, message)``: an epoch older than the partition knows;
+    * ``(OUT_OF_ORDER, message)``: a newer epoch not starting at 0, or a sequence that
+      does not follow the last one (-1 when the epoch has no batch yet).
+    """
+    if state is None:
+        return APPEND, ProducerState(epoch=epoch)
+    if epoch < state.epoch:
+        return FENCED, f"producer {producer_id} epoch {epoch} is older than {state.epoch}"
+    if epoch > state.epoch:
+        if base_sequence != 0:
+            return OUT_OF_ORDER, (f"producer {producer_id}: the first batch of epoch {epoch} "
+                                  f"must have sequence 0, got {base_sequence}")
+        return APPEND, replace(state, epoch=epoch, batches=())
+    dup = state.find_batch(base_sequence, last_sequence)
+    if dup is not None:
+        return DUPLICATE, dup
+    if base_sequence != (state.last_sequence + 1) & _INT32_MASK:
+        return OUT_OF_ORDER, (f"producer {producer_id}: sequence {base_sequence} does not "
+                              f"follow {state.last_sequence}")
+    return APPEND, state
 
 
 def entries_with_aborted(entries: Sequence[SegmentEntry],

@@ -56,8 +56,9 @@ from ..format.record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
 from ..format.segment import SegmentBuilder
-from ..segment_writer import (PRODUCER_ID_EXPIRATION_MS, Uploads, commit_appending,
-                              entries_with_aborted, expired_producers, write_segment)
+from ..segment_writer import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, Uploads,
+                              check_sequence, commit_appending, entries_with_aborted,
+                              expired_producers, write_segment)
 from . import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.append")
@@ -248,8 +249,7 @@ class Appender:
             self._busy.add(tp)
             try:
                 queued = sum(i.header.size for i in self._queues[tp])
-                if self.interval_s and queued < GROUP_COMMIT_BYTES and \
-                        not any(i.marker for i in self._queues[tp]):  # a transaction's end waits on it
+                if self.interval_s and queued < GROUP_COMMIT_BYTES:
                     await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
                 started = time.monotonic()
@@ -426,28 +426,14 @@ def _roll(accepted: list[tuple[_Prepared, int]], segment_bytes: int
 
 def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerState | Outcome:
     """Kafka's sequence check: the state to append to, or the outcome (duplicate or error)."""
-    last_seq = (h.base_sequence + h.last_offset_delta) & _INT32_MASK
-    if state is None:
-        return ProducerState(epoch=h.producer_epoch)
-    if h.producer_epoch < state.epoch:
-        return Outcome(E.INVALID_PRODUCER_EPOCH,
-                       message=f"producer {h.producer_id} epoch {h.producer_epoch} is older than "
-                               f"{state.epoch}")
-    if h.producer_epoch > state.epoch:
-        if h.base_sequence != 0:
-            return Outcome(E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                           message=f"new epoch {h.producer_epoch} must start at sequence 0, "
-                                   f"got {h.base_sequence}")
-        return replace(state, epoch=h.producer_epoch, batches=())
-    dup = state.find_batch(h.base_sequence, last_seq)
-    if dup is not None:
-        return Outcome(E.NONE, dup.first_offset)
-    expected = (state.last_sequence + 1) & _INT32_MASK if state.batches else h.base_sequence
-    if h.base_sequence != expected:
-        return Outcome(E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                       message=f"producer {h.producer_id}: sequence {h.base_sequence}, "
-                               f"expected {expected}")
-    return state
+    verdict, value = check_sequence(state, h.producer_id, h.producer_epoch, h.base_sequence,
+                                    (h.base_sequence + h.last_offset_delta) & _INT32_MASK)
+    if verdict == APPEND:
+        return value
+    if verdict == DUPLICATE:
+        return Outcome(E.NONE, value.first_offset)
+    return Outcome(E.INVALID_PRODUCER_EPOCH if verdict == FENCED else E.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                   message=value)
 
 
 def _end_transaction(state: ProducerState | None, h: BatchHeader, offset: int
