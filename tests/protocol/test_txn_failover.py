@@ -109,19 +109,28 @@ def _coordinator_of(bootstrap: str, key: str) -> int:
         w.close()
 
 
-def _returns_within(seconds: float, call) -> bool:
-    """Whether ``call()`` returns within ``seconds``: librdkafka's blocking calls hold the thread
-    in C, where pytest's timeout cannot interrupt them."""
+def _bounded(seconds: float, call):
+    """``call()``'s result (or its exception), failing the test if it has not returned within
+    ``seconds``: librdkafka's blocking calls hold the thread in C, where pytest's timeout
+    cannot interrupt them."""
     import threading
 
-    done = threading.Event()
+    out: list = []
 
     def run():
-        call()
-        done.set()
+        try:
+            out.append((True, call()))
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the test's thread
+            out.append((False, exc))
 
-    threading.Thread(target=run, daemon=True).start()
-    return done.wait(seconds)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"the call did not return within {seconds} s"
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
 
 
 @pytest.mark.timeout(120)
@@ -157,8 +166,7 @@ def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
         p.list_topics(timeout=10)  # a Metadata answer from broker 1, after broker 0 died
         p.begin_transaction()
         p.produce(dst, b"b", partition=0)
-        assert _returns_within(40, lambda: p.send_offsets_to_transaction(
-            [ck.TopicPartition(src, 0, 2)], meta, 20)), "send_offsets_to_transaction hung"
+        _bounded(40, lambda: p.send_offsets_to_transaction([ck.TopicPartition(src, 0, 2)], meta, 20))
         p.commit_transaction(20)
         got = _consume(f"127.0.0.1:{ports[1]}", dst, 1, "read_committed", expect=2)
         assert sorted(got) == [b"a", b"b"]
@@ -166,8 +174,8 @@ def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
         _stop_all(procs)
 
 
-# A hang inside librdkafka's C call cannot be interrupted by this marker (see _returns_within);
-# it bounds everything else.
+# A hang inside librdkafka's C call cannot be interrupted by this marker (see _bounded); it
+# bounds everything else.
 @pytest.mark.timeout(240)
 def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
     """confluent-kafka's exactly-once loop (send_offsets_to_transaction) between two topics;
@@ -212,8 +220,8 @@ def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
                 nxt = {}
                 for m in msgs:
                     nxt[m.partition()] = max(nxt.get(m.partition(), 0), m.offset() + 1)
-                producer.send_offsets_to_transaction([ck.TopicPartition(src, q, o) for q, o in nxt.items()],
-                                                     consumer.consumer_group_metadata(), 30)
+                _bounded(60, lambda: producer.send_offsets_to_transaction(
+                    [ck.TopicPartition(src, q, o) for q, o in nxt.items()], consumer.consumer_group_metadata(), 30))
                 producer.commit_transaction(60)
             except ck.KafkaException as exc:
                 err = exc.args[0]
