@@ -160,7 +160,9 @@ def _entry(magic, attrs, key, value, offset=0, crc=None):
     _entry(0, 0, None, b"v") + _entry(1, 0, None, b"v"),  # mixed magic
     _entry(1, 1, None, None),                        # compressed without a value
     _entry(7, 0, None, b"v"),                        # magic 7 (neither old nor v2)
-], ids=["crc", "gzip", "snappy", "lz4", "zstd", "truncated", "trailing", "mixed", "null-wrapper", "magic7"])
+    batch([b"v"]),                                   # a v2 batch: Kafka refuses magic 2 before Produce v3
+], ids=["crc", "gzip", "snappy", "lz4", "zstd", "truncated", "trailing", "mixed", "null-wrapper", "magic7",
+        "magic2"])
 def test_malformed_message_sets_get_corrupt_message(broker, wire, topic, data):
     for version in (0, 2):
         r = old_produce(wire, topic, data, version)
