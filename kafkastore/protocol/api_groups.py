@@ -40,6 +40,7 @@ KAFKA_STORAGE_ERROR = 56
 INVALID_REQUEST = 42
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
+COORDINATOR_KEY_SHARE = 2  # KIP-932, FindCoordinator v6+
 TICK_S = 0.1
 #: Longest string (UTF-8 bytes) a group's records can hold: Kafka's int16-length strings,
 #: which __consumer_offsets records use for group ids, member ids, protocols and hosts.
@@ -184,6 +185,13 @@ async def handle_find_coordinator(ctx: RequestContext, request):
             if authz.txn_error(ctx, Op.DESCRIBE, key):
                 return authz.E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, (-1, "", -1)
             return G.NONE, None, coordinator_node(key, brokers)
+        if key_type == COORDINATOR_KEY_SHARE:  # as Kafka 3.9's KafkaApis.getCoordinator
+            if ctx.api_version < 6:
+                return INVALID_REQUEST, "share coordinator keys need FindCoordinator v6", (-1, "", -1)
+            if authz.cluster_error(ctx, Op.CLUSTER_ACTION):  # brokers ask for share coordinators
+                return authz.E.CLUSTER_AUTHORIZATION_FAILED, None, (-1, "", -1)
+            # 3.9 serves the key type but has no share coordinator (nor do we): no node, ever.
+            return G.COORDINATOR_NOT_AVAILABLE, None, (-1, "", -1)
         if key_type != COORDINATOR_KEY_GROUP:
             return INVALID_REQUEST, f"unknown coordinator key type {key_type}", (-1, "", -1)
         if invalid_group_id(key):
@@ -474,7 +482,8 @@ def _host(peer) -> str:
 
 
 def register(registry: Registry) -> None:
-    registry.register(FIND_COORDINATOR, 0, 5, handle_find_coordinator)  # Kafka 3.9's; v5 = v4 (KIP-890)
+    # Kafka 3.9's 0-6: v5 = v4 (KIP-890), v6 adds the share key type (KIP-932).
+    registry.register(FIND_COORDINATOR, 0, 6, handle_find_coordinator)
     registry.register(JOIN_GROUP, 0, 9, handle_join_group)
     registry.register(SYNC_GROUP, 0, 5, handle_sync_group)
     registry.register(HEARTBEAT, 0, 4, handle_heartbeat)

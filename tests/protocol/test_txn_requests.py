@@ -157,7 +157,7 @@ def test_a_transaction_costs_two_state_commits_and_complete_is_stored_later(brok
 
 
 #: Apache Kafka 3.9's ranges of the transaction APIs and FindCoordinator (served in full).
-KAFKA_39 = {10: (0, 5), 22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 4), 28: (0, 4), 65: (0, 0), 66: (0, 1)}
+KAFKA_39 = {10: (0, 6), 22: (0, 5), 24: (0, 5), 25: (0, 4), 26: (0, 4), 28: (0, 4), 65: (0, 0), 66: (0, 1)}
 
 
 def test_api_versions_advertises_kafka_39s_ranges_of_the_transaction_apis(wire):

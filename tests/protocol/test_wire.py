@@ -66,6 +66,7 @@ def test_api_versions_tell_the_truth(broker, wire):
     got = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert got == {k: (lo, hi) for k, lo, hi in broker.server.registry.api_versions()}
     assert got[0][1] == 11 and got[1][1] == 17 and got[11] == (0, 9)  # JoinGroup (api_groups)
+    assert got[10] == (0, 6)  # FindCoordinator: Kafka 3.9's, v6 with the share key type
 
 
 def test_unknown_api_versions_version_gets_v0_unsupported(wire):
