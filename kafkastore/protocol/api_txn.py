@@ -37,9 +37,10 @@ import os
 import signal
 import struct
 import threading
-import time
 from dataclasses import replace
+from typing import Callable
 
+from ..clock import Clock, as_clock
 from ..errors import KafkaStoreError, StorageError, TopicExistsError
 from ..storage import Storage
 from ..acls import Operation as Op
@@ -75,11 +76,13 @@ class TxnStore:
     offset read, so a get costs one manifest read plus the new records.
     """
 
-    def __init__(self, storage: Storage, *, broker_id: int = 0, clock=None,
+    def __init__(self, storage: Storage, *, broker_id: int = 0,
+                 clock: Clock | Callable[[], int] | None = None,
                  partitions: int = T.DEFAULT_TXN_PARTITIONS):
         self.storage = storage
         self.broker_id = broker_id
-        self.clock = clock or (lambda: int(time.time() * 1000))
+        # Default: the storage's clock; an old bare callable returns epoch ms.
+        self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
         self._want = partitions
         self._partitions: int | None = None
         self._lock = threading.RLock()
@@ -192,7 +195,8 @@ class TxnStore:
         with self._lock:
             n = self._topic_partitions(create=True)
             if self._broker is None:
-                self._broker = Broker(self.storage, broker_id=self.broker_id, clock=self.clock)
+                self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                      clock=self.clock.wall_ms)
                 self._broker.allow_internal = True  # the owner of __transaction_state
             p = partition_for_group(meta.transactional_id, n)
             try:
@@ -271,7 +275,8 @@ class TxnService:
 
     def __init__(self, broker):
         self.broker = broker
-        self.store = TxnStore(broker.storage, broker_id=max(broker.node_id, 0))
+        self.store = TxnStore(broker.storage, broker_id=max(broker.node_id, 0),
+                              clock=broker.clock)
         self.max_timeout_ms = getattr(broker.options, "transaction_max_timeout_ms", T.DEFAULT_MAX_TIMEOUT_MS)
         self._locks: dict[str, asyncio.Lock] = {}
         spawn = getattr(broker, "_spawn", asyncio.ensure_future)
@@ -293,7 +298,7 @@ class TxnService:
     async def finish(self, meta: T.TxnMetadata) -> int:
         """Markers, offsets and the Complete state of a prepared transaction; an error code."""
         commit = meta.state is T.TxnState.PREPARE_COMMIT
-        now = int(time.time() * 1000)
+        now = self.store.clock.wall_ms()
         futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
                                                    commit, now)
                 for t, p in sorted(meta.partitions) if t != OFFSETS_TOPIC]
@@ -315,7 +320,7 @@ class TxnService:
             if pending:
                 await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
             fault_point("after-markers")
-            self.store.mark_complete(replace(meta, last_update_ms=int(time.time() * 1000)))
+            self.store.mark_complete(replace(meta, last_update_ms=self.store.clock.wall_ms()))
             self._store_complete_later(meta.transactional_id)
         except KafkaStoreError:
             log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
@@ -341,7 +346,7 @@ class TxnService:
         from .api_groups import service as groups
 
         svc = groups(self.broker)
-        now = int(time.time() * 1000)
+        now = self.store.clock.wall_ms()
         for group, offsets in pending:
             oms = {tp: OffsetAndMetadata(o, e, md or "", now) for tp, (o, e, md) in offsets.items()}
             await self.broker.run(svc.store.commit_offsets, group, oms)
@@ -351,7 +356,7 @@ class TxnService:
     async def abort_in_flight(self, cur: T.TxnMetadata) -> tuple[int, T.TxnMetadata]:
         """Finish a prepared transaction, or abort an Ongoing one with the epoch bumped."""
         if cur.state is T.TxnState.ONGOING:
-            cur = T.fence(cur, int(time.time() * 1000)).meta
+            cur = T.fence(cur, self.store.clock.wall_ms()).meta
             await self.write(cur)
         if cur.state.prepared:
             err = await self.finish(cur)
@@ -372,7 +377,7 @@ class TxnService:
                     await self.broker.run(self.store.refresh)
                 except Exception:  # noqa: BLE001 - the next round tries again
                     log.warning("could not read %s", T.TXN_TOPIC, exc_info=True)
-            now = int(time.time() * 1000)
+            now = self.store.clock.wall_ms()
             for meta in self.store.cached():
                 if not (meta.expired(now) or (meta.state.prepared and now - meta.last_update_ms > 10_000)):
                     continue
@@ -515,7 +520,7 @@ async def handle_init_producer_id(ctx: RequestContext, request):
             new_pid = -1
             if cur is None or cur.producer_epoch + 1 >= T.MAX_EPOCH:
                 new_pid = await ctx.run(ctx.broker.producer_ids.allocate)
-            step = T.init_producer_id(cur, tid, timeout_ms, int(time.time() * 1000), new_pid,
+            step = T.init_producer_id(cur, tid, timeout_ms, svc.store.clock.wall_ms(), new_pid,
                                       max_timeout_ms=svc.max_timeout_ms, bump=not own_abort)
             if step.error:
                 return answer(step.error)
@@ -613,7 +618,7 @@ async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> i
                 err, cur = await svc.abort_in_flight(cur)
                 if err:
                     return err
-            step = T.add_partitions(cur, pid, epoch, parts, int(time.time() * 1000))
+            step = T.add_partitions(cur, pid, epoch, parts, svc.store.clock.wall_ms())
             if step.error:
                 return step.error
             if step.meta is not None:
@@ -721,7 +726,7 @@ async def handle_end_txn(ctx: RequestContext, request):
         async with svc.lock(tid):
             cur = await ctx.run(svc.store.get, tid)
             step = T.end_txn(cur, request.producer_id, request.producer_epoch, request.committed,
-                             int(time.time() * 1000))
+                             svc.store.clock.wall_ms())
             if step.error or step.meta is None:
                 return make(ctx.response_class, error_code=T.compat_error(step.error, ctx.api_version))
             if step.meta != cur:
@@ -791,7 +796,7 @@ async def handle_list_transactions(ctx: RequestContext, request):
     except KafkaStoreError:
         return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE, unknown_state_filters=unknown,
                     transaction_states=())
-    now = int(time.time() * 1000)
+    now = svc.store.clock.wall_ms()
     out = []
     for m in sorted(svc.store.cached(), key=lambda m: m.transactional_id):
         if not svc.owns(m.transactional_id) or authz.txn_error(ctx, Op.DESCRIBE, m.transactional_id):
