@@ -23,9 +23,11 @@ from kafkastore.reader import READ_COMMITTED, READ_UNCOMMITTED
 from .offset_ranges import (EARLIEST_OFFSET, LATEST_OFFSET, Earliest, GlobalTimestamp, Latest,
                             OffsetLimit, OffsetRange, SpecificOffsets, SpecificTimestamps,
                             is_json_int, partition_map)
+from .planning import DEFAULT_MAX_BYTES
 
 SOURCE_NAME = "kafkastore"
-DEFAULT_MAX_BYTES_PER_PARTITION = 128 << 20
+#: maxBytesPerPartition's default: the planner's split size
+DEFAULT_MAX_BYTES_PER_PARTITION = DEFAULT_MAX_BYTES
 
 _SUBSCRIPTION_OPTIONS = ("topic", "subscribe", "subscribePattern", "assign")
 _KNOWN_OPTIONS = (
