@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 
 from ..format import offset_index
 from ..errors import KafkaStoreError
@@ -148,7 +147,7 @@ async def handle_fetch(ctx: RequestContext, request):
         return make(ctx.response_class, error_code=E.FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=())
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     max_wait = request.max_wait.total_seconds()
-    deadline = time.monotonic() + max_wait
+    deadline = broker.clock.monotonic_s() + max_wait
     max_bytes = getattr(request, "max_bytes", 0x7FFFFFFF)
     targets = await _targets(ctx, request.topics)
     # Unknown topic ids (v13+) and topics the principal may not read are answered with their
@@ -166,7 +165,7 @@ async def handle_fetch(ctx: RequestContext, request):
         results = await ctx.run(_read_all, broker, topics, max_bytes, read_committed, False)
         size = sum(len(r.records) for _, _, parts in results for _, r in parts)
         errors = any(r.error != E.NONE for _, _, parts in results for _, r in parts)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - broker.clock.monotonic_s()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
         # Parked until a partition of this fetch gets data (this broker's commit, or another
