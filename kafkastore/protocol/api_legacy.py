@@ -1,4 +1,4 @@
-"""Produce v0-2 and Fetch v0-3: the old message format (magic 0/1) at the edges.
+"""Produce v0-2, Fetch v0-3 (and ListOffsets v0): the old message format (magic 0/1) at the edges.
 
 Kafka 3.9 still serves these versions (clients pinned to 0.9 / 0.10 brokers send them), and
 so do we, the way Kafka does with its default message format (v2 on disk):
@@ -18,8 +18,11 @@ so do we, the way Kafka does with its default message format (v2 on disk):
   raise its fetch size); v3 returns the first message whole and honours the request's
   ``max_bytes`` across partitions (KIP-74).
 
-:func:`register` puts the old Fetch versions in front of whatever ``api_fetch`` registered,
-so newer versions keep their handler (one extra call in between).
+ListOffsets v0 (old-style offsets, what 0.9 / 0.10 consumers reset their position with) is
+answered by :func:`old_style_offsets`.
+
+:func:`register` puts the old Fetch and ListOffsets versions in front of whatever
+``api_fetch`` registered, so newer versions keep their handler (one extra call in between).
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
-FETCH = 1
+FETCH, LIST_OFFSETS = 1, 2
+EARLIEST, LATEST = -2, -1
 UNSUPPORTED_COMPRESSION_TYPE = 76
 #: The oldest Fetch version kio (and so ``api_fetch``) has classes for.
 FIRST_NEW_FETCH = 4
@@ -168,16 +172,72 @@ async def handle_old_fetch(ctx: RequestContext, request):
     return make(ctx.response_class, responses=responses)
 
 
-def register(registry: Registry) -> None:
-    """Serve Fetch from v0: the old versions here, the rest by the handler registered before."""
-    spec = registry.get(FETCH)
-    if spec is None or spec.min_version > FIRST_NEW_FETCH:
+# -- ListOffsets v0 ---------------------------------------------------------------------
+
+def old_style_offsets(broker, topic: str, partition: int, timestamp: int,
+                      max_num_offsets: int) -> tuple[int, tuple[int, ...]]:
+    """``(error, offsets)`` as Kafka's ListOffsets v0 (``legacyFetchOffsetsForTimestamp``):
+    earliest (-2) is the log start offset; otherwise the candidates are each live segment's
+    base offset, "last modified" at its max timestamp, then the high watermark, modified
+    now; the answer is the latest candidate modified at or before ``timestamp`` (latest, -1:
+    the high watermark) and those before it, newest first, at most ``max_num_offsets``.
+    Blocking."""
+    meta = broker.meta.topic(topic)
+    if meta is None or not 0 <= partition < meta.partitions:
+        return E.UNKNOWN_TOPIC_OR_PARTITION, ()
+    if max_num_offsets < 0:
+        return E.INVALID_REQUEST, ()
+    m = broker.meta.manifest(topic, partition, 0)
+    if timestamp == EARLIEST:
+        return E.NONE, (m.log_start_offset,)[:max_num_offsets]
+    live = [s for s in m.segments if s.next_offset > m.log_start_offset]
+    if timestamp == LATEST:
+        candidates = [max(s.base_offset, m.log_start_offset) for s in live] + [m.high_watermark]
+    else:
+        # The high watermark's "modification time" is now: never before a past timestamp.
+        candidates = [max(s.base_offset, m.log_start_offset) for s in live if s.max_timestamp <= timestamp]
+    out = tuple(dict.fromkeys(reversed(candidates)))  # newest first, no repeats
+    return E.NONE, out[:max_num_offsets]
+
+
+async def handle_old_list_offsets(ctx: RequestContext, request):
+    """ListOffsets v0 (the version 0.9 / 0.10 consumers reset their position with)."""
+    mod = ctx.response_module
+    topics = []
+    for t in request.topics:
+        describe = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
+        parts = []
+        for p in t.partitions:
+            try:
+                err, offsets = (E.TOPIC_AUTHORIZATION_FAILED, ()) if not describe else await ctx.run(
+                    old_style_offsets, ctx.broker, t.name, p.partition_index, p.timestamp,
+                    p.max_num_offsets)
+            except KafkaStoreError as exc:
+                log.warning("list offsets of %s/%d failed: %s", t.name, p.partition_index, exc)
+                err, offsets = E.KAFKA_STORAGE_ERROR, ()
+            parts.append(make(mod, "ListOffsetsPartitionResponse", partition_index=p.partition_index,
+                              error_code=err, old_style_offsets=offsets))
+        topics.append(make(mod, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
+    return make(ctx.response_class, topics=tuple(topics))
+
+
+def _in_front(registry: Registry, api_key: int, first_new: int, old_handler) -> None:
+    """Serve ``api_key`` from v0: versions below ``first_new`` by ``old_handler``, the rest by
+    the handler registered before (left alone if it is missing or starts elsewhere)."""
+    spec = registry.get(api_key)
+    if spec is None or spec.min_version != first_new:
         return
     newer = spec.handler
 
-    async def handle_any_fetch(ctx: RequestContext, request):
-        if ctx.api_version < FIRST_NEW_FETCH:
-            return await handle_old_fetch(ctx, request)
+    async def handle_any(ctx: RequestContext, request):
+        if ctx.api_version < first_new:
+            return await old_handler(ctx, request)
         return await newer(ctx, request)
 
-    registry.register(FETCH, 0, spec.max_version, handle_any_fetch)
+    registry.register(api_key, 0, spec.max_version, handle_any)
+
+
+def register(registry: Registry) -> None:
+    """Serve Fetch and ListOffsets from v0: the old versions here, newer ones by api_fetch."""
+    _in_front(registry, FETCH, FIRST_NEW_FETCH, handle_old_fetch)
+    _in_front(registry, LIST_OFFSETS, 1, handle_old_list_offsets)

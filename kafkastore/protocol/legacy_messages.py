@@ -1,4 +1,4 @@
-"""Message classes for Produce v0-2 and Fetch v0-3, which kio does not generate.
+"""Message classes for Produce v0-2, Fetch v0-3 and ListOffsets v0, which kio does not generate.
 
 kio's generated classes start at Produce v3 and Fetch v4 (the versions that carry record
 batch v2). These are the same kind of frozen dataclasses, with the ``kafka_type``
@@ -22,6 +22,12 @@ after Kafka's ``clients/src/main/resources/common/message/*.json``::
       v0    Responses [Topic string, Partitions [PartitionIndex int32, ErrorCode int16,
                                                  HighWatermark int64, Records records]]
       v1-3  ThrottleTimeMs int32 first
+    ListOffsetsRequest v0   (the one old consumers reset their position with)
+      ReplicaId int32, Topics [Name string, Partitions [PartitionIndex int32,
+                                                        Timestamp int64, MaxNumOffsets int32]]
+    ListOffsetsResponse v0
+      Topics [Name string, Partitions [PartitionIndex int32, ErrorCode int16,
+                                       OldStyleOffsets [int64]]]
 
 Field names are kio's for the later versions, so handlers and
 :func:`kafkastore.protocol.codec.make` treat both alike. Each version's classes live in
@@ -45,7 +51,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, TZAware, i16, i32, i32Timedelta, i64
 
-PRODUCE, FETCH = 0, 1
+PRODUCE, FETCH, LIST_OFFSETS = 0, 1, 2
 #: The versions served from here (kio has the rest).
 PRODUCE_VERSIONS = range(0, 3)
 FETCH_VERSIONS = range(0, 4)
@@ -256,17 +262,91 @@ def _fetch_response(v: int) -> type:
     return FetchResponse
 
 
+def _list_offsets_request() -> type:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsPartition:
+        __type__: ClassVar = EntityType.nested
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+        partition_index: i32 = field(metadata={"kafka_type": "int32"})
+        timestamp: i64 = field(metadata={"kafka_type": "int64"})
+        max_num_offsets: i32 = field(metadata={"kafka_type": "int32"}, default=i32(1))
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsTopic:
+        __type__: ClassVar = EntityType.nested
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+        name: TopicName = field(metadata={"kafka_type": "string"})
+        partitions: tuple[ListOffsetsPartition, ...]
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsRequest:
+        __type__: ClassVar = EntityType.request
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+        replica_id: BrokerId = field(metadata={"kafka_type": "int32"}, default=BrokerId(-1))
+        topics: tuple[ListOffsetsTopic, ...]
+
+    _module("list_offsets_v0_request", ListOffsetsPartition, ListOffsetsTopic, ListOffsetsRequest)
+    return ListOffsetsRequest
+
+
+def _list_offsets_response() -> type:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsPartitionResponse:
+        __type__: ClassVar = EntityType.nested
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+        partition_index: i32 = field(metadata={"kafka_type": "int32"})
+        error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+        old_style_offsets: tuple[i64, ...] = field(metadata={"kafka_type": "int64"}, default=())
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsTopicResponse:
+        __type__: ClassVar = EntityType.nested
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+        name: TopicName = field(metadata={"kafka_type": "string"})
+        partitions: tuple[ListOffsetsPartitionResponse, ...]
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ListOffsetsResponse:
+        __type__: ClassVar = EntityType.response
+        __version__: ClassVar[i16] = i16(0)
+        __flexible__: ClassVar[bool] = False
+        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
+        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+        topics: tuple[ListOffsetsTopicResponse, ...]
+
+    _module("list_offsets_v0_response", ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+            ListOffsetsResponse)
+    return ListOffsetsResponse
+
+
 _REQUESTS = {**{(PRODUCE, v): _produce_request(v) for v in PRODUCE_VERSIONS},
-             **{(FETCH, v): _fetch_request(v) for v in FETCH_VERSIONS}}
+             **{(FETCH, v): _fetch_request(v) for v in FETCH_VERSIONS},
+             (LIST_OFFSETS, 0): _list_offsets_request()}
 _RESPONSES = {**{(PRODUCE, v): _produce_response(v) for v in PRODUCE_VERSIONS},
-              **{(FETCH, v): _fetch_response(v) for v in FETCH_VERSIONS}}
+              **{(FETCH, v): _fetch_response(v) for v in FETCH_VERSIONS},
+              (LIST_OFFSETS, 0): _list_offsets_response()}
 
 
 def request_class(api_key: int, version: int) -> type:
-    """The request class of an old Produce / Fetch version (KeyError for any other)."""
+    """The request class of an old Produce / Fetch / ListOffsets version (KeyError for any other)."""
     return _REQUESTS[(api_key, version)]
 
 
 def response_class(api_key: int, version: int) -> type:
-    """The response class of an old Produce / Fetch version (KeyError for any other)."""
+    """The response class of an old Produce / Fetch / ListOffsets version (KeyError for any other)."""
     return _RESPONSES[(api_key, version)]

@@ -27,8 +27,7 @@ def _old_consume(bootstrap: str, topic: str, partitions: int, api_version, expec
                       consumer_timeout_ms=3000, **conf)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     c.assign(tps)
-    for tp in tps:  # no ListOffsets: these releases' v0 is not what this test is about
-        c.seek(tp, 0)
+    c.seek_to_beginning()  # ListOffsets v0 (earliest)
     got = []
     for m in c:
         got.append((m.partition, m.offset, m.key, m.value, m.timestamp))
@@ -98,3 +97,44 @@ def test_acks_zero_old_producer(broker, storage):
     p.close()
     got = confluent_consume(broker.bootstrap, "old-acks0", 1, 5)
     assert [g[3] for g in got] == [b"a%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("release", sorted(OLD))
+def test_old_consumer_group_resets_and_commits(broker, storage, release):
+    """A pinned consumer in a group: no committed offset, so it resets (ListOffsets v0,
+    latest), reads what comes after, commits, and a second one resumes from the commit."""
+    from confluent_kafka import Producer
+    from kafka import KafkaConsumer
+
+    topic = f"grp-{release.replace('.', '')}"
+    create_topic(storage, topic, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic, value=b"before", partition=0)
+    assert p.flush(30) == 0
+
+    def consumer():
+        return KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=f"g-{topic}",
+                             api_version=OLD[release], auto_offset_reset="latest",
+                             enable_auto_commit=False, consumer_timeout_ms=4000)
+
+    c = consumer()
+    while not c.assignment():
+        c.poll(200)
+    from kafka import TopicPartition
+    assert c.position(TopicPartition(topic, 0)) == 1  # reset to latest, past "before"
+    for v in (b"a", b"b"):
+        p.produce(topic, value=v, partition=0)
+    assert p.flush(30) == 0
+    got = []
+    for m in c:
+        got.append(m.value)
+        if len(got) == 2:
+            break
+    c.commit()
+    c.close()
+    assert got == [b"a", b"b"]
+    p.produce(topic, value=b"c", partition=0)
+    assert p.flush(30) == 0
+    c = consumer()
+    assert [m.value for m in c][:1] == [b"c"]
+    c.close()

@@ -170,3 +170,22 @@ def test_malformed_message_sets_get_corrupt_message(broker, wire, topic, data):
     # The broker is fine and the partition untouched.
     r = old_produce(wire, topic, L.encode_message_set(recs(1), 1))
     assert (int(r.error_code), r.base_offset) == (E.NONE, 0)
+
+
+def old_list_offsets(w, topic, timestamp, max_num=1, partition=0):
+    cls = codec.request_class(2, 0)
+    mod = __import__("sys").modules[cls.__module__]
+    req = cls(replica_id=-1, topics=(mod.ListOffsetsTopic(name=topic, partitions=(mod.ListOffsetsPartition(
+        partition_index=partition, timestamp=timestamp, max_num_offsets=max_num),)),))
+    p = w.call(req).topics[0].partitions[0]
+    return int(p.error_code), tuple(p.old_style_offsets)
+
+
+def test_list_offsets_v0_old_style(wire, topic):
+    old_produce(wire, topic, L.encode_message_set(recs(3), 1))
+    assert old_list_offsets(wire, topic, -2) == (E.NONE, (0,))
+    assert old_list_offsets(wire, topic, -1) == (E.NONE, (3,))
+    assert old_list_offsets(wire, topic, -1, max_num=5) == (E.NONE, (3, 0))  # then segment bases
+    assert old_list_offsets(wire, topic, 500) == (E.NONE, ())            # before every segment
+    assert old_list_offsets(wire, topic, 2**62, max_num=5) == (E.NONE, (0,))
+    assert old_list_offsets(wire, topic, -1, partition=9)[0] == E.UNKNOWN_TOPIC_OR_PARTITION
