@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from typing import Any, Callable
 
 from .config import Config, load_config
@@ -293,8 +292,8 @@ def cmd_verify(args, cfg: Config) -> int:
 def cmd_gc(args, cfg: Config) -> int:
     from .gc import collect_garbage
 
-    now = int(time.time() * 1000)
     storage = _storage(cfg)
+    now = storage.clock.wall_ms()
     try:
         reports = [collect_garbage(storage, args.topic, None, now_ms=now, grace_ms=args.grace_ms,
                                    dry_run=args.dry_run)]

@@ -38,7 +38,6 @@ root lives in one process only and cannot be compacted by Spark (use
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
@@ -67,10 +66,6 @@ _KEEP_DDL = "grp int, kind tinyint, offset long, pid long"
 _RESULT_DDL = "grp int, result string"
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _check_storage(storage: Storage) -> None:
     if storage.protocol == "memory":
         raise ConfigError("a memory:// root is private to one process, so Spark workers cannot "
@@ -83,10 +78,10 @@ def compact_partition(spark, storage: Storage, topic: str, partition: int, now_m
     (or ``force``); ``now_ms`` is the time tombstone horizons and compaction lags are measured
     against. Returns the partition's result (skipped, cleaned, or gave up and why)."""
     _check_storage(storage)
-    started = time.monotonic()
+    started = storage.clock.monotonic_s()
     m, plan = load_plan(storage, topic, partition, now_ms, force=force)
     if isinstance(plan, Skip):
-        return skipped_result(topic, partition, plan, time.monotonic() - started)
+        return skipped_result(topic, partition, plan, storage.clock.monotonic_s() - started)
     return run_plans(spark, storage, [plan], [m], raise_errors=True)[0]
 
 
@@ -102,23 +97,23 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
     partition does not hold back the others; its error is reported in
     :meth:`CompactionReport.render` (and :attr:`CompactionReport.ok` is False).
     """
-    started = time.monotonic()
     storage = Storage(root_url, storage_options)
+    started = storage.clock.monotonic_s()
     _check_storage(storage)
     meta = load_topic(storage, topic)
-    now_ms = _now_ms() if now_ms is None else int(now_ms)
+    now_ms = storage.clock.wall_ms() if now_ms is None else int(now_ms)
     chosen = range(meta.partitions) if partitions is None else sorted(set(partitions))
     report = CompactionReport(topic)
     plans: list[CleaningPlan] = []
     manifests: list[Manifest] = []
     def planned(p):
-        t0 = time.monotonic()
+        t0 = storage.clock.monotonic_s()
         return p, t0, load_plan(storage, topic, p, now_ms, force=force, config=meta.config)
 
     # Manifests read in parallel: one after the other they were a driver cost per partition.
     for p, t0, (m, plan) in _in_threads(planned, chosen):
         if isinstance(plan, Skip):
-            report.partitions.append(skipped_result(topic, p, plan, time.monotonic() - t0))
+            report.partitions.append(skipped_result(topic, p, plan, storage.clock.monotonic_s() - t0))
         else:
             plans.append(plan)
             manifests.append(m)
@@ -131,16 +126,16 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
             log.info("compaction of %s failed (%s); retrying partition by partition", topic,
                      (str(exc).strip().splitlines() or [""])[0])
             for plan, m in zip(plans, manifests):
-                t0 = time.monotonic()
+                t0 = storage.clock.monotonic_s()
                 try:
                     report.partitions.extend(run_plans(spark, storage, [plan], [m]))
                 except Exception as exc2:  # noqa: BLE001 - reported per partition
                     if is_spark_error(exc2):  # the worker's own error, not "PythonException"
                         exc2 = summarize(exc2, "compact", topic=topic)
                     report.partitions.append(partition_error(topic, plan.partition, exc2,
-                                                             time.monotonic() - t0))
+                                                             storage.clock.monotonic_s() - t0))
     report.partitions.sort(key=lambda r: r.partition)
-    report.seconds = time.monotonic() - started
+    report.seconds = storage.clock.monotonic_s() - started
     return report
 
 
@@ -154,7 +149,7 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     raises; a failing commit raises with ``raise_errors``, else it becomes
     that partition's error result and the other partitions still commit.
     """
-    started = time.monotonic()
+    started = storage.clock.monotonic_s()
     groups = group_specs(plans)
     tasks = scan_tasks(storage, plans, groups, manifests, max_bytes=scan_bytes)
     contexts = [p.context for p in plans]
@@ -188,7 +183,7 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
         except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
             if raise_errors:
                 raise
-            return partition_error(plan.topic, plan.partition, exc, time.monotonic() - started)
+            return partition_error(plan.topic, plan.partition, exc, storage.clock.monotonic_s() - started)
 
     # The partitions' manifest swaps are independent: made at once, not one after the other.
     return _in_threads(finish, range(len(plans)))

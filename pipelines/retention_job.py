@@ -11,7 +11,6 @@ loaded yet (a departure from Kafka, where retention ignores consumers).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from kafkastore.retention import RetentionResult, retention_for_topic
@@ -81,8 +80,8 @@ def run_retention(root: str, topic: str, *, warehouse=None,
     :mod:`kafkastore.merge`), for the logs no ``serve`` broker or long-running producer merges."""
     tables = (committed_offsets_by_table(warehouse, topic, storage_options, catalog)
               if warehouse else {})
-    now = int(time.time() * 1000) if now_ms is None else int(now_ms)
     storage = Storage(root, storage_options)
+    now = storage.clock.wall_ms() if now_ms is None else int(now_ms)
     results = retention_for_topic(storage, topic, now,
                                   committed_offsets=tables, protect_unloaded=protect_unloaded)
     report = RetentionReport(topic, results, tables)
