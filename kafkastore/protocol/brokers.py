@@ -75,23 +75,26 @@ class BrokerRegistry:
     def refresh(self) -> list[tuple[int, str, int]]:
         """Re-read the registrations; returns the live ``(node_id, host, port)``, by id."""
         now = self.clock.wall_ms()
-        docs = {n: d for n, d in self._read_all().items()
+        stored = self._read_all()
+        docs = {n: d for n, d in stored.items()
                 if now - float(d.get("heartbeat_ms", 0)) <= self.expiry_ms}
         live = sorted((n, str(d["host"]), int(d["port"])) for n, d in docs.items())
         with self._lock:
             for b in self._live:
-                if b[0] not in docs:
+                # Only a broker that died (its registration left to expire) stays listed; one
+                # that shut down cleanly removed its registration, and clients drop it at once.
+                if b[0] not in docs and b[0] in stored:
                     self._departed[b[0]] = (b, self._security.get(b[0], "PLAINTEXT"), now)
             self._departed = {n: v for n, v in self._departed.items()
-                              if n not in docs and now - v[2] <= LISTED_AFTER_DEATH_MS}
+                              if n not in docs and n in stored and now - v[2] <= LISTED_AFTER_DEATH_MS}
             self._live = live
             self._security = {n: str(d.get("security", "PLAINTEXT")) for n, d in docs.items()}
         return live
 
     def listed_cached(self, security: str | None = None) -> list[tuple[int, str, int]]:
-        """What Metadata lists: the live brokers plus those that stopped being live less than
-        :data:`LISTED_AFTER_DEATH_MS` ago (by this broker's reading; they lead and coordinate
-        nothing). librdkafka ends its handle of a broker missing from Metadata, and a
+        """What Metadata lists: the live brokers plus those that died (stopped heartbeating
+        without deregistering) less than :data:`LISTED_AFTER_DEATH_MS` ago (by this broker's
+        reading; they lead and coordinate nothing). librdkafka ends its handle of a broker missing from Metadata, and a
         coordinator lookup it had cached on that handle then waits for ever
         (confluentinc/librdkafka#5511, #5456: ``send_offsets_to_transaction`` hangs past its
         timeout); a handle kept alive fails to connect, which makes it look the coordinator up again."""

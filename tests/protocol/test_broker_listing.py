@@ -1,5 +1,6 @@
-"""Metadata keeps listing a broker for a while after it stopped being live (see
-kafkastore.protocol.brokers.LISTED_AFTER_DEATH_MS): it leads and coordinates nothing meanwhile."""
+"""Metadata keeps listing a broker for a while after it died (see
+kafkastore.protocol.brokers.LISTED_AFTER_DEATH_MS): it leads and coordinates nothing meanwhile.
+A broker that shut down cleanly is dropped at once."""
 from __future__ import annotations
 
 from kafkastore.protocol.brokers import LISTED_AFTER_DEATH_MS, BrokerRegistry
@@ -20,7 +21,6 @@ def test_a_departed_broker_stays_listed_then_goes(tmp_path):
     assert [n for n, _, _ in a.live_cached()] == [0]
     assert a.listed_cached() == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9093)]
     assert a.listed_cached("SSL") == []
-    b.deregister()  # gone for good: still listed until the grace ends
     now[0] += LISTED_AFTER_DEATH_MS / 1000 - 20
     a.heartbeat()
     assert [n for n, _, _ in a.listed_cached()] == [0, 1]
@@ -32,3 +32,19 @@ def test_a_departed_broker_stays_listed_then_goes(tmp_path):
     c.register(1, "127.0.0.1", 9999)
     a.refresh()
     assert a.listed_cached() == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9999)]
+
+
+def test_a_broker_that_shut_down_cleanly_is_not_listed(tmp_path):
+    now = [1_000.0]
+    storage = Storage(f"file://{tmp_path}/root")
+    a = BrokerRegistry(storage, clock=lambda: now[0])
+    b = BrokerRegistry(storage, clock=lambda: now[0])
+    a.register(0, "127.0.0.1", 9092)
+    b.register(1, "127.0.0.1", 9093)
+    a.refresh()
+    b.deregister()
+    a.refresh()
+    assert a.listed_cached() == [(0, "127.0.0.1", 9092)]
+    now[0] += 10  # and it does not come back when its (removed) heartbeat would have expired
+    a.heartbeat()
+    assert a.listed_cached() == [(0, "127.0.0.1", 9092)]
