@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
-import time
 
 from ..acls import Operation, ResourceType
 from ..errors import CompressionError, CorruptRecordError, FetchCheckError, KafkaStoreError
@@ -146,7 +145,7 @@ async def handle_old_fetch(ctx: RequestContext, request):
     magic = legacy_records.MAGIC_V0 if ctx.api_version < 2 else legacy_records.MAGIC_V1
     first_whole = ctx.api_version >= 3
     max_bytes = getattr(request, "max_bytes", _INT32_MAX)
-    deadline = time.monotonic() + request.max_wait.total_seconds()
+    deadline = broker.clock.monotonic_s() + request.max_wait.total_seconds()
     denied = [t for t in request.topics if not ctx.authorize(Operation.READ, ResourceType.TOPIC, t.topic)]
     gone = {id(t) for t in denied}
     topics = [t for t in request.topics if id(t) not in gone]
@@ -156,7 +155,7 @@ async def handle_old_fetch(ctx: RequestContext, request):
         results = await ctx.run(_read_all, broker, topics, max_bytes, magic, first_whole)
         size = sum(len(r.records) for _, parts in results for _, r in parts)
         errors = any(r.error != E.NONE for _, parts in results for _, r in parts)
-        remaining = deadline - time.monotonic()
+        remaining = deadline - broker.clock.monotonic_s()
         if size >= request.min_bytes or errors or remaining <= 0 or size > 0 and request.min_bytes <= 1:
             break
         if not await broker.data_watch.wait(tps, since, remaining):
