@@ -189,3 +189,25 @@ def test_list_offsets_v0_old_style(wire, topic):
     assert old_list_offsets(wire, topic, 500) == (E.NONE, ())            # before every segment
     assert old_list_offsets(wire, topic, 2**62, max_num=5) == (E.NONE, (0,))
     assert old_list_offsets(wire, topic, -1, partition=9)[0] == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_old_fetch_long_polls_until_data(broker, wire, topic):
+    import threading
+
+    cls = codec.request_class(1, 2)
+    mod = __import__("sys").modules[cls.__module__]
+    req = cls(replica_id=-1, max_wait=datetime.timedelta(seconds=8), min_bytes=1, topics=(mod.FetchTopic(
+        topic=topic, partitions=(mod.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),))
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=wire.call(req)))
+    started = time.monotonic()
+    t.start()
+    time.sleep(0.5)
+    assert t.is_alive()  # parked: nothing to read yet
+    w2 = Wire(broker.bootstrap)
+    old_produce(w2, topic, L.encode_message_set(recs(1), 1))
+    w2.close()
+    t.join(10)
+    assert time.monotonic() - started < 6  # woken by the commit, not the 8 s wait
+    p = out["r"].responses[0].partitions[0]
+    assert [m.value for m in L.decode_message_set(p.records)] == [b"0" * 10]
