@@ -1,7 +1,7 @@
 """Benchmark: a real Kafka client producing into and fetching from ``kafkastore serve``.
 
     .venv/bin/python bench/serve.py [--records 1000000] [--partitions 1] [--root URL]
-    .venv/bin/python bench/serve.py --transactions [--records 100000] [--partitions 4]
+    .venv/bin/python bench/serve.py --transactions [--records 100000] [--partitions 4] [--rounds 2]
     .venv/bin/python bench/serve.py --authorizer [--records 300000] [--rounds 2]
 
 1. Starts ``kafkastore serve`` as a subprocess (its own interpreter, as in
@@ -320,7 +320,8 @@ def main() -> int:
     flag(ap, "--authorizer",
          "instead: produce and fetch rates with serve --authorizer and 1,000 ACLs "
          "against the authorizer off, in this run")
-    ap.add_argument("--rounds", type=int, default=2, help="--authorizer: rounds of each mode (best kept)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="--authorizer, --transactions: rounds of each mode, alternating (best kept)")
     args = ap.parse_args()
     if args.authorizer:
         return bench_authorizer(args)
@@ -339,7 +340,7 @@ def main() -> int:
         port = wait_serving(broker)
         n = args.records
         if args.transactions:
-            return bench_transactions(f"127.0.0.1:{port}", n, args.partitions)
+            return bench_transactions(f"127.0.0.1:{port}", n, args.partitions, rounds=args.rounds)
         payload = n * (KEY + VALUE)
         base = baseline(os.path.join(tmp, "baseline.bin"), payload)
         print(f"baseline: sequential write + fsync of {payload / 1e6:.1f} MB: {base:.1f} MB/s")
