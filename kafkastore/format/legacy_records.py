@@ -368,10 +368,9 @@ def down_convert(batches, magic: int, fetch_offset: int) -> DownConverted:
         if magic == MAGIC_V0:
             records = [Record(r.offset, NO_TIMESTAMP, r.key, r.value) for r in records]
         if codec == Compression.NONE:
-            for r in records:
-                if r.offset >= fetch_offset:
-                    units.append((encode_message_set([r], magic, timestamp_type=header.timestamp_type),
-                                  r.offset + 1))
+            ts_attr = TIMESTAMP_TYPE_MASK if magic == MAGIC_V1 and header.timestamp_type else 0
+            units.extend((_entry(r.offset, _message(magic, ts_attr, r.timestamp, r.key, r.value)),
+                          r.offset + 1) for r in records if r.offset >= fetch_offset)
         elif records:
             units.append((encode_message_set(records, magic, compression=codec,
                                              timestamp_type=header.timestamp_type),
