@@ -37,7 +37,7 @@ class MetadataCache:
         self._names: tuple[float, list[str]] | None = None
         self._manifests: dict[tuple[str, int], tuple[float, Manifest]] = {}
         #: Fetch v13+'s topic id -> name (remembers the id of every topic loaded here).
-        self.topic_ids = TopicIdIndex(self, rescan_interval_s=ttl_s)
+        self.topic_ids = TopicIdIndex(self, rescan_interval_s=ttl_s, clock=self.clock)
 
     def topic(self, name: str) -> TopicMetadata | None:
         """The topic's metadata, None if it does not exist."""

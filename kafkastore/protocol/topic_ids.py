@@ -15,10 +15,10 @@ id is unknown, never the new topic.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Callable
 
+from ..clock import Clock, as_clock
 from .placement import topic_id
 
 #: :meth:`TopicIdIndex.resolve_cached`'s answer when only :meth:`TopicIdIndex.resolve` (I/O) can tell.
@@ -29,17 +29,18 @@ class TopicIdIndex:
     """``resolve(id)``: the ``(name, metadata)`` of the live topic with that id, else None.
 
     ``meta`` is the broker's :class:`~kafkastore.protocol.state.MetadataCache` (its
-    ``topic(name)`` and ``topic_names()``); ``clock`` gives seconds (monotonic)."""
+    ``topic(name)`` and ``topic_names()``); ``clock`` is a :class:`~kafkastore.clock.Clock`
+    (or an old callable giving monotonic seconds)."""
 
     #: Most ids remembered between scans (only live topics' ids are noted; this bounds
     #: re-creations piling up on a long-lived broker).
     MAX_IDS = 100_000
 
     def __init__(self, meta, rescan_interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Clock | Callable[[], float] | None = None):
         self.meta = meta
         self.rescan_interval_s = rescan_interval_s
-        self.clock = clock
+        self.clock = as_clock(clock, "monotonic_s")
         self._ids: dict[uuid.UUID, str] = {}
         self._lock = threading.Lock()
         self._scan_lock = threading.Lock()
@@ -79,11 +80,11 @@ class TopicIdIndex:
         found = self._check(tid)
         if found is not None:
             return found
-        asked = self.clock()
+        asked = self.clock.monotonic_s()
         with self._scan_lock:
             # A scan that started after this miss was seen answers it as well as a new one would.
             if self._scanned_at is None or (self._scanned_at < asked and
-                                            self.clock() - self._scanned_at >= self.rescan_interval_s):
+                                            self.clock.monotonic_s() - self._scanned_at >= self.rescan_interval_s):
                 self._scan()
         return self._check(tid)
 
@@ -97,7 +98,7 @@ class TopicIdIndex:
         return None
 
     def _scan(self) -> None:
-        self._scanned_at = self.clock()
+        self._scanned_at = self.clock.monotonic_s()
         self.scans += 1
         found: dict[uuid.UUID, str] = {}
         for name in self.meta.topic_names():
