@@ -18,9 +18,11 @@
    written are counted from the bucket listing instead).
 4. Prints the broker's CPU seconds per acknowledged record (from ``/proc/<pid>/stat``) for
    the same two windows, the load averages at start and end, and a series per half window
-   (p50, CPU per record, 1-minute load): with other tenants on the machine a latency ratio
-   that follows the load line says little; CPU per record hardly moves with the load (it
-   does fall a little as slower commits group more records).
+   (p50, the broker's CPU and bytes written to storage per record from ``/proc/<pid>/io``,
+   merging's rewrites included, the 1-minute load and how busy the disks were): with other
+   tenants on the machine a latency ratio that follows their lines says little; CPU and
+   bytes per record hardly move with the load (CPU falls a little as slower commits group
+   more records).
    ``KAFKASTORE_BENCH_BROKER_MAIN=bench/profile_broker.py`` times each step of the
    broker's commits, merges and gc for the same windows (see that file).
 
@@ -66,6 +68,32 @@ def _cpu_between(samples: list[tuple[float, float]], t0: float, t1: float) -> fl
     return inside[-1][1] - inside[0][1]
 
 
+def _proc_io(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/io`` (bytes the process had written to storage, write calls...; empty
+    where unreadable)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return {k: int(v) for k, v in (line.split(":") for line in f)}
+    except (OSError, ValueError):
+        return {}
+
+
+def _disk_busy_ms() -> int:
+    """Milliseconds the machine's disks were busy so far (io_ticks of whole disks in
+    ``/proc/diskstats``): the I/O counterpart of the load average."""
+    total = 0
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 12 and (fields[2][:2] in ("vd", "sd", "xv") and fields[2][-1].isalpha()
+                                         or fields[2].startswith("nvme") and "p" not in fields[2]):
+                    total += int(fields[12])
+    except OSError:
+        pass
+    return total
+
+
 def _loadavg() -> str:
     try:
         with open("/proc/loadavg") as f:
@@ -75,18 +103,26 @@ def _loadavg() -> str:
 
 
 def _print_series(acks: list[tuple[float, float]], cpu: list[tuple[float, float]],
-                  loads: list[float], dur: float, window: float) -> None:
-    """p50 ack latency, broker CPU per record and the machine's load, per window of the run:
-    growth that follows the load line is the machine's, growth against a flat load is ours."""
+                  loads: list[float], io: list[tuple[float, int, int]], dur: float,
+                  window: float) -> None:
+    """p50 ack latency, broker CPU and bytes written per record, and the machine's CPU load
+    and disk busy time, per half window of the run: growth that follows the machine's lines
+    is the machine's, growth against flat ones is ours."""
     step = window / 2
-    print(f"per {step:.0f} s: start s, p50 ack ms, broker CPU ms per record, 1-min load average")
+    print(f"per {step:.0f} s: start s, p50 ack ms, broker CPU ms / bytes written per record, "
+          f"1-min load average, disks busy %")
     t = 0.0
     while t + step <= dur + 1e-6:
         lat = [x for s, x in acks if t <= s < t + step]
         load = [v for i, v in enumerate(loads) if t <= i + 1 < t + step]
         used = _cpu_between(cpu, t, t + step)
+        inside = [x for x in io if t - 0.5 <= x[0] <= t + step + 0.5]
+        wrote = busy = float("nan")
+        if len(inside) >= 2:
+            wrote = (inside[-1][1] - inside[0][1]) / max(1, len(lat))
+            busy = (inside[-1][2] - inside[0][2]) / 10 / max(1e-9, inside[-1][0] - inside[0][0])
         print(f"  {t:5.0f} {_percentile(lat, 0.5) * 1e3:8.1f} {used / max(1, len(lat)) * 1e3:8.3f} "
-              f"{(sum(load) / len(load)) if load else float('nan'):6.1f}")
+              f"{wrote:8.0f} {(sum(load) / len(load)) if load else float('nan'):6.1f} {busy:5.0f}")
         t += step
 
 
@@ -145,12 +181,16 @@ def main() -> int:
         # hardly depends on what else the machine runs, unlike latency.
         cpu: list[tuple[float, float]] = [(0.0, _cpu_seconds(broker.pid))]
         loads: list[float] = []  # the 1-minute load average, once a second
+        # (time, bytes the broker wrote to storage, disk busy ms), once a second
+        io: list[tuple[float, int, int]] = [(0.0, _proc_io(broker.pid).get("write_bytes", 0),
+                                             _disk_busy_ms())]
         load_start = _loadavg()
         while time.perf_counter() - t_start < args.seconds:
             now = time.perf_counter()
             if now - t_start - cpu[-1][0] >= 1.0:
                 cpu.append((now - t_start, _cpu_seconds(broker.pid)))
                 loads.append(float(_loadavg().split()[0]))
+                io.append((now - t_start, _proc_io(broker.pid).get("write_bytes", 0), _disk_busy_ms()))
             if now < next_at:
                 p.poll(next_at - now)
                 continue
@@ -189,7 +229,7 @@ def main() -> int:
         print(f"broker CPU per acknowledged record: first {cpu_f:.3f} ms, last {cpu_l:.3f} ms, "
               f"ratio {cpu_l / cpu_f:.2f} (less sensitive to other load than latency)")
         print(f"load average (1/5/15 min) at start: {load_start}; at the end: {load_end}")
-        _print_series(acks, cpu, loads, dur, window)
+        _print_series(acks, cpu, loads, io, dur, window)
         bound = size / args.segment_bytes
         print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
