@@ -35,10 +35,13 @@ this module adds is what every writer did around it, once:
   writer's version landed, i.e. the log made progress, so the loop ends when the
   contention does; a cap only turned contention into errors that the callers retry the
   same way (the Broker keeps the batches for its next flush, a Kafka client resends).
-* **Producer state** (:func:`expired_producers`): every append drops the state of
+* **Producer state** (:func:`expired_producers`): a produce commit drops the state of
   producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default, one
-  day) with no open transaction, as Kafka's broker does, so manifests do not grow with
-  every producer that ever wrote.
+  day, by their last batch's timestamp) with no open transaction, as Kafka's broker
+  does, so manifests do not grow with every producer that ever wrote. Serve's Appender
+  does; the library Broker not yet: its ``append_batch`` clients may write old record
+  timestamps and still expect a retry to be found a duplicate, so expiring there needs
+  an append time in the producer state (a manifest field).
 * **Sequences** (:func:`check_sequence`): a client's batch with its own producer id
   (serve's Produce, :meth:`Broker.append_batch`) is checked by Kafka's rule, once.
 * **The entry** (:func:`segment_entry`): the one function that turns a segment's
