@@ -22,7 +22,8 @@ last/first (flat history means ratios near 1):
 * consume from the start: :meth:`PartitionReader.read` of the first 1000 records
   (a new reader: topic metadata, head, indexes, segments);
 * load planning: :meth:`PartitionReader.plan` of the whole partition into
-  128 MB splits (what a load's driver does per partition).
+  128 MB splits (what a load's driver does per partition): time, and the requests and
+  bytes it read (topic metadata, the warm head, no index of a whole segment).
 
 The point-in-time figures (head, consume, planning) are taken once right
 after the first 10% of commits and once at the end. Requests and bytes are
@@ -114,9 +115,12 @@ def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
     if table.num_rows != min(1000, head.high_watermark - head.log_start_offset):
         raise SystemExit(f"consume read {table.num_rows} records")
     t = time.perf_counter()
+    before = fs.snapshot()
     reader = PartitionReader(storage, TOPIC, 0)
     splits = reader.plan(reader.log_start_offset, reader.high_watermark, max_bytes=SPLIT_BYTES)
     out["plan_ms"] = (time.perf_counter() - t) * 1000
+    used = fs.snapshot() - before   # of every thread: background merges count too
+    out["plan_requests"], out["plan_bytes"] = used.total_requests, used.bytes["read"]
     out["splits"] = len(splits)
     out["live_segments"] = len(head.segments)
     out["versions"] = head.version
@@ -197,6 +201,8 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     row("  deltas read after the checkpoint", f["head_deltas"], l_["head_deltas"], "{:.0f}")
     row("consume first 1000 records (ms)", f["consume_ms"], l_["consume_ms"])
     row("load planning (ms)", f["plan_ms"], l_["plan_ms"])
+    row("load planning: requests", f["plan_requests"], l_["plan_requests"], "{:.0f}")
+    row("load planning: bytes read", f["plan_bytes"], l_["plan_bytes"], "{:.0f}")
     row("live segments", f["live_segments"], l_["live_segments"], "{:.0f}")
     row("manifest version", f["versions"], l_["versions"], "{:.0f}")
     if hk is not None:
