@@ -26,7 +26,7 @@ from kafkastore.topics import create_topic
 
 from tests.helpers.mixed_security import brokers, plain, sasl
 
-from .test_acls import allow, broker as acl_broker, root, sasl_wire, unique  # noqa: F401 - fixtures
+from tests.helpers.acl_broker import allow, broker as acl_broker, root, sasl_wire, unique  # noqa: F401 - fixtures
 from .wire import Wire
 
 GROUP, TRANSACTION, SHARE = 0, 1, 2

@@ -9,7 +9,7 @@ from kafkastore.acls import Operation, ResourceType as R
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
-from .test_acls import allow, broker, conf, root, sasl_wire, unique  # noqa: F401 - fixtures
+from tests.helpers.acl_broker import allow, broker, conf, root, sasl_wire, unique  # noqa: F401 - fixtures
 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
