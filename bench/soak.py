@@ -97,6 +97,7 @@ def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
         head = store.latest()
     used = fs.snapshot() - before
     out["head_requests"] = used.total_requests
+    out["head_kinds"] = {k: v for k, v in sorted(used.requests.items()) if v}
     out["head_bytes"] = used.bytes["read"]
     # What the head read's bytes are: the hint, the checkpoint (a full version: every live
     # segment and producer), and the deltas after it (one per commit since the checkpoint).
@@ -195,6 +196,7 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> 
     row("requests per commit (writer only)", statistics.mean(wreq[first_w]), statistics.mean(wreq[last_w]))
     f, l_ = probes["first"], probes["last"]
     row("head read cold: requests", f["head_requests"], l_["head_requests"], "{:.0f}")
+    print(f"  {'head read cold: requests by kind':<34} {f['head_kinds']}  ->  {l_['head_kinds']}")
     row("head read cold: bytes", f["head_bytes"], l_["head_bytes"], "{:.0f}")
     row("  of which checkpoint", f["head_checkpoint_bytes"], l_["head_checkpoint_bytes"], "{:.0f}")
     row("  of which deltas", f["head_delta_bytes"], l_["head_delta_bytes"], "{:.0f}")
