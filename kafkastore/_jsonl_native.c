@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/native/pymodule.h"
 #include "format/native/utf8.h"
 
 /* A column buffer handed to pyarrow (buffer protocol, zero copy, read-only). */
@@ -412,13 +413,9 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "kafkastore._jsonl_native",
-    .m_doc = "C fast path of kafkastore.jsonl_bulk: JSON lines of the common shape into Arrow buffers.",
-    .m_size = -1,
-    .m_methods = module_methods,
-};
+KS_MODULE_DEF(moduledef, "kafkastore._jsonl_native",
+              "C fast path of kafkastore.jsonl_bulk: JSON lines of the common shape into Arrow buffers.",
+              module_methods);
 
 PyMODINIT_FUNC PyInit__jsonl_native(void) {
     if (PyType_Ready(&BufferType) < 0)

@@ -1,25 +1,68 @@
 /* kafkastore.format._native: Python lists into Arrow buffers; Kafka's murmur2 (see kernel.h for how the sources divide the work). */
 #include "kernel.h"
 
-static int mark_null(PyObject **bitmap, Py_ssize_t n, Py_ssize_t i) {
-    if (!*bitmap) {
-        *bitmap = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
-        if (!*bitmap)
-            return -1;
-        memset(PyBytes_AS_STRING(*bitmap), 0xFF, (size_t)((n + 7) / 8));
-    }
-    ((uint8_t *)PyBytes_AS_STRING(*bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+/* A Python list on its way into an Arrow column: the items, and the validity
+ * bitmap (made at the first None, all valid until then) with its null count. */
+typedef struct {
+    PyObject *seq; /* PySequence_Fast of the argument */
+    PyObject **items;
+    Py_ssize_t n;
+    PyObject *bitmap;
+    int64_t nulls;
+} pylist;
+
+static int pylist_open(pylist *c, PyObject *arg, const char *what) {
+    memset(c, 0, sizeof(*c));
+    c->seq = PySequence_Fast(arg, what);
+    if (!c->seq)
+        return -1;
+    c->n = PySequence_Fast_GET_SIZE(c->seq);
+    c->items = PySequence_Fast_ITEMS(c->seq);
     return 0;
 }
 
+/* Item i is None: clear its validity bit. -1 on MemoryError. */
+static int pylist_null(pylist *c, Py_ssize_t i) {
+    if (!c->bitmap) {
+        c->bitmap = PyBytes_FromStringAndSize(NULL, (c->n + 7) / 8);
+        if (!c->bitmap)
+            return -1;
+        memset(PyBytes_AS_STRING(c->bitmap), 0xFF, (size_t)((c->n + 7) / 8));
+    }
+    ((uint8_t *)PyBytes_AS_STRING(c->bitmap))[i >> 3] &= (uint8_t)~(1u << (i & 7));
+    c->nulls++;
+    return 0;
+}
+
+/* (n, nulls, validity or None, a[, b]): the column's buffers (b may be NULL). */
+static PyObject *pylist_result(pylist *c, PyObject *a, PyObject *b) {
+    Py_ssize_t n = c->n;
+    if (c->bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
+        ((uint8_t *)PyBytes_AS_STRING(c->bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
+    PyObject *valid = c->bitmap ? c->bitmap : Py_None;
+    return b ? Py_BuildValue("(nLOOO)", n, (long long)c->nulls, valid, a, b)
+             : Py_BuildValue("(nLOO)", n, (long long)c->nulls, valid, a);
+}
+
+/* Releases what c holds and returns res (None: an item the fast path declines). */
+static PyObject *pylist_close(pylist *c, PyObject *res, int declined) {
+    Py_XDECREF(c->bitmap);
+    Py_DECREF(c->seq);
+    if (declined) {
+        Py_XDECREF(res);
+        Py_RETURN_NONE;
+    }
+    return res;
+}
+
 PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
-    PyObject *seq = PySequence_Fast(arg, "pylist_binary needs a sequence");
-    if (!seq)
+    pylist c;
+    if (pylist_open(&c, arg, "pylist_binary needs a sequence") < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *offs = NULL, *data = NULL, *bitmap = NULL, *res = NULL;
-    int64_t nulls = 0;
+    Py_ssize_t n = c.n;
+    PyObject **items = c.items;
+    PyObject *offs = NULL, *data = NULL, *res = NULL;
+    int declined = 0;
     /* One pass over the items (each one is a cache miss in a long list): the data
      * buffer is sized from a sample and grown by doubling; the null bitmap is made at
      * the first None. */
@@ -43,16 +86,15 @@ PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
         PyObject *o = items[i];
         o32[i] = (int32_t)at;
         if (o == Py_None) {
-            if (mark_null(&bitmap, n, i) < 0)
+            if (pylist_null(&c, i) < 0)
                 goto done;
-            nulls++;
             continue;
         }
-        if (!PyBytes_CheckExact(o))
-            goto decline;
-        Py_ssize_t len = PyBytes_GET_SIZE(o);
-        if (at + len > INT32_MAX)
-            goto decline;
+        Py_ssize_t len = PyBytes_CheckExact(o) ? PyBytes_GET_SIZE(o) : -1;
+        if (len < 0 || at + len > INT32_MAX) {
+            declined = 1;
+            goto done;
+        }
         if (at + len > cap) {
             cap = 2 * cap > at + len ? 2 * cap : at + len;
             if (cap > INT32_MAX)
@@ -65,65 +107,44 @@ PyObject *mod_pylist_binary(PyObject *Py_UNUSED(m), PyObject *arg) {
         at += len;
     }
     o32[n] = (int32_t)at;
-    if (bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
-        ((uint8_t *)PyBytes_AS_STRING(bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
-    if (PyByteArray_Resize(data, (Py_ssize_t)at) < 0)
-        goto done;
-    res = Py_BuildValue("(nLOOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, offs, data);
-    goto done;
-decline:
-    Py_INCREF(Py_None);
-    res = Py_None;
+    if (PyByteArray_Resize(data, (Py_ssize_t)at) == 0)
+        res = pylist_result(&c, offs, data);
 done:
     Py_XDECREF(offs);
     Py_XDECREF(data);
-    Py_XDECREF(bitmap);
-    Py_DECREF(seq);
-    return res;
+    return pylist_close(&c, res, declined);
 }
 
 PyObject *mod_pylist_int64(PyObject *Py_UNUSED(m), PyObject *arg) {
-    PyObject *seq = PySequence_Fast(arg, "pylist_int64 needs a sequence");
-    if (!seq)
+    pylist c;
+    if (pylist_open(&c, arg, "pylist_int64 needs a sequence") < 0)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    PyObject *vals = PyBytes_FromStringAndSize(NULL, n * 8), *bitmap = NULL, *res = NULL;
+    PyObject *vals = PyBytes_FromStringAndSize(NULL, c.n * 8), *res = NULL;
+    int declined = 0;
     if (!vals)
         goto done;
     int64_t *v = (int64_t *)PyBytes_AS_STRING(vals);
-    int64_t nulls = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = items[i];
+    for (Py_ssize_t i = 0; i < c.n; i++) {
+        PyObject *o = c.items[i];
+        v[i] = 0;
         if (o == Py_None) {
-            v[i] = 0;
-            if (mark_null(&bitmap, n, i) < 0)
+            if (pylist_null(&c, i) < 0)
                 goto done;
-            nulls++;
             continue;
         }
-        if (!PyLong_CheckExact(o))
-            goto decline;
         int overflow = 0;
-        long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
-        if (overflow || (x == -1 && PyErr_Occurred())) {
+        long long x = PyLong_CheckExact(o) ? PyLong_AsLongLongAndOverflow(o, &overflow) : 0;
+        if (!PyLong_CheckExact(o) || overflow || (x == -1 && PyErr_Occurred())) {
             PyErr_Clear();
-            goto decline;
+            declined = 1;
+            goto done;
         }
         v[i] = x;
     }
-    if (bitmap && (n & 7)) /* bits past the end are zero, as Arrow writers leave them */
-        ((uint8_t *)PyBytes_AS_STRING(bitmap))[n >> 3] &= (uint8_t)((1u << (n & 7)) - 1);
-    res = Py_BuildValue("(nLOO)", n, (long long)nulls, bitmap ? bitmap : Py_None, vals);
-    goto done;
-decline:
-    Py_INCREF(Py_None);
-    res = Py_None;
+    res = pylist_result(&c, vals, NULL);
 done:
     Py_XDECREF(vals);
-    Py_XDECREF(bitmap);
-    Py_DECREF(seq);
-    return res;
+    return pylist_close(&c, res, declined);
 }
 
 /* Kafka's murmur2 (Utils.murmur2) of each non-null key of an Arrow binary

@@ -120,6 +120,25 @@ static inline uint64_t ld64(const uint8_t *p) {
     return v;
 }
 
+/* Three independent streams of BLOCK bytes hide the 3-cycle latency of crc32; the
+ * partial CRCs are combined with ZEROS, the "append BLOCK zero bytes" operator.
+ * Runs on crc32c_hw's c0, p and n while 3 * BLOCK bytes are left. */
+#define CRC3_STREAMS(BLOCK, ZEROS)                                                 \
+    while (n >= 3 * (BLOCK)) {                                                     \
+        uint64_t c1 = 0, c2 = 0;                                                   \
+        const uint8_t *end = p + (BLOCK);                                          \
+        do {                                                                       \
+            c0 = _mm_crc32_u64(c0, ld64(p));                                       \
+            c1 = _mm_crc32_u64(c1, ld64(p + (BLOCK)));                             \
+            c2 = _mm_crc32_u64(c2, ld64(p + 2 * (BLOCK)));                         \
+            p += 8;                                                                \
+        } while (p < end);                                                         \
+        c0 = crc_shift(ZEROS, (uint32_t)c0) ^ (uint32_t)c1;                        \
+        c0 = crc_shift(ZEROS, (uint32_t)c0) ^ (uint32_t)c2;                        \
+        p += 2 * (BLOCK);                                                          \
+        n -= 3 * (BLOCK);                                                          \
+    }
+
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = (uint32_t)~crc;
@@ -127,36 +146,8 @@ static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t n) {
         c0 = _mm_crc32_u8((uint32_t)c0, *p++);
         n--;
     }
-    /* Three independent streams hide the 3-cycle latency of crc32; the
-     * partial CRCs are combined with the "append N zero bytes" operator. */
-    while (n >= 3 * CRC_LONG) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + CRC_LONG;
-        do {
-            c0 = _mm_crc32_u64(c0, ld64(p));
-            c1 = _mm_crc32_u64(c1, ld64(p + CRC_LONG));
-            c2 = _mm_crc32_u64(c2, ld64(p + 2 * CRC_LONG));
-            p += 8;
-        } while (p < end);
-        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_LONG;
-        n -= 3 * CRC_LONG;
-    }
-    while (n >= 3 * CRC_SHORT) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + CRC_SHORT;
-        do {
-            c0 = _mm_crc32_u64(c0, ld64(p));
-            c1 = _mm_crc32_u64(c1, ld64(p + CRC_SHORT));
-            c2 = _mm_crc32_u64(c2, ld64(p + 2 * CRC_SHORT));
-            p += 8;
-        } while (p < end);
-        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = crc_shift(crc_zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * CRC_SHORT;
-        n -= 3 * CRC_SHORT;
-    }
+    CRC3_STREAMS(CRC_LONG, crc_zeros_long);
+    CRC3_STREAMS(CRC_SHORT, crc_zeros_short);
     while (n >= 8) {
         c0 = _mm_crc32_u64(c0, ld64(p));
         p += 8;

@@ -197,6 +197,40 @@ static int dec_add_header(Decoder *d, const uint8_t *k, int32_t klen,
 
 #define RERR(...) do { KERR(err, ERR_CORRUPT, h->base_offset, 1, bpos, __VA_ARGS__); goto fail; } while (0)
 
+/* Appends row `rows`'s nullable field (LEN bytes at SRC, -1: null) to the column's
+ * DATA at TOT with its VALID bit, or counts it in NULLS. OVERLAP: SRC may overlap. */
+#define PUT_NULLABLE(LEN, SRC, DATA, TOT, VALID, NULLS, OVERLAP)                           \
+    do {                                                                                   \
+        if ((LEN) >= 0) {                                                                  \
+            if (OVERLAP)                                                                   \
+                memmove((DATA) + (TOT), (SRC), (size_t)(LEN));                             \
+            else                                                                           \
+                memcpy((DATA) + (TOT), (SRC), (size_t)(LEN));                              \
+            (TOT) += (size_t)(LEN);                                                        \
+            (VALID)[rows >> 3] |= (uint8_t)(1u << (rows & 7));                             \
+        } else {                                                                           \
+            (NULLS)++;                                                                     \
+        }                                                                                  \
+    } while (0)
+
+/* A nullable length-prefixed field of the record (key, value, header value): its
+ * varint length LEN (-1: null), PTR set to its bytes, which must end within the
+ * record [q, re). WHERE (a format with its arguments) names the record in errors. */
+#define RD_NULLABLE(LEN, PTR, WHAT, WHERE, ...)                                            \
+    do {                                                                                   \
+        if ((rc = rd_varint(&q, re, &(LEN))) < 0)                                          \
+            RERR(WHERE ": %s " WHAT " length", __VA_ARGS__, rc == -1 ? "truncated" : "invalid"); \
+        (PTR) = q;                                                                         \
+        if (KS_UNLIKELY((LEN) < -1))                                                       \
+            RERR(WHERE ": invalid " WHAT " length %d", __VA_ARGS__, (int)(LEN));           \
+        if ((LEN) >= 0) {                                                                  \
+            if (KS_UNLIKELY((size_t)(LEN) > (size_t)(re - q)))                             \
+                RERR(WHERE ": " WHAT " length %d past the record end", __VA_ARGS__,        \
+                     (int)(LEN));                                                          \
+            q += (LEN);                                                                    \
+        }                                                                                  \
+    } while (0)
+
 /*
  * Decode the records section [d0, d0+n) of one batch.  Rows with an offset
  * in [start, end) are appended.  0 ok, -1 error (err filled).
@@ -267,26 +301,9 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         prev_delta = offd;
         const int64_t offset = base + offd; /* <= base + last_delta: checked per batch */
         const int emit = offset >= start && offset < end;
-        if ((rc = rd_varint(&q, re, &klen)) < 0)
-            RERR("record %d: %s key length", (int)i, rc == -1 ? "truncated" : "invalid");
-        const uint8_t *kp = q;
-        if (KS_UNLIKELY(klen < -1))
-            RERR("record %d: invalid key length %d", (int)i, (int)klen);
-        if (klen >= 0) {
-            if (KS_UNLIKELY((size_t)klen > (size_t)(re - q)))
-                RERR("record %d: key length %d past the record end", (int)i, (int)klen);
-            q += klen;
-        }
-        if ((rc = rd_varint(&q, re, &vlen)) < 0)
-            RERR("record %d: %s value length", (int)i, rc == -1 ? "truncated" : "invalid");
-        const uint8_t *vp = q;
-        if (KS_UNLIKELY(vlen < -1))
-            RERR("record %d: invalid value length %d", (int)i, (int)vlen);
-        if (vlen >= 0) {
-            if (KS_UNLIKELY((size_t)vlen > (size_t)(re - q)))
-                RERR("record %d: value length %d past the record end", (int)i, (int)vlen);
-            q += vlen;
-        }
+        const uint8_t *kp, *vp;
+        RD_NULLABLE(klen, kp, "key", "record %d", (int)i);
+        RD_NULLABLE(vlen, vp, "value", "record %d", (int)i);
         if ((rc = rd_varint(&q, re, &hcount)) < 0)
             RERR("record %d: %s header count", (int)i, rc == -1 ? "truncated" : "invalid");
         if (KS_UNLIKELY(hcount < 0))
@@ -301,18 +318,8 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
                 RERR("record %d header %d: key length %d invalid", (int)i, (int)j, (int)hkl);
             const uint8_t *hk = q;
             q += hkl;
-            if ((rc = rd_varint(&q, re, &hvl)) < 0)
-                RERR("record %d header %d: %s value length", (int)i, (int)j,
-                     rc == -1 ? "truncated" : "invalid");
-            const uint8_t *hv = q;
-            if (KS_UNLIKELY(hvl < -1))
-                RERR("record %d header %d: invalid value length %d", (int)i, (int)j, (int)hvl);
-            if (hvl >= 0) {
-                if (KS_UNLIKELY((size_t)hvl > (size_t)(re - q)))
-                    RERR("record %d header %d: value length %d past the record end", (int)i,
-                         (int)j, (int)hvl);
-                q += hvl;
-            }
+            const uint8_t *hv;
+            RD_NULLABLE(hvl, hv, "value", "record %d header %d", (int)i, (int)j);
             if (keep_headers) {
                 if (!utf8_valid(hk, (size_t)hkl))
                     RERR("record %d header %d: key is not valid UTF-8", (int)i, (int)j);
@@ -341,24 +348,10 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         o_ts[rows] = ts * 1000;
         if (tstype) /* zero-filled (dec_reserve_rows) */
             o_tst[rows] = tstype;
-        if (klen >= 0) {
-            memcpy(o_kdata + klen_tot, kp, (size_t)klen);
-            klen_tot += (size_t)klen;
-            o_kvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
-        } else {
-            knulls++;
-        }
+        PUT_NULLABLE(klen, kp, o_kdata, klen_tot, o_kvalid, knulls, 0);
         o_koff[rows + 1] = (int32_t)klen_tot;
-        if (vlen >= 0) {
-            if (inplace) /* behind the read position, possibly overlapping */
-                memmove(o_vdata + vlen_tot, vp, (size_t)vlen);
-            else
-                memcpy(o_vdata + vlen_tot, vp, (size_t)vlen);
-            vlen_tot += (size_t)vlen;
-            o_vvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
-        } else {
-            vnulls++;
-        }
+        /* in place: behind the read position, possibly overlapping */
+        PUT_NULLABLE(vlen, vp, o_vdata, vlen_tot, o_vvalid, vnulls, inplace);
         o_voff[rows + 1] = (int32_t)vlen_tot;
         if (keep_headers && hcount > 0) {
             o_hvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));

@@ -49,23 +49,20 @@
 /* Byte order helpers                                                  */
 /* ------------------------------------------------------------------ */
 
-static inline uint64_t ld_be64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap64(v);
+#define KS_FROM_BE(BSWAP, v) BSWAP(v)
+#else
+#define KS_FROM_BE(BSWAP, v) (v)
 #endif
-    return v;
-}
-
-static inline uint32_t ld_be32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    v = __builtin_bswap32(v);
-#endif
-    return v;
-}
+/* NAME(p): the big-endian TYPE at p (unaligned). */
+#define KS_DEFINE_LD_BE(NAME, TYPE, BSWAP)                                           \
+    static inline TYPE NAME(const uint8_t *p) {                                      \
+        TYPE v;                                                                      \
+        memcpy(&v, p, sizeof(v));                                                    \
+        return KS_FROM_BE(BSWAP, v);                                                 \
+    }
+KS_DEFINE_LD_BE(ld_be64, uint64_t, __builtin_bswap64)
+KS_DEFINE_LD_BE(ld_be32, uint32_t, __builtin_bswap32)
 
 static inline uint16_t ld_be16(const uint8_t *p) {
     return (uint16_t)(((uint16_t)p[0] << 8) | p[1]);
@@ -118,66 +115,42 @@ PyObject *raise_kerr(const kerr *e);   /* sets DecodeError (or MemoryError); NUL
 /* Varints (zig-zag; strict like kafkastore.format.varint)                    */
 /* ------------------------------------------------------------------ */
 
-/* 0 ok, -1 truncated, -2 too long / too large */
-static inline int rd_varint(const uint8_t **pq, const uint8_t *e, int32_t *out) {
-    const uint8_t *q = *pq;
-    if (KS_UNLIKELY(q >= e))
-        return -1;
-    uint32_t b = *q++;
-    uint32_t r;
-    if (KS_LIKELY(!(b & 0x80))) {
-        r = b;
-    } else {
-        r = b & 0x7f;
-        for (int shift = 7;; shift += 7) {
-            if (KS_UNLIKELY(q >= e))
-                return -1;
-            b = *q++;
-            if (shift == 28) {
-                if (b & 0xf0)
-                    return -2;
-                r |= b << 28;
-                break;
-            }
-            r |= (b & 0x7f) << shift;
-            if (!(b & 0x80))
-                break;
-        }
+/* Reads one zig-zag varint of STYPE (UTYPE unsigned) at *pq, before e: 0 ok, -1
+ * truncated, -2 too long / too large. LAST_SHIFT is the shift of the last byte
+ * allowed and LAST_MASK the bits that byte may not have (they would not fit). */
+#define KS_DEFINE_RD_ZIGZAG(NAME, STYPE, UTYPE, LAST_SHIFT, LAST_MASK)               \
+    static inline int NAME(const uint8_t **pq, const uint8_t *e, STYPE *out) {      \
+        const uint8_t *q = *pq;                                                      \
+        if (KS_UNLIKELY(q >= e))                                                     \
+            return -1;                                                               \
+        UTYPE b = *q++;                                                              \
+        UTYPE r;                                                                     \
+        if (KS_LIKELY(!(b & 0x80))) {                                                \
+            r = b;                                                                   \
+        } else {                                                                     \
+            r = b & 0x7f;                                                            \
+            for (int shift = 7;; shift += 7) {                                       \
+                if (KS_UNLIKELY(q >= e))                                             \
+                    return -1;                                                       \
+                b = *q++;                                                            \
+                if (shift == (LAST_SHIFT)) {                                         \
+                    if (b & (LAST_MASK))                                             \
+                        return -2;                                                   \
+                    r |= b << (LAST_SHIFT);                                          \
+                    break;                                                           \
+                }                                                                    \
+                r |= (b & 0x7f) << shift;                                            \
+                if (!(b & 0x80))                                                     \
+                    break;                                                           \
+            }                                                                        \
+        }                                                                            \
+        *out = (STYPE)((r >> 1) ^ ((UTYPE)0 - (r & 1)));                             \
+        *pq = q;                                                                     \
+        return 0;                                                                    \
     }
-    *out = (int32_t)((r >> 1) ^ (0u - (r & 1)));
-    *pq = q;
-    return 0;
-}
 
-static inline int rd_varlong(const uint8_t **pq, const uint8_t *e, int64_t *out) {
-    const uint8_t *q = *pq;
-    if (KS_UNLIKELY(q >= e))
-        return -1;
-    uint64_t b = *q++;
-    uint64_t r;
-    if (KS_LIKELY(!(b & 0x80))) {
-        r = b;
-    } else {
-        r = b & 0x7f;
-        for (int shift = 7;; shift += 7) {
-            if (KS_UNLIKELY(q >= e))
-                return -1;
-            b = *q++;
-            if (shift == 63) {
-                if (b & 0xfe)
-                    return -2;
-                r |= b << 63;
-                break;
-            }
-            r |= (b & 0x7f) << shift;
-            if (!(b & 0x80))
-                break;
-        }
-    }
-    *out = (int64_t)((r >> 1) ^ (0ull - (r & 1)));
-    *pq = q;
-    return 0;
-}
+KS_DEFINE_RD_ZIGZAG(rd_varint, int32_t, uint32_t, 28, 0xf0)
+KS_DEFINE_RD_ZIGZAG(rd_varlong, int64_t, uint64_t, 63, 0xfe)
 
 #include "utf8.h"
 

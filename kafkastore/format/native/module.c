@@ -77,6 +77,7 @@
  * bytes actually present in the input, never by counts read from it.
  */
 #include "kernel.h"
+#include "pymodule.h"
 
 static PyMethodDef module_methods[] = {
     {"encode_records", mod_encode_records, METH_VARARGS,
@@ -125,13 +126,9 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "kafkastore.format._native",
-    .m_doc = "C kernel of kafkastore.format.arrow_decode: Kafka v2 record batches into Arrow buffers.",
-    .m_size = -1,
-    .m_methods = module_methods,
-};
+KS_MODULE_DEF(moduledef, "kafkastore.format._native",
+              "C kernel of kafkastore.format.arrow_decode: Kafka v2 record batches into Arrow buffers.",
+              module_methods);
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();

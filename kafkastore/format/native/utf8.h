@@ -20,18 +20,17 @@ static inline size_t utf8_seq(const uint8_t *s, size_t n) {
     size_t need;
     if (c >= 0xc2 && c <= 0xdf) {
         need = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        need = 2;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        need = 3;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
+    } else if (c >= 0xe0 && c <= 0xf4) {
+        need = c < 0xf0 ? 2 : 3;
+        /* Second-byte bounds that refuse overlong forms (e0, f0), surrogates (ed) and
+         * code points past U+10FFFF (f4). */
+        switch (c) {
+        case 0xe0: lo = 0xa0; break;
+        case 0xed: hi = 0x9f; break;
+        case 0xf0: lo = 0x90; break;
+        case 0xf4: hi = 0x8f; break;
+        default: break;
+        }
     } else {
         return 0;
     }
