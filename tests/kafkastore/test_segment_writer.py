@@ -66,8 +66,8 @@ def test_a_small_segment_goes_up_as_its_log_alone_and_lands_where_it_is_shifted(
     assert _objects(storage, entry) == [".log"]
 
 
-def test_a_large_segment_goes_up_whole_and_an_import_keeps_empty_indexes(local_root):
-    storage = Storage(local_root)
+def test_a_large_segment_goes_up_whole_and_an_import_keeps_empty_indexes(root_url):
+    storage = Storage(root_url)   # local files: one put_many; elsewhere: PUTs side by side
     big = _built(0, 40, value_size=400, index_interval_bytes=1024)
     assert big.index and len(big.log) > 4096
     entry = write_segment(storage, T, P, big.stats, (big.log[:100], big.log[100:]), big.index,
