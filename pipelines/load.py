@@ -38,10 +38,10 @@ import getpass
 import logging
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from kafkastore.clock import SYSTEM, Clock
 from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
 
@@ -375,11 +375,12 @@ class Written:
 def write_job(spark, label: str, root: str, ranges: list[OffsetRange], spec: LoadSpec,
               target: WriteTarget, run_id: str, tbl, *, storage_options=None,
               max_bytes: int | None = None, progress: bool = True,
-              progress_interval_s: float = 10.0, on_start=None) -> Written:
+              progress_interval_s: float = 10.0, on_start=None,
+              clock: Clock = SYSTEM) -> Written:
     """:func:`write_ranges` of a job (load, reprocess) into ``tbl``, with a
     :class:`Progress` line every ``progress_interval_s`` when ``progress``
     (``on_start``: called once it runs)."""
-    tracker = Progress(spark, label, progress_interval_s) if progress else None
+    tracker = Progress(spark, label, progress_interval_s, clock=clock) if progress else None
     if tracker:
         tracker.start()
         if on_start is not None:
@@ -415,7 +416,8 @@ class Progress:
     written so far (per partition, from an accumulator updated as tasks end),
     and the rate. Stop it with :meth:`stop`."""
 
-    def __init__(self, spark, label: str, interval_s: float = 10.0, out=None):
+    def __init__(self, spark, label: str, interval_s: float = 10.0, out=None,
+                 clock: Clock = SYSTEM):
         from pyspark.accumulators import AccumulatorParam
 
         param = type("_DictSumParam", (_DictSum, AccumulatorParam), {})()
@@ -425,7 +427,8 @@ class Progress:
         self._interval = interval_s
         self._out = out or sys.stderr
         self._stop = threading.Event()
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = clock.monotonic_s()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="load-progress")
 
     def start(self) -> "Progress":
@@ -442,7 +445,7 @@ class Progress:
                 total += info.numTasks
         counts = dict(self.counter.value)
         rows = sum(counts.values())
-        secs = max(time.monotonic() - self._started, 1e-9)
+        secs = max(self._clock.monotonic_s() - self._started, 1e-9)
         per = " ".join(f"p{p}={n}" for p, n in sorted(counts.items()))
         return (f"{self._label}: {secs:.0f}s, tasks {done}/{total}, {rows} records "
                 f"({rows / secs:,.0f}/s){' ' + per if per else ''}")
@@ -678,6 +681,8 @@ class LoadRequest:
     register_existing: bool = False
     progress: bool = True
     progress_interval_s: float = 10.0
+    #: The job's clock (durations); the entry point's, the system's by default.
+    clock: Clock = SYSTEM
 
     @classmethod
     def build(cls, *, root: str, warehouse, spec: LoadSpec | None = None,
@@ -748,7 +753,8 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     the catalog lost the table but its location holds it (``register_existing``:
     register its newest metadata file again and carry on from its committed offsets).
     """
-    started = time.monotonic()
+    clock = request.clock
+    started = clock.monotonic_s()
     spec, wh, run_id = request.spec, request.warehouse, request.run_id
     storage_options = request.storage_options
     topic, table = spec.topic, spec.table
@@ -764,7 +770,7 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         if done is not None:
             return LoadSummary(topic, table, run_id, done.snapshot_id, noop=True,
                                reason=f"run id already committed at snapshot {done.snapshot_id}",
-                               seconds=time.monotonic() - started)
+                               seconds=clock.monotonic_s() - started)
     committed = {p: n for (t, p), n in ice.committed_offsets(existing).items() if t == topic}
     plans = plan_load(storage, topic, committed, until=request.until,
                       on_data_loss=spec.on_data_loss)
@@ -781,11 +787,11 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     if done is not None:
         summary.snapshot_id, summary.noop = done.snapshot_id, True
         summary.reason = f"this range was committed at snapshot {done.snapshot_id}"
-        summary.seconds = time.monotonic() - started
+        summary.seconds = clock.monotonic_s() - started
         return summary
     if not todo:
         summary.noop, summary.reason = True, "no new records"
-        summary.seconds = time.monotonic() - started
+        summary.seconds = clock.monotonic_s() - started
         return summary
 
     tbl, dl = ensure_tables(wh, spec)
@@ -800,11 +806,11 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     written = write_job(spark, f"load {topic} -> {table}", request.root, ranges, spec, target,
                         run_id, tbl, storage_options=storage_options,
                         max_bytes=request.max_bytes_per_partition, progress=request.progress,
-                        progress_interval_s=request.progress_interval_s,
+                        progress_interval_s=request.progress_interval_s, clock=clock,
                         on_start=lambda: _log_plan(topic, table, run_id, ranges))
     _tally(summary, written.files)
     data, dead, footers = list(written.data), written.dead, written.footers
-    commit_started = time.monotonic()
+    commit_started = clock.monotonic_s()
     extras = written.registry_extras(spec, tbl)   # onIncompatible=fail stops here
     try:
         if dl is not None and dl_ranges:
@@ -826,7 +832,7 @@ def load(spark, request: LoadRequest) -> LoadSummary:
                                  f"Its files stay invisible; rerun to load from the committed "
                                  f"offsets") from None
     summary.snapshot_id = result.snapshot_id
-    summary.commit_seconds = time.monotonic() - commit_started
+    summary.commit_seconds = clock.monotonic_s() - commit_started
     if upsert:
         from dataclasses import asdict
 
@@ -838,7 +844,7 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     if result.noop:
         summary.noop = True
         summary.reason = f"run id committed by an earlier attempt at snapshot {result.snapshot_id}"
-    summary.seconds = time.monotonic() - started
+    summary.seconds = clock.monotonic_s() - started
     return summary
 
 

@@ -42,11 +42,11 @@ compaction since it was loaded (the same flags as above).
 """
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kafkastore.clock import SYSTEM, Clock
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
@@ -124,6 +124,8 @@ class ReprocessRequest:
     storage_options: Mapping[str, Any] | None = None
     max_bytes_per_partition: int | None = None
     progress: bool = True
+    #: The job's clock (durations); the entry point's, the system's by default.
+    clock: Clock = SYSTEM
 
     @classmethod
     def build(cls, *, root: str, warehouse, spec: LoadSpec | None = None,
@@ -164,7 +166,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     (``allow_expired``: upsert tables only). ``register_existing``: a table the
     catalog lost is registered again from its newest metadata file (else refused, see
     :meth:`pipelines.iceberg.Warehouse.recover`)."""
-    started = time.monotonic()
+    started = request.clock.monotonic_s()
     spec, wh, root = request.spec, request.warehouse, request.root
     storage_options, run_id = request.storage_options, request.run_id
     partitions = None if request.partitions is None else list(request.partitions)
@@ -193,7 +195,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     if not plans:
         summary.noop = True
         summary.reason = "the table holds no rows at or after the rewind point"
-        summary.seconds = time.monotonic() - started
+        summary.seconds = request.clock.monotonic_s() - started
         return summary
     for pl in plans:
         summary.partitions[pl.range.partition] = {
@@ -220,7 +222,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     written = _load.write_job(spark, f"reprocess {topic} -> {table}", root, reads, spec, target,
                               run_id, tbl, storage_options=storage_options,
                               max_bytes=request.max_bytes_per_partition,
-                              progress=request.progress)
+                              progress=request.progress, clock=request.clock)
     summary.rows, summary.dead_letters = written.rows, written.dead_letters
     audit.update(rows=summary.rows, dead_letters=summary.dead_letters)
     # The claimed ranges start at the rewind point: every offset from there to
@@ -242,7 +244,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
-    summary.seconds = time.monotonic() - started
+    summary.seconds = request.clock.monotonic_s() - started
     return summary
 
 
@@ -293,7 +295,7 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
     summary = ReprocessSummary(topic, table, run_id)
     if not plans:
         summary.noop, summary.reason = True, "the table holds nothing at or after the rewind point"
-        summary.seconds = time.monotonic() - started
+        summary.seconds = request.clock.monotonic_s() - started
         return summary
     points = {pl.range.partition: pl.requested for pl in plans}
     try:
@@ -364,5 +366,5 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
     summary.snapshot_id = result.snapshot_id
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
-    summary.seconds = time.monotonic() - started
+    summary.seconds = request.clock.monotonic_s() - started
     return summary

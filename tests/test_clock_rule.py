@@ -28,8 +28,6 @@ PENDING = {
     "kafkastore/broker.py": "one-writer refactor (issue 25 item 1) adopts kafkastore.clock",
     "kafkastore/protocol/appender.py": "one-writer refactor (issue 25 item 1)",
     "kafkastore/compaction.py": "one-writer refactor (issue 25 item 1)",
-    "pipelines/load.py": "load planning refactor (issue 25 item 3): durations on a clock",
-    "pipelines/reprocess.py": "load planning refactor (issue 25 item 3): durations on a clock",
 }
 
 _TIME_READS = {"time", "time_ns", "monotonic", "monotonic_ns"}
