@@ -122,8 +122,8 @@ def write_segment(storage: Storage | None, topic: str, partition: int, stats, lo
 
     ``log`` is bytes or a tuple/list of buffers (the ``.log`` is their concatenation).
     With ``index_interval_bytes``, a log shorter than it goes up alone (see the module
-    docstring). ``storage=None`` computes the entry without uploading anything (a
-    compaction dry run). ``empty_indexes`` uploads an index the builder left empty
+    docstring). ``storage=None`` computes the entry without uploading anything
+    (compaction's ``rewrite_group(upload=False)``). ``empty_indexes`` uploads an index the builder left empty
     (a Kafka-shaped file set, as an import adopts it). ``entry_fields`` go to
     :func:`segment_entry`.
     """
