@@ -79,3 +79,27 @@ def test_as_clock_adapts_none_clocks_and_old_bare_callables():
         as_clock(5)
     with pytest.raises(ConfigError):
         as_clock(lambda: 1, "h")
+
+
+def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
+    """Injected at the top: one ManualClock in the Storage dates topics, manifest commits
+    and broker registrations, and moves the registry's liveness, with no other argument."""
+    from kafkastore.manifest import ManifestStore, SetExtra
+    from kafkastore.protocol.brokers import BrokerRegistry
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic, load_topic
+
+    clock = ManualClock(wall_ms=1_234_567_000)
+    storage = Storage(f"file://{tmp_path}", clock=clock)
+    create_topic(storage, "t", 1)
+    assert load_topic(storage, "t").created_ms == 1_234_567_000
+    clock.advance_ms(5)
+    m = ManifestStore(storage, "t", 0).commit(lambda base: ([SetExtra("k", 1)], []),
+                                              operation="test")
+    assert m.commit.timestamp_ms == 1_234_567_005
+
+    registry = BrokerRegistry(storage, heartbeat_ms=1000)
+    node = registry.register(None, "127.0.0.1", 9092)
+    assert [b[0] for b in registry.refresh()] == [node]
+    clock.advance(3600)  # an hour without a heartbeat: no longer live
+    assert registry.refresh() == []
