@@ -60,15 +60,6 @@ class Clock:
         """Wait ``seconds``."""
         self._sleep(seconds)
 
-    # Older spellings, kept for callers outside this package (bench scripts, notebooks).
-    def now_ms(self) -> int:
-        """Same as :meth:`wall_ms` (the name ``kafkastore.commit.Clock`` used)."""
-        return self.wall_ms()
-
-    def monotonic(self) -> float:
-        """Same as :meth:`monotonic_s` (the name ``kafkastore.commit.Clock`` used)."""
-        return self.monotonic_s()
-
     def __repr__(self) -> str:
         return "SYSTEM" if self is SYSTEM else f"{type(self).__name__}()"
 
