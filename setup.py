@@ -17,7 +17,7 @@ setup(
                   optional=True),
         # `produce` input: JSON lines into Arrow columns (kafkastore.jsonl_bulk's fast path).
         Extension("kafkastore._jsonl_native", sources=["kafkastore/_jsonl_native.c"],
-                  include_dirs=["kafkastore"], depends=["kafkastore/format/native/utf8.h"],
+                  include_dirs=["kafkastore"], depends=["kafkastore/format/native/utf8.h", "kafkastore/format/native/pymodule.h"],
                   extra_compile_args=COMPILE, optional=True),
     ]
 )
