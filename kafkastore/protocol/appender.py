@@ -249,7 +249,8 @@ class Appender:
             self._busy.add(tp)
             try:
                 queued = sum(i.header.size for i in self._queues[tp])
-                if self.interval_s and queued < GROUP_COMMIT_BYTES:
+                if self.interval_s and queued < GROUP_COMMIT_BYTES and \
+                        not any(i.marker for i in self._queues[tp]):  # a transaction's end waits on it
                     await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
                 started = time.monotonic()
