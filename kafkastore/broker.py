@@ -36,11 +36,11 @@ from __future__ import annotations
 import operator
 import random
 import struct
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, NamedTuple, Sequence
 
+from .clock import Clock, as_clock
 from .format.compression import Compression
 from .format.control import encode_marker_batch
 from .errors import (ConfigError, InvalidRecordError, KafkaStoreError, OutOfOrderSequenceError,
@@ -68,8 +68,6 @@ MAX_TIMESTAMP_MS = (2 ** 63 - 1) // 1000
 _LONG_MAX = 2 ** 63 - 1
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -162,8 +160,8 @@ class Broker:
     """Writes records to the topics under ``storage``; see the module docstring.
 
     ``compression`` is the producer's codec (used where the topic says
-    ``compression.type=producer``); ``clock`` returns epoch ms and is
-    injectable for tests; ``producer_id`` defaults to a random positive
+    ``compression.type=producer``); ``clock`` is a :class:`~kafkastore.clock.Clock`
+    (default: the storage's; an old bare epoch-ms callable still works); ``producer_id`` defaults to a random positive
     63-bit id (Kafka allocates them; a random id collides with negligible
     probability).
 
@@ -187,7 +185,7 @@ class Broker:
     def __init__(self, storage: Storage, *, broker_id: int = 0, producer_id: int | None = None,
                  producer_epoch: int = 0, compression: str | int | None = None,
                  batch_size: int = 16384, linger_ms: int = 0,
-                 clock: Callable[[], int] | None = None, rng: random.Random | None = None,
+                 clock: Clock | Callable[[], int] | None = None, rng: random.Random | None = None,
                  commit_on_roll: bool = True, housekeeping: "bool | Housekeeper" = True):
         if batch_size < 1:
             raise ConfigError(f"batch.size must be >= 1, got {batch_size}")
@@ -201,7 +199,8 @@ class Broker:
         self.compression = Compression.parse(compression or "none")
         self.batch_size = batch_size
         self.linger_ms = linger_ms
-        self.clock = clock or _now_ms
+        # Epoch ms from one Clock: the storage's unless given (an old bare ms callable still works).
+        self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
         self.commit_on_roll = commit_on_roll
         #: Called with each :class:`AppendResult` once its manifest version landed (also for
         #: commits made by :meth:`send` when a segment rolls), so callers can always tell
@@ -281,7 +280,7 @@ class Broker:
                 return [SetLeaderEpoch(epoch)], []
 
             m = self._store(topic, p).commit(build, operation="claim", writer=self._writer(),
-                                             now_ms=self.clock())
+                                             now_ms=self.clock.wall_ms())
             self._epochs[(topic, p)] = m.leader_epoch
             out[p] = m.leader_epoch
         return out
@@ -313,7 +312,7 @@ class Broker:
             raise RecordTooLargeError(
                 f"record of about {size} bytes exceeds max.message.bytes={st.max_message_bytes} "
                 f"of topic {topic!r}")
-        now = self.clock()
+        now = self.clock.wall_ms()
         if timestamp is None:
             timestamp = now
         elif not (st.any_timestamp and type(timestamp) is int
@@ -415,7 +414,7 @@ class Broker:
         n = cols.n
         if n == 0:
             return np.zeros(0, np.int32)
-        now = self.clock()
+        now = self.clock.wall_ms()
         klen, vlen = cols.key.lengths(), cols.value.lengths()
         sizes = (_RECORD_OVERHEAD + np.maximum(klen, 0) + np.maximum(vlen, 0)
                  + cols.header_bytes() + 2 * cols.header_counts())
@@ -567,7 +566,7 @@ class Broker:
                 buf = self._buffers[tp]
             while True:
                 k = j - i
-                append_time = self.clock()
+                append_time = self.clock.wall_ms()
                 seq = self._next_sequence(tp, k)
                 data = encode_rows(
                     cols, i, j, offsets=np.arange(buf.next_rel, buf.next_rel + k, dtype=np.int64),
@@ -605,7 +604,7 @@ class Broker:
         from .format.arrow_encode import encode_batches
 
         buf = self._buffers[tp]
-        append_time = self.clock() if st.log_append else None
+        append_time = self.clock.wall_ms() if st.log_append else None
         offsets = np.arange(buf.next_rel, buf.next_rel + n, dtype=np.int64)
         seq0 = self._next_sequence(tp, n)
 
@@ -721,7 +720,7 @@ class Broker:
         if not buf.records:
             return
         records = buf.records
-        append_time = self.clock()
+        append_time = self.clock.wall_ms()
         data = encode_batch(
             records, compression=st.codec,
             timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
@@ -854,7 +853,7 @@ class Broker:
         outcome: dict[str, object] = {}
         store = self._store(topic, partition)
         uploads = Uploads(store)
-        now = self.clock()
+        now = self.clock.wall_ms()
 
         def build(m: Manifest | None):
             m = m or Manifest.empty(topic, partition)
@@ -921,7 +920,7 @@ class Broker:
         self._check_partition(st.meta, partition)
         if not records:
             raise ConfigError("append_batch needs at least one record")
-        now = self.clock()
+        now = self.clock.wall_ms()
         for r in records:
             if r.key is None and st.compact:
                 raise InvalidRecordError(
@@ -978,7 +977,7 @@ class Broker:
         for tp in touched:
             self._seal(tp, self._topic_settings(tp[0]))
             buf = self._buffers.setdefault(tp, _PartitionBuffer())
-            now = self.clock()
+            now = self.clock.wall_ms()
             if not buf.sealed:
                 buf.first_append_ms = now
             marker = encode_marker_batch(offset=buf.next_rel, timestamp=now,

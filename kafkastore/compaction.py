@@ -96,7 +96,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -104,6 +103,7 @@ import numpy as np
 import pyarrow as pa
 
 
+from .clock import Clock, as_clock
 from .format import arrow_encode
 from .format.arrow_decode import decode_to_arrow
 from .format.compression import Compression
@@ -542,8 +542,16 @@ class _TxnState:
         return self.has_data.pop(h.producer_id, False)
 
 
+def _clock(clock, storage: Storage | None) -> Clock:
+    """The clock to read: ``clock`` if given (an old bare callable reads wall seconds), else
+    the storage's."""
+    if clock is not None:
+        return as_clock(clock, "s")
+    return storage.clock if storage is not None else as_clock(None)
+
+
 def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: np.ndarray,
-                  carry: Iterable[int] = (), *, clock: Callable[[], float] = time.time,
+                  carry: Iterable[int] = (), *, clock: Clock | Callable[[], float] | None = None,
                   upload: bool = True) -> GroupResult:
     """Rewrite one group of segments into one new segment and upload it (unless unchanged).
 
@@ -552,8 +560,10 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
     producer ids whose transaction has data in earlier groups. Source
     segments are checked against their manifest size and checksum and every
     batch's CRC. Returns the new entry (not committed: see
-    :func:`commit_cleaning`). ``clock`` (wall seconds) stamps the upload time.
+    :func:`commit_cleaning`). ``clock`` (a :class:`~kafkastore.clock.Clock`, default the storage's; an old bare callable
+    reads wall seconds) stamps the upload time.
     """
+    clock = _clock(clock, storage)
     keep = np.asarray(keep, dtype=np.int64)
     txns = _TxnState(ctx.aborted, carry)
     builder = SegmentBuilder(group.base_offset, index_interval_bytes=ctx.index_interval_bytes,
@@ -588,7 +598,7 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
         return GroupResult(group.index, group.segment_ids, None, records_in, records_in,
                            source.size, source.size)
     st = built.stats
-    uploaded = int(clock() * 1000) if upload else None
+    uploaded = clock.wall_ms() if upload else None
     # The rewrite keeps the whole file set of the segments it replaces (empty indexes too).
     entry = write_segment(
         storage if upload else None, ctx.topic, ctx.partition, st, built.log, built.index,
@@ -767,7 +777,7 @@ def _live_ids_of_group(m: Manifest | None, group: Sequence[SegmentEntry],
 
 
 def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult], *,
-                    clock: Callable[[], float] = time.time, writer: str = "compaction",
+                    clock: Clock | Callable[[], float] | None = None, writer: str = "compaction",
                     max_attempts: int | None = None) -> CommitOutcome:
     """Swap the rewritten groups in with one manifest commit (see the module docstring).
 
@@ -776,6 +786,7 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
     replaced segment is no longer live or when the files are older than half
     of ``file.delete.delay.ms`` by ``clock`` (wall seconds). Never deletes.
     """
+    clock = _clock(clock, storage)
     changed = [r for r in sorted(results, key=lambda r: r.group) if r.entry is not None]
     ids = tuple(i for r in results for i in r.replaced)
     uploads = [r.uploaded_ms for r in changed if r.uploaded_ms is not None]
@@ -795,7 +806,7 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
                              f"segments were replaced or removed meanwhile (compaction or "
                              f"retention); files left to GC")
             return None
-        if first_upload is not None and clock() * 1000 - first_upload > plan.file_delete_delay_ms / 2:
+        if first_upload is not None and clock.wall_ms() - first_upload > plan.file_delete_delay_ms / 2:
             why["reason"] = ("the rewrite took longer than half of file.delete.delay.ms "
                              f"({plan.file_delete_delay_ms} ms): GC may delete the new files; "
                              "raise file.delete.delay.ms for this topic")
@@ -806,7 +817,7 @@ def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[Grou
 
     store = ManifestStore(storage, plan.topic, plan.partition)
     try:
-        new = store.commit(build, operation="compaction", writer=writer, now_ms=int(clock() * 1000),
+        new = store.commit(build, operation="compaction", writer=writer, now_ms=clock.wall_ms(),
                            max_attempts=max_attempts)
     except StaleUploadError as exc:
         return CommitOutcome(None, f"{exc}; files left to GC (raise file.delete.delay.ms or "
@@ -890,8 +901,10 @@ def skipped_result(topic: str, partition: int, skip: Skip, seconds: float = 0.0)
 
 
 def finish_partition(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult],
-                     started: float, *, clock: Callable[[], float] = time.time) -> PartitionResult:
-    """Commit one partition's rewritten groups and summarise the outcome."""
+                     started: float, *, clock: Clock | Callable[[], float] | None = None) -> PartitionResult:
+    """Commit one partition's rewritten groups and summarise the outcome (``started``: the
+    clock's monotonic seconds when the partition's work began)."""
+    clock = _clock(clock, storage)
     outcome = commit_cleaning(storage, plan, results, clock=clock)
     res = PartitionResult(
         plan.topic, plan.partition, STATUS_CLEANED if outcome.manifest else STATUS_GAVE_UP,
@@ -902,7 +915,7 @@ def finish_partition(storage: Storage, plan: CleaningPlan, results: Sequence[Gro
         records_in=sum(r.records_in for r in results), records_out=sum(r.records_out for r in results),
         bytes_in=sum(r.bytes_in for r in results), bytes_out=sum(r.bytes_out for r in results),
         version=outcome.manifest.version if outcome.manifest else None)
-    res.seconds = time.monotonic() - started
+    res.seconds = clock.monotonic_s() - started
     return res
 
 
@@ -916,17 +929,18 @@ def load_plan(storage: Storage, topic: str, partition: int, now_ms: int, *, forc
 
 
 def compact_partition_local(storage: Storage, topic: str, partition: int, now_ms: int, *,
-                            force: bool = False, clock: Callable[[], float] = time.time,
+                            force: bool = False, clock: Clock | Callable[[], float] | None = None,
                             scan_bytes: int = DEFAULT_SCAN_BYTES) -> PartitionResult:
     """Compact one partition in this process (:func:`local_survivors`: a dict key map).
 
     The reference implementation for tests and tiny logs; use
     :func:`pipelines.compaction.compact_partition` for real ones.
     """
-    started = time.monotonic()
+    clock = _clock(clock, storage)
+    started = clock.monotonic_s()
     m, plan = load_plan(storage, topic, partition, now_ms, force=force)
     if isinstance(plan, Skip):
-        return skipped_result(topic, partition, plan, time.monotonic() - started)
+        return skipped_result(topic, partition, plan, clock.monotonic_s() - started)
     groups = group_specs([plan])
     tasks = scan_tasks(storage, [plan], groups, [m], max_bytes=scan_bytes)
     keep, carry = local_survivors(storage, [plan], groups, tasks)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-import time
 from dataclasses import dataclass, replace
 
 import pyarrow.compute as pc
@@ -194,6 +193,11 @@ class Appender:
         self.producer_expiration_ms = PRODUCER_ID_EXPIRATION_MS
 
     @property
+    def clock(self):
+        """The server's :class:`~kafkastore.clock.Clock` (append times, producer expiry)."""
+        return self.server.clock
+
+    @property
     def interval_s(self) -> float:
         return max(0.0, self.server.options.commit_interval_ms / 1000)
 
@@ -253,13 +257,13 @@ class Appender:
                         not any(i.marker for i in self._queues[tp]):  # a transaction's end waits on it
                     await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
-                started = time.monotonic()
+                started = self.clock.monotonic_s()
                 try:
                     outcomes, manifest = await self.server.run(self.commit, tp, items)
                 except Exception as exc:  # noqa: BLE001 - every failure becomes an error code
                     outcomes, manifest = [_failure(exc)] * len(items), None
                 log.debug("%s/%d: %d batches, %d bytes committed in %.1f ms", tp[0], tp[1], len(items),
-                          sum(i.header.size for i in items), (time.monotonic() - started) * 1000)
+                          sum(i.header.size for i in items), (self.clock.monotonic_s() - started) * 1000)
                 for item, outcome in zip(items, outcomes):
                     if item.future is not None and not item.future.done():
                         item.future.set_result(outcome)
@@ -290,7 +294,7 @@ class Appender:
             return [Outcome(E.UNKNOWN_TOPIC_OR_PARTITION, message=f"unknown partition {topic}/{partition}")
                     for _ in items], None
         cfg = meta.config
-        now = int(time.time() * 1000)
+        now = self.clock.wall_ms()
         log_append = cfg.message_timestamp_type == "LogAppendTime"
         codec_name = cfg.compression_codec
         codec = Compression.parse(codec_name) if codec_name is not None else None
