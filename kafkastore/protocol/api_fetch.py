@@ -22,11 +22,10 @@ from __future__ import annotations
 import logging
 import struct
 
-from ..format import offset_index
 from ..errors import KafkaStoreError
 from ..errors import FetchCheckError
 from ..manifest import Manifest
-from ..reader import _INDEXES, PartitionReader, last_stable_offset
+from ..reader import PartitionReader, last_stable_offset, segment_position
 from ..format.record_batch import LOG_OVERHEAD
 from ..acls import Operation, ResourceType
 from . import error_codes as E
@@ -86,10 +85,8 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
         if done or seg.base_offset >= upper:
             break
         paths = seg.paths(topic, partition)
-        pos = 0
-        if offset > seg.base_offset and seg.index_size:
-            index = _INDEXES.get(broker.storage, paths[".index"])
-            pos = offset_index.lookup(index, seg.base_offset, offset)
+        # Only the pages of the .index the lookup needs (a segment's index grows with its size).
+        pos = segment_position(broker.storage, topic, partition, seg, offset)
         path = paths[".log"]
         while pos < seg.size and not done:
             buf = broker.range_cache.get(path, pos, pos + max(limit - total, LOG_OVERHEAD), seg.size)
