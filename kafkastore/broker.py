@@ -54,7 +54,7 @@ from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Re
 from .format.segment import index_batch_arrays, index_batches
 from .merge import Housekeeper, housekeeper_for
 from .segment_writer import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
-                             entries_with_aborted, write_segment)
+                             entries_with_aborted, expired_producers, write_segment)
 from .storage import Storage
 from .threads import shared_pool
 from .topics import TopicMetadata, load_topic
@@ -884,6 +884,9 @@ class Broker:
                                         first_seq, last_seq, max_ts)
             updates = [AppendSegments(tuple(entries)),
                        UpdateProducerState(self.producer_id, new_state)]
+            # Idle producers' state goes, as on serve's Appender (segment_writer's one policy).
+            updates += [UpdateProducerState(pid, None)
+                        for pid in expired_producers(m, (self.producer_id,), now)]
             outcome["hw"] = hw
             return updates, [AssertLeaderEpoch(epoch)]
 

@@ -39,9 +39,9 @@ this module adds is what every writer did around it, once:
   producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default, one
   day, by their last batch's timestamp) with no open transaction, as Kafka's broker
   does, so manifests do not grow with every producer that ever wrote. Serve's Appender
-  does; the library Broker not yet: its ``append_batch`` clients may write old record
-  timestamps and still expect a retry to be found a duplicate, so expiring there needs
-  an append time in the producer state (a manifest field).
+  and the library Broker both do. As in Kafka, a producer whose records carry timestamps
+  older than the expiration counts as idle: another producer's commit may drop its state,
+  and a retry of its batch after that is no longer recognised as a duplicate.
 * **Sequences** (:func:`check_sequence`): a client's batch with its own producer id
   (serve's Produce, :meth:`Broker.append_batch`) is checked by Kafka's rule, once.
 * **The entry** (:func:`segment_entry`): the one function that turns a segment's

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import time
+
 import pytest
 
 from kafkastore import broker as broker_mod
@@ -335,23 +337,42 @@ def recs(*values):
     return [Record(i, 1000 + i, b"k", v) for i, v in enumerate(values)]
 
 
+def recent_recs(*values):
+    """Records stamped now: a producer whose records are older than a day is idle, and
+    another producer's commit drops its state (Kafka's producer.id.expiration.ms)."""
+    now = int(time.time() * 1000)
+    return [Record(i, now + i, b"k", v) for i, v in enumerate(values)]
+
+
 def test_append_batch_retry_is_not_written_twice(root_url):
     storage = setup(root_url)
     b = Broker(storage)
-    r1 = b.append_batch(T, 0, recs(b"a", b"b", b"c"), producer_id=77, producer_epoch=0,
+    r1 = b.append_batch(T, 0, recent_recs(b"a", b"b", b"c"), producer_id=77, producer_epoch=0,
                         base_sequence=0)
     assert (r1.base_offset, r1.next_offset, r1.duplicate) == (0, 3, False)
     other = Broker(storage)                       # someone else appends in between
     other.send(T, b"other")
     other.flush()
-    r2 = b.append_batch(T, 0, recs(b"a", b"b", b"c"), producer_id=77, producer_epoch=0,
+    r2 = b.append_batch(T, 0, recent_recs(b"a", b"b", b"c"), producer_id=77, producer_epoch=0,
                         base_sequence=0)
     assert (r2.base_offset, r2.next_offset, r2.duplicate) == (0, 3, True)
-    r3 = b.append_batch(T, 0, recs(b"d"), producer_id=77, producer_epoch=0, base_sequence=3)
+    r3 = b.append_batch(T, 0, recent_recs(b"d"), producer_id=77, producer_epoch=0, base_sequence=3)
     assert (r3.base_offset, r3.next_offset, r3.duplicate) == (4, 5, False)
     assert [v for _, _, v in records(storage)] == [b"a", b"b", b"c", b"other", b"d"]
     st = manifest(storage).producers[77]
     assert (st.epoch, st.last_sequence, st.last_offset) == (0, 3, 4)
+
+
+def test_an_idle_producers_state_is_dropped_by_another_producers_commit(local_root):
+    """The library Broker expires producer state as serve's Appender does (by the last
+    batch's timestamp, producer.id.expiration.ms), keeping the committing producer's own."""
+    storage = setup(local_root)
+    Broker(storage).append_batch(T, 0, recs(b"old"), producer_id=5, producer_epoch=0,
+                                 base_sequence=0)            # stamped 1970: idle for decades
+    fresh = Broker(storage)
+    fresh.append_batch(T, 0, recent_recs(b"new"), producer_id=6, producer_epoch=0,
+                       base_sequence=0)
+    assert set(manifest(storage).producers) == {6}
 
 
 def test_append_batch_sequence_rules(local_root):
