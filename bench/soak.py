@@ -138,11 +138,22 @@ def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
     return out
 
 
-def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None) -> None:
+def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
+         gc_ms: int | None = None) -> None:
     inner = Storage(url)
     fs = CountingFS(inner.fs)
     storage = Storage(url, fs=fs)
-    create_topic(storage, TOPIC, 1)
+    # With ``gc_ms`` gc runs that often with that grace (the topic's file.delete.delay.ms and
+    # the store's grace floor), so its deletes -- a steady cost once the first grace has
+    # passed -- fall in the first window too. With the defaults (60 s each) the first gc
+    # deletes about 120 s in, after the first window, which then compares warm-up with
+    # steady state.
+    create_topic(storage, TOPIC, 1, {"file.delete.delay.ms": gc_ms} if gc_ms else None)
+    if gc_ms:
+        from kafkastore.manifest import ManifestStore
+        from kafkastore.merge import housekeeper_for
+        ManifestStore.min_keep_ms = gc_ms
+        housekeeper_for(storage).gc_interval_ms = gc_ms
     kwargs = {}
     if housekeeping is not None and "housekeeping" in inspect.signature(Broker).parameters:
         kwargs["housekeeping"] = housekeeping
@@ -236,6 +247,9 @@ def main(argv=None) -> int:
     ap.add_argument("--s3", action="store_true", help="also soak moto's S3 server")
     ap.add_argument("--s3-commits", type=int, default=10_000, help="commits on S3 (default 10000)")
     ap.add_argument("--no-file", action="store_true", help="skip the file:// soak")
+    ap.add_argument("--gc-ms", type=int, default=6000,
+                    help="gc interval and grace (file.delete.delay.ms) in ms, short so that gc's "
+                         "steady cost is in the first window too (0: the defaults, 60 s each)")
     hk = ap.add_mutually_exclusive_group()
     hk.add_argument("--housekeeping", dest="housekeeping", action="store_true", default=None,
                     help="the broker merges small segments as it goes (if this version has it)")
@@ -245,14 +259,15 @@ def main(argv=None) -> int:
     if not args.no_file:
         tmp = tempfile.mkdtemp(prefix="kafkastore-soak-")
         try:
-            soak(f"file://{tmp}/root", args.commits, args.records_per_commit, args.housekeeping)
+            soak(f"file://{tmp}/root", args.commits, args.records_per_commit, args.housekeeping,
+                 args.gc_ms)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.s3:
         server = start_moto("soak")
         try:
             soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
-                 args.housekeeping)
+                 args.housekeeping, args.gc_ms)
         finally:
             server.stop()
     return 0
