@@ -44,8 +44,8 @@ class Clock:
                  now_ms: Callable[[], int] | None = None,
                  monotonic: Callable[[], float] | None = None):
         self._wall_ms = wall_ms or now_ms or _system_wall_ms
-        self._monotonic_s = monotonic_s or monotonic or time.monotonic
-        self._sleep = sleep or time.sleep
+        self._monotonic_s = monotonic_s or monotonic or _system_monotonic_s
+        self._sleep = sleep or _system_sleep
 
     def wall_ms(self) -> int:
         """Wall-clock time in integer epoch milliseconds."""
@@ -64,8 +64,17 @@ class Clock:
         return "SYSTEM" if self is SYSTEM else f"{type(self).__name__}()"
 
 
+def _system_monotonic_s() -> float:
+    return time.monotonic()
+
+
+def _system_sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
 def _system_wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    # time.time, read at each call: a test that patches time.time moves SYSTEM too.
+    return int(time.time() * 1000)
 
 
 #: The real clock; the default everywhere a clock is optional.
