@@ -4,6 +4,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import time
 import sys
 from typing import Sequence
 
@@ -27,6 +28,30 @@ def start_serve(root: str, port: int = 0, node_id: int = 0, extra: Sequence[str]
     assert "serving" in line, line
     proc.bootstrap = line.split(" on ", 1)[1].split()[0]
     return proc
+
+
+def wait_until_listed(bootstraps: Sequence[str], timeout: float = 30.0) -> None:
+    """Wait until every broker's Metadata lists all of ``bootstraps``. A client that has seen
+    only one broker re-bootstraps when that broker dies (librdkafka), which is not the
+    two-broker failover a test means to exercise."""
+    from kio.schema.metadata.v12 import request as md_req
+
+    from tests.protocol.wire import Wire
+
+    want = sorted(int(b.rsplit(":", 1)[1]) for b in bootstraps)
+    deadline = time.monotonic() + timeout
+    for bootstrap in bootstraps:
+        while True:
+            w = Wire(bootstrap, timeout=10)
+            try:
+                resp = w.call(md_req.MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                     include_topic_authorized_operations=False))
+            finally:
+                w.close()
+            if sorted(int(b.port) for b in resp.brokers) == want:
+                break
+            assert time.monotonic() < deadline, f"{bootstrap} lists {resp.brokers}, not all of {bootstraps}"
+            time.sleep(0.1)
 
 
 def stop_serve(proc: subprocess.Popen) -> None:

@@ -28,7 +28,7 @@ def _tid_owned_by(node: int, prefix: str) -> str:
 
 def _two_serves(root: str, monkeypatch, fault: str | None):
     """Broker 0 (with the fault, if any) and broker 1; their processes and ports."""
-    from tests.helpers.serve_procs import free_port, start_serve
+    from tests.helpers.serve_procs import free_port, start_serve, wait_until_listed
 
     ports = [free_port(), free_port()]
     if fault:
@@ -36,6 +36,7 @@ def _two_serves(root: str, monkeypatch, fault: str | None):
     first = start_serve(root, ports[0], 0)
     monkeypatch.delenv("KAFKASTORE_FAULT", raising=False)
     second = start_serve(root, ports[1], 1)
+    wait_until_listed([f"127.0.0.1:{p}" for p in ports])
     return [first, second], ports
 
 
@@ -133,11 +134,6 @@ def _bounded(seconds: float, call):
     return value
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "librdkafka 2.16 (confluentinc/librdkafka#5511, #5456): send_offsets_to_transaction can wait "
-    "for ever on a group coordinator cached on a broker that died. Listing a dead broker for 16 "
-    "minutes avoids it in loaded runs, but on a quiet machine the call still hangs; _bounded turns "
-    "the hang into a failure instead of a stuck CI run"))
 @pytest.mark.timeout(120)
 def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
     """librdkafka ends its handle of a broker missing from a Metadata answer, and a group
@@ -146,7 +142,7 @@ def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
     (leading and coordinating nothing) for a while, so the lookup fails over."""
     import signal
 
-    from tests.helpers.serve_procs import free_port, start_serve
+    from tests.helpers.serve_procs import free_port, start_serve, wait_until_listed
 
     root = f"file://{tmp_path}/root"
     src, dst = "in-" + uuid.uuid4().hex[:6], "out-" + uuid.uuid4().hex[:6]
@@ -154,6 +150,9 @@ def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
     create_topic(Storage(root), dst, 1)
     ports = [free_port(), free_port()]
     procs = [start_serve(root, ports[0], 0), start_serve(root, ports[1], 1)]
+    # Both brokers known to the client before one dies: a client that has seen one broker
+    # only re-bootstraps when it dies, and librdkafka then drops the coordinator it cached.
+    wait_until_listed([f"127.0.0.1:{p}" for p in ports])
     try:
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
         tid, group = _tid_owned_by(0, "tx-md"), _tid_owned_by(0, "g-md")
@@ -181,11 +180,6 @@ def test_send_offsets_after_the_group_coordinator_left_metadata(tmp_path):
 
 # A hang inside librdkafka's C call cannot be interrupted by this marker (see _bounded); it
 # bounds everything else.
-@pytest.mark.xfail(strict=False, reason=(
-    "librdkafka 2.16 (confluentinc/librdkafka#5511, #5456): send_offsets_to_transaction can wait "
-    "for ever on a group coordinator cached on a broker that died. Listing a dead broker for 16 "
-    "minutes avoids it in loaded runs, but on a quiet machine the call still hangs; _bounded turns "
-    "the hang into a failure instead of a stuck CI run"))
 @pytest.mark.timeout(240)
 def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
     """confluent-kafka's exactly-once loop (send_offsets_to_transaction) between two topics;
@@ -193,7 +187,7 @@ def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
     transactions: the output holds every input record exactly once."""
     import signal
 
-    from tests.helpers.serve_procs import free_port, start_serve
+    from tests.helpers.serve_procs import free_port, start_serve, wait_until_listed
 
     root = f"file://{tmp_path}/root"
     storage = Storage(root)
@@ -202,6 +196,9 @@ def test_consume_transform_produce_survives_a_broker_killed_midway(tmp_path):
     create_topic(storage, dst, 2)
     ports = [free_port(), free_port()]
     procs = [start_serve(root, ports[0], 0), start_serve(root, ports[1], 1)]
+    # Both brokers known to the client before one dies: a client that has seen one broker
+    # only re-bootstraps when it dies, and librdkafka then drops the coordinator it cached.
+    wait_until_listed([f"127.0.0.1:{p}" for p in ports])
     bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
     n = 300
     try:
