@@ -139,7 +139,7 @@ def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
 
 
 def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
-         gc_ms: int | None = None) -> None:
+         gc_ms: int | None = None, segment_bytes: int | None = None) -> None:
     inner = Storage(url)
     fs = CountingFS(inner.fs)
     storage = Storage(url, fs=fs)
@@ -148,7 +148,13 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
     # passed -- fall in the first window too. With the defaults (60 s each) the first gc
     # deletes about 120 s in, after the first window, which then compares warm-up with
     # steady state.
-    create_topic(storage, TOPIC, 1, {"file.delete.delay.ms": gc_ms} if gc_ms else None)
+    # Merging rewrites each byte once per generation until segments reach segment.bytes, so
+    # a partition smaller than segment.bytes pays one more generation every 4x of history
+    # (log4 of its size); a smaller ``segment_bytes`` reaches that cap within the soak.
+    configs = {"file.delete.delay.ms": gc_ms} if gc_ms else {}
+    if segment_bytes:
+        configs["segment.bytes"] = segment_bytes
+    create_topic(storage, TOPIC, 1, configs or None)
     if gc_ms:
         from kafkastore.manifest import ManifestStore
         from kafkastore.merge import housekeeper_for
@@ -250,6 +256,9 @@ def main(argv=None) -> int:
     ap.add_argument("--gc-ms", type=int, default=6000,
                     help="gc interval and grace (file.delete.delay.ms) in ms, short so that gc's "
                          "steady cost is in the first window too (0: the defaults, 60 s each)")
+    ap.add_argument("--segment-bytes", type=int, default=None,
+                    help="the topic's segment.bytes (default: the topic default, 1 GiB); merging's "
+                         "cost per commit stops growing once the partition holds this much")
     hk = ap.add_mutually_exclusive_group()
     hk.add_argument("--housekeeping", dest="housekeeping", action="store_true", default=None,
                     help="the broker merges small segments as it goes (if this version has it)")
@@ -260,14 +269,14 @@ def main(argv=None) -> int:
         tmp = tempfile.mkdtemp(prefix="kafkastore-soak-")
         try:
             soak(f"file://{tmp}/root", args.commits, args.records_per_commit, args.housekeeping,
-                 args.gc_ms)
+                 args.gc_ms, args.segment_bytes)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.s3:
         server = start_moto("soak")
         try:
             soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
-                 args.housekeeping, args.gc_ms)
+                 args.housekeeping, args.gc_ms, args.segment_bytes)
         finally:
             server.stop()
     return 0

@@ -133,6 +133,10 @@ def main() -> int:
     ap.add_argument("--s3", action="store_true", help="root on moto's S3 server (default: file://)")
     ap.add_argument("--segment-bytes", type=int, default=1 << 20,
                     help="the topic's segment.bytes (default 1 MiB, so merging shows within minutes)")
+    ap.add_argument("--gc-ms", type=int, default=6000,
+                    help="gc interval and grace (file.delete.delay.ms, the broker's version grace) "
+                         "in ms, short so that gc's steady cost is in the first minute too "
+                         "(0: the defaults, 60 s each: gc's first deletes come in the third minute)")
     args = ap.parse_args()
 
     from confluent_kafka import Producer
@@ -153,7 +157,15 @@ def main() -> int:
     else:
         root = f"file://{tmp}/root"
     storage = Storage(root)
-    create_topic(storage, "soak", 1, {"segment.bytes": args.segment_bytes})
+    configs = {"segment.bytes": args.segment_bytes}
+    if args.gc_ms:
+        configs["file.delete.delay.ms"] = args.gc_ms
+        env["KAFKASTORE_BENCH_GC_MS"] = str(args.gc_ms)
+        if env.get("KAFKASTORE_BENCH_BROKER_MAIN"):
+            env["KAFKASTORE_BENCH_INNER_MAIN"] = env["KAFKASTORE_BENCH_BROKER_MAIN"]
+        env["KAFKASTORE_BENCH_BROKER_MAIN"] = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                           "short_gc_broker.py")
+    create_topic(storage, "soak", 1, configs)
     broker = start_broker(root, env=env)
     try:
         port = wait_serving(broker)
@@ -218,7 +230,8 @@ def main() -> int:
         live = len(m.segments) if m else 0
         versions = len(ManifestStore(Storage(root), "soak", 0).versions())
         print(f"root: {root}; {len(acks)} records acknowledged over {dur:.0f} s "
-              f"(one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0)")
+              f"(one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0; "
+              f"gc interval and grace {args.gc_ms or 60000} ms)")
         print(f"ack latency, first {window:.0f} s: p50 {p50f:.1f} ms, p99 {p99f:.1f} ms "
               f"({len(first)} records)")
         print(f"ack latency, last {window:.0f} s:  p50 {p50l:.1f} ms, p99 {p99l:.1f} ms "
