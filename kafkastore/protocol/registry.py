@@ -34,7 +34,7 @@ server's asyncio event loop: do storage I/O with ``await ctx.run(fn, *args)``
 is the :class:`kafkastore.protocol.server.BrokerServer` (its ``storage``,
 ``node_id``, ``live_brokers()``, ``appender``...). To map a key (a group id) to one
 live broker the same way on every broker, use
-``kafkastore.protocol.api_meta.leader_for(key, 0, ctx.broker.live_brokers())``.
+``kafkastore.protocol.placement.leader_for(key, 0, ctx.broker.live_brokers())``.
 ``ctx.connection`` is the client's connection (``principal`` after SASL). Requests of one connection
 are handled concurrently and answered in order; a handler that raises gets
 the connection closed (and is logged), so map expected failures to Kafka
