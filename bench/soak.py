@@ -52,6 +52,7 @@ sys.path.insert(0, HERE)
 
 from counting_fs import CountingFS  # noqa: E402
 from produce import start_moto  # noqa: E402
+from short_gc_broker import shorten_gc  # noqa: E402
 
 from kafkastore.broker import Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
@@ -154,12 +155,9 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
     configs = {"file.delete.delay.ms": gc_ms} if gc_ms else {}
     if segment_bytes:
         configs["segment.bytes"] = segment_bytes
-    create_topic(storage, TOPIC, 1, configs or None)
     if gc_ms:
-        from kafkastore.manifest import ManifestStore
-        from kafkastore.merge import housekeeper_for
-        ManifestStore.min_keep_ms = gc_ms
-        housekeeper_for(storage).gc_interval_ms = gc_ms
+        shorten_gc(gc_ms)  # before the storage's housekeeper is made (by the Broker below)
+    create_topic(storage, TOPIC, 1, configs or None)
     kwargs = {}
     if housekeeping is not None and "housekeeping" in inspect.signature(Broker).parameters:
         kwargs["housekeeping"] = housekeeping

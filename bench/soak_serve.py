@@ -142,6 +142,7 @@ def main() -> int:
     from confluent_kafka import Producer
 
     from kafkastore.manifest import ManifestStore
+    from kafkastore.merge import DEFAULT_GC_INTERVAL_MS
     from kafkastore.storage import Storage
     from kafkastore.topics import create_topic
 
@@ -231,7 +232,7 @@ def main() -> int:
         versions = len(ManifestStore(Storage(root), "soak", 0).versions())
         print(f"root: {root}; {len(acks)} records acknowledged over {dur:.0f} s "
               f"(one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0; "
-              f"gc interval and grace {args.gc_ms or 60000} ms)")
+              f"gc interval and grace {args.gc_ms or DEFAULT_GC_INTERVAL_MS} ms)")
         print(f"ack latency, first {window:.0f} s: p50 {p50f:.1f} ms, p99 {p99f:.1f} ms "
               f"({len(first)} records)")
         print(f"ack latency, last {window:.0f} s:  p50 {p50l:.1f} ms, p99 {p99l:.1f} ms "
