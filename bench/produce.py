@@ -168,19 +168,26 @@ def commit_cost(directory: str, rounds: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def start_moto(bucket: str = "bench"):
+def start_moto(bucket: str = "bench", *, own_process: bool = False):
     """moto's S3 server on loopback with ``bucket`` created, the AWS environment pointed at
-    it (also used by bench/soak.py and bench/soak_serve.py); returns the server."""
+    it (also used by bench/soak.py and bench/soak_serve.py); returns the server (``stop()``).
+
+    ``own_process`` runs it as ``python -m moto.server`` in a child process, so its request
+    handling does not share this process's GIL with the code measured (the soaks: a writer,
+    its background merging and gc, and moto would otherwise take turns on one interpreter)."""
     import logging
 
-    from moto.server import ThreadedMotoServer
-
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    if own_process:
+        server = _MotoProcess()
+        endpoint = server.endpoint
+    else:
+        from moto.server import ThreadedMotoServer
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
     os.environ.update({
         "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -190,6 +197,39 @@ def start_moto(bucket: str = "bench"):
 
     boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
     return server
+
+
+class _MotoProcess:
+    """``python -m moto.server`` on a free loopback port, ready when constructed."""
+
+    def __init__(self):
+        import socket
+        import subprocess
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                      "-p", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise SystemExit(f"moto's server did not start on {self.endpoint}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except Exception:  # noqa: BLE001 - a bench's teardown
+            self.proc.kill()
 
 
 def report(name: str, n: int, r: dict, ceiling_s: float) -> None:

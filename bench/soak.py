@@ -6,7 +6,8 @@ One partition, N small commits (default 100,000) through
 :class:`kafkastore.broker.Broker` (``send`` R records, ``flush``: one segment
 and one manifest version each) on a ``file://`` root in a temporary
 directory; with ``--s3`` also M commits (default 10,000) on moto's S3 server
-started here on 127.0.0.1 (``ThreadedMotoServer``, as tests/conftest.py does).
+started here on 127.0.0.1 in its own process (``python -m moto.server``; with
+``--moto-in-process`` a ``ThreadedMotoServer`` in this one, as tests/conftest.py does).
 
 Printed for the first 10% and the last 10% of the commits, and the ratio
 last/first (flat history means ratios near 1):
@@ -250,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--records-per-commit", type=int, default=3)
     ap.add_argument("--s3", action="store_true", help="also soak moto's S3 server")
     ap.add_argument("--s3-commits", type=int, default=10_000, help="commits on S3 (default 10000)")
+    ap.add_argument("--moto-in-process", action="store_true",
+                    help="run moto's server in this process (as before: it then shares the GIL "
+                         "with the writer and its background work) rather than its own")
     ap.add_argument("--no-file", action="store_true", help="skip the file:// soak")
     ap.add_argument("--gc-ms", type=int, default=6000,
                     help="gc interval and grace (file.delete.delay.ms) in ms, short so that gc's "
@@ -271,7 +275,7 @@ def main(argv=None) -> int:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.s3:
-        server = start_moto("soak")
+        server = start_moto("soak", own_process=not args.moto_in_process)
         try:
             soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
                  args.housekeeping, args.gc_ms, args.segment_bytes)
