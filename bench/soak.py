@@ -223,6 +223,12 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
     for k, v in kinds.items():
         row(f"  of which {k}", statistics.mean(v[first_w]), statistics.mean(v[last_w]))
     row("requests per commit (writer only)", statistics.mean(wreq[first_w]), statistics.mean(wreq[last_w]))
+    # Every tenth, not just the first and the last: a step early on that then stays flat is
+    # a warm-up (gc's first deletes, the file system's directories filling to their steady
+    # size), not growth with history, which would keep rising tenth after tenth.
+    tenths = [statistics.mean(times[k * window:(k + 1) * window]) * 1000 for k in range(10)
+              if times[k * window:(k + 1) * window]]
+    print(f"  {'time per commit by tenth (ms)':<34} " + " ".join(f"{t:.2f}" for t in tenths))
     f, l_ = probes["first"], probes["last"]
     row("head read cold: requests", f["head_requests"], l_["head_requests"], "{:.0f}")
     print(f"  {'head read cold: requests by kind':<34} {f['head_kinds']}  ->  {l_['head_kinds']}")
