@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import functools
 import os
 import threading
 import uuid
@@ -148,16 +149,7 @@ def _local_write(path: str, data: bytes, exclusive: bool) -> None:
 def _local_temp(directory: str, data) -> str:
     """Write ``data`` to a new temporary file in ``directory`` and fsync it; its path."""
     tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
+    _write_durably(tmp, data)
     return tmp
 
 
@@ -197,17 +189,7 @@ def _fsync_all(fds: list[int]) -> None:
     """fsync every descriptor, concurrently: a journaling filesystem (ext4's jbd2, XFS)
     commits concurrent fsyncs together, so three files cost about one commit, not three.
     Returns (or raises the first error) once every fsync has finished."""
-    if len(fds) == 1:
-        os.fsync(fds[0])
-        return
-    pool = _fsync_pool()
-    futures = [pool.submit(os.fsync, fd) for fd in fds[1:]]
-    try:
-        os.fsync(fds[0])
-    finally:
-        wait(futures)  # never let the caller close a descriptor that is still being synced
-    for f in futures:
-        f.result()
+    _all_done([functools.partial(os.fsync, fd) for fd in fds])
 
 
 def _write_all(fd: int, data) -> None:
@@ -229,32 +211,26 @@ _IOV_MAX = 1024
 
 
 def _local_write_many(items: list[tuple[str, Any]]) -> None:
-    """Overwrite several local files: each written to a temporary file, all fsynced
-    (concurrently), renamed in order, then each directory fsynced once (not once per
-    file). Success means every file is durable under its final name, as after that many
+    """Overwrite several local files: each written to a temporary file and fsynced, side by
+    side (one thread each: the writes overlap, and ext4's jbd2 commits concurrent fsyncs
+    together), renamed in order, then each directory fsynced once (not once per file).
+    Success means every file is durable under its final name, as after that many
     :func:`_local_write` calls; a failure part way leaves each name either old or new."""
     directories: dict[str, None] = {}
     temps: list[tuple[str, str]] = []
-    fds: list[int] = []
+    for path, _ in items:
+        directory = os.path.dirname(path)
+        if directory not in directories:
+            os.makedirs(directory, exist_ok=True)
+            directories[directory] = None
+        temps.append((os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}"), path))
     try:
-        for path, data in items:
-            directory = os.path.dirname(path)
-            if directory not in directories:
-                os.makedirs(directory, exist_ok=True)
-                directories[directory] = None
-            tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
-            fds.append(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
-            temps.append((tmp, path))
-            _write_all(fds[-1], data)
-        _fsync_all(fds)
-        while fds:
-            os.close(fds.pop())
+        _all_done([functools.partial(_write_durably, tmp, data)
+                   for (tmp, _), (_, data) in zip(temps, items)])
         while temps:
             tmp, path = temps.pop(0)
             _local_publish(tmp, path, False)
     finally:
-        for fd in fds:
-            os.close(fd)
         for tmp, _ in temps:
             _unlink_quietly(tmp)
     dfds = [os.open(d, os.O_RDONLY) for d in directories]
@@ -263,6 +239,37 @@ def _local_write_many(items: list[tuple[str, Any]]) -> None:
     finally:
         for fd in dfds:
             os.close(fd)
+
+
+def _write_durably(tmp: str, data) -> None:
+    """Create ``tmp``, write ``data`` whole and fsync it; on failure no ``tmp`` is left."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def _all_done(jobs: list) -> None:
+    """Run every job, the first in this thread and the rest on the fsync pool; return (or
+    raise the first error) once all have finished."""
+    if len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    pool = _fsync_pool()
+    futures = [pool.submit(job) for job in jobs[1:]]
+    try:
+        jobs[0]()
+    finally:
+        wait(futures)
+    for f in futures:
+        f.result()
 
 
 class Storage:

@@ -1,6 +1,7 @@
 """Storage on every backend: whole-object writes, exclusive create under races, ranges, listings."""
 from __future__ import annotations
 
+import errno
 import gc
 import itertools
 import multiprocessing
@@ -313,6 +314,23 @@ def test_put_many_failure_leaves_no_temporary_files(local_root):
         storage.put_many([("d/a", b"new"), ("d/b", b"x"), ("d/c", b"y")])
     assert sorted(os.listdir(storage.full_path("d"))) == ["a", "b"]
     assert storage.get("d/a") == b"new"  # renamed before the failure: each name old or new
+
+
+def test_put_many_a_failed_fsync_leaves_no_file_of_the_batch(local_root, monkeypatch):
+    """The files are written and fsynced side by side: one failing fails the call, and the
+    temporary files of the others (whose threads succeeded) are removed; no name appears."""
+    storage = Storage(local_root)
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if os.fstat(fd).st_size == 7:
+            raise OSError(errno.EIO, "injected")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(StorageError):
+        storage.put_many([("e/a", b"a" * 3), ("e/b", b"b" * 7), ("e/c", b"c" * 5)])
+    assert os.listdir(storage.full_path("e")) == []
 
 
 def test_a_missing_bucket_is_named_for_every_operation(s3_endpoint):
