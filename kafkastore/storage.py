@@ -148,9 +148,14 @@ def _local_write(path: str, data: bytes, exclusive: bool) -> None:
 
 def _local_temp(directory: str, data) -> str:
     """Write ``data`` to a new temporary file in ``directory`` and fsync it; its path."""
-    tmp = os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
+    tmp = _temp_path(directory)
     _write_durably(tmp, data)
     return tmp
+
+
+def _temp_path(directory: str) -> str:
+    """A fresh temporary name in ``directory`` (hidden from listings, removed by gc if left)."""
+    return os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
 
 
 def _local_publish(tmp: str, path: str, exclusive: bool) -> None:
@@ -181,7 +186,7 @@ def _fsync_dir(directory: str) -> None:
 
 
 def _fsync_pool():
-    """A few threads that fsync for :func:`_fsync_all`."""
+    """A few threads for :func:`_all_done`: side-by-side fsyncs, and writes that end in one."""
     return shared_pool("fsync", 4)
 
 
@@ -223,7 +228,7 @@ def _local_write_many(items: list[tuple[str, Any]]) -> None:
         if directory not in directories:
             os.makedirs(directory, exist_ok=True)
             directories[directory] = None
-        temps.append((os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}"), path))
+        temps.append((_temp_path(directory), path))
     try:
         _all_done([functools.partial(_write_durably, tmp, data)
                    for (tmp, _), (_, data) in zip(temps, items)])
