@@ -12,8 +12,9 @@ loop every one of them needs:
    (failed requirements, fencing, invalid updates) propagate at once;
 3. put it atomically (:meth:`CommitTarget.put`). A *conflict* (another writer's
    commit landed first) goes back to 1 after a back-off with full jitter. An
-   *unknown outcome* (the request may or may not have been applied) is settled
-   by reading back (:meth:`CommitTarget.read_back`): ours means success,
+   *unknown outcome* (the request may or may not have been applied; for object
+   stores also a conflict, which a client's own retry of a write that landed
+   produces) is settled by reading back (:meth:`CommitTarget.read_back`): ours means success,
    someone else's means conflict, absent means the same prepared commit is put
    again (or, for targets whose prepared commit is single-use, a fresh attempt
    whose plan recognises a late landing by the commit's stable identity). When
@@ -118,6 +119,11 @@ class CommitTarget(Generic[P]):
     fatal_errors: tuple[type[BaseException], ...] = ()
     #: The put's outcome is unknown; reading back may fail with these too.
     unknown_errors: tuple[type[BaseException], ...] = (StorageError,)
+    #: Whether a conflict on the first put is read back too. A store client that retries a
+    #: conditional write by itself (s3fs/botocore after a 5xx or a reset connection) turns a
+    #: first attempt that landed into a conflict on the retry: only reading the slot tells
+    #: "another writer won" from "we won and lost the response". On for object stores.
+    read_back_conflicts: bool = False
     #: Whether a prepared commit may be put again after an unknown outcome read back as
     #: absent. False: the engine plans a fresh attempt instead, and the target's ``plan``
     #: must recognise a late landing of an earlier attempt (a stable identity, e.g. a run id).
@@ -220,11 +226,18 @@ class CommitEngine:
             except target.fatal_errors:
                 raise
             except target.conflict_errors as exc:
-                if uncertain is None:
+                if uncertain is None and not target.read_back_conflicts:
                     log.info("%s lost a race (%s); retrying", target.describe(planned), exc)
                     return _CONFLICT
-                # An earlier put may have been ours. Empty cannot happen for a held slot.
-                return _READ_BACK if self._read_back(target, planned, uncertain) else _CONFLICT
+                # An earlier put may have been ours: ours, or the store client's own retry
+                # of ours, whose first attempt landed and whose response was lost. Empty
+                # cannot happen for a held slot.
+                if self._read_back(target, planned, uncertain or exc):
+                    log.warning("%s: the conflict was our own write (a retried request); "
+                                "committed", target.describe(planned))
+                    return _READ_BACK
+                log.info("%s lost a race (%s); retrying", target.describe(planned), exc)
+                return _CONFLICT
             except target.refused_errors as exc:
                 if uncertain is None:
                     raise  # refused, so not written: a definite failure, not an unknown outcome
@@ -265,6 +278,8 @@ class ObjectTarget(CommitTarget[P]):
     Subclasses give ``read``, ``plan`` and :meth:`locate` (path and bytes of a
     planned commit); read-back compares the stored bytes with :meth:`is_ours`.
     """
+
+    read_back_conflicts = True
 
     def __init__(self, storage):
         self.storage = storage
