@@ -290,9 +290,11 @@ def cmd_verify(args, cfg: Config) -> int:
 
 
 def cmd_gc(args, cfg: Config) -> int:
-    from .gc import collect_garbage
+    from .gc import collect_garbage, require_clock_agreement
 
     storage = _storage(cfg)
+    if not args.dry_run:
+        require_clock_agreement(storage)   # a clock ahead of the store's would delete live files
     now = storage.clock.wall_ms()
     try:
         reports = [collect_garbage(storage, args.topic, None, now_ms=now, grace_ms=args.grace_ms,

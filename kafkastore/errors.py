@@ -198,6 +198,12 @@ class ClusterDocumentError(CorruptMetadataError):
     ``<root>/_cluster/``) that cannot be parsed; the message names the document and version."""
 
 
+class ClockSkewError(KafkaStoreError):
+    """This process's clock disagrees with the store's by more than the tolerated skew, so
+    nothing that decides by age (gc's deletes, version expiry) may run: a clock ahead would
+    delete live files. Fix the clock (NTP); nothing was deleted."""
+
+
 class StaleUploadError(KafkaStoreError):
     """A commit would list a newly written segment file that is older than half the GC grace
     floor, or already gone: GC may delete such a file, so the commit is refused before it lands.

@@ -59,18 +59,50 @@ compaction and readers:
   anything is deleted (a partial referenced set would be unsafe); a failed
   delete is recorded in :attr:`GcReport.errors` and retried by the next run.
 
-``now_ms`` must be the real time (object times come from the store's clock;
-skew between the two eats into the grace period).
+``now_ms`` must be the real time: object times come from the store's clock, and
+skew between the two eats into the grace period. The automatic gc (the housekeeper of
+``serve`` and of long-running writers) and ``kafkastore gc`` therefore first measure
+this process's clock against the store's (:func:`require_clock_agreement`) and refuse
+to delete anything when they differ by more than :data:`MAX_CLOCK_SKEW_MS`. The margins
+(docs/DESIGN.md section 9): a commit lists files at most half the floor old when each
+attempt is sent (30 s), an attempt takes at most ``MAX_COMMIT_PUT_S`` on S3 (17 s), and
+the tolerated skew is 10 s: 30 + 17 + 10 < 60, the floor.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from . import layout
-from .errors import ConfigError, StorageError, UnknownTopicError
+from .errors import ClockSkewError, ConfigError, StorageError, UnknownTopicError
 from .manifest import ManifestStore
 from .storage import ObjectInfo, Storage, _mtime
 from .topics import load_topic
+
+#: The largest disagreement between a process's clock and the store's that gc tolerates.
+MAX_CLOCK_SKEW_MS = 10_000
+#: How long a skew measurement is trusted (monotonic seconds) before it is taken again.
+_SKEW_CHECK_EVERY_S = 60.0
+_skew_checked: dict[tuple[str, int], float] = {}
+
+
+def require_clock_agreement(storage: Storage, *, max_skew_ms: int = MAX_CLOCK_SKEW_MS) -> int:
+    """This process's clock minus the store's, in ms; :class:`ClockSkewError` when they
+    differ by more than ``max_skew_ms``. A measurement that agreed is reused for a minute
+    (per root), so the automatic gc pays one probe a minute, not one per run."""
+    key = (storage.url, id(storage.clock))
+    now = storage.clock.monotonic_s()
+    last = _skew_checked.get(key)
+    if last is not None and 0 <= now - last < _SKEW_CHECK_EVERY_S:
+        return 0
+    skew = storage.clock_skew_ms()
+    if abs(skew) > max_skew_ms:
+        _skew_checked.pop(key, None)
+        raise ClockSkewError(
+            f"this machine's clock is {skew / 1000:+.1f} s off the store's clock ({storage.url}); "
+            f"gc deletes nothing while the skew exceeds {max_skew_ms / 1000:g} s (fix the clock)")
+    _skew_checked[key] = now
+    return skew
+
 
 _TEMP_PREFIX = ".tmp-"  # as kafkastore.storage names the temporary files of local writes
 

@@ -1607,6 +1607,10 @@ class ManifestStore:
         return out
 
 
+#: A put sent more than this after the upload ages were last checked checks them again.
+_RECHECK_AFTER_MS = 1000
+
+
 class _ManifestTarget(ObjectTarget):
     """One :meth:`ManifestStore.commit` as the engine sees it: version N+1, put-if-absent."""
 
@@ -1622,6 +1626,8 @@ class _ManifestTarget(ObjectTarget):
         self.base_head: _Head | None = None  # the head the base was, when read through the store
         # (new, kind, stored bytes, new's head with its group tracked)
         self.encoded: tuple[Manifest, str, bytes, _Head] | None = None
+        # (the base the upload ages were checked against, when: wall ms)
+        self.checked: tuple[Manifest | None, int] = (None, 0)
 
     def read(self) -> Manifest | None:
         self.started = self.store._clock.monotonic_s()
@@ -1653,6 +1659,7 @@ class _ManifestTarget(ObjectTarget):
         new = apply(base, updates, requirements, topic=self.store.topic,
                     partition=self.store.partition, commit=info)
         self.store._check_uploads(base, new)
+        self.checked = (base, self.store.storage.clock.wall_ms())
         bh = self.base_head
         if base is None:
             group: tuple[int | None, frozenset] | None = (None, frozenset())
@@ -1688,6 +1695,13 @@ class _ManifestTarget(ObjectTarget):
         # Nothing after new.version can be written before new lands, so once it has, this
         # moment confirms new as the head (see ManifestStore._trusted).
         self.put_started = self.store._clock.monotonic_s()
+        # The point of no return: the files this version newly lists must still be inside
+        # the window gc guarantees when the put is sent, on every attempt (a re-put after an
+        # unknown outcome, a put after a pause), not only when the commit was planned.
+        base, checked_ms = self.checked
+        if self.store.storage.clock.wall_ms() - checked_ms > _RECHECK_AFTER_MS:
+            self.store._check_uploads(base, new)
+            self.checked = (base, self.store.storage.clock.wall_ms())
         super().put(new)
 
     def is_ours(self, stored: bytes, new: Manifest) -> bool:

@@ -579,10 +579,12 @@ class Housekeeper:
         """One gc of ``tp`` (version expiry and unlisted files), on the ``housekeeping-gc``
         pool: a gc that takes long (many versions within the grace) never holds merging up,
         and at most :attr:`gc_workers` gc runs at once in the process."""
-        from .gc import collect_garbage  # gc imports topics and manifest only; no cycle, kept lazy
+        from .gc import collect_garbage, require_clock_agreement  # gc imports topics and
+        # manifest only; no cycle, kept lazy
 
         topic, partition = tp
         try:
+            require_clock_agreement(self.storage)   # a clock ahead would delete live files
             now = self.clock()
             gc_report = collect_garbage(self.storage, topic, partition, now_ms=now)
             self.gc_runs += 1

@@ -312,6 +312,12 @@ class Storage:
                 self.fs = fsspec.filesystem(self.protocol, **options)
             except (ImportError, TypeError, ValueError) as exc:
                 raise ConfigError(f"cannot open storage {url!r}: {exc}") from None
+        #: The filesystem conditional creates (commit points) go through: on S3 a client whose
+        #: retries and timeouts are bounded (:data:`COMMIT_PUT_S3_CONFIG`), so one attempt of a
+        #: commit takes at most :data:`MAX_COMMIT_PUT_S` and the engine, not the client, owns
+        #: retries and reads back what it cannot tell (docs/DESIGN.md section 9).
+        self._commit_fs = self.fs if fs is not None or self.protocol != "s3" else _bounded_s3(
+            self.storage_options)
         if self.protocol == "file" and create:  # read-only users pass create=False
             try:
                 os.makedirs(self._base, exist_ok=True)
@@ -552,9 +558,32 @@ class Storage:
         """
         with self._failures("create", rel):
             try:
-                write_object(self.fs, self.full_path(rel), bytes(data), exclusive=True)
+                write_object(self._commit_fs, self.full_path(rel), bytes(data), exclusive=True)
             except FileExistsError:
                 raise CommitConflict(f"{rel!r} already exists under {self.url}") from None
+
+    #: Where :meth:`clock_skew_ms` writes its probe objects (removed at once).
+    CLOCK_PROBE_DIR = "_clock"
+
+    def clock_skew_ms(self) -> int:
+        """How far this process's wall clock (:attr:`clock`) is ahead of the store's own clock
+        (negative: behind), measured by writing a small probe object and reading the time the
+        store gave it. Object times are what gc ages files by, so this is the error a
+        process's clock adds to every age it computes. One put, one stat and one delete."""
+        rel = f"{self.CLOCK_PROBE_DIR}/probe-{uuid.uuid4().hex}"
+        before = self.clock.wall_ms()
+        self.put(rel, b"")
+        after = self.clock.wall_ms()
+        try:
+            with self._failures("stat", rel, missing=True):
+                stored_ms = int(_mtime(self.fs.info(self.full_path(rel))) * 1000)
+        finally:
+            self.delete(rel)
+        if not stored_ms:
+            raise StorageError(f"the store gave the clock probe {rel!r} no time under {self.url}")
+        # The store stamped the object between before and after: take the midpoint, and
+        # allow for the store's whole-second times (S3's Last-Modified).
+        return (before + after) // 2 - stored_ms
 
     def delete(self, rels: Iterable[str]) -> None:
         """Delete objects, in the given order; missing ones are ignored (deletes are idempotent)."""
@@ -565,6 +594,32 @@ class Storage:
                 self._put_times.pop(rel.strip("/"), None)
             with self._failures("delete", rel), contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self.full_path(rel))
+
+
+#: botocore settings of the S3 client that sends conditional creates: two attempts (one retry
+#: for a 5xx or a reset connection; a retry of a create that landed answers 412, which the
+#: commit engine reads back), each bounded by the connect and read timeouts.
+COMMIT_PUT_S3_CONFIG = {"connect_timeout": 3, "read_timeout": 5,
+                        "retries": {"max_attempts": 2, "mode": "standard"}}
+#: The longest one conditional create on S3 can take with those settings (two attempts of
+#: connect + read timeout, and botocore's back-off between them, under a second).
+MAX_COMMIT_PUT_S = 2 * (3 + 5) + 1
+
+
+def _bounded_s3(storage_options: dict[str, Any]):
+    """An s3fs filesystem like the storage's, with bounded retries and timeouts for commits."""
+    options = dict(storage_options)
+    options.setdefault("use_listings_cache", False)
+    config = dict(options.get("config_kwargs") or {})
+    for key, value in COMMIT_PUT_S3_CONFIG.items():
+        config[key] = value
+    options["config_kwargs"] = config
+    try:
+        fs = fsspec.filesystem("s3", **options)
+    except (ImportError, TypeError, ValueError) as exc:
+        raise ConfigError(f"cannot open storage: {exc}") from None
+    fs.retries = 1   # s3fs's own retry loop around botocore's: one pass only
+    return fs
 
 
 def _mtime(info: dict) -> float:

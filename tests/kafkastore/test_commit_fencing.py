@@ -74,3 +74,72 @@ def test_a_real_lost_race_still_retries_on_top_of_the_winner(local_root):
     mine.send(T, b"mine", partition=0)
     mine.flush()
     assert sorted(_values(storage)) == [b"mine", b"other"]
+
+
+def test_a_put_retried_after_the_upload_window_re_uploads_instead(local_root):
+    """The upload-age check runs before every attempt of the put, not once at planning: a
+    put retried after an unknown outcome that took longer than the window would list files
+    gc may already have deleted."""
+    from kafkastore.clock import ManualClock
+
+    clock = ManualClock()
+    storage, fs = faulty_storage(local_root)
+    storage.clock = clock
+    create_topic(storage, T, 1)
+    broker = Broker(storage, housekeeping=False)
+    broker.send(T, b"slow", partition=0)
+    fs.on_write(lambda op, path: clock.advance(45), match="_manifest/0")   # a 45 s stall
+    fs.fail_before_write(match="_manifest/0")                               # ... then an error
+    broker.flush()
+    store = ManifestStore(storage, T, 0)
+    head = store.latest()
+    assert _values(storage) == [b"slow"]
+    assert store.stale_uploads(head.segments) == [], "committed files older than the window"
+
+
+# ---------------------------------------------------------------------------
+# clock skew: gc ages objects by the store's clock, so a process clock ahead would
+# delete live files; it measures the difference and refuses instead.
+
+def _skewed(ms: int):
+    from kafkastore.clock import SYSTEM, Clock
+
+    return Clock(wall_ms=lambda: SYSTEM.wall_ms() + ms)
+
+
+def test_clock_skew_is_measured_against_the_store(root_url):
+    assert abs(Storage(root_url).clock_skew_ms()) < 2_500
+    skewed = Storage(root_url, clock=_skewed(90_000)).clock_skew_ms()
+    assert 87_500 < skewed < 92_500
+    assert not Storage(root_url).list("_clock"), "the probe object was left behind"
+
+
+def test_gc_refuses_to_delete_with_a_clock_ahead_of_the_store(local_root, capsys):
+    from kafkastore.errors import ClockSkewError
+    from kafkastore.gc import require_clock_agreement
+    from pipelines.cli import main
+
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    for i in range(3):   # three commits, then a merge leaves three unlisted segments behind
+        broker = Broker(storage, housekeeping=False)
+        broker.send(T, b"v%d" % i, partition=0)
+        broker.flush()
+    # A writer's upload in flight: unlisted until its commit lands a moment from now.
+    storage.put(f"topics/{T}/0/{3:020d}-inflight.log", b"not yet committed")
+    files_before = sorted(o.path for o in storage.list(f"topics/{T}/0"))
+    with pytest.raises(ClockSkewError, match="clock is \\+90"):
+        require_clock_agreement(Storage(local_root, clock=_skewed(90_000)))
+    require_clock_agreement(Storage(local_root, clock=_skewed(3_000)))   # within the bound
+
+    import kafkastore.cli as cli_mod
+    real = cli_mod._storage
+    try:
+        cli_mod._storage = lambda cfg: Storage(local_root, clock=_skewed(600_000))
+        code = main(["--root", local_root, "gc", T, "--grace-ms", "60000"])
+    finally:
+        cli_mod._storage = real
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "clock" in err[0], err
+    assert sorted(o.path for o in storage.list(f"topics/{T}/0")) == files_before
+    assert _values(storage) == [b"v0", b"v1", b"v2"]
