@@ -193,6 +193,13 @@ class CorruptMetadataError(KafkaStoreError):
     """A stored manifest (or ``_topic.json``) that cannot be parsed or breaks an invariant."""
 
 
+class ManifestGapError(CorruptMetadataError):
+    """A partition's manifest chain has a hole: a version is missing while a later one is
+    stored (a partial restore, out-of-order replication). Reading the versions before the
+    hole would return older state and writing would fork the chain, so readers, writers,
+    expiry and gc refuse the partition; the message names it and the missing version."""
+
+
 class ClusterDocumentError(CorruptMetadataError):
     """A stored version of a shared cluster document (quotas, ACLs, credentials under
     ``<root>/_cluster/``) that cannot be parsed; the message names the document and version."""

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from . import layout, manifest_delta
 from .commit import RETRY, Backoff, Budget, Clock, CommitEngine, Done, ObjectTarget
-from .errors import (ConfigError, FencedError, ObjectNotFoundError, TopicDeletedError,
+from .errors import (ConfigError, FencedError, ManifestGapError, ObjectNotFoundError, TopicDeletedError,
                      OffsetOutOfRangeError, StaleUploadError, StorageError)
 from .errors import (CorruptMetadataError, InvalidUpdateError,  # noqa: F401 (re-exported)
                      RequirementFailedError)
@@ -1009,6 +1009,13 @@ class ManifestStore:
             f"manifest of {self.topic}/{self.partition} version {version} "
             f"({self.path(version)}): {exc}")
 
+    def _gap(self, missing: int) -> ManifestGapError:
+        return ManifestGapError(
+            f"manifest of {self.topic}/{self.partition}: version {missing} is missing "
+            f"({self.path(missing)}) while version {missing + 1} is stored: the chain has a "
+            f"hole (a partial restore?); restore the version or the partition, nothing reads "
+            f"or writes it until then")
+
     def _read_doc(self, version: int) -> dict:
         """The parsed object of one stored version (:class:`ObjectNotFoundError` if absent)."""
         data = self.storage.get(self.path(version))
@@ -1200,8 +1207,14 @@ class ManifestStore:
             try:
                 doc = self._read_doc(v)
             except ObjectNotFoundError:
-                if not trusted and not self.storage.exists(self.path(head.manifest.version)):
-                    return None  # expired under us: v may have been expired too
+                if not trusted:
+                    if not self.storage.exists(self.path(head.manifest.version)):
+                        return None  # expired under us: v may have been expired too
+                    # v was never written or is lost; lost shows as a later version stored
+                    # behind the hole (one more existence check, only when the head is
+                    # not trusted, so a warm read stays one GET).
+                    if self.storage.exists(self.path(v + 1)):
+                        raise self._gap(v)
                 head = replace(head, confirmed=asked, clock=self._clock)
                 self._remember(head)
                 return head

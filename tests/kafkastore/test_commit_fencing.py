@@ -143,3 +143,66 @@ def test_gc_refuses_to_delete_with_a_clock_ahead_of_the_store(local_root, capsys
     assert code != 0 and len(err) == 1 and "clock" in err[0], err
     assert sorted(o.path for o in storage.list(f"topics/{T}/0")) == files_before
     assert _values(storage) == [b"v0", b"v1", b"v2"]
+
+
+# ---------------------------------------------------------------------------
+# a chain with a hole (a partial restore, out-of-order replication) is damage, never
+# the older state in front of the hole
+
+
+def _chain_with_a_hole(url, commits=5, hole=3):
+    storage = Storage(url)
+    create_topic(storage, T, 1)
+    for i in range(commits):
+        broker = Broker(storage, housekeeping=False)
+        broker.send(T, b"v%d" % i, partition=0)
+        broker.flush()
+    storage.delete(ManifestStore(storage, T, 0).path(hole))
+    return Storage(url)   # a new process: no remembered head
+
+
+def test_a_missing_version_inside_the_chain_is_damage_for_readers(root_url):
+    from kafkastore.errors import ManifestGapError
+
+    storage = _chain_with_a_hole(root_url)
+    store = ManifestStore(storage, T, 0)
+    store.forget_cached()
+    with pytest.raises(ManifestGapError, match=r"t/0.*version 3 is missing"):
+        store.latest()
+    with pytest.raises(ManifestGapError):
+        PartitionReader(storage, T, 0).read(-2)
+
+
+def test_a_writer_never_fills_a_hole(local_root):
+    from kafkastore.errors import ManifestGapError
+
+    storage = _chain_with_a_hole(local_root)
+    ManifestStore(storage, T, 0).forget_cached()
+    broker = Broker(storage, housekeeping=False)
+    broker.send(T, b"late", partition=0)
+    with pytest.raises(ManifestGapError):
+        broker.flush()
+    assert not storage.exists(ManifestStore(storage, T, 0).path(3)), "a fork was written"
+
+
+def test_verify_reports_a_hole(local_root, capsys):
+    from pipelines.cli import main
+
+    _chain_with_a_hole(local_root)
+    assert main(["--root", local_root, "verify", T]) == 1
+    out = capsys.readouterr()
+    assert "version 3" in out.out and "problems" in out.err
+
+
+def test_gc_and_expiry_refuse_a_chain_with_a_hole(local_root):
+    from kafkastore.errors import ManifestGapError
+    from kafkastore.gc import collect_garbage
+
+    storage = _chain_with_a_hole(local_root)
+    ManifestStore(storage, T, 0).forget_cached()
+    before = sorted(o.path for o in storage.list(f"topics/{T}/0"))
+    far_future = storage.clock.wall_ms() + 10 * 24 * 3600 * 1000
+    with pytest.raises(ManifestGapError):
+        collect_garbage(storage, T, 0, now_ms=far_future, grace_ms=60_000)
+    after = sorted(o.path for o in storage.list(f"topics/{T}/0"))
+    assert after == before
