@@ -15,10 +15,13 @@ of the type has), and remembers its answers. The rules are Kafka's:
   DELETE and ALTER imply DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS
   (for ALLOW only: denying READ does not deny DESCRIBE).
 
-:class:`Authorizer` is the broker's: it never blocks a request (the index in
-hand answers; a stale one is re-read in the broker's thread pool), and a change
-made through this broker applies to it at once, on the others within
-``max_age_s``. Handlers ask through ``ctx.authorize(op, resource_type, name)``.
+:class:`Authorizer` is the broker's. A change made through this broker applies to it
+at once, on the others within ``max_age_s``, whatever the traffic: the server keeps the
+index warm in the background (every half ``max_age_s``) and, before it hands a request
+to its handler, waits for a fresh read when the index in hand is older than
+``max_age_s`` (after an idle spell, a pause, a stalled store), so no decision is ever
+made on ACLs older than the bound. Handlers ask through
+``ctx.authorize(op, resource_type, name)``, which never blocks.
 """
 from __future__ import annotations
 
@@ -166,6 +169,7 @@ class Authorizer:
         self._loaded_at: float | None = None
         self._refreshing = False
         self._lock = threading.Lock()  # use(): a background load and a change made here may race
+        self._load_lock = threading.Lock()  # requests that find the index stale share one read
 
     @property
     def index(self) -> AclIndex:
@@ -178,6 +182,17 @@ class Authorizer:
             except RuntimeError:  # the pool is shutting down
                 self._refreshing = False
         return self._index
+
+    def stale(self) -> bool:
+        """Whether the index in hand is older than ``max_age_s`` (or none was loaded)."""
+        loaded = self._loaded_at
+        return loaded is None or self._clock.monotonic_s() - loaded >= self.max_age_s
+
+    def load_if_stale(self) -> None:
+        """:meth:`load` unless another caller refreshed the index meanwhile. Blocking."""
+        with self._load_lock:
+            if self.stale():
+                self.load()
 
     def load(self) -> None:
         """Read the document now and use it. Blocking."""

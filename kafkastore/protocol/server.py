@@ -246,7 +246,7 @@ class BrokerServer:
         try:
             self._server = await asyncio.start_server(
                 self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
-                limit=1 << 16)
+                limit=1 << 16, start_serving=False)   # accept only once ready (below)
         except OSError as exc:
             self.pool.shutdown(wait=False)
             raise ListenError(f"cannot listen on {opts.host}:{opts.port}: {exc.strerror or exc}") from None
@@ -265,6 +265,8 @@ class BrokerServer:
         except Exception:  # noqa: BLE001 - served without quotas until the next refresh
             log.warning("cannot read the client quotas", exc_info=True)
         self._spawn(self._refresh_quotas())
+        if self.authorizer is not None:
+            self._spawn(self._refresh_acls())
         if self.metrics is not None:
             mhost, mport = opts.metrics_listen
             self.metrics_port = self.metrics.serve(mhost, mport, opts.ssl_context)
@@ -274,6 +276,10 @@ class BrokerServer:
             await self.run(self.schema_registry.start)
         from . import api_txn
         api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
+        # Registered, ACLs and quotas loaded, services up: only now accept connections (a
+        # client connecting earlier waits in the listen backlog, never reaches a half-built
+        # broker).
+        await self._server.start_serving()
         log.info("broker %d listening on %s:%d (advertised %s:%d)", self.node_id, opts.host,
                  self.port, host, port)
 
@@ -334,6 +340,24 @@ class BrokerServer:
             except Exception:  # noqa: BLE001 - keep enforcing the last quotas read
                 log.warning("cannot re-read the client quotas", exc_info=True)
             quotas.expire_idle(self.clock.monotonic_s())
+
+    async def _refresh_acls(self) -> None:
+        """Keep the ACLs warm whatever the traffic (every half ``acl_max_age_s``), so the
+        freshness wait in front of each request almost never waits."""
+        authorizer = self.authorizer
+        while True:
+            await asyncio.sleep(authorizer.max_age_s / 2)
+            try:
+                await self.run(authorizer.load)
+            except Exception:  # noqa: BLE001 - requests wait for a fresh read meanwhile
+                log.warning("cannot re-read the ACLs", exc_info=True)
+
+    async def fresh_acls(self) -> None:
+        """Wait until the ACLs in hand are at most ``acl_max_age_s`` old (after an idle spell,
+        a pause or a slow store the background refresh may be behind)."""
+        authorizer = self.authorizer
+        if authorizer is not None and authorizer.stale():
+            await self.run(authorizer.load_if_stale)
 
     def _time_commits(self) -> None:
         """Observe every produce commit's latency (the metrics' commit histogram)."""
@@ -579,6 +603,8 @@ class Connection:
         server = self.server
         quotas, metrics = server.quotas, server.metrics
         started = time.perf_counter()
+        if server.authorizer is not None and server.authorizer.stale():
+            await server.fresh_acls()   # never decide on ACLs older than the bound
         acc = None
         if quotas.active and ctx.api_key == FETCH:
             request = self._cap_fetch(ctx, request)
