@@ -109,10 +109,34 @@ class GroupService:
                     log.info("group %s moved away from broker %d", g, self.broker.node_id)
                     self.coordinator.unload(g)
 
+    async def _renew_authority(self) -> bool:
+        """After a pause past the liveness window another broker may have coordinated this
+        broker's groups and acknowledged commits: drop every loaded group (pending joins
+        get NOT_COORDINATOR), then renew the registration and the live view. False when
+        the renewal fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        registry = self.broker.brokers
+        if registry.authority_valid():
+            return True
+        dropped = self.coordinator.loaded_groups()
+        for g in dropped:
+            self.coordinator.unload(g)
+        if dropped:
+            log.warning("broker %d was out of touch longer than the liveness window: dropped "
+                        "%d loaded group(s); they are read again", self.broker.node_id, len(dropped))
+        try:
+            await self.broker.run(registry.heartbeat)
+        except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
+            log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
+            return False
+        self._live = ()   # the next _check_moves compares against the fresh view
+        return registry.authority_valid()
+
     async def ensure(self, group: str) -> int:
         """NONE when this broker coordinates ``group`` (loading it if needed), else an error."""
         if invalid_group_id(group):
             return G.INVALID_GROUP_ID
+        if not await self._renew_authority():
+            return G.COORDINATOR_NOT_AVAILABLE
         self._check_moves()
         if not self.owns(group):
             return G.NOT_COORDINATOR
@@ -360,6 +384,9 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     hidden = {tp for tp in found if authz.topic_error(ctx, Op.DESCRIBE, tp[0])}
     if hidden and requested is None:  # Kafka leaves out the topics the principal may not see
         found = {tp: om for tp, om in found.items() if tp not in hidden}
+    # A partition whose topic the principal may not describe tells nothing: no offset, no
+    # metadata (Kafka answers -1, "" and TOPIC_AUTHORIZATION_FAILED).
+    found = {tp: (None if tp in hidden else om) for tp, om in found.items()}
     by_topic: dict[str, list] = {}
     for (topic, p), om in sorted(found.items()):
         by_topic.setdefault(topic, []).append(make(

@@ -53,6 +53,9 @@ class BrokerRegistry:
         self._write_lock = threading.Lock()
         self._closed = False
         self.security = "PLAINTEXT"
+        # Monotonic time when the last registration put that succeeded was sent: the start of
+        # this broker's authority lease (see authority_valid).
+        self._lease_from: float | None = None
 
     @property
     def expiry_ms(self) -> int:
@@ -130,10 +133,22 @@ class BrokerRegistry:
         self.refresh()
 
     def _put_registration(self) -> None:
+        sent = self.clock.monotonic_s()
         doc = {"node_id": self.node_id, "host": self.address[0], "port": self.address[1],
                "heartbeat_ms": self.clock.wall_ms(), "instance": self.instance,
                "security": self.security}
         self.storage.put(_path(self.node_id), json.dumps(doc).encode())
+        self._lease_from = sent
+
+    def authority_valid(self) -> bool:
+        """Whether no other broker can have taken this one for dead: the last registration
+        this broker wrote was sent less than the liveness window (:attr:`expiry_ms`) ago, by
+        its own monotonic clock. False after a pause (SIGSTOP, a GC or disk stall, a stalled
+        store) longer than the window: other brokers may have taken over its groups and
+        transactions meanwhile, so it must drop what it derived from that authority and
+        renew (:meth:`heartbeat`) before acting as a coordinator again."""
+        sent = self._lease_from
+        return sent is not None and self.clock.monotonic_s() - sent < self.expiry_ms / 1000
 
     def deregister(self) -> None:
         """Remove this broker's registration if it is still ours (a heartbeat still running in
