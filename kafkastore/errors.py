@@ -205,6 +205,13 @@ class ClusterDocumentError(CorruptMetadataError):
     ``<root>/_cluster/``) that cannot be parsed; the message names the document and version."""
 
 
+class TxnStateFencedError(KafkaStoreError):
+    """A write of a transaction's coordinator state would not apply to the state it was
+    planned on: another coordinator (this broker while it was paused, or another broker)
+    wrote the id's state since. Nothing was written; the caller reads again (clients get a
+    retriable error and retry, re-reading the coordinator)."""
+
+
 class ClockSkewError(KafkaStoreError):
     """This process's clock disagrees with the store's by more than the tolerated skew, so
     nothing that decides by age (gc's deletes, version expiry) may run: a clock ahead would

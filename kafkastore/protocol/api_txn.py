@@ -187,25 +187,69 @@ class TxnStore:
         del self._complete[tid]  # the stored state moved on (another broker, a later step)
         return cur
 
-    def put(self, meta: T.TxnMetadata) -> None:
-        """Write ``meta`` (one manifest commit); visible to every broker once this returns."""
+    def forget(self) -> None:
+        """Drop every cached state and unstored completion (after this broker lost its
+        authority, e.g. a pause past the liveness window): the next read starts over."""
+        with self._lock:
+            self._state.clear()
+            self._complete.clear()
+            self._next.clear()
+
+    @staticmethod
+    def _applies(stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
+        """Whether ``stored`` (the id's latest record) is the state a step was planned on:
+        the same state, or the Prepare state whose completion :meth:`mark_complete` holds."""
+        if stored == based_on:
+            return True
+        return (stored is not None and based_on is not None and based_on.state.complete
+                and stored.state.prepared
+                and (stored.producer_id, stored.producer_epoch) == (based_on.producer_id,
+                                                                     based_on.producer_epoch))
+
+    def put(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None | object" = ...) -> None:
+        """Write ``meta`` (one manifest commit); visible to every broker once this returns.
+
+        ``based_on`` is the state the step was planned on (what :meth:`get` returned). The
+        write is conditional on it: it lands only while the id's latest record is still that
+        state and nothing was appended to its partition since it was read (the partition's
+        high watermark is the fencing token, checked by the manifest commit itself), else
+        :class:`TxnStateFencedError` and nothing is written. Leaving it out writes
+        unconditionally (tests and tools that seed state)."""
         from ..broker import Broker
+        from ..errors import RequirementFailedError, TxnStateFencedError
         from ..group_offsets import partition_for_group
 
+        tid = meta.transactional_id
         with self._lock:
             n = self._topic_partitions(create=True)
-            if self._broker is None:
-                self._broker = Broker(self.storage, broker_id=self.broker_id,
-                                      clock=self.clock.wall_ms)
-                self._broker.allow_internal = True  # the owner of __transaction_state
-            p = partition_for_group(meta.transactional_id, n)
-            try:
-                self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(meta.transactional_id),
-                                  partition=p)
-                results = self._broker.flush()
-            except BaseException:
-                self._broker = None  # whatever it buffered is retried by nobody: start clean
-                raise
+            p = partition_for_group(tid, n)
+            for _ in range(20):
+                expect = None
+                if based_on is not ...:
+                    self.refresh([p])
+                    if not self._applies(self._state.get(tid), based_on):
+                        raise TxnStateFencedError(
+                            f"transaction state of {tid!r} changed since it was read (another "
+                            f"coordinator wrote it): not written")
+                    expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)}
+                if self._broker is None:
+                    self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                          clock=self.clock.wall_ms)
+                    self._broker.allow_internal = True  # the owner of __transaction_state
+                self._broker.expect_high_watermark = expect
+                try:
+                    self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(tid),
+                                      partition=p)
+                    results = self._broker.flush()
+                    break
+                except RequirementFailedError:
+                    self._broker = None  # another id's record landed first: read it, try again
+                except BaseException:
+                    self._broker = None  # whatever it buffered is retried by nobody: start clean
+                    raise
+            else:
+                raise TxnStateFencedError(f"transaction state of {tid!r}: the partition kept "
+                                          f"moving; not written")
             # Landed: it is the latest state. When nothing was appended since the last read,
             # the next read starts after it (no re-read of our own record); else a later
             # refresh reads it again, in log order.
@@ -292,12 +336,35 @@ class TxnService:
             self._locks = {k: v for k, v in self._locks.items() if v.locked()}
         return self._locks.setdefault(tid, asyncio.Lock())
 
-    async def write(self, meta: T.TxnMetadata) -> None:
-        await self.broker.run(self.store.put, meta)
+    async def write(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None") -> None:
+        """Store ``meta``, conditional on the id's state still being ``based_on``."""
+        await self.broker.run(self.store.put, meta, based_on)
+
+    async def ensure_authority(self) -> bool:
+        """After a pause past the liveness window another broker may have coordinated this
+        broker's transactional ids: drop the cached states and unstored completions, and
+        renew the registration, before acting as a coordinator again. False when renewal
+        fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        registry = self.broker.brokers
+        if registry.authority_valid():
+            return True
+        log.warning("broker %d was out of touch longer than the liveness window: dropping its "
+                    "cached transaction states", self.broker.node_id)
+        await self.broker.run(self.store.forget)
+        try:
+            await self.broker.run(registry.heartbeat)
+        except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
+            log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
+            return False
+        return registry.authority_valid()
 
     async def finish(self, meta: T.TxnMetadata) -> int:
         """Markers, offsets and the Complete state of a prepared transaction; an error code."""
         commit = meta.state is T.TxnState.PREPARE_COMMIT
+        if not self.broker.brokers.authority_valid():
+            # Paused past the liveness window since the Prepare state was read: another
+            # coordinator may own the id; markers written now could end a newer transaction.
+            return COORDINATOR_NOT_AVAILABLE
         now = self.store.clock.wall_ms()
         futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
                                                    commit, now)
@@ -334,8 +401,10 @@ class TxnService:
             try:
                 async with self.lock(tid):
                     done = self.store.unstored_complete(tid)
-                    if done is not None:
-                        await self.write(done)
+                    if done is not None and self.broker.brokers.authority_valid():
+                        # Conditional on the Prepare state it completes: if another
+                        # coordinator moved the id on meanwhile, this is not written.
+                        await self.write(done, done)
             except Exception:  # noqa: BLE001 - whoever reads the Prepare state finishes it again
                 log.warning("could not store the completion of transaction %s", tid, exc_info=True)
 
@@ -356,8 +425,9 @@ class TxnService:
     async def abort_in_flight(self, cur: T.TxnMetadata) -> tuple[int, T.TxnMetadata]:
         """Finish a prepared transaction, or abort an Ongoing one with the epoch bumped."""
         if cur.state is T.TxnState.ONGOING:
-            cur = T.fence(cur, self.store.clock.wall_ms()).meta
-            await self.write(cur)
+            fenced = T.fence(cur, self.store.clock.wall_ms()).meta
+            await self.write(fenced, cur)
+            cur = fenced
         if cur.state.prepared:
             err = await self.finish(cur)
             if err:
@@ -370,6 +440,8 @@ class TxnService:
         while True:
             await asyncio.sleep(TIMEOUT_CHECK_S)
             rounds += 1
+            if not await self.ensure_authority():
+                continue   # out of touch: another broker may coordinate these ids now
             if rounds % FULL_REFRESH_ROUNDS == 1:  # the first round too: after a (re)start
                 # States written by other brokers (one that died, say) are learnt here too,
                 # so their timed-out transactions are aborted by whichever broker owns them.
@@ -436,15 +508,14 @@ async def verify_produce(ctx: RequestContext, tid: str | None,
     if tid is None or _bad_tid(tid):
         return dict.fromkeys(batches, (T.INVALID_TXN_STATE, "transactional batches need a transactional id"))
     svc = service(ctx.broker)
-    cur = svc.store.peek(tid)
-    bad = {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
-    if bad:
-        try:
-            cur = await ctx.run(svc.store.get, tid)
-        except KafkaStoreError as exc:
-            return dict.fromkeys(bad, (56, f"cannot read the transaction's state: {exc}"))
-        bad = {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
-    return bad
+    # Always the stored state, never a cached one: a cache that still says Ongoing would
+    # let a late batch of a transaction that ended (or of a fenced producer) in, and that
+    # batch would hold the partition's last stable offset back for good.
+    try:
+        cur = await ctx.run(svc.store.get, tid)
+    except KafkaStoreError as exc:
+        return dict.fromkeys(batches, (56, f"cannot read the transaction's state: {exc}"))
+    return {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
 
 
 def service(broker) -> TxnService:
@@ -494,6 +565,8 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     if _bad_tid(tid):
         return answer(INVALID_REQUEST)
     svc = service(ctx.broker)
+    if not await svc.ensure_authority():
+        return answer(COORDINATOR_NOT_AVAILABLE)
     if not svc.owns(tid):
         return answer(NOT_COORDINATOR)
     timeout_ms = _ms(request.transaction_timeout)
@@ -524,7 +597,7 @@ async def handle_init_producer_id(ctx: RequestContext, request):
                                       max_timeout_ms=svc.max_timeout_ms, bump=not own_abort)
             if step.error:
                 return answer(step.error)
-            await svc.write(step.meta)
+            await svc.write(step.meta, cur)
             return answer(T.NONE, step.meta.producer_id, step.meta.producer_epoch)
     except KafkaStoreError:
         log.warning("InitProducerId of %s failed", tid, exc_info=True)
@@ -581,6 +654,8 @@ async def _add_for(ctx, tid, pid: int, epoch: int, wanted, *, verify_only: bool)
     if _bad_tid(tid):
         return dict.fromkeys(wanted, INVALID_REQUEST)
     svc = service(ctx.broker)
+    if not await svc.ensure_authority():
+        return dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
     if not svc.owns(tid):
         return dict.fromkeys(wanted, NOT_COORDINATOR)
     if verify_only:  # Kafka's handleVerifyPartitionsInTransaction
@@ -622,7 +697,7 @@ async def _add(ctx, svc: TxnService, tid: str, pid: int, epoch: int, parts) -> i
             if step.error:
                 return step.error
             if step.meta is not None:
-                await svc.write(step.meta)
+                await svc.write(step.meta, cur)
                 fault_point("after-add-partitions")
             return T.NONE
     except KafkaStoreError:
@@ -639,6 +714,8 @@ async def handle_add_offsets(ctx: RequestContext, request):
     if _bad_tid(tid) or not request.group_id:
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
+    if not await svc.ensure_authority():
+        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
     if not svc.owns(tid):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     from ..group_offsets import partition_for_group
@@ -720,6 +797,8 @@ async def handle_end_txn(ctx: RequestContext, request):
     if _bad_tid(tid):
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
+    if not await svc.ensure_authority():
+        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
     if not svc.owns(tid):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     try:
@@ -730,7 +809,7 @@ async def handle_end_txn(ctx: RequestContext, request):
             if step.error or step.meta is None:
                 return make(ctx.response_class, error_code=T.compat_error(step.error, ctx.api_version))
             if step.meta != cur:
-                await svc.write(step.meta)
+                await svc.write(step.meta, cur)
             fault_point("before-markers")
             err = await svc.finish(step.meta)
             return make(ctx.response_class, error_code=err)
