@@ -186,7 +186,7 @@ def create_topic(storage: Storage, name: str, partitions: int = 1,
     # (The guard narrows a race with a concurrent create of the same name to one request.)
     parts = _partition_dirs(storage, name)  # a new name has none: no manifest reads below
     if parts and not topic_exists(storage, name):
-        mark, exists = _tombstone_mark(now), (lambda: topic_exists(storage, name))
+        mark, exists = _tombstone_mark(now, of=None), (lambda: topic_exists(storage, name))
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
             list(pool.map(lambda p: _tombstone(storage, name, p, mark, guard=exists), parts))
     try:
@@ -482,9 +482,14 @@ def delete_topic(storage: Storage, name: str, *, allow_internal: bool = False,
     except UnknownTopicError:
         meta, versions = None, None
     parts = sorted(set(range(meta.partitions) if meta else ()) | set(_partition_dirs(storage, name)))
-    mark = _tombstone_mark(now)
+    # The tombstones name the incarnation they delete (its created_ms, read from the store),
+    # so a later create tells a delete of itself from one of a past incarnation without
+    # comparing two machines' clocks. With no topic file (finishing a delete that stopped)
+    # they delete no incarnation, and leave a topic that exists meanwhile alone.
+    mark = _tombstone_mark(now, of=meta.created_ms if meta else None)
+    guard = None if meta else (lambda: topic_exists(storage, name))
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:
-        done = list(pool.map(lambda p: _tombstone(storage, name, p, mark), parts))
+        done = list(pool.map(lambda p: _tombstone(storage, name, p, mark, guard=guard), parts))
     if meta is None:
         if not any(done):
             raise UnknownTopicError(f"unknown topic {name!r} under {storage.url}")
@@ -509,8 +514,31 @@ def deleted_partitions(storage: Storage, name: str) -> list[int]:
     return out
 
 
-def _tombstone_mark(now_ms: int) -> dict[str, Any]:
-    return {"id": uuid.uuid4().hex, "deleted_ms": int(now_ms)}
+#: The tombstone mark's key naming the incarnation (``created_ms``) it deletes; ``None``
+#: for a tombstone that deletes no incarnation (finishing a delete that stopped part way).
+TOMBSTONE_OF_KEY = "of"
+
+
+def _tombstone_mark(now_ms: int, *, of: int | None) -> dict[str, Any]:
+    """A tombstone's mark: a unique id, when (informational: this machine's clock, never
+    compared with another's) and which incarnation it deletes (``of``, its ``created_ms``)."""
+    return {"id": uuid.uuid4().hex, "deleted_ms": int(now_ms), TOMBSTONE_OF_KEY: of}
+
+
+def _deletes_incarnation(tomb: Any, created_ms: int) -> bool:
+    """Whether a tombstone is a delete of the incarnation created at ``created_ms`` (which
+    its create must leave), not one of a past incarnation (which the create clears).
+
+    Decided by what the tombstone says it deletes, written from the topic file the delete
+    read: never by comparing the deleting machine's clock with the creating one's (a delete
+    by a machine whose clock was ahead would otherwise keep the re-created topic unwritable).
+    Tombstones of kafkastore before the mark named its incarnation fall back to the times.
+    """
+    if not isinstance(tomb, dict):
+        return False
+    if TOMBSTONE_OF_KEY in tomb:
+        return tomb[TOMBSTONE_OF_KEY] is not None and tomb[TOMBSTONE_OF_KEY] == created_ms
+    return int(tomb.get("deleted_ms", 0)) > created_ms
 
 
 def _partition_dirs(storage: Storage, name: str) -> list[int]:
@@ -542,7 +570,8 @@ def _tombstone(storage: Storage, name: str, partition: int, mark: Mapping[str, A
 
 
 def _clear_tombstones(storage: Storage, name: str, partitions: Iterable[int], created_ms: int) -> None:
-    """Clear the tombstones of a past incarnation (deleted before ``created_ms``) on ``partitions``.
+    """Clear the tombstones of a past incarnation (any but the one created at ``created_ms``)
+    on ``partitions``.
 
     Offsets continue from the old high watermark (the log start stays there): a manifest's
     high watermark never moves back, and a consumer's old committed offset then reads as out
@@ -553,8 +582,7 @@ def _clear_tombstones(storage: Storage, name: str, partitions: Iterable[int], cr
             tomb = m.extra.get(DELETED_KEY) if m is not None else None
             if not tomb:
                 return None
-            deleted_ms = tomb.get("deleted_ms", 0) if isinstance(tomb, dict) else 0
-            if deleted_ms > created_ms:
+            if _deletes_incarnation(tomb, created_ms):
                 return None  # a delete of this very topic under way: leave it
             return [SetExtra(DELETED_KEY, None)], []
         ManifestStore(storage, name, p).commit(build, operation="create-topic")

@@ -133,15 +133,15 @@ def test_a_delete_that_stopped_part_way_is_finished(local_root):
     create_topic(s, "dt", 2)
     _produce(s, "dt", 4, partitions=2)
     # crashed after the tombstones, before _topic.json went: the re-run finishes
-    _tombstone(s, "dt", 0, _tombstone_mark(1))
-    _tombstone(s, "dt", 1, _tombstone_mark(1))
+    _tombstone(s, "dt", 0, _tombstone_mark(1, of=load_topic(s, "dt").created_ms))
+    _tombstone(s, "dt", 1, _tombstone_mark(1, of=load_topic(s, "dt").created_ms))
     assert topic_exists(s, "dt")
     assert delete_topic(s, "dt") == [0, 1] and not topic_exists(s, "dt")
 
     # crashed after one tombstone and the removal (_topic.json gone, partition 1 still live)
     create_topic(s, "dt", 2)
     _produce(s, "dt", 4, partitions=2)
-    _tombstone(s, "dt", 0, _tombstone_mark(1))
+    _tombstone(s, "dt", 0, _tombstone_mark(1, of=load_topic(s, "dt").created_ms))
     s.delete([layout.topic_meta_path("dt")])
     assert delete_topic(s, "dt") == [1]          # the next delete finishes it
     assert ManifestStore(s, "dt", 1).latest().extra["deleted"]
@@ -151,7 +151,7 @@ def test_create_finishes_an_interrupted_delete(local_root):
     s = Storage(local_root)
     create_topic(s, "dt", 2)
     _produce(s, "dt", 6, partitions=2)
-    _tombstone(s, "dt", 0, _tombstone_mark(1))
+    _tombstone(s, "dt", 0, _tombstone_mark(1, of=load_topic(s, "dt").created_ms))
     s.delete([layout.topic_meta_path("dt")])   # partition 1 keeps its 3 records
     create_topic(s, "dt", 2)
     assert _rows(s, "dt", 0) == [] and _rows(s, "dt", 1) == []
@@ -182,7 +182,7 @@ def test_a_create_racing_an_unfinished_delete_leaves_its_tombstones(local_root):
     same name says it exists and does not clear the newer tombstones."""
     s = Storage(local_root)
     create_topic(s, "dt", 1, now_ms=1000)
-    _tombstone(s, "dt", 0, _tombstone_mark(2000))
+    _tombstone(s, "dt", 0, _tombstone_mark(2000, of=1000))
     with pytest.raises(TopicExistsError):
         create_topic(s, "dt", 1)
     assert ManifestStore(s, "dt", 0).latest().extra["deleted"]
@@ -210,3 +210,53 @@ def test_gc_collects_the_files_a_delete_left(local_root, monkeypatch, capsys):
         from kafkastore.gc import collect_garbage
         collect_garbage(s, "never-was", now_ms=0)
     assert main(["--root", local_root, "gc", "never-was"]) == 1
+
+
+# ---------------------------------------------------------------------------
+# delete and re-create decide by what the store holds, never by two machines' clocks
+
+def _ahead(ms: int):
+    from kafkastore.clock import SYSTEM, Clock
+
+    return Clock(wall_ms=lambda: SYSTEM.wall_ms() + ms)
+
+
+def test_a_delete_by_a_machine_whose_clock_is_ahead_does_not_block_a_re_create(local_root):
+    """The delete's tombstones were kept by a create whose clock read earlier than the
+    deleting machine's: the re-created topic refused every write for good."""
+    s = Storage(local_root)
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 4, partitions=2)
+    delete_topic(Storage(local_root, clock=_ahead(600_000)), "dt")   # 10 minutes ahead
+    create_topic(s, "dt", 2)
+    _produce(s, "dt", 2, partitions=2)
+    assert _rows(s, "dt", 0) == [b"v0"] and _rows(s, "dt", 1) == [b"v1"]
+    assert _verify(local_root, "dt") == 0
+
+
+def test_topics_create_repairs_a_re_create_left_unwritable(local_root):
+    """A create that wrote _topic.json but left the skewed delete's tombstones (a create
+    that stopped, or one by an older kafkastore) is finished by ``topics create``."""
+    s = Storage(local_root)
+    create_topic(s, "dt", 1)
+    _produce(s, "dt", 2)
+    delete_topic(Storage(local_root, clock=_ahead(600_000)), "dt")
+    s.put(layout.topic_meta_path("dt"), b'{"format": 2, "topic": "dt", "partitions": 1, '
+                                          b'"config": {}, "created_ms": 3000, "updated_ms": 3000}')
+    with pytest.raises(TopicDeletedError):
+        _produce(s, "dt", 1)
+    with pytest.raises(TopicExistsError):
+        create_topic(s, "dt", 1)
+    _produce(s, "dt", 1)
+    assert _rows(s, "dt") == [b"v0"]
+
+
+def test_a_delete_of_the_new_topic_by_a_machine_whose_clock_is_behind_is_kept(local_root):
+    """The other way round: a create that clears tombstones must leave those of a delete of
+    its own incarnation, however far behind the deleting machine's clock is."""
+    s = Storage(local_root)
+    created = create_topic(s, "dt", 1)
+    _tombstone(s, "dt", 0, _tombstone_mark(created.created_ms - 600_000, of=created.created_ms))
+    with pytest.raises(TopicExistsError):
+        create_topic(s, "dt", 1)
+    assert ManifestStore(s, "dt", 0).latest().extra["deleted"]
