@@ -970,6 +970,16 @@ class Broker:
         """Write an ABORT marker: read_committed readers never see the transaction's records."""
         return self._end_transaction(abort=True)
 
+    def write_marker(self, topic: str, partition: int, *, commit: bool) -> list[AppendResult]:
+        """End this producer's open transaction at one partition with a COMMIT or ABORT marker
+        (an operator clearing a hanging transaction: ``kafkastore transactions abort``, as
+        Kafka's ``kafka-transactions.sh abort``). The producer id and epoch are this
+        broker's; an epoch older than the partition's is fenced."""
+        if self._txn_partitions is not None:
+            raise ConfigError("a transaction of this writer is open: end it first")
+        self._txn_partitions = {(topic, partition)}
+        return self._end_transaction(abort=not commit)
+
     def _end_transaction(self, abort: bool) -> list[AppendResult]:
         if self._txn_partitions is None:
             raise ConfigError("no transaction is open")
@@ -978,7 +988,8 @@ class Broker:
         # Markers go into every touched partition's buffer first: if a commit below fails
         # with a storage error, the remaining markers stay buffered for the next flush.
         for tp in touched:
-            self._seal(tp, self._topic_settings(tp[0]))
+            if tp in self._buffers:
+                self._seal(tp, self._topic_settings(tp[0]))
             buf = self._buffers.setdefault(tp, _PartitionBuffer())
             now = self.clock.wall_ms()
             if not buf.sealed:

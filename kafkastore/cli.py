@@ -355,6 +355,20 @@ def cmd_delete_records(args, cfg: Config) -> int:
 
 # -- Spark jobs ---------------------------------------------------------------------
 # -- consumer groups -------------------------------------------------------------------
+def cmd_transactions(args, cfg: Config) -> int:
+    from .transactions import abort_transaction, open_transactions
+
+    storage = _storage(cfg)
+    if args.txn_cmd == "list":
+        for txn in open_transactions(storage, args.topic, args.partition):
+            print(json.dumps(txn.to_dict()))
+        return 0
+    txn = abort_transaction(storage, args.topic, args.partition, args.producer_id,
+                            args.producer_epoch)
+    print(json.dumps({"aborted": txn.to_dict()}))
+    return 0
+
+
 def cmd_groups(args, cfg: Config) -> int:
     from . import group_admin
 
@@ -701,6 +715,19 @@ def build_parser() -> argparse.ArgumentParser:
     gt.add_argument("--to-datetime", metavar="ISO", help="e.g. 2024-01-02T03:04:05.000 (UTC unless a zone is given)")
     flag(gre, "--execute", "commit the new offsets")
     gr.set_defaults(func=cmd_groups)
+
+    tx = sub.add_parser("transactions", help="open transactions in the log; abort a hanging one")
+    txsub = tx.add_subparsers(dest="txn_cmd", required=True, metavar="ACTION")
+    txl = txsub.add_parser("list", help="open transactions of a topic (JSON lines), oldest first")
+    txl.add_argument("topic")
+    txl.add_argument("--partition", type=non_negative, metavar="P")
+    txa = txsub.add_parser("abort", help="write an ABORT marker ending one producer's open "
+                                         "transaction at one partition")
+    txa.add_argument("topic")
+    txa.add_argument("--partition", type=non_negative, required=True, metavar="P")
+    txa.add_argument("--producer-id", type=non_negative, required=True, metavar="ID")
+    txa.add_argument("--producer-epoch", type=non_negative, required=True, metavar="E")
+    tx.set_defaults(func=cmd_transactions)
 
     us = sub.add_parser("users", help="SCRAM users every broker of the root accepts")
     usub = us.add_subparsers(dest="users_cmd", required=True, metavar="ACTION")

@@ -54,6 +54,7 @@ log = logging.getLogger("kafkastore.serve.txn")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
+WRITE_TXN_MARKERS = 27
 COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
 TRANSACTIONAL_ID_NOT_FOUND_ERR = T.TRANSACTIONAL_ID_NOT_FOUND
 UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED = 3, 55
@@ -890,6 +891,41 @@ async def handle_list_transactions(ctx: RequestContext, request):
                 transaction_states=tuple(out))
 
 
+async def handle_write_txn_markers(ctx: RequestContext, request):
+    """WriteTxnMarkers (Kafka's coordinator-to-leader API, which ``kafka-transactions.sh
+    abort`` and the admin clients' ``abortTransaction`` use to clear a hanging transaction):
+    write each COMMIT/ABORT marker through the appender, as the coordinator's own markers
+    are. Needs ClusterAction, as in Kafka. A marker whose epoch is older than the
+    partition's producer state is fenced (INVALID_PRODUCER_EPOCH)."""
+    mod = ctx.response_module
+    denied = authz.cluster_error(ctx, Op.CLUSTER_ACTION)
+    results = []
+    for marker in request.markers:
+        topics = []
+        for t in marker.topics:
+            codes = {}
+            meta = None if denied else await ctx.run(ctx.broker.meta.topic, t.name)
+            futs = {}
+            for p in t.partition_indexes:
+                if denied:
+                    codes[p] = denied
+                elif meta is None or not 0 <= p < meta.partitions:
+                    codes[p] = UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    futs[p] = ctx.broker.appender.submit_marker(
+                        t.name, p, marker.producer_id, marker.producer_epoch,
+                        bool(marker.transaction_result), ctx.broker.clock.wall_ms(),
+                        coordinator_epoch=max(int(marker.coordinator_epoch), 0))
+            for p, fut in futs.items():
+                codes[p] = (await fut).error
+            topics.append(make(mod, "WritableTxnMarkerTopicResult", name=t.name, partitions=tuple(
+                make(mod, "WritableTxnMarkerPartitionResult", partition_index=p, error_code=codes[p])
+                for p in t.partition_indexes)))
+        results.append(make(mod, "WritableTxnMarkerResult", producer_id=marker.producer_id,
+                            topics=tuple(topics)))
+    return make(ctx.response_class, markers=tuple(results))
+
+
 def register(registry: Registry) -> None:
     # Kafka 3.9's ranges. AddPartitionsToTxn v4-5 is Kafka's broker-to-broker batch (clients
     # send v0-v3; CLUSTER_ACTION needed); v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit,
@@ -902,3 +938,4 @@ def register(registry: Registry) -> None:
     registry.register(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit)
     registry.register(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions)
     registry.register(LIST_TRANSACTIONS, 0, 1, handle_list_transactions)
+    registry.register(WRITE_TXN_MARKERS, 1, 1, handle_write_txn_markers)  # kio has v1 only
