@@ -5,7 +5,8 @@ gets :class:`TopicExistsError`)::
 
     {"format": 2, "topic": "orders", "partitions": 3,
      "config": {"cleanup.policy": "compact", "retention.ms": 86400000},
-     "created_ms": 1700000000000, "updated_ms": 1700000000000}
+     "created_ms": 1700000000000, "updated_ms": 1700000000000,
+     "id": "<32 hex digits: the topic id, random (uuid4), chosen at creation>"}
 
 ``config`` holds only overrides of Kafka's defaults. Offsets are not stored here; they
 come from each partition's manifest.
@@ -106,12 +107,19 @@ class TopicMetadata:
     config: TopicConfig = field(default_factory=TopicConfig)
     created_ms: int = 0
     updated_ms: int = 0
+    #: The topic's id (KIP-516), random as Kafka's, chosen at creation: 32 hex digits. None
+    #: for topics created before ids were stored (their id is derived from name and
+    #: creation time, :func:`kafkastore.protocol.placement.topic_id_of`).
+    topic_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The stored ``_topic.json`` shape."""
-        return {"format": TOPIC_FORMAT, "topic": self.name, "partitions": self.partitions,
-                "config": self.config.to_dict(), "created_ms": self.created_ms,
-                "updated_ms": self.updated_ms}
+        d = {"format": TOPIC_FORMAT, "topic": self.name, "partitions": self.partitions,
+             "config": self.config.to_dict(), "created_ms": self.created_ms,
+             "updated_ms": self.updated_ms}
+        if self.topic_id is not None:
+            d["id"] = self.topic_id
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TopicMetadata":
@@ -124,9 +132,18 @@ class TopicMetadata:
                 raise ValueError(f"bad partition count {partitions!r}")
             return cls(name=layout.validate_topic_name(d["topic"]), partitions=partitions,
                        config=TopicConfig.from_dict(d.get("config") or {}),
-                       created_ms=int(d.get("created_ms", 0)), updated_ms=int(d.get("updated_ms", 0)))
+                       created_ms=int(d.get("created_ms", 0)), updated_ms=int(d.get("updated_ms", 0)),
+                       topic_id=_topic_id(d.get("id")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # ConfigError is a ValueError
             raise CorruptMetadataError(f"bad topic metadata: {exc}") from None
+
+
+def _topic_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{32}", value):
+        raise ValueError(f"bad topic id {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -180,7 +197,8 @@ def create_topic(storage: Storage, name: str, partitions: int = 1,
     partitions = _check_partitions(partitions)
     config = configs if isinstance(configs, TopicConfig) else TopicConfig.from_dict(configs or {})
     now = storage.clock.wall_ms() if now_ms is None else int(now_ms)
-    meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now)
+    meta = TopicMetadata(name, partitions, config, created_ms=now, updated_ms=now,
+                         topic_id=uuid.uuid4().hex)
     # A delete that stopped after removing _topic.json but before tombstoning every
     # partition is finished first, so the new topic never shows the old one's records.
     # (The guard narrows a race with a concurrent create of the same name to one request.)

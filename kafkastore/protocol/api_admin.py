@@ -14,7 +14,7 @@ from ..errors import (ConfigError, InternalTopicError, KafkaStoreError, OffsetOu
 from ..retention import delete_records
 from ..topics import alter_topic, create_topic, delete_topic as delete_topic_everywhere, is_internal_topic
 from . import error_codes as E
-from .placement import topic_id
+from .placement import topic_id_of
 from ..acls import Operation as Op, ResourceType
 from . import authorizer as authz
 from .codec import make
@@ -89,7 +89,7 @@ async def handle_create_topics(ctx: RequestContext, request):
             err, msg, meta = await ctx.run(create_topic_safely, ctx.broker, t.name, t.num_partitions,
                                            configs, bool(getattr(request, "validate_only", False)))
         results.append(make(mod, "CreatableTopicResult", name=t.name,
-                            topic_id=topic_id(t.name, meta.created_ms) if meta else None,
+                            topic_id=topic_id_of(t.name, meta) if meta else None,
                             error_code=err, error_message=msg, topic_config_error_code=0,
                             num_partitions=meta.partitions if meta else -1,
                             replication_factor=1 if meta else -1, configs=None))

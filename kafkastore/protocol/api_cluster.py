@@ -14,7 +14,7 @@ from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import error_codes as E
 from .codec import make
-from .placement import leader_for, topic_id
+from .placement import leader_for, topic_id_of
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
@@ -104,7 +104,7 @@ def describe_topic_partitions(broker, mod, names: list[str] | None, cursor, limi
                               eligible_leader_replicas=(), last_known_elr=(), offline_replicas=()))
         budget -= end - first
         out.append(make(mod, "DescribeTopicPartitionsResponseTopic", error_code=E.NONE, name=name,
-                        topic_id=topic_id(name, meta.created_ms), is_internal=is_internal_topic(name),
+                        topic_id=topic_id_of(name, meta), is_internal=is_internal_topic(name),
                         partitions=tuple(parts), topic_authorized_operations=_NO_AUTH_OPS))
         if end < meta.partitions:
             next_cursor = make(mod, "Cursor", topic_name=name, partition_index=end)

@@ -13,7 +13,7 @@ from . import codec
 from . import error_codes as E
 from .api_admin import MAX_PARTITIONS, create_topic_safely
 from .codec import make
-from .placement import leader_for, topic_id  # noqa: F401 - re-exported (registry docs, handlers)
+from .placement import leader_for, topic_id, topic_id_of  # noqa: F401 - re-exported (registry docs, handlers)
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
@@ -132,7 +132,7 @@ def describe_topics(broker, mod, names, auto_create: bool, brokers) -> list:
                               partition_index=p, leader_id=leader, leader_epoch=0,
                               replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=()))
         topics.append(make(mod, "MetadataResponseTopic", error_code=E.NONE, name=name,
-                           topic_id=topic_id(name, meta.created_ms), is_internal=is_internal_topic(name),
+                           topic_id=topic_id_of(name, meta), is_internal=is_internal_topic(name),
                            partitions=tuple(parts), topic_authorized_operations=_NO_AUTH_OPS))
     return topics
 

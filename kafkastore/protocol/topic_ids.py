@@ -1,7 +1,8 @@
 """Topic id -> topic name for one broker (Fetch v13+ names topics by id, KIP-516).
 
-A topic's id is a hash of its name and creation time
-(:func:`kafkastore.protocol.placement.topic_id`), so it cannot be inverted: the
+A topic's id is random, stored in its metadata when it is created (topics created
+before ids were stored keep an id derived from name and creation time,
+:func:`kafkastore.protocol.placement.topic_id_of`), so it cannot be inverted: the
 broker remembers the id of every topic whose metadata it loads (Metadata,
 Produce and Fetch all load it), and a fetch resolves ids with one dict lookup
 per topic. An id not remembered (a client that asked another broker for
@@ -19,7 +20,7 @@ import uuid
 from typing import Callable
 
 from ..clock import Clock, as_clock
-from .placement import topic_id
+from .placement import topic_id_of
 
 #: :meth:`TopicIdIndex.resolve_cached`'s answer when only :meth:`TopicIdIndex.resolve` (I/O) can tell.
 NEEDS_LOOKUP = object()
@@ -50,7 +51,7 @@ class TopicIdIndex:
     def note(self, name: str, meta) -> None:
         """Remember a topic's id from its just-loaded metadata (None: nothing to remember)."""
         if meta is not None:
-            tid = topic_id(name, meta.created_ms)
+            tid = topic_id_of(name, meta)
             with self._lock:
                 if len(self._ids) >= self.MAX_IDS and tid not in self._ids:
                     self._ids.clear()
@@ -69,7 +70,7 @@ class TopicIdIndex:
             return NEEDS_LOOKUP
         meta = self.meta.topic_if_fresh(name)
         if meta is not None and getattr(meta, "created_ms", None) is not None \
-                and topic_id(name, meta.created_ms) == tid:
+                and topic_id_of(name, meta) == tid:
             return name, meta
         return NEEDS_LOOKUP
 
@@ -93,7 +94,7 @@ class TopicIdIndex:
         if name is None:
             return None
         meta = self.meta.topic(name)
-        if meta is not None and topic_id(name, meta.created_ms) == tid:
+        if meta is not None and topic_id_of(name, meta) == tid:
             return name, meta
         return None
 
@@ -104,6 +105,6 @@ class TopicIdIndex:
         for name in self.meta.topic_names():
             meta = self.meta.topic(name)
             if meta is not None:
-                found[topic_id(name, meta.created_ms)] = name
+                found[topic_id_of(name, meta)] = name
         with self._lock:  # replaced, not merged: ids of deleted topics do not pile up
             self._ids = found

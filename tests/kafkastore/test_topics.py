@@ -27,7 +27,8 @@ def test_create_load_list(storage):
     stored = json.loads(storage.get(layout.topic_meta_path("orders")))
     assert stored == {"format": 2, "topic": "orders", "partitions": 3,
                       "config": {"cleanup.policy": "compact", "retention.ms": 1000},
-                      "created_ms": 5, "updated_ms": 5}
+                      "created_ms": 5, "updated_ms": 5, "id": meta.topic_id}
+    assert len(meta.topic_id) == 32   # random (uuid4), stored with the topic
     assert load_topic(storage, "orders") == meta
     create_topic(storage, "a.b-c_d", 1)
     assert list_topics(storage) == ["a.b-c_d", "orders"]

@@ -17,7 +17,7 @@ from kio.schema.metadata.v12 import request as md_req
 
 from kafkastore.protocol import codec
 from kafkastore.protocol import error_codes as E
-from kafkastore.protocol.placement import topic_id
+from kafkastore.protocol.placement import topic_id, topic_id_of
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.protocol.state import MetadataCache
 from kafkastore.protocol.topic_ids import TopicIdIndex
@@ -146,7 +146,7 @@ def test_id_known_only_to_another_broker_is_found(module_root, storage, topic):
         w = Wire(other.bootstrap)
         produce(w, topic, 0, batch([b"q"]))  # loads the topic: forget it again for this test
         other.server.meta.topic_ids._ids.clear()
-        tid = topic_id(topic, load_topic(storage, topic).created_ms)
+        tid = topic_id_of(topic, load_topic(storage, topic))
         resp = fetch_v(w, 17, [(tid, [(0, 0)])])
         assert _values(resp.responses[0].partitions[0].records) == [b"q"]
         w.close()
@@ -297,7 +297,7 @@ def test_id_index_resolves_in_one_lookup_and_rescans_at_most_once_per_interval(s
     meta = MetadataCache(storage, ttl_s=60)
     index = TopicIdIndex(meta, rescan_interval_s=1.0, clock=lambda: now[0])
     meta.topic_ids = index
-    tid = topic_id(name, meta.topic(name).created_ms)   # loading the topic remembers its id
+    tid = topic_id_of(name, meta.topic(name))   # loading the topic remembers its id
     listed = []
     real = meta.topic_names
     meta.topic_names = lambda: listed.append(1) or real()
@@ -441,3 +441,18 @@ class _Collect:
 
     def log(self, _level, fmt, *args):
         self.lines.append(fmt % args if args else fmt)
+
+
+def test_topic_ids_are_random_not_derived_from_name_and_time(tmp_path):
+    """A user without ACLs could confirm a hidden topic and its creation time to the
+    millisecond by guessing derived ids with Fetch v13: ids are random, stored with the
+    topic, and the same on every broker."""
+    storage = Storage(f"file://{tmp_path}/root")
+    created = [create_topic(storage, n, 1, now_ms=1_700_000_000_000) for n in ("hidden-a", "hidden-b")]
+    for meta in created:
+        tid = topic_id_of(meta.name, load_topic(storage, meta.name))
+        assert tid != topic_id(meta.name, meta.created_ms)
+        assert tid.version == 4
+        assert tid == topic_id_of(meta.name, load_topic(Storage(f"file://{tmp_path}/root"), meta.name))
+    ids = {topic_id_of(m.name, load_topic(storage, m.name)) for m in created}
+    assert len(ids) == 2
