@@ -54,6 +54,11 @@ def load_credentials(path: str) -> dict[str, str]:
 
 async def handle_handshake(ctx: RequestContext, request):
     conn = ctx.connection
+    if conn.authenticated:
+        # A logged-in connection keeps its principal: no second login on it (Kafka answers
+        # ILLEGAL_SASL_STATE; its re-authentication, which this broker does not offer with a
+        # session lifetime of 0, must keep the principal too).
+        return make(ctx.response_class, error_code=E.ILLEGAL_SASL_STATE, mechanisms=MECHANISMS)
     mech = request.mechanism
     if mech not in MECHANISMS:
         return make(ctx.response_class, error_code=E.UNSUPPORTED_SASL_MECHANISM, mechanisms=MECHANISMS)
@@ -110,13 +115,41 @@ def _fake_salt(secret: bytes, user: str) -> bytes:
     """The salt SCRAM shows for ``user``: fixed per user name for this broker's life, for known
     and unknown users alike, so the server-first message tells nobody whether a user exists
     (Kafka's ScramSaslServer answers unknown users with made-up credentials too)."""
-    return hmac.new(secret, b"scram-salt:" + user.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:16]
+    # 32 bytes, as the salts `kafkastore users add` stores for real users.
+    return hmac.new(secret, b"scram-salt:" + user.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+
+
+#: The root's secret the made-up SCRAM salts and keys of unknown users derive from: one for
+#: every broker of the root, so an unknown name gets the same salt from each of them, as a
+#: real user does (a per-broker secret would tell them apart).
+SCRAM_SECRET_PATH = "_cluster/_scram-secret"
+
+
+def _root_secret(storage) -> bytes:
+    """The root's SCRAM secret, created once with put-if-absent (blocking)."""
+    from ..errors import CommitConflict, ObjectNotFoundError
+
+    try:
+        return storage.get(SCRAM_SECRET_PATH)
+    except ObjectNotFoundError:
+        pass
+    try:
+        storage.put_if_absent(SCRAM_SECRET_PATH, os.urandom(32))
+    except CommitConflict:
+        pass  # another broker made it first: use theirs
+    return storage.get(SCRAM_SECRET_PATH)
 
 
 def _scram_secret(broker) -> bytes:
     secret = getattr(broker, "_scram_secret", None)
     if secret is None:
-        secret = broker._scram_secret = os.urandom(32)
+        try:
+            secret = _root_secret(broker.storage)
+        except KafkaStoreError as exc:  # the root unreadable: this broker's own, for now
+            import logging
+            logging.getLogger("kafkastore.serve").warning("cannot read the SCRAM secret: %s", exc)
+            return os.urandom(32)
+        broker._scram_secret = secret
     return secret
 
 
@@ -149,6 +182,9 @@ async def handle_authenticate(ctx: RequestContext, request):
 
 async def _authenticate(ctx: RequestContext, request):
     conn = ctx.connection
+    if conn.authenticated:
+        return make(ctx.response_class, error_code=E.ILLEGAL_SASL_STATE,
+                    error_message="already authenticated", auth_bytes=b"", session_lifetime=0)
     state = conn.sasl_state
     users = ctx.broker.options.credentials or {}
     mech = state.get("mechanism")
@@ -174,6 +210,8 @@ async def _authenticate(ctx: RequestContext, request):
             if parsed is None:
                 return _fail(ctx, "malformed SCRAM client-first message")
             gs2, bare, user, cnonce = parsed
+            if getattr(ctx.broker, "_scram_secret", None) is None:
+                await ctx.run(_scram_secret, ctx.broker)   # once per broker: read in the pool
             stored = scram_users(ctx.broker).cached_lookup(user, mech)
             if stored is STALE:  # re-read the root's users in the thread pool (every ~2 s)
                 stored = await ctx.run(_credential, ctx.broker, user, mech)

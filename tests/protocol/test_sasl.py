@@ -13,6 +13,7 @@ from kafkastore.storage import Storage
 from .wire import Wire
 
 SASL_AUTHENTICATION_FAILED = 58
+ILLEGAL_SASL_STATE = 34
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,31 @@ def test_scram_answers_do_not_reveal_which_users_exist(sasl_broker):
         fails.append((int(r.error_code), r.error_message))
         w.close()
     assert fails[0] == fails[1] and fails[0][0] == SASL_AUTHENTICATION_FAILED
+
+
+def test_a_logged_in_connection_cannot_switch_principal(sasl_broker):
+    """A second SaslHandshake / SaslAuthenticate on an authenticated connection is
+    ILLEGAL_SASL_STATE, and the connection keeps its principal."""
+    w = Wire(sasl_broker.bootstrap, timeout=5)
+    assert int(w.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code) == 0
+    assert int(w.call(SaslAuthenticateRequest(auth_bytes=b"\0bob\0pw2")).error_code) == 0
+    assert int(w.call(SaslHandshakeRequest(mechanism="PLAIN")).error_code) == ILLEGAL_SASL_STATE
+    assert int(w.call(SaslAuthenticateRequest(auth_bytes=b"\0alice\0pw")).error_code) == ILLEGAL_SASL_STATE
+    w.close()
+
+
+def test_root_scram_users_and_unknown_names_look_alike_on_every_broker(tmp_path):
+    """A real user of the root (32-byte stored salt, its iterations) and an unknown name get
+    server-first messages of the same shape, each the same on every broker of the root."""
+    from kafkastore.scram_users import ScramUsers
+
+    root = f"file://{tmp_path}/root"
+    ScramUsers(Storage(root)).add("carol", "SCRAM-SHA-256", "s3cret")
+    seen = []
+    for _ in range(2):
+        with BrokerThread(Storage(root), ServeOptions(port=0, sasl=True)) as b:
+            seen.append((_server_first(b.bootstrap, b"carol")[1], _server_first(b.bootstrap, b"nobody")[1]))
+    (carol1, ghost1), (carol2, ghost2) = seen
+    assert carol1["s"] == carol2["s"] and ghost1["s"] == ghost2["s"]      # stable across brokers
+    assert len(carol1["s"]) == len(ghost1["s"]) and carol1["i"] == ghost1["i"]
+    assert ScramUsers(Storage(root)).lookup("carol", "SCRAM-SHA-256") is not None
