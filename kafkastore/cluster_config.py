@@ -101,6 +101,13 @@ class ClusterDocument:
                 self._refresh_locked()
             return copy.deepcopy(self._doc)
 
+    def age_s(self) -> float | None:
+        """Seconds since the copy in hand was read (by the monotonic clock; None: never read).
+        A reader that must not decide on data older than a bound re-reads when this is
+        past it (:meth:`refresh`)."""
+        read_at = self._read_at
+        return None if read_at is None else self._clock.monotonic_s() - read_at
+
     def refresh(self) -> dict:
         """The document as stored now (a copy)."""
         with self._lock:

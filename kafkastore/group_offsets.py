@@ -25,6 +25,20 @@ Kafka. :class:`OffsetsStore` keeps a cache of every group seen and advances it
 from the last offset it read, so repeated reads cost one manifest GET per
 partition plus the new records.
 
+Fencing: a group coordinator writes under a :class:`GroupClaim` taken when it
+loaded the group. Its records carry the :data:`COORDINATOR_HEADER` header (Kafka's
+readers ignore headers), so the store knows the offset of the last record a
+coordinator wrote for each group, the group's *coordinator version*. A claimed write
+is refused (:class:`~kafkastore.errors.FencedError`) unless the group's coordinator
+version is still the claim's and the broker's authority token is the one the claim
+was taken under; it is appended only if the partition's high watermark is still the
+one the check read (a conditional manifest commit), and checked again when another
+writer got in first. So a coordinator that lost the group (paused past the liveness
+window, or a stale view of the live brokers) never writes on top of what the new
+coordinator wrote. Writes without a claim (a transaction's offsets, written by its
+own coordinator under the transaction's tokens; the CLI's reset, refused while the
+group has members) are appended as before and do not move the coordinator version.
+
 Pure functions here (``encode_*`` / ``decode_*``, :func:`partition_for_group`)
 do no I/O; :class:`OffsetsStore` does the reading and writing.
 """
@@ -37,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 from .clock import Clock, as_clock
-from .errors import CorruptRecordError, TopicExistsError
+from .errors import CorruptRecordError, FencedError, RequirementFailedError, TopicExistsError
 from .storage import Storage
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -45,6 +59,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 #: while still spreading commits of different groups over separate manifests.
 DEFAULT_OFFSETS_PARTITIONS = 8
 OFFSETS_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
+#: Header on every record a group coordinator writes under a claim (value: its node id).
+COORDINATOR_HEADER = "kafkastore.coordinator"
+#: A claimed write that keeps losing the race to unrelated writers of its partition gives up.
+_MAX_CONDITIONAL_ATTEMPTS = 50
 
 log = logging.getLogger("kafkastore.group_offsets")
 
@@ -328,9 +346,23 @@ class GroupState:
 
 
 @dataclass(eq=False)
+class GroupClaim:
+    """A coordinator's right to write one group: the group's coordinator version (offset of
+    the last record a coordinator wrote for it, -1: none) and the broker's authority token
+    when the coordinator loaded it. Valid until released or until another coordinator
+    writes the group."""
+
+    group: str
+    version: int
+    authority: int | None
+    valid: bool = True
+
+
+@dataclass(eq=False)
 class _WriteRequest:
     group: str
     records: list[tuple[bytes, bytes | None]]
+    claim: GroupClaim | None = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -344,9 +376,15 @@ class OffsetsStore:
     """
 
     def __init__(self, storage: Storage, *, partitions: int = DEFAULT_OFFSETS_PARTITIONS,
-                 broker_id: int = 0, clock: Clock | Callable[[], int] | None = None):
+                 broker_id: int = 0, clock: Clock | Callable[[], int] | None = None,
+                 authority: Callable[[], int | None] | None = None):
         self.storage = storage
         self.broker_id = broker_id
+        #: The broker's current authority token (None: it holds none now), checked just
+        #: before every claimed write; default: always 0 (a process without a lease).
+        self.authority = authority or (lambda: 0)
+        self._claims: dict[str, GroupClaim] = {}
+        self._versions: dict[str, int] = {}        # group -> its coordinator version
         self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
         self._want_partitions = partitions
         self._partitions: int | None = None
@@ -396,13 +434,14 @@ class OffsetsStore:
                 if start >= reader.high_watermark:
                     self._next[p] = max(start, self._next.get(p, 0))
                     continue
-                table = reader.read(start, include_headers=False)
+                table = reader.read(start, include_headers=True)
                 keys = table.column("key").to_pylist()
                 values = table.column("value").to_pylist()
                 offsets = table.column("offset").to_pylist()
-                for k, v, o in zip(keys, values, offsets):
+                headers = table.column("headers").to_pylist()
+                for k, v, o, h in zip(keys, values, offsets, headers):
                     try:
-                        self._apply(k, v)
+                        self._apply(k, v, o if _by_coordinator(h) else None)
                     except CorruptRecordError as exc:
                         # Only the coordinator writes this topic, but an imported log or an
                         # older broker's junk must not make a group unavailable: skip it.
@@ -411,14 +450,17 @@ class OffsetsStore:
                                     "group record: %s", OFFSETS_TOPIC, p, o, exc.reason)
                 self._next[p] = reader.high_watermark
 
-    def _apply(self, key: bytes | None, value: bytes | None) -> None:
+    def _apply(self, key: bytes | None, value: bytes | None, coordinator_offset: int | None = None) -> None:
         """Apply one record to the cache; a record that does not decode raises
-        :class:`CorruptRecordError` and leaves the cache as it was."""
+        :class:`CorruptRecordError` and leaves the cache as it was. ``coordinator_offset``:
+        the record's offset when a coordinator wrote it (it moves the group's version)."""
         if key is None:
             raise CorruptRecordError("record without a key")
         k = decode_key(key)
         if k is None:
             return
+        if coordinator_offset is not None:
+            self._versions[k.group] = coordinator_offset
         # Decode before touching the cache, so a bad value changes nothing.
         if isinstance(k, OffsetKey):
             decoded = None if value is None else decode_offset_value(value)
@@ -449,6 +491,48 @@ class OffsetsStore:
                 return GroupState(group)
             return GroupState(group, st.metadata, dict(st.offsets))
 
+    def claim(self, group: str) -> tuple[GroupState, GroupClaim]:
+        """Read ``group`` now and take the right to write it as its coordinator: its stored
+        state and the :class:`GroupClaim` to pass to the writes derived from that state
+        (replaces any earlier claim of the group, which is no longer valid)."""
+        with self._lock:
+            token = self.authority()
+            state = self.group(group)
+            self.release(group)
+            claim = self._claims[group] = GroupClaim(group, self._versions.get(group, -1), token)
+            return state, claim
+
+    def release(self, group: str | None = None) -> None:
+        """Give up the claim of ``group`` (every claim with None): writes under it are refused."""
+        with self._lock:
+            doomed = list(self._claims.values()) if group is None else [self._claims.get(group)]
+            for c in doomed:
+                if c is not None:
+                    c.valid = False
+                    self._claims.pop(c.group, None)
+
+    def claim_current(self, claim: GroupClaim) -> bool:
+        """Whether ``claim`` still holds after reading the group's partition now: nobody else
+        wrote the group as its coordinator and the broker's authority is unchanged."""
+        with self._lock:
+            p = self.partition_for(claim.group)
+            if p is not None:
+                self.refresh([p])
+            return self._fence_reason(claim) is None
+
+    def _fence_reason(self, claim: GroupClaim) -> str | None:
+        """Why a write under ``claim`` must be refused (None: it may go ahead). Under the lock,
+        after a refresh of the group's partition."""
+        if not claim.valid or self._claims.get(claim.group) is not claim:
+            return "this broker gave the group up"
+        token = self.authority()
+        if token is None or token != claim.authority:
+            return "this broker's authority lapsed since it loaded the group"
+        if self._versions.get(claim.group, -1) != claim.version:
+            return (f"another coordinator wrote the group at offset "
+                    f"{self._versions.get(claim.group)} of {OFFSETS_TOPIC}")
+        return None
+
     def groups(self, *, refresh: bool = True) -> list[str]:
         """Every group with metadata or committed offsets, sorted."""
         with self._lock:
@@ -457,17 +541,20 @@ class OffsetsStore:
             return sorted(self._groups)
 
     # -- writing -------------------------------------------------------------
-    def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _write(self, group: str, records: list[tuple[bytes, bytes | None]],
+               claim: GroupClaim | None = None) -> None:
         """Append ``records`` to the group's partition; returns once their manifest commit landed.
 
         Group commit: writers that arrive while a flush is under way queue up, and the
         thread that flushes takes the whole queue into its next flush (one manifest
         commit per partition for all of them). If that flush fails, every writer in it
         gets the error (none of them counts its records as written; clients retry).
+        With ``claim`` the write is conditional (see the module's "Fencing"):
+        :class:`~kafkastore.errors.FencedError` when the claim no longer holds.
         """
         if not records:
             return
-        req = _WriteRequest(group, records)
+        req = _WriteRequest(group, records, claim)
         with self._queue_lock:
             self._queue.append(req)
             leader = not self._flushing
@@ -485,49 +572,105 @@ class OffsetsStore:
             raise req.error
 
     def _flush_batch(self, batch: list["_WriteRequest"]) -> None:
-        from .broker import Broker
-
-        error: BaseException | None = None
-        with self._lock:
-            try:
+        try:
+            with self._lock:
                 n = self._topic_partitions(create=True)
-                if self._broker is None:
-                    self._broker = Broker(self.storage, broker_id=self.broker_id,
-                                          clock=self.clock.wall_ms)
-                    self._broker.allow_internal = True  # the owner of __consumer_offsets
-                touched = set()
+                by_partition: dict[int, list[_WriteRequest]] = {}
                 for req in batch:
-                    p = partition_for_group(req.group, n)
-                    touched.add(p)
-                    for key, value in req.records:
-                        self._broker.send(OFFSETS_TOPIC, value, key=key, partition=p)
-                self._broker.flush()
-                # Catch up (our own records included) so the cache matches the log order.
-                self.refresh(sorted(touched))
-            except BaseException as exc:  # noqa: BLE001 - handed to every writer of the batch
-                # Whatever was buffered is retried by nobody: start clean next time.
-                self._broker = None
-                error = exc
+                    by_partition.setdefault(partition_for_group(req.group, n), []).append(req)
+                for p, reqs in sorted(by_partition.items()):
+                    self._flush_partition(p, reqs)
+        except BaseException as exc:  # noqa: BLE001 - handed to every writer not yet answered
+            for req in batch:
+                if not req.done.is_set():
+                    req.error = exc
         for req in batch:
-            req.error = error
             req.done.set()
 
-    def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
-        """Commit ``offsets`` of ``group`` (one manifest commit); visible once this returns."""
+    def _flush_partition(self, p: int, reqs: list["_WriteRequest"]) -> None:
+        """One partition's share of a batch: claimed writes are checked against the partition
+        read now and appended only at the high watermark that read found (retried when an
+        unrelated writer got in first); each request's outcome is set here."""
+        from .broker import Broker
+
+        for _ in range(_MAX_CONDITIONAL_ATTEMPTS):
+            self.refresh([p])
+            live = []
+            for req in reqs:
+                why = None if req.claim is None else self._fence_reason(req.claim)
+                if why is None:
+                    live.append(req)
+                else:
+                    req.error = FencedError(f"write to group {req.group!r} refused: {why}")
+                    req.done.set()
+            reqs = live
+            if not reqs:
+                return
+            if self._broker is None:
+                self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                      clock=self.clock.wall_ms)
+                self._broker.allow_internal = True  # the owner of __consumer_offsets
+            conditional = any(req.claim is not None for req in reqs)
+            self._broker.expect_high_watermark = (
+                {(OFFSETS_TOPIC, p): self._next.get(p, 0)} if conditional else None)
+            header = ((COORDINATOR_HEADER, str(self.broker_id).encode()),)
+            last: dict[int, int] = {}   # request index -> index of its last record
+            count = 0
+            for i, req in enumerate(reqs):
+                for key, value in req.records:
+                    self._broker.send(OFFSETS_TOPIC, value, key=key, partition=p,
+                                      headers=header if req.claim is not None else ())
+                    last[i] = count
+                    count += 1
+            try:
+                results = self._broker.flush()
+            except RequirementFailedError:
+                # Another writer appended to the partition first: read it and check again.
+                self._broker = None
+                continue
+            except BaseException:
+                # Whatever was buffered is retried by nobody: start clean next time.
+                self._broker = None
+                raise
+            base = results[-1].base_offset if results else self._next.get(p, 0)
+            for i, req in enumerate(reqs):
+                if req.claim is not None:
+                    # Our own record is the group's version now; what others wrote after it
+                    # is found by the next check.
+                    req.claim.version = base + last[i]
+                    self._versions[req.group] = max(self._versions.get(req.group, -1), base + last[i])
+                req.done.set()
+            # Catch up (our own records included) so the cache matches the log order.
+            self.refresh([p])
+            return
+        raise FencedError(f"{OFFSETS_TOPIC}/{p}: gave up after {_MAX_CONDITIONAL_ATTEMPTS} "
+                          f"lost races with other writers")
+
+    def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata],
+                       claim: GroupClaim | None = None) -> None:
+        """Commit ``offsets`` of ``group`` (one manifest commit); visible once this returns.
+        With ``claim``, only as the group's coordinator (:class:`FencedError` otherwise)."""
         self._write(group, [(encode_offset_key(group, t, p), encode_offset_value(om))
-                            for (t, p), om in offsets.items()])
+                            for (t, p), om in offsets.items()], claim)
 
-    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> None:
+    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]],
+                       claim: GroupClaim | None = None) -> None:
         """Tombstones for the committed offsets of ``partitions`` (OffsetDelete)."""
-        self._write(group, [(encode_offset_key(group, t, p), None) for t, p in partitions])
+        self._write(group, [(encode_offset_key(group, t, p), None) for t, p in partitions], claim)
 
-    def store_group(self, meta: GroupMetadata) -> None:
+    def store_group(self, meta: GroupMetadata, claim: GroupClaim | None = None) -> None:
         """Persist a group's metadata (generation, members, assignment)."""
-        self._write(meta.group_id, [(encode_group_key(meta.group_id), encode_group_value(meta))])
+        self._write(meta.group_id, [(encode_group_key(meta.group_id), encode_group_value(meta))],
+                    claim)
 
-    def delete_group(self, group: str) -> None:
+    def delete_group(self, group: str, claim: GroupClaim | None = None) -> None:
         """Tombstones for the group's metadata and every committed offset (DeleteGroups)."""
         st = self.group(group)
         records = [(encode_offset_key(group, t, p), None) for t, p in sorted(st.offsets)]
         records.append((encode_group_key(group), None))
-        self._write(group, records)
+        self._write(group, records, claim)
+
+
+def _by_coordinator(headers) -> bool:
+    """Whether a record's headers (as the reader gives them) mark a coordinator's write."""
+    return bool(headers) and any(h.get("key") == COORDINATOR_HEADER for h in headers)

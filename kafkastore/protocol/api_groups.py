@@ -16,6 +16,15 @@ this broker serves it, and dropped when it moves to another broker, so a
 coordinator move or a restart continues from what the topic holds. Offset
 commits are answered after their manifest commit lands; group metadata is
 written in the background, in order, by one writer task (LeaveGroup waits for it).
+
+Fencing: a group is loaded under a :class:`~kafkastore.group_offsets.GroupClaim`
+and every write derived from it (offsets, metadata, deletes) is conditional on it
+(refused as NOT_COORDINATOR, and the group dropped, when another coordinator wrote
+the group meanwhile or this broker's authority changed). A broker whose lease
+lapsed (:meth:`~kafkastore.protocol.brokers.BrokerRegistry.fence_if_lapsed`) drops
+every loaded group and queued metadata write before it serves a group request, and
+renews its registration; OffsetFetch checks the claim against the log before it
+answers, so it never serves offsets older than a commit another broker acknowledged.
 """
 from __future__ import annotations
 
@@ -24,7 +33,8 @@ import logging
 import zlib
 
 from ..errors import KafkaStoreError
-from ..group_offsets import GroupMetadata, OffsetAndMetadata, OffsetsStore
+from ..errors import FencedError
+from ..group_offsets import GroupClaim, GroupMetadata, OffsetAndMetadata, OffsetsStore
 from ..acls import Operation as Op, ResourceType
 from . import authorizer as authz
 from . import group_coordinator as G
@@ -87,11 +97,14 @@ class GroupService:
 
     def __init__(self, broker):
         self.broker = broker
+        self.registry = broker.brokers
         self.store = OffsetsStore(broker.storage, broker_id=max(broker.node_id, 0),
-                                  clock=broker.clock)
+                                  clock=broker.clock, authority=self.registry.authority)
         self.coordinator = G.GroupCoordinator(clock=broker.clock, on_persist=self._persist)
         self._writes: asyncio.Queue = asyncio.Queue()
         self._live: tuple[int, ...] = ()
+        self._claims: dict[str, GroupClaim] = {}
+        self._fence_seen = self.registry.fence_epoch
         spawn = getattr(broker, "_spawn", asyncio.ensure_future)
         spawn(self._tick_loop())
         spawn(self._writer())
@@ -107,27 +120,52 @@ class GroupService:
             for g in self.coordinator.loaded_groups():
                 if not self.owns(g):
                     log.info("group %s moved away from broker %d", g, self.broker.node_id)
-                    self.coordinator.unload(g)
+                    self.unload(g)
+
+    def unload(self, group: str) -> None:
+        """Stop coordinating ``group`` here: its pending requests get NOT_COORDINATOR and
+        writes derived from its state (queued metadata included) are refused."""
+        self.coordinator.unload(group)
+        self.store.release(group)
+        self._claims.pop(group, None)
+
+    def claim(self, group: str) -> GroupClaim | None:
+        """The claim the loaded ``group`` is written under (None: not loaded here)."""
+        return self._claims.get(group)
+
+    def drop_if_fenced(self) -> None:
+        """If this broker's lease lapsed or it fenced itself since the last look, drop every
+        loaded group and claim (they were derived under an authority it may have lost):
+        the next request reads them from the log again. Runs on the event loop, first thing
+        in every group request and tick."""
+        registry = self.registry
+        registry.fence_if_lapsed()
+        if registry.fence_epoch == self._fence_seen:
+            return
+        self._fence_seen = registry.fence_epoch
+        dropped = self.coordinator.loaded_groups()
+        for g in dropped:
+            self.unload(g)
+        self.store.release()
+        self._claims.clear()
+        log.warning("broker %d fenced itself: dropped %d loaded group(s); they are read again",
+                    self.broker.node_id, len(dropped))
 
     async def _renew_authority(self) -> bool:
         """After a pause past the liveness window another broker may have coordinated this
         broker's groups and acknowledged commits: drop every loaded group (pending joins
         get NOT_COORDINATOR), then renew the registration and the live view. False when
         the renewal fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
-        registry = self.broker.brokers
+        self.drop_if_fenced()
+        registry = self.registry
         if registry.authority_valid():
             return True
-        dropped = self.coordinator.loaded_groups()
-        for g in dropped:
-            self.coordinator.unload(g)
-        if dropped:
-            log.warning("broker %d was out of touch longer than the liveness window: dropped "
-                        "%d loaded group(s); they are read again", self.broker.node_id, len(dropped))
         try:
             await self.broker.run(registry.heartbeat)
         except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
             log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
             return False
+        self.drop_if_fenced()
         self._live = ()   # the next _check_moves compares against the fresh view
         return registry.authority_valid()
 
@@ -140,24 +178,53 @@ class GroupService:
         self._check_moves()
         if not self.owns(group):
             return G.NOT_COORDINATOR
-        if not self.coordinator.is_loaded(group):
+        if not self.coordinator.is_loaded(group) or group not in self._claims:
             try:
-                state = await self.broker.run(self.store.group, group)
+                state, claim = await self.broker.run(self.store.claim, group)
             except KafkaStoreError:
                 log.warning("cannot load group %s", group, exc_info=True)
                 return G.COORDINATOR_NOT_AVAILABLE
+            if self.coordinator.is_loaded(group):   # loaded meanwhile: start from the log
+                self.coordinator.unload(group)
             self.coordinator.load_group(state)
+            self._claims[group] = claim
+        return G.NONE
+
+    async def ensure_current(self, group: str) -> int:
+        """:meth:`ensure`, then check the group's claim against the log (one read of its
+        ``__consumer_offsets`` partition): if another coordinator wrote the group meanwhile,
+        drop it and load it again, so what is answered is never older than what the log
+        holds (OffsetFetch)."""
+        err = await self.ensure(group)
+        if err:
+            return err
+        claim = self._claims.get(group)
+        try:
+            current = claim is not None and await self.broker.run(self.store.claim_current, claim)
+        except KafkaStoreError:
+            log.warning("cannot read group %s", group, exc_info=True)
+            return G.COORDINATOR_NOT_AVAILABLE
+        if not current:
+            log.info("group %s was written by another coordinator: read again", group)
+            self.unload(group)
+            return await self.ensure(group)
         return G.NONE
 
     # -- background ----------------------------------------------------------
     def _persist(self, meta: GroupMetadata) -> None:
-        self._writes.put_nowait(meta)
+        # Queued with the claim it was derived under: a fence or a move in between refuses it.
+        self._writes.put_nowait((meta, self._claims.get(meta.group_id)))
 
     async def _writer(self) -> None:
         while True:
-            meta = await self._writes.get()
+            meta, claim = await self._writes.get()
             try:
-                await self.broker.run(self.store.store_group, meta)
+                if claim is not None and claim.valid:
+                    await self.broker.run(self.store.store_group, meta, claim)
+            except FencedError as exc:
+                log.warning("metadata of group %s not written: %s", meta.group_id, exc)
+                if self._claims.get(meta.group_id) is claim:
+                    self.unload(meta.group_id)
             except Exception:  # noqa: BLE001 - metadata is advisory; offsets are answered synchronously
                 log.warning("could not persist metadata of group %s", meta.group_id, exc_info=True)
             finally:
@@ -172,6 +239,7 @@ class GroupService:
         while True:
             await asyncio.sleep(TICK_S)
             try:
+                self.drop_if_fenced()   # before tick(): no session expiry judged across a pause
                 self._check_moves()
                 self.coordinator.tick()
             except Exception:  # noqa: BLE001 - keep ticking; a bug here is logged, not fatal
@@ -323,6 +391,7 @@ async def handle_offset_commit(ctx: RequestContext, request):
     mod = ctx.response_module
     group = request.group_id
     err = authz.group_error(ctx, Op.READ, group) or await svc.ensure(group)
+    claim = svc.claim(group)   # the commit is written only if it still holds then
     if not err:
         err = svc.coordinator.validate_commit(group, request.generation_id_or_member_epoch,
                                               request.member_id,
@@ -350,7 +419,7 @@ async def handle_offset_commit(ctx: RequestContext, request):
                                                 getattr(p, "committed_leader_epoch", -1),
                                                 p.committed_metadata or "", now)
     if offsets:
-        err = await _write(ctx, "offset commit", group, svc.store.commit_offsets, offsets)
+        err = await _write(ctx, "offset commit", group, claim, svc.store.commit_offsets, offsets)
         if err:
             codes.update(dict.fromkeys(offsets, err))  # retriable: the client commits again
         else:
@@ -366,7 +435,7 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     svc = service(ctx.broker)
     mod = ctx.response_module
     group = request.group_id
-    err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure(group)
+    err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
     if not err and group in getattr(ctx.broker, "_txn_groups", ()):
@@ -407,6 +476,7 @@ async def handle_offset_delete(ctx: RequestContext, request):
     group = request.group_id
     parts = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     err = authz.group_error(ctx, Op.DELETE, group) or await svc.ensure(group)
+    claim = svc.claim(group)
     per: dict[tuple[str, int], int] = {}
     if not err:
         err, per = svc.coordinator.validate_offset_delete(group, parts)
@@ -415,7 +485,7 @@ async def handle_offset_delete(ctx: RequestContext, request):
     if not err:
         doomed = [tp for tp, e in per.items() if e == G.NONE]
         if doomed:
-            err = await _write(ctx, "offset delete", group, svc.store.delete_offsets, doomed)
+            err = await _write(ctx, "offset delete", group, claim, svc.store.delete_offsets, doomed)
             if not err:
                 svc.coordinator.record_offset_delete(group, doomed)
     topics = tuple(make(mod, "OffsetDeleteResponseTopic", name=t.name, partitions=tuple(
@@ -477,19 +547,30 @@ async def handle_delete_groups(ctx: RequestContext, request):
         if not err:
             err = svc.coordinator.validate_delete_group(group)
         if not err:
-            err = await _write(ctx, "delete", group, svc.store.delete_group)
+            err = await _write(ctx, "delete", group, svc.claim(group), svc.store.delete_group)
             if not err:
                 svc.coordinator.record_delete_group(group)
         results.append(make(mod, "DeletableGroupResult", group_id=group, error_code=err))
     return make(ctx.response_class, results=tuple(results))
 
 
-async def _write(ctx: RequestContext, what: str, group: str, fn, *args) -> int:
-    """Write to ``__consumer_offsets`` in the I/O pool: NONE, or COORDINATOR_NOT_AVAILABLE
-    (retriable) when storage failed."""
+async def _write(ctx: RequestContext, what: str, group: str, claim: GroupClaim | None, fn,
+                 *args) -> int:
+    """Write to ``__consumer_offsets`` in the I/O pool: NONE; NOT_COORDINATOR when the claim
+    it was derived under no longer holds (the group is dropped: the client finds the
+    coordinator again, which reads the log); COORDINATOR_NOT_AVAILABLE (retriable) when
+    storage failed."""
+    if claim is None:   # dropped since the request loaded it: nothing derived from it is written
+        return G.NOT_COORDINATOR
     try:
-        await ctx.run(fn, group, *args)
+        await ctx.run(fn, group, *args, claim)
         return G.NONE
+    except FencedError as exc:
+        log.warning("%s of group %s refused: %s", what, group, exc)
+        svc = service(ctx.broker)
+        if svc.claim(group) is claim:
+            svc.unload(group)
+        return G.NOT_COORDINATOR
     except KafkaStoreError:
         log.warning("%s of group %s failed", what, group, exc_info=True)
         return G.COORDINATOR_NOT_AVAILABLE

@@ -14,12 +14,16 @@ advertises brokers a client can reach with the security it already uses
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
+from typing import Callable
 
 from ..clock import Clock, as_clock
 from ..errors import ObjectNotFoundError, StorageError
 from ..storage import Storage
+
+log = logging.getLogger("kafkastore.serve.brokers")
 
 BROKERS_DIR = "_brokers"
 #: How long Metadata keeps listing a broker after it stopped being live: librdkafka's
@@ -56,6 +60,11 @@ class BrokerRegistry:
         # Monotonic time when the last registration put that succeeded was sent: the start of
         # this broker's authority lease (see authority_valid).
         self._lease_from: float | None = None
+        #: Bumped each time this broker fences itself (see :meth:`fence`): state derived under
+        #: an older value was derived under an authority this broker may have lost.
+        self.fence_epoch = 0
+        self._fence_lock = threading.Lock()
+        self._on_fence: list[Callable[[str], None]] = []
 
     @property
     def expiry_ms(self) -> int:
@@ -91,7 +100,12 @@ class BrokerRegistry:
             self._departed = {n: v for n, v in self._departed.items()
                               if n not in docs and n in stored and now - v[2] <= LISTED_AFTER_DEATH_MS}
             self._live = live
+            mine = stored.get(self.node_id) if self.node_id is not None else None
+            taken = mine is not None and mine.get("instance") not in (None, self.instance)
             self._security = {n: str(d.get("security", "PLAINTEXT")) for n, d in docs.items()}
+        if taken:
+            # Another process registered under this node id: it may coordinate what we did.
+            self.fence(f"node id {self.node_id} was registered by another broker")
         return live
 
     def listed_cached(self, security: str | None = None) -> list[tuple[int, str, int]]:
@@ -125,10 +139,15 @@ class BrokerRegistry:
         return node_id
 
     def heartbeat(self) -> None:
-        """Write this broker's registration with the current time, then refresh the live view."""
+        """Write this broker's registration with the current time, then refresh the live view.
+
+        A heartbeat that finds the lease lapsed (this thread resumed after a pause at the same
+        moment as the request handlers) fences the broker first, so the renewed lease never
+        hides the pause from them (they compare :attr:`fence_epoch`)."""
         with self._write_lock:
             if self.node_id is None or self.address is None or self._closed:
                 return
+            self.fence_if_lapsed()
             self._put_registration()
         self.refresh()
 
@@ -149,6 +168,53 @@ class BrokerRegistry:
         renew (:meth:`heartbeat`) before acting as a coordinator again."""
         sent = self._lease_from
         return sent is not None and self.clock.monotonic_s() - sent < self.expiry_ms / 1000
+
+    def authority(self) -> int | None:
+        """The fencing token of this broker's coordinator state: :attr:`fence_epoch` while the
+        lease is valid (:meth:`authority_valid`), else None. A writer records it when it
+        reads the state it will act on and compares it again just before its conditional
+        write: a different value means the broker fenced itself meanwhile."""
+        epoch = self.fence_epoch
+        return epoch if self.authority_valid() else None
+
+    def on_fence(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` each time this broker fences itself (from whichever thread
+        notices: a request handler on the event loop, or the heartbeat in the I/O pool). It
+        must be quick and thread-safe, e.g. set a flag or drop a cache."""
+        self._on_fence.append(callback)
+
+    def fence(self, reason: str) -> None:
+        """Give up every authority this broker held: bump :attr:`fence_epoch`, end the lease
+        (so :meth:`authority_valid` is False until a registration put succeeds again) and
+        call the :meth:`on_fence` callbacks. Coordinators drop their loaded state and
+        delayed writes, and read the log again before serving."""
+        with self._fence_lock:
+            self.fence_epoch += 1
+            self._lease_from = None
+            epoch = self.fence_epoch
+        log.warning("broker %s fences itself (epoch %d): %s", self.node_id, epoch, reason)
+        for callback in list(self._on_fence):
+            try:
+                callback(reason)
+            except Exception:  # noqa: BLE001 - one bad callback must not keep the others from fencing
+                log.exception("an on-fence callback failed")
+
+    def lease_lapsed(self) -> bool:
+        """Whether the lease lapsed and this broker has not fenced itself for it yet (cheap:
+        no I/O; the request path asks it before every request)."""
+        sent = self._lease_from
+        return sent is not None and self.clock.monotonic_s() - sent >= self.expiry_ms / 1000
+
+    def fence_if_lapsed(self) -> bool:
+        """:meth:`fence` when the lease lapsed (the last successful registration put was sent
+        longer than the liveness window ago by the monotonic clock); whether it did."""
+        with self._fence_lock:
+            sent = self._lease_from
+            lapsed = sent is not None and self.clock.monotonic_s() - sent >= self.expiry_ms / 1000
+        if lapsed:
+            self.fence(f"no successful heartbeat for longer than the liveness window "
+                       f"({self.expiry_ms} ms)")
+        return lapsed
 
     def deregister(self) -> None:
         """Remove this broker's registration if it is still ours (a heartbeat still running in

@@ -42,7 +42,7 @@ from typing import Callable, Iterable
 from ..clock import Clock
 from ..errors import ConfigError, ListenError
 from ..storage import Storage
-from . import codec
+from . import codec, fencing
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
@@ -603,8 +603,8 @@ class Connection:
         server = self.server
         quotas, metrics = server.quotas, server.metrics
         started = time.perf_counter()
-        if server.authorizer is not None and server.authorizer.stale():
-            await server.fresh_acls()   # never decide on ACLs older than the bound
+        if fencing.due(server):   # a lapsed lease fences; ACLs and quotas never older than the bound
+            await fencing.before_serving(server)
         acc = None
         if quotas.active and ctx.api_key == FETCH:
             request = self._cap_fetch(ctx, request)
