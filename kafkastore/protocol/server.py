@@ -236,7 +236,8 @@ class BrokerServer:
             from ..schema_registry import SchemaRegistryThread
             self.schema_registry = SchemaRegistryThread(
                 storage, *opts.schema_registry_listen, ssl_context=opts.ssl_context,
-                credentials=opts.credentials, insecure=opts.insecure, root_users=opts.sasl)
+                credentials=opts.credentials, insecure=opts.insecure, root_users=opts.sasl,
+                authorizer=self.authorizer)
 
     # -- lifecycle ---------------------------------------------------------------
     async def start(self) -> None:

@@ -13,8 +13,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import io
 import json
 import logging
+import math
+import os
 import socket
 import ssl as ssl_lib
 import threading
@@ -23,17 +26,27 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import ConfigError, KafkaStoreError, ListenError, SchemaRegistryError
 from ..storage import Storage
+from . import access as A
 from . import formats as F
+from ..acls import ANONYMOUS
 from .service import SchemaRegistryService
-from .store import SchemaStore
+from .store import SCHEMAS_TOPIC, SchemaStore
 
 log = logging.getLogger("kafkastore.schema_registry")
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 DEFAULT_MAX_BODY_BYTES = 8 << 20
 DEFAULT_MAX_CONNECTIONS = 256
-#: Seconds a connection may stay silent (also bounds a TLS handshake).
-SOCKET_TIMEOUT_S = 30.0
+DEFAULT_MAX_CONNECTIONS_PER_IP = 64
+#: Seconds a request's line and headers may take once its first byte arrived (also bounds a
+#: TLS handshake): a client dribbling bytes is cut off, not renewed by each byte.
+HEADER_TIMEOUT_S = 10.0
+#: Seconds a keep-alive connection may wait for its next request.
+IDLE_TIMEOUT_S = 30.0
+#: Seconds a request's body may take.
+BODY_TIMEOUT_S = 30.0
+#: Room for the JSON around a schema in a request body over the record limit of ``_schemas``.
+SCHEMA_BODY_SLACK = 64 << 10
 
 
 def _flag(query: dict, name: str) -> bool:
@@ -68,87 +81,246 @@ def _page(items: list, query: dict) -> list:
 class BasicAuth:
     """HTTP basic auth against the broker's SASL users: the ``user:password`` file
     (``credentials``) and, with ``scram_users``, the root's SCRAM users (``kafkastore users``),
-    whose stored keys a password is checked against (RFC 5802). A checked password is
-    remembered (by its hash, with the credential it matched) so PBKDF2 runs once per
-    credential, not per request."""
+    whose stored keys a password is checked against (RFC 5802).
+
+    Guessing is bounded and tells nothing: a name without a SCRAM credential is checked
+    against a made-up one with the default iteration count, so an unknown name costs the same
+    PBKDF2 work (and time) as a known name with a wrong password; at most ``kdf_slots``
+    PBKDF2 runs at once; a verified password is remembered ``cache_ttl_s`` (keyed by a keyed
+    hash of user and password, together with the credential it matched, so a changed or
+    removed SCRAM user stops matching as soon as :class:`ScramUsers` re-reads it); and an
+    address whose failures exceed ``max_failures`` in ``failure_window_s`` is answered 429
+    (:meth:`retry_after`) before any PBKDF2 runs."""
 
     _MAX_REMEMBERED = 1024
+    _MAX_ADDRESSES = 10_000
 
-    def __init__(self, credentials: dict | None = None, scram_users=None):
+    def __init__(self, credentials: dict | None = None, scram_users=None, *,
+                 cache_ttl_s: float = 60.0, max_failures: int = 10, failure_window_s: float = 10.0,
+                 kdf_slots: int = 2, clock=None):
+        from ..clock import SYSTEM
+
         self.credentials = credentials or {}
         self.scram_users = scram_users
-        self._ok: dict[tuple, bool] = {}
+        self.cache_ttl_s = cache_ttl_s
+        self.max_failures, self.failure_window_s = max_failures, failure_window_s
+        self._clock = clock or SYSTEM
+        self._secret = os.urandom(32)
+        self._ok: dict[bytes, tuple[float, tuple]] = {}
+        self._failures: dict[str, list[float]] = {}
         self._lock = threading.Lock()
+        self._kdf = threading.BoundedSemaphore(kdf_slots)
 
-    def check(self, user: str, password: str) -> bool:
-        """Whether ``password`` is ``user``'s."""
-        want = self.credentials.get(user)
-        if want is not None and hmac.compare_digest(want.encode(), password.encode()):
+    # -- the per-address failure budget ----------------------------------------------------
+    def retry_after(self, address: str) -> int:
+        """Seconds ``address`` must wait before its next unverified try (0: it may try now)."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            recent = [t for t in self._failures.get(address, ()) if now - t < self.failure_window_s]
+            if recent:
+                self._failures[address] = recent
+            else:
+                self._failures.pop(address, None)
+            if len(recent) < self.max_failures:
+                return 0
+            return max(1, math.ceil(self.failure_window_s - (now - recent[0])))
+
+    def _failed(self, address: str) -> None:
+        now = self._clock.monotonic_s()
+        with self._lock:
+            if address not in self._failures and len(self._failures) >= self._MAX_ADDRESSES:
+                self._failures.pop(next(iter(self._failures)))   # the oldest address
+            self._failures.setdefault(address, []).append(now)
+
+    # -- checking --------------------------------------------------------------------------
+    def _cache_key(self, user: str, password: str) -> bytes:
+        text = (user + "\0" + password).encode("utf-8", "surrogatepass")
+        return hmac.new(self._secret, text, hashlib.sha256).digest()
+
+    def _dummy(self, mech: str, user: str):
+        from ..scram_users import DEFAULT_ITERATIONS, credential_from_salted
+
+        salt = hmac.new(self._secret, b"salt:" + user.encode("utf-8", "surrogatepass"),
+                        hashlib.sha256).digest()[:16]
+        return credential_from_salted(mech, salt, DEFAULT_ITERATIONS, b"\0" * 64)
+
+    def cached(self, user: str, password: str) -> bool:
+        """Whether this user and password were verified within ``cache_ttl_s`` against the
+        credentials in hand now (no PBKDF2)."""
+        if self.credentials.get(user) is not None and \
+                hmac.compare_digest(self.credentials[user].encode(), password.encode()):
             return True
         if self.scram_users is None:
             return False
+        hit = self._ok.get(self._cache_key(user, password))
+        if hit is None or self._clock.monotonic_s() - hit[0] >= self.cache_ttl_s:
+            return False
+        return self._current(user) == hit[1]
+
+    def _current(self, user: str) -> tuple:
+        """The user's SCRAM credentials now (re-read when older than ScramUsers' bound)."""
+        from ..scram_users import MECHANISMS
+
+        return tuple(self.scram_users.lookup(user, mech) for mech in MECHANISMS)
+
+    def check(self, user: str, password: str, address: str = "") -> bool:
+        """Whether ``password`` is ``user``'s; a failure counts against ``address``."""
+        ok = self._check(user, password)
+        if not ok:
+            self._failed(address)
+        return ok
+
+    def _check(self, user: str, password: str) -> bool:
+        if self.cached(user, password):
+            return True
+        if self.scram_users is None:
+            # No SCRAM: the file's comparison above is all there is (no PBKDF2 to equalize).
+            return False
         from ..scram_users import MECHANISMS, credential_from_salted, salted_password
 
-        digest = hashlib.sha256(password.encode("utf-8", "surrogatepass")).digest()
-        for mech in MECHANISMS:
-            try:
-                cred = self.scram_users.lookup(user, mech)
-            except KafkaStoreError as exc:   # the root unreadable: the file's users still log in
-                log.warning("cannot read SCRAM users: %s", exc)
-                return False
-            if cred is None:
-                continue
-            key = (user, mech, cred.salt, cred.iterations, cred.stored_key, digest)
+        try:
+            creds = self._current(user)
+        except KafkaStoreError as exc:   # the root unreadable: the file's users still log in
+            log.warning("cannot read SCRAM users: %s", exc)
+            return False
+        matched = False
+        # The same work whether or not the user exists: every mechanism is checked, a
+        # missing credential against a made-up one with the default iteration count.
+        with self._kdf:
+            for mech, cred in zip(MECHANISMS, creds):
+                target = cred if cred is not None else self._dummy(mech, user)
+                salted = salted_password(mech, password, target.salt, target.iterations)
+                good = hmac.compare_digest(
+                    credential_from_salted(mech, target.salt, target.iterations, salted).stored_key,
+                    target.stored_key)
+                matched = matched or (good and cred is not None)
+        if matched:
             with self._lock:
-                known = self._ok.get(key)
-            if known is None:
-                salted = salted_password(mech, password, cred.salt, cred.iterations)
-                known = hmac.compare_digest(
-                    credential_from_salted(mech, cred.salt, cred.iterations, salted).stored_key,
-                    cred.stored_key)
-                with self._lock:
-                    if len(self._ok) >= self._MAX_REMEMBERED:
-                        self._ok.clear()
-                    self._ok[key] = known
-            if known:
-                return True
-        return False
+                if len(self._ok) >= self._MAX_REMEMBERED:
+                    self._ok.clear()
+                self._ok[self._cache_key(user, password)] = (self._clock.monotonic_s(), creds)
+        return matched
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads, each bounded by the handler's current deadline (a total for the
+    request's headers or body, not a per-read timeout a byte every few seconds renews)."""
+
+    def __init__(self, sock, handler: "_Handler"):
+        self._sock, self._handler = sock, handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        remaining = self._handler.deadline - self._handler.server.clock.monotonic_s()
+        if remaining <= 0:
+            raise socket.timeout("request read deadline passed")
+        self._sock.settimeout(remaining)
+        n = self._sock.recv_into(buf)
+        self._handler.got_bytes()
+        return n
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128
 
-    def __init__(self, addr, handler, *, service, ssl_context, auth, max_body_bytes,
-                 max_connections):
+    def __init__(self, addr, handler, *, service, ssl_context, auth, authorizer, max_body_bytes,
+                 max_connections, max_connections_per_ip, header_timeout_s, idle_timeout_s,
+                 body_timeout_s, clock):
         self.service = service
         self.ssl_context = ssl_context
         self.auth = auth
+        self.authorizer = authorizer
         self.max_body_bytes = max_body_bytes
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
+        self.header_timeout_s, self.idle_timeout_s = header_timeout_s, idle_timeout_s
+        self.body_timeout_s = body_timeout_s
+        self.clock = clock
+        #: Open connections: socket -> [address, accepted at, still reading its first request].
+        self._conns: dict = {}
+        self._per_ip: dict[str, int] = {}
+        self._conn_lock = threading.Lock()
+        self.refused_connections = 0
         host = addr[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
         super().__init__(addr, handler)
 
+    # -- connection budget: counted at accept, before any TLS handshake or read -------------
+    def _admit(self, request, ip: str) -> bool:
+        with self._conn_lock:
+            if self._per_ip.get(ip, 0) >= self.max_connections_per_ip:
+                return False
+            if len(self._conns) >= self.max_connections and not self._evict_unproven():
+                return False
+            self._conns[request] = [ip, self.clock.monotonic_s(), True]
+            self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
+            return True
+
+    def _evict_unproven(self) -> bool:
+        """Make room by dropping the oldest connection that never completed an authenticated
+        request and has been at it over a second (a legitimate client sends its headers at
+        once; a slow one is what a slowloris holds). Caller holds ``_conn_lock``."""
+        now = self.clock.monotonic_s()
+        oldest = None
+        for sock, (_ip, since, unproven) in self._conns.items():
+            if unproven and now - since > 1.0 and (oldest is None or since < self._conns[oldest][1]):
+                oldest = sock
+        if oldest is None:
+            return False
+        self._forget(oldest)
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)   # its thread sees EOF and ends
+        except OSError:
+            pass
+        return True
+
+    def _forget(self, request) -> None:
+        entry = self._conns.pop(request, None)
+        if entry is not None:
+            left = self._per_ip.get(entry[0], 1) - 1
+            if left:
+                self._per_ip[entry[0]] = left
+            else:
+                self._per_ip.pop(entry[0], None)
+
+    def proven(self, request) -> None:
+        """``request``'s connection made an authenticated request: never evicted."""
+        with self._conn_lock:
+            entry = self._conns.get(request)
+            if entry is not None:
+                entry[2] = False
+
+    def open_connections(self) -> int:
+        """Connections held now."""
+        with self._conn_lock:
+            return len(self._conns)
+
     def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # over max_connections: refused at once
+        if not self._admit(request, str(client_address[0])):
+            self.refused_connections += 1
+            self.shutdown_request(request)  # over a cap: refused at once
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            with self._conn_lock:
+                self._forget(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            with self._conn_lock:
+                self._forget(request)
 
     def finish_request(self, request, client_address):
-        request.settimeout(SOCKET_TIMEOUT_S)
+        raw = request
+        request.settimeout(self.header_timeout_s)   # also bounds a TLS handshake
         # Headers and body go out in two writes: without NODELAY, Nagle holds the body until
         # the client's delayed ACK (40 ms per request on a keep-alive connection).
         try:
@@ -162,7 +334,7 @@ class _Server(ThreadingHTTPServer):
             except (ssl_lib.SSLError, OSError) as exc:
                 log.debug("TLS handshake with %s failed: %s", client_address, exc)
                 return
-        super().finish_request(request, client_address)
+        self.RequestHandlerClass(request, client_address, self, raw)
 
     def handle_error(self, request, client_address):
         log.debug("connection from %s ended with an error", client_address, exc_info=True)
@@ -172,7 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
     server_version = "kafkastore-schema-registry"
-    timeout = SOCKET_TIMEOUT_S
+    timeout = None   # reads are bounded by deadlines (_DeadlineReader)
 
     def log_message(self, fmt, *args):  # noqa: D401 - quiet: requests go to debug logging
         log.debug("%s %s", self.address_string(), fmt % args)
@@ -196,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
 
     # -- plumbing ------------------------------------------------------------------------------
-    def _send(self, status: int, payload, raw: bool = False) -> None:
+    def _send(self, status: int, payload, raw: bool = False, extra_headers: dict | None = None) -> None:
         # raw: a schema's own text (GET .../schema), sent as is, as Confluent does.
         body = payload.encode("utf-8") if raw else json.dumps(payload, ensure_ascii=False).encode("utf-8")
         self.send_response(status)
@@ -204,6 +376,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="kafkastore"')
+        for name, value in (extra_headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -211,34 +387,115 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, code: int, message: str) -> None:
         self._send(status, {"error_code": code, "message": message})
 
-    def _authorized(self) -> bool:
+    # -- connection deadlines -------------------------------------------------------------
+    def __init__(self, request, client_address, server, raw=None):
+        self._raw = raw if raw is not None else request
+        self.deadline = server.clock.monotonic_s() + server.header_timeout_s
+        self._phase = "idle"
+        super().__init__(request, client_address, server)
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self), 1 << 16)
+
+    def got_bytes(self) -> None:
+        """The first bytes of a request arrived: its headers are due within the header
+        deadline (a keep-alive connection may idle longer between requests)."""
+        if self._phase == "idle":
+            self._phase = "headers"
+            self.deadline = self.server.clock.monotonic_s() + self.server.header_timeout_s
+
+    def handle_one_request(self):
+        self._phase = "idle"
+        self.deadline = self.server.clock.monotonic_s() + self.server.idle_timeout_s
+        super().handle_one_request()
+
+    # -- authentication and authorization -------------------------------------------------
+    def _authenticate(self):
+        """The caller's principal (``User:name``; ``User:ANONYMOUS`` without auth), or None
+        once a 401 or 429 was answered."""
         auth = self.server.auth
         if auth is None:
-            return True
+            return ANONYMOUS
         header = self.headers.get("Authorization") or ""
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "basic":
-            return False
-        try:
-            user, sep, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return False
-        return bool(sep) and auth.check(user, password)
+        user = password = None
+        if scheme.lower() == "basic":
+            try:
+                user, sep, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
+            except (ValueError, UnicodeDecodeError):
+                user = None
+            else:
+                if not sep:
+                    user = None
+        ip = str(self.client_address[0])
+        if user is not None and auth.cached(user, password):
+            return f"User:{user}"
+        wait = auth.retry_after(ip)
+        if wait:
+            # Refused before any PBKDF2: guessing costs the broker nothing past the budget.
+            self.close_connection = True
+            self._send(429, {"error_code": 429, "message": f"Too many failed logins from this "
+                                                           f"address; retry in {wait} s"},
+                       extra_headers={"Retry-After": str(wait)})
+            return None
+        if user is not None and auth.check(user, password, ip):
+            return f"User:{user}"
+        if user is None:
+            auth.check("", "\0", ip)   # a malformed header is a failure too (same cost)
+        self._error(401, 401, "Unauthorized")
+        self.close_connection = True
+        return None
 
-    def _body(self):
-        length = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            raise SchemaRegistryError(411, 411, "a Content-Length is required")
-        try:
-            n = int(length) if length is not None else 0
-        except ValueError:
-            raise SchemaRegistryError(400, 400, "bad Content-Length") from None
-        if n < 0:
+    def _checks(self) -> bool:
+        """Whether ACLs apply (an authorizer and authenticated callers; without
+        authentication the registry stays open as the Kafka listener's ANONYMOUS is)."""
+        return self.server.authorizer is not None and self.server.auth is not None
+
+    def _allowed(self, need: A.Need) -> bool:
+        if not self._checks():
+            return True
+        self.server.authorizer.load_if_stale()   # never decide on ACLs older than the bound
+        return self.server.authorizer.authorize(self._principal, str(self.client_address[0]),
+                                                need.operation, need.resource_type, need.name)
+
+    def _may_read(self, subject: str) -> bool:
+        return self._allowed(A.subject_need(A.Operation.READ, subject))
+
+    def _unrestricted(self) -> bool:
+        return not self._checks() or self._principal in self.server.authorizer.super_users
+
+    def _forbid(self, need: A.Need):
+        return SchemaRegistryError(403, A.FORBIDDEN_CODE,
+                                   f"User {self._principal} is denied operation "
+                                   f"{need.operation.name} on {need.resource_type.name} {need.name!r}")
+
+    def _body(self, limit: int | None = None):
+        lengths = self.headers.get_all("Content-Length") or []
+        if self.headers.get("Transfer-Encoding") is not None:
+            self.close_connection = True
+            raise SchemaRegistryError(411, 411, "a Content-Length is required (no Transfer-Encoding)")
+        if len({v.strip() for v in lengths}) > 1:
+            self.close_connection = True
+            raise SchemaRegistryError(400, 400, "conflicting Content-Length headers")
+        length = lengths[0].strip() if lengths else "0"
+        if not length.isdigit() or not length.isascii():
+            self.close_connection = True
             raise SchemaRegistryError(400, 400, "bad Content-Length")
+        n = int(length)
+        if limit is not None and n > limit:
+            # Refused on its Content-Length alone: nothing is read or parsed.
+            self.close_connection = True
+            raise SchemaRegistryError(413, 413, f"request body of {n} bytes is over the limit of "
+                                                f"{limit}: a schema is stored as one record of "
+                                                f"{SCHEMAS_TOPIC}, whose max.message.bytes is "
+                                                f"{self.server.service.store.max_record_bytes()}")
         if n > self.server.max_body_bytes:
             self.close_connection = True
             raise SchemaRegistryError(413, 413, f"request body of {n} bytes is over the limit of "
                                                 f"{self.server.max_body_bytes}")
+        self.deadline = self.server.clock.monotonic_s() + self.server.body_timeout_s
         raw = self.rfile.read(n) if n else b""
         if len(raw) < n:
             self.close_connection = True
@@ -250,18 +507,34 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise SchemaRegistryError(400, 400, f"Unrecognized JSON: {exc}") from None
 
+    def _schema_body_limit(self, parts: list[str]) -> int | None:
+        """A body carrying a schema (register, lookup, compatibility) is capped at what one
+        ``_schemas`` record can hold (plus room for the JSON around the schema)."""
+        head = parts[0] if parts else ""
+        if head in ("subjects", "compatibility"):
+            return self.server.service.store.max_record_bytes() + SCHEMA_BODY_SLACK
+        return None
+
     def _handle(self, method: str) -> None:
+        self._principal = None
         try:
-            if not self._authorized():
-                # Read (and drop) a body so the connection stays in step.
-                self._error(401, 401, "Unauthorized")
-                self.close_connection = True
+            principal = self._authenticate()
+            if principal is None:
                 return
+            self._principal = principal
             url = urlsplit(self.path)
             query = parse_qs(url.query, keep_blank_values=True)
             parts = [unquote(p) for p in url.path.split("/") if p]
-            body = self._body() if method in ("POST", "PUT") else None
-            if method == "DELETE" and self.headers.get("Content-Length") not in (None, "0"):
+            need = A.requirement(method, parts)
+            if isinstance(need, A.Need) and not self._allowed(need):
+                self.close_connection = self.close_connection or \
+                    self.headers.get("Content-Length") not in (None, "0")
+                raise self._forbid(need)
+            self.server.proven(self._raw)
+            body = None
+            if method in ("POST", "PUT"):
+                body = self._body(self._schema_body_limit(parts) if method == "POST" else None)
+            elif method == "DELETE" and self.headers.get("Content-Length") not in (None, "0"):
                 self._body()
             status, payload, raw = self._route(method, parts, query, body)
             if isinstance(payload, list):
@@ -290,7 +563,8 @@ class _Handler(BaseHTTPRequestHandler):
         head = p[0] if n else ""
         if head == "subjects":
             if n == 1 and method == "GET":
-                return ok(svc.subjects(deleted, _arg(q, "subjectPrefix"), deleted_only))
+                return ok([x for x in svc.subjects(deleted, _arg(q, "subjectPrefix"), deleted_only)
+                           if self._may_read(x)])
             if n == 2:
                 if method == "POST":
                     return ok(svc.lookup(p[1], body, deleted, normalize))
@@ -313,21 +587,34 @@ class _Handler(BaseHTTPRequestHandler):
                     return ok(svc.referenced_by(p[1], p[3]))
         elif head == "schemas":
             if n == 1 and method == "GET":
-                return ok(svc.all_schemas(deleted, _arg(q, "subjectPrefix"), _flag(q, "latestOnly")))
+                return ok([x for x in svc.all_schemas(deleted, _arg(q, "subjectPrefix"),
+                                                      _flag(q, "latestOnly"))
+                           if self._may_read(x["subject"])])
             if n == 2 and p[1] == "types" and method == "GET":
                 return ok(list(F.TYPES))
             if n >= 3 and p[1] == "ids" and method == "GET":
                 sid = _int_id(p[2])
+                users = svc.subjects_of_id(sid)
+                readable = [x for x in users if self._may_read(x)]
+                if not readable and not self._unrestricted():
+                    # Whether the id exists or not: nothing tells a caller what it may not read.
+                    raise SchemaRegistryError(403, A.FORBIDDEN_CODE, f"User {self._principal} "
+                                              f"is denied operation READ on the subjects of schema {sid}")
                 if n == 3:
                     return ok(svc.schema_by_id(sid, _arg(q, "format")))
                 if n == 4 and p[3] == "schema":
                     return 200, svc.schema_text_by_id(sid), True
                 if n == 4 and p[3] == "versions":
-                    return ok(svc.id_versions(sid, deleted, _arg(q, "subject")))
+                    return ok([x for x in svc.id_versions(sid, deleted, _arg(q, "subject"))
+                               if self._may_read(x["subject"])])
                 if n == 4 and p[3] == "subjects":
-                    return ok(svc.id_subjects(sid, deleted, _arg(q, "subject")))
+                    return ok([x for x in svc.id_subjects(sid, deleted, _arg(q, "subject"))
+                               if self._may_read(x)])
         elif head == "contexts" and n == 1 and method == "GET":
-            return ok(["."])   # one (the default) context
+            # One (the default) context, shown to a caller who may read some subject.
+            return ok(["."] if self._unrestricted() or self.server.authorizer.authorize_any(
+                self._principal, str(self.client_address[0]), A.Operation.READ,
+                A.ResourceType.TOPIC) else [])
         elif head == "config" and n in (1, 2):
             subject = p[1] if n == 2 else None
             if method == "GET":
@@ -365,7 +652,10 @@ class SchemaRegistryThread:
                  insecure: bool = False, root_users: bool = False, broker_id: int = 0,
                  max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_connections: int = DEFAULT_MAX_CONNECTIONS,
-                 refresh_interval_s: float = 0.5):
+                 max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP,
+                 header_timeout_s: float = HEADER_TIMEOUT_S, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 body_timeout_s: float = BODY_TIMEOUT_S,
+                 refresh_interval_s: float = 0.5, authorizer=None, auth_options: dict | None = None):
         from ..protocol.server import ServeOptions, check_listener_security
 
         try:
@@ -382,8 +672,16 @@ class SchemaRegistryThread:
         if credentials or root_users:
             from ..scram_users import ScramUsers
 
-            self._auth = BasicAuth(credentials, ScramUsers(storage) if root_users else None)
+            # A credentials file implies the root's SCRAM users, as it does for the Kafka
+            # listener (serve --sasl-credentials implies --sasl).
+            self._auth = BasicAuth(credentials, ScramUsers(storage), **(auth_options or {}))
+        #: The broker's :class:`~kafkastore.protocol.authorizer.Authorizer` (serve
+        #: --authorizer): requests of authenticated users are checked against the root's ACLs.
+        self.authorizer = authorizer
         self._max_body, self._max_conns = max_body_bytes, max_connections
+        self._limits = dict(max_connections_per_ip=max_connections_per_ip,
+                            header_timeout_s=header_timeout_s, idle_timeout_s=idle_timeout_s,
+                            body_timeout_s=body_timeout_s)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -391,8 +689,9 @@ class SchemaRegistryThread:
         """Listen and serve; :class:`ListenError` if the address cannot be bound."""
         try:
             self._server = _Server((self.host, self.port), _Handler, service=self.service,
-                                   ssl_context=self._ssl, auth=self._auth,
-                                   max_body_bytes=self._max_body, max_connections=self._max_conns)
+                                   ssl_context=self._ssl, auth=self._auth, authorizer=self.authorizer,
+                                   max_body_bytes=self._max_body, max_connections=self._max_conns,
+                                   clock=self.store.clock, **self._limits)
         except OSError as exc:
             raise ListenError(f"schema registry cannot listen on {self.host}:{self.port}: "
                               f"{exc.strerror or exc}") from None

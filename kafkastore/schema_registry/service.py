@@ -152,6 +152,43 @@ class SchemaRegistryService:
         stype, refs = _schema_type(body), _references(body)
         return F.parse(stype, text, list(refs), self._resolver(state), normalize), refs
 
+    def _preparse(self, body, normalize: bool):
+        """Parse a request's schema without holding the store's lock (a big schema parses
+        for a while; other requests go on meanwhile): ``(parsed, refs, resolved)``, where
+        ``resolved`` is what each reference resolved to, for :meth:`_still_resolves`."""
+        resolved: dict = {}
+
+        def resolve(ref: dict):
+            with self.store.lock:
+                out = self._resolver(self._state())(ref)
+            resolved[(ref["subject"], ref["version"])] = out
+            return out
+
+        if not isinstance(body, dict):
+            raise _err(422, 42201, "Invalid schema: the body is a JSON object with a \"schema\"")
+        text = body.get("schema")
+        if not isinstance(text, str) or not text.strip():
+            raise _err(422, 42201, "Empty schema")
+        stype, refs = _schema_type(body), _references(body)
+        return F.parse(stype, text, list(refs), resolve, normalize), refs, resolved
+
+    def _still_resolves(self, state: RegistryState, resolved: dict) -> bool:
+        """Whether every reference resolves on ``state`` as it did when parsed (a version
+        hard-deleted and registered anew in between needs a fresh parse)."""
+        resolve = self._resolver(state)
+        try:
+            return all(resolve({"name": "", "subject": s, "version": v}) == out
+                       for (s, v), out in resolved.items())
+        except SchemaRegistryError:
+            return False
+
+    def _parsed_on(self, state: RegistryState, pre, body, normalize: bool):
+        """The pre-parsed schema if still valid on ``state``, else parsed again (locked)."""
+        parsed, refs, resolved = pre
+        if self._still_resolves(state, resolved):
+            return parsed, refs
+        return self._parse(state, body, normalize)
+
     def _parse_version(self, state: RegistryState, v: SchemaVersion) -> F.Parsed:
         return F.parse(v.schema_type, v.schema, list(v.references), self._resolver(state))
 
@@ -233,14 +270,16 @@ class SchemaRegistryService:
         v = self._find(self._resolve_version, subject, parse_version(version), False)
         return self._state().referenced_by(subject, v.version)
 
-    @_locked
     def register(self, subject: str, body, normalize: bool = False) -> dict:
         """POST /subjects/{s}/versions: the id (the existing one if this schema is already a
-        version of the subject, or registered under another subject)."""
+        version of the subject, or registered under another subject). The schema is parsed
+        before the store's lock is taken; only the plan and the append hold it."""
         _check_subject(subject)
+        pre = self._preparse(body, normalize)
+        limit = self.store.max_record_bytes()
 
         def plan(state: RegistryState):
-            parsed, refs = self._parse(state, body, normalize)
+            parsed, refs = self._parsed_on(state, pre, body, normalize)
             mode = self.mode(state, subject)
             if mode in ("READONLY", "READONLY_OVERRIDE"):
                 raise _err(422, 42205, f"Subject {subject} is in read-only mode")
@@ -279,15 +318,22 @@ class SchemaRegistryService:
                 version = want_version
             sv = SchemaVersion(subject, version, schema_id, parsed.schema_type, parsed.canonical,
                                refs, False)
-            return [(schema_key(subject, version), schema_value(sv))], {"id": schema_id}
+            key, value = schema_key(subject, version), schema_value(sv)
+            if len(key) + len(value) > limit:
+                raise _err(413, 413, f"the schema's record of {len(key) + len(value)} bytes is over "
+                                     f"the max.message.bytes of _schemas ({limit})")
+            return [(key, value)], {"id": schema_id}
 
-        return self.store.write(plan)
+        with self.store.lock:
+            return self.store.write(plan)
 
-    @_locked
     def lookup(self, subject: str, body, deleted: bool = False, normalize: bool = False) -> dict:
-        """POST /subjects/{s}: the version of the subject that is this schema."""
+        """POST /subjects/{s}: the version of the subject that is this schema (parsed outside
+        the store's lock)."""
+        pre = self._preparse(body, normalize)
+
         def find(state):
-            parsed, refs = self._parse(state, body, normalize)
+            parsed, refs = self._parsed_on(state, pre, body, normalize)
             ident = (parsed.schema_type, parsed.canonical,
                      tuple((r["name"], r["subject"], r["version"]) for r in refs))
             vs = state.versions(subject, deleted)
@@ -297,7 +343,8 @@ class SchemaRegistryService:
                 if v.identity() == ident:
                     return version_json(v)
             raise _schema_not_found()
-        return self._find(find)
+        with self.store.lock:
+            return self._find(find)
 
     @_locked
     def delete_version(self, subject: str, version, permanent: bool = False) -> int:
@@ -366,6 +413,14 @@ class SchemaRegistryService:
             raise _schema_not_found(schema_id)
         first = state.by_id.get(schema_id)
         return first if first is not None else uses[0]
+
+    @_locked
+    def subjects_of_id(self, schema_id: int) -> list[str]:
+        """The subjects with a version (soft-deleted ones too) whose id is ``schema_id``;
+        [] if none (after reading the log to its head)."""
+        uses = self._state().uses_of(schema_id, deleted=True) or \
+            self._state(force=True).uses_of(schema_id, deleted=True)
+        return sorted({v.subject for v in uses})
 
     @_locked
     def schema_by_id(self, schema_id: int, fmt: str | None = None) -> dict:
@@ -492,13 +547,15 @@ class SchemaRegistryService:
         return self.store.write(plan)
 
     # -- compatibility -------------------------------------------------------------------------
-    @_locked
     def check_compatibility(self, subject: str, version, body, verbose: bool = False,
                             normalize: bool = False) -> dict:
         """POST /compatibility/subjects/{s}/versions[/{v}]: ``version`` None checks against
-        what registering would (the level's versions), else against that one version."""
+        what registering would (the level's versions), else against that one version. The
+        schema is parsed outside the store's lock."""
+        pre = self._preparse(body, normalize)
+
         def find(state):
-            parsed, _ = self._parse(state, body, normalize)
+            parsed, _ = self._parsed_on(state, pre, body, normalize)
             level = self.level(state, subject)
             if version is None:
                 against = self._against(state, subject, level)
@@ -513,7 +570,8 @@ class SchemaRegistryService:
             if verbose:
                 out["messages"] = msgs
             return out
-        return self._find(find)
+        with self.store.lock:
+            return self._find(find)
 
 
 def _check_subject(subject: str) -> None:

@@ -32,6 +32,8 @@ SCHEMAS_TOPIC = "_schemas"
 SCHEMAS_TOPIC_CONFIG = {"cleanup.policy": "compact"}
 #: Conditional appends retried this many times against other brokers' writes.
 MAX_WRITE_ATTEMPTS = 20
+#: Bytes a record batch adds around one record (the broker's ``_BATCH_OVERHEAD``, rounded up).
+BATCH_OVERHEAD = 128
 _BACKOFF = Backoff(initial_s=0.005, max_s=0.2)
 
 #: ``plan(state) -> (records, result)``: records to append (key, value) and what the write
@@ -65,6 +67,7 @@ class SchemaStore:
         self.lock = self._lock = threading.RLock()
         self._broker = None
         self._exists = False
+        self._max_record: int | None = None
 
     def _topic_exists(self, create: bool) -> bool:
         from ..topics import create_topic, topic_exists
@@ -80,6 +83,20 @@ class SchemaStore:
                     pass
                 self._exists = True
         return self._exists
+
+    def max_record_bytes(self) -> int:
+        """The largest record ``_schemas`` takes: its ``max.message.bytes`` less a batch's
+        overhead (read once the topic exists; the default before)."""
+        if self._max_record is not None:
+            return self._max_record
+        from ..topic_config import TopicConfig
+        from ..topics import load_topic
+
+        if self._topic_exists(create=False):
+            self._max_record = load_topic(self.storage, SCHEMAS_TOPIC).config.max_message_bytes \
+                - BATCH_OVERHEAD
+            return self._max_record
+        return TopicConfig().max_message_bytes - BATCH_OVERHEAD
 
     def refresh(self, force: bool = False) -> RegistryState:
         """Read the records appended since the last refresh (at most every
