@@ -1009,12 +1009,42 @@ class ManifestStore:
             f"manifest of {self.topic}/{self.partition} version {version} "
             f"({self.path(version)}): {exc}")
 
-    def _gap(self, missing: int) -> ManifestGapError:
+    def _gap(self, missing: int, later: int | None = None) -> ManifestGapError:
         return ManifestGapError(
             f"manifest of {self.topic}/{self.partition}: version {missing} is missing "
-            f"({self.path(missing)}) while version {missing + 1} is stored: the chain has a "
-            f"hole (a partial restore?); restore the version or the partition, nothing reads "
-            f"or writes it until then")
+            f"({self.path(missing)}) while version {later or missing + 1} is stored: the chain "
+            f"has a hole (a partial restore?); restore the version or the partition, nothing "
+            f"reads or writes it until then")
+
+    def gaps(self, versions: Sequence[int] | None = None) -> list[int]:
+        """Versions missing between the oldest and the newest stored one (``versions``: a
+        listing already taken; default: one listing). Versions expire oldest first and are
+        written in order, so what is stored is always a contiguous run: a hole is damage (a
+        partial restore, out-of-order replication). A listing is not a snapshot (a version
+        written while it is taken may be missed), so each suspect is confirmed by an
+        existence check: no extra request unless the listing shows a hole."""
+        listed = sorted(self.versions() if versions is None else versions)
+        present = set(listed)
+        return [v for v in (range(listed[0], listed[-1] + 1) if listed else ())
+                if v not in present and not self.storage.exists(self.path(v))]
+
+    def _hole_at(self, v: int) -> bool:
+        """Whether version ``v`` is a hole in the chain: ``v + 1`` stored, then ``v`` not,
+        then ``v - 1`` still stored, checked in that order. ``v + 1`` is written only after
+        ``v`` exists, and versions expire oldest first, so ``v - 1`` still stored after ``v``
+        was seen absent means ``v`` was never expired: it is lost. (``v`` absent with
+        ``v - 1`` gone too is expiry under a slow writer, which the commit handles; a ``v``
+        that appears meanwhile is a writer that was quicker than this check.) One
+        existence check when ``v + 1`` is absent, the common case."""
+        return (self.storage.exists(self.path(v + 1)) and not self.storage.exists(self.path(v))
+                and v > 1 and self.storage.exists(self.path(v - 1)))
+
+    def _require_contiguous(self, versions: Sequence[int]) -> None:
+        """:class:`ManifestGapError` naming the first hole in ``versions``, if any."""
+        holes = self.gaps(versions)
+        if holes:
+            later = min(v for v in versions if v > holes[0])
+            raise self._gap(holes[0], later)
 
     def _read_doc(self, version: int) -> dict:
         """The parsed object of one stored version (:class:`ObjectNotFoundError` if absent)."""
@@ -1213,7 +1243,7 @@ class ManifestStore:
                     # v was never written or is lost; lost shows as a later version stored
                     # behind the hole (one more existence check, only when the head is
                     # not trusted, so a warm read stays one GET).
-                    if self.storage.exists(self.path(v + 1)):
+                    if self._hole_at(v):
                         raise self._gap(v)
                 head = replace(head, confirmed=asked, clock=self._clock)
                 self._remember(head)
@@ -1503,6 +1533,9 @@ class ManifestStore:
         keep_ms = max(int(keep_ms), int(self.min_keep_ms))
         keep_last = max(1, int(keep_last))
         listing = self._listing()
+        # A hole is damage: a checkpoint would be written on the state in front of it (a
+        # fork) and the versions behind it expired as if superseded. Refuse the partition.
+        self._require_contiguous([v for v, _ in listing])
         cut, reach = self._expiry_cut(listing, now_ms, keep_ms, keep_last)
         k = self.full_every
         if (checkpoint and cut < reach
@@ -1557,6 +1590,8 @@ class ManifestStore:
                 return fast
         chosen = None if versions is None else set(versions)
         out: set[str] = set()
+        if versions is None:
+            self._require_contiguous(self.versions())   # gc never decides on a cut chain
         replayed = list(self.replay())
         newest = max((v for v, _, _ in replayed if chosen is None or v in chosen), default=None)
         for v, m, err in replayed:
@@ -1580,6 +1615,7 @@ class ManifestStore:
         listing = self.versions()
         if not listing:
             return set()
+        self._require_contiguous(listing)   # gc never decides on a cut chain
         oldest = listing[0]
         try:
             head = self._read_head()
@@ -1715,6 +1751,12 @@ class _ManifestTarget(ObjectTarget):
         if self.store.storage.clock.wall_ms() - checked_ms > _RECHECK_AFTER_MS:
             self.store._check_uploads(base, new)
             self.checked = (base, self.store.storage.clock.wall_ms())
+        # Never write into a hole: N+2 stored while N+1 is not (out-of-order replication, a
+        # partial restore) while N is means the chain already goes on past the slot we
+        # would fill; a put there forks it. One existence check per attempt when N+2 is
+        # absent, the only one on the warm path (a trusted head does not probe further).
+        if self.store._hole_at(new.version):
+            raise self.store._gap(new.version)
         super().put(new)
 
     def is_ours(self, stored: bytes, new: Manifest) -> bool:

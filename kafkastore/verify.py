@@ -200,7 +200,11 @@ def verify_manifest_versions(store) -> list[str]:
     every stored version is rebuilt (full versions parsed and checked, deltas applied in
     order and compared with their recorded result), and the hint is checked. A delta after
     a damaged version cannot be rebuilt and is reported too."""
-    problems = [str(err) for _v, _m, err in store.replay() if err is not None]
+    # Holes first (one line each, from the listing): the deltas behind a hole cannot be
+    # rebuilt either and are reported below, but the hole is the damage to repair.
+    versions = store.versions()
+    problems = [str(store._gap(v, min(u for u in versions if u > v))) for v in store.gaps(versions)]
+    problems += [str(err) for _v, _m, err in store.replay() if err is not None]
     hint = store.hint_problem()
     if hint is not None:
         problems.append(hint)

@@ -206,3 +206,59 @@ def test_gc_and_expiry_refuse_a_chain_with_a_hole(local_root):
         collect_garbage(storage, T, 0, now_ms=far_future, grace_ms=60_000)
     after = sorted(o.path for o in storage.list(f"topics/{T}/0"))
     assert after == before
+
+
+def _replicated_out_of_order(storage, version):
+    """Version ``version`` arrives before ``version - 1`` (out-of-order replication after a
+    failover): a copy of the head's bytes stands in for it."""
+    store = ManifestStore(storage, T, 0)
+    head = store.latest().version
+    storage.put(store.path(version), storage.get(store.path(head)))
+
+
+def test_a_warm_writer_never_writes_into_a_gap(local_root):
+    """A writer whose remembered head is recent trusts it (no listing, no existence checks):
+    version N+1 absent read as "N is the head", and its put of N+1 forked the chain under
+    the N+2 already stored."""
+    from kafkastore.errors import ManifestGapError
+
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    broker = Broker(storage, housekeeping=False)
+    for i in range(3):
+        broker.send(T, b"v%d" % i, partition=0)
+        broker.flush()
+    store = ManifestStore(storage, T, 0)
+    head = store.latest().version
+    _replicated_out_of_order(storage, head + 2)
+    broker.send(T, b"late", partition=0)
+    with pytest.raises(ManifestGapError, match=rf"t/0.*version {head + 1} is missing"):
+        broker.flush()
+    assert not storage.exists(store.path(head + 1)), "written into the gap: a fork"
+
+
+def test_a_hole_in_an_older_group_is_reported_by_verify_and_refused_by_gc(local_root, capsys):
+    """The head's group reads fine; a version missing further back is found on the listing
+    gc and verify take anyway, and gc expires nothing across it."""
+    from kafkastore.errors import ManifestGapError
+    from kafkastore.gc import collect_garbage
+    from pipelines.cli import main
+
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    broker = Broker(storage, housekeeping=False)
+    for i in range(ManifestStore.full_every + 4):
+        broker.send(T, b"v%d" % i, partition=0)
+        broker.flush()
+    store = ManifestStore(storage, T, 0)
+    storage.delete([store.path(3)])
+    fresh = Storage(local_root)
+    assert len(PartitionReader(fresh, T, 0).read(-2)) == ManifestStore.full_every + 4
+    assert main(["--root", local_root, "verify", T]) == 1
+    out = capsys.readouterr()
+    assert "version 3 is missing" in out.out, out.out
+    before = ManifestStore(fresh, T, 0).versions()
+    far_future = storage.clock.wall_ms() + 10 * 24 * 3600 * 1000
+    with pytest.raises(ManifestGapError, match="version 3 is missing"):
+        collect_garbage(fresh, T, 0, now_ms=far_future, grace_ms=60_000)
+    assert ManifestStore(fresh, T, 0).versions() == before
