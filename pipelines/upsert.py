@@ -31,6 +31,7 @@ state with the new ones.
 from __future__ import annotations
 
 import bisect
+import datetime as _dt
 import json
 import re
 import uuid
@@ -321,6 +322,28 @@ def _key_field(table, column: str):
         return None
 
 
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _comparable(value):
+    """One value of a key column in the domain Iceberg stores its bounds in, so keys read by
+    pyarrow and bounds decoded by pyiceberg compare: dates as days, times and timestamps as
+    microseconds, UUIDs as their 16 bytes; everything else as it is."""
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        delta = value - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, _dt.date):
+        return (value - _EPOCH_DATE).days
+    if isinstance(value, _dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    return value
+
+
 def touched_tasks(table, snapshot_id: int | None, sorted_keys: Sequence, key_column: str):
     """The scan tasks of ``snapshot_id`` whose ``key_column`` bounds may hold one of
     ``sorted_keys`` (ascending Python values of the first key column). Files without
@@ -329,6 +352,7 @@ def touched_tasks(table, snapshot_id: int | None, sorted_keys: Sequence, key_col
 
     if snapshot_id is None or not sorted_keys:
         return []
+    sorted_keys = sorted(_comparable(k) for k in sorted_keys)
     fld = _key_field(table, key_column)
     out = []
     for task in table.scan(snapshot_id=snapshot_id).plan_files():
@@ -337,7 +361,8 @@ def touched_tasks(table, snapshot_id: int | None, sorted_keys: Sequence, key_col
         if lo is None or hi is None:
             out.append(task)
             continue
-        lo_v, hi_v = from_bytes(fld.field_type, lo), from_bytes(fld.field_type, hi)
+        lo_v = _comparable(from_bytes(fld.field_type, lo))
+        hi_v = _comparable(from_bytes(fld.field_type, hi))
         i = bisect.bisect_left(sorted_keys, lo_v)
         if i < len(sorted_keys) and sorted_keys[i] <= hi_v:
             out.append(task)
