@@ -1,0 +1,94 @@
+"""Real consumers through two ``kafkastore serve`` processes while the group's coordinator is
+paused (SIGSTOP) for longer than the liveness window: committed offsets never go backwards
+and no consumer is told an offset older than a commit that was acknowledged."""
+from __future__ import annotations
+
+import signal
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from kafkastore.broker import Broker
+from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value, partition_for_group
+from kafkastore.protocol.api_groups import coordinator_node
+from kafkastore.reader import PartitionReader
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic, load_topic
+from tests.helpers.serve_procs import start_serve, stop_serve, wait_until_listed
+
+TOPIC = "pq"
+RECORDS = 300
+
+
+def _consume_and_commit(bootstrap: str, group: str, count: int) -> tuple[int, int]:
+    """Consume ``count`` records of the group's partition, committing each synchronously;
+    returns (first offset received, last acknowledged commit)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                  "socket.timeout.ms": 5000, "topic.metadata.refresh.interval.ms": 1000})
+    first, acked = None, None
+    try:
+        c.subscribe([TOPIC])
+        got = 0
+        while got < count:
+            msg = c.poll(1.0)
+            if msg is None or msg.error():
+                continue
+            first = msg.offset() if first is None else first
+            got += 1
+            c.commit(offsets=[TopicPartition(TOPIC, 0, msg.offset() + 1)], asynchronous=False)
+            acked = msg.offset() + 1
+    finally:
+        c.close()
+    return first, acked
+
+
+def _committed_history(root: str, group: str) -> list[int]:
+    """Every offset committed for the group's partition 0, in log order."""
+    storage = Storage(root)
+    p = partition_for_group(group, load_topic(storage, OFFSETS_TOPIC).partitions)
+    table = PartitionReader(storage, OFFSETS_TOPIC, p).read(0, include_headers=False)
+    out = []
+    for k, v in zip(table.column("key").to_pylist(), table.column("value").to_pylist()):
+        key = decode_key(k)
+        if isinstance(key, OffsetKey) and key.group == group and key.topic == TOPIC and v is not None:
+            out.append(decode_offset_value(v).offset)
+    return out
+
+
+@pytest.mark.slow
+def test_consumers_never_restart_behind_an_acknowledged_commit_after_a_pause(tmp_path):
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    create_topic(storage, TOPIC, 1)
+    b = Broker(storage)
+    for i in range(RECORDS):
+        b.send(TOPIC, b"r%d" % i, partition=0)
+    b.flush()
+    a, other = start_serve(root, node_id=0), start_serve(root, node_id=1)
+    try:
+        wait_until_listed([a.bootstrap, other.bootstrap])
+        ports = {0: int(a.bootstrap.rsplit(":", 1)[1]), 1: int(other.bootstrap.rsplit(":", 1)[1])}
+        group = next(g for g in (f"pq-{i}" for i in range(1000))
+                     if coordinator_node(g, [(n, "127.0.0.1", p) for n, p in ports.items()])[0] == 0)
+        _, acked = _consume_and_commit(a.bootstrap, group, 40)          # coordinated by a
+        a.send_signal(signal.SIGSTOP)
+        try:
+            first, acked = _consume_and_commit(other.bootstrap, group, 60)   # b takes the group over
+            assert first == 40
+        finally:
+            a.send_signal(signal.SIGCONT)
+        # a is back, believes it still holds the group as loaded before the pause
+        first, acked2 = _consume_and_commit(a.bootstrap, group, 30)
+        assert first == acked, f"restarted from {first}, behind the acknowledged commit {acked}"
+        c = Consumer({"bootstrap.servers": f"{a.bootstrap},{other.bootstrap}", "group.id": group})
+        try:
+            committed = c.committed([TopicPartition(TOPIC, 0)], timeout=20)[0].offset
+        finally:
+            c.close()
+        assert committed == acked2
+        history = _committed_history(root, group)
+        assert history == sorted(history), f"committed offsets went backwards: {history}"
+    finally:
+        for p in (a, other):
+            stop_serve(p)
