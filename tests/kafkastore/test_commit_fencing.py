@@ -262,3 +262,55 @@ def test_a_hole_in_an_older_group_is_reported_by_verify_and_refused_by_gc(local_
     with pytest.raises(ManifestGapError, match="version 3 is missing"):
         collect_garbage(fresh, T, 0, now_ms=far_future, grace_ms=60_000)
     assert ManifestStore(fresh, T, 0).versions() == before
+
+
+def test_a_503_storm_longer_than_gc_grace_never_commits_a_deleted_file(local_root):
+    """Each manifest put hangs 25 s and fails (a 503 storm); the engine re-puts the same
+    prepared version after reading back "absent". gc runs 60 s into the storm and deletes
+    the flush's segment, which no version lists yet. The re-put must not land listing it
+    (the partition would be unreadable): the files are uploaded again and committed."""
+    from kafkastore.clock import SYSTEM, ManualClock
+    from kafkastore.errors import KafkaStoreError
+    from pipelines.cli import main
+
+    clock = ManualClock(wall_ms=SYSTEM.wall_ms())
+    storage, fs = faulty_storage(local_root)
+    storage.clock = clock
+    create_topic(storage, T, 1)
+    broker = Broker(storage, housekeeping=False)
+    broker.send(T, b"a", partition=0)
+    broker.flush()
+    storm_started = clock.wall_ms()
+    deleted = []
+
+    def gc_elsewhere():
+        """gc on another host, ageing by the store's clock (here: the manual clock, which
+        this storage stamped its uploads with): unlisted segment files past the grace go."""
+        listed = ManifestStore(Storage(local_root), T, 0).referenced_files()
+        now_s = clock.wall_ms() / 1000
+        for o in storage.list(f"topics/{T}/0"):
+            if (o.path.endswith((".log", ".index", ".timeindex")) and o.path not in listed
+                    and now_s - storage.upload_time(o.path) > 60):
+                storage.delete([o.path])
+                deleted.append(o.path)
+
+    def attempt(op, path):
+        clock.advance(25)
+        if not deleted and clock.wall_ms() - storm_started > 60_000:
+            gc_elsewhere()
+    fs.on_write(attempt, match="_manifest/0", count=3)
+    fs.fail_before_write(match="_manifest/0", count=3)
+    broker.send(T, b"slow", partition=0)
+    for _ in range(5):   # a flush may give up during the storm (retriable): flush again
+        try:
+            broker.flush()
+            break
+        except KafkaStoreError:
+            continue
+    assert any(p.endswith(".log") for p in deleted), "gc deleted nothing: the storm was short"
+    fresh = Storage(local_root)
+    head = ManifestStore(fresh, T, 0).latest()
+    for seg in head.segments:
+        assert fresh.exists(seg.paths(T, 0)[".log"]), f"listed but deleted: {seg.stem}"
+    assert _values(fresh) == [b"a", b"slow"]
+    assert main(["--root", local_root, "verify", T]) == 0
