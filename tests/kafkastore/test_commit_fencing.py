@@ -314,3 +314,27 @@ def test_a_503_storm_longer_than_gc_grace_never_commits_a_deleted_file(local_roo
         assert fresh.exists(seg.paths(T, 0)[".log"]), f"listed but deleted: {seg.stem}"
     assert _values(fresh) == [b"a", b"slow"]
     assert main(["--root", local_root, "verify", T]) == 0
+
+
+def test_the_housekeepers_gc_skips_its_round_with_a_clock_ahead_of_the_store(local_root):
+    """Every serve and producer runs gc in its housekeeper: one whose clock is 90 s ahead
+    deleted merged-away and in-flight segments as if past the grace; it now logs and skips."""
+    from kafkastore.merge import Housekeeper
+
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    for i in range(3):
+        broker = Broker(storage, housekeeping=False)
+        broker.send(T, b"v%d" % i, partition=0)
+        broker.flush()
+    storage.put(f"topics/{T}/0/{3:020d}-inflight.log", b"not yet committed")
+    before = sorted(o.path for o in storage.list(f"topics/{T}/0"))
+    # ahead by 90 s, and gc ages files by this clock: everything looks past a 60 s grace
+    keeper = Housekeeper(Storage(local_root, clock=_skewed(90_000)))
+    try:
+        keeper._run_gc((T, 0))
+    finally:
+        keeper.close()
+    assert keeper.errors and "ClockSkewError" in keeper.errors[0], keeper.errors
+    assert sorted(o.path for o in storage.list(f"topics/{T}/0")) == before
+    assert _values(storage) == [b"v0", b"v1", b"v2"]
