@@ -1207,6 +1207,9 @@ class ManifestStore:
             versions = self.versions()
             if not versions:
                 return None
+            # The listing is taken anyway: a hole in it is damage, named as such (existence
+            # checks only for a version the listing lacks).
+            self._require_contiguous(versions)
             try:
                 return self._rebuild(versions[-1])
             except ObjectNotFoundError as exc:

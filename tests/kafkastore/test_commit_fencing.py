@@ -338,3 +338,17 @@ def test_the_housekeepers_gc_skips_its_round_with_a_clock_ahead_of_the_store(loc
     assert keeper.errors and "ClockSkewError" in keeper.errors[0], keeper.errors
     assert sorted(o.path for o in storage.list(f"topics/{T}/0")) == before
     assert _values(storage) == [b"v0", b"v1", b"v2"]
+
+
+def test_a_reader_without_the_hint_names_the_hole_too(root_url):
+    """Found by the listing (no hint: a root restored without it): the same typed error
+    naming the missing version, not "a delta whose base is no longer stored"."""
+    from kafkastore import layout
+    from kafkastore.errors import ManifestGapError
+
+    storage = _chain_with_a_hole(root_url)
+    storage.delete([layout.manifest_hint_path(T, 0)])
+    store = ManifestStore(storage, T, 0)
+    store.forget_cached()
+    with pytest.raises(ManifestGapError, match=r"t/0.*version 3 is missing"):
+        store.latest()
