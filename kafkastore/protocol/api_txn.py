@@ -31,6 +31,7 @@ transaction ends: applied on commit, dropped on abort.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -68,6 +69,13 @@ FULL_REFRESH_ROUNDS = 10
 #: Seconds after its markers that a transaction's Complete state is stored, unless the
 #: producer's next transaction (its AddPartitions) has written a newer state by then.
 COMPLETE_DELAY_S = 2.0
+#: The coordinator authority a request (or a delayed write it spawned) acts under: the
+#: broker's fence epoch while its lease was valid, taken by :meth:`TxnService.ensure_authority`.
+#: A context variable, so a task spawned by a handler inherits its token.
+_AUTHORITY: contextvars.ContextVar = contextvars.ContextVar("txn_authority", default=None)
+#: An open transaction at a partition is hanging once its last batch is this many times
+#: ``transaction.max.timeout.ms`` old and its coordinator does not hold it open there.
+HANGING_AFTER_MAX_TIMEOUTS = 2
 
 
 class TxnStore:
@@ -207,7 +215,8 @@ class TxnStore:
                 and (stored.producer_id, stored.producer_epoch) == (based_on.producer_id,
                                                                      based_on.producer_epoch))
 
-    def put(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None | object" = ...) -> None:
+    def put(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None | object" = ...,
+            guard: "Callable[[], bool] | None" = None) -> None:
         """Write ``meta`` (one manifest commit); visible to every broker once this returns.
 
         ``based_on`` is the state the step was planned on (what :meth:`get` returned). The
@@ -215,7 +224,9 @@ class TxnStore:
         state and nothing was appended to its partition since it was read (the partition's
         high watermark is the fencing token, checked by the manifest commit itself), else
         :class:`TxnStateFencedError` and nothing is written. Leaving it out writes
-        unconditionally (tests and tools that seed state)."""
+        unconditionally (tests and tools that seed state). ``guard`` is the writer's own
+        authority (:meth:`TxnService.still_holds`), asked again just before each attempt:
+        a coordinator that fenced itself since it read the state writes nothing."""
         from ..broker import Broker
         from ..errors import RequirementFailedError, TxnStateFencedError
         from ..group_offsets import partition_for_group
@@ -229,10 +240,14 @@ class TxnStore:
                 if based_on is not ...:
                     self.refresh([p])
                     if not self._applies(self._state.get(tid), based_on):
+                        self._complete.pop(tid, None)   # the stored state is newer: no overlay
                         raise TxnStateFencedError(
                             f"transaction state of {tid!r} changed since it was read (another "
                             f"coordinator wrote it): not written")
                     expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)}
+                if guard is not None and not guard():
+                    raise TxnStateFencedError(f"transaction state of {tid!r}: this coordinator "
+                                              f"fenced itself since it read it; not written")
                 if self._broker is None:
                     self._broker = Broker(self.storage, broker_id=self.broker_id,
                                           clock=self.clock.wall_ms)
@@ -324,6 +339,11 @@ class TxnService:
                               clock=broker.clock)
         self.max_timeout_ms = getattr(broker.options, "transaction_max_timeout_ms", T.DEFAULT_MAX_TIMEOUT_MS)
         self._locks: dict[str, asyncio.Lock] = {}
+        # The broker's fence epoch when this coordinator last dropped its state for a fence.
+        self._fence_seen = getattr(broker.brokers, "fence_epoch", 0)
+        #: Hanging transactions this broker aborted at partitions (metrics, tests).
+        self.hanging_aborted = 0
+        self._hanging_due = 0.0
         spawn = getattr(broker, "_spawn", asyncio.ensure_future)
         spawn(self._timeout_loop())
 
@@ -338,37 +358,76 @@ class TxnService:
         return self._locks.setdefault(tid, asyncio.Lock())
 
     async def write(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None") -> None:
-        """Store ``meta``, conditional on the id's state still being ``based_on``."""
-        await self.broker.run(self.store.put, meta, based_on)
+        """Store ``meta``, conditional on the id's state still being ``based_on`` and on this
+        coordinator still holding the authority the calling request acts under."""
+        token = self.held()
+        await self.broker.run(self.store.put, meta, based_on, lambda: self.still_holds(token))
+
+    def authority(self) -> int | None:
+        """This broker's coordinator authority now: its fence epoch while its lease is valid
+        (:meth:`~kafkastore.protocol.brokers.BrokerRegistry.authority`), else None."""
+        registry = self.broker.brokers
+        current = getattr(registry, "authority", None)
+        if current is not None:
+            return current()
+        return 0 if registry.authority_valid() else None
+
+    def held(self) -> int | None:
+        """The authority the running request acts under (taken when it started), else now's."""
+        token = _AUTHORITY.get()
+        return token if token is not None else self.authority()
+
+    def still_holds(self, token: int | None) -> bool:
+        """Whether ``token`` is still this broker's authority: no fence since it was taken
+        and the lease still valid. Cheap and thread-safe (asked in the I/O pool just before
+        a conditional write)."""
+        return token is not None and self.authority() == token
 
     async def ensure_authority(self) -> bool:
-        """After a pause past the liveness window another broker may have coordinated this
-        broker's transactional ids: drop the cached states and unstored completions, and
-        renew the registration, before acting as a coordinator again. False when renewal
-        fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        """Take the authority the calling request acts under. A broker that fenced itself
+        since the last look (a pause past the liveness window, measured on its monotonic
+        clock against its last successful heartbeat; its node id taken over) drops every
+        cached state and unstored completion first, and renews its registration: another
+        broker may have coordinated its ids meanwhile, so it reads them again before
+        serving. False when renewal fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
         registry = self.broker.brokers
-        if registry.authority_valid():
-            return True
-        log.warning("broker %d was out of touch longer than the liveness window: dropping its "
-                    "cached transaction states", self.broker.node_id)
-        await self.broker.run(self.store.forget)
-        try:
-            await self.broker.run(registry.heartbeat)
-        except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
-            log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
-            return False
-        return registry.authority_valid()
+        lapsed = getattr(registry, "fence_if_lapsed", None)
+        if lapsed is not None:
+            lapsed()
+        epoch = getattr(registry, "fence_epoch", 0)
+        if epoch != self._fence_seen or not registry.authority_valid():
+            log.warning("broker %d lost its authority (paused past the liveness window, or "
+                        "fenced): dropping its cached transaction states", self.broker.node_id)
+            self._fence_seen = epoch
+            await self.broker.run(self.store.forget)
+        if not registry.authority_valid():
+            try:
+                await self.broker.run(registry.heartbeat)
+            except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
+                log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
+                return False
+            if getattr(registry, "fence_epoch", 0) != self._fence_seen:  # fenced while renewing
+                self._fence_seen = registry.fence_epoch
+                await self.broker.run(self.store.forget)
+        token = self.authority()
+        _AUTHORITY.set(token)
+        return token is not None
 
     async def finish(self, meta: T.TxnMetadata) -> int:
         """Markers, offsets and the Complete state of a prepared transaction; an error code."""
         commit = meta.state is T.TxnState.PREPARE_COMMIT
-        if not self.broker.brokers.authority_valid():
-            # Paused past the liveness window since the Prepare state was read: another
-            # coordinator may own the id; markers written now could end a newer transaction.
+        token = self.held()
+        if not self.still_holds(token):
+            # Fenced since the Prepare state was read: another coordinator may own the id;
+            # markers written now could end a newer transaction of the same producer epoch.
             return COORDINATOR_NOT_AVAILABLE
         now = self.store.clock.wall_ms()
+
+        def guard(_state) -> bool:   # asked at each attempt of each partition's commit
+            return self.still_holds(token)
+
         futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
-                                                   commit, now)
+                                                   commit, now, guard=guard)
                 for t, p in sorted(meta.partitions) if t != OFFSETS_TOPIC]
         for fut in futs:
             outcome = await fut
@@ -378,6 +437,8 @@ class TxnService:
             if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION):
                 log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
                 return COORDINATOR_NOT_AVAILABLE
+        if not self.still_holds(token):
+            return COORDINATOR_NOT_AVAILABLE   # nothing done after a fence: whoever owns it finishes
         try:
             pending = []
             if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
@@ -402,7 +463,9 @@ class TxnService:
             try:
                 async with self.lock(tid):
                     done = self.store.unstored_complete(tid)
-                    if done is not None and self.broker.brokers.authority_valid():
+                    # Only under the authority the markers were written under (inherited from
+                    # the request that spawned this task): a fence in between drops it.
+                    if done is not None and self.still_holds(self.held()):
                         # Conditional on the Prepare state it completes: if another
                         # coordinator moved the id on meanwhile, this is not written.
                         await self.write(done, done)
@@ -436,6 +499,72 @@ class TxnService:
             cur = await self.broker.run(self.store.get, cur.transactional_id)
         return T.NONE, cur
 
+    async def _check_hanging(self) -> None:
+        """Abort the hanging transactions at the partitions this broker leads, every
+        ``transaction.max.timeout.ms`` / 2 (1 to 60 s).
+
+        A transaction is open at a partition from its producer's first transactional batch
+        to a marker. The coordinator writes the marker when the transaction ends or times
+        out, but only at the partitions its state lists: a batch it never knew of (a late
+        batch of a transaction that ended, a fenced producer's, one left by a coordinator that
+        lost its state) would hold the partition's last stable offset back for ever. So an
+        open transaction whose last batch is older than :data:`HANGING_AFTER_MAX_TIMEOUTS`
+        times the longest transaction timeout, and that no stored coordinator state holds
+        open at that partition (Ongoing or Prepare*, at its epoch or a newer one), is ended
+        with an ABORT marker of its producer id and epoch, conditional on the producer's state
+        at the partition being exactly what was read (a batch appended meanwhile refuses it)."""
+        now = self.broker.clock.monotonic_s()
+        if now < self._hanging_due:
+            return
+        self._hanging_due = now + min(60.0, max(1.0, self.max_timeout_ms / 2000))
+        try:
+            found = await self.broker.run(self._find_hanging)
+        except Exception:  # noqa: BLE001 - the next round tries again
+            log.warning("hanging transaction check failed", exc_info=True)
+            return
+        for topic, partition, pid, seen in found:
+            outcome = await self.broker.appender.submit_marker(
+                topic, partition, pid, seen.epoch, False, self.store.clock.wall_ms(),
+                guard=lambda st, seen=seen: st == seen)
+            if outcome.error == 0:
+                self.hanging_aborted += 1
+                log.warning("aborted a hanging transaction of producer %d epoch %d at %s/%d "
+                            "(open since offset %d; no coordinator holds it open)", pid,
+                            seen.epoch, topic, partition, seen.txn_first_offset)
+
+    def _find_hanging(self) -> list[tuple[str, int, int, object]]:
+        """``(topic, partition, producer id, its state there)`` of the hanging transactions
+        at the partitions this broker leads (blocking; see :meth:`_check_hanging`)."""
+        from ..manifest import ManifestStore
+        from .placement import leader_for
+
+        older_than = HANGING_AFTER_MAX_TIMEOUTS * self.max_timeout_ms
+        self.store.refresh()   # every id's state, whichever broker wrote it
+        held: dict[tuple[int, tuple[str, int]], int] = {}
+        for meta in self.store.cached():
+            if meta.state is T.TxnState.ONGOING or meta.state.prepared:
+                for tp in meta.partitions:
+                    key = (meta.producer_id, tp)
+                    held[key] = max(held.get(key, -1), meta.producer_epoch)
+        live = self.broker.live_brokers()
+        wall = self.store.clock.wall_ms()
+        out = []
+        for topic in self.broker.meta.topic_names():
+            meta = self.broker.meta.topic(topic)
+            if meta is None or topic in (T.TXN_TOPIC, OFFSETS_TOPIC):
+                continue
+            for p in range(meta.partitions):
+                if leader_for(topic, p, live) != self.broker.node_id:
+                    continue
+                m = ManifestStore(self.broker.storage, topic, p).latest()
+                for pid, st in (m.producers.items() if m is not None else ()):
+                    if st.txn_first_offset is None or wall - st.last_timestamp < older_than:
+                        continue
+                    if held.get((pid, (topic, p)), -1) >= st.epoch:
+                        continue   # its coordinator ends it (its own timeout aborts it)
+                    out.append((topic, p, pid, st))
+        return out
+
     async def _timeout_loop(self) -> None:
         rounds = 0
         while True:
@@ -443,6 +572,7 @@ class TxnService:
             rounds += 1
             if not await self.ensure_authority():
                 continue   # out of touch: another broker may coordinate these ids now
+            await self._check_hanging()
             if rounds % FULL_REFRESH_ROUNDS == 1:  # the first round too: after a (re)start
                 # States written by other brokers (one that died, say) are learnt here too,
                 # so their timed-out transactions are aborted by whichever broker owns them.

@@ -40,6 +40,7 @@ import asyncio
 import logging
 import struct
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import pyarrow.compute as pc
 
@@ -113,6 +114,10 @@ def check_batch(data) -> BatchHeader:
     return header
 
 
+#: Kafka's NOT_COORDINATOR: a marker whose fencing condition failed (see submit_marker).
+NOT_COORDINATOR = 16
+
+
 @dataclass
 class Outcome:
     """What a produce partition response says."""
@@ -131,6 +136,9 @@ class _Item:
     future: asyncio.Future | None
     marker: bool = False  # a COMMIT / ABORT control batch from the transaction coordinator
     abort: bool = False
+    #: A marker's condition, asked at each attempt of the conditional commit with the
+    #: producer's state in the manifest being committed on (see :meth:`Appender.submit_marker`).
+    guard: "Callable[[ProducerState | None], bool] | None" = None
 
 
 @dataclass
@@ -142,6 +150,7 @@ class _Prepared:
     append_time: int
     marker: bool = False
     abort: bool = False
+    guard: "Callable[[ProducerState | None], bool] | None" = None
 
 
 def _set_log_append_time(data: bytes, header: BatchHeader, now_ms: int) -> tuple[bytes, BatchHeader]:
@@ -218,11 +227,18 @@ class Appender:
         return fut
 
     def submit_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                      commit: bool, now_ms: int, coordinator_epoch: int = 0) -> asyncio.Future:
+                      commit: bool, now_ms: int, coordinator_epoch: int = 0,
+                      guard: "Callable[[ProducerState | None], bool] | None" = None) -> asyncio.Future:
         """Queue a transaction's COMMIT or ABORT marker (the coordinator's, never a client's);
         the future gives its :class:`Outcome` once committed. It ends the producer's open
         transaction at the partition (the last stable offset moves past it) and, for an abort,
-        records the aborted range on the segment holding the marker (Kafka's ``.txnindex``)."""
+        records the aborted range on the segment holding the marker (Kafka's ``.txnindex``).
+
+        ``guard``, when given, is the marker's fencing condition: it is asked at every attempt
+        of the partition's conditional commit, with the producer's state in the manifest that
+        attempt commits on, and a False answer refuses the marker (NOT_COORDINATOR) instead of
+        writing it (the coordinator lost its authority meanwhile, or the open transaction an
+        operator's abort was aimed at changed)."""
         from ..format.control import encode_marker_batch
 
         data = encode_marker_batch(offset=0, timestamp=now_ms, producer_id=producer_id,
@@ -230,7 +246,7 @@ class Appender:
                                    coordinator_epoch=coordinator_epoch)
         fut = self.submit(topic, partition, data, parse_header(data, 0))
         item = self._queues[(topic, partition)][-1]
-        item.marker, item.abort = True, not commit
+        item.marker, item.abort, item.guard = True, not commit, guard
         return fut
 
     async def _worker(self, tp: tuple[str, int]) -> None:
@@ -304,7 +320,8 @@ class Appender:
         for i, item in enumerate(items):
             data, header = item.data, item.header
             if item.marker:
-                prepared.append(_Prepared(i, data, header, header.max_timestamp, -1, True, item.abort))
+                prepared.append(_Prepared(i, data, header, header.max_timestamp, -1, True, item.abort,
+                                          item.guard))
                 continue
             try:
                 if header.size > cfg.max_message_bytes:
@@ -348,6 +365,12 @@ class Appender:
             for p in prepared:
                 h = p.header
                 if p.marker:
+                    if p.guard is not None and not p.guard(producers.get(h.producer_id)):
+                        planned[p.index] = Outcome(NOT_COORDINATOR, message=(
+                            f"marker of producer {h.producer_id} epoch {h.producer_epoch} fenced: "
+                            f"its writer's authority or the transaction it ends changed"),
+                            log_start_offset=m.log_start_offset)
+                        continue
                     verdict = _end_transaction(producers.get(h.producer_id), h, offset)
                     if isinstance(verdict, Outcome):
                         verdict.log_start_offset = m.log_start_offset

@@ -1,0 +1,147 @@
+"""A transaction coordinator acts only under the authority it read its state under, and no
+open transaction can hold a partition's last stable offset back for ever.
+
+* Markers of a coordinator that fenced itself between reading a Prepare state and writing
+  them (a pause past the liveness window, after which its heartbeat renewed the lease) are
+  not written: the producer may already run its next transaction at the same epoch, whose
+  records those markers would commit.
+* An open transaction at a partition that no coordinator state holds open (a late batch
+  of a transaction that ended, a fenced producer's, a coordinator that lost its state) is
+  aborted by the partition's broker once older than twice ``transaction.max.timeout.ms``;
+  one its coordinator holds open is left to the coordinator.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kafkastore.broker import Broker
+from kafkastore.manifest import ManifestStore
+from kafkastore.protocol import api_txn
+from kafkastore.protocol import txn_coordinator as T
+from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.reader import PartitionReader
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+TOPIC = "fenced"
+
+
+def _committed(root: str, partition: int = 0) -> list[bytes]:
+    return PartitionReader(Storage(root), TOPIC, partition).read(-2).column("value").to_pylist()
+
+
+def _open_txn(root: str, pid: int, epoch: int, value: bytes, partition: int = 0) -> None:
+    """A transactional batch of ``pid`` at ``epoch`` left open at the partition, then a plain
+    record after it (read_committed stops before both until the transaction ends)."""
+    zombie = Broker(Storage(root), producer_id=pid, producer_epoch=epoch, housekeeping=False)
+    zombie.begin_transaction()
+    zombie.send(TOPIC, value, partition=partition)
+    zombie.flush()
+    plain = Broker(Storage(root), housekeeping=False)
+    plain.send(TOPIC, b"after-" + value, partition=partition)
+    plain.flush()
+
+
+def _on_loop(broker: BrokerThread, coro, timeout: float = 30):
+    return asyncio.run_coroutine_threadsafe(coro, broker.server.loop).result(timeout)
+
+
+def test_a_fenced_coordinator_writes_no_markers_even_after_renewing_its_lease(local_root):
+    create_topic(Storage(local_root), TOPIC, 1)
+    # The producer's next transaction (same id and epoch) is open at the partition: a newer
+    # coordinator finished the one below and the producer went on.
+    _open_txn(local_root, 7, 0, b"next-transaction")
+    prepared = T.TxnMetadata("tx", 7, 0, 60_000, T.TxnState.PREPARE_COMMIT,
+                             frozenset({(TOPIC, 0)}), 1_000, 1_000)
+    with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
+        svc = api_txn.service(broker.server)
+        registry = broker.server.brokers
+
+        async def resumed_after_a_pause():
+            assert await svc.ensure_authority()       # the Prepare state was read under this
+            await broker.server.run(registry.fence, "paused past the liveness window")
+            await broker.server.run(registry.heartbeat)   # resumed: the lease is renewed
+            assert registry.authority_valid()
+            return await svc.finish(prepared)
+
+        err = _on_loop(broker, resumed_after_a_pause())
+    assert err == api_txn.COORDINATOR_NOT_AVAILABLE
+    assert _committed(local_root) == []          # the open transaction was not committed
+    st = ManifestStore(Storage(local_root), TOPIC, 0).latest().producers[7]
+    assert st.txn_first_offset == 0
+
+
+def test_a_fenced_coordinator_drops_its_unstored_completions(local_root):
+    create_topic(Storage(local_root), TOPIC, 1)
+    prepared = T.TxnMetadata("tx", 7, 0, 60_000, T.TxnState.PREPARE_COMMIT,
+                             frozenset({(TOPIC, 0)}), 1_000, 1_000)
+    with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
+        svc = api_txn.service(broker.server)
+        registry = broker.server.brokers
+        svc.store.put(prepared)
+        svc.store.mark_complete(prepared)
+        assert svc.store.unstored_complete("tx") is not None
+
+        async def resumed_after_a_pause():
+            await broker.server.run(registry.fence, "paused past the liveness window")
+            await broker.server.run(registry.heartbeat)
+            return await svc.ensure_authority()
+
+        assert _on_loop(broker, resumed_after_a_pause())
+        # Read again from the store: the Prepare state, not the completion held before.
+        assert svc.store.peek("tx") is None
+        assert svc.store.get("tx").state is T.TxnState.PREPARE_COMMIT
+
+
+def test_a_hanging_transaction_is_aborted_and_a_held_one_is_left_to_its_coordinator(local_root):
+    create_topic(Storage(local_root), TOPIC, 2)
+    _open_txn(local_root, 41, 3, b"orphan", partition=0)      # no coordinator state at all
+    _open_txn(local_root, 42, 0, b"held", partition=1)
+    held = T.TxnMetadata("held-tx", 42, 0, 60_000, T.TxnState.ONGOING,
+                         frozenset({(TOPIC, 1)}), int(time.time() * 1000), int(time.time() * 1000))
+    api_txn.TxnStore(Storage(local_root)).put(held)
+    assert _committed(local_root, 0) == [] and _committed(local_root, 1) == []
+    # Hanging after 2 x 1 s without a coordinator holding it; checked every second.
+    with BrokerThread(Storage(local_root), ServeOptions(port=0, transaction_max_timeout_ms=1000)) as broker:
+        deadline = time.monotonic() + 60
+        while _committed(local_root, 0) != [b"after-orphan"]:
+            assert time.monotonic() < deadline, "the hanging transaction was never aborted"
+            time.sleep(0.2)
+        assert api_txn.service(broker.server).hanging_aborted == 1
+    # The scan that aborted partition 0's looked at partition 1 too: still open.
+    assert _committed(local_root, 1) == []
+    st = ManifestStore(Storage(local_root), TOPIC, 1).latest().producers[42]
+    assert st.txn_first_offset == 0
+
+
+def test_produce_verification_reads_the_coordinator_state_not_a_stale_cache(local_root):
+    """A broker that cached the id's state as Ongoing refuses a late batch of the transaction
+    once the coordinator completed it, and a batch of the fenced epoch once it was bumped."""
+    from tests.helpers.txn import produce_raw, txn_batch
+    from tests.protocol.wire import Wire
+
+    create_topic(Storage(local_root), TOPIC, 1)
+    coordinator = api_txn.TxnStore(Storage(local_root), broker_id=1)
+    ongoing = T.TxnMetadata("late", 9, 0, 60_000, T.TxnState.ONGOING,
+                            frozenset({(TOPIC, 0)}), 1_000, 1_000)
+    coordinator.put(ongoing)
+    with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
+        svc = api_txn.service(broker.server)
+        w = Wire(broker.bootstrap, timeout=10)
+        try:
+            assert produce_raw(w, TOPIC, 0, txn_batch([b"in"], 9, 0, 0), "late")[0] == 0
+            assert svc.store.peek("late") == ongoing            # cached as Ongoing
+            done = T.TxnMetadata("late", 9, 0, 60_000, T.TxnState.COMPLETE_COMMIT, frozenset(),
+                                 2_000, 1_000)
+            coordinator.put(done)                              # the coordinator finished it
+            err, _ = produce_raw(w, TOPIC, 0, txn_batch([b"late"], 9, 0, 1), "late")
+            assert err == T.INVALID_TXN_STATE
+            bumped = T.TxnMetadata("late", 9, 1, 60_000, T.TxnState.ONGOING,
+                                   frozenset({(TOPIC, 0)}), 3_000, 3_000)
+            coordinator.put(bumped)                            # a new producer instance
+            err, _ = produce_raw(w, TOPIC, 0, txn_batch([b"zombie"], 9, 0, 1), "late")
+            assert err == T.INVALID_PRODUCER_EPOCH
+        finally:
+            w.close()
+    assert ManifestStore(Storage(local_root), TOPIC, 0).latest().high_watermark == 1  # b"in" only
