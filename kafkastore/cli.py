@@ -359,6 +359,9 @@ def cmd_transactions(args, cfg: Config) -> int:
     from .transactions import abort_transaction, open_transactions
 
     storage = _storage(cfg)
+    args.topic = args.topic or args.topic_flag   # TOPIC or --topic T (kafka-transactions.sh's form)
+    if not args.topic:
+        raise ConfigError("transactions: name the topic (TOPIC or --topic T)")
     if args.txn_cmd == "list":
         for txn in open_transactions(storage, args.topic, args.partition):
             print(json.dumps(txn.to_dict()))
@@ -719,11 +722,13 @@ def build_parser() -> argparse.ArgumentParser:
     tx = sub.add_parser("transactions", help="open transactions in the log; abort a hanging one")
     txsub = tx.add_subparsers(dest="txn_cmd", required=True, metavar="ACTION")
     txl = txsub.add_parser("list", help="open transactions of a topic (JSON lines), oldest first")
-    txl.add_argument("topic")
+    txl.add_argument("topic", nargs="?")
+    txl.add_argument("--topic", dest="topic_flag", metavar="T", help="the topic (instead of TOPIC)")
     txl.add_argument("--partition", type=non_negative, metavar="P")
     txa = txsub.add_parser("abort", help="write an ABORT marker ending one producer's open "
                                          "transaction at one partition")
-    txa.add_argument("topic")
+    txa.add_argument("topic", nargs="?")
+    txa.add_argument("--topic", dest="topic_flag", metavar="T", help="the topic (instead of TOPIC)")
     txa.add_argument("--partition", type=non_negative, required=True, metavar="P")
     txa.add_argument("--producer-id", type=non_negative, required=True, metavar="ID")
     txa.add_argument("--producer-epoch", type=non_negative, required=True, metavar="E")

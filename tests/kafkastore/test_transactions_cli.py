@@ -77,3 +77,20 @@ def test_write_txn_markers_clears_a_hanging_transaction_through_serve(local_root
     after.send(T, b"after", partition=0)
     after.flush()
     assert _committed(Storage(local_root)) == [b"after"]   # the aborted record stays hidden
+
+
+def test_abort_takes_the_topic_as_a_flag_too(local_root, capsys):
+    """``--topic T`` as kafka-transactions.sh spells it; no topic at all is a one-line error."""
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    zombie = Broker(storage, producer_id=43, producer_epoch=0, housekeeping=False)
+    zombie.begin_transaction()
+    zombie.send(T, b"hanging", partition=0)
+    zombie.flush()
+    assert main(["--root", local_root, "transactions", "abort", "--partition", "0",
+                 "--producer-id", "43", "--producer-epoch", "0"]) != 0
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["--root", local_root, "transactions", "abort", "--topic", T, "--partition", "0",
+                 "--producer-id", "43", "--producer-epoch", "0"]) == 0
+    assert main(["--root", local_root, "transactions", "list", "--topic", T]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith('{"aborted"')
