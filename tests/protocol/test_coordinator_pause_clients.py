@@ -43,6 +43,28 @@ def _consume_and_commit(bootstrap: str, group: str, count: int) -> tuple[int, in
     return first, acked
 
 
+def _consume_and_commit_kafka_python(bootstrap: str, group: str, count: int) -> tuple[int, int]:
+    """:func:`_consume_and_commit` with kafka-python's consumer."""
+    from kafka import KafkaConsumer, OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    c = KafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False,
+                      auto_offset_reset="earliest", session_timeout_ms=6000,
+                      request_timeout_ms=10000)
+    first, acked, got = None, None, 0
+    try:
+        while got < count:
+            for records in c.poll(timeout_ms=1000, max_records=count - got).values():
+                for msg in records:
+                    first = msg.offset if first is None else first
+                    got += 1
+                    c.commit({KTP(TOPIC, 0): OffsetAndMetadata(msg.offset + 1, "", -1)})
+                    acked = msg.offset + 1
+    finally:
+        c.close()
+    return first, acked
+
+
 def _committed_history(root: str, group: str) -> list[int]:
     """Every offset committed for the group's partition 0, in log order."""
     storage = Storage(root)
@@ -57,7 +79,8 @@ def _committed_history(root: str, group: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_consumers_never_restart_behind_an_acknowledged_commit_after_a_pause(tmp_path):
+@pytest.mark.parametrize("resumed_client", ["confluent-kafka", "kafka-python"])
+def test_consumers_never_restart_behind_an_acknowledged_commit_after_a_pause(tmp_path, resumed_client):
     root = f"file://{tmp_path}/root"
     storage = Storage(root)
     create_topic(storage, TOPIC, 1)
@@ -79,7 +102,9 @@ def test_consumers_never_restart_behind_an_acknowledged_commit_after_a_pause(tmp
         finally:
             a.send_signal(signal.SIGCONT)
         # a is back, believes it still holds the group as loaded before the pause
-        first, acked2 = _consume_and_commit(a.bootstrap, group, 30)
+        consume = (_consume_and_commit if resumed_client == "confluent-kafka"
+                   else _consume_and_commit_kafka_python)
+        first, acked2 = consume(a.bootstrap, group, 30)
         assert first == acked, f"restarted from {first}, behind the acknowledged commit {acked}"
         c = Consumer({"bootstrap.servers": f"{a.bootstrap},{other.bootstrap}", "group.id": group})
         try:
