@@ -61,7 +61,7 @@ from .errors import (ConfigError, InternalTopicError, InvalidPartitionsError, Ob
                      StorageError, TopicExistsError, UnknownTopicError)
 from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
                        UpdateProducerState)
-from .storage import Storage
+from .storage import Storage, _mtime
 from .topic_config import TopicConfig
 
 TOPIC_FORMAT = 2
@@ -543,20 +543,36 @@ def _tombstone_mark(now_ms: int, *, of: int | None) -> dict[str, Any]:
     return {"id": uuid.uuid4().hex, "deleted_ms": int(now_ms), TOMBSTONE_OF_KEY: of}
 
 
-def _deletes_incarnation(tomb: Any, created_ms: int) -> bool:
+def _deletes_incarnation(tomb: Any, created_ms: int,
+                         tombstone_first: Callable[[], bool | None] = lambda: None) -> bool:
     """Whether a tombstone is a delete of the incarnation created at ``created_ms`` (which
     its create must leave), not one of a past incarnation (which the create clears).
 
     Decided by what the tombstone says it deletes, written from the topic file the delete
     read: never by comparing the deleting machine's clock with the creating one's (a delete
     by a machine whose clock was ahead would otherwise keep the re-created topic unwritable).
-    Tombstones of kafkastore before the mark named its incarnation fall back to the times.
+    Tombstones of kafkastore before the mark named its incarnation are ordered by the
+    store's own object times (``tombstone_first()``: whether the tombstone's version was
+    stored before ``_topic.json``; None when the store gives no times), and only failing
+    those by the two machines' times.
     """
     if not isinstance(tomb, dict):
         return False
     if TOMBSTONE_OF_KEY in tomb:
         return tomb[TOMBSTONE_OF_KEY] is not None and tomb[TOMBSTONE_OF_KEY] == created_ms
+    first = tombstone_first()
+    if first is not None:
+        return not first
     return int(tomb.get("deleted_ms", 0)) > created_ms
+
+
+def _stored_ms(storage: Storage, rel: str) -> int | None:
+    """The store's own time of object ``rel`` (ms), None if absent or not given."""
+    try:
+        info = storage.fs.info(storage.full_path(rel))
+    except OSError:   # absent or unreachable: no order from the store's times
+        return None
+    return int(_mtime(info) * 1000) or None
 
 
 def _partition_dirs(storage: Storage, name: str) -> list[int]:
@@ -596,14 +612,21 @@ def _clear_tombstones(storage: Storage, name: str, partitions: Iterable[int], cr
     of range instead of silently skipping the new topic's first records.
     """
     def clear(p: int) -> None:
+        store = ManifestStore(storage, name, p)
+
+        def tombstone_first(m: Manifest) -> bool | None:
+            tomb_ms = _stored_ms(storage, store.path(m.version))
+            topic_ms = _stored_ms(storage, layout.topic_meta_path(name))
+            return None if tomb_ms is None or topic_ms is None else tomb_ms < topic_ms
+
         def build(m: Manifest | None):
             tomb = m.extra.get(DELETED_KEY) if m is not None else None
             if not tomb:
                 return None
-            if _deletes_incarnation(tomb, created_ms):
+            if _deletes_incarnation(tomb, created_ms, lambda: tombstone_first(m)):
                 return None  # a delete of this very topic under way: leave it
             return [SetExtra(DELETED_KEY, None)], []
-        ManifestStore(storage, name, p).commit(build, operation="create-topic")
+        store.commit(build, operation="create-topic")
 
     parts = list(partitions)
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(parts)))) as pool:

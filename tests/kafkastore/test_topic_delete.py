@@ -260,3 +260,25 @@ def test_a_delete_of_the_new_topic_by_a_machine_whose_clock_is_behind_is_kept(lo
     with pytest.raises(TopicExistsError):
         create_topic(s, "dt", 1)
     assert ManifestStore(s, "dt", 0).latest().extra["deleted"]
+
+
+def test_topics_create_repairs_a_topic_left_unwritable_by_an_older_delete(local_root):
+    """Tombstones written before they named their incarnation carry only the deleting
+    machine's time: ordered by the store's own object times instead, a re-create clears
+    one stored before its _topic.json."""
+    import os
+    import time as time_mod
+
+    s = Storage(local_root)
+    create_topic(s, "dt", 1)
+    _produce(s, "dt", 2)
+    legacy = {"id": "old", "deleted_ms": s.clock.wall_ms() + 600_000}   # a clock 10 min ahead
+    _tombstone(s, "dt", 0, legacy)
+    s.delete([layout.topic_meta_path("dt")])
+    tomb = ManifestStore(Storage(local_root), "dt", 0)
+    path = tomb.path(tomb.latest().version)
+    past = time_mod.time() - 30   # the store stamped the tombstone before the re-create
+    os.utime(local_root[len("file://"):] + "/" + path, (past, past))
+    create_topic(Storage(local_root), "dt", 1)
+    _produce(Storage(local_root), "dt", 1)
+    assert _rows(Storage(local_root), "dt") == [b"v0"]
