@@ -65,8 +65,11 @@ skew between the two eats into the grace period. The automatic gc (the housekeep
 this process's clock against the store's (:func:`require_clock_agreement`) and refuse
 to delete anything when they differ by more than :data:`MAX_CLOCK_SKEW_MS`. The margins
 (docs/DESIGN.md section 9): a commit lists files at most half the floor old when each
-attempt is sent (30 s), an attempt takes at most ``MAX_COMMIT_PUT_S`` on S3 (17 s), and
-the tolerated skew is 10 s: 30 + 17 + 10 < 60, the floor.
+attempt is sent (30 s, re-checked when more than 1 s passed since the last check), an
+attempt takes at most ``MAX_COMMIT_PUT_S`` on S3 (17 s), the tolerated skew is 10 s and
+S3's object times are whole seconds (1 s): 31 + 17 + 10 + 1 = 59 < 60, the floor. A
+writer ages its uploads on its own clock alone (the time it started the write, read at
+the check), so its skew does not enter; gc's does, hence the skew check on gc only.
 """
 from __future__ import annotations
 
