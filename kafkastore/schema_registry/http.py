@@ -41,6 +41,9 @@ DEFAULT_MAX_CONNECTIONS_PER_IP = 64
 #: Seconds a request's line and headers may take once its first byte arrived (also bounds a
 #: TLS handshake): a client dribbling bytes is cut off, not renewed by each byte.
 HEADER_TIMEOUT_S = 10.0
+#: A connection that has not completed an authenticated request after this many seconds may
+#: be dropped to make room for a new one when the listener is full.
+EVICTABLE_AFTER_S = 0.02
 #: Seconds a keep-alive connection may wait for its next request.
 IDLE_TIMEOUT_S = 30.0
 #: Seconds a request's body may take.
@@ -243,7 +246,7 @@ class _Server(ThreadingHTTPServer):
         self._conns: dict = {}
         self._per_ip: dict[str, int] = {}
         self._conn_lock = threading.Lock()
-        self.refused_connections = 0
+        self.refused_connections = self.accepted_connections = self.evicted_connections = 0
         host = addr[0]
         if ":" in host:
             self.address_family = socket.AF_INET6
@@ -257,21 +260,24 @@ class _Server(ThreadingHTTPServer):
             if len(self._conns) >= self.max_connections and not self._evict_unproven():
                 return False
             self._conns[request] = [ip, self.clock.monotonic_s(), True]
+            self.accepted_connections += 1
             self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
             return True
 
     def _evict_unproven(self) -> bool:
         """Make room by dropping the oldest connection that never completed an authenticated
-        request and has been at it over a second (a legitimate client sends its headers at
-        once; a slow one is what a slowloris holds). Caller holds ``_conn_lock``."""
+        request and has been at it over :data:`EVICTABLE_AFTER_S` (a legitimate client sends
+        its headers at once; a slow one is what a slowloris holds). Caller holds
+        ``_conn_lock``."""
         now = self.clock.monotonic_s()
         oldest = None
         for sock, (_ip, since, unproven) in self._conns.items():
-            if unproven and now - since > 1.0 and (oldest is None or since < self._conns[oldest][1]):
+            if unproven and now - since > EVICTABLE_AFTER_S and (oldest is None or since < self._conns[oldest][1]):
                 oldest = sock
         if oldest is None:
             return False
         self._forget(oldest)
+        self.evicted_connections += 1
         try:
             oldest.shutdown(socket.SHUT_RDWR)   # its thread sees EOF and ends
         except OSError:
@@ -410,6 +416,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._phase = "idle"
         self.deadline = self.server.clock.monotonic_s() + self.server.idle_timeout_s
         super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        if ok:
+            # Its headers are in: no longer a candidate for eviction while it is handled.
+            self.server.proven(self._raw)
+        return ok
 
     # -- authentication and authorization -------------------------------------------------
     def _authenticate(self):
