@@ -352,3 +352,17 @@ def test_a_reader_without_the_hint_names_the_hole_too(root_url):
     store.forget_cached()
     with pytest.raises(ManifestGapError, match=r"t/0.*version 3 is missing"):
         store.latest()
+
+
+@pytest.mark.parametrize("command", [["offsets", T], ["consume", T, "--partition", "0",
+                                                     "--from-offset", "0"]])
+def test_offsets_and_consume_refuse_a_chain_with_a_hole_in_one_line(local_root, capsys,
+                                                                   command):
+    """They returned the state in front of the hole (34 of 41 records) with status 0."""
+    from pipelines.cli import main
+
+    ManifestStore(_chain_with_a_hole(local_root), T, 0).forget_cached()   # a new process
+    code = main(["--root", local_root, *command])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert len(err) == 1 and "t/0" in err[0] and "version 3 is missing" in err[0], err
