@@ -76,6 +76,12 @@ _AUTHORITY: contextvars.ContextVar = contextvars.ContextVar("txn_authority", def
 #: An open transaction at a partition is hanging once its last batch is this many times
 #: ``transaction.max.timeout.ms`` old and its coordinator does not hold it open there.
 HANGING_AFTER_MAX_TIMEOUTS = 2
+#: Seconds a coordinator that fenced itself answers COORDINATOR_LOAD_IN_PROGRESS (retriable)
+#: before serving again: requests read before the pause (an EndTxn its client has since given
+#: up on and followed with an abort and a new transaction) are processed at once on resume,
+#: and must not act; a client still waiting retries and is served from the state read again.
+FENCE_QUARANTINE_S = 1.0
+COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 class TxnStore:
@@ -341,6 +347,7 @@ class TxnService:
         self._locks: dict[str, asyncio.Lock] = {}
         # The broker's fence epoch when this coordinator last dropped its state for a fence.
         self._fence_seen = getattr(broker.brokers, "fence_epoch", 0)
+        self._quarantine_until = 0.0   # monotonic s (see FENCE_QUARANTINE_S)
         #: Hanging transactions this broker aborted at partitions (metrics, tests).
         self.hanging_aborted = 0
         self._hanging_due = 0.0
@@ -383,6 +390,15 @@ class TxnService:
         a conditional write)."""
         return token is not None and self.authority() == token
 
+    async def authority_error(self) -> int:
+        """:meth:`ensure_authority` as the error code a coordinator request answers: 0, or
+        COORDINATOR_LOAD_IN_PROGRESS right after a fence, or COORDINATOR_NOT_AVAILABLE."""
+        if not await self.ensure_authority():
+            return COORDINATOR_NOT_AVAILABLE
+        if self.broker.clock.monotonic_s() < self._quarantine_until:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        return 0
+
     async def ensure_authority(self) -> bool:
         """Take the authority the calling request acts under. A broker that fenced itself
         since the last look (a pause past the liveness window, measured on its monotonic
@@ -399,6 +415,7 @@ class TxnService:
             log.warning("broker %d lost its authority (paused past the liveness window, or "
                         "fenced): dropping its cached transaction states", self.broker.node_id)
             self._fence_seen = epoch
+            self._quarantine_until = self.broker.clock.monotonic_s() + FENCE_QUARANTINE_S
             await self.broker.run(self.store.forget)
         if not registry.authority_valid():
             try:
@@ -408,6 +425,7 @@ class TxnService:
                 return False
             if getattr(registry, "fence_epoch", 0) != self._fence_seen:  # fenced while renewing
                 self._fence_seen = registry.fence_epoch
+                self._quarantine_until = self.broker.clock.monotonic_s() + FENCE_QUARANTINE_S
                 await self.broker.run(self.store.forget)
         token = self.authority()
         _AUTHORITY.set(token)
@@ -696,8 +714,8 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     if _bad_tid(tid):
         return answer(INVALID_REQUEST)
     svc = service(ctx.broker)
-    if not await svc.ensure_authority():
-        return answer(COORDINATOR_NOT_AVAILABLE)
+    if err := await svc.authority_error():
+        return answer(err)
     if not svc.owns(tid):
         return answer(NOT_COORDINATOR)
     timeout_ms = _ms(request.transaction_timeout)
@@ -785,8 +803,8 @@ async def _add_for(ctx, tid, pid: int, epoch: int, wanted, *, verify_only: bool)
     if _bad_tid(tid):
         return dict.fromkeys(wanted, INVALID_REQUEST)
     svc = service(ctx.broker)
-    if not await svc.ensure_authority():
-        return dict.fromkeys(wanted, COORDINATOR_NOT_AVAILABLE)
+    if err := await svc.authority_error():
+        return dict.fromkeys(wanted, err)
     if not svc.owns(tid):
         return dict.fromkeys(wanted, NOT_COORDINATOR)
     if verify_only:  # Kafka's handleVerifyPartitionsInTransaction
@@ -845,8 +863,8 @@ async def handle_add_offsets(ctx: RequestContext, request):
     if _bad_tid(tid) or not request.group_id:
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
-    if not await svc.ensure_authority():
-        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
+    if err := await svc.authority_error():
+        return make(ctx.response_class, error_code=err)
     if not svc.owns(tid):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     from ..group_offsets import partition_for_group
@@ -928,8 +946,8 @@ async def handle_end_txn(ctx: RequestContext, request):
     if _bad_tid(tid):
         return make(ctx.response_class, error_code=INVALID_REQUEST)
     svc = service(ctx.broker)
-    if not await svc.ensure_authority():
-        return make(ctx.response_class, error_code=COORDINATOR_NOT_AVAILABLE)
+    if err := await svc.authority_error():
+        return make(ctx.response_class, error_code=err)
     if not svc.owns(tid):
         return make(ctx.response_class, error_code=NOT_COORDINATOR)
     try:

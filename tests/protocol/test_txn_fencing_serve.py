@@ -25,6 +25,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 TOPIC = "fenced"
+LOAD_IN_PROGRESS = 14   # Kafka's COORDINATOR_LOAD_IN_PROGRESS
 
 
 def _committed(root: str, partition: int = 0) -> list[bytes]:
@@ -145,3 +146,41 @@ def test_produce_verification_reads_the_coordinator_state_not_a_stale_cache(loca
         finally:
             w.close()
     assert ManifestStore(Storage(local_root), TOPIC, 0).latest().high_watermark == 1  # b"in" only
+
+
+def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
+    """Requests read before the pause are handled the moment the process resumes: the
+    coordinator answers them COORDINATOR_LOAD_IN_PROGRESS (retriable) for a moment after
+    fencing, so a commit its client gave up on (and followed with an abort and a new
+    transaction) never lands; a client still waiting retries and is served."""
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+
+    from tests.protocol.wire import Wire
+
+    create_topic(Storage(local_root), TOPIC, 1)
+    _open_txn(local_root, 11, 0, b"undecided")
+    now = int(time.time() * 1000)
+    api_txn.TxnStore(Storage(local_root)).put(T.TxnMetadata(
+        "undecided", 11, 0, 60_000, T.TxnState.ONGOING, frozenset({(TOPIC, 0)}), now, now))
+    with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
+        registry = broker.server.brokers
+        w = Wire(broker.bootstrap, timeout=10)
+        try:
+            def end() -> int:
+                return int(w.call(EndTxnRequest(transactional_id="undecided", producer_id=11,
+                                                producer_epoch=0, committed=True)).error_code)
+
+            # Paused and resumed: the heartbeat renewed the lease before the request ran.
+            _on_loop(broker, broker.server.run(registry.fence, "paused past the liveness window"))
+            _on_loop(broker, broker.server.run(registry.heartbeat))
+            assert end() == LOAD_IN_PROGRESS
+            assert _committed(local_root) == []
+            assert api_txn.TxnStore(Storage(local_root)).get("undecided").state is T.TxnState.ONGOING
+            deadline = time.monotonic() + 30
+            while (err := end()) == LOAD_IN_PROGRESS:   # the client's retry
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+            assert err == 0
+        finally:
+            w.close()
+    assert _committed(local_root) == [b"undecided", b"after-undecided"]
