@@ -574,7 +574,11 @@ class TxnService:
             for p in range(meta.partitions):
                 if leader_for(topic, p, live) != self.broker.node_id:
                     continue
-                m = ManifestStore(self.broker.storage, topic, p).latest()
+                try:
+                    m = ManifestStore(self.broker.storage, topic, p).latest()
+                except KafkaStoreError as exc:   # deleted meanwhile, damaged: the others still
+                    log.warning("hanging transaction check of %s/%d: %s", topic, p, exc)
+                    continue
                 for pid, st in (m.producers.items() if m is not None else ()):
                     if st.txn_first_offset is None or wall - st.last_timestamp < older_than:
                         continue
