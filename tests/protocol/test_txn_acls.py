@@ -53,3 +53,48 @@ def test_describe_transactions_lists_only_topics_the_caller_may_describe(broker,
         assert sorted((t.topic, list(t.partitions)) for t in full.topics) == sorted([(seen, [1]), (hidden, [0])])
     finally:
         p.abort_transaction(15)
+
+
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def test_write_txn_markers_needs_cluster_action(broker, root):
+    """kafka-transactions.sh abort's WriteTxnMarkers: refused without ClusterAction on the
+    cluster (the hanging transaction stays), accepted with it (read_committed moves past)."""
+    import sys
+
+    from kafkastore.broker import Broker
+    from kafkastore.protocol import codec
+    from kafkastore.reader import PartitionReader
+
+    topic = unique("txn-hang-")
+    create_topic(Storage(root), topic, 1)
+    zombie = Broker(Storage(root), producer_id=913, producer_epoch=2, housekeeping=False)
+    zombie.begin_transaction()
+    zombie.send(topic, b"hanging", partition=0)
+    zombie.flush()
+    plain = Broker(Storage(root), housekeeping=False)
+    plain.send(topic, b"after", partition=0)
+    plain.flush()
+
+    def abort_as(user: str) -> int:
+        req_cls = codec.request_class(27, 1)
+        mod = sys.modules[req_cls.__module__]
+        w = sasl_wire(broker, user)
+        try:
+            r = w.call(codec.make(req_cls, markers=(codec.make(
+                mod, "WritableTxnMarker", producer_id=913, producer_epoch=2, transaction_result=False,
+                coordinator_epoch=0, topics=(codec.make(mod, "WritableTxnMarkerTopic", name=topic,
+                                                        partition_indexes=(0,)),)),)))
+        finally:
+            w.close()
+        return int(getattr(r.markers[0].topics[0].partitions[0].error_code, "value",
+                           r.markers[0].topics[0].partitions[0].error_code))
+
+    def committed():
+        return PartitionReader(Storage(root), topic, 0).read(-2).column("value").to_pylist()
+
+    assert abort_as("bob") == CLUSTER_AUTHORIZATION_FAILED
+    assert committed() == []
+    assert abort_as("admin") == 0
+    assert committed() == [b"after"]
