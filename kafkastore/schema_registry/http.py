@@ -91,16 +91,18 @@ class BasicAuth:
     PBKDF2 work (and time) as a known name with a wrong password; at most ``kdf_slots``
     PBKDF2 runs at once; a verified password is remembered ``cache_ttl_s`` (keyed by a keyed
     hash of user and password, together with the credential it matched, so a changed or
-    removed SCRAM user stops matching as soon as :class:`ScramUsers` re-reads it); and an
+    removed SCRAM user stops matching as soon as :class:`ScramUsers` re-reads it); an
     address whose failures exceed ``max_failures`` in ``failure_window_s`` is answered 429
-    (:meth:`retry_after`) before any PBKDF2 runs."""
+    (:meth:`retry_after`) before any PBKDF2 runs, and so is any unverified try past
+    ``max_checks_per_s`` over all addresses (guesses from many addresses cost the broker at
+    most that many PBKDF2 checks a second; credentials already verified are not counted)."""
 
     _MAX_REMEMBERED = 1024
     _MAX_ADDRESSES = 10_000
 
     def __init__(self, credentials: dict | None = None, scram_users=None, *,
                  cache_ttl_s: float = 60.0, max_failures: int = 10, failure_window_s: float = 10.0,
-                 kdf_slots: int = 2, clock=None):
+                 kdf_slots: int = 2, max_checks_per_s: float = 50.0, clock=None):
         from ..clock import SYSTEM
 
         self.credentials = credentials or {}
@@ -113,10 +115,13 @@ class BasicAuth:
         self._failures: dict[str, list[float]] = {}
         self._lock = threading.Lock()
         self._kdf = threading.BoundedSemaphore(kdf_slots)
+        self.max_checks_per_s = max_checks_per_s
+        self._tokens, self._tokens_at = max_checks_per_s, self._clock.monotonic_s()
 
     # -- the per-address failure budget ----------------------------------------------------
     def retry_after(self, address: str) -> int:
-        """Seconds ``address`` must wait before its next unverified try (0: it may try now)."""
+        """Seconds ``address`` must wait before its next unverified try (0: it may try now,
+        and one check of the budget is taken)."""
         now = self._clock.monotonic_s()
         with self._lock:
             recent = [t for t in self._failures.get(address, ()) if now - t < self.failure_window_s]
@@ -124,9 +129,16 @@ class BasicAuth:
                 self._failures[address] = recent
             else:
                 self._failures.pop(address, None)
-            if len(recent) < self.max_failures:
-                return 0
-            return max(1, math.ceil(self.failure_window_s - (now - recent[0])))
+            if len(recent) >= self.max_failures:
+                return max(1, math.ceil(self.failure_window_s - (now - recent[0])))
+            # The budget of unverified checks over all addresses (a token bucket).
+            self._tokens = min(self.max_checks_per_s,
+                               self._tokens + (now - self._tokens_at) * self.max_checks_per_s)
+            self._tokens_at = now
+            if self._tokens < 1:
+                return 1
+            self._tokens -= 1
+            return 0
 
     def _failed(self, address: str) -> None:
         now = self._clock.monotonic_s()

@@ -278,3 +278,14 @@ def test_conflicting_content_lengths_are_a_400(tmp_path):
         finally:
             s.close()
         assert get(sr.url, "/subjects")[2] == b"[]"
+
+
+def test_unverified_checks_over_all_addresses_are_budgeted_per_second(tmp_path):
+    """Guesses spread over many addresses still cost at most max_checks_per_s PBKDF2 runs a
+    second; the rest are answered 429 (a remembered credential is not counted)."""
+    clock = ManualClock()
+    auth = BasicAuth({}, ScramUsers(Storage(f"file://{tmp_path}/r")), max_checks_per_s=3,
+                     clock=clock)
+    assert [auth.retry_after(f"10.0.0.{i}") for i in range(4)] == [0, 0, 0, 1]
+    clock.advance(1.0)
+    assert auth.retry_after("10.0.0.9") == 0

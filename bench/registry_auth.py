@@ -1,0 +1,136 @@
+"""Benchmark: what guessing passwords against the schema registry's basic auth costs and tells.
+
+    .venv/bin/python bench/registry_auth.py [--guesses 60] [--produces 300] [--threads 8]
+
+One in-process broker (``BrokerThread``, SASL credentials file plus a SCRAM user of the root,
+schema registry on) over a temporary ``file://`` root. Prints:
+
+1. the median time of a basic-auth request with an unknown name and with a known name and a
+   wrong password (each guess from its own loopback address, so the per-address limit does not
+   answer them 429), and their ratio: equal work means a ratio near 1;
+2. the median latency of a produce (confluent-kafka, SASL PLAIN, one message then flush)
+   alone and while ``--threads`` threads guess passwords, each from one address (answered 429
+   after the failure budget) and each guess from a new address (every guess runs PBKDF2,
+   bounded by the verifier's slots), and the ratios to the quiet median.
+Other processes on the machine make the numbers noisy: compare within one run.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from kafkastore.protocol.server import BrokerThread, ServeOptions  # noqa: E402
+from kafkastore.scram_users import ScramUsers  # noqa: E402
+from kafkastore.storage import Storage  # noqa: E402
+
+
+def request(port: int, user: str, password: str, source: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    conn.request("GET", "/subjects", headers={"Authorization": f"Basic {token}"})
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def addresses(prefix: int):
+    n = 0
+    while True:
+        n += 1
+        yield f"127.{prefix}.{n // 250 % 250}.{n % 250 + 1}"
+
+
+def timed_guesses(port: int, user: str, n: int, source) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        status = request(port, user, "wrong", next(source))
+        out.append(time.perf_counter() - t0)
+        assert status == 401, status
+        time.sleep(0.03)       # under the registry's budget of unverified checks per second
+    return out
+
+
+def produce_latency(bootstrap: str, n: int) -> float:
+    p = Producer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN", "sasl.username": "app", "sasl.password": "app-pw",
+                  "linger.ms": 0})
+    p.produce("bench", b"warm")
+    p.flush(30)
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        p.produce("bench", b"x" * 100)
+        p.flush(30)
+        lat.append(time.perf_counter() - t0)
+    return statistics.median(lat)
+
+
+def guessing(port: int, threads: int, per_thread_address: bool, stop: threading.Event) -> list[int]:
+    counts = [0] * threads
+
+    def run(i):
+        fresh = addresses(100 + i)
+        fixed = f"127.50.0.{i + 1}"
+        while not stop.is_set():
+            request(port, "carol", f"guess{counts[i]}", fixed if per_thread_address else next(fresh))
+            counts[i] += 1
+
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(threads)]
+    for t in ts:
+        t.start()
+    return counts, ts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--guesses", type=int, default=60)
+    ap.add_argument("--produces", type=int, default=300)
+    ap.add_argument("--threads", type=int, default=8)
+    args = ap.parse_args()
+    root = "file://" + tempfile.mkdtemp(prefix="bench-registry-auth-")
+    storage = Storage(root)
+    ScramUsers(storage).add("carol", "SCRAM-SHA-256", "carol-pw")
+    b = BrokerThread(storage, ServeOptions(port=0, credentials={"app": "app-pw"},
+                                           auto_create_topics=True,
+                                           schema_registry_listen=("127.0.0.1", 0))).start()
+    try:
+        port = b.server.schema_registry.port
+        src = addresses(30)
+        timed_guesses(port, "carol", 5, src)            # warm
+        u, w = [], []
+        for _ in range(args.guesses):          # interleaved: drift in load hits both alike
+            u += timed_guesses(port, "nobody", 1, src)
+            w += timed_guesses(port, "carol", 1, src)
+        unknown, wrong = statistics.median(u), statistics.median(w)
+        print(f"basic auth, median of {args.guesses}: unknown name {unknown * 1000:.2f} ms, "
+              f"known name wrong password {wrong * 1000:.2f} ms, ratio {wrong / unknown:.2f}")
+        quiet = produce_latency(b.bootstrap, args.produces)
+        print(f"produce median alone: {quiet * 1000:.2f} ms")
+        for per_address in (True, False):
+            stop = threading.Event()
+            counts, ts = guessing(port, args.threads, per_address, stop)
+            loud = produce_latency(b.bootstrap, args.produces)
+            stop.set()
+            for t in ts:
+                t.join(30)
+            kind = "one address per thread" if per_address else "a new address per guess"
+            print(f"produce median while {args.threads} threads guess ({kind}, {sum(counts)} "
+                  f"guesses): {loud * 1000:.2f} ms, ratio {loud / quiet:.2f}")
+    finally:
+        b.stop()
+
+
+if __name__ == "__main__":
+    main()
