@@ -1,7 +1,13 @@
 """The registry's HTTP listener: Confluent's REST paths over :class:`SchemaRegistryService`.
 
 A stdlib ``ThreadingHTTPServer`` on its own thread (:class:`SchemaRegistryThread`), one
-thread per connection up to ``max_connections``. Security is the Kafka listener's: loopback by
+thread per connection up to ``max_connections`` (``max_connections_per_ip`` from one address),
+counted at accept, before a TLS handshake; when full, the oldest connection that has not yet
+sent complete headers is dropped for the newcomer. A request's headers must arrive within
+``header_timeout_s`` of its first byte, its body within ``body_timeout_s`` (deadlines, not
+per-read timeouts). Authentication and the ACL check come before any body is read; with
+``--authorizer`` every request of an authenticated user is checked against the root's ACLs
+(:mod:`.access` maps them). Security is the Kafka listener's: loopback by
 default; any other address needs TLS and credentials (HTTP basic auth against the same
 ``user:password`` file as SASL) unless ``insecure``. Bad input never crashes it: bodies are
 capped at ``max_body_bytes`` (413), malformed JSON is a 400, a body of the wrong shape a 422,
@@ -532,6 +538,15 @@ class _Handler(BaseHTTPRequestHandler):
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise SchemaRegistryError(400, 400, f"Unrecognized JSON: {exc}") from None
 
+    def _check_references(self, body) -> None:
+        """A schema may reference only subjects the caller may read (else resolving it would
+        tell whether another tenant's version exists, and what it holds)."""
+        refs = body.get("references") if isinstance(body, dict) else None
+        for ref in refs if isinstance(refs, list) else ():
+            subject = ref.get("subject") if isinstance(ref, dict) else None
+            if isinstance(subject, str) and not self._may_read(subject):
+                raise self._forbid(A.subject_need(A.Operation.READ, subject))
+
     def _schema_body_limit(self, parts: list[str]) -> int | None:
         """A body carrying a schema (register, lookup, compatibility) is capped at what one
         ``_schemas`` record can hold (plus room for the JSON around the schema)."""
@@ -561,6 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self._body(self._schema_body_limit(parts) if method == "POST" else None)
             elif method == "DELETE" and self.headers.get("Content-Length") not in (None, "0"):
                 self._body()
+            self._check_references(body)
             status, payload, raw = self._route(method, parts, query, body)
             if isinstance(payload, list):
                 payload = _page(payload, query)

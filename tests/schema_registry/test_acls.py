@@ -184,3 +184,10 @@ def test_cluster_alter_configs_allows_the_global_settings(broker):
     assert call(broker, "alice", "GET", "/mode") == (200, {"mode": "READWRITE"})
     assert call(broker, "alice", "PUT", "/config", {"compatibility": "FULL"})[0] == 200
     assert call(broker, "alice", "DELETE", "/config")[0] == 200
+
+
+def test_a_schema_may_reference_only_readable_subjects(broker):
+    body = {"schema": json.dumps({"type": "record", "name": "W", "fields": [{"name": "r", "type": "R"}]}),
+            "references": [{"name": "R", "subject": "other-value", "version": 1}]}
+    status, out = call(broker, "alice", "POST", "/subjects/orders-value/versions", body)
+    assert status == 403 and out["error_code"] == 40301
