@@ -253,6 +253,44 @@ class Warehouse:
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
 
+    def namespace_exists(self, namespace: str) -> bool:
+        """Whether the catalog has ``namespace`` (False when the warehouse does not exist)."""
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        if not self.exists():
+            return False
+        try:
+            self.catalog().load_namespace_properties(namespace)
+            return True
+        except NoSuchNamespaceError:
+            return False
+
+    def drop_if_empty(self, name: str) -> bool:
+        """Drop table ``name`` and delete its files when it holds no snapshot (a table a
+        failed first load created: nobody committed to it). True when dropped."""
+        tbl = self.load_table(name)
+        if tbl is None or tbl.metadata.snapshots:
+            return False
+        location = tbl.location()
+        self.catalog().drop_table(table_identifier(name))
+        fs, path = table_fs(tbl, location)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        return True
+
+    def drop_namespace_if_empty(self, namespace: str) -> None:
+        """Drop ``namespace`` when it holds no table (one a failed first load created)."""
+        from pyiceberg.exceptions import NamespaceNotEmptyError, NoSuchNamespaceError
+
+        if not self.exists():
+            return
+        cat = self.catalog()
+        try:
+            if not cat.list_tables(namespace):
+                cat.drop_namespace(namespace)
+        except (NamespaceNotEmptyError, NoSuchNamespaceError):
+            pass
+
     def table(self, name: str):
         """Like :meth:`load_table` but a missing table is a :class:`TableNotFoundError`."""
         tbl = self.load_table(name)

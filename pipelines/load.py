@@ -632,13 +632,90 @@ def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
     tbl = wh.load_table(spec.table)
     check_mode(tbl, spec.table, layout.mode, keys)
     tbl = tbl or wh.create_table(spec.table, nullable(base), layout.partition_by,
-                                 properties=mode_properties(layout.mode, keys))
+                                 properties={**mode_properties(layout.mode, keys),
+                                             **spec.load_properties()})
     dl = None
     if spec.decoded:
         dl = (wh.load_table(spec.dead_letter_table)
               or wh.create_table(spec.dead_letter_table, nullable(dead_letter_schema()),
                                  layout.partition_by))
     return tbl, dl
+
+
+@dataclass
+class CreatedTables:
+    """The tables (and namespace) a load is about to create: dropped again, files and
+    all, when the load fails before its first commit, so that a load refused on its
+    arguments or its data leaves the warehouse as it found it."""
+
+    warehouse: ice.Warehouse
+    names: list[str]
+    namespace_existed: bool
+
+    @classmethod
+    def before(cls, wh: ice.Warehouse, names: list[str]) -> "CreatedTables":
+        """The tables of ``names`` that do not exist yet."""
+        from .table_layout import table_identifier
+
+        missing = [n for n in names if wh.load_table(n) is None]
+        ns = table_identifier(names[0])[0]
+        existed = bool(missing) and wh.namespace_exists(ns)
+        return cls(wh, missing, existed or not missing)
+
+    def drop_unused(self) -> None:
+        """Drop each of the tables that holds no snapshot (nobody committed to it)."""
+        from .table_layout import table_identifier
+
+        for name in self.names:
+            try:
+                self.warehouse.drop_if_empty(name)
+            except Exception as exc:   # the load's own error is the one to report
+                log.warning("could not drop the empty table %s: %s", name, exc)
+        if self.names and not self.namespace_existed:
+            self.warehouse.drop_namespace_if_empty(table_identifier(self.names[0])[0])
+
+
+def record_load_properties(tbl, spec: LoadSpec) -> None:
+    """After a run's commit: a table with load properties records the value schema the
+    run decoded with when it was given anew (a reprocess fixing the decoder), so the
+    next run without decoder flags decodes the same way."""
+    from .load_spec import stored_load
+
+    props = tbl.metadata.properties
+    if stored_load(props) is None:
+        return
+    changed = {k: v for k, v in spec.load_properties().items() if props.get(k) != v}
+    if changed:
+        with tbl.transaction() as txn:
+            txn.set_properties(**changed)
+
+
+def check_before_creating(spark, spec: LoadSpec) -> None:
+    """What can be checked of a load before anything is created: the upsert key
+    columns name columns of the decoded records when the value schema is given
+    (not a registry's, not a CDC envelope's). A ConfigError here leaves the
+    warehouse untouched."""
+    if not (spec.layout.upsert and spec.decoded) or spec.registry or spec.cdc is not None:
+        return
+    from .decoding import parse_avro_schema, parse_json_schema
+
+    opts = spec.decode_options()
+    if not getattr(opts, "flatten", True):
+        return
+    text = opts.schema_text()
+    if text is None:
+        return
+    if spec.value_format == "json":
+        names = parse_json_schema(text, spark).fieldNames()
+    elif spec.value_format == "avro":
+        names = parse_avro_schema(text)[1].fieldNames()
+    else:
+        return
+    columns = set(names) | set(base_decoded_schema().names) | {"key"}
+    missing = [c for c in spec.upsert_keys if c not in columns]
+    if missing:
+        raise ConfigError(f"key column(s) {missing} are not columns of the decoded records "
+                          f"(columns: {sorted(names)})")
 
 
 def _dead_letter_plan(dl, topic: str, ranges: list[OffsetRange], gaps: list[OffsetRange]):
@@ -764,7 +841,10 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []),
                request.register_existing)
     existing = wh.load_table(table)
-    spec = spec.for_table(existing)   # no mode given: the table's (append when new)
+    # Flags left out: the table's recorded load (a conflicting one: refused); no mode
+    # given: the table's (append when new).
+    spec = spec.for_table(existing)
+    check_before_creating(spark, spec)
     if run_id is not None and existing is not None:
         done = ice.find_run(existing, run_id)
         if done is not None:
@@ -794,6 +874,20 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         summary.seconds = clock.monotonic_s() - started
         return summary
 
+    created = CreatedTables.before(wh, [table] + ([spec.dead_letter_table] if spec.decoded else []))
+    try:
+        return _load_into(spark, request, spec, summary, ranges, gaps, run_id, started)
+    except BaseException:
+        created.drop_unused()   # a failed first load leaves no table behind
+        raise
+
+
+def _load_into(spark, request: LoadRequest, spec: LoadSpec, summary: LoadSummary,
+               ranges: list[OffsetRange], gaps: list[OffsetRange], run_id: str,
+               started: float) -> LoadSummary:
+    """The write and commit of :func:`load` (tables created if missing)."""
+    clock, wh, storage_options = request.clock, request.warehouse, request.storage_options
+    topic, table = spec.topic, spec.table
     tbl, dl = ensure_tables(wh, spec)
     dl_start, dl_ranges, dl_gaps = ({}, [], []) if dl is None else _dead_letter_plan(
         dl, topic, ranges, gaps)
@@ -833,6 +927,7 @@ def load(spark, request: LoadRequest) -> LoadSummary:
                                  f"offsets") from None
     summary.snapshot_id = result.snapshot_id
     summary.commit_seconds = clock.monotonic_s() - commit_started
+    record_load_properties(wh.table(table), spec)
     if upsert:
         from dataclasses import asdict
 

@@ -36,13 +36,14 @@ DAG file can parse it cheaply at parse time.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from kafkastore.errors import ConfigError
 
 from .table_layout import (DEFAULT_COMPRESSION, DEFAULT_KEY_COLUMNS, DEFAULT_MAX_ROWS_PER_FILE,
-                           DEFAULT_PARTITION_BY, TableLayout, dead_letter_table,
+                           DEFAULT_PARTITION_BY, LOAD_PROPERTIES, TableLayout, dead_letter_table,
                            parse_key_columns, table_identifier)
 
 VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
@@ -102,15 +103,68 @@ class LoadSpec:
             check_spec(self)
 
     def for_table(self, table) -> "LoadSpec":
-        """This spec with the mode settled: a spec that names none takes ``table``'s
-        (a pyiceberg table or None): an upsert table keeps loading as one."""
-        if self.mode is not None:
-            return self
-        from .upsert import table_mode
+        """This spec settled against ``table`` (a pyiceberg table or None): what the
+        table's load properties record (:func:`stored_load`) fills what the spec leaves
+        at its default, a value that conflicts with them is a ConfigError naming the
+        property and both values; a spec that names no mode takes the table's (an
+        upsert table keeps loading as one). A new table, or one created before the load
+        properties existed, keeps the spec as given."""
+        changes = {} if table is None else self._stored_changes(
+            table.metadata.properties, _display_name(table))
+        if self.mode is None:
+            from .upsert import table_mode
 
-        mode, keys = table_mode(table)
-        return replace(self, mode=mode,
-                       key_columns=() if tuple(keys) in ((), DEFAULT_KEY_COLUMNS) else tuple(keys))
+            mode, keys = table_mode(table)
+            changes.update(mode=mode, key_columns=() if tuple(keys) in ((), DEFAULT_KEY_COLUMNS)
+                           else tuple(keys))
+        return replace(self, **changes) if changes else self
+
+    def _stored_changes(self, properties: Mapping[str, str], name: str) -> dict[str, Any]:
+        """The fields to take from the table's load properties (see :meth:`for_table`)."""
+        stored = stored_load(properties)
+        if stored is None:
+            return {}
+        changes: dict[str, Any] = {}
+        given_decoder = (self.value_format != "raw" or self.value_schema is not None
+                         or self.value_schema_file is not None or bool(self.decode))
+        if not given_decoder:
+            changes.update(value_format=stored["value_format"],
+                           value_schema=stored["value_schema"],
+                           value_schema_file=stored["value_schema_file"],
+                           decode=stored["decode"])
+        else:
+            _agree(name, "value_format", self.value_format, stored["value_format"])
+            for k in sorted(set(self.decode) | set(stored["decode"])):
+                if k not in self.decode:
+                    changes.setdefault("decode", dict(self.decode))[k] = stored["decode"][k]
+                else:
+                    _agree(name, "decode", self.decode[k], stored["decode"].get(k), option=k)
+            # A new value schema is how a reprocess fixes a decoder (a new column, a
+            # corrected type): given, it wins and is recorded by the run's commit.
+            if self.value_schema is None and self.value_schema_file is None:
+                changes.update(value_schema=stored["value_schema"],
+                               value_schema_file=stored["value_schema_file"])
+        if self.cdc is None:
+            if stored["cdc"] is not None:
+                changes["cdc"] = stored["cdc"]
+        else:
+            _agree(name, "cdc", self.cdc, stored["cdc"])
+        if tuple(self.partition_by) in (DEFAULT_PARTITION_BY, stored["partition_by"]):
+            changes["partition_by"] = stored["partition_by"]
+        else:
+            _agree(name, "partition_by", list(self.partition_by), list(stored["partition_by"]))
+        return changes
+
+    def load_properties(self) -> dict[str, str]:
+        """The table properties recording how this spec loads (:data:`LOAD_PROPERTIES`),
+        set when a load creates the table."""
+        props = {LOAD_PROPERTIES["value_format"]: self.value_format,
+                 LOAD_PROPERTIES["decode"]: json.dumps(dict(self.decode), sort_keys=True),
+                 LOAD_PROPERTIES["partition_by"]: json.dumps(list(self.partition_by))}
+        for name in ("value_schema", "value_schema_file", "cdc"):
+            if getattr(self, name) is not None:
+                props[LOAD_PROPERTIES[name]] = str(getattr(self, name))
+        return props
 
     @property
     def maintain_after_load(self) -> bool:
@@ -183,6 +237,41 @@ class LoadSpec:
                    mode=str(entry["mode"]) if entry.get("mode") else None,
                    key_columns=_key_columns(entry.get("key_columns")),
                    cdc=entry.get("cdc") or None)
+
+
+#: The CLI flag of each recorded field (decoder options: ``--`` + the option's name).
+_FLAGS = {"value_format": "--value-format", "cdc": "--cdc", "partition_by": "--partition-by"}
+
+
+def stored_load(properties: Mapping[str, str]) -> dict[str, Any] | None:
+    """The spec fields a table's load properties record, or None for a table created
+    before they existed (no ``kafkastore.load.value-format``)."""
+    if LOAD_PROPERTIES["value_format"] not in properties:
+        return None
+    get = properties.get
+    return {"value_format": get(LOAD_PROPERTIES["value_format"]),
+            "value_schema": get(LOAD_PROPERTIES["value_schema"]),
+            "value_schema_file": get(LOAD_PROPERTIES["value_schema_file"]),
+            "decode": json.loads(get(LOAD_PROPERTIES["decode"]) or "{}"),
+            "cdc": get(LOAD_PROPERTIES["cdc"]),
+            "partition_by": tuple(json.loads(get(LOAD_PROPERTIES["partition_by"]) or "[]"))}
+
+
+def _agree(table: str, name: str, given: Any, stored: Any, option: str | None = None) -> None:
+    """ConfigError (one line) when a given value differs from the table's recorded one."""
+    if given == stored or (option is not None and str(given) == str(stored)):
+        return
+    flag = ("--" + option.replace("_", "-")) if option else _FLAGS[name]
+    where = LOAD_PROPERTIES[name] + (f"[{option}]" if option else "")
+    raise ConfigError(f"table {table} is loaded with {where}={json.dumps(stored)}; "
+                      f"{flag} {json.dumps(given)} conflicts with it (drop the flag to use "
+                      f"the table's, or load into another table)")
+
+
+def _display_name(table) -> str:
+    from .table_layout import table_name
+
+    return table_name(table.name())
 
 
 def _key_columns(value) -> tuple[str, ...]:

@@ -176,6 +176,9 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []),
                request.register_existing)
     tbl = wh.table(table)
+    # Rebuilt as loaded: the table's recorded decoder, CDC, keys and partitioning fill
+    # what the request leaves out (a conflicting value is refused).
+    spec = spec.for_table(tbl)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
     from .upsert import table_mode
@@ -242,6 +245,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
         properties=extras.properties if extras else {},
         expected={(topic, pl.range.partition): pl.committed for pl in plans}))
     summary.snapshot_id = result.snapshot_id
+    _load.record_load_properties(wh.table(table), spec)
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
     summary.seconds = request.clock.monotonic_s() - started
@@ -364,6 +368,7 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
     result = ice.commit(tbl, c)
     up.remove_staging(staged_urls, storage_options)
     summary.snapshot_id = result.snapshot_id
+    _load.record_load_properties(wh.table(table), spec)
     if result.noop:
         summary.noop, summary.reason = True, f"run id committed earlier at snapshot {result.snapshot_id}"
     summary.seconds = request.clock.monotonic_s() - started

@@ -35,6 +35,24 @@ DEFAULT_COMPRESSION = "zstd"
 DEAD_LETTERS_SUFFIX = "_dead_letters"
 DEFAULT_NAMESPACE = "default"
 
+#: How a table is loaded, remembered in its own Iceberg table properties so that
+#: ``reprocess``, ``maintain``, the next ``load`` and the DAGs' reruns decode and lay
+#: out its rows exactly as its first load did. The mode and key columns keep their
+#: older names (``kafkastore.mode``, ``kafkastore.key-columns``, pipelines.upsert);
+#: everything else is under this one prefix. A table without
+#: ``kafkastore.load.value-format`` was created before these existed: its loads take
+#: their flags as given.
+LOAD_PROPERTY_PREFIX = "kafkastore.load."
+#: The spec field each load property records (field name -> property name).
+LOAD_PROPERTIES = {
+    "value_format": LOAD_PROPERTY_PREFIX + "value-format",
+    "value_schema": LOAD_PROPERTY_PREFIX + "value-schema",
+    "value_schema_file": LOAD_PROPERTY_PREFIX + "value-schema-file",
+    "decode": LOAD_PROPERTY_PREFIX + "decode",
+    "cdc": LOAD_PROPERTY_PREFIX + "cdc",
+    "partition_by": LOAD_PROPERTY_PREFIX + "partition-by",
+}
+
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _TRANSFORM_RE = re.compile(r"^\s*(identity|year|month|day|hour)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
 _COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
