@@ -11,7 +11,10 @@ schema registry on) over a temporary ``file://`` root. Prints:
 2. the median latency of a produce (confluent-kafka, SASL PLAIN, one message then flush)
    alone and while ``--threads`` threads guess passwords, each from one address (answered 429
    after the failure budget) and each guess from a new address (every guess runs PBKDF2,
-   bounded by the verifier's slots), and the ratios to the quiet median.
+   bounded by the verifier's slots), and the ratios to the quiet median;
+3. with ``--slowloris``: 300 sockets from 300 loopback addresses dribbling a header byte every
+   0.5 s and reconnecting when cut off, the share of 100 authenticated requests answered, their
+   median latency, and the threads and connections the registry holds meanwhile.
 Other processes on the machine make the numbers noisy: compare within one run.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import base64
 import http.client
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -93,11 +97,61 @@ def guessing(port: int, threads: int, per_thread_address: bool, stop: threading.
     return counts, ts
 
 
+def slowloris(port: int, server, auth: str) -> None:
+    stop, socks = threading.Event(), {}
+
+    def attack():
+        while not stop.is_set():
+            for k in range(300):
+                s = socks.get(k)
+                if s is None:
+                    s = socket.socket()
+                    try:
+                        s.bind((f"127.9.{k // 200}.{k % 200 + 1}", 0))
+                        s.connect(("127.0.0.1", port))
+                        s.sendall(b"G")
+                        socks[k] = s
+                    except OSError:
+                        s.close()
+                else:
+                    try:
+                        s.send(b"E")
+                    except OSError:
+                        s.close()
+                        socks.pop(k)
+            stop.wait(0.5)
+
+    t = threading.Thread(target=attack, daemon=True)
+    t.start()
+    time.sleep(3)
+    ok, lat = 0, []
+    for _ in range(100):
+        t0 = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/subjects", headers={"Authorization": auth})
+            ok += conn.getresponse().status == 200
+            conn.close()
+        except OSError:
+            pass
+        lat.append(time.perf_counter() - t0)
+        time.sleep(0.05)
+    print(f"slowloris (300 dribbling sockets): {ok}/100 authenticated requests answered, median "
+          f"{statistics.median(lat) * 1000:.1f} ms; threads {threading.active_count()}, registry "
+          f"connections {server.open_connections()}, evicted {server.evicted_connections}, "
+          f"refused {server.refused_connections}")
+    stop.set()
+    t.join(10)
+    for s in socks.values():
+        s.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--guesses", type=int, default=60)
     ap.add_argument("--produces", type=int, default=300)
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--slowloris", action="store_true")
     args = ap.parse_args()
     root = "file://" + tempfile.mkdtemp(prefix="bench-registry-auth-")
     storage = Storage(root)
@@ -128,6 +182,9 @@ def main() -> None:
             kind = "one address per thread" if per_address else "a new address per guess"
             print(f"produce median while {args.threads} threads guess ({kind}, {sum(counts)} "
                   f"guesses): {loud * 1000:.2f} ms, ratio {loud / quiet:.2f}")
+        if args.slowloris:
+            slowloris(port, b.server.schema_registry._server,
+                      "Basic " + base64.b64encode(b"app:app-pw").decode())
     finally:
         b.stop()
 
