@@ -98,7 +98,7 @@ class GroupDecoder:
         import pyarrow as pa
 
         try:
-            return self._array(records), errors
+            return out_of_range_to_dead_letters(self._array(records), errors, self.label)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             # One value spoils the conversion of the group: find it value by value.
             parts = []
@@ -108,7 +108,7 @@ class GroupDecoder:
                 except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
                     errors[i] = f"{self.label} value does not fit {self.arrow}: {exc}"
                     parts.append(pa.nulls(1, self.arrow))
-            return pa.concat_arrays(parts), errors
+            return out_of_range_to_dead_letters(pa.concat_arrays(parts), errors, self.label)
 
     label = "value"
 
@@ -165,8 +165,13 @@ class AvroGroupDecoder(GroupDecoder):
                                       offsets[1:])
             if arr is not None:
                 if self.final is not None and arr.type != self.final:
-                    arr = arr.cast(self.final)
-                return arr, [None] * len(values)
+                    try:
+                        arr = arr.cast(self.final)
+                    except (pa.ArrowException, OverflowError):
+                        # A value the table's type cannot hold (a timestamp-millis of
+                        # Long.MAX_VALUE): value by value, it becomes a dead letter.
+                        return self.decode_many(values.to_pylist(), starts)
+                return out_of_range_to_dead_letters(arr, [None] * len(values), self.label)
         return self.decode_many(values.to_pylist(), starts)
 
     def decode_many(self, values: list[bytes], starts: list[int]):
@@ -207,6 +212,58 @@ class AvroGroupDecoder(GroupDecoder):
         if left:
             raise ValueError(f"{left} byte(s) left after the Avro datum")
         return rec if self.is_record else {"value": rec}
+
+
+# What Iceberg, Spark and Python can hold: years 1..9999, times of day within a day.
+_DAY_US = 86_400_000_000
+_MIN_DAYS, _MAX_DAYS = -719_162, 2_932_896          # 0001-01-01, 9999-12-31
+_MIN_US, _MAX_US = _MIN_DAYS * _DAY_US, (_MAX_DAYS + 1) * _DAY_US - 1
+
+
+def _bad_temporal(arr):
+    """A boolean mask of the values of ``arr`` (any type) outside the range the table can
+    hold, or None when the type holds no dates, times or timestamps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if pa.types.is_struct(t):
+        masks = [_bad_temporal(arr.field(i)) for i in range(t.num_fields)]
+        masks = [m for m in masks if m is not None]
+        if not masks:
+            return None
+        out = masks[0]
+        for m in masks[1:]:
+            out = pc.or_(out, m)
+        return out
+    if pa.types.is_date32(t):
+        lo, hi, ints = _MIN_DAYS, _MAX_DAYS, arr.cast(pa.int32())
+    elif pa.types.is_timestamp(t) and t.unit == "us":
+        lo, hi, ints = _MIN_US, _MAX_US, arr.cast(pa.int64())
+    elif pa.types.is_time64(t) and t.unit == "us":
+        lo, hi, ints = 0, _DAY_US - 1, arr.cast(pa.int64())
+    else:
+        return None
+    bad = pc.or_(pc.less(ints, lo), pc.greater(ints, hi))
+    return pc.fill_null(bad, False)
+
+
+def out_of_range_to_dead_letters(arr, errors: list, label: str):
+    """``(arr, errors)`` with each row holding a date, time or timestamp the table cannot
+    hold (outside years 1..9999, a time of day past midnight) nulled and given its reason:
+    a dead letter, like any other value that does not fit."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bad = _bad_temporal(arr)
+    if bad is None or not pc.any(bad).as_py():
+        return arr, errors
+    errors = list(errors)
+    for i in pc.indices_nonzero(bad).to_pylist():
+        if errors[i] is None:
+            errors[i] = (f"{label} value does not fit {arr.type}: a date, time or timestamp "
+                         f"outside years 1..9999 or a time of day outside 00:00..24:00")
+    return pc.if_else(bad, pa.scalar(None, arr.type), arr), errors
 
 
 def _raw_time(t):
