@@ -679,15 +679,22 @@ def record_load_properties(tbl, spec: LoadSpec) -> None:
     """After a run's commit: a table with load properties records the value schema the
     run decoded with when it was given anew (a reprocess fixing the decoder), so the
     next run without decoder flags decodes the same way."""
-    from .load_spec import stored_load
+    from .load_spec import REVISABLE, stored_load
+    from .table_layout import LOAD_PROPERTIES
 
     props = tbl.metadata.properties
     if stored_load(props) is None:
         return
-    changed = {k: v for k, v in spec.load_properties().items() if props.get(k) != v}
-    if changed:
+    names = {LOAD_PROPERTIES[f] for f in REVISABLE}
+    wanted = {k: v for k, v in spec.load_properties().items() if k in names}
+    changed = {k: v for k, v in wanted.items() if props.get(k) != v}
+    stale = [k for k in names if k in props and k not in wanted]
+    if changed or stale:
         with tbl.transaction() as txn:
-            txn.set_properties(**changed)
+            if changed:
+                txn.set_properties(**changed)
+            if stale:   # a schema file replaced by an inline schema, or the reverse
+                txn.remove_properties(*stale)
 
 
 def check_before_creating(spark, spec: LoadSpec) -> None:

@@ -50,6 +50,11 @@ VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
 ON_DATA_LOSS = ("fail", "skip")
 DECODE_EXTRA = ("confluent_wire_format", "value_schema_id", "flatten", "keep_raw_value",
                 "schema_registry", "on_incompatible", "key_format")
+#: Decoder options that are a run's policy, not how rows are decoded: a run may give
+#: another than the table's recorded one (which it uses when none is given).
+RUN_POLICIES = ("on_incompatible",)
+#: The load properties a run that gives them anew records (a fixed decoder's schema).
+REVISABLE = ("value_schema", "value_schema_file")
 #: Keys only the DAGs read (kept in ``LoadSpec.scheduling`` as given; an absent
 #: key and ``schedule: null``, a DAG run only by hand, differ).
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
@@ -137,7 +142,7 @@ class LoadSpec:
             for k in sorted(set(self.decode) | set(stored["decode"])):
                 if k not in self.decode:
                     changes.setdefault("decode", dict(self.decode))[k] = stored["decode"][k]
-                else:
+                elif k not in RUN_POLICIES:
                     _agree(name, "decode", self.decode[k], stored["decode"].get(k), option=k)
             # A new value schema is how a reprocess fixes a decoder (a new column, a
             # corrected type): given, it wins and is recorded by the run's commit.

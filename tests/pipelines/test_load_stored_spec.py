@@ -153,3 +153,18 @@ def test_a_failed_first_load_drops_the_empty_tables_it_created(wh):
     kept = _table(wh, LoadSpec(topic="t", table="acc"))
     CreatedTables.before(wh, ["acc"]).drop_unused()
     assert wh.load_table("acc") is not None and kept is not None
+
+
+def test_a_runs_policy_may_differ_from_the_tables(wh):
+    tbl = _table(wh, LoadSpec(topic="t", table="acc", value_format="avro",
+                              decode={"schema_registry": "http://127.0.0.1:1",
+                                      "on_incompatible": "dead-letter"}))
+    strict = LoadSpec(topic="t", table="acc", value_format="avro",
+                      decode={"schema_registry": "http://127.0.0.1:1",
+                              "on_incompatible": "fail"}).for_table(tbl)
+    assert strict.decode["on_incompatible"] == "fail"
+    assert LoadSpec(topic="t", table="acc").for_table(tbl).decode == {
+        "schema_registry": "http://127.0.0.1:1", "on_incompatible": "dead-letter"}
+    with pytest.raises(ConfigError, match=r"kafkastore\.load\.decode\[schema_registry\]"):
+        LoadSpec(topic="t", table="acc", value_format="avro",
+                 decode={"schema_registry": "http://127.0.0.1:2"}).for_table(tbl)

@@ -72,6 +72,10 @@ def test_reprocess_rebuilds_the_state_with_the_new_decoder(spark, upsert_table):
     assert audit["mode"] == "upsert" and audit["reason"] == "owner column"
     assert audit["base_snapshot"] == ice.history(table)[0].snapshot_id   # the first load
     assert summary.snapshot_id == snap.snapshot_id
+    # The table records the new decoder: the next run without decoder flags uses it.
+    from pipelines.load_spec import stored_load
+
+    assert stored_load(table.metadata.properties)["value_schema"] == fixed.value_schema
     # The next load goes on from the same offsets.
     _produce(upsert_table["storage"], [{"key": b'{"id": "a0"}', "value": None, "partition": 0,
                                         "timestamp": T0 + 99}])
