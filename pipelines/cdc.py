@@ -16,6 +16,17 @@ per record):
 * ``d`` (delete): deletes the row whose key columns ``before`` holds;
 * a null value (the tombstone Debezium sends after a delete, for log compaction) is
   skipped: the delete event before it already removed the row;
+* a value that does not fit its column (an id beyond INT, a base64 decimal without
+  the schema naming its scale, a Debezium date sent for a timestamp column, a decimal
+  beyond its precision) makes the event a dead letter with the reason, worded as in a
+  plain JSON load (``id: 3000000000 out of range for integer``): never nulled;
+* under ``schemas.enable=true`` the envelope's schema names Debezium's encodings,
+  which become the column's type (:func:`debezium_row`): ``io.debezium.time.Date`` and
+  Connect ``Date`` (days) a DATE; ``Timestamp``/``MicroTimestamp``/``NanoTimestamp`` and
+  Connect ``Timestamp`` (epoch units) a TIMESTAMP or TIMESTAMP_NTZ;
+  ``ZonedTimestamp`` (ISO text) a TIMESTAMP; ``Time``/``MicroTime``/``NanoTime`` and
+  Connect ``Time`` a TIME; Connect ``Decimal`` (base64, scale parameter) and
+  ``VariableScaleDecimal`` (scale + base64) a DECIMAL, exactly or not at all;
 * anything else (not JSON, no ``op``, ``c``/``r``/``u`` without ``after``, ``d``
   without ``before``, ``t`` truncate and ``m`` messages) goes to the dead letters,
   with the reason.
@@ -37,6 +48,11 @@ the source's commit order, so a snapshot (``op=r``) followed by streaming change
 at the source table's state.
 """
 from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
 
 from kafkastore.errors import ConfigError
 
@@ -77,6 +93,7 @@ def debezium_frame(df, opts, raw_value: str, error: str):
     CDC columns, the raw value (``raw_value``; null for deletes, which makes them
     tombstones of their key) and the error (``error``; dead letters)."""
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     from .decoding import KAFKA_META_COLUMNS, parse_json_schema
 
@@ -102,21 +119,265 @@ def debezium_frame(df, opts, raw_value: str, error: str):
            .when(~(upsert | (op == "d")),
                  F.concat(F.lit("Debezium op "), op, F.lit(" is not a row change"))))
     keep = [c for c in df.columns if c in KAFKA_META_COLUMNS]
-    framed = (df.where(F.col("value").isNotNull())          # tombstones after deletes
-              .withColumn("__row", F.from_json(row_json, row_type))
-              .withColumn(error, why))
     fields = [f.name for f in row_type.fields]
+    corrupt = "__cdc_corrupt"
+    parse_type = T.StructType(list(row_type.fields) + [T.StructField(corrupt, T.StringType())])
+    # A row Spark's parser refuses (a value that does not fit its column) or whose
+    # envelope schema names one of Debezium's encodings (days, epoch units, base64
+    # decimals: Spark would refuse or misread them) goes to Python (:func:`debezium_row`),
+    # which converts it or says why it is a dead letter. Other rows stay in the JVM.
+    encoded = F.coalesce(has_schema & F.get_json_object(text, "$.schema").rlike(_ENCODED_RE),
+                         F.lit(False))
+    framed = (df.where(F.col("value").isNotNull())          # tombstones after deletes
+              .withColumn("__row", F.from_json(row_json, parse_type, {
+                  "mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}))
+              .withColumn(error, why))
+    fix = (F.col(error).isNull() & row_json.isNotNull()
+           & (encoded | F.col(f"__row.{corrupt}").isNotNull()))
     clash = sorted(set(fields) & set(keep))
     if clash:
         raise ConfigError(f"source columns {clash} clash with Kafka columns")
-    return framed.select(
+    framed = framed.select(
         *[F.col(c) for c in keep],
         *[F.col(f"__row.`{f}`").alias(f) for f in fields],
         op.alias("cdc_op"), F.get_json_object(env, "$.ts_ms").cast("bigint").alias("cdc_ts_ms"),
         position.alias("cdc_position"), src.alias("cdc_source"),
         # deletes: no raw value, so the writer marks them tombstones; dead letters keep it
         F.when(F.col(error).isNotNull() | (op != "d"), F.col("value")).alias(raw_value),
-        F.col(error))
+        F.col(error), fix.alias(_FIX), F.when(fix, F.col("value")).alias(_FIX_VALUE))
+    out_schema = framed.drop(_FIX, _FIX_VALUE).schema
+    return framed.mapInArrow(_row_fixer(row_type.json(), fields, raw_value, error), out_schema)
+
+
+_FIX, _FIX_VALUE = "__cdc_fix", "__cdc_fix_value"
+_ENCODED_RE = (r"io\.debezium\.time\.|io\.debezium\.data\.VariableScaleDecimal|"
+               r"org\.apache\.kafka\.connect\.data\.")
+
+
+def _row_fixer(row_type_json: str, fields: list[str], raw_value: str, error: str):
+    """The Arrow function that converts the rows marked for Python (see
+    :func:`debezium_frame`) and passes every other row through untouched."""
+    def run(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark.sql.types import StructType
+
+        row_type = StructType.fromJson(json.loads(row_type_json))
+        for b in batches:
+            fix = b.column(_FIX)
+            names = [n for n in b.schema.names if n not in (_FIX, _FIX_VALUE)]
+            if not pc.any(fix).as_py():
+                yield pa.RecordBatch.from_arrays([b.column(n) for n in names], names=names)
+                continue
+            fix = pc.fill_null(fix, False)
+            values = b.column(_FIX_VALUE).to_pylist()
+            # Only the marked rows are converted to Python: Spark may have misread the
+            # others' neighbours' columns into values Python cannot hold.
+            n_rows = b.num_rows
+            cols = {n: [None] * n_rows for n in fields}
+            errors = b.column(error).to_pylist()
+            raws = [None] * n_rows
+            for i in pc.indices_nonzero(fix).to_pylist():
+                row, why = debezium_row(values[i], row_type)
+                if why is not None:
+                    errors[i] = why
+                    raws[i] = values[i]      # a dead letter keeps its value
+                    row = dict.fromkeys(fields)
+                for n in fields:
+                    cols[n][i] = row[n]
+            out = []
+            for n in names:
+                col = b.column(n)
+                if n in cols:
+                    col = pc.if_else(fix, pa.array(cols[n], col.type), col)
+                elif n == raw_value:
+                    col = pc.if_else(pc.and_(fix, pc.is_valid(pa.array(raws, col.type))),
+                                     pa.array(raws, col.type), col)
+                elif n == error:
+                    col = pa.array(errors, col.type)
+                out.append(col)
+            yield pa.RecordBatch.from_arrays(out, names=names)
+
+    return run
+
+
+# ---------------------------------------------------------------------------
+# Debezium's value encodings (the JsonConverter's schema names)
+
+_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
+#: epoch timestamps: schema name -> units per second
+_TIMESTAMPS = {"io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp": 1_000,
+               "io.debezium.time.MicroTimestamp": 1_000_000,
+               "io.debezium.time.NanoTimestamp": 1_000_000_000}
+#: times of day: schema name -> units per second
+_TIMES = {"io.debezium.time.Time": 1_000, "org.apache.kafka.connect.data.Time": 1_000,
+          "io.debezium.time.MicroTime": 1_000_000, "io.debezium.time.NanoTime": 1_000_000_000}
+_ZONED = "io.debezium.time.ZonedTimestamp"
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+_VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+
+
+class _Misfit(Exception):
+    """A value that does not fit its column (internal: becomes a dead letter's reason)."""
+
+
+def debezium_row(value, row_type):
+    """``(row, None)``: the row of one Debezium JSON event (bytes or text) converted to
+    ``row_type`` (a Spark struct of the source table's columns) as Python values, with
+    Debezium's encodings named by the envelope's schema understood; or ``(None, reason)``
+    when a value does not fit its column (the reason names the column, as a plain JSON
+    load's dead letters do)."""
+    from .decoding import _json_mismatch
+
+    try:
+        doc = json.loads(value)
+        if isinstance(doc, dict) and isinstance(doc.get("payload"), dict) and "schema" in doc:
+            env, schema = doc["payload"], doc.get("schema")
+        else:
+            env, schema = doc, None
+        part = "before" if env.get("op") == "d" else "after"
+        row = env.get(part)
+        if not isinstance(row, dict):
+            return None, f"{part}: expected a JSON object, got {type(row).__name__}"
+        named = _field_schemas(schema, part)
+        out = {}
+        for f in row_type.fields:
+            v = row.get(f.name)
+            fs = named.get(f.name) or {}
+            if v is None:
+                out[f.name] = None
+            elif fs.get("name") and _is_encoding(fs["name"]):
+                out[f.name] = _decode_encoded(v, fs, f.dataType, f.name)
+            else:
+                problem = _json_mismatch(v, f.dataType.jsonValue(), f.name)
+                if problem:
+                    return None, problem
+                out[f.name] = _plain(v, f.dataType, f.name)
+        return out, None
+    except _Misfit as exc:
+        return None, str(exc)
+    except (ValueError, TypeError, AttributeError, OverflowError, ArithmeticError) as exc:
+        return None, f"Debezium event does not decode: {type(exc).__name__}: {exc}"
+
+
+def _field_schemas(schema, part: str) -> dict:
+    """The Connect field schemas of the envelope's ``part`` record, by field name."""
+    if not isinstance(schema, dict):
+        return {}
+    for f in schema.get("fields") or ():
+        if isinstance(f, dict) and f.get("field") == part:
+            return {g.get("field"): g for g in f.get("fields") or () if isinstance(g, dict)}
+    return {}
+
+
+def _is_encoding(name: str) -> bool:
+    return (name in _DATES or name in _TIMESTAMPS or name in _TIMES or name in
+            (_ZONED, _DECIMAL, _VARIABLE_DECIMAL))
+
+
+def _misfit(column: str, name: str, v, t) -> _Misfit:
+    return _Misfit(f"{column}: {name} value {v!r:.40} does not fit {t.simpleString()}")
+
+
+def _decode_encoded(v, fs: dict, t, column: str):
+    from pyspark.sql import types as T
+
+    name = fs["name"]
+    if name in _DATES:
+        if not isinstance(t, T.DateType) or isinstance(v, bool) or not isinstance(v, int):
+            raise _misfit(column, name, v, t)
+        return _checked(column, name, v, t, lambda: _dt.date(1970, 1, 1) + _dt.timedelta(days=v))
+    if name in _TIMESTAMPS:
+        if isinstance(v, bool) or not isinstance(v, int) or not isinstance(
+                t, (T.TimestampType, T.TimestampNTZType)):
+            raise _misfit(column, name, v, t)
+        micros = v * 1_000_000 // _TIMESTAMPS[name]
+        ts = _checked(column, name, v, t,
+                      lambda: _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=micros))
+        return ts if isinstance(t, T.TimestampNTZType) else ts.replace(tzinfo=_dt.timezone.utc)
+    if name in _TIMES:
+        if isinstance(v, bool) or not isinstance(v, int) or not isinstance(t, T.TimeType) \
+                or not 0 <= v < 86_400 * _TIMES[name]:
+            raise _misfit(column, name, v, t)
+        micros = v * 1_000_000 // _TIMES[name]
+        return (_dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=micros)).time()
+    if name == _ZONED:
+        if not isinstance(v, str) or not isinstance(t, T.TimestampType):
+            raise _misfit(column, name, v, t)
+        ts = _checked(column, name, v, t,
+                      lambda: _dt.datetime.fromisoformat(v.replace("Z", "+00:00")))
+        if ts.tzinfo is None:
+            raise _misfit(column, name, v, t)
+        return ts.astimezone(_dt.timezone.utc)
+    # decimals: base64 two's complement big-endian, the scale in the schema or the value
+    if not isinstance(t, T.DecimalType):
+        raise _misfit(column, name, v, t)
+    if name == _DECIMAL:
+        scale, data = (fs.get("parameters") or {}).get("scale", 0), v
+    else:
+        scale, data = (v.get("scale"), v.get("value")) if isinstance(v, dict) else (None, None)
+    if not isinstance(data, str) or scale is None:
+        raise _misfit(column, name, v, t)
+    unscaled = int.from_bytes(base64.b64decode(data, validate=True), "big", signed=True)
+    return _fit_decimal(decimal.Decimal(unscaled).scaleb(-int(scale)), t, column, name)
+
+
+def _checked(column, name, v, t, make):
+    try:
+        return make()
+    except (OverflowError, ValueError) as exc:
+        raise _Misfit(f"{column}: {name} value {v!r:.40} does not fit {t.simpleString()}: "
+                      f"{exc}") from None
+
+
+def _fit_decimal(d, t, column: str, name: str):
+    """``d`` at ``t``'s scale, or a misfit when that loses digits or exceeds the precision."""
+    q = d.quantize(decimal.Decimal(1).scaleb(-t.scale), context=decimal.Context(prec=80))
+    if q != d or len(q.as_tuple().digits) > t.precision and q != 0:
+        raise _Misfit(f"{column}: {name} value {d} does not fit {t.simpleString()}")
+    return q
+
+
+def _plain(v, t, column: str):
+    """A JSON value (already checked by the plain JSON rule) as ``t``'s Python value, the
+    way Spark's JSON parser reads it."""
+    from pyspark.sql import types as T
+
+    if isinstance(t, T.StringType):
+        return v if isinstance(v, str) else json.dumps(v)
+    if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType)):
+        return v
+    if isinstance(t, (T.FloatType, T.DoubleType)):
+        return float(v)
+    if isinstance(t, T.DecimalType):
+        return _fit_decimal(decimal.Decimal(str(v)), t, column, "value")
+    if isinstance(t, T.DateType):
+        if not isinstance(v, str):
+            raise _Misfit(f"{column}: expected date as a string, got {type(v).__name__} {v!r:.40}")
+        return _checked(column, "value", v, t, lambda: _dt.date.fromisoformat(v))
+    if isinstance(t, (T.TimestampType, T.TimestampNTZType)):
+        if not isinstance(v, str):
+            raise _Misfit(f"{column}: expected {t.simpleString()} as a string, got "
+                          f"{type(v).__name__} {v!r:.40}")
+        ts = _checked(column, "value", v, t, lambda: _dt.datetime.fromisoformat(
+            v.replace("Z", "+00:00")))
+        if isinstance(t, T.TimestampNTZType):
+            return ts.replace(tzinfo=None)
+        return (ts if ts.tzinfo else ts.replace(tzinfo=_dt.timezone.utc)).astimezone(
+            _dt.timezone.utc)
+    if isinstance(t, T.BinaryType):
+        if not isinstance(v, str):
+            raise _misfit(column, "value", v, t)
+        return base64.b64decode(v, validate=True)
+    if isinstance(t, T.StructType):
+        return {f.name: None if v.get(f.name) is None else _plain(v[f.name], f.dataType,
+                                                                   f"{column}.{f.name}")
+                for f in t.fields}
+    if isinstance(t, T.ArrayType):
+        return [None if x is None else _plain(x, t.elementType, column) for x in v]
+    if isinstance(t, T.MapType):
+        return [(k, None if x is None else _plain(x, t.valueType, column)) for k, x in v.items()]
+    raise _Misfit(f"{column}: {t.simpleString()} values are not read from Debezium JSON")
 
 
 # ---------------------------------------------------------------------------
