@@ -63,8 +63,8 @@ POSITION_FIELDS = ("lsn", "commit_lsn", "change_lsn", "scn", "ord")
 
 
 def check_spec(spec) -> None:
-    """A CDC load is an upsert load, with its primary key columns given, of JSON
-    envelopes whose row DDL is given or of Avro envelopes from a schema registry."""
+    """A CDC load is an upsert load of JSON envelopes whose row DDL is given or of Avro
+    envelopes from a schema registry; its key columns default to the Kafka key's fields."""
     if spec.cdc is None:
         return
     if spec.cdc not in CDC_FORMATS:
@@ -79,8 +79,7 @@ def check_spec(spec) -> None:
         raise ConfigError("--cdc debezium needs --value-format json and --value-schema with the "
                           "source table's columns (a DDL like 'id BIGINT, name STRING'), or "
                           "--value-format avro --schema-registry URL (Debezium's AvroConverter)")
-    if not spec.key_columns:
-        raise ConfigError("--cdc debezium needs --key-columns: the source table's primary key")
+    # No --key-columns: the load takes the Kafka key's fields (:func:`with_default_keys`).
     clash = sorted(set(CDC_COLUMNS) & {c.strip().split(" ")[0].strip("`").lower()
                                        for c in (spec.value_schema or "").split(",")})
     if clash:
@@ -512,3 +511,75 @@ def debezium_writer(write, kafka_columns, raw_value: str, error: str):
         return write(debezium_batch(b, kafka_columns, raw_value, error) for b in batches)
 
     return run
+
+
+# ---------------------------------------------------------------------------
+# the primary key: Debezium's Kafka key
+
+#: how many records per partition are looked at for a key that names the columns
+KEY_SAMPLE = 20
+
+
+def key_fields(key: bytes | None, registry=None) -> tuple[str, ...] | None:
+    """The column names one Debezium Kafka key holds (its primary key): the fields of a
+    JSON object, bare or wrapped as ``{"schema": ..., "payload": {...}}`` by the
+    JsonConverter's ``schemas.enable=true``, or of an Avro record framed with a schema id
+    (``registry``: a :class:`~pipelines.registry_client.RegistryClient`). None when the
+    key names no columns (null, not JSON, not a record)."""
+    if not key:
+        return None
+    if key[0] == 0 and len(key) >= 5 and registry is not None:
+        schema = json.loads(registry.schema(int.from_bytes(key[1:5], "big")).text)
+        if isinstance(schema, dict) and schema.get("type") == "record":
+            return tuple(f["name"] for f in schema.get("fields") or ()) or None
+        return None
+    try:
+        doc = json.loads(key)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and set(doc) == {"schema", "payload"} and isinstance(
+            doc["payload"], dict):
+        doc = doc["payload"]
+    if isinstance(doc, dict) and doc:
+        return tuple(doc)
+    return None
+
+
+def default_key_columns(storage, topic: str, ranges, registry_url: str | None = None
+                        ) -> tuple[str, ...]:
+    """The key columns of a ``--cdc debezium`` load given none: the fields of the Kafka
+    key of the first records of ``ranges`` (Debezium keys each change event by the
+    source row's primary key). A ConfigError, asking for ``--key-columns``, when no
+    key among them names columns."""
+    from kafkastore.reader import PartitionReader
+
+    registry = None
+    if registry_url:
+        from .registry_client import RegistryClient
+
+        registry = RegistryClient(registry_url)
+    for r in ranges:
+        keys = PartitionReader(storage, topic, r.partition).read(
+            r.from_offset, r.until_offset, max_records=KEY_SAMPLE,
+            include_headers=False).column("key").to_pylist()
+        for key in keys:
+            try:
+                found = key_fields(key, registry)
+            except (ValueError, KeyError, TypeError):
+                found = None
+            if found:
+                return found
+    raise ConfigError(f"--cdc debezium: the Kafka keys of {topic} name no primary key columns "
+                      f"(not JSON objects or Avro records); give --key-columns")
+
+
+def with_default_keys(spec, storage, ranges):
+    """``spec`` with its key columns defaulted, for a ``--cdc debezium`` load that names
+    none, to the fields of the topic's Kafka keys (:func:`default_key_columns`);
+    ``spec`` itself when it names them (explicit key columns win) or is not CDC."""
+    from dataclasses import replace
+
+    if spec.cdc is None or spec.key_columns:
+        return spec
+    url = spec.decode.get("schema_registry") if spec.registry else None
+    return replace(spec, key_columns=default_key_columns(storage, spec.topic, ranges, url))

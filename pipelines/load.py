@@ -880,6 +880,10 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         summary.noop, summary.reason = True, "no new records"
         summary.seconds = clock.monotonic_s() - started
         return summary
+    if spec.cdc is not None and not spec.key_columns:   # Debezium: the Kafka key's fields
+        from .cdc import with_default_keys
+
+        spec = with_default_keys(spec, storage, ranges)
 
     created = CreatedTables.before(wh, [table] + ([spec.dead_letter_table] if spec.decoded else []))
     try:

@@ -116,7 +116,8 @@ class LoadSpec:
         properties existed, keeps the spec as given."""
         changes = {} if table is None else self._stored_changes(
             table.metadata.properties, _display_name(table))
-        if self.mode is None:
+        if self.mode is None or (self.cdc is not None and not self.key_columns
+                                 and table is not None):
             from .upsert import table_mode
 
             mode, keys = table_mode(table)

@@ -16,6 +16,7 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
+from pipelines.cdc import key_fields, with_default_keys
 from pipelines.load import run_load
 from pipelines.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
@@ -37,8 +38,8 @@ def _send(storage, events, t0):
     broker.flush()
 
 
-def _spec(**kw):
-    return LoadSpec(topic="t", table="customers", cdc="debezium", key_columns=("id",),
+def _spec(keys=("id",), **kw):
+    return LoadSpec(topic="t", table="customers", cdc="debezium", key_columns=keys,
                     value_format="json", value_schema=DDL, partition_by=(), **kw)
 
 
@@ -98,8 +99,10 @@ def test_events_that_are_not_row_changes_are_dead_letters(spark, tmp_path):
 
 def test_cdc_spec_checks():
     assert _spec().mode == "upsert"
-    with pytest.raises(ConfigError, match="key-columns"):
-        LoadSpec(topic="t", table="c", cdc="debezium", value_format="json", value_schema=DDL)
+    # No key columns: the load takes the Kafka key's fields (explicit ones win).
+    keyless = LoadSpec(topic="t", table="c", cdc="debezium", value_format="json", value_schema=DDL)
+    assert (keyless.mode, keyless.key_columns) == ("upsert", ())
+    assert with_default_keys(_spec(), None, []) == _spec()
     with pytest.raises(ConfigError, match="value-schema"):
         LoadSpec(topic="t", table="c", cdc="debezium", key_columns=("id",))
     with pytest.raises(ConfigError, match="cdc must be"):
@@ -109,3 +112,41 @@ def test_cdc_spec_checks():
                                  "key_columns": "id", "value_format": "json",
                                  "value_schema": DDL})
     assert (entry.mode, entry.key_columns) == ("upsert", ("id",))
+
+
+def test_key_fields_of_debezium_keys():
+    assert key_fields(b'{"id": 1001}') == ("id",)
+    assert key_fields(b'{"schema": {"type": "struct", "fields": [{"field": "a"}, {"field": "b"}]},'
+                      b' "payload": {"a": 1, "b": "x"}}') == ("a", "b")
+    assert key_fields(None) is None and key_fields(b"1001") is None
+    assert key_fields(b"not json") is None and key_fields(b"{}") is None
+
+
+def test_key_columns_default_to_the_kafka_key(spark, tmp_path):
+    """No --key-columns: the primary key is the Kafka key's fields, bare JSON keys on the
+    first load, schemas.enable=true keys on the second (the table's recorded keys)."""
+    from pipelines.upsert import table_mode
+
+    root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
+    storage = make_topic(root, partitions=2)
+    wh = ice.Warehouse(warehouse)
+    _send(storage, _events("debezium_postgres_customers.jsonl"), 1_700_000_000_000)
+    summary = run_load(spark, root=root, warehouse=wh, spec=_spec(keys=()), progress=False)
+    assert summary.dead_letters == 0
+    assert table_mode(wh.table("customers")) == ("upsert", ("id",))
+    _send(storage, _events("debezium_postgres_customers_schemas.jsonl"), 1_700_000_100_000)
+    run_load(spark, root=root, warehouse=wh, spec=_spec(keys=()), progress=False)
+    state = _state(wh)
+    assert {i: r["email"] for i, r in state.items()} == {
+        1001: "sally@thomas.example", 1003: "edward@walker.example", 1005: "jon@doe.example"}
+
+
+def test_keys_that_name_no_columns_ask_for_key_columns(spark, tmp_path):
+    root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
+    storage = make_topic(root, partitions=1)
+    events = [dict(e, key="1001") for e in _events("debezium_postgres_customers.jsonl")[:1]]
+    _send(storage, events, 1_700_000_000_000)
+    wh = ice.Warehouse(warehouse)
+    with pytest.raises(ConfigError, match="key-columns"):
+        run_load(spark, root=root, warehouse=wh, spec=_spec(keys=()), progress=False)
+    assert wh.load_table("customers") is None

@@ -115,8 +115,8 @@ def _send(storage, key, value, events, t0: int) -> None:
     broker.flush()
 
 
-def _spec(url: str) -> LoadSpec:
-    return LoadSpec(topic=TOPIC, table="customers", cdc="debezium", key_columns=("id",),
+def _spec(url: str, keys=("id",)) -> LoadSpec:
+    return LoadSpec(topic=TOPIC, table="customers", cdc="debezium", key_columns=keys,
                     value_format="avro", partition_by=(), decode={"schema_registry": url})
 
 
@@ -194,6 +194,29 @@ def test_avro_events_that_are_not_row_changes_are_dead_letters(spark, tmp_path, 
     assert sorted(d["error"] for d in dead) == ["Debezium op t is not a row change",
                                                 "op c without after"]
     assert list(_state(wh.table("customers"))) == [1001]
+
+
+def test_avro_keys_default_to_the_key_records_fields(spark, tmp_path, registry):
+    """No --key-columns: the Avro key record's fields (read through the registry)."""
+    from pipelines.upsert import table_mode
+
+    root = f"file://{tmp_path}/log"
+    storage = make_topic(root, TOPIC, partitions=1)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    key, value = _serializers(registry.url, envelope(_value()))
+    sally = _row(1001, "Sally", "Thomas", "a@b")
+    _send(storage, key, value, [
+        (1001, _event("r", None, sally, 1, 1700000000000)),
+        (1002, _event("c", None, _row(1002, "G", "B", None), 2, 1700000000001)),
+        (1001, _event("u", sally, {**sally, "email": "new@b"}, 3, 1700000000002)),
+        (1002, _event("d", _row(1002, "G", "B", None), None, 4, 1700000000003)),
+    ], 1_700_000_000_000)
+    s = run_load(spark, root=root, warehouse=wh, spec=_spec(registry.url, keys=()),
+                 progress=False)
+    assert s.dead_letters == 0
+    tbl = wh.table("customers")
+    assert table_mode(tbl) == ("upsert", ("id",))
+    assert {i: r["email"] for i, r in _state(tbl).items()} == {1001: "new@b"}
 
 
 def test_avro_cdc_spec():
