@@ -851,6 +851,8 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     # Flags left out: the table's recorded load (a conflicting one: refused); no mode
     # given: the table's (append when new).
     spec = spec.for_table(existing)
+    if spec.decoded and not request.spec.decoded:   # decoded as the table records
+        wh.recover([spec.dead_letter_table], request.register_existing)
     check_before_creating(spark, spec)
     if run_id is not None and existing is not None:
         done = ice.find_run(existing, run_id)

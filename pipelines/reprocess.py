@@ -179,6 +179,8 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     # Rebuilt as loaded: the table's recorded decoder, CDC, keys and partitioning fill
     # what the request leaves out (a conflicting value is refused).
     spec = spec.for_table(tbl)
+    if spec.decoded and not request.spec.decoded:
+        wh.recover([spec.dead_letter_table], request.register_existing)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
     from .upsert import table_mode
