@@ -63,3 +63,33 @@ def produce_raw(w, topic, partition, data, tid):
                                       prod_req.PartitionProduceData(index=partition, records=data),)),))
     r = w.call(req).responses[0].partition_responses[0]
     return int(r.error_code), r.base_offset
+
+
+# -- two `serve` processes over one root (failover and pause tests) ----------------------
+def tid_owned_by(node: int, prefix: str) -> str:
+    from kafkastore.protocol.api_groups import coordinator_node
+
+    return next(t for t in ("%s-%d" % (prefix, i) for i in range(1000))
+                if coordinator_node(t, [(0, "", 0), (1, "", 0)])[0] == node)
+
+
+def two_serves(root: str, monkeypatch, fault: str | None):
+    """Broker 0 (with the fault, if any) and broker 1; their processes and ports."""
+    from tests.helpers.serve_procs import free_port, start_serve, wait_until_listed
+
+    ports = [free_port(), free_port()]
+    if fault:
+        monkeypatch.setenv("KAFKASTORE_FAULT", fault)
+    first = start_serve(root, ports[0], 0)
+    monkeypatch.delenv("KAFKASTORE_FAULT", raising=False)
+    second = start_serve(root, ports[1], 1)
+    wait_until_listed([f"127.0.0.1:{p}" for p in ports])
+    return [first, second], ports
+
+
+def stop_all(procs) -> None:
+    from tests.helpers.serve_procs import stop_serve
+
+    for proc in procs:
+        if proc.poll() is None:
+            stop_serve(proc)

@@ -15,37 +15,10 @@ from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
 from tests.helpers.txn import consume_values as _consume, txn_producer as _producer
+from tests.helpers.txn import stop_all as _stop_all, tid_owned_by as _tid_owned_by
+from tests.helpers.txn import two_serves as _two_serves
 
 ck = pytest.importorskip("confluent_kafka")
-
-
-def _tid_owned_by(node: int, prefix: str) -> str:
-    from kafkastore.protocol.api_groups import coordinator_node
-
-    return next(t for t in ("%s-%d" % (prefix, i) for i in range(1000))
-                if coordinator_node(t, [(0, "", 0), (1, "", 0)])[0] == node)
-
-
-def _two_serves(root: str, monkeypatch, fault: str | None):
-    """Broker 0 (with the fault, if any) and broker 1; their processes and ports."""
-    from tests.helpers.serve_procs import free_port, start_serve, wait_until_listed
-
-    ports = [free_port(), free_port()]
-    if fault:
-        monkeypatch.setenv("KAFKASTORE_FAULT", fault)
-    first = start_serve(root, ports[0], 0)
-    monkeypatch.delenv("KAFKASTORE_FAULT", raising=False)
-    second = start_serve(root, ports[1], 1)
-    wait_until_listed([f"127.0.0.1:{p}" for p in ports])
-    return [first, second], ports
-
-
-def _stop_all(procs) -> None:
-    from tests.helpers.serve_procs import stop_serve
-
-    for proc in procs:
-        if proc.poll() is None:
-            stop_serve(proc)
 
 
 @pytest.mark.parametrize("step", ["after-add-partitions", "before-markers", "after-markers"])

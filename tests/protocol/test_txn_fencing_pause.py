@@ -23,7 +23,8 @@ ck = pytest.importorskip("confluent_kafka")
 
 @pytest.mark.slow
 def test_a_paused_coordinator_resumes_without_undoing_newer_transactions(tmp_path, monkeypatch):
-    from tests.protocol.test_txn_failover import _stop_all, _tid_owned_by, _two_serves
+    from tests.helpers.txn import stop_all as _stop_all, tid_owned_by as _tid_owned_by
+    from tests.helpers.txn import two_serves as _two_serves
 
     root = f"file://{tmp_path}/root"
     storage = Storage(root)
