@@ -99,6 +99,10 @@ class BrokerMetrics:
         self.commit_latency = Histogram("kafkastore_commit_latency_seconds",
                                         "Time of one produce commit (upload + manifest version)",
                                         buckets=_LATENCY_BUCKETS, registry=reg)
+        self.refused_produce = Counter("kafkastore_refused_produce_partitions",
+                                       "Produce partitions refused (unknown or unauthorized "
+                                       "topic, or any error); their bytes are not bytes in",
+                                       registry=reg)
         reg.register(_LiveCollector(server))
         ProcessCollector(registry=reg)
         self._httpd = None
@@ -113,11 +117,7 @@ class BrokerMetrics:
         if response is not None and _has_error(response):
             self.errors.labels(name, str(version)).inc()
         if api_key == 0:
-            for t in getattr(request, "topic_data", ()) or ():
-                nbytes, nrecords = _records_of(t.partition_data)
-                topic = t.name or self._topic_of_id(getattr(t, "topic_id", None))
-                self.bytes_in.labels(topic).inc(nbytes)
-                self.records_in.labels(topic).inc(nrecords)
+            self._observe_produce(request, response)
         elif api_key == 1 and response is not None:
             for t in getattr(response, "responses", ()) or ():
                 nbytes, nrecords = _records_of(t.partitions)
@@ -125,6 +125,26 @@ class BrokerMetrics:
                     topic = getattr(t, "topic", None) or self._topic_of_id(getattr(t, "topic_id", None))
                     self.bytes_out.labels(topic).inc(nbytes)
                     self.records_out.labels(topic).inc(nrecords)
+
+    def _observe_produce(self, request, response) -> None:
+        """Bytes in per topic, only for partitions the broker accepted: a refused partition (an
+        unknown or unauthorized topic) is counted apart without its name, so made-up names never
+        become label sets."""
+        accepted = _accepted_partitions(response)
+        for t in getattr(request, "topic_data", ()) or ():
+            topic = t.name or self._topic_of_id(getattr(t, "topic_id", None))
+            for pd in t.partition_data:
+                nbytes, nrecords = _records_of((pd,))
+                if accepted is None:   # acks=0: no answer; label only topics the broker knows
+                    known = self.server.meta.topic_if_fresh(topic)
+                    ok = known is not None and hasattr(known, "partitions")
+                else:
+                    ok = (topic, int(pd.index)) in accepted
+                if ok:
+                    self.bytes_in.labels(topic).inc(nbytes)
+                    self.records_in.labels(topic).inc(nrecords)
+                else:
+                    self.refused_produce.inc()
 
     def _topic_of_id(self, topic_id) -> str:
         if topic_id is None:
@@ -228,3 +248,11 @@ class _LiveCollector:
                     lag.add_metric([group, topic, str(partition)], max(hw - offset, 0))
         yield states
         yield lag
+
+
+def _accepted_partitions(response) -> set | None:
+    """``{(topic, partition)}`` a Produce response answered without error; None for acks=0."""
+    if response is None:
+        return None
+    return {(t.name, int(p.index)) for t in getattr(response, "responses", ()) or ()
+            for p in t.partition_responses if int(p.error_code) == 0}
