@@ -615,7 +615,10 @@ def cmd_serve(args, cfg: Config) -> int:
             print(f"kafkastore: metrics on {server.options.metrics_listen[0]}:{server.metrics_port}",
                   flush=True)
 
-    run_server(_storage(cfg), opts, ready=ready)
+    from .clock import from_env
+    from .storage import Storage
+    # from_env: SYSTEM, or the fault harness's skewed clock (KAFKASTORE_CLOCK_SKEW_MS).
+    run_server(Storage(cfg.root, cfg.storage_options, clock=from_env()), opts, ready=ready)
     return 0
 
 

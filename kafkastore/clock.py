@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-__all__ = ["Clock", "ManualClock", "SYSTEM", "as_clock"]
+__all__ = ["Clock", "ManualClock", "SYSTEM", "SKEW_ENV", "as_clock", "skewed", "from_env"]
 
 
 class Clock:
@@ -148,3 +148,34 @@ def as_clock(clock: Clock | Callable[[], float] | None, unit: str = "ms") -> Clo
     if unit == "monotonic_s":
         return Clock(monotonic_s=clock)
     raise ConfigError(f"unit must be 'ms', 's' or 'monotonic_s', got {unit!r}")
+
+
+#: Test hook: a ``serve`` process started with this variable (integer milliseconds, may be
+#: negative) reads a wall clock that far off the system's, as a machine whose clock drifted
+#: would. Read only at the serve entry point (``from_env``); the fault harness uses it to run
+#: one broker with a skewed clock. Monotonic time and sleeping are not affected.
+SKEW_ENV = "KAFKASTORE_CLOCK_SKEW_MS"
+
+
+def skewed(skew_ms: int, base: Clock | None = None) -> Clock:
+    """A clock whose wall time is ``base``'s (default :data:`SYSTEM`) plus ``skew_ms``;
+    monotonic time and sleep are ``base``'s."""
+    base = base or SYSTEM
+    skew = int(skew_ms)
+    return Clock(wall_ms=lambda: base.wall_ms() + skew, monotonic_s=base.monotonic_s,
+                 sleep=base.sleep)
+
+
+def from_env(environ=None) -> Clock:
+    """:data:`SYSTEM`, or (test hook) a :func:`skewed` clock when :data:`SKEW_ENV` is set to
+    a non-zero integer; any other value is a one-line :class:`ConfigError`."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(SKEW_ENV, "").strip()
+    if not raw:
+        return SYSTEM
+    try:
+        skew = int(raw)
+    except ValueError:
+        raise ConfigError(f"{SKEW_ENV} must be an integer number of milliseconds, got {raw!r}") from None
+    return SYSTEM if skew == 0 else skewed(skew)

@@ -103,3 +103,23 @@ def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
     assert [b[0] for b in registry.refresh()] == [node]
     clock.advance(3600)  # an hour without a heartbeat: no longer live
     assert registry.refresh() == []
+
+
+def test_skew_hook_offsets_only_the_wall_clock():
+    """The fault harness's skewed broker: KAFKASTORE_CLOCK_SKEW_MS moves wall time by the
+    given milliseconds; monotonic time stays the base clock's."""
+    from kafkastore.clock import SKEW_ENV, from_env, skewed
+
+    base = ManualClock(wall_ms=1_000_000, monotonic_s=50.0)
+    ahead = skewed(90_000, base)
+    assert ahead.wall_ms() == 1_090_000 and ahead.monotonic_s() == 50.0
+    base.advance(2)
+    assert ahead.wall_ms() == 1_092_000 and ahead.monotonic_s() == 52.0
+    assert skewed(-600_000, base).wall_ms() == 1_002_000 - 600_000
+
+    assert from_env({}) is SYSTEM
+    assert from_env({SKEW_ENV: "0"}) is SYSTEM
+    env_clock = from_env({SKEW_ENV: "60000"})
+    assert 59_000 <= env_clock.wall_ms() - SYSTEM.wall_ms() <= 61_000
+    with pytest.raises(ConfigError):
+        from_env({SKEW_ENV: "a minute"})
