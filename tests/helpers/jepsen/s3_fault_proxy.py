@@ -1,0 +1,151 @@
+"""An HTTP fault proxy on loopback between an S3 client (s3fs/boto3) and moto's server.
+
+It forwards every request, and while a scheduled fault is active for a request that
+matches it (method and a path substring), it:
+
+* ``lose`` -- forwards the request, lets moto apply it, then closes the client's
+  connection without answering (a PUT that succeeded but whose response was lost);
+* ``storm`` -- answers ``status`` (500 or 503) without forwarding;
+* ``latency`` -- waits ``delay_s`` before forwarding.
+
+Faults are added with :meth:`FaultProxy.add` and last ``duration_s`` from then (or
+``count`` matching requests). ``counts`` records how many requests each fault kind hit,
+so a harness can report faults by kind. Test code only (reads the system clock itself).
+"""
+from __future__ import annotations
+
+import http.client
+import http.server
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Fault", "FaultProxy"]
+
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+
+
+@dataclass
+class Fault:
+    """One scheduled fault: ``kind`` in lose/storm/latency, for requests whose method is in
+    ``methods`` (empty: any) and whose path contains ``path_part``."""
+    kind: str
+    until: float
+    methods: tuple = ()
+    path_part: str = ""
+    status: int = 503
+    delay_s: float = 0.0
+    count: int | None = None
+    hits: int = field(default=0)
+
+    def matches(self, method: str, path: str, now: float) -> bool:
+        if now >= self.until or (self.count is not None and self.hits >= self.count):
+            return False
+        return (not self.methods or method in self.methods) and self.path_part in path
+
+
+class FaultProxy:
+    """A threaded proxy on 127.0.0.1 forwarding to ``upstream`` (``http://host:port``)."""
+
+    def __init__(self, upstream: str):
+        host, port = upstream.removeprefix("http://").rstrip("/").split(":")
+        self.upstream = (host, int(port))
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self.counts = {"lose": 0, "storm": 0, "latency": 0, "forwarded": 0}
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):  # quiet
+                pass
+
+            def _any(self):
+                proxy._handle(self)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> "FaultProxy":
+        """Start serving; returns self."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def add(self, kind: str, *, duration_s: float = 3600.0, methods=(), path_part: str = "",
+            status: int = 503, delay_s: float = 0.0, count: int | None = None) -> Fault:
+        """Schedule a fault from now for ``duration_s`` (or ``count`` matching requests)."""
+        if kind not in ("lose", "storm", "latency"):
+            raise ValueError(f"unknown fault kind {kind!r}")
+        fault = Fault(kind, time.monotonic() + duration_s, tuple(methods), path_part, status,
+                      delay_s, count)
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        """Drop every scheduled fault."""
+        with self._lock:
+            self._faults.clear()
+
+    def _fault_for(self, method: str, path: str) -> Fault | None:
+        now = time.monotonic()
+        with self._lock:
+            for fault in self._faults:
+                if fault.matches(method, path, now):
+                    fault.hits += 1
+                    self.counts[fault.kind] += 1
+                    return fault
+        return None
+
+    def _handle(self, h) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        body = h.rfile.read(length) if length else b""
+        fault = self._fault_for(h.command, h.path)
+        if fault is not None and fault.kind == "storm":
+            payload = (f"<Error><Code>{'SlowDown' if fault.status == 503 else 'InternalError'}"
+                       f"</Code><Message>injected</Message></Error>").encode()
+            h.send_response(fault.status)
+            h.send_header("Content-Length", str(len(payload)))
+            h.end_headers()
+            h.wfile.write(payload)
+            return
+        if fault is not None and fault.kind == "latency":
+            time.sleep(fault.delay_s)
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        try:
+            headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
+            conn.request(h.command, h.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        if fault is not None and fault.kind == "lose":
+            # moto applied the request; the client never hears back.
+            h.close_connection = True
+            try:
+                h.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return
+        with self._lock:
+            self.counts["forwarded"] += 1
+        h.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in _HOP and k.lower() != "content-length":
+                h.send_header(k, v)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(data)
