@@ -53,6 +53,13 @@ MAX_UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000           # Kafka's max.connections (Kafka: unlimited)
 DEFAULT_MAX_CONNECTIONS_PER_IP = 500     # Kafka's max.connections.per.ip (Kafka: unlimited)
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms (10 minutes)
+#: Until a connection has authenticated (and finished its TLS handshake) it has its own budget,
+#: so idle unauthenticated sockets can never take the slots authenticated clients need.
+DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS = 200
+DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS_PER_IP = 20
+#: Time a connection has from accept to complete its TLS handshake and SASL authentication.
+DEFAULT_SASL_AUTH_TIMEOUT_MS = 10_000
+DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000
 MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -100,6 +107,10 @@ class ServeOptions:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
     connections_max_idle_ms: float = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    max_unauthenticated_connections: int = DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS
+    max_unauthenticated_connections_per_ip: int = DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS_PER_IP
+    sasl_auth_timeout_ms: float = DEFAULT_SASL_AUTH_TIMEOUT_MS
+    tls_handshake_timeout_ms: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS
     #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
     #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 900_000
@@ -222,6 +233,10 @@ class BrokerServer:
         self._tasks: set[asyncio.Task] = set()
         self._conns: set[asyncio.StreamWriter] = set()
         self._per_ip: dict[str, int] = {}
+        self._pre_auth_total = 0
+        self._pre_auth_ip: dict[str, int] = {}
+        #: Unauthenticated connections in accept order (the oldest are evicted first).
+        self._pre_auth_slots: dict[_PreAuthSlot, None] = {}
         self.refused_connections = 0
         #: Most request bytes one connection has had in flight (read, not yet answered).
         self.peak_connection_bytes = 0
@@ -246,7 +261,9 @@ class BrokerServer:
         self.loop = asyncio.get_running_loop()
         try:
             self._server = await asyncio.start_server(
-                self._serve_connection, opts.host, opts.port, ssl=opts.ssl_context,
+                self._serve_connection, opts.host, opts.port,
+                # TLS is started per connection after the caps are checked (at accept, so a
+                # stalled handshake holds a counted slot), not by the listener.
                 limit=1 << 16, start_serving=False)   # accept only once ready (below)
         except OSError as exc:
             self.pool.shutdown(wait=False)
@@ -424,6 +441,27 @@ class BrokerServer:
         return await self.run(read)
 
     # -- connections -------------------------------------------------------------
+    def _evict_pre_auth_for(self, ip: str) -> None:
+        """The unauthenticated budget is full: close the oldest unauthenticated connection of
+        the address holding the most of it, if ``ip`` holds fewer (so addresses that filled the
+        budget cannot keep a new one out; they can only take turns with each other)."""
+        if not self._pre_auth_ip:
+            return
+        top = max(self._pre_auth_ip, key=self._pre_auth_ip.get)
+        if self._pre_auth_ip.get(ip, 0) + 1 >= self._pre_auth_ip[top]:
+            return
+        for slot in self._pre_auth_slots:
+            if slot.ip == top and slot.held:
+                log.info("closing %s: unauthenticated budget full, making room for %s", slot.peer, ip)
+                slot.release()
+                if slot.writer.transport is not None:
+                    slot.writer.transport.abort()
+                return
+
+    def unauthenticated_count(self) -> int:
+        """Open connections that have not authenticated yet (TLS handshakes included)."""
+        return self._pre_auth_total
+
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, (tuple, list)) and peer else str(peer)
@@ -437,16 +475,42 @@ class BrokerServer:
                         opts.max_connections_per_ip)
             writer.close()
             return
+        if self._pre_auth_total >= opts.max_unauthenticated_connections:
+            self._evict_pre_auth_for(ip)
+        if self._pre_auth_total >= opts.max_unauthenticated_connections or \
+                self._pre_auth_ip.get(ip, 0) >= opts.max_unauthenticated_connections_per_ip:
+            self.refused_connections += 1
+            log.warning("closing %s: %d unauthenticated connections (%d from %s), limits %d and "
+                        "%d per address", peer, self._pre_auth_total, self._pre_auth_ip.get(ip, 0),
+                        ip, opts.max_unauthenticated_connections,
+                        opts.max_unauthenticated_connections_per_ip)
+            writer.close()
+            return
         self._conns.add(writer)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        conn = Connection(self, reader, writer)
+        pre_auth = _PreAuthSlot(self, ip, writer)
+        conn = None
         try:
+            deadline = self.loop.call_later(opts.sasl_auth_timeout_ms / 1000, _pre_auth_expired,
+                                            pre_auth, writer, peer)
+            if opts.ssl_context is not None:
+                try:
+                    await writer.start_tls(opts.ssl_context,
+                                           ssl_handshake_timeout=opts.tls_handshake_timeout_ms / 1000)
+                except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                    log.info("closing %s: TLS handshake failed: %s", peer, exc)
+                    return
+            conn = Connection(self, reader, writer, pre_auth)
+            if conn.authenticated:
+                deadline.cancel()
             await conn.run()
         except asyncio.CancelledError:
             pass  # broker shutting down
         except Exception:  # noqa: BLE001 - one connection's failure must not stop the broker
-            log.exception("connection from %s failed", conn.peer)
+            log.exception("connection from %s failed", peer)
         finally:
+            deadline.cancel()
+            pre_auth.release()
             self._conns.discard(writer)
             left = self._per_ip.get(ip, 1) - 1
             if left > 0:
@@ -456,18 +520,54 @@ class BrokerServer:
             writer.close()
 
 
+class _PreAuthSlot:
+    """A connection's place in the unauthenticated budget, released once (when it authenticates
+    or closes)."""
+
+    def __init__(self, server: BrokerServer, ip: str, writer: asyncio.StreamWriter):
+        self.server, self.ip, self.writer, self.held = server, ip, writer, True
+        self.peer = writer.get_extra_info("peername")
+        server._pre_auth_slots[self] = None
+        server._pre_auth_total += 1
+        server._pre_auth_ip[ip] = server._pre_auth_ip.get(ip, 0) + 1
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        srv = self.server
+        srv._pre_auth_slots.pop(self, None)
+        srv._pre_auth_total -= 1
+        left = srv._pre_auth_ip.get(self.ip, 1) - 1
+        if left > 0:
+            srv._pre_auth_ip[self.ip] = left
+        else:
+            srv._pre_auth_ip.pop(self.ip, None)
+
+
+def _pre_auth_expired(slot: _PreAuthSlot, writer: asyncio.StreamWriter, peer) -> None:
+    """Close a connection still unauthenticated at its deadline, whatever it sends meanwhile."""
+    if slot.held:
+        log.info("closing %s: not authenticated in time", peer)
+        transport = writer.transport
+        if transport is not None:
+            transport.abort()
+
+
 class Connection:
     """One client connection: reads requests, answers them in order."""
 
     def __init__(self, server: BrokerServer, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter):
+                 writer: asyncio.StreamWriter, pre_auth: _PreAuthSlot | None = None):
         self.server = server
+        self._pre_auth = pre_auth
         self.reader = reader
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
         self.principal: str | None = None
         self.sasl_state: dict = {}
         # SASL required: until authenticated only ApiVersions / SaslHandshake / SaslAuthenticate.
+        self._authenticated = False
         self.authenticated = not sasl_enabled(server.options)
         self.negotiated: dict[int, int] = {}
         self.close_after_response = False
@@ -478,6 +578,17 @@ class Connection:
         #: Loop time until which no request is read: a throttled client's channel is muted.
         self.muted_until = 0.0
         self._mute_gate = asyncio.Lock()
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether the client may send any request (SASL done, or no SASL on this listener)."""
+        return self._authenticated
+
+    @authenticated.setter
+    def authenticated(self, value: bool) -> None:
+        self._authenticated = value
+        if value and self._pre_auth is not None:
+            self._pre_auth.release()   # out of the unauthenticated budget and deadline
 
     def _max_request_bytes(self) -> int:
         """512 KB before SASL authentication (as Kafka), the listener's limit after."""
