@@ -63,3 +63,44 @@ def test_latency_forwards_after_the_delay(proxy):
     s3.put_object(Bucket="kafkastore-test", Key="jepsen/slow", Body=b"z")
     assert s3.get_object(Bucket="kafkastore-test", Key="jepsen/slow")["Body"].read() == b"z"
     assert proxy.counts["latency"] == 1
+
+
+# -- the checker, on hand-made histories -----------------------------------------------------
+from tests.helpers.jepsen.checker import ANOMALIES, check, format_table  # noqa: E402
+
+
+def _clean_history():
+    log = {0: [(0, "a"), (1, "b"), (3, "t1-0")], 1: [(0, "t1-1")]}
+    return {"acked": ["a", "b"], "committed_txns": {"t1": {0: ["t1-0"], 1: ["t1-1"]}},
+            "aborted_txns": {"t2": {0: ["t2-0"]}},
+            "final_committed": log,
+            "final_uncommitted": {0: [(0, "a"), (1, "b"), (2, "t2-0"), (3, "t1-0")],
+                                  1: [(0, "t1-1")]},
+            "polls": [("c", 0, 0), ("c", 0, 1), ("c", 0, 3)],
+            "commits": [("g", 0, 1), ("g", 0, 2)],
+            "lso": {0: 5, 1: 2}, "hwm": {0: 5, 1: 2}, "open_txns": {}, "missing_files": []}
+
+
+def test_the_checker_counts_nothing_on_a_clean_history():
+    # Polling 1 then 3 passes over the aborted record at offset 2: not a skip.
+    h = _clean_history()
+    assert check(h) == {k: 0 for k in ANOMALIES}
+
+
+def test_the_checker_counts_each_anomaly():
+    h = _clean_history()
+    h["acked"].append("never-read")                                     # lost
+    h["final_uncommitted"][1].append((1, "t1-1"))                       # duplicated
+    h["final_committed"][0].append((2, "t2-0"))                         # aborted-read
+    h["final_committed"][1] = []                                        # torn (t1), and t1-1 lost
+    h["polls"] = [("c", 0, 0), ("c", 0, 3), ("c", 0, 1),                # skips 1 and 2 (now
+                  ("c", 0, None), ("c", 0, 0)]                          # read); back: 1; mark
+    h["commits"].append(("g", 0, 1))                                    # regression
+    h["lso"][1] = 1                                                     # hanging
+    h["missing_files"] = ["t/0/seg-1.kfs"]
+    counts = check(h)
+    assert counts == {"lost": 2, "duplicated": 1, "aborted-read": 1, "torn": 1, "poll-skip": 2,
+                      "nonmonotonic-poll": 1, "committed-offset-regression": 1,
+                      "hanging-lso": 1, "missing-file": 1}
+    table = format_table(counts, {"records": 4})
+    assert table.splitlines()[0].split() == ["records", "4"] and "hanging-lso" in table
