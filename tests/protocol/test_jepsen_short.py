@@ -104,3 +104,19 @@ def test_the_checker_counts_each_anomaly():
                       "hanging-lso": 1, "missing-file": 1}
     table = format_table(counts, {"records": 4})
     assert table.splitlines()[0].split() == ["records", "4"] and "hanging-lso" in table
+
+
+# -- the short deterministic schedule ------------------------------------------------------------
+@pytest.mark.xfail(strict=False, reason=(
+    "observed on the first runs (file://, seed 1, 45 s, 4 SIGKILL + 2 SIGSTOP): duplicated=1 "
+    "of 6896 acknowledged, and librdkafka's idempotent producer failed fatally with "
+    "OUT_OF_ORDER_SEQUENCE_NUMBER after a broker SIGKILL; library fixes pending"))
+def test_the_short_schedule_finds_no_anomaly(tmp_path):
+    """Two serve processes, a queue workload with real clients, SIGKILL and SIGSTOP faults
+    on a fixed seed: every anomaly count is 0."""
+    from tests.helpers.jepsen.runner import run
+
+    counts, extra = run(f"file://{tmp_path}/root", 45, seed=1, log=lambda m: None)
+    print(format_table(counts, extra))
+    assert extra["records-acked"] > 0 and extra["fault-sigkill"] + extra["fault-sigstop"] > 0
+    assert counts == {k: 0 for k in ANOMALIES}
