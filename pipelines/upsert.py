@@ -100,19 +100,38 @@ def _keys_from_kafka_key(tbl, key_columns: Sequence[str]):
     if not dead.any():
         return tbl
     raw = tbl.column("key").to_pylist()
+    docs = {int(i): _json_key(raw[i]) for i in dead.nonzero()[0]}
     for c in key_columns:
         col = tbl.column(c)
-        values = col.to_pylist()
-        for i in dead.nonzero()[0]:
-            doc = _json_key(raw[i])
-            if doc is not None and values[i] is None:
-                values[i] = doc.get(c)
-        try:
-            arr = pa.array(values).cast(col.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-            arr = pc.if_else(pc.is_valid(col), col, pa.nulls(len(col), col.type))
+        # Only the tombstones' keys come from JSON (a date as text, a decimal as a
+        # number...): cast them alone to the column's type, so they never mix with the
+        # column's own values, whatever its type.
+        from_key = [None] * len(col)
+        for i, doc in docs.items():
+            if doc is not None:
+                from_key[i] = doc.get(c)
+        arr = pc.if_else(pc.is_valid(col), col, _cast_json_values(from_key, col.type))
         tbl = tbl.set_column(tbl.column_names.index(c), tbl.schema.field(c), arr)
     return tbl
+
+
+def _cast_json_values(values: list, typ):
+    """JSON values as an Arrow array of ``typ``; a value that does not convert is null
+    (its tombstone then has no key and is skipped, as a key that does not parse)."""
+    import pyarrow as pa
+
+    errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+              ValueError, OverflowError)
+    try:
+        return pa.array(values).cast(typ)
+    except errors:
+        out = []
+        for v in values:
+            try:
+                out.append(pa.array([v]).cast(typ))
+            except errors:
+                out.append(pa.nulls(1, typ))
+        return pa.concat_arrays(out) if out else pa.array([], typ)
 
 
 def _json_key(raw) -> dict | None:
