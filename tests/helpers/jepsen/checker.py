@@ -14,7 +14,9 @@ Inputs (all plain lists/dicts, values are record payloads unique per write):
 * ``commits``: ``[(group, partition, offset)]`` in the order commits were acknowledged;
 * ``lso`` / ``hwm`` / ``open_txns``: per partition, after the run quiesced and the
   transaction timeout passed;
-* ``missing_files``: paths a manifest references that the store does not hold.
+* ``missing_files``: paths a manifest references that the store does not hold;
+* ``at_least_once``: value prefixes of producers without idempotence, whose duplicates
+  Kafka allows (counted by :func:`count_resent`, not as an anomaly).
 """
 from __future__ import annotations
 
@@ -37,9 +39,21 @@ def count_lost(acked, committed_txns, final_committed) -> int:
     return len(want - seen)
 
 
-def count_duplicated(final_uncommitted) -> int:
-    """Extra copies of a value in the log (each value is written once by its client)."""
-    return sum(n - 1 for n in Counter(_values(final_uncommitted)).values() if n > 1)
+def count_duplicated(final_uncommitted, at_least_once=()) -> int:
+    """Extra copies of a value in the log (each value is written once by its client), not
+    counting values whose prefix is in ``at_least_once``: a producer without idempotence
+    resends a batch whose answer it lost (a broker killed after its commit), and Kafka
+    promises it at-least-once only. Those are :func:`count_resent`."""
+    return sum(n - 1 for v, n in Counter(_values(final_uncommitted)).items()
+               if n > 1 and not str(v).startswith(tuple(at_least_once)))
+
+
+def count_resent(final_uncommitted, at_least_once=()) -> int:
+    """Extra copies of at-least-once producers' values (reported, not an anomaly)."""
+    if not at_least_once:
+        return 0
+    return sum(n - 1 for v, n in Counter(_values(final_uncommitted)).items()
+               if n > 1 and str(v).startswith(tuple(at_least_once)))
 
 
 def count_aborted_read(aborted_txns, final_committed) -> int:
@@ -112,7 +126,7 @@ def check(h: dict) -> dict:
     skips, nonmono = count_poll_anomalies(h.get("polls", []), fc)
     return {
         "lost": count_lost(h.get("acked", []), ct, fc),
-        "duplicated": count_duplicated(fu),
+        "duplicated": count_duplicated(fu, h.get("at_least_once", ())),
         "aborted-read": count_aborted_read(at, fc),
         "torn": count_torn(ct, at, fc),
         "poll-skip": skips,

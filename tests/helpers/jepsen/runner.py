@@ -17,7 +17,7 @@ import time
 
 from tests.helpers.serve_procs import free_port, start_serve, stop_serve
 
-from .checker import check
+from .checker import check, count_resent
 
 TOPIC = "jepsen-queue"
 PARTITIONS = 2
@@ -138,9 +138,11 @@ def run(root: str, seconds: float, seed: int, log=print) -> tuple[dict, dict]:
             stop_serve(p)
     final = _final_read(root)
     history = {"acked": acked, "final_committed": final["read_committed"],
-               "final_uncommitted": final["read_uncommitted"], "polls": polls, "commits": commits}
+               "final_uncommitted": final["read_uncommitted"], "polls": polls, "commits": commits,
+               "at_least_once": ("plain-",)}
     extra = {"records-acked": len(acked), "polls": sum(1 for x in polls if x[2] is not None),
-             **{f"fault-{k}": v for k, v in faults.items()}}
+             **{f"fault-{k}": v for k, v in faults.items()},
+             "resent-by-non-idempotent (allowed)": count_resent(final["read_uncommitted"], ("plain-",))}
     from collections import Counter
 
     dups = [v for v, n in Counter(v for recs in final["read_uncommitted"].values()
