@@ -1025,8 +1025,16 @@ class ManifestStore:
         existence check: no extra request unless the listing shows a hole."""
         listed = sorted(self.versions() if versions is None else versions)
         present = set(listed)
-        return [v for v in (range(listed[0], listed[-1] + 1) if listed else ())
-                if v not in present and not self.storage.exists(self.path(v))]
+        missing = [v for v in (range(listed[0], listed[-1] + 1) if listed else ())
+                   if v not in present and not self.storage.exists(self.path(v))]
+        if not missing:
+            return []
+        # A listing taken while expiry deletes (oldest first) can show an old version that is
+        # gone by the time a newer one is listed: the stored run then starts above the
+        # "hole". Only a version below the first missing one still stored after it was seen
+        # missing proves a hole (expiry would have deleted it first).
+        below = max(v for v in listed if v < missing[0])
+        return missing if self.storage.exists(self.path(below)) else []
 
     def _hole_at(self, v: int) -> bool:
         """Whether version ``v`` is a hole in the chain: ``v + 1`` stored, then ``v`` not,

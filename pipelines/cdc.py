@@ -226,7 +226,7 @@ def debezium_row(value, row_type):
     Debezium's encodings named by the envelope's schema understood; or ``(None, reason)``
     when a value does not fit its column (the reason names the column, as a plain JSON
     load's dead letters do)."""
-    from .decoding import _json_mismatch
+    from .decoding import json_mismatch
 
     try:
         doc = json.loads(value)
@@ -248,7 +248,7 @@ def debezium_row(value, row_type):
             elif fs.get("name") and _is_encoding(fs["name"]):
                 out[f.name] = _decode_encoded(v, fs, f.dataType, f.name)
             else:
-                problem = _json_mismatch(v, f.dataType.jsonValue(), f.name)
+                problem = json_mismatch(v, f.dataType.jsonValue(), f.name)
                 if problem:
                     return None, problem
                 out[f.name] = _plain(v, f.dataType, f.name)

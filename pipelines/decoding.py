@@ -338,7 +338,7 @@ def json_error_detail(value: bytes | None, schema_json: str) -> str | None:
     except ValueError as exc:
         return f"malformed JSON: {exc}"
     schema = json.loads(schema_json)
-    problem = _json_mismatch(doc, schema, "")
+    problem = json_mismatch(doc, schema, "")
     if problem:
         return problem
     return f"rejected by Spark's JSON parser for schema {_simple(schema)}"
@@ -357,7 +357,7 @@ def _simple(t) -> str:
     return str(kind)
 
 
-def _json_mismatch(doc, t, where: str) -> str | None:
+def json_mismatch(doc, t, where: str) -> str | None:
     """The first place where ``doc`` cannot fit Spark type ``t`` (JSON form), or None."""
     here = where or "value"
     if doc is None:
@@ -369,7 +369,7 @@ def _json_mismatch(doc, t, where: str) -> str | None:
                 return f"{here}: expected a JSON object, got {type(doc).__name__} {doc!r:.40}"
             for f in t["fields"]:
                 if f["name"] in doc:
-                    problem = _json_mismatch(doc[f["name"]], f["type"],
+                    problem = json_mismatch(doc[f["name"]], f["type"],
                                              f"{where}.{f['name']}" if where else f["name"])
                     if problem:
                         return problem
@@ -378,7 +378,7 @@ def _json_mismatch(doc, t, where: str) -> str | None:
             if not isinstance(doc, list):
                 return f"{here}: expected an array, got {type(doc).__name__} {doc!r:.40}"
             for i, item in enumerate(doc):
-                problem = _json_mismatch(item, t["elementType"], f"{here}[{i}]")
+                problem = json_mismatch(item, t["elementType"], f"{here}[{i}]")
                 if problem:
                     return problem
             return None
@@ -386,7 +386,7 @@ def _json_mismatch(doc, t, where: str) -> str | None:
             if not isinstance(doc, dict):
                 return f"{here}: expected an object (map), got {type(doc).__name__}"
             for k, item in doc.items():
-                problem = _json_mismatch(item, t["valueType"], f"{here}[{k!r}]")
+                problem = json_mismatch(item, t["valueType"], f"{here}[{k!r}]")
                 if problem:
                     return problem
             return None
