@@ -458,6 +458,24 @@ class BrokerServer:
                     slot.writer.transport.abort()
                 return
 
+    async def _start_tls(self, writer: asyncio.StreamWriter, peer):
+        """A new ``(reader, writer)`` over TLS on an accepted connection, None when the handshake
+        fails, times out or the peer goes away (loop.start_tls with fresh streams: the streams'
+        own start_tls leaves a writer without a transport when the peer vanishes mid-handshake)."""
+        opts = self.options
+        reader = asyncio.StreamReader(limit=1 << 16, loop=self.loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=self.loop)
+        try:
+            transport = await self.loop.start_tls(
+                writer.transport, protocol, opts.ssl_context, server_side=True,
+                ssl_handshake_timeout=opts.tls_handshake_timeout_ms / 1000)
+        except (OSError, asyncio.TimeoutError, ConnectionError, ssl_lib.SSLError) as exc:
+            log.info("closing %s: TLS handshake failed: %s", peer, exc)
+            return None
+        if transport is None:
+            return None
+        return reader, asyncio.StreamWriter(transport, protocol, reader, self.loop)
+
     def unauthenticated_count(self) -> int:
         """Open connections that have not authenticated yet (TLS handshakes included)."""
         return self._pre_auth_total
@@ -493,14 +511,12 @@ class BrokerServer:
         try:
             deadline = self.loop.call_later(opts.sasl_auth_timeout_ms / 1000, _pre_auth_expired,
                                             pre_auth, writer, peer)
+            streams = reader, writer
             if opts.ssl_context is not None:
-                try:
-                    await writer.start_tls(opts.ssl_context,
-                                           ssl_handshake_timeout=opts.tls_handshake_timeout_ms / 1000)
-                except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-                    log.info("closing %s: TLS handshake failed: %s", peer, exc)
+                streams = await self._start_tls(writer, peer)
+                if streams is None:
                     return
-            conn = Connection(self, reader, writer, pre_auth)
+            conn = Connection(self, streams[0], streams[1], pre_auth)
             if conn.authenticated:
                 deadline.cancel()
             await conn.run()
@@ -511,6 +527,8 @@ class BrokerServer:
         finally:
             deadline.cancel()
             pre_auth.release()
+            if conn is not None and conn.writer is not writer:
+                _close_quietly(conn.writer)
             self._conns.discard(writer)
             left = self._per_ip.get(ip, 1) - 1
             if left > 0:
@@ -543,6 +561,11 @@ class _PreAuthSlot:
             srv._pre_auth_ip[self.ip] = left
         else:
             srv._pre_auth_ip.pop(self.ip, None)
+
+
+def _close_quietly(writer: asyncio.StreamWriter) -> None:
+    if writer.transport is not None:
+        writer.close()
 
 
 def _pre_auth_expired(slot: _PreAuthSlot, writer: asyncio.StreamWriter, peer) -> None:
