@@ -144,12 +144,7 @@ class SchemaRegistryService:
         return resolve
 
     def _parse(self, state: RegistryState, body, normalize: bool):
-        if not isinstance(body, dict):
-            raise _err(422, 42201, "Invalid schema: the body is a JSON object with a \"schema\"")
-        text = body.get("schema")
-        if not isinstance(text, str) or not text.strip():
-            raise _err(422, 42201, "Empty schema")
-        stype, refs = _schema_type(body), _references(body)
+        text, stype, refs = _schema_request(body)
         return F.parse(stype, text, list(refs), self._resolver(state), normalize), refs
 
     def _preparse(self, body, normalize: bool):
@@ -164,12 +159,7 @@ class SchemaRegistryService:
             resolved[(ref["subject"], ref["version"])] = out
             return out
 
-        if not isinstance(body, dict):
-            raise _err(422, 42201, "Invalid schema: the body is a JSON object with a \"schema\"")
-        text = body.get("schema")
-        if not isinstance(text, str) or not text.strip():
-            raise _err(422, 42201, "Empty schema")
-        stype, refs = _schema_type(body), _references(body)
+        text, stype, refs = _schema_request(body)
         return F.parse(stype, text, list(refs), resolve, normalize), refs, resolved
 
     def _still_resolves(self, state: RegistryState, resolved: dict) -> bool:
@@ -577,3 +567,14 @@ class SchemaRegistryService:
 def _check_subject(subject: str) -> None:
     if not subject or len(subject) > 4096 or any(ord(c) < 32 for c in subject):
         raise _err(422, 42201, "Invalid subject name")
+
+
+def _schema_request(body) -> tuple[str, str, list]:
+    """``(schema text, schema type, references)`` of a request body that carries a schema;
+    422 (42201) when it has none."""
+    if not isinstance(body, dict):
+        raise _err(422, 42201, "Invalid schema: the body is a JSON object with a \"schema\"")
+    text = body.get("schema")
+    if not isinstance(text, str) or not text.strip():
+        raise _err(422, 42201, "Empty schema")
+    return text, _schema_type(body), _references(body)

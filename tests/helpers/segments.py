@@ -48,3 +48,17 @@ def simple_batches(base_offset: int, n: int, *, per_batch: int = 3, value_size: 
                               value_size=value_size))
         offset += per_batch
     return out
+
+
+def append_at_the_head(store, sid: str):
+    """Commit one 10-record segment entry (no file behind it) at the high watermark, as a
+    batch without a producer id is placed: the plan reads only the high watermark, so a
+    re-plan after a commit that landed unseen would append it again."""
+    from kafkastore.manifest import AppendSegments, SegmentEntry
+
+    def build(base):
+        at = base.high_watermark if base is not None else 0
+        return [AppendSegments((SegmentEntry(
+            base_offset=at, next_offset=at + 10, record_count=10, size=100, min_timestamp=1,
+            max_timestamp=2, segment_id=sid, writer_id=1, leader_epoch=0, checksum=1),))], []
+    return store.commit(build, operation="append")

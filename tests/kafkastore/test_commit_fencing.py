@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from kafkastore.broker import Broker
-from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
+from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.reader import PartitionReader
 from kafkastore.topics import create_topic
 from tests.faults import faulty_storage
+from tests.helpers.segments import append_at_the_head
 
 T = "t"
 
@@ -28,28 +29,17 @@ def _conflict_after_write(op, path):
     return FileExistsError(17, "precondition failed (a retry of our own PUT)", path)
 
 
-def _append_one(store, sid):
-    """Commit one 10-record segment at the head, as a batch without a producer id is
-    placed: the plan only reads the high watermark, so it would apply twice."""
-    def build(base):
-        at = base.high_watermark if base is not None else 0
-        return [AppendSegments((SegmentEntry(
-            base_offset=at, next_offset=at + 10, record_count=10, size=100, min_timestamp=1,
-            max_timestamp=2, segment_id=sid, writer_id=1, leader_epoch=0, checksum=1),))], []
-    return store.commit(build, operation="append")
-
-
 @pytest.mark.parametrize("fault", ["conflict after the write", "lost response"])
 def test_a_commit_applied_but_not_acknowledged_is_not_appended_twice(root_url, fault,
                                                                      metadata_only_commits):
     storage, fs = faulty_storage(root_url)
     store = ManifestStore(storage, T, 0)
-    _append_one(store, "first")
+    append_at_the_head(store, "first")
     if fault == "lost response":
         fs.lose_response(match="_manifest/0")
     else:
         fs.inject("write", "after", match="_manifest/0", error=_conflict_after_write)
-    landed = _append_one(store, "second")
+    landed = append_at_the_head(store, "second")
     assert fs.log, "the fault did not fire"
     head = ManifestStore(Storage(root_url), T, 0).latest()
     assert landed.version == head.version == 2

@@ -18,10 +18,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from kafkastore.broker import Broker
-from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
+from kafkastore.manifest import ManifestStore
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
+from tests.helpers.segments import append_at_the_head
 
 T = "t"
 
@@ -103,28 +104,17 @@ def _values(storage):
     return PartitionReader(storage, T, 0).read(-2).column("value").to_pylist()
 
 
-def _append_at_the_head(store, sid):
-    """Commit one 10-record segment at the high watermark, as a batch without a producer id
-    is placed: the plan reads only the high watermark, so a re-plan would append it again."""
-    def build(base):
-        at = base.high_watermark if base is not None else 0
-        return [AppendSegments((SegmentEntry(
-            base_offset=at, next_offset=at + 10, record_count=10, size=100, min_timestamp=1,
-            max_timestamp=2, segment_id=sid, writer_id=1, leader_epoch=0, checksum=1),))], []
-    return store.commit(build, operation="append")
-
-
 @pytest.mark.parametrize("fault", ["503", "drop"])
 def test_a_manifest_put_applied_then_retried_by_the_s3_client_is_not_appended_twice(
         s3_endpoint, fault, metadata_only_commits):
     """The commit engine's read-back on a conflict tells our own landed put (the client's
     retry answered 412) from another writer's: the partition holds the batch once."""
     url = f"s3://kafkastore-test/root-{uuid.uuid4().hex[:12]}"
-    _append_at_the_head(ManifestStore(Storage(url), T, 0), "first")
+    append_at_the_head(ManifestStore(Storage(url), T, 0), "first")
     proxy = _FaultProxy(s3_endpoint, match="/_manifest/", fault=fault)
     try:
         storage = Storage(url, {"client_kwargs": {"endpoint_url": proxy.url}})
-        landed = _append_at_the_head(ManifestStore(storage, T, 0), "second")
+        landed = append_at_the_head(ManifestStore(storage, T, 0), "second")
         assert proxy.fired, "the fault did not fire"
     finally:
         proxy.close()
