@@ -1,4 +1,4 @@
-"""Benchmark: upsert loads (issue 24), run as ``bench/load.py --mode upsert``.
+"""Benchmark: upsert loads, run as ``bench/load.py --mode upsert``.
 
     .venv/bin/python bench/load.py --mode upsert [--records 1000000] [--keys 100000]
 

@@ -1,4 +1,4 @@
-"""Benchmark: the cost of checking a read range against its manifest entry (issue 14 item 2).
+"""Benchmark: the cost of checking a read range against its manifest entry.
 
     .venv/bin/python bench/read_check.py [--records N] [--per-batch B] [--repeat R]
 

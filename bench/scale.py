@@ -185,7 +185,7 @@ def main(argv=None) -> int:
             if small in c and large in c and small != large:
                 print(f"{job:<10} cost per record largest/smallest ({large[0]:,} records x "
                       f"{large[1]} partitions / {small[0]:,} x {small[1]}) = "
-                      f"{c[large] / c[small]:.2f}  (issue 12 bound: <= 1.25)")
+                      f"{c[large] / c[small]:.2f}  (bound: <= 1.25)")
             if len(c) > 1:
                 hi, lo = max(c, key=c.get), min(c, key=c.get)
                 print(f"{job:<10} cost per record max/min over all sizes = {c[hi] / c[lo]:.2f} "

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/walk.py [--base REV] [--records N] [--repeat R]
 
-Issue 13 put every walk over batch framing behind ``segment.iter_batches`` and
+An earlier change put every walk over batch framing behind ``segment.iter_batches`` and
 both pure record decoders behind ``record_batch.decode_records``. This times,
 in this one process, the code of this tree against the code of git revision
 REV (default ``HEAD~1``; extracted with ``git archive`` into a temporary

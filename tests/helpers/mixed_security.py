@@ -1,4 +1,4 @@
-"""Brokers of different listener security on one root (issue 20 item 12): plaintext ones
+"""Brokers of different listener security on one root: plaintext ones
 and SASL ones (user ``alice``, password ``pw``), each knowing the others."""
 from __future__ import annotations
 

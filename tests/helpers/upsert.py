@@ -1,5 +1,5 @@
 """Rows, records and foreign-engine deletes for the upsert, maintain, CDC and upsert
-reprocess tests (issue 24)."""
+reprocess tests."""
 from __future__ import annotations
 
 import os

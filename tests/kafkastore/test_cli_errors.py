@@ -1,4 +1,4 @@
-"""Issue 14 items 4-6 at the command line: one-line errors where tracebacks were, and the
+"""At the command line: one-line errors where tracebacks were, and the
 smaller fixes (empty --root, read-only commands, a missing bucket, the data-loss hint)."""
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_a_refused_write_is_a_definite_failure_not_an_unknown_outcome(local_root
 @pytest.mark.parametrize("argv", [("topics", "create", "t"), ("topics", "describe", "t"),
                                   ("offsets", "t"), ("groups", "list")])
 def test_commands_on_a_missing_bucket_say_so_in_one_line(cli, s3_endpoint, argv):
-    """Issue 20, item 16: not an "unknown outcome", not an unknown topic: the bucket."""
+    """Not an "unknown outcome", not an unknown topic: the bucket."""
     rc, _, err = cli(*argv, root="s3://no-such-bucket-here/x")
     line = one_error_line(rc, err)
     assert line == "kafkastore: error: bucket 'no-such-bucket-here' of s3://no-such-bucket-here/x does not exist"

@@ -1,4 +1,4 @@
-"""Committers of one process take turns per partition (issue 19): a slow committer (a merge
+"""Committers of one process take turns per partition: a slow committer (a merge
 whose attempt must read the versions that landed since, a GET each on S3) is not starved by a
 fast one (the broker committing several times a second). Before, on a loaded machine's moto
 S3, the housekeeper's merge commit lost 26 races in 28 s, its uploads grew too old to commit

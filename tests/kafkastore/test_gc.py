@@ -311,7 +311,7 @@ def test_grace_has_a_floor(storage):
 
 @pytest.mark.parametrize("grace", [0, 1_000, 59_999])
 def test_explicit_grace_below_the_floor_is_refused(storage, grace):
-    """Issue 14 item 1: an explicit grace below the floor is an error, not silently raised."""
+    """An explicit grace below the floor is an error, not silently raised."""
     log_with_old_data(storage, 1)
     upload_segment(storage, T, P, 2, [1])
     with pytest.raises(ConfigError, match="below the safe floor"):

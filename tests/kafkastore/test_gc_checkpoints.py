@@ -1,4 +1,4 @@
-"""gc's referenced set from the checkpoint chain (issue 19): the head, its group, and the full
+"""gc's referenced set from the checkpoint chain: the head, its group, and the full
 versions back to the oldest stored one, each recording what its previous group listed and it
 no longer does, instead of one read per stored version. It must equal the replay of every
 stored version (never less: a file a reader of a stored version may read stays)."""

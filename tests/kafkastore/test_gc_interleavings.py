@@ -1,4 +1,4 @@
-"""gc never deletes a live segment file, whatever lands between its steps (issue 19: the
+"""gc never deletes a live segment file, whatever lands between its steps (the
 40,000-commit soak through bench/counting_fs.py printed "no object ...log" for a live flush
 segment; the cause was the bench removing its root while a merge job still ran, and this
 checks the interleaving it was suspected of).

@@ -1,5 +1,5 @@
 """Internal topics (``__consumer_offsets``): clients cannot write or delete them, and reading
-the offsets topic survives records that do not decode (issue 20, item 1)."""
+the offsets topic survives records that do not decode."""
 from __future__ import annotations
 
 import logging

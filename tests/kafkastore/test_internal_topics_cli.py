@@ -1,4 +1,4 @@
-"""An operator cannot create internal topics at the command line either (issue 20 item 1: "the
+"""An operator cannot create internal topics at the command line either ("the
 same must hold for every internal topic you have or add"): their owner makes them with its
 partition count and config; `topics create __transaction_state --config cleanup.policy=delete`
 would have let retention delete transaction state."""

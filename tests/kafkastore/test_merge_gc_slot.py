@@ -1,4 +1,4 @@
-"""The housekeeper's gc runs beside its merges, not in front of them (issue 19: a gc that
+"""The housekeeper's gc runs beside its merges, not in front of them (a gc that
 replayed ~20k versions held the one job slot for minutes while live segments piled up)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Objects written per produce commit (issue 19 item 5) on moto's S3: a small Broker flush puts
+"""Objects written per produce commit on moto's S3: a small Broker flush puts
 one .log object and one manifest version per partition; the indexes come with merging.
 
 Run with ``-s`` to print the figures (PUTs per commit and per MB); with

@@ -1,5 +1,5 @@
 """A merge job on a slow store commits what it built in time instead of building every planned
-run and then finding its first uploads too old to commit (issue 19: on a loaded machine's moto
+run and then finding its first uploads too old to commit (on a loaded machine's moto
 S3, every 32-run job of a backlog took over 30 s and merged nothing, so live segments grew
 with every commit)."""
 from __future__ import annotations

@@ -339,7 +339,7 @@ def test_a_blank_line_cannot_hide_a_line_of_two_objects(monkeypatch):
     assert not trailing.bulk and str(trailing.error).startswith("line 1: not valid JSON")
 
 
-# -- top-level values that are not objects (issue 20, item 6) -----------------------------
+# -- top-level values that are not objects -----------------------------
 _NOT_OBJECTS = [b"null", b"0", b"-1.5", b"12345678901234567890", b'"s"', b'""', b"[]",
                 b'[{"value": "a"}]', b"true", b"false"]
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 4: writers racing on one partition all finish; conflicts back off with
+"""Writers racing on one partition all finish; conflicts back off with
 jitter and have no fixed attempt cap (each conflict means another writer made progress)."""
 from __future__ import annotations
 

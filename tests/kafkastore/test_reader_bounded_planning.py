@@ -1,4 +1,4 @@
-"""Planning a read costs the same however long the partition's history (issue 19): a segment
+"""Planning a read costs the same however long the partition's history: a segment
 wholly inside the range needs no index, and a segment the range cuts costs a binary search
 over pages of its ``.index``, not the whole object. Counted in requests and bytes, not time."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SCRAM users stored under the root (issue 22 item 3): derivation as RFC 5802/7677, Kafka's
+"""SCRAM users stored under the root: derivation as RFC 5802/7677, Kafka's
 rules for changes, and ``kafkastore users add|list|remove``."""
 from __future__ import annotations
 

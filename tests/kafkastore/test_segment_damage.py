@@ -1,4 +1,4 @@
-"""Issue 14 item 2: readers check what they decode against the manifest entry.
+"""Readers check what they decode against the manifest entry.
 
 A truncated ``.log``, a segment object replaced by another of the same size and
 an ``.index`` that points a few batches too far each used to read as other or

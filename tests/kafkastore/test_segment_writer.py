@@ -1,4 +1,4 @@
-"""Issue 25 item 1: one writer of segments (kafkastore.segment_writer).
+"""One writer of segments (kafkastore.segment_writer).
 
 Every producer of segments (Broker, serve's Appender, import, compaction, merging) turns
 uploaded bytes into a manifest entry through one function, uploads through one policy,

@@ -334,7 +334,7 @@ def test_put_many_a_failed_fsync_leaves_no_file_of_the_batch(local_root, monkeyp
 
 
 def test_a_missing_bucket_is_named_for_every_operation(s3_endpoint):
-    """Issue 20, item 16: a write was an "unknown outcome", a read a missing object and a
+    """A write was an "unknown outcome", a read a missing object and a
     listing empty; each now says the bucket does not exist (a definite failure)."""
     from kafkastore.errors import BucketNotFoundError, StoragePermissionError
 

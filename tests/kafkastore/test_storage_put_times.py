@@ -1,4 +1,4 @@
-"""Storage's upload-time bookkeeping under concurrent puts and deletes (issue 19: with gc on its
+"""Storage's upload-time bookkeeping under concurrent puts and deletes (with gc on its
 own thread, a delete popped a remembered put time while a writer's put was pruning the old
 ones, and the writer's flush died with "dictionary changed size during iteration" in the
 100,000-commit soak)."""

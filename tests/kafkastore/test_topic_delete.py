@@ -1,7 +1,7 @@
 """Deleting a topic is a tombstone commit on every partition's manifest before ``_topic.json``
 goes: a writer racing the delete lands before it (and goes with the topic) or is refused, a
 re-created topic starts empty and readable, and a delete or create that stopped part way is
-finished by the next one (issue 20, item 2)."""
+finished by the next one."""
 from __future__ import annotations
 
 import threading

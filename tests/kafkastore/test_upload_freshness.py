@@ -1,4 +1,4 @@
-"""Issue 14 item 1: no commit lists a file that GC may already have deleted.
+"""No commit lists a file that GC may already have deleted.
 
 Every manifest commit (broker, import, compaction, delete-records, the protocol
 server: they all go through :meth:`ManifestStore.commit`) refuses to list a new

@@ -1,4 +1,4 @@
-"""Authorization with ACLs (issue 22 item 2), with real clients over SASL PLAIN on loopback:
+"""Authorization with ACLs, with real clients over SASL PLAIN on loopback:
 the ACL admin APIs (confluent-kafka and kafka-python admin clients), enforcement of produce,
 fetch, groups, offsets, topic create and delete, transactional ids and Metadata, super users,
 a change on one broker applying on another of the same root, and Kafka's error codes."""

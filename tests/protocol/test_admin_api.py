@@ -1,4 +1,4 @@
-"""The admin API operators' tools use (issue 22 item 4), each driven by a real admin client:
+"""The admin API operators' tools use, each driven by a real admin client:
 confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bad input to the admin APIs (issue 22 item 4) gets Kafka's error codes on a connection that
+"""Bad input to the admin APIs gets Kafka's error codes on a connection that
 stays open, never a crash."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Metadata advertises only brokers of the listener's security protocol (issue 20 item 12)."""
+"""Metadata advertises only brokers of the listener's security protocol."""
 from __future__ import annotations
 
 from kio.schema.metadata.v12 import request as md_req

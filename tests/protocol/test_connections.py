@@ -1,4 +1,4 @@
-"""Connection limits (issue 20 item 10): 512 KB before SASL authentication, bytes in flight per
+"""Connection limits: 512 KB before SASL authentication, bytes in flight per
 connection, connections per address and in all, idle connections closed."""
 from __future__ import annotations
 

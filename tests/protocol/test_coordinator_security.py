@@ -1,4 +1,4 @@
-"""A group coordinator a client can reach (issue 20 item 12, the group side): with brokers of
+"""A group coordinator a client can reach (the group side): with brokers of
 different listener security on one root, FindCoordinator through a plaintext broker must name
 a plaintext broker, as Metadata lists only those; naming the SASL one leaves the consumer
 unable to reach its coordinator (it is not in the Metadata it was given)."""

@@ -1,4 +1,4 @@
-"""Issue 20, item 2: DeleteTopics through broker A while broker B keeps producing (two brokers
+"""DeleteTopics through broker A while broker B keeps producing (two brokers
 on one root). B acknowledged writes after the delete and the re-created topic listed files the
 delete had removed. Now every write B acknowledged is below the deletion tombstone (gone with
 the topic), writes after it are refused, and the re-created topic starts empty and verifies."""

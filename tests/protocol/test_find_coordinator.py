@@ -1,4 +1,4 @@
-"""FindCoordinator v6 (issue 21 item 6): Kafka 3.9 serves FindCoordinator 0-6, v6 adding the
+"""FindCoordinator v6: Kafka 3.9 serves FindCoordinator 0-6, v6 adding the
 share-group key type (KIP-932). Groups (key type 0) and transactional ids (key type 1) are
 answered at v6 exactly as at v4-5; a share key (type 2) gets what a 3.9 broker answers
 (KafkaApis.getCoordinator): INVALID_REQUEST below v6, CLUSTER_AUTHORIZATION_FAILED without

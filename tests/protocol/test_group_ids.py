@@ -1,4 +1,4 @@
-"""Group ids and other stored client strings too long for a group record (issue 20 item 16):
+"""Group ids and other stored client strings too long for a group record:
 refused at once with Kafka's error, no traceback, nothing for the client to retry."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Internal topics (issue 20 item 1): clients may read them, never delete, create or produce to them."""
+"""Internal topics: clients may read them, never delete, create or produce to them."""
 from __future__ import annotations
 
 from kio.schema.metadata.v12 import request as md_req

@@ -1,4 +1,4 @@
-"""Bounded work and state for client-chosen numbers (issue 20 items 7 and 8)."""
+"""Bounded work and state for client-chosen numbers."""
 from __future__ import annotations
 
 import datetime

@@ -1,4 +1,4 @@
-"""Parked long-poll fetches cost nothing until data arrives (issue 20 item 17)."""
+"""Parked long-poll fetches cost nothing until data arrives."""
 from __future__ import annotations
 
 import datetime

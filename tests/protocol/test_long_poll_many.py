@@ -1,5 +1,5 @@
-"""Parked long-poll fetches on many partitions cost nothing until data arrives (issue 20
-item 17, replayed with one fetch per partition): the shared poll for other brokers' writes
+"""Parked long-poll fetches on many partitions cost nothing until data arrives (replayed
+with one fetch per partition): the shared poll for other brokers' writes
 must not read every waited partition's manifest head four times a second (300 partitions
 on S3 kept a serve process at 30% of a core and sent moto a continuous stream of GETs)."""
 from __future__ import annotations

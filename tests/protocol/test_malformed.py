@@ -1,4 +1,4 @@
-"""Malformed requests never crash or stall the broker (issue 20 items 5 and 9)."""
+"""Malformed requests never crash or stall the broker."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
-"""One request naming a huge number of partitions must not stall the event loop (issue 20
-item 7's rule, "never run per-partition work proportional to a client's numbers on the event
+"""One request naming a huge number of partitions must not stall the event loop (the
+rule "never run per-partition work proportional to a client's numbers on the event
 loop", replayed on OffsetFetch: a 4 MB request naming 1,000,000 partitions froze a serve
 process for 11 s, every client's ApiVersions waiting meanwhile)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SASL hardening (issue 20 item 11): PLAIN authorization ids, malformed SCRAM, no user enumeration."""
+"""SASL hardening: PLAIN authorization ids, malformed SCRAM, no user enumeration."""
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,4 @@
-"""SCRAM users (issue 22 item 3): managed with the admin clients' own calls, stored under the
+"""SCRAM users: managed with the admin clients' own calls, stored under the
 root, accepted by every broker of the root, with Kafka's error codes."""
 from __future__ import annotations
 

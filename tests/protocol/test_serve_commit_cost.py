@@ -1,5 +1,5 @@
 """What one acknowledged produce commit costs through `kafkastore serve` does not grow with the
-partition's history (issue 19, the serve soak): requests and bytes per commit on the produce
+partition's history (the serve soak): requests and bytes per commit on the produce
 path, counted through bench/counting_fs.py, are the same after hundreds of commits (merges
 landing meanwhile) as near the start. Counts, not times: the machine's load cannot move them."""
 from __future__ import annotations
