@@ -1,0 +1,258 @@
+"""No import cycle among the modules of kafkastore/ and pipelines/, read from the code.
+
+Every import counts, the ones inside functions too: a function-local import hides a cycle
+from the interpreter at start-up, not from the design (the two modules still cannot be
+understood, tested or moved one without the other). Relative imports are resolved, and
+``from package import name`` is an edge to ``package.name`` when that is a module, else to
+the package. Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those
+implicit edges are left out (a submodule importing its sibling while its package's
+``__init__`` runs is not a cycle in the design).
+
+A cycle is a strongly connected component of more than one module. The ones that exist
+today are listed in ``KNOWN_CYCLES``; the redesign removes them. The test fails on a
+cycle not in the list, and on an entry of the list that is no longer exactly a component
+(so the list only shrinks: when a cycle is broken or loses a member, the entry goes or
+gets smaller in the same commit).
+
+``python tests/test_import_cycles.py`` prints the components and the number of
+function-local imports per package.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections import Counter
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("kafkastore", "pipelines")
+
+# The cycles that exist today, each removed by the redesign (then its entry goes).
+KNOWN_CYCLES: list[frozenset[str]] = [
+    # The manifest's commit plan runs the topic-metadata upgrade step (manifest imports
+    # topics.fence_old_readers inside the plan; topics imports the manifest store), and
+    # manifest_delta takes the model from manifest while manifest stores deltas. The
+    # redesign makes the manifest a package (model, updates, delta, store) with the model
+    # at the bottom, and hands the upgrade step to the store as a plan hook that topics
+    # registers, so neither imports the other's upper half.
+    frozenset({"kafkastore.manifest", "kafkastore.manifest_delta", "kafkastore.topics"}),
+    # The schema registry's HTTP listener builds a throwaway ServeOptions from the protocol
+    # server to check listener security; the server starts the registry (inside a
+    # function). The redesign moves the listener rules (check_listener_security and what it
+    # reads) to a module of their own below both.
+    frozenset({"kafkastore.protocol.server", "kafkastore.schema_registry",
+               "kafkastore.schema_registry.http"}),
+    # iceberg.py formats times through iceberg_read (inside a function) while iceberg_read
+    # reads through iceberg. The redesign's warehouse package puts the shared helpers in
+    # the module both import (snapshots and ancestry walked once, in one place).
+    frozenset({"pipelines.iceberg", "pipelines.iceberg_read"}),
+    # The jobs' ring: load reaches into upsert, registry_load, datasource, session and
+    # load_spec (inside functions); upsert and registry_load reach back into load's
+    # executor writer; load_spec asks upsert for table modes; planning and source_options
+    # share constants both ways; session registers the data source. The redesign cuts it
+    # by layer: the job specs (load_spec, table modes, ON_DATA_LOSS) at the bottom, the
+    # executor write engine out of load.py into its own module below load, upsert and
+    # registry_load, the source's constants in source_options only, and session taking
+    # the data source's register function from its caller's layer.
+    frozenset({"pipelines.datasource", "pipelines.load", "pipelines.load_spec",
+               "pipelines.planning", "pipelines.registry_load", "pipelines.session",
+               "pipelines.source_options", "pipelines.upsert"}),
+]
+
+
+def module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    """``a/b/c.py`` -> ``a.b.c``; ``a/b/__init__.py`` -> ``a.b``."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def package_of(name: str, path: pathlib.Path) -> tuple[str, ...]:
+    """The package a module's relative imports start from."""
+    parts = tuple(name.split("."))
+    return parts if path.name == "__init__.py" else parts[:-1]
+
+
+def imports_of(path: pathlib.Path, name: str):
+    """Every import in a module, as ``(target, names, local)``: ``import x.y`` is
+    ``("x.y", [], local)``, ``from X import a, b`` is ``("X", ["a", "b"], local)`` with
+    relative ``X`` resolved; ``local`` is true inside a function (a module-level ``if`` or
+    ``try``, for TYPE_CHECKING or an optional extra, is not local)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    local = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            local.update(id(n) for n in ast.walk(node) if n is not node)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], id(node) in local
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_of(name, path)
+                base = base[:len(base) - node.level + 1]
+                target = ".".join((*base, node.module) if node.module else base)
+            else:
+                target = node.module or ""
+            yield target, [a.name for a in node.names], id(node) in local
+
+
+def resolve(candidate: str, modules: set[str]) -> str | None:
+    """The longest prefix of a dotted name that is one of our modules."""
+    parts = candidate.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in modules:
+            return prefix
+    return None
+
+
+def package_key(name: str) -> str:
+    """The package a module is counted under: the sub-packages of kafkastore apart."""
+    parts = name.split(".")
+    if len(parts) > 2 and parts[0] == "kafkastore":
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def scan(root: pathlib.Path, packages=PACKAGES):
+    """The module graph of ``packages`` under ``root`` and, per package, the number of
+    function-local imports of modules of ``packages``: ``(graph, local)`` with ``graph``
+    ``{module: set(imported modules)}`` and ``local`` a Counter."""
+    files = {module_name(p, root): p
+             for package in packages for p in sorted((root / package).rglob("*.py"))}
+    modules = set(files)
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    local: Counter = Counter()
+    for name, path in files.items():
+        for target, names, is_local in imports_of(path, name):
+            # the count is of imports of our own modules (the ones that can hide a cycle)
+            local[package_key(name)] += is_local and target.split(".")[0] in packages
+            found = set()
+            for imported in names:
+                # `from pkg import mod` imports the module pkg.mod; `from mod import x` mod
+                submodule = f"{target}.{imported}"
+                found.add(submodule if submodule in modules else resolve(target, modules))
+            if not names:
+                found.add(resolve(target, modules))
+            graph[name].update(found - {None, name})
+    return graph, local
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's components with more than one member (iterative: no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[frozenset[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.add(member)
+                    if member == node:
+                        break
+                if len(members) > 1:
+                    found.append(frozenset(members))
+    return found
+
+
+def cycle_problems(cycles: list[frozenset[str]], known: list[frozenset[str]]) -> list[str]:
+    """New cycles, and known ones that are no longer exactly a component."""
+    problems = [f"new import cycle: {sorted(c)}" for c in cycles if c not in known]
+    problems += [f"KNOWN_CYCLES entry no longer a cycle (remove or shrink it): {sorted(k)}"
+                 for k in known if k not in cycles]
+    return problems
+
+
+def test_no_import_cycle_beyond_the_known_ones():
+    graph, _ = scan(ROOT)
+    assert cycle_problems(strongly_connected(graph), KNOWN_CYCLES) == []
+
+
+def test_the_known_cycles_are_distinct():
+    assert len(set(KNOWN_CYCLES)) == len(KNOWN_CYCLES)
+    assert all(len(k) > 1 for k in KNOWN_CYCLES)
+
+
+def _write(root: pathlib.Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_new_cycle_through_a_function_local_import_is_reported(tmp_path):
+    """A synthetic package: a -> b at the top, b -> a inside a function (relative and
+    ``from package import module`` forms), c -> a only. One cycle {a, b}."""
+    _write(tmp_path, "pkg/__init__.py", "")
+    _write(tmp_path, "pkg/a.py", "from . import b\n")
+    _write(tmp_path, "pkg/b.py", "def f():\n    from .a import thing\n    return thing\n")
+    _write(tmp_path, "pkg/c.py", "import pkg.a\n")
+    graph, local = scan(tmp_path, ("pkg",))
+    assert graph["pkg.a"] == {"pkg.b"}
+    assert graph["pkg.b"] == {"pkg.a"}
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert local["pkg"] == 1
+    cycles = strongly_connected(graph)
+    assert cycles == [frozenset({"pkg.a", "pkg.b"})]
+    assert cycle_problems(cycles, []) == ["new import cycle: ['pkg.a', 'pkg.b']"]
+    assert cycle_problems(cycles, [frozenset({"pkg.a", "pkg.b"})]) == []
+
+
+def test_a_known_cycle_that_is_gone_or_smaller_is_reported(tmp_path):
+    """The list only shrinks: a broken cycle's entry, or one with a member too many, fails."""
+    _write(tmp_path, "pkg/__init__.py", "")
+    _write(tmp_path, "pkg/a.py", "from pkg import b\n")
+    _write(tmp_path, "pkg/b.py", "import pkg.a as a\n")
+    _write(tmp_path, "pkg/c.py", "")
+    cycles = strongly_connected(scan(tmp_path, ("pkg",))[0])
+    assert cycles == [frozenset({"pkg.a", "pkg.b"})]
+    assert cycle_problems(cycles, [frozenset({"pkg.a", "pkg.b", "pkg.c"})]) == [
+        "new import cycle: ['pkg.a', 'pkg.b']",
+        "KNOWN_CYCLES entry no longer a cycle (remove or shrink it): "
+        "['pkg.a', 'pkg.b', 'pkg.c']"]
+    assert cycle_problems([], [frozenset({"pkg.a", "pkg.b"})]) == [
+        "KNOWN_CYCLES entry no longer a cycle (remove or shrink it): ['pkg.a', 'pkg.b']"]
+
+
+def test_the_scan_sees_every_module_and_its_imports():
+    """Sanity: the real tree is read (a module known to import another is linked to it)."""
+    graph, local = scan(ROOT)
+    assert "kafkastore.manifest" in graph and "pipelines.load" in graph
+    assert "kafkastore.commit" in graph["kafkastore.manifest"]
+    assert sum(local.values()) > 0
+
+
+if __name__ == "__main__":
+    graph, local = scan(ROOT)
+    for cycle in sorted(strongly_connected(graph), key=len, reverse=True):
+        print(len(cycle), sorted(cycle))
+    print("function-local imports per package:", dict(sorted(local.items())),
+          "total", sum(local.values()))
