@@ -168,6 +168,17 @@ class WriteTarget:
     layout: TableLayout = TableLayout()
     storage_options: Mapping[str, Any] | None = None
     dead_letters_from: Mapping[int, int] = field(default_factory=dict)
+    #: ``{column: has a zone}`` of the data table's timestamp columns: the files keep
+    #: a column's kind (:func:`pipelines.table_files.micros_timestamps`).
+    timestamp_zones: Mapping[str, bool] = field(default_factory=dict)
+
+    def of_table(self, tbl) -> "WriteTarget":
+        """This target writing timestamps as the columns of ``tbl`` (an Iceberg table) are."""
+        from dataclasses import replace
+
+        from .table_files import timestamp_zones
+
+        return replace(self, timestamp_zones=timestamp_zones(tbl.schema()))
 
 
 def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
@@ -202,7 +213,7 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
                 descriptors.extend(write_files(
                     target.data_location, good, run_id=run_id, storage_options=so,
                     partition_by=layout.partition_by, max_rows_per_file=layout.max_rows_per_file,
-                    compression=layout.compression))
+                    compression=layout.compression, zoned=target.timestamp_zones))
             if dead:
                 descriptors.extend(write_files(
                     target.dead_letter_location, dead, run_id=run_id, storage_options=so,
@@ -909,7 +920,7 @@ def _load_into(spark, request: LoadRequest, spec: LoadSpec, summary: LoadSummary
     # commit writes the table's files.
     target = WriteTarget(tbl.location() + ("/upsert-staging" if upsert else ""),
                          dl.location() if dl is not None else None, spec.layout,
-                         storage_options, dl_start)
+                         storage_options, dl_start).of_table(tbl)
     written = write_job(spark, f"load {topic} -> {table}", request.root, ranges, spec, target,
                         run_id, tbl, storage_options=storage_options,
                         max_bytes=request.max_bytes_per_partition, progress=request.progress,

@@ -222,7 +222,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
         if t is not None:    # a data file deleted outside Iceberg: refuse before any work
             ice.check_rewind_files(t, rewind)
     target = _load.WriteTarget(tbl.location(), dl.location() if dl is not None else None,
-                               spec.layout, storage_options, {})
+                               spec.layout, storage_options, {}).of_table(tbl)
     reads = [pl.range for pl in plans if not pl.range.empty]
     written = _load.write_job(spark, f"reprocess {topic} -> {table}", root, reads, spec, target,
                               run_id, tbl, storage_options=storage_options,
@@ -344,7 +344,7 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
     dl_from = {p: points.get(p, n) for p, n in committed.items()}
     target = _load.WriteTarget(tbl.location() + "/upsert-staging",
                                dl.location() if dl is not None else None, spec.layout,
-                               storage_options, dl_from)
+                               storage_options, dl_from).of_table(tbl)
     reads = [pl.range for pl in replay if not pl.range.empty]
     # The replay decodes against no table schema: the state is rebuilt from the base.
     written = _load.Written(_load.write_ranges(spark, root, reads, spec, target, run_id,

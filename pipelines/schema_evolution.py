@@ -12,8 +12,11 @@ between writer schemas of one load.
   renamed by a load);
 * int and long give long, float and double give double, decimal(p1, s) and
   decimal(p2, s) give decimal(max(p1, p2), s): the promotions Iceberg allows;
+* a timestamp without a zone (Avro's local-timestamp-*) fits a table's column
+  with a zone, made so by an older version: its wall-clock time is stored as UTC,
+  as that table always stored it;
 * any other difference (string vs long, a struct vs a list, a decimal's scale,
-  a timestamp with and without a zone...) is an :class:`IncompatibleChange`:
+  a zoned timestamp for a column without a zone...) is an :class:`IncompatibleChange`:
   those records go to the dead letters with the reason, or the load stops
   (``onIncompatible``).
 """
@@ -99,6 +102,9 @@ def merge_types(table: Any, writer: Any, path: str = "value"):
             raise IncompatibleChange(f"{path}: decimal scale {writer.scale} differs from the "
                                      f"table's {table.scale} ({table})")
         return pa.decimal128(max(table.precision, writer.precision), table.scale)
+    if (pa.types.is_timestamp(table) and pa.types.is_timestamp(writer)
+            and table.tz is not None and writer.tz is None):
+        return table
     raise IncompatibleChange(f"{path}: the writer's {_name(writer)} cannot be stored in the "
                              f"table's {_name(table)} column")
 

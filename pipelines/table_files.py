@@ -7,8 +7,10 @@ them under ``<table location>/data/`` through fsspec/pyarrow:
   of the table's spec (``day(timestamp)`` by default, see
   :func:`pipelines.table_layout.parse_partition_field`), so the driver can add it
   to a snapshot with its partition value read from the column bounds;
-* timestamps are written as ``TIMESTAMP_MICROS`` with UTC (Iceberg's
-  ``timestamptz``; Spark's INT96 default cannot be committed);
+* timestamps are written as ``TIMESTAMP_MICROS`` (Spark's INT96 default cannot be
+  committed): with UTC (Iceberg's ``timestamptz``) or without a zone (``timestamp``)
+  as the table's column is, a new column as its values are (see
+  :func:`micros_timestamps`);
 * rows are sorted by offset, at most ``max_rows_per_file`` per file;
 * no Parquet field ids: the table's name mapping maps columns by name.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.errors import ConfigError
 
@@ -45,19 +47,44 @@ def descriptor_schema():
                       ("footer", pa.binary())])
 
 
-def micros_timestamps(data):
-    """Cast every timestamp column to ``timestamp[us, UTC]`` (Iceberg timestamptz)."""
+def micros_timestamps(data, zoned: Mapping[str, bool] | None = None):
+    """Cast every timestamp column to microseconds: ``timestamp[us, UTC]`` (Iceberg
+    timestamptz) or ``timestamp[us]`` (Iceberg timestamp, no zone).
+
+    ``zoned``: ``{column: has a zone}`` of the target table's timestamp columns. A
+    column the table has keeps the table's kind (a table created with a zoned column
+    for wall-clock values keeps loading: they are stored as UTC, as they always
+    were); any other keeps its own (a local timestamp stays without zone)."""
     import pyarrow as pa
 
-    target = pa.timestamp("us", tz="UTC")
+    zoned = zoned or {}
     for i, f in enumerate(data.schema):
-        if pa.types.is_timestamp(f.type) and f.type != target:
-            col = data.column(i)
-            if f.type.tz is None:
-                col = col.cast(pa.timestamp(f.type.unit, tz="UTC"))
-            data = data.set_column(i, pa.field(f.name, target, f.nullable),
-                                   col.cast(target, safe=False))
+        if not pa.types.is_timestamp(f.type):
+            continue
+        want_zone = zoned.get(f.name, f.type.tz is not None)
+        target = pa.timestamp("us", tz="UTC") if want_zone else pa.timestamp("us")
+        if f.type == target:
+            continue
+        col = data.column(i)
+        if f.type.tz is None and want_zone:
+            col = col.cast(pa.timestamp(f.type.unit, tz="UTC"))   # wall clock read as UTC
+        elif f.type.tz is not None and not want_zone:
+            col = col.cast(pa.timestamp(f.type.unit))              # the UTC wall clock
+        data = data.set_column(i, pa.field(f.name, target, f.nullable),
+                               col.cast(target, safe=False))
     return data
+
+
+def timestamp_zones(schema) -> dict[str, bool]:
+    """``{column: has a zone}`` of the top-level timestamp columns of an Iceberg
+    schema (what :func:`micros_timestamps` writes them as)."""
+    from pyiceberg.types import TimestampType, TimestamptzType
+
+    out: dict[str, bool] = {}
+    for f in schema.fields:
+        if isinstance(f.field_type, (TimestampType, TimestamptzType)):
+            out[f.name] = isinstance(f.field_type, TimestamptzType)
+    return out
 
 
 def partition_keys(data, partition_by: Sequence[str]):
@@ -103,11 +130,12 @@ def partition_label(text: str, value) -> str:
 
 def write_files(location: str, data, *, run_id: str, storage_options: dict | None = None,
                 kind: str = "data", partition_by: Sequence[str] = DEFAULT_PARTITION_BY,
-                max_rows_per_file: int = 1_000_000, compression: str = "zstd"
-                ) -> list[dict[str, Any]]:
+                max_rows_per_file: int = 1_000_000, compression: str = "zstd",
+                zoned: Mapping[str, bool] | None = None) -> list[dict[str, Any]]:
     """Write ``data`` (a pyarrow Table, RecordBatch or iterable of batches, with
     ``topic``, ``partition``, ``offset``) as Parquet files under ``location``
-    (the table's location); return one descriptor dict per file."""
+    (the table's location); return one descriptor dict per file. ``zoned``: the
+    table's timestamp columns (:func:`micros_timestamps`)."""
     import fsspec
     import numpy as np
     import pyarrow as pa
@@ -130,7 +158,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
     for name in ("topic", "partition", "offset"):
         if name not in tbl.column_names or tbl.column(name).null_count:
             raise ConfigError(f"rows to write need a non-null {name!r} column")
-    tbl = micros_timestamps(tbl)
+    tbl = micros_timestamps(tbl, zoned)
     keys = partition_keys(tbl, partition_by)
     names = [f"__k{i}" for i in range(len(keys))]
     keyed = tbl

@@ -326,8 +326,12 @@ def test_merge_types_evolution_rules():
         merge_types(table, s(("n", pa.struct([("a", pa.string())]))), "")
     with pytest.raises(IncompatibleChange, match="scale"):
         merge_types(table, s(("d", pa.decimal128(9, 3))), "")
+    # a zoned timestamp cannot go into a column without a zone; a local timestamp fits a
+    # zoned column an older version made for it (its wall clock stored as UTC)
     with pytest.raises(IncompatibleChange):
-        merge_types(s(("t", pa.timestamp("us", tz="UTC"))), s(("t", pa.timestamp("us"))), "")
+        merge_types(s(("t", pa.timestamp("us"))), s(("t", pa.timestamp("us", tz="UTC"))), "")
+    zoned = s(("t", pa.timestamp("us", tz="UTC")))
+    assert merge_types(zoned, s(("t", pa.timestamp("us"))), "") == zoned
 
 
 def test_protobuf_schema_as_proto_text():
