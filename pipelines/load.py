@@ -1003,19 +1003,17 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
     decoding = {}
     if fmt is not None or schema is not None or schema_file is not None:
         # Flags describing the value replace the entry's decoding as a whole.
-        decoding = {"value_format": fmt or "raw", "value_schema": schema,
-                    "value_schema_file": schema_file}
+        decoding = {"value_schema": schema, "value_schema_file": schema_file}
     spec = resolve_spec(cfg, args.topic, getattr(args, "table", None),
                         on_data_loss=getattr(args, "on_data_loss", None),
                         partition_by=getattr(args, "partition_by", None),
                         mode=getattr(args, "mode", None),
                         key_columns=getattr(args, "key_columns", None))
     if decoding:
-        from dataclasses import replace
-
-        spec = replace(spec, value_format=decoding["value_format"],
-                       value_schema=decoding["value_schema"],
-                       value_schema_file=decoding["value_schema_file"], decode=registry)
+        # Given flags, even --value-format raw, must agree with the table's recorded load.
+        # (a schema without --value-format: the table's format, else raw)
+        spec = spec.given(value_format=fmt, value_schema=decoding["value_schema"],
+                          value_schema_file=decoding["value_schema_file"], decode=registry)
     elif registry:
         from dataclasses import replace
 

@@ -59,6 +59,8 @@ REVISABLE = ("value_schema", "value_schema_file")
 #: key and ``schedule: null``, a DAG run only by hand, differ).
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
               "max_retry_delay_s", "maintain")
+#: The spec fields whose default a table's recorded value replaces when left out.
+DEFAULTS = {"value_format": "raw", "partition_by": DEFAULT_PARTITION_BY}
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
          "partition_by", "on_data_loss", "mode", "key_columns", "cdc", *DECODE_EXTRA,
          *SCHEDULING}
@@ -70,11 +72,13 @@ class LoadSpec:
 
     topic: str
     table: str
-    value_format: str = "raw"
+    #: None: not given (``raw``, or the table's recorded format; see :attr:`defaulted`)
+    value_format: str | None = None
     value_schema: str | None = None
     value_schema_file: str | None = None
     decode: Mapping[str, Any] = field(default_factory=dict)
-    partition_by: tuple[str, ...] = DEFAULT_PARTITION_BY
+    #: None: not given (``day(timestamp)``, or the table's recorded partitioning)
+    partition_by: tuple[str, ...] | None = None
     on_data_loss: str = "fail"
     scheduling: Mapping[str, Any] = field(default_factory=dict)
     #: ``upsert``: one row per key (pipelines.upsert); ``key_columns`` () = the Kafka key.
@@ -86,10 +90,16 @@ class LoadSpec:
     #: Parquet files: rows per file and codec (jobs' keywords; not config keys)
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
     compression: str = DEFAULT_COMPRESSION
+    #: The fields of :data:`DEFAULTS` left out (None) and set to their default: the
+    #: table's recorded value wins over them, where a value given explicitly, even the
+    #: default, must agree with it. Kept by ``replace`` while the value stays the
+    #: default; :meth:`with_overrides` gives fields explicitly.
+    defaulted: frozenset = field(default=frozenset(), repr=False, compare=False)
     #: The table layout of the fields above, built (and validated) with the spec.
     layout: TableLayout = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        self._resolve_defaults()
         if not self.topic:
             raise ConfigError("a load needs a topic")
         table_identifier(self.table)
@@ -106,6 +116,26 @@ class LoadSpec:
             from .cdc import check_spec
 
             check_spec(self)
+
+    def _resolve_defaults(self) -> None:
+        """Fill the fields of :data:`DEFAULTS` left at None, noting them in ``defaulted``."""
+        defaulted = set(self.defaulted)
+        for name, default in DEFAULTS.items():
+            value = getattr(self, name)
+            if value is None:
+                object.__setattr__(self, name, default)
+                defaulted.add(name)
+            else:
+                if name == "partition_by":
+                    value = tuple(value)
+                    object.__setattr__(self, name, value)
+                if value != default:
+                    defaulted.discard(name)
+        object.__setattr__(self, "defaulted", frozenset(defaulted))
+
+    def given(self, **changes: Any) -> "LoadSpec":
+        """A copy with ``changes`` given explicitly (a default value included)."""
+        return replace(self, **changes, defaulted=self.defaulted - set(changes))
 
     def for_table(self, table) -> "LoadSpec":
         """This spec settled against ``table`` (a pyiceberg table or None): what the
@@ -131,7 +161,8 @@ class LoadSpec:
         if stored is None:
             return {}
         changes: dict[str, Any] = {}
-        given_decoder = (self.value_format != "raw" or self.value_schema is not None
+        given_format = "value_format" not in self.defaulted
+        given_decoder = (given_format or self.value_schema is not None
                          or self.value_schema_file is not None or bool(self.decode))
         if not given_decoder:
             changes.update(value_format=stored["value_format"],
@@ -139,7 +170,10 @@ class LoadSpec:
                            value_schema_file=stored["value_schema_file"],
                            decode=stored["decode"])
         else:
-            _agree(name, "value_format", self.value_format, stored["value_format"])
+            if given_format:
+                _agree(name, "value_format", self.value_format, stored["value_format"])
+            else:   # decoder options alone (a run's policy, say): the table's format
+                changes["value_format"] = stored["value_format"]
             for k in sorted(set(self.decode) | set(stored["decode"])):
                 if k not in self.decode:
                     changes.setdefault("decode", dict(self.decode))[k] = stored["decode"][k]
@@ -155,7 +189,7 @@ class LoadSpec:
                 changes["cdc"] = stored["cdc"]
         else:
             _agree(name, "cdc", self.cdc, stored["cdc"])
-        if tuple(self.partition_by) in (DEFAULT_PARTITION_BY, stored["partition_by"]):
+        if "partition_by" in self.defaulted or tuple(self.partition_by) == stored["partition_by"]:
             changes["partition_by"] = stored["partition_by"]
         else:
             _agree(name, "partition_by", list(self.partition_by), list(stored["partition_by"]))
@@ -214,7 +248,7 @@ class LoadSpec:
                    if v is not None}
         if "key_columns" in changes:
             changes["key_columns"] = parse_key_columns(changes["key_columns"])
-        return replace(self, **changes)
+        return self.given(**changes)
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any]) -> "LoadSpec":
@@ -227,17 +261,17 @@ class LoadSpec:
                               f"{entry.get('topic')!r}; expected some of {sorted(KNOWN)}")
         if not entry.get("table"):
             raise ConfigError(f"the 'loads' entry for topic {entry.get('topic')!r} needs a table")
-        pb = entry.get("partition_by", DEFAULT_PARTITION_BY)
+        pb = entry.get("partition_by")
         if isinstance(pb, str):
             pb = [pb]
-        if not isinstance(pb, (list, tuple)):
+        if pb is not None and not isinstance(pb, (list, tuple)):
             raise ConfigError(f"partition_by must be a list like ['day(timestamp)'], got {pb!r}")
         return cls(topic=str(entry.get("topic") or ""), table=str(entry["table"]),
-                   value_format=str(entry.get("value_format") or "raw"),
+                   value_format=str(entry["value_format"]) if entry.get("value_format") else None,
                    value_schema=entry.get("value_schema"),
                    value_schema_file=entry.get("value_schema_file"),
                    decode={k: entry[k] for k in DECODE_EXTRA if entry.get(k) is not None},
-                   partition_by=tuple(str(x) for x in pb),
+                   partition_by=None if pb is None else tuple(str(x) for x in pb),
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
                    scheduling={k: entry[k] for k in SCHEDULING if k in entry},
                    mode=str(entry["mode"]) if entry.get("mode") else None,

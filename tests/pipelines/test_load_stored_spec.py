@@ -168,3 +168,82 @@ def test_a_runs_policy_may_differ_from_the_tables(wh):
     with pytest.raises(ConfigError, match=r"kafkastore\.load\.decode\[schema_registry\]"):
         LoadSpec(topic="t", table="acc", value_format="avro",
                  decode={"schema_registry": "http://127.0.0.1:2"}).for_table(tbl)
+
+
+# A value equal to the default, given explicitly, is given: it conflicts with the table's
+# recorded load as any other value would; nothing given takes the table's.
+
+def _unpartitioned_json(wh):
+    return _table(wh, LoadSpec(topic="t", table="acc", value_format="json", value_schema=DDL,
+                               partition_by=()))
+
+
+@pytest.mark.parametrize("how", ["spec", "override", "entry"])
+def test_the_default_partitioning_given_explicitly_conflicts(wh, how):
+    from pipelines.table_layout import DEFAULT_PARTITION_BY
+
+    tbl = _unpartitioned_json(wh)
+    spec = {"spec": lambda: LoadSpec(topic="t", table="acc", partition_by=DEFAULT_PARTITION_BY),
+            "override": lambda: LoadSpec(topic="t", table="acc").with_overrides(
+                partition_by=list(DEFAULT_PARTITION_BY)),
+            "entry": lambda: LoadSpec.from_entry({"topic": "t", "table": "acc",
+                                                  "partition_by": ["day(timestamp)"]}),
+            }[how]()
+    with pytest.raises(ConfigError) as err:
+        spec.for_table(tbl)
+    msg = str(err.value)
+    assert "\n" not in msg and "kafkastore.load.partition-by" in msg and "day(timestamp)" in msg
+    # Not given: the table's.
+    assert LoadSpec(topic="t", table="acc").for_table(tbl).partition_by == ()
+    assert LoadSpec.from_entry({"topic": "t", "table": "acc"}).for_table(tbl).partition_by == ()
+
+
+@pytest.mark.parametrize("how", ["spec", "override", "entry"])
+def test_the_default_value_format_given_explicitly_conflicts(wh, how):
+    tbl = _unpartitioned_json(wh)
+    spec = {"spec": lambda: LoadSpec(topic="t", table="acc", value_format="raw"),
+            "override": lambda: LoadSpec(topic="t", table="acc").with_overrides(
+                value_format="raw"),
+            "entry": lambda: LoadSpec.from_entry({"topic": "t", "table": "acc",
+                                                  "value_format": "raw"}),
+            }[how]()
+    with pytest.raises(ConfigError) as err:
+        spec.for_table(tbl)
+    msg = str(err.value)
+    assert "\n" not in msg and "kafkastore.load.value-format" in msg and '"raw"' in msg
+    settled = LoadSpec(topic="t", table="acc").for_table(tbl)
+    assert (settled.value_format, settled.value_schema) == ("json", DDL)
+
+
+def test_a_spec_settled_twice_stays_settled(wh):
+    tbl = _unpartitioned_json(wh)
+    once = LoadSpec(topic="t", table="acc").for_table(tbl)
+    assert once.for_table(tbl) == once
+    # A registry option alone, the format left out: the table's format.
+    reg = _table(wh, LoadSpec(topic="t", table="reg", value_format="avro", partition_by=(),
+                              decode={"schema_registry": "http://127.0.0.1:1"}))
+    settled = LoadSpec(topic="t", table="reg",
+                       decode={"on_incompatible": "fail"}).for_table(reg)
+    assert (settled.value_format, settled.decode["schema_registry"]) == (
+        "avro", "http://127.0.0.1:1")
+
+
+def test_cli_flags_equal_to_the_defaults_conflict_with_the_table(run):
+    _produce_accounts(run)
+    assert run("load", "accounts", "--table", "accounts", "--value-format", "json",
+               "--value-schema", DDL, "--partition-by", "partition")[0] == 0
+    for flags, prop, value in (
+            (("--partition-by", "day(timestamp)"), "kafkastore.load.partition-by",
+             "day(timestamp)"),
+            (("--value-format", "raw"), "kafkastore.load.value-format", '"raw"')):
+        rc, _, err = run("load", "accounts", "--table", "accounts", *flags)
+        line = one_error_line(rc, err)
+        assert prop in line and value in line
+    # No flag: the table's decoder and partitioning.
+    assert run("produce", "accounts", stdin=json.dumps(
+        {"key": "a9", "value": {"id": "a9", "balance": 9}}) + "\n")[0] == 0
+    assert run("load", "accounts", "--table", "accounts")[0] == 0
+    tbl = ice.Warehouse(f"file://{run.wh_dir}").table("accounts")
+    assert [f.name for f in tbl.spec().fields] == ["partition"]
+    rows = ice.read_arrow(tbl).to_pylist()
+    assert len(rows) == 7 and {r["id"] for r in rows} == {"a0", "a1", "a2", "a9"}
