@@ -4,7 +4,8 @@ Every import counts, the ones inside functions too: a function-local import hide
 from the interpreter at start-up, not from the design (the two modules still cannot be
 understood, tested or moved one without the other). Relative imports are resolved, and
 ``from package import name`` is an edge to ``package.name`` when that is a module, else to
-the package. Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those
+the package. Imports under ``if TYPE_CHECKING:`` are never run (annotations only) and are
+left out. Importing ``a.b.c`` also runs ``a/__init__`` and ``a/b/__init__``; those
 implicit edges are left out (a submodule importing its sibling while its package's
 ``__init__`` runs is not a cycle in the design).
 
@@ -28,13 +29,13 @@ PACKAGES = ("kafkastore", "pipelines")
 
 # The cycles that exist today, each removed by the redesign (then its entry goes).
 KNOWN_CYCLES: list[frozenset[str]] = [
-    # The manifest's commit plan runs the topic-metadata upgrade step (manifest imports
-    # topics.fence_old_readers inside the plan; topics imports the manifest store), and
-    # manifest_delta takes the model from manifest while manifest stores deltas. The
-    # redesign makes the manifest a package (model, updates, delta, store) with the model
-    # at the bottom, and hands the upgrade step to the store as a plan hook that topics
-    # registers, so neither imports the other's upper half.
-    frozenset({"kafkastore.manifest", "kafkastore.manifest_delta", "kafkastore.topics"}),
+    # The manifest's commit plan runs the topic-metadata upgrade step: the commit target
+    # (manifest.commit_target) imports topics.fence_old_readers inside its plan, and topics
+    # imports the manifest package (its store and updates), whose store builds the target.
+    # The redesign moves fence_old_readers (the format 1 -> 2 step) into the manifest
+    # package, so the manifest no longer imports topics.
+    frozenset({"kafkastore.manifest", "kafkastore.manifest.commit_target",
+               "kafkastore.manifest.store", "kafkastore.topics"}),
     # The schema registry's HTTP listener builds a throwaway ServeOptions from the protocol
     # server to check listener security; the server starts the registry (inside a
     # function). The redesign moves the listener rules (check_listener_security and what it
@@ -83,7 +84,11 @@ def imports_of(path: pathlib.Path, name: str):
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             local.update(id(n) for n in ast.walk(node) if n is not node)
+    annotations_only = {id(n) for node in ast.walk(tree) if _is_type_checking_block(node)
+                        for child in node.body for n in ast.walk(child)}
     for node in ast.walk(tree):
+        if id(node) in annotations_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, [], id(node) in local
@@ -95,6 +100,16 @@ def imports_of(path: pathlib.Path, name: str):
             else:
                 target = node.module or ""
             yield target, [a.name for a in node.names], id(node) in local
+
+
+def _is_type_checking_block(node) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports for annotations only,
+    never run, so no edge of the import graph (its ``else`` branch is run and counted)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
 
 
 def resolve(candidate: str, modules: set[str]) -> str | None:
@@ -226,6 +241,21 @@ def test_a_new_cycle_through_a_function_local_import_is_reported(tmp_path):
     assert cycle_problems(cycles, [frozenset({"pkg.a", "pkg.b"})]) == []
 
 
+def test_imports_for_annotations_only_are_no_edge(tmp_path):
+    """``if TYPE_CHECKING:`` imports are never run; the ``else`` branch and a plain ``if``
+    are."""
+    _write(tmp_path, "pkg/__init__.py", "")
+    _write(tmp_path, "pkg/a.py", "from . import b\n")
+    _write(tmp_path, "pkg/b.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                 "    from .a import A\nelse:\n    from . import c\n")
+    _write(tmp_path, "pkg/c.py", "import typing\nif typing.TYPE_CHECKING:\n    import pkg.a\n"
+                                 "if True:\n    import pkg.b\n")
+    graph, _ = scan(tmp_path, ("pkg",))
+    assert graph["pkg.b"] == {"pkg.c"}
+    assert graph["pkg.c"] == {"pkg.b"}
+    assert strongly_connected(graph) == [frozenset({"pkg.b", "pkg.c"})]
+
+
 def test_a_known_cycle_that_is_gone_or_smaller_is_reported(tmp_path):
     """The list only shrinks: a broken cycle's entry, or one with a member too many, fails."""
     _write(tmp_path, "pkg/__init__.py", "")
@@ -245,8 +275,9 @@ def test_a_known_cycle_that_is_gone_or_smaller_is_reported(tmp_path):
 def test_the_scan_sees_every_module_and_its_imports():
     """Sanity: the real tree is read (a module known to import another is linked to it)."""
     graph, local = scan(ROOT)
-    assert "kafkastore.manifest" in graph and "pipelines.load" in graph
-    assert "kafkastore.commit" in graph["kafkastore.manifest"]
+    assert "kafkastore.segment_writer" in graph and "pipelines.load" in graph
+    assert "kafkastore.manifest" in graph["kafkastore.segment_writer"]
+    assert "pipelines.planning" in graph["pipelines.load"]
     assert sum(local.values()) > 0
 
 
