@@ -69,16 +69,22 @@ def test_latency_forwards_after_the_delay(proxy):
 from tests.helpers.jepsen.checker import ANOMALIES, check, format_table  # noqa: E402
 
 
+A0, A1 = ("a", 0), ("a", 1)   # (topic, partition), as the runner keys partitions
+B0 = ("b", 0)
+
+
 def _clean_history():
-    log = {0: [(0, "a"), (1, "b"), (3, "t1-0")], 1: [(0, "t1-1")]}
-    return {"acked": ["a", "b"], "committed_txns": {"t1": {0: ["t1-0"], 1: ["t1-1"]}},
-            "aborted_txns": {"t2": {0: ["t2-0"]}},
+    log = {A0: [(0, "a"), (1, "b"), (3, "t1-0")], A1: [(0, "t1-1")], B0: [(0, "t1-b")]}
+    return {"acked": ["a", "b"],
+            "committed_txns": {"t1": {A0: ["t1-0"], A1: ["t1-1"], B0: ["t1-b"]}},
+            "aborted_txns": {"t2": {A0: ["t2-0"]}},
             "final_committed": log,
-            "final_uncommitted": {0: [(0, "a"), (1, "b"), (2, "t2-0"), (3, "t1-0")],
-                                  1: [(0, "t1-1")]},
-            "polls": [("c", 0, 0), ("c", 0, 1), ("c", 0, 3)],
-            "commits": [("g", 0, 1), ("g", 0, 2)],
-            "lso": {0: 5, 1: 2}, "hwm": {0: 5, 1: 2}, "open_txns": {}, "missing_files": []}
+            "final_uncommitted": {A0: [(0, "a"), (1, "b"), (2, "t2-0"), (3, "t1-0")],
+                                  A1: [(0, "t1-1")], B0: [(0, "t1-b")]},
+            "polls": [("c", A0, 0), ("c", A0, 1), ("c", A0, 3), ("c", B0, 0)],
+            "commits": [("g", A0, 1), ("g", A0, 2), ("g", B0, 1)],
+            "lso": {A0: 5, A1: 2, B0: 1}, "hwm": {A0: 5, A1: 2, B0: 1}, "open_txns": {},
+            "missing_files": []}
 
 
 def test_the_checker_counts_nothing_on_a_clean_history():
@@ -90,13 +96,13 @@ def test_the_checker_counts_nothing_on_a_clean_history():
 def test_the_checker_counts_each_anomaly():
     h = _clean_history()
     h["acked"].append("never-read")                                     # lost
-    h["final_uncommitted"][1].append((1, "t1-1"))                       # duplicated
-    h["final_committed"][0].append((2, "t2-0"))                         # aborted-read
-    h["final_committed"][1] = []                                        # torn (t1), and t1-1 lost
-    h["polls"] = [("c", 0, 0), ("c", 0, 3), ("c", 0, 1),                # skips 1 and 2 (now
-                  ("c", 0, None), ("c", 0, 0)]                          # read); back: 1; mark
-    h["commits"].append(("g", 0, 1))                                    # regression
-    h["lso"][1] = 1                                                     # hanging
+    h["final_uncommitted"][A1].append((1, "t1-1"))                      # duplicated
+    h["final_committed"][A0].append((2, "t2-0"))                        # aborted-read
+    h["final_committed"][B0] = []                                       # torn (t1), t1-b lost
+    h["polls"] = [("c", A0, 0), ("c", A0, 3), ("c", A0, 1),             # skips 1 and 2 (now
+                  ("c", A0, None), ("c", A0, 0)]                        # read); back: 1; mark
+    h["commits"].append(("g", A0, 1))                                   # regression
+    h["lso"][A1] = 1                                                    # hanging
     h["missing_files"] = ["t/0/seg-1.kfs"]
     counts = check(h)
     assert counts == {"lost": 2, "duplicated": 1, "aborted-read": 1, "torn": 1, "poll-skip": 2,
@@ -104,6 +110,51 @@ def test_the_checker_counts_each_anomaly():
                       "hanging-lso": 1, "missing-file": 1}
     table = format_table(counts, {"records": 4})
     assert table.splitlines()[0].split() == ["records", "4"] and "hanging-lso" in table
+
+
+def test_the_same_partition_number_of_two_topics_is_two_partitions():
+    """A poll of b/0 between polls of a/0 is neither a skip nor a step back on a/0, and a
+    commit on b/0 does not regress a/0's."""
+    log = {A0: [(o, f"a{o}") for o in range(3)], B0: [(o, f"b{o}") for o in range(3)]}
+    h = {"acked": [v for recs in log.values() for _, v in recs], "final_committed": log,
+         "final_uncommitted": log,
+         "polls": [("c", A0, 0), ("c", B0, 2), ("c", A0, 1), ("c", B0, 0), ("c", A0, 2)],
+         "commits": [("g", A0, 3), ("g", B0, 1)]}
+    counts = check(h)
+    assert counts["poll-skip"] == 0 and counts["committed-offset-regression"] == 0
+    assert counts["nonmonotonic-poll"] == 1      # b/0: 2 then 0 without a reassignment
+
+
+def test_merged_histories_keep_every_workload():
+    from tests.helpers.jepsen.runner import merge_histories
+
+    h = merge_histories([{"acked": ["a"], "polls": [("c1", A0, 0)], "at_least_once": ("p-",)},
+                         {"acked": ["b"], "committed_txns": {"t": {B0: ["x"]}},
+                          "aborted_txns": {"u": {B0: ["y"]}}, "commits": [("g", B0, 1)]}])
+    assert h["acked"] == ["a", "b"] and h["polls"] == [("c1", A0, 0)]
+    assert h["committed_txns"] == {"t": {B0: ["x"]}} and h["aborted_txns"] == {"u": {B0: ["y"]}}
+    assert h["commits"] == [("g", B0, 1)] and h["at_least_once"] == ("p-",)
+
+
+def test_the_schedule_is_seeded_and_starts_with_every_kind():
+    import itertools
+    import random
+
+    from tests.helpers.jepsen.runner import (PAUSE_S, SKEW_MS, fault_kinds, fault_schedule)
+
+    for kind in ("file", "s3"):
+        kinds = fault_kinds(kind)
+        steps = list(itertools.islice(fault_schedule(random.Random(7), kind, 3), 40))
+        again = list(itertools.islice(fault_schedule(random.Random(7), kind, 3), 40))
+        assert steps == again
+        assert {s.kind for s in steps[:len(kinds)]} == set(kinds)
+        assert all(s.first for s in steps[:len(kinds)]) and not any(s.first for s in steps[len(kinds):])
+        for s in steps:
+            if s.kind == "sigstop":
+                assert PAUSE_S[0] <= s.params["seconds"] <= PAUSE_S[1]
+            if s.kind == "skew-restart":
+                assert SKEW_MS[0] <= abs(s.params["skew_ms"]) <= SKEW_MS[1]
+    assert set(fault_kinds("s3")) > set(fault_kinds("file")) >= {"sigkill", "sigstop", "skew-restart"}
 
 
 # -- the short deterministic schedule ------------------------------------------------------------
@@ -120,12 +171,31 @@ def test_duplicates_of_a_non_idempotent_producer_are_resends_not_anomalies():
     assert count_resent(log, ("plain-",)) == 1
 
 
-def test_the_short_schedule_finds_no_anomaly(tmp_path):
-    """Two serve processes, a queue workload with real clients, SIGKILL and SIGSTOP faults
-    on a fixed seed: every anomaly count is 0."""
-    from tests.helpers.jepsen.runner import run
+def _short_run(tmp_path, root_kind: str, seconds: float):
+    from tests.helpers.jepsen.runner import RunOptions, fault_kinds, run_cluster
 
-    counts, extra = run(f"file://{tmp_path}/root", 45, seed=1, log=lambda m: None)
+    # Pauses of 11-12 s: past the consumers' 6 s session and the 10 s transaction timeout.
+    opts = RunOptions(root_kind=root_kind, seconds=seconds, seed=1, brokers=2,
+                      skewed_start_ms=75_000, fault_gap_s=(0.5, 1.5), pause_s=(11.0, 12.0),
+                      workdir=str(tmp_path / "jepsen"))
+    counts, extra = run_cluster(opts, log=lambda m: None)
     print(format_table(counts, extra))
-    assert extra["records-acked"] > 0 and extra["fault-sigkill"] + extra["fault-sigstop"] > 0
+    assert extra["records-acked"] > 0
+    assert all(extra[f"fault-{k}"] >= 1 for k in fault_kinds(root_kind)), extra
     assert counts == {k: 0 for k in ANOMALIES}
+    return extra
+
+
+def test_the_short_schedule_finds_no_anomaly(tmp_path):
+    """Two serve processes on file:// (one with its clock 75 s ahead), the workloads with
+    real clients, and every fault kind of file:// on a fixed seed (SIGKILL, SIGSTOP past
+    the session and transaction timeouts, a restart with a skewed clock): every anomaly
+    count is 0."""
+    _short_run(tmp_path, "file", 15)
+
+
+def test_the_short_s3_schedule_finds_no_anomaly(tmp_path):
+    """The same on an S3 root (moto on loopback) through the fault proxy, adding lost
+    responses, 5xx storms and latency: every anomaly count is 0."""
+    extra = _short_run(tmp_path, "s3", 15)
+    assert extra["s3-requests-lose"] + extra["s3-requests-storm"] + extra["s3-requests-latency"] > 0

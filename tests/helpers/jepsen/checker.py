@@ -1,7 +1,9 @@
 """The harness's checker: from clients' histories and a final read of the log, count
 anomalies. Pure functions over plain data, so each count is tested on hand-made histories.
 
-Inputs (all plain lists/dicts, values are record payloads unique per write):
+Inputs (all plain lists/dicts, values are record payloads unique per write). A partition
+is any hashable key; the runner uses ``(topic, partition)`` tuples, so one history covers
+several topics:
 
 * ``acked``: values whose produce was acknowledged;
 * ``committed_txns`` / ``aborted_txns``: ``{txn_id: {partition: [values]}}`` as the

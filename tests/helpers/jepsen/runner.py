@@ -246,10 +246,12 @@ class Cluster:
 # -- the fault schedule ----------------------------------------------------------------------
 @dataclass
 class FaultStep:
-    """One step of the schedule: wait ``gap_s``, then inject ``kind`` (``params``)."""
+    """One step of the schedule: wait ``gap_s``, then inject ``kind`` (``params``).
+    ``first``: part of the first pass through every kind (injected even past the run's end)."""
     gap_s: float
     kind: str
     params: dict = field(default_factory=dict)
+    first: bool = False
 
 
 def fault_kinds(root_kind: str) -> tuple[str, ...]:
@@ -258,18 +260,20 @@ def fault_kinds(root_kind: str) -> tuple[str, ...]:
 
 
 def fault_schedule(rng: random.Random, root_kind: str, n_brokers: int,
-                   gap_s: tuple[float, float] = (2.0, 5.0)):
+                   gap_s: tuple[float, float] = (2.0, 5.0), pause_s: tuple[float, float] = PAUSE_S):
     """An endless seeded sequence of :class:`FaultStep`. The first steps go once through
-    every kind (in a seeded order), so even a short run injects each of them."""
+    every kind (in a seeded order), and a run injects all of them even if that takes longer
+    than asked, so every run, however short, has every kind."""
     kinds = list(fault_kinds(root_kind))
     first = kinds[:]
     rng.shuffle(first)
     while True:
+        in_first = bool(first)
         kind = first.pop(0) if first else rng.choice(kinds)
         victim = rng.randrange(n_brokers)
         params: dict = {"victim": victim}
         if kind == "sigstop":
-            params["seconds"] = round(rng.uniform(*PAUSE_S), 1)
+            params["seconds"] = round(rng.uniform(*pause_s), 1)
         elif kind == "skew-restart":
             params["skew_ms"] = rng.choice((-1, 1)) * rng.randrange(*SKEW_MS)
         elif kind == "s3-lose":
@@ -282,7 +286,7 @@ def fault_schedule(rng: random.Random, root_kind: str, n_brokers: int,
         elif kind == "s3-latency":
             params.update(duration_s=round(rng.uniform(5, 15), 1),
                           delay_s=round(rng.uniform(0.3, 3.0), 2))
-        yield FaultStep(round(rng.uniform(*gap_s), 2), kind, params)
+        yield FaultStep(round(rng.uniform(*gap_s), 2), kind, params, in_first)
 
 
 def inject(cluster: Cluster, step: FaultStep) -> None:
@@ -380,20 +384,27 @@ class QueueWorkload:
                     self._polls.append(("c0", (tp.topic, tp.partition), None))
 
         c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_assign)
+        pending: dict = {}     # (topic, partition) -> next offset to commit
+        last_commit = time.monotonic()
         while not stop.is_set():
-            msg = c.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            key = (msg.topic(), msg.partition())
-            with self._lock:
-                self._polls.append(("c0", key, msg.offset()))
-            try:
-                c.commit(offsets=[TopicPartition(msg.topic(), msg.partition(), msg.offset() + 1)],
-                         asynchronous=False)
+            msg = c.poll(0.2)
+            if msg is not None and not msg.error():
+                key = (msg.topic(), msg.partition())
                 with self._lock:
-                    self._commits.append((self.group, key, msg.offset() + 1))
-            except Exception:  # an unacknowledged commit records nothing
-                pass
+                    self._polls.append(("c0", key, msg.offset()))
+                pending[key] = msg.offset() + 1
+            # A synchronous commit of what was polled, at most every 0.5 s (a commit per
+            # record would cap the consumer at the store's commit rate).
+            if pending and time.monotonic() - last_commit >= 0.5:
+                todo, pending = pending, {}
+                last_commit = time.monotonic()
+                try:
+                    c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in todo.items()],
+                             asynchronous=False)
+                    with self._lock:
+                        self._commits += [(self.group, k, o) for k, o in todo.items()]
+                except Exception:  # an unacknowledged commit records nothing
+                    pass
         c.close()
 
 
@@ -516,6 +527,7 @@ class RunOptions:
     s3_endpoint: str | None = None
     workdir: str | None = None    # keeps broker logs; a temporary one (removed) when None
     fault_gap_s: tuple = (2.0, 5.0)
+    pause_s: tuple = PAUSE_S       # SIGSTOP lengths: keep above both client timeouts
     settle_s: float = TXN_TIMEOUT_MS / 1000 + 20.0
     workloads: list | None = None
 
@@ -547,8 +559,9 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
         for w in workloads:
             w.start(cluster.bootstrap, stop)
         end = time.monotonic() + opts.seconds
-        for step in fault_schedule(rng, opts.root_kind, opts.brokers, opts.fault_gap_s):
-            if time.monotonic() + step.gap_s > end - 5:
+        for step in fault_schedule(rng, opts.root_kind, opts.brokers, opts.fault_gap_s,
+                                   opts.pause_s):
+            if not step.first and time.monotonic() + step.gap_s > end - 5:
                 break
             time.sleep(step.gap_s)
             log(f"fault {step.kind} {step.params}")
