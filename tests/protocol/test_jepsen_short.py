@@ -41,6 +41,21 @@ def test_a_lost_response_was_applied_by_the_store(proxy, s3_endpoint):
     assert got == b"applied"
 
 
+def test_a_5xx_after_apply_is_answered_to_a_write_that_landed(proxy, s3_endpoint):
+    s3 = _client(proxy.endpoint)
+    fault = proxy.add("fail", methods=("PUT",), path_part="/failed-key", status=500,
+                      header="If-None-Match", count=1)
+    s3.put_object(Bucket="kafkastore-test", Key="jepsen/failed-key", Body=b"plain")  # no header
+    with pytest.raises(botocore.exceptions.ClientError) as err:
+        s3.put_object(Bucket="kafkastore-test", Key="jepsen/failed-key2", Body=b"applied",
+                      IfNoneMatch="*")
+    # The 500 itself, or the S3 client's own retry meeting the write that landed (412).
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] in (500, 412)
+    assert fault.paths == ["/kafkastore-test/jepsen/failed-key2"] and proxy.counts["fail"] == 1
+    got = _client(s3_endpoint).get_object(Bucket="kafkastore-test", Key="jepsen/failed-key2")
+    assert got["Body"].read() == b"applied"
+
+
 def test_a_storm_answers_503_without_forwarding(proxy, s3_endpoint):
     s3 = _client(proxy.endpoint)
     fault = proxy.add("storm", methods=("PUT",), path_part="/stormy", status=503)

@@ -9,8 +9,8 @@ that reads what the log holds and hands it all to the :mod:`checker`.
   (``KAFKASTORE_CLOCK_SKEW_MS``, the project's clock injection).
 * **Faults** (:func:`fault_schedule`): SIGKILL and restart; SIGSTOP/SIGCONT for longer than
   the consumers' session timeout and the producers' transaction timeout; a restart with the
-  clock skewed by 60-90 s either way; on S3 also responses lost after the store applied the
-  request, 500/503 storms and latency.
+  clock skewed by 60-90 s either way; on S3 also writes the store applied whose response is
+  lost (a dropped connection, or a 500/503), 500/503 storms and latency.
 * **Workloads**: objects with ``topics`` (``{topic: partitions}``, created here),
   ``start(bootstrap, stop)``, ``join(timeout)`` and ``history()`` (the checker's keys, with
   partitions keyed ``(topic, partition)``). ``tests.helpers.jepsen.workloads.default_workloads``
@@ -277,7 +277,9 @@ def fault_schedule(rng: random.Random, root_kind: str, n_brokers: int,
         elif kind == "skew-restart":
             params["skew_ms"] = rng.choice((-1, 1)) * rng.randrange(*SKEW_MS)
         elif kind == "s3-lose":
-            params.update(duration_s=round(rng.uniform(2, 6), 1), methods=("PUT",),
+            # The write lands; its answer is lost (dropped connection) or a 5xx.
+            params.update(how=rng.choice(("lose", "fail")), status=rng.choice((500, 503)),
+                          duration_s=round(rng.uniform(2, 6), 1), methods=("PUT",),
                           path_part=rng.choice(("/_manifest/", "", "__transaction_state",
                                                 "__consumer_offsets")))
         elif kind == "s3-storm":
@@ -300,7 +302,7 @@ def inject(cluster: Cluster, step: FaultStep) -> None:
     elif step.kind == "skew-restart":
         cluster.restart(b, skew_ms=p["skew_ms"])
     elif step.kind == "s3-lose":
-        cluster.proxy.add("lose", **p)
+        cluster.proxy.add(p.pop("how"), **p)
     elif step.kind == "s3-storm":
         cluster.proxy.add("storm", **p)
     elif step.kind == "s3-latency":

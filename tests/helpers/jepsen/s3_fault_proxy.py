@@ -5,11 +5,14 @@ matches it (method and a path substring), it:
 
 * ``lose`` -- forwards the request, lets moto apply it, then closes the client's
   connection without answering (a PUT that succeeded but whose response was lost);
+* ``fail`` -- forwards the request, lets moto apply it, then answers ``status`` (500 or
+  503): a 5xx for a write that landed (the S3 client's own retry then meets its own write);
 * ``storm`` -- answers ``status`` (500 or 503) without forwarding;
 * ``latency`` -- waits ``delay_s`` before forwarding.
 
 Faults are added with :meth:`FaultProxy.add` and last ``duration_s`` from then (or
-``count`` matching requests). ``counts`` records how many requests each fault kind hit,
+``count`` matching requests); ``header`` narrows one to requests carrying that header
+(``If-None-Match``: conditional creates). ``counts`` records how many requests each fault kind hit,
 so a harness can report faults by kind. Test code only (reads the system clock itself).
 """
 from __future__ import annotations
@@ -28,8 +31,9 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "up
 
 @dataclass
 class Fault:
-    """One scheduled fault: ``kind`` in lose/storm/latency, for requests whose method is in
-    ``methods`` (empty: any) and whose path contains ``path_part``."""
+    """One scheduled fault: ``kind`` in lose/fail/storm/latency, for requests whose method
+    is in ``methods`` (empty: any), whose path contains ``path_part`` and that carry
+    ``header`` (empty: any). ``paths`` lists the requests it hit."""
     kind: str
     until: float
     methods: tuple = ()
@@ -37,10 +41,14 @@ class Fault:
     status: int = 503
     delay_s: float = 0.0
     count: int | None = None
+    header: str = ""
     hits: int = field(default=0)
+    paths: list = field(default_factory=list)
 
-    def matches(self, method: str, path: str, now: float) -> bool:
+    def matches(self, method: str, path: str, now: float, headers=None) -> bool:
         if now >= self.until or (self.count is not None and self.hits >= self.count):
+            return False
+        if self.header and (headers is None or self.header not in headers):
             return False
         return (not self.methods or method in self.methods) and self.path_part in path
 
@@ -53,7 +61,7 @@ class FaultProxy:
         self.upstream = (host, int(port))
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
-        self.counts = {"lose": 0, "storm": 0, "latency": 0, "forwarded": 0}
+        self.counts = {"lose": 0, "fail": 0, "storm": 0, "latency": 0, "forwarded": 0}
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -88,12 +96,13 @@ class FaultProxy:
         self._server.server_close()
 
     def add(self, kind: str, *, duration_s: float = 3600.0, methods=(), path_part: str = "",
-            status: int = 503, delay_s: float = 0.0, count: int | None = None) -> Fault:
+            status: int = 503, delay_s: float = 0.0, count: int | None = None,
+            header: str = "") -> Fault:
         """Schedule a fault from now for ``duration_s`` (or ``count`` matching requests)."""
-        if kind not in ("lose", "storm", "latency"):
+        if kind not in ("lose", "fail", "storm", "latency"):
             raise ValueError(f"unknown fault kind {kind!r}")
         fault = Fault(kind, time.monotonic() + duration_s, tuple(methods), path_part, status,
-                      delay_s, count)
+                      delay_s, count, header)
         with self._lock:
             self._faults.append(fault)
         return fault
@@ -103,12 +112,13 @@ class FaultProxy:
         with self._lock:
             self._faults.clear()
 
-    def _fault_for(self, method: str, path: str) -> Fault | None:
+    def _fault_for(self, method: str, path: str, headers=None) -> Fault | None:
         now = time.monotonic()
         with self._lock:
             for fault in self._faults:
-                if fault.matches(method, path, now):
+                if fault.matches(method, path, now, headers):
                     fault.hits += 1
+                    fault.paths.append(path)
                     self.counts[fault.kind] += 1
                     return fault
         return None
@@ -116,14 +126,9 @@ class FaultProxy:
     def _handle(self, h) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
-        fault = self._fault_for(h.command, h.path)
+        fault = self._fault_for(h.command, h.path, h.headers)
         if fault is not None and fault.kind == "storm":
-            payload = (f"<Error><Code>{'SlowDown' if fault.status == 503 else 'InternalError'}"
-                       f"</Code><Message>injected</Message></Error>").encode()
-            h.send_response(fault.status)
-            h.send_header("Content-Length", str(len(payload)))
-            h.end_headers()
-            h.wfile.write(payload)
+            self._answer_error(h, fault.status)
             return
         if fault is not None and fault.kind == "latency":
             time.sleep(fault.delay_s)
@@ -135,6 +140,9 @@ class FaultProxy:
             data = resp.read()
         finally:
             conn.close()
+        if fault is not None and fault.kind == "fail":
+            self._answer_error(h, fault.status)   # moto applied it; the client hears a 5xx
+            return
         if fault is not None and fault.kind == "lose":
             # moto applied the request; the client never hears back.
             h.close_connection = True
@@ -153,3 +161,12 @@ class FaultProxy:
         h.end_headers()
         if h.command != "HEAD":
             h.wfile.write(data)
+
+    @staticmethod
+    def _answer_error(h, status: int) -> None:
+        payload = (f"<Error><Code>{'SlowDown' if status == 503 else 'InternalError'}"
+                   f"</Code><Message>injected</Message></Error>").encode()
+        h.send_response(status)
+        h.send_header("Content-Length", str(len(payload)))
+        h.end_headers()
+        h.wfile.write(payload)
