@@ -135,6 +135,7 @@ class Cluster:
         else:
             raise ValueError(f"root kind {kind!r}: file or s3")
         self.brokers = [Broker(i, free_port()) for i in range(n)]
+        self.crashes = 0     # broker processes found exited on their own
         if skewed_start_ms:
             self.brokers[-1].skew_ms = skewed_start_ms
 
@@ -186,11 +187,15 @@ class Cluster:
             time.sleep(1.0)
 
     def kill(self, b: Broker) -> None:
-        """SIGKILL ``b`` and reap it."""
-        if b.proc is not None and b.proc.poll() is None:
+        """SIGKILL ``b`` and reap it (a process that had already exited is a crash)."""
+        if b.proc is None:
+            return
+        if b.proc.poll() is None:
             b.proc.kill()
-        if b.proc is not None:
-            b.proc.wait()
+        elif b.proc.returncode != -signal.SIGKILL:
+            self.crashes += 1
+            self.log(f"broker {b.node_id} had exited with status {b.proc.returncode}")
+        b.proc.wait()
 
     def restart(self, b: Broker, skew_ms: int = 0) -> None:
         """SIGKILL ``b`` and start it again with clock skew ``skew_ms``."""
@@ -212,14 +217,13 @@ class Cluster:
         """Restart any broker whose process died (a crash is logged, not hidden)."""
         for b in self.brokers:
             if b.proc is None or b.proc.poll() is not None:
-                if b.proc is not None:
-                    self.log(f"broker {b.node_id} had exited with status {b.proc.returncode}")
+                self.kill(b)
                 self.start(b)
 
     def crashed(self) -> int:
         """How many broker processes exited on their own (not killed by the harness)."""
-        return sum(1 for b in self.brokers
-                   if b.proc is not None and b.proc.poll() not in (None, -signal.SIGKILL))
+        return self.crashes + sum(1 for b in self.brokers
+                                  if b.proc is not None and b.proc.poll() not in (None, -signal.SIGKILL))
 
     def stop(self) -> None:
         """SIGTERM every broker (SIGKILL after 10 s), the proxy and moto."""
@@ -574,8 +578,8 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
             cluster.proxy.clear()
         for w in workloads:
             w.join(150)
-        crashed = cluster.crashed()
         cluster.ensure_running()
+        crashed = cluster.crashed()
         settle = max([opts.settle_s] + [getattr(w, "txn_timeout_s", 0) + 20 for w in workloads])
         wait_stable(cluster, topics, settle, log=log)
         storage = cluster.storage()
