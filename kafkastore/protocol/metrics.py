@@ -16,13 +16,15 @@ import dataclasses
 import logging
 import struct
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from urllib.parse import urlsplit
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.exposition import choose_encoder
 
 from ..errors import ListenError
+from .http_guard import (HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, GuardedHandler, GuardedHTTPServer,
+                         basic_credentials)
 
 log = logging.getLogger("kafkastore.serve.metrics")
 
@@ -41,6 +43,9 @@ API_NAMES = {
     50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 60: "DescribeCluster",
     61: "DescribeProducers", 75: "DescribeTopicPartitions",
 }
+#: The metrics listener's connection caps (a scraper needs one or two).
+DEFAULT_METRICS_MAX_CONNECTIONS = 64
+DEFAULT_METRICS_MAX_CONNECTIONS_PER_IP = 16
 _LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
 
 
@@ -158,24 +163,38 @@ class BrokerMetrics:
         self.throttle.labels(quota, match.entity, match.sensor[0], match.sensor[1]).inc(seconds)
 
     # -- serving -----------------------------------------------------------------
-    def serve(self, host: str, port: int, ssl_context=None) -> int:
-        """Serve ``/metrics`` on ``host:port`` (TLS with ``ssl_context``) from a thread; the port."""
-        app = make_wsgi_app(self.registry)
+    def serve(self, host: str, port: int, ssl_context=None, *, auth=None,
+              max_connections: int = DEFAULT_METRICS_MAX_CONNECTIONS,
+              max_connections_per_ip: int = DEFAULT_METRICS_MAX_CONNECTIONS_PER_IP,
+              header_timeout_s: float = HEADER_TIMEOUT_S,
+              idle_timeout_s: float = IDLE_TIMEOUT_S) -> int:
+        """Serve ``/metrics`` on ``host:port`` (TLS with ``ssl_context``) from a thread; the port.
+
+        Connections are capped at accept (``max_connections``, ``max_connections_per_ip``;
+        when full, the oldest one that never sent complete headers makes room), a request's
+        headers are due within ``header_timeout_s`` (which bounds a TLS handshake too) and an
+        idle connection is closed after ``idle_timeout_s``. With ``auth`` (a
+        :class:`~kafkastore.protocol.http_guard.BasicAuth`: the broker requires SASL) a
+        scrape needs HTTP basic auth as a SASL user, checked before any metric is read."""
         try:
-            httpd = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
+            httpd = _MetricsServer((host, port), _MetricsHandler, registry=self.registry, auth=auth,
+                                   ssl_context=ssl_context, max_connections=max_connections,
+                                   max_connections_per_ip=max_connections_per_ip,
+                                   header_timeout_s=header_timeout_s, idle_timeout_s=idle_timeout_s,
+                                   clock=getattr(self.server, "clock", None))
         except OSError as exc:
             raise ListenError(f"cannot listen for metrics on {host}:{port}: "
                               f"{exc.strerror or exc}") from None
-        if ssl_context is not None:
-            # The handshake happens in the request's own thread, so a client that never
-            # completes one cannot stall the accept loop.
-            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True,
-                                                   do_handshake_on_connect=False)
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="kafkastore-metrics",
-                                        daemon=True)
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                                        name="kafkastore-metrics", daemon=True)
         self._thread.start()
         return httpd.server_address[1]
+
+    @property
+    def listener(self) -> "_MetricsServer | None":
+        """The metrics HTTP server (its connection counters), None when not serving."""
+        return self._httpd
 
     def close(self) -> None:
         """Stop serving."""
@@ -185,9 +204,63 @@ class BrokerMetrics:
             self._httpd = None
 
 
-class _QuietHandler(WSGIRequestHandler):
+class _MetricsServer(GuardedHTTPServer):
+    def __init__(self, addr, handler, *, registry, auth, **limits):
+        self.registry, self.auth = registry, auth
+        super().__init__(addr, handler, **limits)
+
+
+class _MetricsHandler(GuardedHandler):
+    server: _MetricsServer
+    server_version = "kafkastore-metrics"
+
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
         log.debug("metrics: " + format, *args)
+
+    def do_GET(self):  # noqa: N802 - http.server's names
+        if not self._authenticated():
+            return
+        if urlsplit(self.path).path == "/favicon.ico":
+            self._reply(404, "text/plain", b"Not Found")
+            return
+        encoder, content_type = choose_encoder(self.headers.get("Accept"))
+        self._reply(200, content_type, encoder(self.server.registry))
+
+    def _authenticated(self) -> bool:
+        """Basic auth before any work (no metric is read for an unauthenticated caller); a
+        failed or over-budget try closes the connection."""
+        auth = self.server.auth
+        if auth is None:
+            return True
+        user, password = basic_credentials(self.headers.get("Authorization")) or (None, "")
+        if user is not None and auth.cached(user, password):
+            return True
+        self.close_connection = True
+        ip = str(self.client_address[0])
+        wait = auth.retry_after(ip)
+        if wait:
+            self._reply(429, "text/plain", b"Too many failed logins from this address",
+                        {"Retry-After": str(wait)})
+            return False
+        if user is not None and auth.check(user, password, ip):
+            self.close_connection = False
+            return True
+        if user is None:
+            auth.check("", "\0", ip)   # a missing or malformed header is a failure too
+        self._reply(401, "text/plain", b"Unauthorized",
+                    {"WWW-Authenticate": 'Basic realm="kafkastore"'})
+        return False
+
+    def _reply(self, status: int, content_type: str, body: bytes, headers: dict | None = None):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
 
 
 def _has_error(entity, depth: int = 0) -> bool:

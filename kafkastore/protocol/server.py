@@ -122,6 +122,13 @@ class ServeOptions:
     quota_refresh_s: float = 1.0
     #: ``(host, port)`` of the Prometheus metrics listener (``--metrics-listen``); None: off.
     metrics_listen: tuple[str, int] | None = None
+    #: The metrics listener's connections in all and per address (counted at accept, TLS
+    #: handshakes included), the time a request's headers (and a TLS handshake) may take, and
+    #: how long a kept-alive scrape connection may idle.
+    metrics_max_connections: int = 64
+    metrics_max_connections_per_ip: int = 16
+    metrics_header_timeout_ms: float = 10_000
+    metrics_idle_timeout_ms: float = 30_000
     #: ``(host, port)`` of the schema registry's HTTP listener (``--schema-registry-listen``,
     #: :mod:`kafkastore.schema_registry`); None: off. Same TLS, credentials and loopback rule.
     schema_registry_listen: tuple[str, int] | None = None
@@ -287,7 +294,12 @@ class BrokerServer:
             self._spawn(self._refresh_acls())
         if self.metrics is not None:
             mhost, mport = opts.metrics_listen
-            self.metrics_port = self.metrics.serve(mhost, mport, opts.ssl_context)
+            self.metrics_port = self.metrics.serve(
+                mhost, mport, opts.ssl_context, auth=self._metrics_auth(),
+                max_connections=opts.metrics_max_connections,
+                max_connections_per_ip=opts.metrics_max_connections_per_ip,
+                header_timeout_s=opts.metrics_header_timeout_ms / 1000,
+                idle_timeout_s=opts.metrics_idle_timeout_ms / 1000)
             log.info("metrics on %s:%d", mhost, self.metrics_port)
         if self.schema_registry is not None:
             self.schema_registry.store.broker_id = self.node_id
@@ -334,6 +346,16 @@ class BrokerServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
+
+    def _metrics_auth(self):
+        """Basic auth for the metrics listener when clients must authenticate (the SASL users,
+        checked as the schema registry checks them); None when the broker has no SASL."""
+        if not sasl_enabled(self.options):
+            return None
+        from .api_users import scram_users
+        from .http_guard import BasicAuth
+
+        return BasicAuth(self.options.credentials, scram_users(self), clock=self.clock)
 
     async def _heartbeat(self) -> None:
         interval = self.options.heartbeat_ms / 1000
