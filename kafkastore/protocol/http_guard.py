@@ -35,6 +35,45 @@ EVICTABLE_AFTER_S = 0.02
 IDLE_TIMEOUT_S = 30.0
 
 
+class FailedLogins:
+    """Failed logins per client address in a sliding window: past ``max_failures`` within
+    ``window_s`` an address is refused (:meth:`retry_after`) before any credential is checked,
+    so guessing from one address costs the broker next to nothing. Shared by the registry's
+    and the metrics listener's basic auth and by SASL on the Kafka listener. Thread-safe; at
+    most ``max_addresses`` addresses are remembered (the oldest is forgotten first)."""
+
+    def __init__(self, max_failures: int = 10, window_s: float = 10.0, *, clock=None,
+                 max_addresses: int = 10_000):
+        from ..clock import SYSTEM
+
+        self.max_failures, self.window_s = max_failures, window_s
+        self.max_addresses = max_addresses
+        self._clock = clock or SYSTEM
+        self._failures: dict[str, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def retry_after(self, address: str) -> int:
+        """Seconds ``address`` must wait before its next try (0: it may try now)."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            recent = [t for t in self._failures.get(address, ()) if now - t < self.window_s]
+            if recent:
+                self._failures[address] = recent
+            else:
+                self._failures.pop(address, None)
+            if len(recent) >= self.max_failures:
+                return max(1, math.ceil(self.window_s - (now - recent[0])))
+            return 0
+
+    def failed(self, address: str) -> None:
+        """Count one failed login of ``address``."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            if address not in self._failures and len(self._failures) >= self.max_addresses:
+                self._failures.pop(next(iter(self._failures)))   # the oldest address
+            self._failures.setdefault(address, []).append(now)
+
+
 class BasicAuth:
     """HTTP basic auth against the broker's SASL users: the ``user:password`` file
     (``credentials``) and, with ``scram_users``, the root's SCRAM users (``kafkastore users``),
@@ -66,7 +105,8 @@ class BasicAuth:
         self._clock = clock or SYSTEM
         self._secret = os.urandom(32)
         self._ok: dict[bytes, tuple[float, tuple]] = {}
-        self._failures: dict[str, list[float]] = {}
+        self.failures = FailedLogins(max_failures, failure_window_s, clock=self._clock,
+                                     max_addresses=self._MAX_ADDRESSES)
         self._lock = threading.Lock()
         self._kdf = threading.BoundedSemaphore(kdf_slots)
         self.max_checks_per_s = max_checks_per_s
@@ -76,15 +116,11 @@ class BasicAuth:
     def retry_after(self, address: str) -> int:
         """Seconds ``address`` must wait before its next unverified try (0: it may try now,
         and one check of the budget is taken)."""
+        wait = self.failures.retry_after(address)
+        if wait:
+            return wait
         now = self._clock.monotonic_s()
         with self._lock:
-            recent = [t for t in self._failures.get(address, ()) if now - t < self.failure_window_s]
-            if recent:
-                self._failures[address] = recent
-            else:
-                self._failures.pop(address, None)
-            if len(recent) >= self.max_failures:
-                return max(1, math.ceil(self.failure_window_s - (now - recent[0])))
             # The budget of unverified checks over all addresses (a token bucket).
             self._tokens = min(self.max_checks_per_s,
                                self._tokens + (now - self._tokens_at) * self.max_checks_per_s)
@@ -95,11 +131,7 @@ class BasicAuth:
             return 0
 
     def _failed(self, address: str) -> None:
-        now = self._clock.monotonic_s()
-        with self._lock:
-            if address not in self._failures and len(self._failures) >= self._MAX_ADDRESSES:
-                self._failures.pop(next(iter(self._failures)))   # the oldest address
-            self._failures.setdefault(address, []).append(now)
+        self.failures.failed(address)
 
     # -- checking --------------------------------------------------------------------------
     def _cache_key(self, user: str, password: str) -> bytes:

@@ -8,7 +8,10 @@ changed over the admin API takes effect); the file's password serves a user and 
 the root has no credential for. PLAIN checks the file only (the root holds no passwords).
 A connection must authenticate before any API but ApiVersions, SaslHandshake
 and SaslAuthenticate; a failed authentication is answered with
-SASL_AUTHENTICATION_FAILED and the connection is closed after the response.
+SASL_AUTHENTICATION_FAILED and the connection is closed after the response. Failures count
+against the client's address (``ServeOptions.sasl_max_failed_logins_per_ip`` in
+``sasl_failed_login_window_ms``); past them its logins are refused before any check and its
+new connections closed at accept, so guessing passwords costs the broker next to nothing.
 """
 from __future__ import annotations
 
@@ -66,7 +69,17 @@ async def handle_handshake(ctx: RequestContext, request):
     return make(ctx.response_class, error_code=E.NONE, mechanisms=MECHANISMS)
 
 
+def _peer_ip(ctx) -> str:
+    peer = getattr(ctx.connection, "peer", None)
+    return str(peer[0]) if isinstance(peer, (tuple, list)) and peer else str(peer)
+
+
 def _fail(ctx, message: str):
+    """Refuse the login and close the connection after the answer; the failure counts
+    against the client's address (past its budget it is refused unchecked)."""
+    failed_logins = getattr(ctx.broker, "failed_logins", None)
+    if failed_logins is not None:
+        failed_logins.failed(_peer_ip(ctx))
     ctx.connection.sasl_state = {"failed": True}
     ctx.connection.close_after_response = True
     return make(ctx.response_class, error_code=E.SASL_AUTHENTICATION_FAILED, error_message=message,
@@ -188,6 +201,15 @@ async def _authenticate(ctx: RequestContext, request):
     state = conn.sasl_state
     users = ctx.broker.options.credentials or {}
     mech = state.get("mechanism")
+    failed_logins = getattr(ctx.broker, "failed_logins", None)
+    wait = failed_logins.retry_after(_peer_ip(ctx)) if failed_logins is not None else 0
+    if wait:
+        # Over the address's failed-login budget: refused before any check (not counted again).
+        conn.sasl_state = {"failed": True}
+        conn.close_after_response = True
+        return make(ctx.response_class, error_code=E.SASL_AUTHENTICATION_FAILED,
+                    error_message=f"too many failed logins from this address; retry in {wait} s",
+                    auth_bytes=b"", session_lifetime=0)
     data = bytes(request.auth_bytes)
     if mech == "PLAIN":
         parts = data.split(b"\x00")

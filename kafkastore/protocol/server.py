@@ -60,6 +60,8 @@ DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS_PER_IP = 20
 #: Time a connection has from accept to complete its TLS handshake and SASL authentication.
 DEFAULT_SASL_AUTH_TIMEOUT_MS = 10_000
 DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000
+DEFAULT_SASL_MAX_FAILED_LOGINS_PER_IP = 50
+DEFAULT_SASL_FAILED_LOGIN_WINDOW_MS = 10_000
 MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -111,6 +113,11 @@ class ServeOptions:
     max_unauthenticated_connections_per_ip: int = DEFAULT_MAX_UNAUTHENTICATED_CONNECTIONS_PER_IP
     sasl_auth_timeout_ms: float = DEFAULT_SASL_AUTH_TIMEOUT_MS
     tls_handshake_timeout_ms: float = DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS
+    #: Failed SASL logins one address may make in ``sasl_failed_login_window_ms``; past them
+    #: its new connections are closed at accept and its logins refused unchecked until the
+    #: oldest failure leaves the window (guessing costs the broker next to nothing).
+    sasl_max_failed_logins_per_ip: int = DEFAULT_SASL_MAX_FAILED_LOGINS_PER_IP
+    sasl_failed_login_window_ms: float = DEFAULT_SASL_FAILED_LOGIN_WINDOW_MS
     #: Longest ``transaction.timeout.ms`` a transactional producer may ask for (Kafka's
     #: ``transaction.max.timeout.ms``); more is INVALID_TRANSACTION_TIMEOUT.
     transaction_max_timeout_ms: int = 900_000
@@ -230,6 +237,10 @@ class BrokerServer:
         self.commit_failures = 0
         self.metrics = None
         self.metrics_port: int | None = None
+        from .http_guard import FailedLogins
+        #: Failed SASL logins per client address (sasl.py counts them, accept refuses past them).
+        self.failed_logins = FailedLogins(opts.sasl_max_failed_logins_per_ip,
+                                          opts.sasl_failed_login_window_ms / 1000, clock=self.clock)
         if opts.metrics_listen is not None:
             from .metrics import BrokerMetrics
             self.metrics = BrokerMetrics(self)
@@ -513,6 +524,13 @@ class BrokerServer:
             log.warning("closing %s: %d connections (%d from %s), limits %d and %d per address",
                         peer, len(self._conns), self._per_ip.get(ip, 0), ip, opts.max_connections,
                         opts.max_connections_per_ip)
+            writer.close()
+            return
+        if sasl_enabled(opts) and self.failed_logins.retry_after(ip):
+            # Too many failed logins from this address: closed before any work (no TLS, no
+            # SASL exchange), so guessing costs an accept and a close.
+            self.refused_connections += 1
+            log.info("closing %s: too many failed logins from %s", peer, ip)
             writer.close()
             return
         if self._pre_auth_total >= opts.max_unauthenticated_connections:
