@@ -602,7 +602,8 @@ def cmd_serve(args, cfg: Config) -> int:
                         metrics_listen=(_host_port(args.metrics_listen)
                                         if args.metrics_listen else None),
                         **{name: getattr(args, name) for name in (
-                            "max_connections", "max_connections_per_ip", "connections_max_idle_ms")
+                            "max_connections", "max_connections_per_ip", "connections_max_idle_ms",
+                            *_SERVE_LIMIT_FLAGS)
                            if getattr(args, name) is not None})
 
     def ready(server):
@@ -620,6 +621,28 @@ def cmd_serve(args, cfg: Config) -> int:
     # from_env: SYSTEM, or the fault harness's skewed clock (KAFKASTORE_CLOCK_SKEW_MS).
     run_server(Storage(cfg.root, cfg.storage_options, clock=from_env()), opts, ready=ready)
     return 0
+
+
+#: serve's limits before authentication and on the metrics listener: ServeOptions field ->
+#: help (the defaults live in ServeOptions; docs/serve.md "Limits before authentication").
+_SERVE_LIMIT_FLAGS = {
+    "max_unauthenticated_connections":
+        "connections not yet authenticated, in all (TLS handshakes included; default 200)",
+    "max_unauthenticated_connections_per_ip":
+        "connections not yet authenticated, per client address (default 20)",
+    "sasl_auth_timeout_ms":
+        "time from accept to complete TLS and SASL authentication (default 10000)",
+    "tls_handshake_timeout_ms": "time a TLS handshake may take (default 10000)",
+    "sasl_max_failed_logins_per_ip":
+        "failed SASL logins per client address in --sasl-failed-login-window-ms before its "
+        "logins are refused unchecked (default 50)",
+    "sasl_failed_login_window_ms": "the failed-login window (default 10000)",
+    "metrics_max_connections": "metrics listener connections in all (default 64)",
+    "metrics_max_connections_per_ip": "metrics listener connections per address (default 16)",
+    "metrics_header_timeout_ms":
+        "time a metrics request's headers (and a TLS handshake) may take (default 10000)",
+    "metrics_idle_timeout_ms": "close a metrics connection idle this long (default 30000)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -851,6 +874,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="connections accepted per client address (max.connections.per.ip; default 500)")
     sv.add_argument("--connections-max-idle-ms", type=positive,
                     help="close a connection idle this long (connections.max.idle.ms; default 600000)")
+    for name, text in _SERVE_LIMIT_FLAGS.items():
+        sv.add_argument("--" + name.replace("_", "-"), type=positive, help=text)
     sv.add_argument("-v", "--verbose", action="count", default=0,
                     help="-v: log clients and the API versions they use; -vv: every commit too")
     sv.set_defaults(func=cmd_serve)
