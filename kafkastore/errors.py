@@ -322,6 +322,11 @@ class UnmappableSchemaError(KafkaStoreError, ValueError):
     wider than 38 digits): its records are dead letters with the reason."""
 
 
+class DebeziumValueError(KafkaStoreError, ValueError):
+    """A value in one of Debezium's encodings (days, epoch units, a time of day, zoned
+    text, a decimal's bytes) that its column cannot hold: a dead letter's reason."""
+
+
 class IncompatibleChangeError(SchemaEvolutionError, ValueError):
     """Two types (a table's column and a writer schema's field) that no Iceberg schema
     change reconciles; the message names the field's path."""

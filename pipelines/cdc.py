@@ -40,7 +40,11 @@ Debezium's AvroConverter (``--value-format avro --schema-registry URL``): the re
 load decodes each Envelope by its schema id (:mod:`pipelines.registry_load`) and
 :func:`debezium_batch` applies the same rules to the decoded batches; the table's
 columns are the ``after``/``before`` record's fields (no ``value_schema``), evolved in
-the commit like any registry load's.
+the commit like any registry load's. Debezium's encodings, named there only by each
+field's ``connect.name``, become the same dates, times, timestamps and decimals as under
+``schemas.enable=true`` (:mod:`pipelines.debezium_types`, shared by both paths; a value
+that does not fit is a dead letter naming the column); a column a table already holds
+as Avro stores it (an int of days, loaded before) keeps loading as it is.
 
 Which event wins for a key is the upsert rule (:mod:`pipelines.upsert`): within a Kafka
 partition the higher offset. Debezium writes all events of one key to one partition in
@@ -55,6 +59,8 @@ import decimal
 import json
 
 from kafkastore.errors import ConfigError
+
+from . import debezium_types as dbz
 
 CDC_FORMATS = ("debezium",)
 CDC_COLUMNS = ("cdc_op", "cdc_ts_ms", "cdc_position", "cdc_source")
@@ -203,17 +209,8 @@ def _row_fixer(row_type_json: str, fields: list[str], raw_value: str, error: str
 # ---------------------------------------------------------------------------
 # Debezium's value encodings (the JsonConverter's schema names)
 
-_DATES = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
-#: epoch timestamps: schema name -> units per second
-_TIMESTAMPS = {"io.debezium.time.Timestamp": 1_000, "org.apache.kafka.connect.data.Timestamp": 1_000,
-               "io.debezium.time.MicroTimestamp": 1_000_000,
-               "io.debezium.time.NanoTimestamp": 1_000_000_000}
-#: times of day: schema name -> units per second
-_TIMES = {"io.debezium.time.Time": 1_000, "org.apache.kafka.connect.data.Time": 1_000,
-          "io.debezium.time.MicroTime": 1_000_000, "io.debezium.time.NanoTime": 1_000_000_000}
-_ZONED = "io.debezium.time.ZonedTimestamp"
-_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-_VARIABLE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+_DATES, _TIMESTAMPS, _TIMES = dbz.DATES, dbz.TIMESTAMPS, dbz.TIMES
+_ZONED, _DECIMAL, _VARIABLE_DECIMAL = dbz.ZONED, dbz.DECIMAL, dbz.VARIABLE_DECIMAL
 
 
 class _Misfit(Exception):
@@ -269,9 +266,7 @@ def _field_schemas(schema, part: str) -> dict:
     return {}
 
 
-def _is_encoding(name: str) -> bool:
-    return (name in _DATES or name in _TIMESTAMPS or name in _TIMES or name in
-            (_ZONED, _DECIMAL, _VARIABLE_DECIMAL))
+_is_encoding = dbz.is_encoding
 
 
 def _misfit(column: str, name: str, v, t) -> _Misfit:
@@ -285,29 +280,27 @@ def _decode_encoded(v, fs: dict, t, column: str):
     if name in _DATES:
         if not isinstance(t, T.DateType) or isinstance(v, bool) or not isinstance(v, int):
             raise _misfit(column, name, v, t)
-        return _checked(column, name, v, t, lambda: _dt.date(1970, 1, 1) + _dt.timedelta(days=v))
+        return _checked(column, name, v, t, lambda: dbz.epoch_date(v))
     if name in _TIMESTAMPS:
         if isinstance(v, bool) or not isinstance(v, int) or not isinstance(
                 t, (T.TimestampType, T.TimestampNTZType)):
             raise _misfit(column, name, v, t)
-        micros = v * 1_000_000 // _TIMESTAMPS[name]
-        ts = _checked(column, name, v, t,
-                      lambda: _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=micros))
+        ts = _checked(column, name, v, t, lambda: dbz.epoch_timestamp(name, v))
         return ts if isinstance(t, T.TimestampNTZType) else ts.replace(tzinfo=_dt.timezone.utc)
     if name in _TIMES:
-        if isinstance(v, bool) or not isinstance(v, int) or not isinstance(t, T.TimeType) \
-                or not 0 <= v < 86_400 * _TIMES[name]:
+        if isinstance(v, bool) or not isinstance(v, int) or not isinstance(t, T.TimeType):
             raise _misfit(column, name, v, t)
-        micros = v * 1_000_000 // _TIMES[name]
-        return (_dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=micros)).time()
+        try:
+            return dbz.time_of_day(name, v)
+        except ValueError:
+            raise _misfit(column, name, v, t) from None
     if name == _ZONED:
         if not isinstance(v, str) or not isinstance(t, T.TimestampType):
             raise _misfit(column, name, v, t)
-        ts = _checked(column, name, v, t,
-                      lambda: _dt.datetime.fromisoformat(v.replace("Z", "+00:00")))
-        if ts.tzinfo is None:
-            raise _misfit(column, name, v, t)
-        return ts.astimezone(_dt.timezone.utc)
+        try:
+            return dbz.zoned_timestamp(v)
+        except ValueError:
+            raise _misfit(column, name, v, t) from None
     # decimals: base64 two's complement big-endian, the scale in the schema or the value
     if not isinstance(t, T.DecimalType):
         raise _misfit(column, name, v, t)
@@ -317,8 +310,7 @@ def _decode_encoded(v, fs: dict, t, column: str):
         scale, data = (v.get("scale"), v.get("value")) if isinstance(v, dict) else (None, None)
     if not isinstance(data, str) or scale is None:
         raise _misfit(column, name, v, t)
-    unscaled = int.from_bytes(base64.b64decode(data, validate=True), "big", signed=True)
-    return _fit_decimal(decimal.Decimal(unscaled).scaleb(-int(scale)), t, column, name)
+    return _fit_decimal(dbz.unscaled_decimal(data, int(scale)), t, column, name)
 
 
 def _checked(column, name, v, t, make):
@@ -331,10 +323,10 @@ def _checked(column, name, v, t, make):
 
 def _fit_decimal(d, t, column: str, name: str):
     """``d`` at ``t``'s scale, or a misfit when that loses digits or exceeds the precision."""
-    q = d.quantize(decimal.Decimal(1).scaleb(-t.scale), context=decimal.Context(prec=80))
-    if q != d or len(q.as_tuple().digits) > t.precision and q != 0:
-        raise _Misfit(f"{column}: {name} value {d} does not fit {t.simpleString()}")
-    return q
+    try:
+        return dbz.fit_decimal(d, t.precision, t.scale)
+    except ValueError:
+        raise _Misfit(f"{column}: {name} value {d} does not fit {t.simpleString()}") from None
 
 
 def _plain(v, t, column: str):

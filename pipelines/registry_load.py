@@ -48,6 +48,8 @@ class RegistryPlan:
     table_value: Any = None    # struct type of the table's decoded columns
     table_key: Any = None      # the table's key column type (key decoding only)
     refused: Mapping[str, str] = field(default_factory=dict)   # "value:<sid>:<idx>" -> reason
+    debezium: bool = False     # CDC: Debezium's encodings become their columns' types,
+    kept: frozenset = frozenset()   # but in the columns a table holds as stored
 
 
 def group_key(column: str, sid: int, idx: tuple) -> str:
@@ -208,6 +210,13 @@ def _group_idx(g) -> tuple:
     return g.indexes
 
 
+def _decoders(plan: RegistryPlan, fmt: str):
+    """A :class:`pipelines.schema_decoding.DecoderCache` of ``fmt`` for ``plan``."""
+    from .schema_decoding import DecoderCache
+
+    return DecoderCache(plan.client, fmt, debezium=plan.debezium, kept=plan.kept)
+
+
 def registry_writer(plan: RegistryPlan, write):
     """The ``mapInArrow`` function of a registry load over Kafka-schema batches:
     ``write`` is the load's file writer (batches with ``__dl_value`` and
@@ -215,14 +224,12 @@ def registry_writer(plan: RegistryPlan, write):
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from .schema_decoding import DecoderCache
-
         clash = set(KAFKA_COLUMNS) | ({"value_raw"} if plan.keep_raw_value else set())
-        value = _Column("value", DecoderCache(plan.client, plan.value_format), plan.table_value,
+        value = _Column("value", _decoders(plan, plan.value_format), plan.table_value,
                         plan.refused, clash if plan.flatten else ())
         key = None
         if plan.key_format != "raw":
-            key = _Column("key", DecoderCache(plan.client, plan.key_format), plan.table_key,
+            key = _Column("key", _decoders(plan, plan.key_format), plan.table_key,
                           plan.refused)
         pending = []
         for batch in batches:
@@ -308,14 +315,12 @@ def _ids(files, column: str) -> set[str]:
 def conflicts(plan: RegistryPlan, files) -> dict[str, str]:
     """Writer schemas accepted by different tasks that contradict each other: the
     higher id of a contradicting pair is refused (``{group key: reason}``)."""
-    from .schema_decoding import DecoderCache
-
     out: dict[str, str] = {}
     for column, fmt, start in (("value", plan.value_format, plan.table_value),
                                ("key", plan.key_format, plan.table_key)):
         if fmt == "raw":
             continue
-        cache = DecoderCache(plan.client, fmt)
+        cache = _decoders(plan, fmt)
         union = start
         for gk in sorted(_ids(files, column), key=lambda k: (int(k.split(":")[1]), k)):
             _, sid, idx = gk.split(":")
@@ -400,6 +405,7 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors.
     ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
     (:func:`pipelines.cdc.debezium_batch`)."""
+    from .debezium_types import stored_columns
     from .load import file_writer, split_reader
     from .registry_client import RegistryClient
 
@@ -411,7 +417,9 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     plan = RegistryPlan(client=RegistryClient(opts.schema_registry),
                         value_format=opts.value_format, key_format=opts.key_format,
                         flatten=opts.flatten, keep_raw_value=opts.keep_raw_value,
-                        table_value=table_value, table_key=table_key_type(table_schema))
+                        table_value=table_value, table_key=table_key_type(table_schema),
+                        debezium=cdc == "debezium", kept=stored_columns(table_schema)
+                        if cdc == "debezium" else frozenset())
     read = split_reader(root, storage_options, splits)
 
     def make_writer():

@@ -116,23 +116,32 @@ class GroupDecoder:
 class AvroGroupDecoder(GroupDecoder):
     label = "Avro"
 
-    def __init__(self, ws):
+    def __init__(self, ws, debezium: bool = False, kept: frozenset = frozenset()):
+        """``debezium``: Debezium's encodings (``connect.name``) become dates, times,
+        timestamps and decimals (:mod:`pipelines.debezium_types`), but in the fields
+        named in ``kept`` (:func:`pipelines.debezium_types.stored_columns`)."""
         import fastavro
+
+        from . import debezium_types
 
         named: dict = {}
         raw_refs = []
         for ref in reversed(list(ws.all_references().values())):
             raw = json.loads(ref.text)
+            if debezium:
+                raw = debezium_types.avro_schema(raw, kept)
             raw_refs.append(raw)
             fastavro.parse_schema(raw, named_schemas=named)
         schema = json.loads(ws.text)
+        if debezium:
+            schema = debezium_types.avro_schema(schema, kept)
         from .type_mapping import avro_named_types
 
         refs = avro_named_types(raw_refs)
-        self.final = avro_mapping(schema, refs).arrow
+        self.final = avro_mapping(schema, refs, debezium=debezium).arrow
         # Dates, times and timestamps are read as the integers Avro stores and cast by
         # Arrow: no Python datetime per value.
-        self.mapped = avro_mapping(schema, refs, raw_time=True)
+        self.mapped = avro_mapping(schema, refs, raw_time=True, debezium=debezium)
         raw_named: dict = {}
         for raw in raw_refs:
             fastavro.parse_schema(_raw_time(raw), named_schemas=raw_named)
@@ -145,7 +154,9 @@ class AvroGroupDecoder(GroupDecoder):
         for raw in raw_refs:
             avro_columns.supported(raw, self._names)
         self._schema = schema
-        self.columnar = avro_columns.supported(schema, self._names)
+        # Encodings converted value by value are read by fastavro.
+        self.columnar = avro_columns.supported(schema, self._names) and not (
+            debezium and any(map(debezium_types.avro_converted, [schema, *raw_refs])))
 
     def decode_array(self, values, starts: list[int]):
         """Like :meth:`decode_many` for an Arrow binary array: read column by column
@@ -220,21 +231,19 @@ _MIN_DAYS, _MAX_DAYS = -719_162, 2_932_896          # 0001-01-01, 9999-12-31
 _MIN_US, _MAX_US = _MIN_DAYS * _DAY_US, (_MAX_DAYS + 1) * _DAY_US - 1
 
 
-def _bad_temporal(arr):
-    """A boolean mask of the values of ``arr`` (any type) outside the range the table can
-    hold, or None when the type holds no dates, times or timestamps."""
+def _bad_temporal(arr, path: str = "") -> list:
+    """``[(path, type, mask)]``: for each date, time or timestamp field of ``arr`` (any
+    type; structs walked, ``path`` naming the field), a boolean mask of its values
+    outside the range the table can hold, where any is."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     t = arr.type
     if pa.types.is_struct(t):
-        masks = [_bad_temporal(arr.field(i)) for i in range(t.num_fields)]
-        masks = [m for m in masks if m is not None]
-        if not masks:
-            return None
-        out = masks[0]
-        for m in masks[1:]:
-            out = pc.or_(out, m)
+        out = []
+        for i in range(t.num_fields):
+            name = t.field(i).name
+            out += _bad_temporal(arr.field(i), f"{path}.{name}" if path else name)
         return out
     if pa.types.is_date32(t):
         lo, hi, ints = _MIN_DAYS, _MAX_DAYS, arr.cast(pa.int32())
@@ -243,26 +252,30 @@ def _bad_temporal(arr):
     elif pa.types.is_time64(t) and t.unit == "us":
         lo, hi, ints = 0, _DAY_US - 1, arr.cast(pa.int64())
     else:
-        return None
-    bad = pc.or_(pc.less(ints, lo), pc.greater(ints, hi))
-    return pc.fill_null(bad, False)
+        return []
+    bad = pc.fill_null(pc.or_(pc.less(ints, lo), pc.greater(ints, hi)), False)
+    return [(path, t, bad)] if pc.any(bad).as_py() else []
 
 
 def out_of_range_to_dead_letters(arr, errors: list, label: str):
     """``(arr, errors)`` with each row holding a date, time or timestamp the table cannot
-    hold (outside years 1..9999, a time of day past midnight) nulled and given its reason:
-    a dead letter, like any other value that does not fit."""
+    hold (outside years 1..9999, a time of day past midnight) nulled and given its reason
+    (naming the field): a dead letter, like any other value that does not fit."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    bad = _bad_temporal(arr)
-    if bad is None or not pc.any(bad).as_py():
+    found = _bad_temporal(arr)
+    if not found:
         return arr, errors
     errors = list(errors)
-    for i in pc.indices_nonzero(bad).to_pylist():
-        if errors[i] is None:
-            errors[i] = (f"{label} value does not fit {arr.type}: a date, time or timestamp "
-                         f"outside years 1..9999 or a time of day outside 00:00..24:00")
+    bad = found[0][2]
+    for path, t, mask in found:
+        bad = pc.or_(bad, mask)
+        for i in pc.indices_nonzero(mask).to_pylist():
+            if errors[i] is None:
+                errors[i] = (f"{label} value {path or 'value'} does not fit {t}: a date, time or "
+                             f"timestamp outside years 1..9999 or a time of day outside "
+                             f"00:00..24:00")
     return pc.if_else(bad, pa.scalar(None, arr.type), arr), errors
 
 
@@ -388,6 +401,9 @@ class DecoderCache:
     client: Any
     fmt: str
     decoders: dict = field(default_factory=dict)
+    #: Avro: read Debezium's encodings but in the fields ``kept`` (:class:`AvroGroupDecoder`)
+    debezium: bool = False
+    kept: frozenset = frozenset()
 
     def get(self, sid: int, indexes: tuple[int, ...]):
         key = (sid, indexes)
@@ -409,7 +425,7 @@ class DecoderCache:
             return f"schema id {sid} is {ws.schema_type}, the load expects {want}"
         try:
             if self.fmt == "avro":
-                return AvroGroupDecoder(ws)
+                return AvroGroupDecoder(ws, debezium=self.debezium, kept=self.kept)
             if self.fmt == "protobuf":
                 return ProtobufGroupDecoder(ws, indexes)
             return JsonGroupDecoder(ws)

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kafkastore.errors import UnmappableSchemaError
+from kafkastore.errors import DebeziumValueError, UnmappableSchemaError
 
 UnmappableSchema = UnmappableSchemaError
 
@@ -87,7 +87,10 @@ def _struct_of(fields: list[tuple[str, Mapped]]) -> Mapped:
         out = dict(v)
         for n, c in convs:
             if n in out:
-                out[n] = c(out[n])
+                try:
+                    out[n] = c(out[n])
+                except DebeziumValueError as exc:   # the reason names the column's path
+                    raise DebeziumValueError(f"{n}: {exc}") from None
         return out
 
     return Mapped(t, conv)
@@ -105,17 +108,26 @@ RAW_TIME_LOGICAL = ("timestamp-millis", "timestamp-micros", "local-timestamp-mil
                     "local-timestamp-micros", "date", "time-millis", "time-micros")
 
 
+_DEBEZIUM = "\x00debezium"   # likewise: the mapping of debezium=True
+
+
 def avro_mapping(schema: Any, named: Mapping[str, Any] | None = None,
-                 raw_time: bool = False) -> Mapped:
+                 raw_time: bool = False, debezium: bool = False) -> Mapped:
     """The mapping of an Avro schema (parsed JSON). A record gives a struct of its
     fields; any other type a struct with one field ``value``. ``named``: named types
     from referenced schemas (full name -> schema JSON). ``raw_time``: the types that
     hold dates, times and timestamps as the integers Avro stores (``timestamp[ms]``
     for timestamp-millis...), for a decoder reading them without their logical type;
-    an Arrow cast to the plain mapping's type then gives the table's units."""
+    an Arrow cast to the plain mapping's type then gives the table's units.
+    ``debezium``: Debezium's encodings Avro has no logical type for (nanoseconds, zoned
+    text, variable-scale decimals; :mod:`pipelines.debezium_types`) are converted value
+    by value (the others are logical types after
+    :func:`pipelines.debezium_types.avro_schema`)."""
     names: dict[str, Any] = dict(named or {})
     if raw_time:
         names[_RAW_TIME] = True
+    if debezium:
+        names[_DEBEZIUM] = True
     m = _avro(schema, names, (), None)
     if isinstance(schema, dict) and schema.get("type") == "record":
         return m
@@ -161,6 +173,13 @@ def _avro(t: Any, names: dict, stack: tuple, ns: str | None) -> Mapped:
         raise UnmappableSchema(f"malformed Avro schema {t!r:.60}")
     kind = t.get("type")
     logical = t.get("logicalType")
+    if names.get(_DEBEZIUM) and t.get("connect.name"):
+        from .debezium_types import AVRO_CONVERTED, avro_converter
+
+        if t["connect.name"] in AVRO_CONVERTED:
+            if kind == "record":
+                names[_avro_name(t, ns)] = t
+            return Mapped(*avro_converter(t["connect.name"]))
     if logical == "decimal" and kind in ("bytes", "fixed"):
         precision, scale = int(t.get("precision", 0)), int(t.get("scale", 0))
         if not 0 < precision <= 38:

@@ -10,6 +10,7 @@ confluent-kafka's AvroSerializer registers them with kafkastore's own registry.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -222,3 +223,143 @@ def test_avro_keys_default_to_the_key_records_fields(spark, tmp_path, registry):
 def test_avro_cdc_spec():
     spec = _spec("http://127.0.0.1:1")
     assert (spec.mode, spec.key_columns) == ("upsert", ("id",))
+
+
+def _encoded(name: str, kind: str, **more) -> dict:
+    return {"type": kind, "connect.version": 1, "connect.name": name, **more}
+
+
+VSD = {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+       "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}],
+       "connect.doc": "Variable scaled decimal", "connect.version": 1,
+       "connect.name": "io.debezium.data.VariableScaleDecimal"}
+ENCODED = (
+    {"name": "d", "type": ["null", _encoded("io.debezium.time.Date", "int")], "default": None},
+    {"name": "ts", "type": ["null", _encoded("io.debezium.time.Timestamp", "long")],
+     "default": None},
+    {"name": "mts", "type": ["null", _encoded("io.debezium.time.MicroTimestamp", "long")],
+     "default": None},
+    {"name": "nts", "type": ["null", _encoded("io.debezium.time.NanoTimestamp", "long")],
+     "default": None},
+    {"name": "t", "type": ["null", _encoded("io.debezium.time.Time", "int")], "default": None},
+    {"name": "mt", "type": ["null", _encoded("io.debezium.time.MicroTime", "long")],
+     "default": None},
+    {"name": "nt", "type": ["null", _encoded("io.debezium.time.NanoTime", "long")],
+     "default": None},
+    {"name": "zts", "type": ["null", _encoded("io.debezium.time.ZonedTimestamp", "string")],
+     "default": None},
+    # the AvroConverter's Decimal: an Avro decimal with Connect's parameters too
+    {"name": "price", "type": ["null", _encoded(
+        "org.apache.kafka.connect.data.Decimal", "bytes", scale=2, precision=10,
+        logicalType="decimal",
+        **{"connect.parameters": {"scale": "2", "connect.decimal.precision": "10"}})],
+     "default": None},
+    # ... and without the Avro logical type: the scale only in Connect's parameters
+    {"name": "amount", "type": ["null", _encoded(
+        "org.apache.kafka.connect.data.Decimal", "bytes",
+        **{"connect.parameters": {"scale": "3"}})], "default": None},
+    {"name": "vsd", "type": ["null", VSD], "default": None},
+)
+
+
+def _unscaled(n: int) -> bytes:
+    return n.to_bytes((n.bit_length() + 8) // 8 or 1, "big", signed=True)
+
+
+def test_avro_debezium_encodings_become_the_columns_types(spark, tmp_path, registry):
+    """Debezium's encodings named only by ``connect.name`` in the Avro schema (days, epoch
+    milli/micro/nanoseconds, times of day, zoned text, Connect and variable-scale decimals)
+    load as dates, timestamps, times and decimals; a value the column cannot hold is a dead
+    letter with its reason, the other events of the batch load."""
+    import datetime as dt
+    import decimal
+
+    from pyiceberg.types import (DateType, DecimalType, TimestampType, TimestamptzType,
+                                 TimeType)
+
+    root = f"file://{tmp_path}/log"
+    storage = make_topic(root, TOPIC, partitions=1)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    key, value = _serializers(registry.url, envelope(_value(ENCODED)))
+    at = dt.datetime(2024, 5, 6, 7, 8, 9, 123456)
+    epoch_us = int((at - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000 + 123456
+    day_us = (7 * 3600 + 8 * 60 + 9) * 1_000_000 + 123456
+    good = {"d": 19849, "ts": epoch_us // 1000, "mts": epoch_us, "nts": epoch_us * 1000 + 789,
+            "t": day_us // 1000, "mt": day_us, "nt": day_us * 1000 + 789,
+            "zts": "2024-05-06T09:08:09.123456+02:00", "price": decimal.Decimal("12.34"),
+            "amount": _unscaled(-12345), "vsd": {"scale": 4, "value": _unscaled(1234567)}}
+
+    def row(i, **over):
+        return {**_row(i, "F", "L", None), **good, **over}
+
+    bad = {1002: {"d": 10 ** 9}, 1003: {"nt": 86_400 * 10 ** 9}, 1004: {"zts": "yesterday"},
+           1005: {"vsd": {"scale": 30, "value": _unscaled(1)}},
+           1006: {"mts": 2 ** 63 - 1}}
+    events = [(1001, _event("r", None, row(1001), 1, 1700000000000))]
+    events += [(i, _event("c", None, row(i, **over), i, 1700000000000 + i))
+               for i, over in bad.items()]
+    events += [(1007, _event("c", None, row(1007, **dict.fromkeys(good)), 9, 1700000000009))]
+    _send(storage, key, value, events, 1_700_000_000_000)
+    s = run_load(spark, root=root, warehouse=wh, spec=_spec(registry.url), progress=False)
+    tbl = wh.table("customers")
+    types = {f.name: f.field_type for f in tbl.schema().fields}
+    assert isinstance(types["d"], DateType)
+    assert all(isinstance(types[c], TimestampType) for c in ("ts", "mts", "nts"))
+    assert isinstance(types["zts"], TimestamptzType)
+    assert all(isinstance(types[c], TimeType) for c in ("t", "mt", "nt"))
+    assert (types["price"], types["amount"]) == (DecimalType(10, 2), DecimalType(38, 3))
+    assert isinstance(types["vsd"], DecimalType)
+    state = _state(tbl)
+    assert sorted(state) == [1001, 1007]
+    r = state[1001]
+    assert r["d"] == dt.date(2024, 5, 6)
+    assert (r["ts"], r["mts"], r["nts"]) == (at.replace(microsecond=123000), at, at)
+    assert (r["t"], r["mt"], r["nt"]) == (dt.time(7, 8, 9, 123000), at.time(), at.time())
+    assert r["zts"] == dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone.utc)
+    assert (r["price"], r["amount"], r["vsd"]) == (
+        decimal.Decimal("12.34"), decimal.Decimal("-12.345"), decimal.Decimal("123.4567"))
+    assert all(state[1007][c] is None for c in good)
+    assert s.dead_letters == len(bad)
+    dead = {json.loads(json.dumps(d["offset"])): d["error"]
+            for d in ice.read_arrow(wh.table("customers_dead_letters")).to_pylist()}
+    assert len(dead) == len(bad) and all(dead.values())
+    by_offset = dict(zip(range(1, 1 + len(bad)), bad))
+    for offset, error in dead.items():
+        column = next(iter(bad[by_offset[offset]]))
+        # the reason names the column: after.d (out of range) or "after: nt:" (converted)
+        assert re.search(rf"\bafter(\.|: ){column}\b", error), (column, error)
+        assert "does not fit" in error
+
+
+def test_a_table_holding_an_encoding_as_stored_keeps_loading(spark, tmp_path, registry):
+    """A table whose column got a Debezium date as the int Avro stores (loaded before the
+    encodings were read) keeps that column's type: the next load appends days, no dead
+    letters; a new encoded column of the same run becomes a date."""
+    import datetime as dt
+
+    import pyarrow as pa
+    from pyiceberg.types import DateType, IntegerType
+
+    from pipelines.load import ensure_tables
+
+    root = f"file://{tmp_path}/log"
+    storage = make_topic(root, TOPIC, partitions=1)
+    wh = warehouse_for(f"file://{tmp_path}/wh")
+    spec = _spec(registry.url)
+    tbl, _ = ensure_tables(wh, spec)
+    with tbl.update_schema() as up:      # the column as the earlier version made it
+        up.union_by_name(pa.schema([pa.field("d", pa.int32())]))
+    date = _encoded("io.debezium.time.Date", "int")
+    extra = ({"name": "d", "type": ["null", date], "default": None},
+             {"name": "d2", "type": ["null", date], "default": None})
+    key, value = _serializers(registry.url, envelope(_value(extra)))
+    _send(storage, key, value, [
+        (1001, _event("r", None, {**_row(1001, "F", "L", None), "d": 19849, "d2": 19849},
+                      1, 1700000000000))], 1_700_000_000_000)
+    s = run_load(spark, root=root, warehouse=wh, spec=spec, progress=False)
+    assert s.dead_letters == 0 and s.rows == 1
+    tbl = wh.table("customers")
+    types = {f.name: f.field_type for f in tbl.schema().fields}
+    assert isinstance(types["d"], IntegerType) and isinstance(types["d2"], DateType)
+    r = _state(tbl)[1001]
+    assert (r["d"], r["d2"]) == (19849, dt.date(2024, 5, 6))
