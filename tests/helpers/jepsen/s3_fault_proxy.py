@@ -169,4 +169,5 @@ class FaultProxy:
         h.send_response(status)
         h.send_header("Content-Length", str(len(payload)))
         h.end_headers()
-        h.wfile.write(payload)
+        if h.command != "HEAD":   # a HEAD answer has no body (it would read as the next answer)
+            h.wfile.write(payload)
