@@ -9,6 +9,7 @@ anomaly count) and exits 1 if any anomaly is above 0. --workdir keeps the broker
 """
 import argparse
 import os
+import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,6 +29,10 @@ def main() -> int:
                     help="the last broker starts with its clock this far ahead (0: none)")
     ap.add_argument("--workdir", help="keep broker logs here (default: a temporary directory)")
     args = ap.parse_args()
+    # SIGTERM and SIGINT (ignored by default in a background job) end the run through its
+    # clean-up: brokers, proxy and moto stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     opts = RunOptions(root_kind="s3" if args.s3 else "file", seconds=args.minutes * 60,
                       seed=args.seed, brokers=args.brokers, skewed_start_ms=args.skewed_start_ms,
                       workdir=args.workdir)
