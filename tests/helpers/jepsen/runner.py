@@ -534,7 +534,10 @@ class RunOptions:
     workdir: str | None = None    # keeps broker logs; a temporary one (removed) when None
     fault_gap_s: tuple = (2.0, 5.0)
     pause_s: tuple = PAUSE_S       # SIGSTOP lengths: keep above both client timeouts
-    settle_s: float = TXN_TIMEOUT_MS / 1000 + 20.0
+    #: Longest wait for every LSO to reach its HWM at the end: a transaction's timeout is
+    #: measured on wall clocks, and one begun under a clock 90 s ahead times out that much
+    #: later on a correct one (the wait ends as soon as nothing is behind).
+    settle_s: float = TXN_TIMEOUT_MS / 1000 + SKEW_MS[1] / 1000 + 20.0
     workloads: list | None = None
 
 
@@ -580,7 +583,8 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
             w.join(150)
         cluster.ensure_running()
         crashed = cluster.crashed()
-        settle = max([opts.settle_s] + [getattr(w, "txn_timeout_s", 0) + 20 for w in workloads])
+        settle = max([opts.settle_s] + [getattr(w, "txn_timeout_s", 0) + SKEW_MS[1] / 1000 + 20
+                                        for w in workloads])
         wait_stable(cluster, topics, settle, log=log)
         storage = cluster.storage()
         lso, hwm = offsets(storage, topics)
