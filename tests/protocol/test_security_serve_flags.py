@@ -54,7 +54,8 @@ def test_serve_flags_set_the_limits_before_authentication(tmp_path):
         a2 = _idle(port, "127.0.0.2")      # over the per-address budget of 1: closed at once
         b1 = _idle(port, "127.0.0.3")
         time.sleep(0.2)
-        c1 = _idle(port, "127.0.0.4")      # over the total of 2: the fullest address makes room
+        c1 = _idle(port, "127.0.0.4")      # over the total of 2 (no address holds more than
+        #                                    it would: none is evicted, the newcomer is closed)
         socks += [a1, a2, b1, c1]
         time.sleep(0.3)
         assert not _open(a2)
