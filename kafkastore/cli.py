@@ -70,20 +70,43 @@ def cmd_topics(args, cfg: Config) -> int:
 
 
 # -- produce / consume ----------------------------------------------------------
+#: How long (seconds) `produce` waits at exit for the merge its last commits started.
+PRODUCE_HOUSEKEEPING_WAIT_S = 120.0
+
+
 def cmd_produce(args, cfg: Config) -> int:
+    from .merge import Housekeeper
+
+    storage = _storage(cfg)
+    # This run's own housekeeper (merging what it writes, in the background), finished before
+    # the command returns: a merge still running while the interpreter exits would find the
+    # upload pools shut and fail half way, so short runs would only ever add segments.
+    housekeeper = Housekeeper(storage)
+    try:
+        return _produce(args, storage, housekeeper)
+    finally:
+        if not housekeeper.close(wait=True, timeout_s=PRODUCE_HOUSEKEEPING_WAIT_S):
+            import logging
+
+            logging.getLogger(__name__).info(
+                "merge still running after %.0f s at exit; `kafkastore merge` finishes it",
+                PRODUCE_HOUSEKEEPING_WAIT_S)
+
+
+def _produce(args, storage, housekeeper) -> int:
     from .broker import Broker
     from .errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
     import numpy as np
 
     from .jsonl_bulk import parse_ahead
 
-    storage = _storage(cfg)
     # Without --flush-every the input is one unit: nothing is committed before the end (no
     # commit when a segment rolls), and a bad line anywhere is reported before any refused
     # record (as when every line was parsed first), so the log stays as it was.
     atomic = not args.flush_every
     broker = Broker(storage, compression=args.compression, batch_size=args.batch_size,
-                    linger_ms=args.linger_ms, commit_on_roll=not atomic)
+                    linger_ms=args.linger_ms, commit_on_roll=not atomic,
+                    housekeeping=housekeeper)
     broker.topic(args.topic)  # fail fast on an unknown topic, before reading input
     refusals = (ConfigError, InvalidRecordError, RecordTooLargeError, UnknownTopicError)
     sent = 0

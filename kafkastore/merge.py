@@ -562,7 +562,11 @@ class Housekeeper:
                 more = report.planned >= self.max_runs_per_job and bool(report.merged)
             except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
                 self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
-                log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
+                # After close() the process may be exiting past close's bound: an abandoned
+                # merge loses nothing (its uploads are unreferenced, gc removes them, the next
+                # writer or `kafkastore merge` plans it again), so it is no warning then.
+                (log.info if self._closed else log.warning)(
+                    "housekeeping of %s/%d failed: %s", topic, partition, exc)
                 with self._lock:
                     self._again.discard(tp)
                     self._busy.discard(tp)
@@ -658,23 +662,31 @@ class Housekeeper:
                                     self._gc_busy):
                     return
 
-    def wait(self, timeout_s: float = 30.0) -> None:
-        """Block until no job is running or queued (tests, shutdown)."""
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        """Block until no job is running or queued (tests, shutdown), at most ``timeout_s``;
+        returns whether that happened."""
         import time as _time
 
         from .clock import SYSTEM  # real time on purpose: it waits for real threads
         deadline = SYSTEM.monotonic_s() + timeout_s
-        while SYSTEM.monotonic_s() < deadline:
+        while True:
             with self._lock:
                 if not self._busy and not self._gc_busy:
-                    return
+                    return True
+            if SYSTEM.monotonic_s() >= deadline:
+                return False
             _time.sleep(0.01)
 
-    def close(self, wait: bool = True) -> None:
-        """Stop accepting work; with ``wait``, let what is queued finish first."""
+    def close(self, wait: bool = True, timeout_s: float = 30.0) -> bool:
+        """Stop accepting work; with ``wait``, let what is queued or running finish first (at
+        most ``timeout_s``: a merge job loops no more once closed, so this is one bounded job).
+        Returns whether no job is left.
+
+        A process that exits must call this before its main thread returns: a job still running
+        while the interpreter shuts down finds the thread pools it uploads on closed and fails
+        half way."""
         self._closed = True
-        if wait:
-            self.wait()
+        return self.wait(timeout_s) if wait else self.wait(0)
 
 
 _SHARED: "weakref.WeakKeyDictionary[Storage, Housekeeper]" = weakref.WeakKeyDictionary()
