@@ -1,0 +1,409 @@
+"""The fault harness's client workloads: real Kafka clients (confluent-kafka, aiokafka,
+kafka-python) against ``kafkastore serve``, each recording what its clients saw
+acknowledged, in the :mod:`checker`'s history format.
+
+A workload has ``topics`` (``{topic: partitions}``; the runner creates them),
+``start(bootstrap, stop)`` (starts its client threads; they run until ``stop`` is set),
+``join(timeout)`` and ``history()`` (the checker's keys it knows, partitions keyed
+``(topic, partition)``). ``errors()`` counts the client errors seen (by name; reported,
+not anomalies). A workload may also have ``extra_anomalies(final_committed)``: counts the
+checker does not know (the exactly-once pipeline's ``eos-duplicate`` and
+``eos-missing-output``); :func:`extra_anomalies` sums them over a list of workloads, for
+the runner to add to the checker's counts.
+
+Every value written is unique in the run (workload, client, incarnation and a counter),
+so the checker's duplicate count needs no knowledge of the clients. Clients survive
+faults: generous timeouts, errors counted rather than raised, and a client that failed
+for good (a fatal producer error, a consumer whose calls keep failing) is closed and
+made again (a new *incarnation*, recorded in its poll name so the checker sees a new
+run of offsets).
+
+Test/bench code: reads the system clock itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections import Counter
+
+#: Client settings that outlast a fault (a broker SIGSTOPped ~8-16 s, S3 storms).
+MESSAGE_TIMEOUT_MS = 60000
+SESSION_TIMEOUT_MS = 6000
+HEARTBEAT_MS = 2000
+TXN_TIMEOUT_MS = 20000
+#: Pause between a producer's sends (keeps several clients within a shared 2-core box).
+SEND_GAP_S = 0.02
+
+__all__ = ["QueueWorkload", "default_workloads", "extra_anomalies"]
+
+
+class _Workload:
+    """Shared bookkeeping: threads, a lock over the history, error counts."""
+
+    name = "workload"
+
+    def __init__(self, seed: int = 1):
+        self.seed = seed
+        self.topics: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._acked: list = []
+        self._polls: list = []
+        self._commits: list = []
+        self._committed_txns: dict = {}
+        self._aborted_txns: dict = {}
+        self._unknown_txns: dict = {}
+        self._at_least_once: tuple = ()
+        self._errors: Counter = Counter()
+
+    # -- the runner's interface --------------------------------------------------------------
+    def start(self, bootstrap: str, stop: threading.Event) -> None:
+        """Start every client thread."""
+        self._threads = [threading.Thread(target=self._guard, args=(fn, name, bootstrap, stop),
+                                          name=f"{self.name}-{name}", daemon=True)
+                         for name, fn in self._clients()]
+        for t in self._threads:
+            t.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the client threads (producers flush what they hold)."""
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            self._error("thread-not-joined", len(alive))
+
+    def history(self) -> dict:
+        """The checker's keys this workload knows (copies)."""
+        with self._lock:
+            return {"acked": list(self._acked), "polls": list(self._polls),
+                    "commits": list(self._commits),
+                    "committed_txns": dict(self._committed_txns),
+                    "aborted_txns": dict(self._aborted_txns),
+                    "at_least_once": tuple(self._at_least_once)}
+
+    def errors(self) -> Counter:
+        """Client errors seen, by kind (reported, not anomalies)."""
+        with self._lock:
+            return Counter(self._errors)
+
+    def unknown_txns(self) -> dict:
+        """Transactions whose EndTxn outcome the client never learnt (in neither set)."""
+        with self._lock:
+            return dict(self._unknown_txns)
+
+    # -- for the clients ---------------------------------------------------------------------
+    def _clients(self) -> list:
+        raise NotImplementedError
+
+    def _guard(self, fn, name, bootstrap, stop) -> None:
+        """Run a client loop, making the client again after an unexpected exception."""
+        incarnation = 0
+        while True:
+            try:
+                fn(bootstrap, stop, f"{name}#{incarnation}")
+                return
+            except Exception as e:   # noqa: BLE001 - a client thread must outlive faults
+                self._error(f"{name}:{type(e).__name__}")
+                incarnation += 1
+                if stop.is_set():
+                    return
+                time.sleep(1.0)
+
+    def _error(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._errors[kind] += n
+
+    def _ack(self, value: str) -> None:
+        with self._lock:
+            self._acked.append(value)
+
+    def _poll(self, consumer: str, topic: str, partition: int, offset) -> None:
+        with self._lock:
+            self._polls.append((consumer, (topic, partition), offset))
+
+    def _commit(self, group: str, offsets: dict) -> None:
+        with self._lock:
+            self._commits += [(group, tp, o) for tp, o in offsets.items()]
+
+
+def _kafka_error_name(err) -> str:
+    """A confluent-kafka KafkaError's name (``OUT_OF_ORDER_SEQUENCE_NUMBER``, ...)."""
+    try:
+        return err.name()
+    except Exception:   # noqa: BLE001 - an exception that is not a KafkaError
+        return type(err).__name__
+
+
+# -- the queue --------------------------------------------------------------------------------
+class QueueWorkload(_Workload):
+    """A queue over ``partitions`` partitions: producers with and without idempotence from
+    each client library (confluent-kafka idempotent and plain, aiokafka idempotent,
+    kafka-python plain) and one consumer group per library (read_committed, offsets
+    committed synchronously and recorded once acknowledged)."""
+
+    name = "queue"
+
+    def __init__(self, seed: int = 1, topic: str = "jq", partitions: int = 3):
+        super().__init__(seed)
+        self.topic = topic
+        self.topics = {topic: partitions}
+        # Producers without idempotence resend a batch whose answer was lost: at-least-once.
+        self._at_least_once = (f"{self.name}-ck-plain-", f"{self.name}-kp-plain-")
+
+    def _clients(self) -> list:
+        return [("ck-idem", lambda b, s, n: self._ck_produce(b, s, n, True)),
+                ("ck-plain", lambda b, s, n: self._ck_produce(b, s, n, False)),
+                ("aio-idem", self._aio_produce),
+                ("kp-plain", self._kp_produce),
+                ("ck-consumer", self._ck_consume),
+                ("aio-consumer", self._aio_consume),
+                ("kp-consumer", self._kp_consume)]
+
+    # -- confluent-kafka --
+    def _ck_produce(self, bootstrap, stop, who, idempotent) -> None:
+        from confluent_kafka import Producer
+
+        fatal = threading.Event()
+
+        def on_error(err):
+            self._error(f"ck-producer:{_kafka_error_name(err)}")
+            if err.fatal():
+                fatal.set()
+
+        def done(err, msg):
+            if err is None:
+                self._ack(msg.value().decode())
+            else:
+                self._error(f"ck-delivery:{_kafka_error_name(err)}")
+
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": idempotent,
+                      "acks": "all", "message.timeout.ms": MESSAGE_TIMEOUT_MS, "linger.ms": 5,
+                      "error_cb": on_error, "log_level": 2})
+        parts = self.topics[self.topic]
+        prefix = f"{self.name}-{who.replace('#', '-')}-"   # e.g. queue-ck-idem-0-
+        i = 0
+        while not stop.is_set() and not fatal.is_set():
+            try:
+                p.produce(self.topic, f"{prefix}{i}".encode(), partition=i % parts,
+                          on_delivery=done)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(SEND_GAP_S)
+        p.flush(MESSAGE_TIMEOUT_MS / 1000 + 30)
+        if fatal.is_set() and not stop.is_set():
+            raise RuntimeError("fatal producer error")   # the guard makes a new producer
+
+    def _ck_consume(self, bootstrap, stop, who) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        group = f"{self.name}-ck"
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": SESSION_TIMEOUT_MS,
+                      "heartbeat.interval.ms": HEARTBEAT_MS,
+                      "isolation.level": "read_committed", "log_level": 2,
+                      "error_cb": lambda err: self._error(f"ck-consumer:{_kafka_error_name(err)}")})
+
+        def on_assign(consumer, parts):
+            for tp in parts:
+                self._poll(who, tp.topic, tp.partition, None)
+
+        c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_assign, on_lost=on_assign)
+        pending: dict = {}
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set():
+                msg = c.poll(0.2)
+                if msg is not None and not msg.error():
+                    self._poll(who, msg.topic(), msg.partition(), msg.offset())
+                    pending[(msg.topic(), msg.partition())] = msg.offset() + 1
+                if pending and time.monotonic() - last_commit >= 0.5:
+                    todo, pending = pending, {}
+                    last_commit = time.monotonic()
+                    try:
+                        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in todo.items()],
+                                 asynchronous=False)
+                        self._commit(group, todo)
+                    except Exception as e:   # noqa: BLE001 - unacknowledged: nothing recorded
+                        self._error(f"ck-commit:{_kafka_error_name(e.args[0] if e.args else e)}")
+        finally:
+            c.close()
+
+    # -- kafka-python --
+    def _kp_produce(self, bootstrap, stop, who) -> None:
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(bootstrap_servers=bootstrap.split(","), acks="all",
+                          enable_idempotence=False, linger_ms=5,
+                          request_timeout_ms=30000, delivery_timeout_ms=MESSAGE_TIMEOUT_MS,
+                          max_block_ms=MESSAGE_TIMEOUT_MS)
+        parts = self.topics[self.topic]
+        prefix = f"{self.name}-{who.replace('#', '-')}-"
+        i = 0
+
+        def ok(value):
+            return lambda _md: self._ack(value)
+
+        def failed(e):
+            self._error(f"kp-delivery:{type(e).__name__}")
+
+        try:
+            while not stop.is_set():
+                value = f"{prefix}{i}"
+                p.send(self.topic, value.encode(), partition=i % parts) \
+                    .add_callback(ok(value)).add_errback(failed)
+                i += 1
+                time.sleep(SEND_GAP_S)
+            p.flush(MESSAGE_TIMEOUT_MS / 1000 + 30)
+        finally:
+            p.close(timeout=10)
+
+    def _kp_consume(self, bootstrap, stop, who) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        group = f"{self.name}-kp"
+        wl = self
+
+        class Marks(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                for tp in revoked:
+                    wl._poll(who, tp.topic, tp.partition, None)
+
+            def on_partitions_assigned(self, assigned):
+                for tp in assigned:
+                    wl._poll(who, tp.topic, tp.partition, None)
+
+        c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=group,
+                          enable_auto_commit=False, auto_offset_reset="earliest",
+                          isolation_level="read_committed",
+                          session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=HEARTBEAT_MS,
+                          request_timeout_ms=30000)
+        c.subscribe([self.topic], listener=Marks())
+        last_commit = time.monotonic()
+        pending: dict = {}
+        try:
+            while not stop.is_set():
+                for tp, recs in c.poll(timeout_ms=200).items():
+                    for r in recs:
+                        self._poll(who, tp.topic, tp.partition, r.offset)
+                        pending[(tp.topic, tp.partition)] = r.offset + 1
+                if pending and time.monotonic() - last_commit >= 0.5:
+                    todo, pending = pending, {}
+                    last_commit = time.monotonic()
+                    try:
+                        c.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1)
+                                  for (t, p), o in todo.items()})
+                        self._commit(group, todo)
+                    except Exception as e:   # noqa: BLE001 - unacknowledged: nothing recorded
+                        self._error(f"kp-commit:{type(e).__name__}")
+        finally:
+            c.close(autocommit=False)
+
+    # -- aiokafka (its loop in this thread) --
+    def _aio_produce(self, bootstrap, stop, who) -> None:
+        asyncio.run(self._aio_produce_async(bootstrap, stop, who))
+
+    async def _aio_produce_async(self, bootstrap, stop, who) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all",
+                             linger_ms=5, request_timeout_ms=30000)
+        await p.start()
+        parts = self.topics[self.topic]
+        prefix = f"{self.name}-{who.replace('#', '-')}-"
+        i = 0
+        inflight: list = []
+
+        async def settle(futs):
+            for value, fut in futs:
+                try:
+                    await fut
+                    self._ack(value)
+                except Exception as e:   # noqa: BLE001 - not acknowledged
+                    self._error(f"aio-delivery:{type(e).__name__}")
+
+        try:
+            while not stop.is_set():
+                value = f"{prefix}{i}"
+                try:
+                    inflight.append((value, await p.send(self.topic, value.encode(),
+                                                         partition=i % parts)))
+                except Exception as e:   # noqa: BLE001 - not sent; counted
+                    self._error(f"aio-send:{type(e).__name__}")
+                    await asyncio.sleep(0.5)
+                i += 1
+                if len(inflight) >= 20:
+                    await settle(inflight)
+                    inflight = []
+                await asyncio.sleep(SEND_GAP_S)
+            await settle(inflight)
+        finally:
+            await p.stop()
+
+    def _aio_consume(self, bootstrap, stop, who) -> None:
+        asyncio.run(self._aio_consume_async(bootstrap, stop, who))
+
+    async def _aio_consume_async(self, bootstrap, stop, who) -> None:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+        group = f"{self.name}-aio"
+        wl = self
+
+        class Marks(ConsumerRebalanceListener):
+            async def on_partitions_revoked(self, revoked):
+                for tp in revoked:
+                    wl._poll(who, tp.topic, tp.partition, None)
+
+            async def on_partitions_assigned(self, assigned):
+                for tp in assigned:
+                    wl._poll(who, tp.topic, tp.partition, None)
+
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False, auto_offset_reset="earliest",
+                             isolation_level="read_committed",
+                             session_timeout_ms=SESSION_TIMEOUT_MS,
+                             heartbeat_interval_ms=HEARTBEAT_MS, request_timeout_ms=30000)
+        c.subscribe([self.topic], listener=Marks())
+        await c.start()
+        last_commit = time.monotonic()
+        pending: dict = {}
+        try:
+            while not stop.is_set():
+                got = await c.getmany(timeout_ms=200)
+                for tp, recs in got.items():
+                    for r in recs:
+                        self._poll(who, tp.topic, tp.partition, r.offset)
+                        pending[(tp.topic, tp.partition)] = r.offset + 1
+                if pending and time.monotonic() - last_commit >= 0.5:
+                    todo, pending = pending, {}
+                    last_commit = time.monotonic()
+                    try:
+                        await c.commit({TopicPartition(t, p): o for (t, p), o in todo.items()})
+                        self._commit(group, todo)
+                    except Exception as e:   # noqa: BLE001 - unacknowledged: nothing recorded
+                        self._error(f"aio-commit:{type(e).__name__}")
+        finally:
+            await c.stop()
+
+
+# -- the set the runner runs -----------------------------------------------------------------------
+def default_workloads(seed: int) -> list:
+    """The mixed set of workloads for a run with ``seed``."""
+    return [QueueWorkload(seed)]
+
+
+def extra_anomalies(workloads: list, final_committed: dict) -> dict:
+    """Anomaly counts the checker does not know, summed over the workloads that have
+    ``extra_anomalies(final_committed)`` (``{name: count}``; every name always present)."""
+    out: Counter = Counter()
+    for w in workloads:
+        fn = getattr(w, "extra_anomalies", None)
+        if fn is not None:
+            out.update(fn(final_committed))
+    return dict(out)
