@@ -85,3 +85,46 @@ def test_the_queue_produces_and_consumes_with_every_client_library(run):
     # Every acknowledged value is in the log; the consumers read records of every producer.
     log = {v for recs in run["final"]["read_committed"].values() for _, v in recs}
     assert set(h["acked"]) <= log
+
+
+def test_transactions_span_partitions_of_two_topics_and_end_both_ways(run):
+    w = run["workloads"]["txn"]
+    h = w.history()
+    assert h["committed_txns"] and h["aborted_txns"], dict(w.errors())
+    assert all({t for t, _ in parts} == {"jt-a", "jt-b"} and len(parts) >= 2
+               for parts in h["committed_txns"].values())
+    # The group's offsets went with committed transactions.
+    assert any(g == "txn-g" for g, _, _ in h["commits"])
+    log = {v for recs in run["final"]["read_committed"].values() for _, v in recs}
+    committed = {v for parts in h["committed_txns"].values() for vs in parts.values() for v in vs}
+    aborted = {v for parts in h["aborted_txns"].values() for vs in parts.values() for v in vs}
+    assert committed <= log and not (aborted & log)
+
+
+def test_the_exactly_once_pipeline_commits_aborts_and_outputs_each_input_once(run):
+    w = run["workloads"]["eos"]
+    h = w.history()
+    assert h["committed_txns"] and h["aborted_txns"], dict(w.errors())
+    assert any(g == "eos-g" for g, _, _ in h["commits"])
+    assert w.extra_anomalies(run["final"]["read_committed"]) == \
+        {"eos-duplicate": 0, "eos-missing-output": 0}
+    # The pipeline got through input it had to reprocess after its aborts.
+    outputs = [v for (t, _), recs in run["final"]["read_committed"].items() if t == "je-out"
+               for _, v in recs]
+    assert len(outputs) > 0
+
+
+def test_the_eos_count_finds_a_duplicated_output_and_a_commit_without_output():
+    from tests.helpers.jepsen.workloads import count_eos_anomalies
+
+    q0, out = ("jq", 0), ("je-out", 0)
+    final = {q0: [(0, "a"), (1, "b"), (2, "c")],
+             out: [(0, "eos|jq|0|0|t1|a"), (1, "eos|jq|0|1|t1|b")]}
+    commits = [("eos-g", q0, 2)]
+    assert count_eos_anomalies(final, commits, "eos-g", "je-out") == \
+        {"eos-duplicate": 0, "eos-missing-output": 0}
+    final[out].append((2, "eos|jq|0|1|t3|b"))                 # input 1 output twice
+    commits.append(("eos-g", q0, 3))                           # offset 3 committed: c has none
+    commits.append(("other", q0, 9))                           # another group's: not counted
+    assert count_eos_anomalies(final, commits, "eos-g", "je-out") == \
+        {"eos-duplicate": 1, "eos-missing-output": 1}

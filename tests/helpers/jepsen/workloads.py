@@ -36,7 +36,8 @@ TXN_TIMEOUT_MS = 20000
 #: Pause between a producer's sends (keeps several clients within a shared 2-core box).
 SEND_GAP_S = 0.02
 
-__all__ = ["QueueWorkload", "default_workloads", "extra_anomalies"]
+__all__ = ["EosWorkload", "QueueWorkload", "TxnWorkload", "count_eos_anomalies",
+           "default_workloads", "extra_anomalies"]
 
 
 class _Workload:
@@ -392,10 +393,307 @@ class QueueWorkload(_Workload):
             await c.stop()
 
 
+# -- transactions ---------------------------------------------------------------------------------
+class _TxnOutcome:
+    """How a confluent-kafka transaction ended, as the client saw it."""
+    COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
+
+
+def _ck_txn_producer(bootstrap: str, txn_id: str, on_error):
+    """A confluent-kafka transactional producer with its transactions initialised."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                  "transaction.timeout.ms": TXN_TIMEOUT_MS, "acks": "all",
+                  "message.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5,
+                  "error_cb": on_error, "log_level": 2})
+    p.init_transactions(60)
+    return p
+
+
+def _ck_end_txn(p, commit: bool, record_error) -> str:
+    """Commit (or abort) the open transaction of ``p`` the way the client documents it:
+    retry a retriable error, abort after an abortable one; anything else (a fatal error,
+    retries exhausted) leaves the outcome unknown and the producer must be made again.
+    Returns a :class:`_TxnOutcome`."""
+    from confluent_kafka import KafkaException
+
+    for _attempt in range(5):
+        try:
+            if commit:
+                p.commit_transaction(30)
+                return _TxnOutcome.COMMITTED
+            p.abort_transaction(30)
+            return _TxnOutcome.ABORTED
+        except KafkaException as e:
+            err = e.args[0]
+            record_error(f"{'commit' if commit else 'abort'}:{_kafka_error_name(err)}")
+            if err.fatal():
+                return _TxnOutcome.UNKNOWN
+            if err.txn_requires_abort():
+                commit = False     # the transaction cannot commit: abort it, then it is known
+                continue
+            if not err.retriable():
+                return _TxnOutcome.UNKNOWN
+    return _TxnOutcome.UNKNOWN
+
+
+class TxnWorkload(_Workload):
+    """Transactional appends across partitions of two topics: each transaction writes to
+    2-4 partitions (both topics), sends a consumer group's offsets with
+    ``send_offsets_to_transaction`` (the group reads topic A), and is committed or, at
+    random, aborted. Outcomes are recorded as the client saw EndTxn answered; an unknown
+    outcome (a fatal error, retries exhausted) goes in neither set (:meth:`unknown_txns`)."""
+
+    name = "txn"
+
+    def __init__(self, seed: int = 1, topics: tuple = ("jt-a", "jt-b"), partitions: int = 2,
+                 abort_ratio: float = 0.3):
+        super().__init__(seed)
+        self.topic_a, self.topic_b = topics
+        self.topics = {t: partitions for t in topics}
+        self.group = f"{self.name}-g"
+        self.abort_ratio = abort_ratio
+
+    def _clients(self) -> list:
+        return [("ck-txn", self._ck_txn)]
+
+    def _ck_txn(self, bootstrap, stop, who) -> None:
+        from confluent_kafka import Consumer
+
+        rng = random.Random(f"{self.seed}-{who}")
+        fatal = threading.Event()
+
+        def on_error(err):
+            self._error(f"ck-txn:{_kafka_error_name(err)}")
+            if err.fatal():
+                fatal.set()
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": self.group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": SESSION_TIMEOUT_MS,
+                      "heartbeat.interval.ms": HEARTBEAT_MS,
+                      "isolation.level": "read_committed", "log_level": 2})
+
+        def on_assign(consumer, parts):
+            for tp in parts:
+                self._poll(who, tp.topic, tp.partition, None)
+
+        c.subscribe([self.topic_a], on_assign=on_assign, on_revoke=on_assign, on_lost=on_assign)
+        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+        all_parts = [(t, i) for t in (self.topic_a, self.topic_b) for i in range(self.topics[t])]
+        n = 0
+        try:
+            while not stop.is_set():
+                # Read what is there, so the offsets sent move on.
+                for msg in c.consume(num_messages=50, timeout=0.1):
+                    if not msg.error():
+                        self._poll(who, msg.topic(), msg.partition(), msg.offset())
+                parts = [(self.topic_a, rng.randrange(self.topics[self.topic_a])),
+                         (self.topic_b, rng.randrange(self.topics[self.topic_b]))]
+                parts += rng.sample([x for x in all_parts if x not in parts], rng.randrange(3))
+                txn = f"{self.name}-{who.replace('#', '-')}-{n}"
+                n += 1
+                writes = {tp: [f"{txn}-{tp[0]}-{tp[1]}-{k}" for k in range(rng.randint(1, 3))]
+                          for tp in parts}
+                outcome = self._one_txn(p, c, writes, rng.random() >= self.abort_ratio)
+                with self._lock:
+                    {"committed": self._committed_txns, "aborted": self._aborted_txns,
+                     "unknown": self._unknown_txns}[outcome][txn] = writes
+                if outcome == _TxnOutcome.UNKNOWN or fatal.is_set():
+                    # The client's documented recovery: a new producer (same transactional
+                    # id) whose InitProducerId fences the old one and ends its transaction.
+                    p = None
+                    fatal.clear()
+                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+                time.sleep(SEND_GAP_S * 5)
+        finally:
+            c.close()
+
+    def _one_txn(self, p, c, writes: dict, commit: bool) -> str:
+        """One transaction: writes, the consumer's positions, then commit or abort."""
+        from confluent_kafka import KafkaException
+
+        err = lambda kind: self._error(f"ck-txn:{kind}")   # noqa: E731
+        try:
+            p.begin_transaction()
+            for (t, part), values in writes.items():
+                for v in values:
+                    p.produce(t, v.encode(), partition=part)
+            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+            if positions:
+                p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+        except KafkaException as e:
+            e0 = e.args[0]
+            err(f"txn:{_kafka_error_name(e0)}")
+            if e0.fatal():
+                return _TxnOutcome.UNKNOWN
+            return _ck_end_txn(p, False, err)
+        except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
+            err(f"txn:{type(e).__name__}")
+            return _ck_end_txn(p, False, err)
+        outcome = _ck_end_txn(p, commit, err)
+        if outcome == _TxnOutcome.COMMITTED and positions:
+            self._commit(self.group, {(tp.topic, tp.partition): tp.offset for tp in positions})
+        return outcome
+
+
+# -- exactly-once consume-transform-produce -------------------------------------------------------
+def _eos_value(topic: str, partition: int, offset: int, txn: str, value: str) -> str:
+    """The output written for one input record: names the input (topic, partition, offset),
+    the transaction (so a reprocessing after an abort writes a new, unique value) and the
+    input value."""
+    return f"eos|{topic}|{partition}|{offset}|{txn}|{value}"
+
+
+def count_eos_anomalies(final_committed: dict, commits, group: str, output_topic: str) -> dict:
+    """The exactly-once pipeline's properties over the final read_committed log:
+
+    * ``eos-duplicate``: extra outputs of one input record (an input read and its output
+      committed twice, e.g. offsets served from before a commit);
+    * ``eos-missing-output``: input records below an offset the pipeline's group committed
+      (acknowledged, in ``commits``) that have no output (offsets committed without the
+      outputs of the same transaction).
+
+    Pure: ``final_committed`` is ``{(topic, partition): [(offset, value)]}``, ``commits``
+    the checker's ``[(group, (topic, partition), offset)]``."""
+    outputs: Counter = Counter()
+    for (t, _p), recs in final_committed.items():
+        if t != output_topic:
+            continue
+        for _, v in recs:
+            _, it, ip, ioff, _rest = str(v).split("|", 4)
+            outputs[(it, int(ip), int(ioff))] += 1
+    best: dict = {}
+    for g, tp, off in commits:
+        if g == group:
+            best[tp] = max(off, best.get(tp, off))
+    missing = sum(1 for tp, upto in best.items() for off, _ in final_committed.get(tp, ())
+                  if off < upto and (tp[0], tp[1], off) not in outputs)
+    return {"eos-duplicate": sum(n - 1 for n in outputs.values() if n > 1),
+            "eos-missing-output": missing}
+
+
+class EosWorkload(_Workload):
+    """Exactly-once consume-transform-produce: a read_committed consumer (group
+    ``eos-g``) reads ``input_topic`` (the queue's), a transactional producer writes one
+    output per input record to ``output_topic`` and sends the consumer's offsets in the
+    same transaction, then commits or, at random, aborts (and rewinds the consumer to its
+    group's committed offsets, as the client docs say). :meth:`extra_anomalies` counts
+    :func:`count_eos_anomalies` (not part of the checker: the runner adds them)."""
+
+    name = "eos"
+
+    def __init__(self, seed: int = 1, input_topic: str = "jq", output_topic: str = "je-out",
+                 partitions: int = 2, abort_ratio: float = 0.15):
+        super().__init__(seed)
+        self.input_topic, self.output_topic = input_topic, output_topic
+        self.topics = {output_topic: partitions}   # the input is another workload's
+        self.group = f"{self.name}-g"
+        self.abort_ratio = abort_ratio
+
+    def extra_anomalies(self, final_committed: dict) -> dict:
+        """``eos-duplicate`` and ``eos-missing-output`` over the final read_committed log."""
+        return count_eos_anomalies(final_committed, self.history()["commits"], self.group,
+                                   self.output_topic)
+
+    def _clients(self) -> list:
+        return [("ck-eos", self._ck_eos)]
+
+    def _ck_eos(self, bootstrap, stop, who) -> None:
+        from confluent_kafka import Consumer
+
+        rng = random.Random(f"{self.seed}-{who}")
+        fatal = threading.Event()
+
+        def on_error(err):
+            self._error(f"ck-eos:{_kafka_error_name(err)}")
+            if err.fatal():
+                fatal.set()
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": self.group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": SESSION_TIMEOUT_MS,
+                      "heartbeat.interval.ms": HEARTBEAT_MS,
+                      "isolation.level": "read_committed", "log_level": 2})
+
+        def on_assign(consumer, parts):
+            for tp in parts:
+                self._poll(who, tp.topic, tp.partition, None)
+
+        c.subscribe([self.input_topic], on_assign=on_assign, on_revoke=on_assign,
+                    on_lost=on_assign)
+        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+        parts = self.topics[self.output_topic]
+        n = 0
+        try:
+            while not stop.is_set():
+                msgs = [m for m in c.consume(num_messages=50, timeout=0.3) if not m.error()]
+                if not msgs:
+                    continue
+                txn = f"{self.name}-{who.replace('#', '-')}-{n}"
+                n += 1
+                writes: dict = {}
+                for m in msgs:
+                    self._poll(who, m.topic(), m.partition(), m.offset())
+                    out = _eos_value(m.topic(), m.partition(), m.offset(), txn,
+                                     m.value().decode())
+                    writes.setdefault((self.output_topic, m.partition() % parts), []).append(out)
+                outcome = self._one_txn(p, c, writes, rng.random() >= self.abort_ratio)
+                with self._lock:
+                    {"committed": self._committed_txns, "aborted": self._aborted_txns,
+                     "unknown": self._unknown_txns}[outcome][txn] = writes
+                if outcome != _TxnOutcome.COMMITTED:
+                    self._rewind(c, who)
+                if outcome == _TxnOutcome.UNKNOWN or fatal.is_set():
+                    fatal.clear()
+                    p = None
+                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+        finally:
+            c.close()
+
+    def _one_txn(self, p, c, writes: dict, commit: bool) -> str:
+        """Outputs and the consumer's positions in one transaction, then commit or abort."""
+        from confluent_kafka import KafkaException
+
+        err = lambda kind: self._error(f"ck-eos:{kind}")   # noqa: E731
+        try:
+            p.begin_transaction()
+            for (t, part), values in writes.items():
+                for v in values:
+                    p.produce(t, v.encode(), partition=part)
+            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+        except KafkaException as e:
+            e0 = e.args[0]
+            err(f"txn:{_kafka_error_name(e0)}")
+            if e0.fatal():
+                return _TxnOutcome.UNKNOWN
+            return _ck_end_txn(p, False, err)
+        except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
+            err(f"txn:{type(e).__name__}")
+            return _ck_end_txn(p, False, err)
+        outcome = _ck_end_txn(p, commit, err)
+        if outcome == _TxnOutcome.COMMITTED:
+            self._commit(self.group, {(tp.topic, tp.partition): tp.offset for tp in positions})
+        return outcome
+
+    def _rewind(self, c, who) -> None:
+        """Seek every assigned partition back to the group's committed offset (what the
+        aborted transaction read is read again); a failure makes the client again."""
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        for tp in c.committed(c.assignment(), timeout=30):
+            self._poll(who, tp.topic, tp.partition, None)
+            c.seek(TopicPartition(tp.topic, tp.partition,
+                                  tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+
+
 # -- the set the runner runs -----------------------------------------------------------------------
 def default_workloads(seed: int) -> list:
     """The mixed set of workloads for a run with ``seed``."""
-    return [QueueWorkload(seed)]
+    queue = QueueWorkload(seed)
+    return [queue, TxnWorkload(seed), EosWorkload(seed, input_topic=queue.topic)]
 
 
 def extra_anomalies(workloads: list, final_committed: dict) -> dict:
