@@ -16,7 +16,14 @@
    versions still stored, and the PUT count per acknowledged commit where the
    store counts them (S3: moto's request log is not exposed, so objects
    written are counted from the bucket listing instead).
-4. Prints the broker's CPU seconds per acknowledged record (from ``/proc/<pid>/stat``) for
+4. Unless ``--probe-interval-ms 0``, a second thread times, every ``--probe-interval-ms``
+   (default 500), the requests whose cost could grow with the log's history: one
+   transaction of a transactional producer (begin, one record to topic ``soak-txn``,
+   commit: the broker verifies the batch against the coordinator's stored state and
+   writes markers), a group's OffsetCommit, and its OffsetFetch (``committed()``: the
+   coordinator reads the group's partition of ``__consumer_offsets``). It prints their
+   p50 per tenth of the run and the last/first tenth ratio of each.
+5. Prints the broker's CPU seconds per acknowledged record (from ``/proc/<pid>/stat``) for
    the same two windows, the load averages at start and end, and a series per half window
    (p50, the broker's CPU and bytes written to storage per record from ``/proc/<pid>/io``,
    merging's rewrites included, the 1-minute load and how busy the disks were): with other
@@ -37,6 +44,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 from serve_proc import start_broker, stop_broker, wait_serving  # bench/ is sys.path[0]
@@ -126,6 +134,75 @@ def _print_series(acks: list[tuple[float, float]], cpu: list[tuple[float, float]
         t += step
 
 
+class _Probes:
+    """Times a transaction, an OffsetCommit and an OffsetFetch every ``interval_s`` on a thread
+    of its own (each against the one broker at ``port``), until :meth:`stop`."""
+
+    kinds = ("transaction", "offset commit", "offset fetch")
+
+    def __init__(self, port: int, interval_s: float, t_start: float):
+        self.port, self.interval_s, self.t_start = port, interval_s, t_start
+        self.samples: list[tuple[float, str, float]] = []  # (run time, kind, seconds)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="soak-probes", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _timed(self, kind: str, fn) -> None:
+        t0 = time.perf_counter()
+        fn()
+        self.samples.append((t0 - self.t_start, kind, time.perf_counter() - t0))
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        boot = f"127.0.0.1:{self.port}"
+        txp = Producer({"bootstrap.servers": boot, "transactional.id": "soak-txn", "linger.ms": 0,
+                        "log.connection.close": False})
+        group = Consumer({"bootstrap.servers": boot, "group.id": "soak-group",
+                          "enable.auto.commit": False, "log.connection.close": False})
+        tp = TopicPartition("soak-txn", 0)
+        try:
+            txp.init_transactions(60)
+            n = 0
+            while not self._stop.wait(self.interval_s):
+                n += 1
+
+                def transaction():
+                    txp.begin_transaction()
+                    txp.produce("soak-txn", value=b"t" * 100, partition=0)
+                    txp.commit_transaction(60)
+
+                self._timed("transaction", transaction)
+                self._timed("offset commit", lambda: group.commit(
+                    offsets=[TopicPartition("soak-txn", 0, n)], asynchronous=False))
+                self._timed("offset fetch", lambda: group.committed([tp], timeout=60))
+        except Exception as exc:  # noqa: BLE001 -- reported with the figures
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            group.close()
+
+    def report(self, dur: float) -> None:
+        """p50 per tenth of the run and last/first tenth, per kind."""
+        if self.errors:
+            print(f"probe errors: {self.errors[:3]}")
+        tenth = dur / 10
+        for kind in self.kinds:
+            per = [[x for t, k, x in self.samples if k == kind and i * tenth <= t < (i + 1) * tenth]
+                   for i in range(10)]
+            p50 = [_percentile(xs, 0.5) * 1e3 for xs in per]
+            total = sum(len(xs) for xs in per)
+            print(f"{kind} p50 ms per tenth ({total} timed): "
+                  + " ".join(f"{v:.1f}" for v in p50)
+                  + f"; last/first tenth {p50[-1] / p50[0]:.2f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600.0)
@@ -137,6 +214,9 @@ def main() -> int:
                     help="gc interval and grace (file.delete.delay.ms, the broker's version grace) "
                          "in ms, short so that gc's steady cost is in the first minute too "
                          "(0: the defaults, 60 s each: gc's first deletes come in the third minute)")
+    ap.add_argument("--probe-interval-ms", type=float, default=500.0,
+                    help="time a transaction, an OffsetCommit and an OffsetFetch this often "
+                         "(0: no probes)")
     args = ap.parse_args()
 
     from confluent_kafka import Producer
@@ -167,6 +247,7 @@ def main() -> int:
         env["KAFKASTORE_BENCH_BROKER_MAIN"] = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                            "short_gc_broker.py")
     create_topic(storage, "soak", 1, configs)
+    create_topic(storage, "soak-txn", 1, configs)
     broker = start_broker(root, env=env)
     try:
         port = wait_serving(broker)
@@ -176,6 +257,10 @@ def main() -> int:
         acks: list[tuple[float, float]] = []  # (send time since start, latency s)
         failed: list = []
         t_start = time.perf_counter()
+        probes = None
+        if args.probe_interval_ms > 0:
+            probes = _Probes(port, args.probe_interval_ms / 1000, t_start)
+            probes.start()
 
         def on_delivery(err, msg, _sent=sent):
             now = time.perf_counter()
@@ -213,6 +298,8 @@ def main() -> int:
             next_at += interval
             p.poll(0)
         cpu.append((time.perf_counter() - t_start, _cpu_seconds(broker.pid)))
+        if probes is not None:
+            probes.stop()
         load_end = _loadavg()
         left = p.flush(120)
         if left or failed:
@@ -247,6 +334,8 @@ def main() -> int:
         bound = size / args.segment_bytes
         print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
+        if probes is not None:
+            probes.report(dur)
         return 0
     finally:
         stop_broker(broker)
