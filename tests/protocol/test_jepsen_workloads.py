@@ -93,8 +93,12 @@ def test_transactions_span_partitions_of_two_topics_and_end_both_ways(run):
     assert h["committed_txns"] and h["aborted_txns"], dict(w.errors())
     assert all({t for t, _ in parts} == {"jt-a", "jt-b"} and len(parts) >= 2
                for parts in h["committed_txns"].values())
-    # The group's offsets went with committed transactions.
-    assert any(g == "txn-g" for g, _, _ in h["commits"])
+    # Both clients' transactions (confluent-kafka's and aiokafka's) ended both ways, and
+    # their groups' offsets went with committed transactions.
+    for client in ("txn-ck-txn-", "txn-aio-txn-"):
+        assert any(t.startswith(client) for t in h["committed_txns"]), client
+        assert any(t.startswith(client) for t in h["aborted_txns"]), client
+    assert {g for g, _, _ in h["commits"]} == {"txn-g", "txn-aio-g"}
     log = {v for recs in run["final"]["read_committed"].values() for _, v in recs}
     committed = {v for parts in h["committed_txns"].values() for vs in parts.values() for v in vs}
     aborted = {v for parts in h["aborted_txns"].values() for vs in parts.values() for v in vs}
