@@ -602,7 +602,22 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
     history = merge_histories([w.history() for w in workloads])
     history.update(final_committed=final["read_committed"], final_uncommitted=final["read_uncommitted"],
                    lso=lso, hwm=hwm, open_txns={}, missing_files=missing)
+    if not own_dir:   # kept for a re-check offline
+        import pickle
+
+        with open(os.path.join(workdir, "history.pickle"), "wb") as f:
+            pickle.dump(history, f)
     counts = check(history)
+    for w in workloads:   # anomalies a workload counts itself (the exactly-once pipeline's)
+        more = getattr(w, "extra_anomalies", None)
+        for k, v in (more(final["read_committed"]) if more is not None else {}).items():
+            counts[k] = counts.get(k, 0) + v
+    errors: Counter = Counter()
+    for w in workloads:
+        errs = getattr(w, "errors", None)
+        errors.update(errs() if errs is not None else {})
+    if errors:
+        log(f"client errors (not anomalies): {dict(errors.most_common(15))}")
     extra = {"root": opts.root_kind, "seed": opts.seed, "seconds": opts.seconds,
              "brokers": opts.brokers,
              "records-acked": len(history["acked"]),
@@ -615,7 +630,7 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
              "faults-total": sum(faults.values())}
     if cluster.proxy is not None:
         extra.update({f"s3-requests-{k}": v for k, v in cluster.proxy.counts.items()})
-    extra.update({"brokers-crashed": crashed, "open-txns-at-end": open_left,
+    extra.update({"client-errors": sum(errors.values()), "brokers-crashed": crashed, "open-txns-at-end": open_left,
                   "verify-problems": len(problems),
                   "resent-by-non-idempotent (allowed)": count_resent(final["read_uncommitted"],
                                                                      history["at_least_once"])})
