@@ -56,7 +56,8 @@ def run(tmp_path_factory):
     history.update(final_committed=final["read_committed"],
                    final_uncommitted=final["read_uncommitted"], lso=lso, hwm=hwm,
                    open_txns={}, missing_files=[])
-    return {"workloads": {w.name: w for w in workloads}, "history": history, "final": final,
+    return {"root": root, "workloads": {w.name: w for w in workloads}, "history": history,
+            "final": final,
             "counts": check(history), "extra": extra_anomalies(workloads, final["read_committed"])}
 
 
@@ -132,3 +133,18 @@ def test_the_eos_count_finds_a_duplicated_output_and_a_commit_without_output():
     commits.append(("other", q0, 9))                           # another group's: not counted
     assert count_eos_anomalies(final, commits, "eos-g", "je-out") == \
         {"eos-duplicate": 1, "eos-missing-output": 1}
+
+
+
+@pytest.mark.slow
+def test_a_load_into_iceberg_equals_the_read_committed_log(run, spark, tmp_path):
+    """The run's queue topic (producers of every library) and a transactional topic (with
+    aborted transactions) loaded into SQLite-catalog tables equal their read_committed logs."""
+    from tests.helpers.jepsen.workloads import load_into_iceberg
+
+    final = run["final"]["read_committed"]
+    for topic in ("jq", "jt-a"):
+        got = load_into_iceberg(run["root"], topic, str(tmp_path / topic), spark=spark,
+                                table=topic.replace("-", "_"))
+        assert got["iceberg-mismatch"] == 0, topic
+        assert got["iceberg-rows"] == sum(len(v) for (t, _), v in final.items() if t == topic) > 0

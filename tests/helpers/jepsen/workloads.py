@@ -39,7 +39,7 @@ TXN_TIMEOUT_MS = 10000
 SEND_GAP_S = 0.02
 
 __all__ = ["EosWorkload", "QueueWorkload", "TxnWorkload", "count_eos_anomalies",
-           "default_workloads", "extra_anomalies"]
+           "default_workloads", "extra_anomalies", "load_into_iceberg"]
 
 
 class _Workload:
@@ -767,6 +767,49 @@ class EosWorkload(_Workload):
             self._poll(who, tp.topic, tp.partition, None)
             c.seek(TopicPartition(tp.topic, tp.partition,
                                   tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+
+
+# -- load into Iceberg over the result ---------------------------------------------------------------
+def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: dict | None = None,
+                      spark=None, table: str = "jepsen_load") -> dict:
+    """After a run: load ``topic`` of ``root`` into a table of a pyiceberg SQLite catalog
+    (warehouse under ``workdir``) with local Spark, and compare the table with the
+    read_committed log. Returns ``{"iceberg-rows": n, "iceberg-mismatch": m}``, ``m``
+    the (partition, offset, value) triples in one and not the other (0 when the loaded
+    table equals the log). Slow (Spark starts): for the long run's end, not CI's short
+    schedule. ``spark``: a session to use (else one in local mode, stopped after)."""
+    import os
+
+    from kafkastore.reader import EARLIEST, PartitionReader
+    from kafkastore.storage import Storage
+    from kafkastore.topics import load_topic
+    from pipelines import iceberg as ice
+    from pipelines.load import run_load
+
+    own = spark is None
+    if own:
+        from pipelines.session import get_spark
+
+        spark = get_spark(master="local[2]", app_name="jepsen-load")
+    os.makedirs(workdir, exist_ok=True)
+    wh = ice.Warehouse(f"file://{workdir}/warehouse",
+                       {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db"})
+    try:
+        run_load(spark, root=root, topic=topic, warehouse=wh, table=table,
+                 storage_options=storage_options, progress=False)
+    finally:
+        if own:
+            spark.stop()
+    rows = ice.read_arrow(wh.table(table), columns=["partition", "offset", "value"]).to_pylist()
+    loaded = Counter((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
+    storage = Storage(root, storage_options)
+    log: Counter = Counter()
+    for part in range(load_topic(storage, topic).partitions):
+        tab = PartitionReader(storage, topic, part).read(EARLIEST, isolation="read_committed")
+        log.update((part, o, bytes(v)) for o, v in zip(tab.column("offset").to_pylist(),
+                                                        tab.column("value").to_pylist()))
+    return {"iceberg-rows": sum(loaded.values()),
+            "iceberg-mismatch": sum(((loaded - log) + (log - loaded)).values())}
 
 
 # -- the set the runner runs -----------------------------------------------------------------------
