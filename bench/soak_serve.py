@@ -188,11 +188,21 @@ class _Probes:
         finally:
             group.close()
 
-    def report(self, dur: float) -> None:
-        """p50 per tenth of the run and last/first tenth, per kind."""
+    def report(self, dur: float, cpu: list[tuple[float, float]]) -> None:
+        """p50 per tenth of the run and last/first tenth, per kind; and the broker's CPU per
+        probe round per tenth (all its work, the main producer's included: with a slow main
+        producer, e.g. ``--interval-ms 50``, it is mostly the probes', and far less sensitive
+        to other tenants of the machine than latency)."""
         if self.errors:
             print(f"probe errors: {self.errors[:3]}")
         tenth = dur / 10
+        rounds = [sum(1 for t, k, _x in self.samples if k == "offset fetch"
+                      and i * tenth <= t < (i + 1) * tenth) for i in range(10)]
+        per_round = [_cpu_between(cpu, i * tenth, (i + 1) * tenth) / max(1, rounds[i]) * 1e3
+                     for i in range(10)]
+        print("broker CPU ms per probe round per tenth: "
+              + " ".join(f"{v:.1f}" for v in per_round)
+              + f"; last/first tenth {per_round[-1] / per_round[0]:.2f}")
         for kind in self.kinds:
             per = [[x for t, k, x in self.samples if k == kind and i * tenth <= t < (i + 1) * tenth]
                    for i in range(10)]
@@ -335,7 +345,7 @@ def main() -> int:
         print(f"live segments at the end: {live} for {size / 1e6:.2f} MB "
               f"(size / segment.bytes = {bound:.1f}); manifest versions stored: {versions}")
         if probes is not None:
-            probes.report(dur)
+            probes.report(dur, cpu)
         return 0
     finally:
         stop_broker(broker)
