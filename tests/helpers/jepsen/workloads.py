@@ -138,6 +138,13 @@ class _Workload:
         with self._lock:
             self._commits += [(group, tp, o) for tp, o in offsets.items()]
 
+    def _record_txn(self, outcome: str, txn: str, writes: dict) -> None:
+        """File ``writes`` (``{(topic, partition): [values]}``) under the transaction's
+        outcome as the client saw it: committed, aborted or unknown (in neither set)."""
+        with self._lock:
+            {"committed": self._committed_txns, "aborted": self._aborted_txns,
+             "unknown": self._unknown_txns}[outcome][txn] = writes
+
 
 def _kafka_error_name(err) -> str:
     """A confluent-kafka KafkaError's name (``OUT_OF_ORDER_SEQUENCE_NUMBER``, ...)."""
@@ -505,9 +512,7 @@ class TxnWorkload(_Workload):
                 writes = {tp: [f"{txn}-{tp[0]}-{tp[1]}-{k}" for k in range(rng.randint(1, 3))]
                           for tp in parts}
                 outcome = self._one_txn(p, c, writes, rng.random() >= self.abort_ratio)
-                with self._lock:
-                    {"committed": self._committed_txns, "aborted": self._aborted_txns,
-                     "unknown": self._unknown_txns}[outcome][txn] = writes
+                self._record_txn(outcome, txn, writes)
                 if outcome == _TxnOutcome.UNKNOWN or fatal.is_set():
                     # The client's documented recovery: a new producer (same transactional
                     # id) whose InitProducerId fences the old one and ends its transaction.
@@ -574,9 +579,7 @@ class TxnWorkload(_Workload):
                             outcome = _TxnOutcome.ABORTED
                         except Exception as e2:   # noqa: BLE001 - unknown: a new producer
                             self._error(f"aio-txn-abort:{type(e2).__name__}")
-                with self._lock:
-                    {"committed": self._committed_txns, "aborted": self._aborted_txns,
-                     "unknown": self._unknown_txns}[outcome][txn] = writes
+                self._record_txn(outcome, txn, writes)
                 if outcome == _TxnOutcome.COMMITTED:
                     self._commit(group, {(self.topic_a, 0): n})
                 if outcome == _TxnOutcome.UNKNOWN:
@@ -720,9 +723,7 @@ class EosWorkload(_Workload):
                                      m.value().decode())
                     writes.setdefault((self.output_topic, m.partition() % parts), []).append(out)
                 outcome = self._one_txn(p, c, writes, rng.random() >= self.abort_ratio)
-                with self._lock:
-                    {"committed": self._committed_txns, "aborted": self._aborted_txns,
-                     "unknown": self._unknown_txns}[outcome][txn] = writes
+                self._record_txn(outcome, txn, writes)
                 if outcome != _TxnOutcome.COMMITTED:
                     self._rewind(c, who)
                 if outcome == _TxnOutcome.UNKNOWN or fatal.is_set():
