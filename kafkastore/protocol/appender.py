@@ -47,8 +47,8 @@ import pyarrow.compute as pc
 from ..format.arrow_decode import decode_to_arrow
 from ..format.compression import Compression
 from ..format.crc import crc32c
-from ..errors import (CommitConflict, CompressionError, CorruptRecordError, CrcMismatchError,
-                      KafkaStoreError, StorageError, TopicDeletedError)
+from ..errors import (CommitConflict, CommitUnknownError, CompressionError, CorruptRecordError,
+                      CrcMismatchError, KafkaStoreError, StorageError, TopicDeletedError)
 from ..errors import BatchRejected  # noqa: F401  (re-exported)
 from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, ProducerState,
                         SegmentEntry, UpdateProducerState)
@@ -488,7 +488,12 @@ def _failure(exc: BaseException) -> Outcome:
         return Outcome(E.UNKNOWN_TOPIC_OR_PARTITION, message=str(exc))
     if isinstance(exc, CommitConflict):
         return Outcome(E.REQUEST_TIMED_OUT, message=f"commit kept conflicting: {exc}")
-    if isinstance(exc, StorageError):
+    if isinstance(exc, CommitUnknownError):
+        # Kafka's answer when a write may have been persisted. KAFKA_STORAGE_ERROR tells
+        # clients it was not (librdkafka marks the records NOT_PERSISTED and an idempotent
+        # producer may renumber them under a bumped epoch: stored twice).
+        return Outcome(E.REQUEST_TIMED_OUT, message=str(exc))
+    if isinstance(exc, StorageError):   # failed before the commit: nothing was written
         return Outcome(E.KAFKA_STORAGE_ERROR, message=str(exc))
     if isinstance(exc, KafkaStoreError):
         log.warning("append failed: %s", exc)
