@@ -224,7 +224,7 @@ def _short_run(tmp_path, root_kind: str, seconds: float):
     print(format_table(counts, extra))
     assert extra["records-acked"] > 0
     assert all(extra[f"fault-{k}"] >= 1 for k in fault_kinds(root_kind)), extra
-    assert counts == {k: 0 for k in ANOMALIES}
+    assert set(ANOMALIES) <= set(counts) and not any(counts.values()), counts
     return extra
 
 
