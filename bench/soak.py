@@ -1,4 +1,4 @@
-"""Soak: does a partition's cost stay flat as its history grows? (issue 19, library part)
+"""Soak: does a partition's cost stay flat as its history grows? (library part)
 
     .venv/bin/python bench/soak.py [--commits N] [--records-per-commit R] [--s3 [--s3-commits M]]
 

@@ -1,4 +1,4 @@
-"""Change data capture topics (``--cdc debezium``, issue 24): Debezium's change events
+"""Change data capture topics (``--cdc debezium``): Debezium's change events
 loaded as an upsert table holding the source table's current state.
 
 A Debezium connector writes one event per row change, keyed by the row's primary key.

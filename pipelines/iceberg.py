@@ -93,7 +93,7 @@ GAPS_KEY = "kafkastore.gaps"
 AUDIT_KEY = "kafkastore.audit"
 OPERATIONS = ("load", "reprocess")
 #: Snapshots that carry the committed offsets forward unchanged (no ranges): a
-#: table rewrite by ``kafkastore maintain`` (issue 24). Not a load: never validated.
+#: table rewrite by ``kafkastore maintain``. Not a load: never validated.
 CARRY_OPERATIONS = ("maintain",)
 
 # Table properties kafkastore sets on every table it creates or commits to.
@@ -613,7 +613,7 @@ class KafkaCommit:
     properties: Mapping[str, str] = field(default_factory=dict)
     footers: Mapping[str, tuple[int, bytes]] = field(default_factory=dict)
     #: Copy-on-write: ``rewrite(table, head snapshot id) -> (DataFiles to drop,
-    #: [(url, bytes, footer)] to add)``, called on every attempt (issue 24).
+    #: [(url, bytes, footer)] to add)``, called on every attempt.
     rewrite: Any = None
 
     def summary(self, offsets: Mapping[TopicPartition, int]) -> dict[str, str]:

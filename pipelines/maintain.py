@@ -1,4 +1,4 @@
-"""Table maintenance (``kafkastore maintain``, issue 24): small files into target-sized
+"""Table maintenance (``kafkastore maintain``): small files into target-sized
 ones, delete files folded into the data. No Spark: pyiceberg and pyarrow on one process.
 
 **What is rewritten.** Per partition value of the table's spec, the data files of

@@ -42,7 +42,7 @@ id). The checks:
   written transactionally (commit markers take offsets) with
   ``thresholds={"exact_row_counts": False}``;
 * ``keys_not_null``: compacted topics only;
-* upsert tables (``kafkastore.mode=upsert``, issue 24): a snapshot's rows are the
+* upsert tables (``kafkastore.mode=upsert``): a snapshot's rows are the
   winners it wrote in its ranges, so ``rows_cover_range`` is skipped as for
   compacted topics; ``kafkastore maintain`` snapshots change no rows and pass;
 * ``timestamps_in_interval``: when the load was bounded by time (the

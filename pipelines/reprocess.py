@@ -28,7 +28,7 @@ The snapshot summary carries ``kafkastore.operation = reprocess`` and
 ``kafkastore.audit``: requested and effective offsets per partition, the
 offset or timestamp asked for, user, reason and the flags.
 
-**Upsert tables** (issue 24) hold one row per key, so deleting ``offset >= N`` would
+**Upsert tables** hold one row per key, so deleting ``offset >= N`` would
 lose the older rows those offsets replaced. Their reprocess rebuilds the state instead
 (:func:`_reprocess_upsert`): from the newest snapshot of main whose committed offsets
 are all at or before the rewind points (its rows, read through pyiceberg: the state

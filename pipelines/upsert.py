@@ -1,4 +1,4 @@
-"""Upsert tables: a keyed topic loaded as a table of its latest state (issue 24).
+"""Upsert tables: a keyed topic loaded as a table of its latest state.
 
 An upsert table keeps one row per key: the Kafka ``key`` column by default, or
 ``key_columns`` of the decoded value. Which record of a key wins:

@@ -1,4 +1,4 @@
-"""The load DAG of an upsert entry (issue 24): load, validate, then maintain the table."""
+"""The load DAG of an upsert entry: load, validate, then maintain the table."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""A catalog that lost a table (issue 20, item 15: an emptied ``catalog.db`` made the
+"""A catalog that lost a table (an emptied ``catalog.db`` made the
 next load create a new table at the same location from offset 0): refused in one line
 naming the orphaned metadata, unless ``--register-existing`` registers it again and the
 load carries on from its committed offsets."""

@@ -1,4 +1,4 @@
-"""Debezium change events loaded as the source table's state (pipelines.cdc, issue 24).
+"""Debezium change events loaded as the source table's state (pipelines.cdc).
 
 The fixtures are Debezium Postgres connector events (inventory.customers, as in
 Debezium's tutorial): an initial snapshot (op r), an insert, an update, a delete with

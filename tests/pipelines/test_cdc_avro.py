@@ -1,5 +1,5 @@
 """Debezium change events in Avro (the AvroConverter against a schema registry) loaded
-as the source table's state (pipelines.cdc on the registry path, issue 24).
+as the source table's state (pipelines.cdc on the registry path).
 
 The schemas are the Postgres connector's for Debezium's tutorial table
 inventory.customers: the key ``dbserver1.inventory.customers.Key``, the value the

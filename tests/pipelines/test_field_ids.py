@@ -1,4 +1,4 @@
-"""Warehouse reads resolve columns by Iceberg field id (issue 20, item 4): after
+"""Warehouse reads resolve columns by Iceberg field id: after
 another engine renamed, dropped, re-added or promoted a column, ``kafkastore sql``
 and the table views read what pyiceberg (and every Iceberg reader) reads, never
 Spark's by-name guess (a rename made ``count(payload)`` 0 of 6,200)."""

@@ -1,4 +1,4 @@
-"""``kafkastore maintain`` (pipelines.maintain, issue 24): small files into target-sized
+"""``kafkastore maintain`` (pipelines.maintain): small files into target-sized
 ones and delete files folded, one snapshot carrying the offsets forward, safe beside loads."""
 from __future__ import annotations
 

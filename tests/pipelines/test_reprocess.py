@@ -186,7 +186,7 @@ def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypa
 
 def test_reprocess_with_a_data_file_deleted_outside_iceberg_is_one_line(spark, loaded, capsys,
                                                                         tmp_path):
-    """Issue 20, item 13: a 46-line traceback; now the one-line error ``sql`` gives,
+    """A 46-line traceback; now the one-line error ``sql`` gives,
     exit 1, nothing committed."""
     from pipelines.cli import main
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 5: a Spark job that fails on a worker is one line on stderr naming the
+"""A Spark job that fails on a worker is one line on stderr naming the
 table, partition, segment and cause (the worker's own KafkaStoreError), with the full trace
 in a log file the line names. The console script runs as a subprocess, as users run it."""
 from __future__ import annotations

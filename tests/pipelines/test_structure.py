@@ -1,4 +1,4 @@
-"""How pipelines/ is cut (issue 25), read from the source: no module uses another's
+"""How pipelines/ is cut, read from the source: no module uses another's
 private names, pyiceberg's private API is used in one adapter module only, and the
 table layout's defaults are defined once."""
 import ast

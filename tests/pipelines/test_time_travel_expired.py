@@ -1,4 +1,4 @@
-"""Time travel into a period whose snapshots vacuum expired (issue 20, item 14): a
+"""Time travel into a period whose snapshots vacuum expired: a
 one-line ExpiredSnapshotError naming the time and the oldest snapshot left, never an
 empty result read as "the table held nothing then"."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Upsert tables (issue 24): one row per key, exactly once (pipelines.upsert).
+"""Upsert tables: one row per key, exactly once (pipelines.upsert).
 
 The merge logic is checked against a reference model (:func:`pipelines.upsert.apply_model`)
 many times without Spark; the commit path (copy-on-write through

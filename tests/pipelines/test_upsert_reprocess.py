@@ -1,4 +1,4 @@
-"""Reprocess of an upsert table (issue 24): the state rebuilt from the newest snapshot
+"""Reprocess of an upsert table: the state rebuilt from the newest snapshot
 at or before the rewind point plus a replay, in one audited snapshot; refused in one
 line when vacuum expired that snapshot."""
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
 
 
 def test_vacuum_racing_a_load_keeps_what_the_load_committed(wh):
-    """A load commits after vacuum read the table (issue 20, item 3: vacuum deleted that
+    """A load commits after vacuum read the table (vacuum deleted that
     snapshot's manifest list and the table could no longer be read)."""
     for i in range(3):
         load(wh, wh.create_table("t", SCHEMA), "t", 0, 10 * i, 10 * i + 10)

@@ -1,4 +1,4 @@
-"""`kafkastore vacuum --grace-ms 0` at the command line (issue 20 item 3, as the operator typed
+"""`kafkastore vacuum --grace-ms 0` at the command line (as the operator typed
 it): refused in one line before anything is expired or deleted. Spark-free."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A warehouse whose bucket does not exist (issue 20, item 16): a one-line
+"""A warehouse whose bucket does not exist: a one-line
 BucketNotFoundError naming the bucket, not a raw FileNotFoundError or an "unknown
 outcome" commit."""
 from __future__ import annotations
