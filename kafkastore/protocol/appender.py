@@ -352,11 +352,13 @@ class Appender:
         store = ManifestStore(self.server.storage, topic, partition)
         uploads = Uploads(store)
         planned: dict[int, Outcome] = {}
+        wrote = [False]   # whether the last build accepted anything (then a put followed)
 
         def build(m: Manifest | None):
             self.commit_attempts += 1
             m = m or Manifest.empty(topic, partition)
             planned.clear()
+            wrote[0] = False
             producers: dict[int, ProducerState] = dict(m.producers)
             changed: dict[int, ProducerState] = {}
             offset = m.high_watermark
@@ -398,6 +400,7 @@ class Appender:
                 offset += h.last_offset_delta + 1
             if not accepted:
                 return None
+            wrote[0] = True
             # Uploaded once per placement (high watermark, batches); what grew too old
             # meanwhile goes up again (kafkastore.segment_writer).
             groups = _roll(accepted, cfg.segment_bytes)
@@ -412,10 +415,21 @@ class Appender:
                 planned[i].log_start_offset = m.log_start_offset
             return updates, []
 
-        new = commit_appending(store, build, operation="produce",
-                               writer=f"broker-{self.server.node_id}", now_ms=now,
-                               uploaded=f"the segment(s) of {len(prepared)} batch(es)",
-                               consequence="nothing of them was committed")
+        for pause in (*OUT_OF_ORDER_RECHECKS_S, None):
+            new = commit_appending(store, build, operation="produce",
+                                   writer=f"broker-{self.server.node_id}", now_ms=now,
+                                   uploaded=f"the segment(s) of {len(prepared)} batch(es)",
+                                   consequence="nothing of them was committed")
+            if pause is None or wrote[0] or not any(o.error == E.OUT_OF_ORDER_SEQUENCE_NUMBER
+                                                    for o in planned.values()):
+                break
+            # Nothing was put, so no conditional write checked the verdict, and OUT_OF_ORDER
+            # ends an idempotent producer (librdkafka makes it fatal at the head of its
+            # line). Any broker may append to a partition: after a leader move the batch
+            # before this one may still be landing through the old leader, acknowledged to
+            # the client by the time this answer arrives. Decide again on a fresh head.
+            self.clock.sleep(pause)
+            store.forget_cached()
         self.commits += 1
         from ..merge import housekeeper_for  # merging + gc of what we write, on its own thread
         housekeeper_for(self.server.storage).poke(topic, partition, new)
@@ -436,6 +450,10 @@ class Appender:
         return write_segment(self.server.storage, topic, partition, built.stats, built.log,
                              built.index, built.timeindex, writer_id=max(self.server.node_id, 0),
                              leader_epoch=epoch, index_interval_bytes=cfg.index_interval_bytes)
+
+
+#: Pauses before deciding an all-refused OUT_OF_ORDER_SEQUENCE_NUMBER again (error path only).
+OUT_OF_ORDER_RECHECKS_S = (0.05, 0.25, 1.0)
 
 
 def _roll(accepted: list[tuple[_Prepared, int]], segment_bytes: int

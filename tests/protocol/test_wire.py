@@ -383,6 +383,32 @@ def test_unknown_commit_outcome_then_retry_is_not_doubled(tmp_path):
     assert values == [b"once", b"only", b"next"]
 
 
+def test_a_sequence_whose_predecessor_lands_through_another_broker_is_appended(tmp_path,
+                                                                               monkeypatch):
+    """Any broker may append to a partition: after a leader move a client's batch N may still
+    be landing through the old broker when batch N+1 reaches the new one. The new broker
+    reads a head without N; answering OUT_OF_ORDER there is fatal for librdkafka (N is
+    acknowledged by the time the answer arrives). It decides again on a fresh head."""
+    from kafkastore.protocol import appender
+
+    monkeypatch.setattr(appender, "OUT_OF_ORDER_RECHECKS_S", (0.5, 2.0, 5.0))  # a loaded CI box
+    root = f"file://{tmp_path}/root"
+    create_topic(Storage(root), "moved", 1)
+    opts = ServeOptions(port=0, commit_interval_ms=1)
+    with BrokerThread(Storage(root), opts) as old, BrokerThread(Storage(root), opts) as new:
+        w_old, w_new = Wire(old.bootstrap), Wire(new.bootstrap)
+        first = batch([b"n"], pid=4242, epoch=0, seq=0)
+        assert produce(w_old, "moved", 0, first) == (0, 0)
+        late = threading.Timer(0.2, lambda: produce(w_old, "moved", 0,
+                                                    batch([b"n+1"], pid=4242, epoch=0, seq=1)))
+        late.start()   # lands through the old broker while the new one decides on seq 2
+        assert produce(w_new, "moved", 0, batch([b"n+2"], pid=4242, epoch=0, seq=2)) == (0, 2)
+        late.join()
+        w_old.close()
+        w_new.close()
+    assert [r.value for r in records_of(fetch_all(root, "moved"))] == [b"n", b"n+1", b"n+2"]
+
+
 def fetch_all(root, topic):
     m = ManifestStore(Storage(root), topic, 0).latest()
     return b"".join(Storage(root).get(s.paths(topic, 0)[".log"]) for s in m.segments)
