@@ -122,6 +122,32 @@ class _Workload:
                     return
                 time.sleep(1.0)
 
+    def _ck_group_consumer(self, bootstrap: str, who: str, tag: str, topic: str):
+        """A read_committed confluent-kafka consumer of ``topic`` in this workload's group,
+        marking (re)assignments as polls; with the error callback of a transactional
+        producer beside it and the event that callback sets on a fatal error."""
+        from confluent_kafka import Consumer
+
+        fatal = threading.Event()
+
+        def on_error(err):
+            self._error(f"{tag}:{_kafka_error_name(err)}")
+            if err.fatal():
+                fatal.set()
+
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": self.group,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                      "session.timeout.ms": SESSION_TIMEOUT_MS,
+                      "heartbeat.interval.ms": HEARTBEAT_MS,
+                      "isolation.level": "read_committed", "log_level": 2})
+
+        def on_assign(consumer, parts):
+            for tp in parts:
+                self._poll(who, tp.topic, tp.partition, None)
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_assign, on_lost=on_assign)
+        return c, fatal, on_error
+
     def _error(self, kind: str, n: int = 1) -> None:
         with self._lock:
             self._errors[kind] += n
@@ -474,27 +500,8 @@ class TxnWorkload(_Workload):
         return [("ck-txn", self._ck_txn), ("aio-txn", self._aio_txn)]
 
     def _ck_txn(self, bootstrap, stop, who) -> None:
-        from confluent_kafka import Consumer
-
         rng = random.Random(f"{self.seed}-{who}")
-        fatal = threading.Event()
-
-        def on_error(err):
-            self._error(f"ck-txn:{_kafka_error_name(err)}")
-            if err.fatal():
-                fatal.set()
-
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": self.group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                      "session.timeout.ms": SESSION_TIMEOUT_MS,
-                      "heartbeat.interval.ms": HEARTBEAT_MS,
-                      "isolation.level": "read_committed", "log_level": 2})
-
-        def on_assign(consumer, parts):
-            for tp in parts:
-                self._poll(who, tp.topic, tp.partition, None)
-
-        c.subscribe([self.topic_a], on_assign=on_assign, on_revoke=on_assign, on_lost=on_assign)
+        c, fatal, on_error = self._ck_group_consumer(bootstrap, who, "ck-txn", self.topic_a)
         p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
         all_parts = [(t, i) for t in (self.topic_a, self.topic_b) for i in range(self.topics[t])]
         n = 0
@@ -684,28 +691,8 @@ class EosWorkload(_Workload):
         return [("ck-eos", self._ck_eos)]
 
     def _ck_eos(self, bootstrap, stop, who) -> None:
-        from confluent_kafka import Consumer
-
         rng = random.Random(f"{self.seed}-{who}")
-        fatal = threading.Event()
-
-        def on_error(err):
-            self._error(f"ck-eos:{_kafka_error_name(err)}")
-            if err.fatal():
-                fatal.set()
-
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": self.group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                      "session.timeout.ms": SESSION_TIMEOUT_MS,
-                      "heartbeat.interval.ms": HEARTBEAT_MS,
-                      "isolation.level": "read_committed", "log_level": 2})
-
-        def on_assign(consumer, parts):
-            for tp in parts:
-                self._poll(who, tp.topic, tp.partition, None)
-
-        c.subscribe([self.input_topic], on_assign=on_assign, on_revoke=on_assign,
-                    on_lost=on_assign)
+        c, fatal, on_error = self._ck_group_consumer(bootstrap, who, "ck-eos", self.input_topic)
         p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
         parts = self.topics[self.output_topic]
         n = 0
