@@ -286,17 +286,20 @@ def _pending_path(pid: int, group: str) -> str:
     return f"{PENDING_DIR}/{pid:020d}/{group.encode('utf-8').hex()}.json"
 
 
-def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict) -> None:
+def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict,
+                        txn_start_ms: int = -1) -> None:
     """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
     metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
-    of its own object races with nobody."""
+    of its own object races with nobody. The document names its transaction (epoch and start
+    time): offsets of an earlier transaction of the same epoch are never merged in."""
     path = _pending_path(pid, group)
+    fresh = {"epoch": epoch, "txn_start_ms": txn_start_ms, "offsets": []}
     try:
         doc = json.loads(storage.get(path))
-        if doc.get("epoch") != epoch:
-            doc = {"epoch": epoch, "offsets": []}
+        if doc.get("epoch") != epoch or doc.get("txn_start_ms", -1) != txn_start_ms:
+            doc = fresh
     except StorageError:
-        doc = {"epoch": epoch, "offsets": []}
+        doc = fresh
     have = {(t, p): (o, e, md) for t, p, o, e, md in doc["offsets"]}
     have.update(offsets)
     doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
@@ -304,8 +307,14 @@ def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offs
     storage.put(path, json.dumps(doc).encode())
 
 
-def take_pending_offsets(storage: Storage, pid: int, epoch: int) -> list[tuple[str, str, dict]]:
-    """``(path, group, offsets)`` waiting for producer ``pid`` at ``epoch`` (others: fenced)."""
+def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: int = -1
+                         ) -> list[tuple[str, str, dict]]:
+    """``(path, group, offsets)`` to settle when producer ``pid``'s transaction at ``epoch``,
+    begun at ``txn_start_ms``, ends: its own documents with their offsets, and documents of
+    older epochs (fenced) with none. A document of another transaction of this epoch, or of a
+    newer epoch, is not returned: a completion that runs again late (a retried EndTxn, the
+    timeout check of another broker) must neither apply the next transaction's offsets nor
+    drop them. Documents written before they named their transaction match on epoch."""
     out = []
     for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
         rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
@@ -313,8 +322,13 @@ def take_pending_offsets(storage: Storage, pid: int, epoch: int) -> list[tuple[s
             doc = json.loads(storage.get(rel))
         except (StorageError, ValueError):
             continue
-        offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())} \
-            if doc.get("epoch") == epoch else {}
+        doc_epoch = doc.get("epoch", -1)
+        if doc_epoch == epoch and doc.get("txn_start_ms", txn_start_ms) == txn_start_ms:
+            offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())}
+        elif doc_epoch < epoch:
+            offsets = {}
+        else:
+            continue
         out.append((rel, doc.get("group", ""), offsets))
     return out
 
@@ -461,7 +475,8 @@ class TxnService:
             pending = []
             if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
                 pending = await self.broker.run(take_pending_offsets, self.broker.storage,
-                                                meta.producer_id, meta.producer_epoch)
+                                                meta.producer_id, meta.producer_epoch,
+                                                meta.txn_start_ms)
             if commit:
                 await self._apply_offsets([(g, o) for _, g, o in pending if o])
             if pending:
@@ -891,8 +906,10 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
     gsvc = groups(ctx.broker)
     err = authz.txn_error(ctx, Op.WRITE, request.transactional_id) or \
         authz.group_error(ctx, Op.READ, request.group_id) or await gsvc.ensure(request.group_id)
+    txn_start_ms = -1
     if not err:
-        err = T.compat_error(await _check_txn_offsets(ctx, request), ctx.api_version)
+        err, txn_start_ms = await _check_txn_offsets(ctx, request)
+        err = T.compat_error(err, ctx.api_version)
     offsets = {}
     codes = {}
     for t in request.topics:
@@ -913,7 +930,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
     if offsets:
         try:
             await ctx.run(add_pending_offsets, ctx.broker.storage, request.producer_id,
-                          request.producer_epoch, request.group_id, offsets)
+                          request.producer_epoch, request.group_id, offsets, txn_start_ms)
             # The transaction's coordinator (maybe another broker) writes them on commit:
             # this group's OffsetFetch re-reads the stored offsets from now on.
             transactional_groups(ctx.broker).add(request.group_id)
@@ -926,21 +943,23 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
         for t in request.topics))
 
 
-async def _check_txn_offsets(ctx, request) -> int:
-    """The producer must hold the id's current epoch and have added the group (AddOffsetsToTxn)."""
+async def _check_txn_offsets(ctx, request) -> tuple[int, int]:
+    """The producer must hold the id's current epoch and have added the group (AddOffsetsToTxn):
+    ``(error code, the open transaction's start time)``."""
     if _bad_tid(request.transactional_id):
-        return INVALID_REQUEST
+        return INVALID_REQUEST, -1
     try:
         cur = await ctx.run(service(ctx.broker).store.get, request.transactional_id)
     except KafkaStoreError:
-        return COORDINATOR_NOT_AVAILABLE
+        return COORDINATOR_NOT_AVAILABLE, -1
     if cur is None or cur.producer_id != request.producer_id:
-        return T.INVALID_PRODUCER_ID_MAPPING
+        return T.INVALID_PRODUCER_ID_MAPPING, -1
     if request.producer_epoch != cur.producer_epoch:
-        return T.PRODUCER_FENCED if request.producer_epoch < cur.producer_epoch else T.INVALID_PRODUCER_EPOCH
+        return (T.PRODUCER_FENCED if request.producer_epoch < cur.producer_epoch
+                else T.INVALID_PRODUCER_EPOCH), -1
     if cur.state is not T.TxnState.ONGOING or not any(t == OFFSETS_TOPIC for t, _ in cur.partitions):
-        return T.INVALID_TXN_STATE
-    return T.NONE
+        return T.INVALID_TXN_STATE, -1
+    return T.NONE, cur.txn_start_ms
 
 
 async def handle_end_txn(ctx: RequestContext, request):

@@ -1,0 +1,51 @@
+"""Offsets sent with a transaction (TxnOffsetCommit) wait under ``_txn_offsets/`` until the
+transaction ends. They belong to that one transaction: a completion of the previous
+transaction of the same producer epoch that runs again late (a retried EndTxn, the timeout
+check of another broker, a paused coordinator resuming) must neither apply the next
+transaction's offsets nor drop them. The fault harness's exactly-once pipeline saw the
+first: an aborted transaction's offsets committed, its inputs never output."""
+from __future__ import annotations
+
+from kafkastore.protocol.api_txn import add_pending_offsets, take_pending_offsets
+from kafkastore.storage import Storage
+
+PID, EPOCH, GROUP = 7, 3, "eos-g"
+
+
+def _offsets(taken):
+    return {group: offsets for _path, group, offsets in taken}
+
+
+def test_a_late_completion_of_the_previous_transaction_takes_nothing_of_the_next(tmp_path):
+    storage = Storage(f"file://{tmp_path}/root")
+    add_pending_offsets(storage, PID, EPOCH, GROUP, {("in", 0): (1100, -1, "")}, txn_start_ms=1000)
+    first = take_pending_offsets(storage, PID, EPOCH, 1000)
+    assert _offsets(first) == {GROUP: {("in", 0): (1100, -1, "")}}
+    storage.delete([p for p, _, _ in first])
+
+    # The next transaction of the same epoch sends its offsets, then the first one's
+    # completion runs again: it finds nothing of its own.
+    add_pending_offsets(storage, PID, EPOCH, GROUP, {("in", 0): (1150, -1, "")}, txn_start_ms=2000)
+    assert take_pending_offsets(storage, PID, EPOCH, 1000) == []
+    # The next one's own end still sees its offsets (applied on commit, dropped on abort).
+    assert _offsets(take_pending_offsets(storage, PID, EPOCH, 2000)) == {
+        GROUP: {("in", 0): (1150, -1, "")}}
+
+
+def test_offsets_left_by_an_earlier_transaction_are_not_merged_into_the_next(tmp_path):
+    storage = Storage(f"file://{tmp_path}/root")
+    # A TxnOffsetCommit that lands after its transaction ended (a paused group coordinator).
+    add_pending_offsets(storage, PID, EPOCH, GROUP, {("in", 1): (500, -1, "")}, txn_start_ms=1000)
+    add_pending_offsets(storage, PID, EPOCH, GROUP, {("in", 0): (40, -1, "")}, txn_start_ms=2000)
+    assert _offsets(take_pending_offsets(storage, PID, EPOCH, 2000)) == {
+        GROUP: {("in", 0): (40, -1, "")}}
+
+
+def test_older_epochs_are_dropped_and_newer_ones_kept(tmp_path):
+    storage = Storage(f"file://{tmp_path}/root")
+    add_pending_offsets(storage, PID, EPOCH + 1, GROUP, {("in", 0): (9, -1, "")}, txn_start_ms=5)
+    # A completion at an older epoch (a zombie) leaves the newer epoch's offsets alone.
+    assert take_pending_offsets(storage, PID, EPOCH, 1000) == []
+    # A completion at a newer epoch settles the older document with no offsets.
+    taken = take_pending_offsets(storage, PID, EPOCH + 2, 7)
+    assert _offsets(taken) == {GROUP: {}} and len(taken) == 1
