@@ -122,6 +122,34 @@ class _Workload:
                     return
                 time.sleep(1.0)
 
+    def _one_txn(self, p, c, writes: dict, commit: bool) -> str:
+        """One confluent-kafka transaction: ``writes``, the consumer's positions, then commit
+        or abort; the outcome as the client saw it."""
+        from confluent_kafka import KafkaException
+
+        err = lambda kind: self._error(f"{self.txn_tag}:{kind}")   # noqa: E731
+        try:
+            p.begin_transaction()
+            for (t, part), values in writes.items():
+                for v in values:
+                    p.produce(t, v.encode(), partition=part)
+            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
+            if positions:
+                p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
+        except KafkaException as e:
+            e0 = e.args[0]
+            err(f"txn:{_kafka_error_name(e0)}")
+            if e0.fatal():
+                return _TxnOutcome.UNKNOWN
+            return _ck_end_txn(p, False, err)
+        except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
+            err(f"txn:{type(e).__name__}")
+            return _ck_end_txn(p, False, err)
+        outcome = _ck_end_txn(p, commit, err)
+        if outcome == _TxnOutcome.COMMITTED and positions:
+            self._commit(self.group, {(tp.topic, tp.partition): tp.offset for tp in positions})
+        return outcome
+
     def _ck_group_consumer(self, bootstrap: str, who: str, tag: str, topic: str):
         """A read_committed confluent-kafka consumer of ``topic`` in this workload's group,
         marking (re)assignments as polls; with the error callback of a transactional
@@ -488,6 +516,8 @@ class TxnWorkload(_Workload):
 
     name = "txn"
 
+    txn_tag = "ck-txn"
+
     def __init__(self, seed: int = 1, topics: tuple = ("jt-a", "jt-b"), partitions: int = 2,
                  abort_ratio: float = 0.3):
         super().__init__(seed)
@@ -600,32 +630,6 @@ class TxnWorkload(_Workload):
             if p is not None:
                 await p.stop()
 
-    def _one_txn(self, p, c, writes: dict, commit: bool) -> str:
-        """One transaction: writes, the consumer's positions, then commit or abort."""
-        from confluent_kafka import KafkaException
-
-        err = lambda kind: self._error(f"ck-txn:{kind}")   # noqa: E731
-        try:
-            p.begin_transaction()
-            for (t, part), values in writes.items():
-                for v in values:
-                    p.produce(t, v.encode(), partition=part)
-            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
-            if positions:
-                p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
-        except KafkaException as e:
-            e0 = e.args[0]
-            err(f"txn:{_kafka_error_name(e0)}")
-            if e0.fatal():
-                return _TxnOutcome.UNKNOWN
-            return _ck_end_txn(p, False, err)
-        except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
-            err(f"txn:{type(e).__name__}")
-            return _ck_end_txn(p, False, err)
-        outcome = _ck_end_txn(p, commit, err)
-        if outcome == _TxnOutcome.COMMITTED and positions:
-            self._commit(self.group, {(tp.topic, tp.partition): tp.offset for tp in positions})
-        return outcome
 
 
 # -- exactly-once consume-transform-produce -------------------------------------------------------
@@ -674,6 +678,8 @@ class EosWorkload(_Workload):
 
     name = "eos"
 
+    txn_tag = "ck-eos"
+
     def __init__(self, seed: int = 1, input_topic: str = "jq", output_topic: str = "je-out",
                  partitions: int = 2, abort_ratio: float = 0.15):
         super().__init__(seed)
@@ -719,32 +725,6 @@ class EosWorkload(_Workload):
                     p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
         finally:
             c.close()
-
-    def _one_txn(self, p, c, writes: dict, commit: bool) -> str:
-        """Outputs and the consumer's positions in one transaction, then commit or abort."""
-        from confluent_kafka import KafkaException
-
-        err = lambda kind: self._error(f"ck-eos:{kind}")   # noqa: E731
-        try:
-            p.begin_transaction()
-            for (t, part), values in writes.items():
-                for v in values:
-                    p.produce(t, v.encode(), partition=part)
-            positions = [tp for tp in c.position(c.assignment()) if tp.offset >= 0]
-            p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
-        except KafkaException as e:
-            e0 = e.args[0]
-            err(f"txn:{_kafka_error_name(e0)}")
-            if e0.fatal():
-                return _TxnOutcome.UNKNOWN
-            return _ck_end_txn(p, False, err)
-        except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
-            err(f"txn:{type(e).__name__}")
-            return _ck_end_txn(p, False, err)
-        outcome = _ck_end_txn(p, commit, err)
-        if outcome == _TxnOutcome.COMMITTED:
-            self._commit(self.group, {(tp.topic, tp.partition): tp.offset for tp in positions})
-        return outcome
 
     def _rewind(self, c, who) -> None:
         """Seek every assigned partition back to the group's committed offset (what the
