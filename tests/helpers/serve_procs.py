@@ -61,3 +61,12 @@ def stop_serve(proc: subprocess.Popen) -> None:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def metrics_port(proc) -> int:
+    """The metrics listener's port, read from the lines a ``serve`` process prints at start."""
+    for _ in range(5):
+        line = proc.stdout.readline()
+        if "metrics on" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise AssertionError("serve printed no metrics address")

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from tests.helpers.serve_procs import start_serve, stop_serve
+from tests.helpers.serve_procs import metrics_port, start_serve, stop_serve
 from tests.helpers.tls import self_signed
 
 ATTACK_SOCKETS = 1500
@@ -35,14 +35,6 @@ def _threads(pid: int) -> int:
 
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def _metrics_port(proc) -> int:
-    for _ in range(5):
-        line = proc.stdout.readline()
-        if "metrics on" in line:
-            return int(line.rsplit(":", 1)[1])
-    raise AssertionError("serve printed no metrics address")
 
 
 def _attack(port: int, tls: bool) -> list[socket.socket]:
@@ -106,7 +98,7 @@ def _check_bounded_under_attack(proc, port: int, tls: bool, url: str, context=No
 def test_idle_and_dribbling_sockets_do_not_exhaust_the_metrics_listener(tmp_path):
     proc = start_serve(f"file://{tmp_path}/root", extra=["--metrics-listen", "127.0.0.1:0"])
     try:
-        port = _metrics_port(proc)
+        port = metrics_port(proc)
         _check_bounded_under_attack(proc, port, False, f"http://127.0.0.1:{port}/metrics")
     finally:
         stop_serve(proc)
@@ -120,7 +112,7 @@ def test_stalled_tls_handshakes_do_not_exhaust_the_metrics_listener(tmp_path):
                        extra=["--metrics-listen", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key,
                               "--sasl-credentials", str(creds)])
     try:
-        port = _metrics_port(proc)
+        port = metrics_port(proc)
         context = ssl.create_default_context(cafile=cert)
         url = f"https://127.0.0.1:{port}/metrics"
         _check_bounded_under_attack(proc, port, True, url, context, "alice:s3cret")
@@ -135,7 +127,7 @@ def sasl_metrics(tmp_path):
     proc = start_serve(f"file://{tmp_path}/root",
                        extra=["--metrics-listen", "127.0.0.1:0", "--sasl-credentials", str(creds)])
     try:
-        yield f"http://127.0.0.1:{_metrics_port(proc)}/metrics"
+        yield f"http://127.0.0.1:{metrics_port(proc)}/metrics"
     finally:
         stop_serve(proc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from tests.helpers.serve_procs import start_serve, stop_serve
+from tests.helpers.serve_procs import metrics_port, start_serve, stop_serve
 from tests.helpers.sasl_logins import plain_login
 
 
@@ -28,14 +28,6 @@ def _open(s: socket.socket, wait: float = 0.3) -> bool:
         return False
 
 
-def _metrics_port(proc) -> int:
-    for _ in range(5):
-        line = proc.stdout.readline()
-        if "metrics on" in line:
-            return int(line.rsplit(":", 1)[1])
-    raise AssertionError("serve printed no metrics address")
-
-
 def test_serve_flags_set_the_limits_before_authentication(tmp_path):
     creds = tmp_path / "users.txt"
     creds.write_text("alice:s3cret\n")
@@ -48,7 +40,7 @@ def test_serve_flags_set_the_limits_before_authentication(tmp_path):
     socks = []
     try:
         port = int(proc.bootstrap.rsplit(":", 1)[1])
-        metrics_port = _metrics_port(proc)
+        mport = metrics_port(proc)
         a1 = _idle(port, "127.0.0.2")
         time.sleep(0.2)
         a2 = _idle(port, "127.0.0.2")      # over the per-address budget of 1: closed at once
@@ -70,7 +62,7 @@ def test_serve_flags_set_the_limits_before_authentication(tmp_path):
             ["failed", "failed", "refused"]
         assert plain_login(proc.bootstrap, "127.0.0.6", "alice", "s3cret") == "ok"
         # The metrics listener's per-address cap: the third idle socket is closed at once.
-        m = [_idle(metrics_port, "127.0.0.7") for _ in range(3)]
+        m = [_idle(mport, "127.0.0.7") for _ in range(3)]
         socks += m
         time.sleep(0.3)
         assert [_open(s) for s in m] == [True, True, False]
