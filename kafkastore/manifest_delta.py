@@ -1,5 +1,5 @@
-"""Delta manifest versions moved to :mod:`kafkastore.manifest.delta`; this module is its
-old import path, kept as an alias for one release. It holds no code."""
+"""Moved to kafkastore.manifest.delta (delta manifest versions); this old import path
+stays as an alias for one release and holds no code."""
 from __future__ import annotations
 
 from .manifest.delta import (FORMAT, KIND_DELTA, KIND_FULL, _STRUCTURED,  # noqa: F401
