@@ -107,6 +107,27 @@ def test_latency_forwards_after_the_delay(proxy):
     assert proxy.counts["latency"] == 1
 
 
+
+def test_stop_returns_while_a_client_keeps_an_idle_connection_open(s3_endpoint):
+    """A client's pool keeps its connection to the proxy open after its last request (the
+    runner's own S3 reads do); stopping the proxy must not wait for that client to hang up,
+    or a run would never end. (``ThreadingHTTPServer.server_close`` joins every handler
+    thread that is not a daemon, and a keep-alive handler waits for the next request.)"""
+    import http.client
+    import threading
+
+    p = FaultProxy(s3_endpoint).start()
+    conn = http.client.HTTPConnection("127.0.0.1", p.port, timeout=10)
+    conn.request("GET", "/kafkastore-test?list-type=2")
+    conn.getresponse().read()            # keep-alive: the connection stays open, idle
+    stopper = threading.Thread(target=p.stop, daemon=True)
+    stopper.start()
+    stopper.join(30)
+    try:
+        assert not stopper.is_alive(), "FaultProxy.stop() waits for an idle keep-alive client"
+    finally:
+        conn.close()
+
 # -- the checker, on hand-made histories -----------------------------------------------------
 from tests.helpers.jepsen.checker import ANOMALIES, check, format_table  # noqa: E402
 

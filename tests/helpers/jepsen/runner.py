@@ -25,6 +25,7 @@ Test/bench code: reads the system clock itself.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import shutil
@@ -522,6 +523,10 @@ def open_txns_at_end(storage, topics: dict) -> int:
 
 
 # -- the run -----------------------------------------------------------------------------------
+#: After this long in the final phase (and again each time as long) the runner writes every
+#: thread's stack to the workdir's stacks.txt: the phase's own bounded waits add up to less.
+FINAL_PHASE_STACKS_AFTER_S = 900
+
 @dataclass
 class RunOptions:
     """What one run does."""
@@ -558,6 +563,7 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
                       skewed_start_ms=opts.skewed_start_ms, log=log)
     faults: Counter = Counter()
     stop = threading.Event()
+    stacks = None
     try:
         storage = cluster.storage()
         for t, n in topics.items():
@@ -579,6 +585,10 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
         stop.set()
         if cluster.proxy is not None:
             cluster.proxy.clear()
+        # The final phase has bounded waits only; if it still takes longer, every thread's
+        # stack goes to stacks.txt in the workdir, every FINAL_PHASE_STACKS_AFTER_S, to say where.
+        stacks = open(os.path.join(workdir, "stacks.txt"), "w")
+        faulthandler.dump_traceback_later(FINAL_PHASE_STACKS_AFTER_S, repeat=True, file=stacks)
         for w in workloads:
             w.join(150)
         cluster.ensure_running()
@@ -595,6 +605,9 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
     finally:
         stop.set()
         cluster.stop()
+        faulthandler.cancel_dump_traceback_later()
+        if stacks is not None:
+            stacks.close()
         if own_dir:
             shutil.rmtree(workdir, ignore_errors=True)
     for line in problems[:20]:
