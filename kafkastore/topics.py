@@ -37,7 +37,8 @@ Format 2 says the topic's manifests may hold format-2 (delta) versions. kafkasto
 them reads only format 1 and refuses anything else, so the bump fences it off the topic
 (its gc would otherwise expire the versions a delta needs without reading them): new
 topics are written as format 2, and an old topic's file is moved to 2 right before the
-first format-2 manifest version of any of its partitions (:func:`fence_old_readers`).
+first format-2 manifest version of any of its partitions
+(:func:`kafkastore.manifest.upgrade.fence_old_readers`, re-exported here).
 
 Deleting a topic (:func:`delete_topic`) is first a commit on every partition's manifest (a
 tombstone: no segments, log start at the high watermark, ``extra["deleted"]``), then the
@@ -61,12 +62,12 @@ from .errors import (ConfigError, InternalTopicError, InvalidPartitionsError, Ob
                      StorageError, TopicExistsError, UnknownTopicError)
 from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
                        UpdateProducerState)
+from .manifest.upgrade import (VERSIONED_TOPIC_FORMAT, fence_old_readers,  # noqa: F401 (re-exported)
+                               write_versioned)
 from .storage import Storage, _mtime
 from .topic_config import TopicConfig
 
 TOPIC_FORMAT = 2
-#: ``_topic.json`` of a topic changed since its creation: the metadata lives in versions.
-VERSIONED_TOPIC_FORMAT = 3
 #: ``_topic.json`` formats this code reads (1: written before delta manifest versions,
 #: 3: versioned metadata).
 READABLE_TOPIC_FORMATS = (1, 2, 3)
@@ -239,32 +240,6 @@ class _TopicCreate(ObjectTarget):
         return layout.topic_meta_path(meta.name), _encode(meta)
 
 
-def fence_old_readers(storage: Storage, name: str) -> bool:
-    """Move a format-1 ``_topic.json`` to format 2 (nothing else changes); whether it did.
-
-    Called before a topic's first format-2 manifest version is written: kafkastore older
-    than delta versions refuses a format-2 topic file, so it stops touching the topic
-    before the new format appears (its gc expires versions without reading them, which
-    would cut a delta from its base).
-
-    The file moves straight to format 3 (versioned metadata, :func:`_make_versioned`), not
-    2: that is an overwrite of the same bytes a racing first change of the topic writes, so
-    the two cannot undo each other (a format-2 overwrite could undo the move to 3 and hide
-    the committed change).
-    """
-    path = layout.topic_meta_path(name)
-    try:
-        doc = json.loads(storage.get(path))
-    except ObjectNotFoundError:
-        return False  # no topic file (a deleted topic, a bare partition): nothing to fence
-    except (ValueError, UnicodeDecodeError):
-        raise CorruptMetadataError(f"topic {name!r}: {path} is not JSON") from None
-    if not isinstance(doc, dict) or doc.get("format") != 1:
-        return False
-    _make_versioned(storage, name, doc)
-    return True
-
-
 class _TopicVersions(ClusterDocument):
     """The versions of one topic incarnation's metadata: a :class:`ClusterDocument` stored
     under ``topics/<t>/_meta/<incarnation>/`` whose version 0 is ``base`` (what
@@ -345,9 +320,7 @@ def _make_versioned(storage: Storage, name: str, doc: dict) -> dict:
     meta = TopicMetadata.from_dict(doc)  # refuse to build on a damaged file
     if meta.name != name:
         raise CorruptMetadataError(f"{layout.topic_meta_path(name)} describes topic {meta.name!r}")
-    new = dict(doc, format=VERSIONED_TOPIC_FORMAT, incarnation=f"c{meta.created_ms}")
-    storage.put(layout.topic_meta_path(name), json.dumps(new, indent=1, sort_keys=True).encode())
-    return new
+    return write_versioned(storage, name, doc, meta.created_ms)
 
 
 def load_topic(storage: Storage, name: str) -> TopicMetadata:

@@ -29,13 +29,6 @@ PACKAGES = ("kafkastore", "pipelines")
 
 # The cycles that exist today, each removed by the redesign (then its entry goes).
 KNOWN_CYCLES: list[frozenset[str]] = [
-    # The manifest's commit plan runs the topic-metadata upgrade step: the commit target
-    # (manifest.commit_target) imports topics.fence_old_readers inside its plan, and topics
-    # imports the manifest package (its store and updates), whose store builds the target.
-    # The redesign moves fence_old_readers (the format 1 -> 2 step) into the manifest
-    # package, so the manifest no longer imports topics.
-    frozenset({"kafkastore.manifest", "kafkastore.manifest.commit_target",
-               "kafkastore.manifest.store", "kafkastore.topics"}),
     # The schema registry's HTTP listener builds a throwaway ServeOptions from the protocol
     # server to check listener security; the server starts the registry (inside a
     # function). The redesign moves the listener rules (check_listener_security and what it

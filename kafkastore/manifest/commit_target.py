@@ -14,6 +14,7 @@ from ..errors import TopicDeletedError
 from .heads import _gone, _Head
 from .model import MANIFEST_FORMAT, CommitInfo, Manifest
 from .updates import Build, SetExtra, apply
+from .upgrade import fence_old_readers
 
 if TYPE_CHECKING:
     from .store import ManifestStore
@@ -88,9 +89,7 @@ class _ManifestTarget(ObjectTarget):
         self.encoded = (new, kind, data, after)
         if base is not None and self.base_fmt != MANIFEST_FORMAT and not self.store._fenced:
             # The first format-2 version on a format-1 log: fence older kafkastore off the
-            # topic first (kafkastore.topics.fence_old_readers; imported here, as topics
-            # imports this module).
-            from ..topics import fence_old_readers
+            # topic first.
             fence_old_readers(self.store.storage, self.store.topic)
             self.store._fenced = True
         return new
