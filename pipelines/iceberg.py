@@ -79,27 +79,15 @@ from .offset_ranges import (OffsetRange, TopicPartition, by_partition, offsets_f
                             offsets_to_json)
 from .table_layout import (DEFAULT_PARTITION_BY, parse_partition_field, table_identifier,
                            table_name)
+from .warehouse.properties import (AUDIT_KEY, CARRY_OPERATIONS, GAPS_KEY, NO_BLIND_RETRY,
+                                   OFFSETS_KEY, OPERATION_KEY, OPERATIONS, RANGES_KEY,
+                                   RETRY_PROPERTY, RUN_ID_KEY, TABLE_PROPERTIES)
 
 log = logging.getLogger(__name__)
 
 CATALOG_DB = "catalog.db"
 MAIN = "main"
 
-OFFSETS_KEY = "kafkastore.offsets"
-RUN_ID_KEY = "kafkastore.run-id"
-OPERATION_KEY = "kafkastore.operation"
-RANGES_KEY = "kafkastore.ranges"
-GAPS_KEY = "kafkastore.gaps"
-AUDIT_KEY = "kafkastore.audit"
-OPERATIONS = ("load", "reprocess")
-#: Snapshots that carry the committed offsets forward unchanged (no ranges): a
-#: table rewrite by ``kafkastore maintain``. Not a load: never validated.
-CARRY_OPERATIONS = ("maintain",)
-
-# Table properties kafkastore sets on every table it creates or commits to.
-NO_BLIND_RETRY = {"commit.retry.num-retries": "0"}
-TABLE_PROPERTIES = {**NO_BLIND_RETRY, "format-version": "2",
-                    "write.parquet.compression-codec": "zstd"}
 FSSPEC_IO = "pyiceberg.io.fsspec.FsspecFileIO"
 
 
@@ -782,7 +770,7 @@ def table_fs(table, url: str):
 
 def ensure_no_blind_retry(table):
     """Set ``commit.retry.num-retries=0`` on a table that lacks it (created elsewhere)."""
-    if table.metadata.properties.get("commit.retry.num-retries") == "0":
+    if table.metadata.properties.get(RETRY_PROPERTY) == "0":
         return table
     with table.transaction() as txn:
         txn.set_properties(**NO_BLIND_RETRY)

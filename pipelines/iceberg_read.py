@@ -24,8 +24,7 @@ from typing import Any, Iterable, Sequence
 from kafkastore.errors import ConfigError
 
 from . import iceberg
-
-VALIDATED_TAG = "validated"
+from .warehouse.properties import VALIDATED_TAG
 
 
 @dataclass(frozen=True)

@@ -85,13 +85,14 @@ from kafkastore.storage import Storage
 from . import iceberg
 from . import iceberg_read as ir
 from .table_layout import dead_letter_table
+from .warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, RUN_ID_KEY
 
 log = logging.getLogger(__name__)
 
 QUALITY_DIR = "_quality"
 QUALITY_SETTINGS = ("max_dead_letter_fraction", "exact_row_counts")
 DEFAULT_MAX_DEAD_LETTER_FRACTION = 0.01
-KAFKASTORE_OPERATIONS = ("load", "reprocess")
+KAFKASTORE_OPERATIONS = OPERATIONS
 PUBLISH_ATTEMPTS = 10
 _KEY_PRESENT = "present"
 _COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
@@ -195,7 +196,7 @@ def _bounds(b) -> tuple[int, int]:
 
 
 def _is_kafkastore(summary: Mapping[str, str]) -> bool:
-    return summary.get("kafkastore.operation") in KAFKASTORE_OPERATIONS
+    return summary.get(OPERATION_KEY) in KAFKASTORE_OPERATIONS
 
 
 def _dead_letter_snapshot(dl_table, run_id: str | None):
@@ -205,7 +206,7 @@ def _dead_letter_snapshot(dl_table, run_id: str | None):
         return None
     if run_id:
         for snap in ir.main_ancestry(dl_table):
-            if ir.summary_of(snap).get("kafkastore.run-id") == run_id:
+            if ir.summary_of(snap).get(RUN_ID_KEY) == run_id:
                 return snap
     return dl_table.current_snapshot()
 
@@ -219,7 +220,7 @@ def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
         return pa.table(_empty_columns())
     expr = ir.range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
     parts = [_narrow(ir.read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
-    run_id = ir.summary_of(snapshot).get("kafkastore.run-id")
+    run_id = ir.summary_of(snapshot).get(RUN_ID_KEY)
     dl_snap = _dead_letter_snapshot(dl_table, run_id)
     if dl_snap is not None:
         parts.append(_narrow(ir.read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
@@ -519,7 +520,7 @@ def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
     compacted = _topic_policies(topics, settings.root, settings.topic_config,
                                 settings.compacted, settings.storage_options)
     exact = (topics - compacted) if settings.exact_counts else set()
-    if table.metadata.properties.get("kafkastore.mode") == "upsert":
+    if table.metadata.properties.get(MODE_PROPERTY) == "upsert":
         # An upsert snapshot keeps one row per key it won (pipelines.upsert): like a
         # compacted topic, its ranges have holes; every other check applies.
         exact = set()
@@ -547,7 +548,7 @@ def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
             shutil.rmtree(own_dir, ignore_errors=True)
     result = QualityResult(
         table=name, snapshot_id=snapshot.snapshot_id,
-        operation=summary.get("kafkastore.operation", summary.get("operation", "?")),
+        operation=summary.get(OPERATION_KEY, summary.get("operation", "?")),
         success=all(e["success"] for e in entries), checks=entries, rows=len(rows),
         dead_letters=int(rows["dead_letter"].sum()) if len(rows) else 0)
     result.pages = pages
@@ -576,7 +577,7 @@ def _pending_after(chain, verdict) -> tuple[Any, int | None]:
         summary = ir.summary_of(snap)
         if _is_kafkastore(summary):
             ranges = snapshot_ranges(summary)
-            if summary.get("kafkastore.operation") == "reprocess":
+            if summary.get(OPERATION_KEY) == "reprocess":
                 pending = [(sid, r) for sid, r in pending if not _supersedes(ranges, r)]
             if not verdict(snap):
                 pending.append((snap.snapshot_id, ranges))

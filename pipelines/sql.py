@@ -101,6 +101,7 @@ from kafkastore.topics import describe_topic, list_topics
 from . import iceberg
 from . import iceberg_read as ir
 from .table_layout import DEAD_LETTERS_SUFFIX
+from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY
 
 log = logging.getLogger(__name__)
 
@@ -616,8 +617,8 @@ def _snapshots_frame(spark, loaded: dict[str, Any]):
         for s in table.snapshots():
             summary = ir.summary_of(s)
             rows.append((name, s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms,
-                         summary.get("operation"), summary.get("kafkastore.operation"),
-                         summary.get("kafkastore.run-id"), s.snapshot_id in main,
+                         summary.get("operation"), summary.get(OPERATION_KEY),
+                         summary.get(RUN_ID_KEY), s.snapshot_id in main,
                          sorted(refs.get(s.snapshot_id, [])), summary))
     return _with_time(spark.createDataFrame(rows, SNAPSHOTS_DDL), "committed_ms", "committed_at")
 
