@@ -29,12 +29,6 @@ PACKAGES = ("kafkastore", "pipelines")
 
 # The cycles that exist today, each removed by the redesign (then its entry goes).
 KNOWN_CYCLES: list[frozenset[str]] = [
-    # The schema registry's HTTP listener builds a throwaway ServeOptions from the protocol
-    # server to check listener security; the server starts the registry (inside a
-    # function). The redesign moves the listener rules (check_listener_security and what it
-    # reads) to a module of their own below both.
-    frozenset({"kafkastore.protocol.server", "kafkastore.schema_registry",
-               "kafkastore.schema_registry.http"}),
     # iceberg.py formats times through iceberg_read (inside a function) while iceberg_read
     # reads through iceberg. The redesign's warehouse package puts the shared helpers in
     # the module both import (snapshots and ancestry walked once, in one place).

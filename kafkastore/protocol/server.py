@@ -31,7 +31,6 @@ import asyncio
 import contextvars
 import dataclasses
 import datetime
-import ipaddress
 import logging
 import ssl as ssl_lib
 import time
@@ -42,7 +41,7 @@ from typing import Callable, Iterable
 from ..clock import Clock
 from ..errors import ConfigError, ListenError
 from ..storage import Storage
-from . import codec, fencing
+from . import codec, fencing, listeners
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
@@ -147,43 +146,23 @@ class ServeOptions:
     acl_max_age_s: float = 2.0
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a listen address only accepts local connections."""
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_listener_security(opts: ServeOptions) -> None:
-    """A non-loopback listener needs TLS and SASL credentials unless ``insecure`` (DESIGN 8);
-    a non-loopback metrics listener needs TLS (it has no SASL) unless ``insecure``."""
-    if opts.metrics_listen is not None and not opts.insecure \
-            and not is_loopback(opts.metrics_listen[0]) and opts.ssl_context is None:
-        raise ConfigError(f"metrics on {opts.metrics_listen[0]} (not loopback) require TLS "
-                          f"(--tls-cert/--tls-key), or --insecure")
-    if is_loopback(opts.host) or opts.insecure:
-        return
-    missing = [what for what, ok in (("TLS (--tls-cert/--tls-key)", opts.ssl_context is not None),
-                                     ("SASL (--sasl or --sasl-credentials)", sasl_enabled(opts)))
-               if not ok]
-    if missing:
-        raise ConfigError(f"listening on {opts.host} (not loopback) requires {' and '.join(missing)}, "
-                          f"or --insecure")
+    """The listener rules of :mod:`~kafkastore.protocol.listeners` applied to a broker's
+    options: its Kafka listener and, when on, its metrics listener."""
+    listeners.check_listener_security(
+        opts.host, tls=opts.ssl_context is not None, sasl=sasl_enabled(opts),
+        insecure=opts.insecure,
+        metrics_host=opts.metrics_listen[0] if opts.metrics_listen is not None else None)
 
 
 def sasl_enabled(opts: ServeOptions) -> bool:
     """Whether clients must authenticate with SASL (``--sasl`` or ``--sasl-credentials``)."""
-    return opts.sasl or bool(opts.credentials)
+    return listeners.sasl_enabled(opts.sasl, opts.credentials)
 
 
 def security_protocol(opts: ServeOptions) -> str:
-    """Kafka's name for a listener's security: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
-    sasl, tls = sasl_enabled(opts), opts.ssl_context is not None
-    return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT",
-            (True, True): "SASL_SSL"}[(sasl, tls)]
+    """Kafka's name for a broker's listener security (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."""
+    return listeners.security_protocol(sasl=sasl_enabled(opts), tls=opts.ssl_context is not None)
 
 
 class BrokerServer:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ..errors import ConfigError, KafkaStoreError, ListenError, SchemaRegistryError
 from ..protocol.http_guard import (HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, BasicAuth,  # noqa: F401 - BasicAuth is part of this module's API
                                    GuardedHandler, GuardedHTTPServer, basic_credentials)
+from ..protocol.listeners import check_listener_security, sasl_enabled
 from ..storage import Storage
 from . import access as A
 from . import formats as F
@@ -383,12 +384,9 @@ class SchemaRegistryThread:
                  header_timeout_s: float = HEADER_TIMEOUT_S, idle_timeout_s: float = IDLE_TIMEOUT_S,
                  body_timeout_s: float = BODY_TIMEOUT_S,
                  refresh_interval_s: float = 0.5, authorizer=None, auth_options: dict | None = None):
-        from ..protocol.server import ServeOptions, check_listener_security
-
         try:
-            check_listener_security(ServeOptions(host=host, ssl_context=ssl_context,
-                                                 credentials=credentials, insecure=insecure,
-                                                 sasl=root_users))
+            check_listener_security(host, tls=ssl_context is not None,
+                                    sasl=sasl_enabled(root_users, credentials), insecure=insecure)
         except ConfigError as exc:
             raise ConfigError(f"schema registry: {exc}") from None
         self.host, self.port = host, port
