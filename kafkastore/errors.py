@@ -364,6 +364,10 @@ class MissingExtraError(ConfigError):
     ``kafkastore[airflow]``) that is not installed; the message names the extra."""
 
 
+class TopicSinkError(KafkaStoreError):
+    """A Spark write into topics could not commit: nothing of the job became readable."""
+
+
 class SparkJobError(KafkaStoreError):
     """A Spark job failed; the message names command, table, partition, segment and cause,
     and the log file with the full trace (``log_path``)."""

@@ -1,0 +1,273 @@
+"""``df.write`` / ``df.writeStream.format("kafkastore")``: exactly-once writes into topics.
+
+::
+
+    df.write.format("kafkastore").option("root", "s3://bucket/log").option("topic", "out").save()
+    (df.writeStream.format("kafkastore").option("root", root).option("topic", "out")
+       .option("checkpointLocation", ckpt).start())
+
+Columns, as Spark's Kafka sink takes them (other columns are ignored):
+
+=========  ==========================================  ======================================
+column     type                                        meaning
+=========  ==========================================  ======================================
+value      string or binary (required)                 the record's value (null allowed)
+key        string or binary                            murmur2 of the key picks the partition
+                                                       (the Java client's), null: sticky
+topic      string                                      the topic, unless the topic option is
+                                                       set (the option wins, as in Spark)
+partition  int                                         an explicit partition
+timestamp  timestamp                                   the record's timestamp (null: now)
+headers    array<struct<key string, value binary>>     record headers
+=========  ==========================================  ======================================
+
+Options: ``root`` (or the save() path), ``storageOptions`` / ``storage.<key>`` as for
+the source, ``topic``; for streams ``sinkId`` (default: derived from the query's
+``checkpointLocation``), which names the sink's decision records. ``kafka.*`` options are
+accepted and ignored. The topic's compression, ``max.message.bytes``, timestamp rules and
+``cleanup.policy=compact`` (keys required) apply as to any producer.
+
+Exactly once: each task attempt writes one open transaction; the driver's commit makes
+the chosen attempts' transactions readable together and aborts the rest
+(:mod:`pipelines.topic_sink_commit`; docs/DESIGN.md, "Writes into topics").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, StringType,
+                               StructField, StructType, TimestampType)
+
+from kafkastore.errors import ConfigError
+from kafkastore.storage import Storage
+
+from .topic_sink_commit import (TaskResult, abort_job, commit_job, new_job_prefix,
+                                recover_jobs, recover_stream, write_task)
+
+__all__ = ["SinkOptions", "parse_sink_options", "check_sink_schema", "batch_writer",
+           "stream_writer", "TopicBatchWriter", "TopicStreamWriter", "TaskMessage"]
+
+_HEADERS = ArrayType(StructType([StructField("key", StringType()),
+                                 StructField("value", BinaryType())]))
+_COLUMN_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "key": ((StringType, BinaryType), "string or binary"),
+    "value": ((StringType, BinaryType), "string or binary"),
+    "topic": ((StringType,), "string"),
+    "partition": ((IntegerType,), "int"),
+    "timestamp": ((TimestampType,), "timestamp"),
+}
+_KNOWN = ("root", "path", "storageOptions", "topic", "sinkId", "checkpointLocation")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated options of a write into topics (plain data: it travels to the tasks)."""
+
+    root: str
+    storage_options: Mapping[str, Any]
+    topic: str | None
+    sink_id: str | None
+
+
+def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
+    """Validate the sink's options (case-insensitive names); :class:`ConfigError` otherwise."""
+    canonical = {k.lower(): k for k in _KNOWN}
+    opts: dict[str, str] = {}
+    storage_keys: dict[str, Any] = {}
+    for key, value in options.items():
+        low = str(key).lower()
+        if value is None:
+            continue
+        if low.startswith("storage."):
+            storage_keys[low[len("storage."):]] = _storage_value(str(value))
+        elif low in canonical:
+            opts[canonical[low]] = str(value)
+        elif not low.startswith("kafka."):
+            raise ConfigError(f"unknown option {key!r} for a write into topics; known options: "
+                              f"{', '.join(_KNOWN)}, storage.<key>, kafka.* (ignored)")
+    root = (opts.get("root") or opts.get("path") or "").strip()
+    if not root:
+        raise ConfigError("option root is required: the log's storage root URL, e.g. "
+                          ".option(\"root\", \"s3://bucket/kafkastore\")")
+    if root.lower().startswith("memory://"):
+        raise ConfigError(f"root {root!r}: memory:// stores live inside one process and "
+                          f"Spark's Python workers cannot see them; use file:// or s3://")
+    storage_options: dict[str, Any] = {}
+    if "storageOptions" in opts:
+        try:
+            storage_options = json.loads(opts["storageOptions"])
+        except ValueError:
+            storage_options = None
+        if not isinstance(storage_options, dict):
+            raise ConfigError(f"option storageOptions: expected a JSON object, got "
+                              f"{opts['storageOptions']!r}")
+    storage_options.update(storage_keys)
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise ConfigError("option topic: expected a topic name, got ''")
+    sink_id = opts.get("sinkId")
+    if sink_id is None and "checkpointLocation" in opts:
+        sink_id = "ckpt-" + hashlib.sha256(opts["checkpointLocation"].encode()).hexdigest()[:24]
+    if sink_id is not None and not sink_id.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"option sinkId: letters, digits, '-' and '_' only, got {sink_id!r}")
+    return SinkOptions(root, storage_options, topic.strip() if topic else None, sink_id)
+
+
+def _storage_value(text: str) -> Any:
+    # Spark options are strings; fsspec wants typed keyword arguments (as the source).
+    stripped = text.strip()
+    if stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    if stripped.lstrip("-").isdigit():
+        return int(stripped)
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(stripped)
+        except ValueError:
+            raise ConfigError(f"storage option value {text!r} looks like JSON but does not "
+                              f"parse") from None
+    return text
+
+
+def check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Refuse a DataFrame the sink cannot write (Spark's Kafka sink's rules), on the driver."""
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise ConfigError(f"a write into topics needs a value column; got "
+                          f"{schema.simpleString()}")
+    if opts.topic is None and "topic" not in fields:
+        raise ConfigError("a write into topics needs the topic option or a topic column")
+    for name, (types, shown) in _COLUMN_TYPES.items():
+        if name in fields and not isinstance(fields[name], types):
+            raise ConfigError(f"column {name!r} must be {shown}, got "
+                              f"{fields[name].simpleString()}")
+    if "headers" in fields and not _headers_ok(fields["headers"]):
+        raise ConfigError(f"column 'headers' must be {_HEADERS.simpleString()}, got "
+                          f"{fields['headers'].simpleString()}")
+
+
+def _headers_ok(t: DataType) -> bool:
+    if not isinstance(t, ArrayType) or not isinstance(t.elementType, StructType):
+        return False
+    inner = {f.name: f.dataType for f in t.elementType.fields}
+    return (set(inner) == {"key", "value"} and isinstance(inner["key"], StringType)
+            and isinstance(inner["value"], (BinaryType, StringType)))
+
+
+_COLUMNS = ("key", "value", "topic", "partition", "timestamp", "headers")
+
+
+@dataclass
+class TaskMessage(WriterCommitMessage):
+    """One task attempt's commit message: what it wrote (:class:`TaskResult`)."""
+
+    result: TaskResult
+
+
+def _write(opts: SinkOptions, prefix: int, job: str, iterator: Iterator[Any]) -> TaskMessage:
+    """The task side of both writers: this attempt's transaction."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    attempt = ctx.taskAttemptId() if ctx is not None else uuid.uuid4().int & 0xFFFFFFFF
+    storage = Storage(opts.root, dict(opts.storage_options))
+    batches = (_known_columns(b) for b in iterator)
+    return TaskMessage(write_task(storage, batches, prefix=prefix, task_attempt_id=attempt,
+                                  topic=opts.topic, job=job))
+
+
+def _known_columns(batch):
+    """The batch with the sink's columns only, named in lower case (Spark's names are
+    case-insensitive)."""
+    import pyarrow as pa
+
+    keep = [(i, n.lower()) for i, n in enumerate(batch.schema.names) if n.lower() in _COLUMNS]
+    return pa.RecordBatch.from_arrays([batch.column(i) for i, _ in keep],
+                                      names=[n for _, n in keep])
+
+
+def _results(messages) -> list[TaskResult | None]:
+    return [m.result if isinstance(m, TaskMessage) else None for m in messages]
+
+
+class TopicBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("kafkastore")``: the job's output readable all at once or never."""
+
+    def __init__(self, opts: SinkOptions):
+        self.opts = opts
+        self.job = uuid.uuid4().hex
+        self.prefix = new_job_prefix()
+
+    def write(self, iterator: Iterator[Any]) -> TaskMessage:
+        """Append this task's rows as an open transaction of this attempt (executor)."""
+        return _write(self.opts, self.prefix, self.job, iterator)
+
+    def commit(self, messages) -> None:
+        """Commit the chosen attempts' transactions as one job (driver)."""
+        commit_job(self._storage(), _results(messages), job=self.job, prefix=self.prefix,
+                   topics=[self.opts.topic] if self.opts.topic else [])
+
+    def abort(self, messages) -> None:
+        """Abort every transaction of the job: nothing of it is readable (driver)."""
+        abort_job(self._storage(), job=self.job, prefix=self.prefix,
+                  topics=[self.opts.topic] if self.opts.topic else [])
+
+    def _storage(self) -> Storage:
+        return Storage(self.opts.root, dict(self.opts.storage_options))
+
+
+class TopicStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("kafkastore")``: each micro-batch exactly once, a replayed
+    batch id (after a restart) a no-op."""
+
+    def __init__(self, opts: SinkOptions):
+        if opts.sink_id is None:
+            raise ConfigError("a streaming write into topics needs a checkpointLocation or the "
+                              "sinkId option (it names the sink's committed batches)")
+        self.opts = opts
+        self.run = uuid.uuid4().hex
+        self.prefix = new_job_prefix()
+
+    def write(self, iterator: Iterator[Any]) -> TaskMessage:
+        """Append this task's rows as an open transaction of this attempt (executor)."""
+        return _write(self.opts, self.prefix, self.run, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        """Commit micro-batch ``batchId`` unless an earlier run committed it (driver)."""
+        commit_job(self._storage(), _results(messages), job=self.run, prefix=self.prefix,
+                   topics=[self.opts.topic] if self.opts.topic else [],
+                   sink_id=self.opts.sink_id, batch_id=batchId)
+
+    def abort(self, messages, batchId: int) -> None:
+        """Abort the micro-batch's transactions (driver)."""
+        abort_job(self._storage(), job=self.run, prefix=self.prefix,
+                  topics=[self.opts.topic] if self.opts.topic else [])
+
+    def _storage(self) -> Storage:
+        return Storage(self.opts.root, dict(self.opts.storage_options))
+
+
+def batch_writer(options: Mapping[str, Any], schema: StructType, overwrite: bool) -> TopicBatchWriter:
+    """The writer for ``DataSource.writer``: validates, rolls forward jobs a crash left
+    decided but not fully marked, and returns a writer for one job."""
+    opts = parse_sink_options(options)
+    check_sink_schema(schema, opts)
+    recover_jobs(Storage(opts.root, dict(opts.storage_options)))
+    return TopicBatchWriter(opts)
+
+
+def stream_writer(options: Mapping[str, Any], schema: StructType,
+                  overwrite: bool) -> TopicStreamWriter:
+    """The writer for ``DataSource.streamWriter``: validates and rolls forward the sink's
+    newest decided batch before the query (re)starts."""
+    opts = parse_sink_options(options)
+    check_sink_schema(schema, opts)
+    writer = TopicStreamWriter(opts)
+    recover_stream(Storage(opts.root, dict(opts.storage_options)), opts.sink_id)
+    return writer

@@ -1,0 +1,334 @@
+"""Exactly-once writes into topics from many tasks: the commit protocol of the topic sink.
+
+The Spark side is :mod:`pipelines.topic_sink`; this module holds everything that decides
+what becomes readable, with no Spark in it (see docs/DESIGN.md, "Writes into topics").
+
+* **Tasks** (:func:`write_task`) append their rows as one *transaction* of their own: a
+  :class:`~kafkastore.broker.Broker` with a producer id made of the job's 30-bit prefix and
+  Spark's task attempt id (unique in the application), epoch 0, transactional batches
+  committed through the partition's ordinary conditional manifest commit. No marker is
+  written, so read_committed readers see nothing of it (the last stable offset stops at its
+  first record). The task returns the topic-partitions it wrote.
+* **The driver** (:func:`commit_job`) gets one message per Spark partition, from the
+  attempt Spark chose. It aborts every other open transaction of the job's prefix (failed
+  and speculative attempts) with ABORT markers at epoch 1, which also fences those
+  attempts should they still be running; checks the chosen transactions are still open;
+  stores the *decision record* ``_sink/...json`` with put-if-absent (the commit point);
+  then writes a COMMIT marker for each chosen transaction, in each partition from the
+  newest transaction to the oldest, so the partition's last stable offset passes all of
+  the job's records at once.
+* **A crash after the decision** leaves a record whose markers are not all written:
+  :func:`roll_forward` writes the missing ones, and every later writer on the root (and
+  the next start of a stream) runs it first (:func:`recover_jobs`).
+* **Streams** name the record after the sink and the micro-batch id; a batch whose record
+  exists was committed by an earlier run, so the replay's own transactions are aborted and
+  nothing is added (:func:`commit_job` with ``batch_id``).
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from kafkastore.broker import Broker
+from kafkastore.errors import (CommitConflict, ConfigError, StorageError, TopicSinkError,
+                               UnknownTopicError)
+from kafkastore.storage import Storage
+from kafkastore.topics import load_topic
+from kafkastore.transactions import open_transactions
+
+#: Directory under the root holding decision records and attempt notes.
+SINK_DIR = "_sink"
+RECORD_FORMAT = 1
+#: Epoch of the tasks' transactions; aborts are written one higher to fence late attempts.
+TASK_EPOCH = 0
+ABORT_EPOCH = TASK_EPOCH + 1
+_PREFIX_BITS = 30
+_ATTEMPT_BITS = 32
+#: Stream decision records kept per sink (a restart replays only the last batch).
+KEEP_STREAM_RECORDS = 20
+
+
+def new_job_prefix() -> int:
+    """A random non-zero 30-bit prefix for one job (or one run of a stream query)."""
+    return (uuid.uuid4().int % ((1 << _PREFIX_BITS) - 1)) + 1
+
+
+def producer_id(prefix: int, task_attempt_id: int) -> int:
+    """The producer id of one task attempt: the job's prefix and Spark's attempt id (unique
+    within the application), a positive 62-bit number."""
+    return (prefix << _ATTEMPT_BITS) | (task_attempt_id & ((1 << _ATTEMPT_BITS) - 1))
+
+
+def prefix_of(pid: int) -> int:
+    """The job prefix a producer id was made from."""
+    return pid >> _ATTEMPT_BITS
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one task attempt wrote: its producer id and the topic-partitions it touched
+    (the commit message's content)."""
+
+    producer_id: int
+    partitions: tuple[tuple[str, int], ...]
+    records: int
+
+
+# --------------------------------------------------------------------------- tasks
+
+def write_task(storage: Storage, batches: Iterable[Any], *, prefix: int, task_attempt_id: int,
+               topic: str | None, job: str) -> TaskResult:
+    """Append the rows of Arrow ``batches`` (columns as :meth:`Broker.send_arrow` takes them,
+    plus an optional ``topic`` column) as one open transaction of this attempt's producer id.
+
+    ``topic`` (the option) wins over the column, as in Spark's Kafka sink. Before the first
+    write to a topic the attempt notes the topic (``_sink/<job>/attempts/<pid>.json``), so
+    the driver can find and abort the attempt's transaction even if the attempt fails."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    pid = producer_id(prefix, task_attempt_id)
+    broker = Broker(storage, producer_id=pid, producer_epoch=TASK_EPOCH, housekeeping=False)
+    broker.begin_transaction()
+    touched: set[tuple[str, int]] = set()
+    noted: list[str] = []
+    records = 0
+    for batch in batches:
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if table.num_rows == 0:
+            continue
+        for name, rows in _by_topic(table, topic, pc):
+            if name not in noted:
+                broker.topic(name)  # unknown topic: fail before noting it
+                noted.append(name)
+                storage.put(attempt_note_path(job, pid), json.dumps(
+                    {"producer_id": pid, "topics": noted}).encode())
+            parts = broker.send_arrow(name, rows)
+            touched.update((name, int(p)) for p in set(parts.tolist()))
+            records += rows.num_rows
+    broker.flush()
+    return TaskResult(pid, tuple(sorted(touched)), records)
+
+
+def _by_topic(table, topic: str | None, pc) -> Iterator[tuple[str, Any]]:
+    """``(topic, rows without the topic column)`` groups of ``table``."""
+    names = table.schema.names
+    if topic is not None or "topic" not in names:
+        if topic is None:
+            raise ConfigError("a write into topics needs the topic option or a topic column")
+        yield topic, table.drop_columns(["topic"]) if "topic" in names else table
+        return
+    col = table.column("topic")
+    if col.null_count:
+        raise ConfigError("the topic column is null in some rows and no topic option is set")
+    rest = table.drop_columns(["topic"])
+    for name in pc.unique(col).to_pylist():
+        yield name, rest.filter(pc.equal(col, name))
+
+
+# --------------------------------------------------------------------------- paths
+
+def job_record_path(job: str) -> str:
+    """The decision record of a batch job."""
+    return f"{SINK_DIR}/jobs/{job}.json"
+
+
+def stream_record_path(sink_id: str, batch_id: int) -> str:
+    """The decision record of one micro-batch of a stream sink."""
+    return f"{SINK_DIR}/streams/{sink_id}/{batch_id:020d}.json"
+
+
+def attempt_note_path(job: str, pid: int) -> str:
+    """The note listing the topics one attempt writes to."""
+    return f"{SINK_DIR}/attempts/{job}/{pid}.json"
+
+
+# --------------------------------------------------------------------------- driver
+
+def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: str, prefix: int,
+               topics: Iterable[str] = (), sink_id: str | None = None,
+               batch_id: int | None = None) -> dict:
+    """Make the chosen attempts' transactions readable, all or none; the decision record.
+
+    ``results``: one per Spark partition (the attempts Spark chose). ``topics``: topics
+    the job may have written besides those in ``results`` (the topic option). With
+    ``sink_id`` and ``batch_id`` (a stream), a batch already committed by an earlier run is
+    not committed again: this run's transactions are aborted and the earlier record is
+    rolled forward and returned."""
+    chosen = [r for r in results if r is not None]
+    winners = {r.producer_id for r in chosen}
+    all_topics = set(topics) | {t for r in chosen for t, _ in r.partitions}
+    all_topics |= _noted_topics(storage, job)
+    if sink_id is not None:
+        path = stream_record_path(sink_id, batch_id)
+        earlier = _read_record(storage, path)
+        if earlier is not None and earlier["job"] != job:
+            abort_job(storage, job=job, prefix=prefix, topics=all_topics)
+            roll_forward(storage, earlier)
+            return earlier
+    else:
+        path = job_record_path(job)
+    _abort_open(storage, all_topics, prefix, keep=winners)
+    txns = [{"topic": t, "partition": p, "producer_id": r.producer_id,
+             "producer_epoch": TASK_EPOCH} for r in chosen for t, p in r.partitions]
+    _check_still_open(storage, txns, job)
+    record = {"format": RECORD_FORMAT, "job": job, "sink": sink_id, "batch_id": batch_id,
+              "records": sum(r.records for r in chosen), "transactions": txns}
+    stored = _put_record(storage, path, record)
+    if stored["job"] != job:  # another run of this stream committed the batch meanwhile
+        abort_job(storage, job=job, prefix=prefix, topics=all_topics)
+    roll_forward(storage, stored)
+    _forget(storage, path, stored, sink_id, batch_id)
+    _drop_notes(storage, job)
+    return stored
+
+
+def abort_job(storage: Storage, *, job: str, prefix: int, topics: Iterable[str] = ()) -> int:
+    """Abort every open transaction of the job's prefix on ``topics`` and on the topics its
+    attempts noted (ABORT markers at epoch 1: an attempt still running is fenced); the
+    number aborted. Nothing of the job stays readable or holds the last stable offset."""
+    aborted = _abort_open(storage, set(topics) | _noted_topics(storage, job), prefix, keep=())
+    _drop_notes(storage, job)
+    return aborted
+
+
+def roll_forward(storage: Storage, record: Mapping[str, Any]) -> int:
+    """Write the COMMIT markers of a decision record that are still missing; the number
+    written. Within a partition the newest transaction goes first, so the partition's last
+    stable offset moves past all of the record's transactions at once."""
+    by_partition: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for t in record["transactions"]:
+        by_partition.setdefault((t["topic"], int(t["partition"])), []).append(t)
+    written = 0
+    for (topic, partition), txns in sorted(by_partition.items()):
+        open_now = {o.producer_id: o for o in open_transactions(storage, topic, partition)}
+        pending = [(open_now[t["producer_id"]], t) for t in txns
+                   if t["producer_id"] in open_now
+                   and open_now[t["producer_id"]].producer_epoch == t["producer_epoch"]]
+        for txn, t in sorted(pending, key=lambda x: -x[0].first_offset):
+            Broker(storage, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
+                   housekeeping=False).write_marker(topic, partition, commit=True)
+            written += 1
+    return written
+
+
+def recover_jobs(storage: Storage) -> int:
+    """Roll forward every batch job whose decision was stored but whose markers a crash
+    left unwritten, then drop its record; the number of markers written."""
+    written = 0
+    for info in storage.list(f"{SINK_DIR}/jobs/"):
+        record = _read_record(storage, info.path)
+        if record is None:
+            continue
+        written += roll_forward(storage, record)
+        storage.delete([info.path])
+    return written
+
+
+def recover_stream(storage: Storage, sink_id: str) -> dict | None:
+    """Roll forward a stream sink's newest decision record (a crash between its decision
+    and its markers); that record, or None for a new sink."""
+    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    if not infos:
+        return None
+    record = _read_record(storage, infos[-1].path)
+    if record is not None:
+        roll_forward(storage, record)
+    return record
+
+
+def last_committed_batch(storage: Storage, sink_id: str) -> int | None:
+    """The newest micro-batch id a stream sink committed, or None."""
+    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    return int(infos[-1].path.rsplit("/", 1)[-1].split(".")[0]) if infos else None
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _abort_open(storage: Storage, topics: Iterable[str], prefix: int, keep) -> int:
+    aborted = 0
+    for topic in sorted(topics):
+        try:
+            partitions = load_topic(storage, topic).partitions
+        except UnknownTopicError:
+            continue  # a topic that does not exist holds nothing of the job
+        for p in range(partitions):
+            for txn in open_transactions(storage, topic, p):
+                if prefix_of(txn.producer_id) != prefix or txn.producer_id in keep:
+                    continue
+                Broker(storage, producer_id=txn.producer_id,
+                       producer_epoch=max(txn.producer_epoch + 1, ABORT_EPOCH),
+                       housekeeping=False).write_marker(topic, p, commit=False)
+                aborted += 1
+    return aborted
+
+
+def _check_still_open(storage: Storage, txns: Sequence[Mapping[str, Any]], job: str) -> None:
+    """Every chosen transaction must still be open at its epoch: one aborted meanwhile (a
+    hanging-transaction abort of a job that ran too long) would commit as nothing."""
+    by_partition: dict[tuple[str, int], set[int]] = {}
+    for t in txns:
+        by_partition.setdefault((t["topic"], t["partition"]), set()).add(t["producer_id"])
+    for (topic, partition), pids in by_partition.items():
+        open_now = {o.producer_id for o in open_transactions(storage, topic, partition)
+                    if o.producer_epoch == TASK_EPOCH}
+        lost = pids - open_now
+        if lost:
+            raise TopicSinkError(
+                f"write job {job}: the transaction of producer {min(lost)} on {topic}/{partition} "
+                f"was ended before the job committed (aborted as hanging? a job must commit "
+                f"within twice transaction.max.timeout.ms of its writes); nothing was committed")
+
+
+def _put_record(storage: Storage, path: str, record: dict) -> dict:
+    """Store the decision record with put-if-absent; the record stored at ``path`` (ours,
+    or the one that was there first). An unknown outcome is read back."""
+    data = json.dumps(record, sort_keys=True).encode()
+    try:
+        storage.put_if_absent(path, data)
+        return record
+    except CommitConflict:
+        pass
+    except StorageError:
+        pass  # unknown outcome: what is stored decides
+    stored = _read_record(storage, path)
+    if stored is None:
+        raise TopicSinkError(f"could not store the decision record {path}; nothing was committed")
+    return stored
+
+
+def _read_record(storage: Storage, path: str) -> dict | None:
+    if not storage.exists(path):
+        return None
+    return json.loads(storage.get(path))
+
+
+def _noted_topics(storage: Storage, job: str) -> set[str]:
+    topics: set[str] = set()
+    for info in storage.list(f"{SINK_DIR}/attempts/{job}/"):
+        try:
+            topics.update(json.loads(storage.get(info.path))["topics"])
+        except (ValueError, KeyError, StorageError):
+            continue  # a note half-written by a dying attempt: its topic is also elsewhere
+    return topics
+
+
+def _drop_notes(storage: Storage, job: str) -> None:
+    notes = [i.path for i in storage.list(f"{SINK_DIR}/attempts/{job}/")]
+    if notes:
+        storage.delete(notes)
+
+
+def _forget(storage: Storage, path: str, record: Mapping[str, Any], sink_id: str | None,
+            batch_id: int | None) -> None:
+    """A batch job's record is not needed once its markers are written; a stream keeps
+    its newest records (a restart compares its replay with them)."""
+    if sink_id is None:
+        storage.delete([path])
+        return
+    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    old = [i.path for i in infos[:-KEEP_STREAM_RECORDS]]
+    if old:
+        storage.delete(old)
