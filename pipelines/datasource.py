@@ -120,6 +120,7 @@ from .offset_ranges import OffsetRange, is_json_int
 from .planning import Pruning, open_storage, plan_source_splits, resolve_source
 from .source_options import (DEFAULT_MAX_BYTES_PER_PARTITION, SOURCE_NAME, SourceOptions,
                              option_strings, parse_options, ranges_to_options)
+from .stream_source import KafkaStoreStreamReader, parse_stream_options
 
 __all__ = ["SOURCE_NAME", "KafkaStoreDataSource", "KafkaStoreReader", "KafkaStoreFilteringReader",
            "KafkaStorePartition", "SourceOptions", "OffsetRange", "parse_options", "spark_schema",
@@ -290,7 +291,7 @@ class KafkaStoreDataSource(DataSource):
 
     def schema(self) -> StructType:
         """Spark's Kafka schema (``headers`` only with includeHeaders); validates the options."""
-        opts = parse_options(self.options)
+        opts = parse_stream_options(self.options, refuse_ending=False).source   # batch or stream
         if opts.root.lower().startswith("memory://"):
             # Spark's Python workers are separate processes: a memory:// store is not shared.
             raise ConfigError(f"root {opts.root!r}: memory:// stores live inside one process and "
@@ -306,6 +307,15 @@ class KafkaStoreDataSource(DataSource):
                               f"{expected.simpleString()}; got {schema.simpleString()}")
         cls = KafkaStoreFilteringReader if opts.push_filters else KafkaStoreReader
         return cls(opts)
+
+    def streamReader(self, schema: StructType) -> KafkaStoreStreamReader:
+        """``spark.readStream.format("kafkastore")``: see :mod:`pipelines.stream_source`."""
+        opts = parse_stream_options(self.options)
+        expected = spark_schema(opts.source.include_headers)
+        if schema != expected:
+            raise ConfigError(f"the {SOURCE_NAME} source has a fixed schema, "
+                              f"{expected.simpleString()}; got {schema.simpleString()}")
+        return KafkaStoreStreamReader(opts, KafkaStorePartition, _read_batches)
 
 
 class KafkaStoreReader(DataSourceReader):
