@@ -1,0 +1,238 @@
+"""Benchmark: ack latency of a trickle of one-record produces while housekeeping runs.
+
+    ./run bench trickle --minutes M [--s3] [--interval-ms 5] [--no-profile]
+
+1. Starts ``kafkastore serve`` as a subprocess on 127.0.0.1 over a fresh root: a temporary
+   directory (``file://``) or, with ``--s3``, a bucket on moto's S3 server (its own process,
+   so moto does not share the broker's or this process's GIL).
+2. The topic has ``segment.bytes`` 1 MiB (so the housekeeper merges small segments within
+   the run) and gc's interval and version grace are shortened to ``--gc-ms`` (through
+   bench/short_gc_broker.py), so merging and gc both run all along, as in the steady state.
+3. A confluent-kafka producer (acks=all, idempotent, ``linger.ms=0``) sends one 100-byte
+   record every ``--interval-ms`` (5) to one partition; a record's ack latency is the time
+   from ``produce()`` to its delivery callback.
+4. Prints p50 / p99 ack latency per tenth of the run and each tenth's p99 over the first
+   tenth's, the 1-minute load average per tenth (other tenants make latency noisy: read the
+   ratios next to it), and, unless ``--no-profile``, what the broker was doing during the
+   slow acks of the worst tenth: bench/profile_broker.py times each produce commit, merge,
+   gc and storage call inside the broker; an ack slower than the first tenth's p99 is
+   attributed to the housekeeping steps (merge, gc) whose spans overlap it, and the steps of
+   the produce commits that acknowledged it are summed.
+
+No assertion is made on speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+_T0_ENV = "KAFKASTORE_TRICKLE_T0_FILE"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _broker_wrapper() -> None:
+    """Inside the broker process: note the monotonic clock, then run bench/profile_broker.py.
+
+    profile_broker times its events from its own start; the time written here (a few
+    microseconds before it) puts them on this benchmark's clock (both CLOCK_MONOTONIC)."""
+    import runpy
+
+    with open(os.environ[_T0_ENV], "w") as f:
+        f.write(repr(time.monotonic()))
+    inner = os.path.join(HERE, "profile_broker.py")
+    sys.argv = [inner, *sys.argv[1:]]
+    runpy.run_path(inner, run_name="__main__")
+
+
+def _tenths(acks: list[tuple[float, float]], dur: float) -> list[list[float]]:
+    """Latencies (s) per tenth of the run by send time."""
+    tenth = dur / 10
+    out: list[list[float]] = [[] for _ in range(10)]
+    for t, lat in acks:
+        out[min(9, int(t / tenth))].append(lat)
+    return out
+
+
+def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: float,
+               slow_s: float) -> None:
+    """Print what overlapped the acks sent in [lo, hi) (run seconds) slower than ``slow_s``."""
+    shift = t0_broker - t_start  # broker event time + shift = run time
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for start, step, dur in events:
+        spans.setdefault(step, []).append((start + shift, start + shift + dur))
+    slow = [(t, lat) for t, lat in acks if lo <= t < hi and lat > slow_s]
+    print(f"  worst tenth [{lo:.0f} s, {hi:.0f} s): {len(slow)} acks slower than {slow_s * 1e3:.1f} ms "
+          f"(the first tenth's p99)")
+    if not slow:
+        return
+    house = ("merge.merge_partition", "gc.collect_garbage")
+    tags: dict[str, int] = {}
+    for t, lat in slow:
+        hit = [s.split(".")[0] for s in house
+               if any(a < t + lat and b > t for a, b in spans.get(s, ()))]
+        key = "+".join(hit) or "neither merge nor gc"
+        tags[key] = tags.get(key, 0) + 1
+    print("  overlapping housekeeping: " + ", ".join(f"{k} {v}" for k, v in sorted(tags.items())))
+    # Time per step inside the slow acks' windows (what the broker spent while they waited).
+    busy: dict[str, float] = {}
+    for step, ss in spans.items():
+        for t, lat in slow:
+            for a, b in ss:
+                overlap = min(b, t + lat) - max(a, t)
+                if overlap > 0:
+                    busy[step] = busy.get(step, 0.0) + overlap
+    total = sum(lat for _, lat in slow)
+    top = sorted(busy.items(), key=lambda kv: -kv[1])[:10]
+    print(f"  step time overlapping those acks (s, of {total:.2f} s of waiting): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in top))
+    commits = [(a, b - a) for a, b in spans.get("Appender.commit", ()) if lo <= a < hi]
+    if commits:
+        ds = [d for _, d in commits]
+        print(f"  produce commits in that tenth: {len(ds)}, p50 {statistics.median(ds) * 1e3:.1f} ms, "
+              f"p99 {_percentile(ds, 0.99) * 1e3:.1f} ms, max {max(ds) * 1e3:.1f} ms")
+        worst = sorted(commits, key=lambda c: -c[1])[:3]
+        for a, d in worst:
+            inside = sorted(((s, min(b, a + d) - max(x, a)) for s, ss in spans.items()
+                             if s != "Appender.commit" for x, b in ss if x < a + d and b > a),
+                            key=lambda kv: -kv[1])
+            steps: dict[str, float] = {}
+            for s, o in inside:
+                steps[s] = steps.get(s, 0.0) + o
+            print(f"    commit at {a:.1f} s took {d * 1e3:.0f} ms; overlapping: "
+                  + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in
+                              sorted(steps.items(), key=lambda kv: -kv[1])[:6]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--interval-ms", type=float, default=5.0)
+    ap.add_argument("--s3", action="store_true", help="root on moto's S3 server (default: file://)")
+    ap.add_argument("--segment-bytes", type=int, default=1 << 20)
+    ap.add_argument("--gc-ms", type=int, default=6000,
+                    help="gc interval and version grace in ms (short: gc runs all along)")
+    ap.add_argument("--no-profile", action="store_true",
+                    help="no timing of the broker's steps (bench/profile_broker.py)")
+    args = ap.parse_args()
+
+    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.dirname(HERE))
+    from confluent_kafka import Producer
+
+    from serve_proc import start_broker, stop_broker, wait_serving
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+
+    tmp = tempfile.mkdtemp(prefix="bench-trickle-")
+    moto = None
+    env = dict(os.environ)
+    if args.s3:
+        from produce import start_moto
+
+        moto = start_moto("trickle", own_process=True)
+        env.update({k: v for k, v in os.environ.items() if k.startswith("AWS_")})
+        root = "s3://trickle/root"
+    else:
+        root = f"file://{tmp}/root"
+    create_topic(Storage(root), "trickle", 1, {"segment.bytes": args.segment_bytes,
+                                               "file.delete.delay.ms": args.gc_ms})
+    env["KAFKASTORE_BENCH_GC_MS"] = str(args.gc_ms)
+    env["KAFKASTORE_BENCH_BROKER_MAIN"] = os.path.join(HERE, "short_gc_broker.py")
+    t0_file = os.path.join(tmp, "broker_t0")
+    prof_file = os.path.join(tmp, "profile.json")
+    if not args.no_profile:
+        env["KAFKASTORE_BENCH_INNER_MAIN"] = os.path.abspath(__file__)
+        env[_T0_ENV] = t0_file
+        env["KAFKASTORE_PROFILE_OUT"] = prof_file
+    broker = start_broker(root, env=env)
+    dur = args.minutes * 60
+    try:
+        port = wait_serving(broker)
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0, "acks": "all",
+                      "enable.idempotence": True, "log.connection.close": False})
+        sent: dict[int, float] = {}
+        acks: list[tuple[float, float]] = []  # (send time since start, latency s)
+        failed: list = []
+        loads: list[tuple[float, float]] = []
+        t_start = time.perf_counter()  # CLOCK_MONOTONIC on Linux, as the broker's time.monotonic
+
+        def on_delivery(err, msg):
+            now = time.perf_counter()
+            if err is not None:
+                failed.append(err)
+                return
+            t = sent.pop(int.from_bytes(msg.key(), "big"))
+            acks.append((t - t_start, now - t))
+
+        interval = args.interval_ms / 1000
+        value = b"v" * 100
+        i = 0
+        next_at = t_start
+        while (now := time.perf_counter()) - t_start < dur:
+            if not loads or now - t_start - loads[-1][0] >= 1.0:
+                loads.append((now - t_start, os.getloadavg()[0]))
+            if now < next_at:
+                p.poll(next_at - now)
+                continue
+            sent[i] = time.perf_counter()
+            p.produce("trickle", key=i.to_bytes(8, "big"), value=value, partition=0,
+                      on_delivery=on_delivery)
+            i += 1
+            next_at += interval
+            p.poll(0)
+        left = p.flush(120)
+        del p
+        if left or failed:
+            print(f"produce failed: {left} undelivered, errors {failed[:3]}", file=sys.stderr)
+            return 1
+    finally:
+        stop_broker(broker)
+        if moto is not None:
+            moto.stop()
+    try:
+        per = _tenths(acks, dur)
+        p50 = [_percentile(x, 0.5) * 1e3 for x in per]
+        p99 = [_percentile(x, 0.99) * 1e3 for x in per]
+        load = [statistics.mean([v for t, v in loads if k * dur / 10 <= t < (k + 1) * dur / 10] or [float("nan")])
+                for k in range(10)]
+        print(f"trickle: root {root.split(':')[0]}://, {len(acks)} records acknowledged over "
+              f"{dur:.0f} s (one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0; "
+              f"segment.bytes {args.segment_bytes}, gc interval and grace {args.gc_ms} ms)")
+        print(f"{'tenth':>5} {'acks':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99/first':>9} {'load1':>6}")
+        for k in range(10):
+            print(f"{k + 1:5d} {len(per[k]):6d} {p50[k]:8.1f} {p99[k]:8.1f} {p99[k] / p99[0]:9.2f} "
+                  f"{load[k]:6.1f}")
+        worst = max(range(10), key=lambda k: p99[k])
+        print(f"worst tenth: {worst + 1} (p99 {p99[worst]:.1f} ms, {p99[worst] / p99[0]:.2f}x the "
+              f"first's); max p99/first {max(p99) / p99[0]:.2f}")
+        if not args.no_profile and os.path.exists(prof_file) and os.path.exists(t0_file):
+            with open(prof_file) as f:
+                events = json.load(f)["events"]
+            with open(t0_file) as f:
+                t0_broker = float(f.read())
+            _attribute(acks, events, t0_broker, t_start, worst * dur / 10, (worst + 1) * dur / 10,
+                       p99[0] / 1e3)
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if os.environ.get(_T0_ENV) and os.environ.get("KAFKASTORE_BENCH_INNER_MAIN") == os.path.abspath(__file__) \
+            and "serve" in sys.argv:
+        _broker_wrapper()
+    else:
+        sys.exit(main())
