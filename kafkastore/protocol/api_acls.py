@@ -18,13 +18,13 @@ from ..acls import (AclBinding, AclFilter, Operation, ResourceType, add_acls, li
                     remove_acls, validate_binding, validate_filter)
 from ..errors import InvalidAclError, KafkaStoreError
 from . import error_codes as E
+from .api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
+from .error_codes import SECURITY_DISABLED
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.acls")
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-SECURITY_DISABLED = 54
 _DISABLED_MESSAGE = "no authorizer is configured on the broker (kafkastore serve --authorizer)"
 
 

@@ -14,6 +14,8 @@ from ..errors import (ConfigError, InternalTopicError, KafkaStoreError, OffsetOu
 from ..retention import delete_records
 from ..topics import alter_topic, create_topic, delete_topic as delete_topic_everywhere, is_internal_topic
 from . import error_codes as E
+from .api_keys import (CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS,
+                       DESCRIBE_CONFIGS)
 from .placement import topic_id_of
 from ..acls import Operation as Op, ResourceType
 from . import authorizer as authz
@@ -22,8 +24,6 @@ from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
-CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS = 19, 20, 32
-DELETE_RECORDS, CREATE_PARTITIONS = 21, 37
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 _DEFAULT_CONFIG, _TOPIC_CONFIG = 5, 1  # Kafka's ConfigSource: DEFAULT_CONFIG, DYNAMIC_TOPIC_CONFIG

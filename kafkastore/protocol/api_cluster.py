@@ -13,13 +13,14 @@ from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import error_codes as E
+from .api_keys import (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
+                       DESCRIBE_TOPIC_PARTITIONS)
 from .codec import make
 from .placement import leader_for, topic_id_of
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
-DESCRIBE_LOG_DIRS, DESCRIBE_CLUSTER, DESCRIBE_PRODUCERS, DESCRIBE_TOPIC_PARTITIONS = 35, 60, 61, 75
 _NO_AUTH_OPS = -2147483648  # Kafka's "not requested"
 BROKERS_ENDPOINT = 1  # DescribeCluster's endpoint_type (2 asks for KRaft controllers)
 #: The operations a cluster resource supports (Kafka's AclEntry.supportedOperations(CLUSTER)).

@@ -15,12 +15,12 @@ from ..errors import ConfigError, KafkaStoreError, UnknownTopicError
 from ..topic_config import CONFIG_KEYS, TopicConfig
 from ..topics import alter_topic, is_internal_topic
 from . import error_codes as E
+from .api_keys import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
-ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
 TOPIC_RESOURCE = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # Kafka's AlterConfigOp.OpType
 

@@ -29,13 +29,13 @@ from ..reader import PartitionReader, last_stable_offset, segment_position
 from ..format.record_batch import LOG_OVERHEAD
 from ..acls import Operation, ResourceType
 from . import error_codes as E
+from .api_keys import FETCH, LIST_OFFSETS
 from .codec import make
 from .registry import Registry, RequestContext
 from .topic_ids import NEEDS_LOOKUP
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
-FETCH, LIST_OFFSETS = 1, 2
 READ_COMMITTED = 1
 #: Fetch sessions (KIP-227): a full fetch without a session, and one asking for a new session.
 FINAL_EPOCH, INITIAL_EPOCH = -1, 0

@@ -38,16 +38,15 @@ from ..group_offsets import GroupClaim, GroupMetadata, OffsetAndMetadata, Offset
 from ..acls import Operation as Op, ResourceType
 from . import authorizer as authz
 from . import group_coordinator as G
+from .api_keys import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
+                       LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH,
+                       SYNC_GROUP)
+from .error_codes import INVALID_REQUEST, KAFKA_STORAGE_ERROR
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.groups")
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
-JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
-DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
-KAFKA_STORAGE_ERROR = 56
-INVALID_REQUEST = 42
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
 COORDINATOR_KEY_SHARE = 2  # KIP-932, FindCoordinator v6+

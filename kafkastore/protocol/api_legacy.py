@@ -35,15 +35,15 @@ from ..errors import CompressionError, CorruptRecordError, FetchCheckError, Kafk
 from ..format import legacy_records
 from ..format.record_batch import LOG_OVERHEAD
 from . import error_codes as E
+from .api_keys import FETCH, LIST_OFFSETS
+from .error_codes import UNSUPPORTED_COMPRESSION_TYPE
 from .api_fetch import PartitionRead, read_partition
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
-FETCH, LIST_OFFSETS = 1, 2
 EARLIEST, LATEST = -2, -1
-UNSUPPORTED_COMPRESSION_TYPE = 76
 #: The oldest Fetch version kio (and so ``api_fetch``) has classes for.
 FIRST_NEW_FETCH = 4
 _INT32_MAX = 0x7FFFFFFF

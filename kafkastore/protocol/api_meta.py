@@ -11,6 +11,7 @@ from ..topics import is_internal_topic
 
 from . import codec
 from . import error_codes as E
+from .api_keys import API_VERSIONS, INIT_PRODUCER_ID, METADATA
 from .api_admin import MAX_PARTITIONS, create_topic_safely
 from .codec import make
 from .placement import leader_for, topic_id, topic_id_of  # noqa: F401 - re-exported (registry docs, handlers)
@@ -18,7 +19,6 @@ from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
 
-API_VERSIONS, METADATA, INIT_PRODUCER_ID = 18, 3, 22
 _NO_AUTH_OPS = -2147483648  # "not requested"
 
 

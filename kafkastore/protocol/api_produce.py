@@ -10,12 +10,12 @@ from ..errors import KafkaStoreError
 from ..topics import is_internal_topic
 from . import api_legacy, api_txn
 from . import error_codes as E
+from .api_keys import PRODUCE
 from .appender import BatchRejected, Outcome, check_batch
 from .codec import make
 from .registry import Registry, RequestContext
 from .state import MISSING
 
-PRODUCE = 0
 #: Produce v0-2 carry the old message format (magic 0/1), up-converted by :mod:`.api_legacy`.
 FIRST_V2_PRODUCE = 3
 

@@ -11,14 +11,13 @@ import logging
 
 from ..errors import ConfigError, KafkaStoreError
 from . import error_codes as E
+from .api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from . import quotas as Q
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger(__name__)
 
-DESCRIBE_CLIENT_QUOTAS = 48
-ALTER_CLIENT_QUOTAS = 49
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 

@@ -48,18 +48,16 @@ from ..acls import Operation as Op
 from . import authorizer as authz
 from . import error_codes as E
 from . import txn_coordinator as T
+from .api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS, END_TXN,
+                       INIT_PRODUCER_ID, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS)
+from .error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST,
+                          NOT_COORDINATOR, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION)
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.txn")
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
-WRITE_TXN_MARKERS = 27
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
 TRANSACTIONAL_ID_NOT_FOUND_ERR = T.TRANSACTIONAL_ID_NOT_FOUND
-UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED = 3, 55
-INVALID_REQUEST = 42
 OFFSETS_TOPIC = "__consumer_offsets"
 PENDING_DIR = "_txn_offsets"
 #: Seconds between two checks of the transactions this broker coordinates for timeouts.
@@ -81,7 +79,6 @@ HANGING_AFTER_MAX_TIMEOUTS = 2
 #: up on and followed with an abort and a new transaction) are processed at once on resume,
 #: and must not act; a client still waiting retries and is served from the state read again.
 FENCE_QUARANTINE_S = 1.0
-COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 class TxnStore:

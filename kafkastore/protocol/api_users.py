@@ -8,12 +8,12 @@ from ..acls import Operation, ResourceType
 from ..errors import KafkaStoreError, ScramCredentialError
 from ..scram_users import MECHANISMS, Deletion, ScramUsers, Upsertion
 from . import error_codes as E
+from .api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from .codec import make
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 _CODES = {"mechanism": E.UNSUPPORTED_SASL_MECHANISM, "unacceptable": E.UNACCEPTABLE_CREDENTIAL,
           "not_found": E.RESOURCE_NOT_FOUND, "duplicate": E.DUPLICATE_RESOURCE}
 

@@ -60,6 +60,7 @@ from ..segment_writer import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_
                               check_sequence, commit_appending, entries_with_aborted,
                               expired_producers, write_segment)
 from . import error_codes as E
+from .error_codes import NOT_COORDINATOR  # a marker whose fencing condition failed (see submit_marker)
 
 log = logging.getLogger("kafkastore.serve.append")
 
@@ -113,9 +114,6 @@ def check_batch(data) -> BatchHeader:
         raise BatchRejected(E.INVALID_RECORD, "a transactional batch needs a producer id")
     return header
 
-
-#: Kafka's NOT_COORDINATOR: a marker whose fencing condition failed (see submit_marker).
-NOT_COORDINATOR = 16
 
 
 @dataclass

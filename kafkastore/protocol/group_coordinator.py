@@ -43,23 +43,13 @@ from ..errors import CorruptRecordError
 from ..group_offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
                              decode_consumer_subscription)
 
-# Kafka error codes used by the group APIs.
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-GROUP_SUBSCRIBED_TO_TOPIC = 86
+# Kafka error codes used by the group APIs (importers read them here as G.<code>).
+from .error_codes import (COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,  # noqa: E402,F401
+                          GROUP_ID_NOT_FOUND, GROUP_SUBSCRIBED_TO_TOPIC, ILLEGAL_GENERATION,
+                          INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID, INVALID_SESSION_TIMEOUT,
+                          MEMBER_ID_REQUIRED, NON_EMPTY_GROUP, NONE, NOT_COORDINATOR,
+                          OFFSET_METADATA_TOO_LARGE, REBALANCE_IN_PROGRESS,
+                          UNKNOWN_MEMBER_ID, UNKNOWN_TOPIC_OR_PARTITION)
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"

@@ -51,7 +51,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import Records, TZAware, i16, i32, i32Timedelta, i64
 
-PRODUCE, FETCH, LIST_OFFSETS = 0, 1, 2
+from .api_keys import FETCH, LIST_OFFSETS, PRODUCE  # noqa: E402 - below the module's notes
 #: The versions served from here (kio has the rest).
 PRODUCE_VERSIONS = range(0, 3)
 FETCH_VERSIONS = range(0, 4)

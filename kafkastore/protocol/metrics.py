@@ -23,35 +23,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from ..errors import ListenError
+from .api_keys import FETCH, PRODUCE, api_name
 from .http_guard import (HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, GuardedHandler, GuardedHTTPServer,
                          basic_credentials)
 
 log = logging.getLogger("kafkastore.serve.metrics")
 
 _I32 = struct.Struct(">i")
-#: Kafka's API names for the label (others are labelled by number).
-API_NAMES = {
-    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions",
-    19: "CreateTopics", 20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId",
-    23: "OffsetForLeaderEpoch", 24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn",
-    28: "TxnOffsetCommit", 29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls",
-    32: "DescribeConfigs", 33: "AlterConfigs", 35: "DescribeLogDirs", 36: "SaslAuthenticate",
-    37: "CreatePartitions", 42: "DeleteGroups", 44: "IncrementalAlterConfigs",
-    47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
-    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 60: "DescribeCluster",
-    61: "DescribeProducers", 75: "DescribeTopicPartitions",
-}
 #: The metrics listener's connection caps (a scraper needs one or two).
 DEFAULT_METRICS_MAX_CONNECTIONS = 64
 DEFAULT_METRICS_MAX_CONNECTIONS_PER_IP = 16
 _LATENCY_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
-
-
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API key (its number when unnamed here)."""
-    return API_NAMES.get(api_key, str(api_key))
 
 
 def batch_records(data) -> int:
@@ -121,9 +103,9 @@ class BrokerMetrics:
         self.latency.labels(name).observe(seconds)
         if response is not None and _has_error(response):
             self.errors.labels(name, str(version)).inc()
-        if api_key == 0:
+        if api_key == PRODUCE:
             self._observe_produce(request, response)
-        elif api_key == 1 and response is not None:
+        elif api_key == FETCH and response is not None:
             for t in getattr(response, "responses", ()) or ():
                 nbytes, nrecords = _records_of(t.partitions)
                 if nbytes:

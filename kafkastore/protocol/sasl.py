@@ -25,11 +25,11 @@ from ..errors import ConfigError, KafkaStoreError
 from ..scram_users import (MECHANISMS as SCRAM_MECHANISMS, STALE, ScramCredential,
                            credential_from_password)
 from . import error_codes as E
+from .api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .api_users import scram_users
 from .codec import make
 from .registry import Registry, RequestContext
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_ITERATIONS = 4096
 

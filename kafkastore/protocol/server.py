@@ -42,6 +42,8 @@ from ..clock import Clock
 from ..errors import ConfigError, ListenError
 from ..storage import Storage
 from . import codec, fencing, listeners
+from .api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
+                       client_throttles, quota_exempt)
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
@@ -62,22 +64,6 @@ DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000
 DEFAULT_SASL_MAX_FAILED_LOGINS_PER_IP = 50
 DEFAULT_SASL_FAILED_LOGIN_WINDOW_MS = 10_000
 MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-#: APIs no request-time quota throttles (Kafka exempts them too: a client must be able to
-#: negotiate and authenticate).
-_QUOTA_EXEMPT = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
-PRODUCE, FETCH = 0, 1
-#: KIP-219: from these versions on (Kafka's ``AbstractResponse.shouldClientThrottle``) the
-#: client itself waits out ``throttle_time_ms``, so a throttled response is sent at once and
-#: only the channel is muted; older versions get the response held back instead. APIs
-#: newer than KIP-219 (not listed) throttle on the client at every version.
-_CLIENT_THROTTLES_FROM = {
-    0: 6, 1: 8, 2: 3, 3: 6, 8: 4, 9: 4, 10: 2, 11: 3, 12: 2, 13: 2, 14: 2, 15: 2, 16: 2, 18: 2,
-    19: 3, 20: 2, 21: 1, 22: 1, 23: 2, 24: 1, 25: 1, 26: 1, 28: 1, 29: 1, 30: 1, 31: 1, 32: 2,
-    33: 1, 35: 1, 36: 1, 37: 1, 42: 1,
-}
 
 
 @dataclass(frozen=True)
@@ -762,7 +748,7 @@ class Connection:
         acc = None
         if quotas.active and ctx.api_key == FETCH:
             request = self._cap_fetch(ctx, request)
-        if quotas.active and ctx.api_key not in _QUOTA_EXEMPT:
+        if quotas.active and not quota_exempt(ctx.api_key):  # ApiVersions and SASL never wait
             acc = _RequestTime(asyncio.current_task())
             _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
             response = await _StepTimer(handler(ctx, request), acc)
@@ -788,7 +774,7 @@ class Connection:
             # this response held back that long.
             loop = asyncio.get_running_loop()
             self.muted_until = max(self.muted_until, loop.time() + throttle_s)
-            if ctx.api_version < _CLIENT_THROTTLES_FROM.get(ctx.api_key, 0):
+            if not client_throttles(ctx.api_key, ctx.api_version):  # before KIP-219
                 await asyncio.sleep(throttle_s)
         return data
 

@@ -32,16 +32,10 @@ TXN_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 104857600}
 DEFAULT_MAX_TIMEOUT_MS = 900_000
 MAX_EPOCH = 32767
 
-# Kafka error codes of the transaction APIs.
-NONE = 0
-INVALID_REQUEST = 42
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-INVALID_PRODUCER_ID_MAPPING = 49
-INVALID_TRANSACTION_TIMEOUT = 50
-CONCURRENT_TRANSACTIONS = 51
-TRANSACTIONAL_ID_NOT_FOUND = 105
-PRODUCER_FENCED = 90
+# Kafka error codes of the transaction APIs (importers read them here as T.<code>).
+from .error_codes import (CONCURRENT_TRANSACTIONS, INVALID_PRODUCER_EPOCH,  # noqa: E402,F401
+                          INVALID_PRODUCER_ID_MAPPING, INVALID_REQUEST, INVALID_TRANSACTION_TIMEOUT,
+                          INVALID_TXN_STATE, NONE, PRODUCER_FENCED, TRANSACTIONAL_ID_NOT_FOUND)
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
