@@ -56,7 +56,7 @@ def _absolute(url: str | None) -> str | None:
 def _config():
     """The resolved config (pipelines.config is light: stdlib and yaml only)."""
     import yaml
-    from pipelines.config import load_config
+    from pipelines.spec.job_config import load_config
 
     with open(CONF, encoding="utf-8") as f:
         raw = yaml.safe_load(f) or {}
@@ -153,7 +153,7 @@ def _dag_id(prefix: str, name: str) -> str:
 def make_load_dag(entry: dict, shared_table: bool = False):
     """``kafkastore_load_<table>`` (``..._<table>__<topic>`` when several entries load
     one table): load the run's data interval, then validate it."""
-    from pipelines.load_spec import LoadSpec
+    from pipelines.spec.load_spec import LoadSpec
 
     spec = LoadSpec.from_entry(entry)
     topic, table, when = spec.topic, spec.table, spec.scheduling
@@ -305,7 +305,7 @@ def kafkastore_reprocess():
         try:
             from dataclasses import replace
 
-            from pipelines.load_spec import LoadSpec
+            from pipelines.spec.load_spec import LoadSpec
 
             entry = CFG.load_for(topic, p.get("table")) or CFG.load_for(topic)
             spec = LoadSpec.from_entry(entry) if entry else None

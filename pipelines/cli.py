@@ -18,7 +18,7 @@ import time
 
 from kafkastore import cli as log_cli
 from kafkastore.cli import flag, non_negative, offsets_of, print_json
-from pipelines.config import Config, load_config
+from pipelines.spec.job_config import Config, load_config
 from kafkastore.errors import ConfigError, KafkaStoreError, MissingExtraError
 
 
@@ -52,7 +52,7 @@ def cmd_load(args, cfg: Config) -> int:
 
 def cmd_reprocess(args, cfg: Config) -> int:
     from pipelines.iceberg import Warehouse
-    from pipelines.load_spec import resolve_spec
+    from pipelines.spec.load_spec import resolve_spec
     from pipelines.reprocess import run_reprocess
 
     summary = run_reprocess(

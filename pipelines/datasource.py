@@ -116,7 +116,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.reader import ReadRange, read_range
 from kafkastore.storage import Storage
 
-from .offset_ranges import OffsetRange, is_json_int
+from .spec.offset_ranges import OffsetRange, is_json_int
 from .planning import Pruning, open_storage, plan_source_splits, resolve_source
 from .source_options import (DEFAULT_MAX_BYTES_PER_PARTITION, SOURCE_NAME, SourceOptions,
                              option_strings, parse_options, ranges_to_options)

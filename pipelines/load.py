@@ -46,11 +46,11 @@ from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
 
 from . import iceberg as ice
-from .load_spec import LoadSpec, resolve_spec
-from .offset_ranges import Latest, OffsetLimit, OffsetRange
+from .spec.load_spec import LoadSpec, resolve_spec
+from .spec.offset_ranges import Latest, OffsetLimit, OffsetRange
 from .planning import default_run_id, plan_load, plan_tasks, until_limit
 from .table_files import DESCRIPTOR_DDL, check_disjoint, descriptor_schema, write_files
-from .table_layout import TableLayout
+from .spec.table_layout import TableLayout
 
 log = logging.getLogger(__name__)
 
@@ -666,7 +666,7 @@ class CreatedTables:
     @classmethod
     def before(cls, wh: ice.Warehouse, names: list[str]) -> "CreatedTables":
         """The tables of ``names`` that do not exist yet."""
-        from .table_layout import table_identifier
+        from .spec.table_layout import table_identifier
 
         missing = [n for n in names if wh.load_table(n) is None]
         ns = table_identifier(names[0])[0]
@@ -675,7 +675,7 @@ class CreatedTables:
 
     def drop_unused(self) -> None:
         """Drop each of the tables that holds no snapshot (nobody committed to it)."""
-        from .table_layout import table_identifier
+        from .spec.table_layout import table_identifier
 
         for name in self.names:
             try:
@@ -690,8 +690,8 @@ def record_load_properties(tbl, spec: LoadSpec) -> None:
     """After a run's commit: a table with load properties records the value schema the
     run decoded with when it was given anew (a reprocess fixing the decoder), so the
     next run without decoder flags decodes the same way."""
-    from .load_spec import REVISABLE, stored_load
-    from .table_layout import LOAD_PROPERTIES
+    from .spec.load_spec import REVISABLE, stored_load
+    from .spec.table_layout import LOAD_PROPERTIES
 
     props = tbl.metadata.properties
     if stored_load(props) is None:

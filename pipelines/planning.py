@@ -49,12 +49,11 @@ from kafkastore.reader import READ_COMMITTED, PartitionReader, ReadRange
 from kafkastore.storage import Storage
 from kafkastore.topics import list_topics, load_topic
 
-from .load_spec import ON_DATA_LOSS
-from .offset_ranges import (GlobalTimestamp, Latest, OffsetLimit, OffsetRange, SpecificOffsets,
-                            limit_for, partition_map)
+from .source_options import DEFAULT_MAX_BYTES, per_partition
+from .spec.load_spec import ON_DATA_LOSS
+from .spec.offset_ranges import (GlobalTimestamp, Latest, OffsetLimit, OffsetRange, SpecificOffsets,
+                                 limit_for, partition_map)
 
-#: Bytes of log one split (a Spark input partition, a load task's unit) reads.
-DEFAULT_MAX_BYTES = 128 << 20
 # One fetch + decode on an executor holds at most about this much log in memory,
 # whatever the split size says (a split reads several such ranges).
 MAX_FETCH_BYTES = 16 << 20
@@ -305,8 +304,6 @@ def open_storage(opts) -> Storage:
 
 def topic_partitions(opts, storage: Storage) -> list[tuple[str, int]]:
     """The (topic, partition) pairs a read covers, checked against the topics' metadata."""
-    from .source_options import per_partition
-
     kind, value = opts.subscription
     limits = (("starting", per_partition(opts.starting)), ("ending", per_partition(opts.ending)))
     if kind == "pattern":

@@ -52,8 +52,8 @@ from kafkastore.storage import Storage
 
 from . import iceberg as ice
 from . import load as _load
-from .load_spec import LoadSpec
-from .offset_ranges import OffsetRange
+from .spec.load_spec import LoadSpec
+from .spec.offset_ranges import OffsetRange
 from .planning import plan_rewind
 
 

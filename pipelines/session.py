@@ -69,7 +69,7 @@ def _file_settings(conf_file: str | None) -> tuple[str | None, dict[str, str]]:
     """(master, conf) from the config file named by ``conf_file`` or ``KAFKASTORE_CONF``."""
     if not conf_file and not os.environ.get("KAFKASTORE_CONF"):
         return None, {}
-    from pipelines.config import load_config
+    from pipelines.spec.job_config import load_config
 
     cfg = load_config(conf_file)
     return cfg.spark_master, dict(cfg.spark_conf)

@@ -20,12 +20,13 @@ from kafkastore import layout
 from kafkastore.errors import ConfigError
 from kafkastore.reader import READ_COMMITTED, READ_UNCOMMITTED
 
-from .offset_ranges import (EARLIEST_OFFSET, LATEST_OFFSET, Earliest, GlobalTimestamp, Latest,
-                            OffsetLimit, OffsetRange, SpecificOffsets, SpecificTimestamps,
-                            is_json_int, partition_map)
-from .planning import DEFAULT_MAX_BYTES
+from .spec.offset_ranges import (EARLIEST_OFFSET, LATEST_OFFSET, Earliest, GlobalTimestamp, Latest,
+                                 OffsetLimit, OffsetRange, SpecificOffsets, SpecificTimestamps,
+                                 is_json_int, partition_map)
 
 SOURCE_NAME = "kafkastore"
+#: Bytes of log one split (a Spark input partition, a load task's unit) reads.
+DEFAULT_MAX_BYTES = 128 << 20
 #: maxBytesPerPartition's default: the planner's split size
 DEFAULT_MAX_BYTES_PER_PARTITION = DEFAULT_MAX_BYTES
 

@@ -40,46 +40,12 @@ from typing import Any, Mapping, Sequence
 
 from kafkastore.errors import ConfigError, UnsupportedDeletesError, WarehouseError
 
-from .table_layout import DEFAULT_KEY_COLUMNS
+from .spec.table_layout import (DEFAULT_KEY_COLUMNS, KEY_COLUMNS_PROPERTY, MODE_PROPERTY, TOMBSTONE,
+                                check_mode, mode_properties, table_mode)
 
-MODE_PROPERTY = "kafkastore.mode"
-KEY_COLUMNS_PROPERTY = "kafkastore.key-columns"
-#: Staging column: True for a record that deletes its key.
-TOMBSTONE = "__kafkastore_tombstone"
 DEFAULT_TARGET_ROWS = 250_000
 _ORDER = ("partition", "offset", "timestamp")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def table_mode(table) -> tuple[str, tuple[str, ...]]:
-    """(mode, key columns) recorded in ``table``'s properties (append when absent)."""
-    if table is None:
-        return "append", ()
-    props = table.metadata.properties
-    mode = props.get(MODE_PROPERTY, "append")
-    keys = tuple(k for k in props.get(KEY_COLUMNS_PROPERTY, "").split(",") if k)
-    return mode, keys
-
-
-def check_mode(table, name: str, mode: str, key_columns: Sequence[str]) -> None:
-    """Refuse loading ``table`` in another mode, or with other key columns, than it was
-    created with (a table of every change and a table of the latest state do not mix)."""
-    if table is None:
-        return
-    have, keys = table_mode(table)
-    if have != mode:
-        raise ConfigError(f"table {name} is an {have} table; it cannot be loaded with "
-                          f"--mode {mode} (load into another table)")
-    if mode == "upsert" and tuple(keys) != tuple(key_columns):
-        raise ConfigError(f"upsert table {name} is keyed by {','.join(keys)}, not by "
-                          f"{','.join(key_columns)}")
-
-
-def mode_properties(mode: str, key_columns: Sequence[str]) -> dict[str, str]:
-    """The table properties recording an upsert table's mode and key."""
-    if mode != "upsert":
-        return {}
-    return {MODE_PROPERTY: "upsert", KEY_COLUMNS_PROPERTY: ",".join(key_columns)}
 
 
 # ---------------------------------------------------------------------------

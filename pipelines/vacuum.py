@@ -44,7 +44,7 @@ from kafkastore.errors import ConfigError
 
 from . import iceberg as ice
 from .iceberg_read import VALIDATED_TAG
-from .table_layout import DEAD_LETTERS_SUFFIX
+from .spec.table_layout import DEAD_LETTERS_SUFFIX
 
 log = logging.getLogger(__name__)
 

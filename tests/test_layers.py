@@ -111,7 +111,7 @@ BELOW = {
     "kafkastore/protocol": {"kafkastore"},
     "kafkastore/schema_registry": {"kafkastore"},
     "pipelines": {"kafkastore", "pipelines"},
-    "dags": {"pipelines.config"},
+    "dags": {"pipelines.config", "pipelines.spec"},
 }
 
 
@@ -158,12 +158,28 @@ def test_the_dag_file_parses_without_the_jobs_spark_or_iceberg(tmp_path):
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
             "{'pyspark', 'pyiceberg', 'pyarrow', 'pandas', 'py4j', 'great_expectations'} "
             "or (m.startswith('pipelines.') and m not in "
-            "{'pipelines.config', 'pipelines.load_spec', 'pipelines.table_layout'}))))")
+            "{'pipelines.config', 'pipelines.load_spec', 'pipelines.table_layout', 'pipelines.spec', "
+            "'pipelines.spec.job_config', 'pipelines.spec.load_spec', 'pipelines.spec.table_layout'}))))")
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == []
 
+
+def test_the_job_specs_import_only_the_stdlib_yaml_and_the_light_log_library():
+    """pipelines/spec/ is what the DAG file parses with: of third parties only yaml, of
+    pipelines only itself (and, inside a function, the decoders it names for a spec that
+    asks for them), never pyspark, pyiceberg or pyarrow."""
+    import sys
+    std = set(sys.stdlib_module_names) | {"__future__"}
+    light = ("kafkastore.errors", "kafkastore.config", "kafkastore.layout")
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "pipelines" / "spec").rglob("*.py")
+        for name in imported_modules(path)
+        if not (name.split(".")[0] in std | {"yaml"} or name.startswith("pipelines.spec")
+                or name.startswith(light) or name.startswith(("pipelines.cdc", "pipelines.decoding"))))
+    assert offending == []
 
 def test_the_protocol_server_does_not_import_the_schema_registry_at_module_level():
     """The registry is started by the server when asked; nothing in the log library or the

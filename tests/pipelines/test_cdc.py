@@ -18,7 +18,7 @@ from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
 from pipelines.cdc import key_fields, with_default_keys
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")

@@ -15,7 +15,7 @@ from kafkastore.broker import Broker
 from pipelines import iceberg as ice
 from pipelines.cdc import debezium_row
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
 
 UTC = dt.timezone.utc

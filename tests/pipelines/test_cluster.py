@@ -20,7 +20,7 @@ import json, sys, time
 from pipelines.session import get_spark
 from pipelines import iceberg as ice
 from pipelines.load import nullable, raw_schema
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.table_files import DESCRIPTOR_DDL, write_files
 
 master, warehouse = sys.argv[1], sys.argv[2]

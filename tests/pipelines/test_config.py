@@ -6,7 +6,7 @@ import pytest
 from kafkastore import config as log_config
 from tests.helpers.cli import config_error, write_conf
 from pipelines.cli import main
-from pipelines.config import Config, load_config
+from pipelines.spec.job_config import Config, load_config
 
 
 pytestmark = pytest.mark.usefixtures("clean_config_env")

@@ -18,7 +18,7 @@ from kafkastore.reader import ReadRange
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.load import load_for_interval, load_options_from_args, run_load
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
 from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,
                                  log_records, make_topic, produce, rows_by_offset, warehouse_for)
@@ -78,8 +78,8 @@ def test_default_run_id_depends_on_ranges(local_root):
 
 
 def test_load_spec_from_config(tmp_path):
-    from pipelines.config import Config
-    from pipelines.load_spec import LoadSpec, load_specs, resolve_spec
+    from pipelines.spec.job_config import Config
+    from pipelines.spec.load_spec import LoadSpec, load_specs, resolve_spec
 
     cfg = Config(loads=[{"topic": "orders", "table": "sales.orders", "value_format": "json",
                          "value_schema": "id long", "partition_by": ["hour(timestamp)"],
@@ -333,7 +333,7 @@ def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, mon
 def test_load_options_from_args_uses_the_conf_entry():
     from types import SimpleNamespace
 
-    from pipelines.config import Config
+    from pipelines.spec.job_config import Config
 
     cfg = Config(root="file:///r", warehouse="file:///w",
                  loads=[{"topic": "orders", "table": "order_events", "value_format": "json",

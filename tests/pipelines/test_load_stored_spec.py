@@ -13,8 +13,8 @@ from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
 from pipelines.cli import main as cli_main
 from pipelines.load import base_decoded_schema, nullable
-from pipelines.load_spec import LoadSpec, stored_load
-from pipelines.table_layout import LOAD_PROPERTIES, LOAD_PROPERTY_PREFIX
+from pipelines.spec.load_spec import LoadSpec, stored_load
+from pipelines.spec.table_layout import LOAD_PROPERTIES, LOAD_PROPERTY_PREFIX
 from tests.helpers.cli import cli_runner, one_error_line
 
 DDL = "id STRING, balance BIGINT"
@@ -180,7 +180,7 @@ def _unpartitioned_json(wh):
 
 @pytest.mark.parametrize("how", ["spec", "override", "entry"])
 def test_the_default_partitioning_given_explicitly_conflicts(wh, how):
-    from pipelines.table_layout import DEFAULT_PARTITION_BY
+    from pipelines.spec.table_layout import DEFAULT_PARTITION_BY
 
     tbl = _unpartitioned_json(wh)
     spec = {"spec": lambda: LoadSpec(topic="t", table="acc", partition_by=DEFAULT_PARTITION_BY),

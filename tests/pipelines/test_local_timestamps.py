@@ -14,7 +14,7 @@ from pyiceberg.types import TimestampType, TimestamptzType
 from kafkastore.broker import Broker
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from pipelines.registry_client import WriterSchema
 from pipelines.schema_decoding import AvroGroupDecoder
 from kafkastore.storage import Storage

@@ -13,7 +13,7 @@ from kafkastore.errors import IncompatibleSchemaError
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, produce, warehouse_for
 
 confluent = pytest.importorskip("confluent_kafka.schema_registry")

@@ -9,7 +9,7 @@ ADAPTER = "iceberg_internals.py"
 
 
 def _modules():
-    for path in sorted(PIPELINES.glob("*.py")):
+    for path in sorted(PIPELINES.rglob("*.py")):
         yield path, ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from kafkastore.errors import ConfigError, OffsetOverlapError
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.load_spec import LoadSpec
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.upsert import (TOMBSTONE, apply_model, beats, merge, mode_properties,
                               reduce_batch, rows_commit)
 from tests.faults import lose_catalog_response

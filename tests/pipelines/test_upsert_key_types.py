@@ -136,7 +136,7 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
     from kafkastore.broker import Broker
     from pipelines import iceberg as ice
     from pipelines.load import run_load
-    from pipelines.load_spec import LoadSpec
+    from pipelines.spec.load_spec import LoadSpec
     from tests.helpers.loads import make_topic
 
     ddl, keys = SPARK_KEYS[kind]

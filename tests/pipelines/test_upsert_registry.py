@@ -11,7 +11,7 @@ from kafkastore.broker import Broker
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, warehouse_for
 
 pytest.importorskip("confluent_kafka.schema_registry")

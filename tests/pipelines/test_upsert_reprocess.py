@@ -10,7 +10,7 @@ import pytest
 from kafkastore.errors import ExpiredSnapshotError
 from pipelines import iceberg as ice
 from pipelines.load import run_load
-from pipelines.load_spec import LoadSpec
+from pipelines.spec.load_spec import LoadSpec
 from pipelines.reprocess import run_reprocess
 from tests.helpers.loads import make_topic
 from tests.helpers.upsert import produce_records as _produce
@@ -73,7 +73,7 @@ def test_reprocess_rebuilds_the_state_with_the_new_decoder(spark, upsert_table):
     assert audit["base_snapshot"] == ice.history(table)[0].snapshot_id   # the first load
     assert summary.snapshot_id == snap.snapshot_id
     # The table records the new decoder: the next run without decoder flags uses it.
-    from pipelines.load_spec import stored_load
+    from pipelines.spec.load_spec import stored_load
 
     assert stored_load(table.metadata.properties)["value_schema"] == fixed.value_schema
     # The next load goes on from the same offsets.

@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from pipelines import iceberg as ice
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from kafkastore.errors import ConfigError, WarehouseError
 from pipelines.quality import validate_snapshot
 from pipelines.vacuum import MIN_GRACE_MS, vacuum
