@@ -51,9 +51,9 @@ def _wrap(owner, name: str, label: str) -> None:
 
 
 def _instrument() -> None:
-    import kafkastore.gc as gc
+    import kafkastore.maintenance.gc as gc
     import kafkastore.manifest as manifest
-    import kafkastore.merge as merge
+    import kafkastore.maintenance.merge as merge
     import kafkastore.storage as storage
     from kafkastore.protocol import appender
 

@@ -50,14 +50,14 @@ from .manifest import (AppendSegments, AssertHighWatermark, AssertLeaderEpoch, B
                        UpdateProducerState)
 from .format.partitioner import StickyPartitioner, partition_for_key, partitions_for_keys
 from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
-                           parse_header)
+                                  parse_header)
 from .format.segment import index_batch_arrays, index_batches
-from .merge import Housekeeper, housekeeper_for
-from .segment_writer import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
+from .maintenance.merge import Housekeeper, housekeeper_for
+from .write.segments import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
                              entries_with_aborted, expired_producers, write_segment)
 from .storage import Storage
 from .threads import shared_pool
-from .topics import TopicMetadata, load_topic
+from .topics.admin import TopicMetadata, load_topic
 
 _BASE_OFFSET = struct.Struct(">q")
 # Kafka's estimate of a record's overhead inside a v2 batch (varints, attributes, deltas).
@@ -233,7 +233,7 @@ class Broker:
         meta = self._topics.get(name)
         if meta is None:
             if not self.allow_internal:
-                from .topics import check_not_internal
+                from .topics.admin import check_not_internal
                 check_not_internal(name, "produce to")
             meta = self._topics[name] = load_topic(self.storage, name)
         return meta

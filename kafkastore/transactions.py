@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .errors import ConfigError
 from .manifest import ManifestStore
 from .storage import Storage
-from .topics import load_topic
+from .topics.admin import load_topic
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ def test_each_layer_imports_what_the_architecture_document_says():
                 if top in std or top in allowed:
                     continue
                 if top in {"kafkastore", "pipelines", "dags"}:
-                    above = (layer == "kafkastore" and path.name != "cli.py"  # the entry point
+                    above = (layer == "kafkastore"
+                             and path.relative_to(ROOT).as_posix() != "kafkastore/cli/serve.py"
                              and name.startswith(("kafkastore.protocol", "kafkastore.schema_registry")))
                     if (layer != "dags" and not above
                             and any(name == b or name.startswith(b + ".") for b in BELOW[layer])):
@@ -143,6 +144,37 @@ def test_each_layer_imports_what_the_architecture_document_says():
                     if layer == "dags":
                         continue  # the DAG file's parse-time imports are checked by tests/dags
                 offending.append(f"{path.relative_to(ROOT)}: {name}")
+    assert sorted(offending) == []
+
+
+# The log library's packages (and the root modules not yet in one), bottom first: each may
+# import the foundation (LOG_FOUNDATION) and what is listed before it, never what is listed
+# after it. read/ and write/ share a level and never import each other: reading the log
+# does not depend on the writer. The old paths' alias modules are not in the list, so the
+# library itself imports the new paths. The protocol server is checked above (only
+# kafkastore/cli/serve.py imports it).
+LOG_FOUNDATION = ("errors", "clock", "threads", "storage", "layout", "commit", "format",
+                  "_jsonl_native")
+LOG_LEVELS = [("manifest",), ("cluster",), ("topics",), ("read", "write"), ("maintenance",),
+              ("broker",), ("transactions",), ("groups",), ("cli",)]
+
+
+def test_the_log_library_packages_import_only_downwards():
+    level = {name: i for i, names in enumerate(LOG_LEVELS) for name in names}
+    offending = []
+    for name, i in level.items():
+        base = ROOT / "kafkastore" / name
+        for path in (base.rglob("*.py") if base.is_dir() else [base.with_suffix(".py")]):
+            for imported in imported_modules(path):
+                parts = imported.split(".")
+                if parts[0] != "kafkastore" or len(parts) < 2 or parts[1] in LOG_FOUNDATION:
+                    continue
+                if parts[1] in {"protocol", "schema_registry"}:
+                    continue
+                target = parts[1]
+                if target == name or level.get(target, len(LOG_LEVELS)) < i:
+                    continue
+                offending.append(f"{path.relative_to(ROOT)}: {imported}")
     assert sorted(offending) == []
 
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore.acls import (AclBinding, AclFilter, Operation as Op, PatternType as P,
-                             Permission, ResourceType as R, acl_document, add_acls, list_acls,
-                             parse_operation, pattern_matches, remove_acls, validate_binding)
+from kafkastore.cluster.acls import (AclBinding, AclFilter, Operation as Op, PatternType as P,
+                                     Permission, ResourceType as R, acl_document, add_acls, list_acls,
+                                     parse_operation, pattern_matches, remove_acls, validate_binding)
 from kafkastore.errors import InvalidAclError
 from kafkastore.protocol.authorizer import AclIndex, Authorizer
 from kafkastore.storage import Storage

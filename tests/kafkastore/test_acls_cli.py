@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kafkastore.acls import AclBinding, Operation, PatternType, Permission, ResourceType, acl_document, list_acls
+from kafkastore.cluster.acls import AclBinding, Operation, PatternType, Permission, ResourceType, acl_document, list_acls
 from kafkastore.cli import main
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner, one_error_line
@@ -78,7 +78,7 @@ def test_serve_super_users_need_the_authorizer(cli):
 def test_serve_authorizer_flags_enforce_the_acls_the_cli_adds(cli, tmp_path):
     from confluent_kafka import KafkaError, Producer
 
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
     from tests.helpers.serve_procs import start_serve, stop_serve
 
     creds = tmp_path / "users.txt"

@@ -6,14 +6,15 @@ import struct
 
 import pytest
 
-from kafkastore.admin import import_kafka_dir, verify_partition
+from kafkastore.read.verify import verify_partition
+from kafkastore.write.kafka_import import import_kafka_dir
 from kafkastore.broker import Broker
 from kafkastore.format.control import encode_marker_batch
 from kafkastore.errors import ConfigError, KafkaStoreError
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
+from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
 
 kp_records = pytest.importorskip("kafka.record.default_records")

@@ -213,9 +213,9 @@ def test_read_range_reuse_input_equals_plain_read(root_url):
     """Whole segments (read with one byte more, cut off by a view) and planned sub-ranges:
     the same batch with and without reuse_input, on every backend."""
     from kafkastore.broker import Broker
-    from kafkastore.reader import READ_UNCOMMITTED, PartitionReader, read_range
+    from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader, read_range
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     storage = Storage(root_url)
     create_topic(storage, "r", 1, {"segment.bytes": 60_000})

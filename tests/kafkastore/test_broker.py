@@ -14,11 +14,11 @@ from kafkastore.format.compression import Compression
 from kafkastore.errors import (ConfigError, FencedError, InvalidRecordError, OutOfOrderSequenceError,
                                RecordTooLargeError, StorageError, UnknownTopicError)
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
+from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader
 from kafkastore.format.record_batch import LOG_APPEND_TIME, Record, decode_batch
 from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import faulty_storage
 
 kp_default = pytest.importorskip("kafka.partitioner.default")
@@ -497,7 +497,7 @@ def test_segment_files_and_manifest_agree(local_root):
     for i in range(200):
         b.send(T, b"%050d" % i, key=b"k")
     b.flush()
-    from kafkastore.admin import verify_partition
+    from kafkastore.read.verify import verify_partition
     report = verify_partition(storage, T, 0)
     assert report.ok, report.lines()
     [seg] = manifest(storage).segments
@@ -746,7 +746,7 @@ def test_clock_ticking_between_calls(local_root):
         b.abort_transaction() if round_ % 2 else b.commit_transaction()
         b.send(T, b"plain", partition=0)
         b.flush()
-    from kafkastore.admin import verify_partition
+    from kafkastore.read.verify import verify_partition
     for p in range(2):
         m = manifest(storage, p)
         assert all(s.min_timestamp <= s.max_timestamp for s in m.segments)

@@ -8,15 +8,16 @@ import time
 
 import pytest
 
-from kafkastore.admin import import_kafka_dir, verify_partition
+from kafkastore.read.verify import verify_partition
+from kafkastore.write.kafka_import import import_kafka_dir
 from kafkastore.cli import main
 from kafkastore.errors import CorruptRecordError, StoragePermissionError
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.broker import Broker
 from kafkastore.manifest import AppendSegments, ManifestStore
 from kafkastore.format.record_batch import Record, encode_batch
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.cli import cli_runner, one_error_line
 from tests.helpers.logdata import upload_segment

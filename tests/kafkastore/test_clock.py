@@ -87,7 +87,7 @@ def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
     from kafkastore.manifest import ManifestStore, SetExtra
     from kafkastore.protocol.brokers import BrokerRegistry
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic, load_topic
+    from kafkastore.topics.admin import create_topic, load_topic
 
     clock = ManualClock(wall_ms=1_234_567_000)
     storage = Storage(f"file://{tmp_path}", clock=clock)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore.cluster_config import ClusterDocument
+from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.errors import ClusterDocumentError, ConfigError
 from kafkastore.storage import Storage
 from tests.helpers.threads import run_at_once

@@ -12,8 +12,8 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
-from kafkastore.reader import PartitionReader
-from kafkastore.topics import create_topic
+from kafkastore.read.reader import PartitionReader
+from kafkastore.topics.admin import create_topic
 from tests.faults import faulty_storage
 from tests.helpers.segments import append_at_the_head
 
@@ -106,7 +106,7 @@ def test_clock_skew_is_measured_against_the_store(root_url):
 
 def test_gc_refuses_to_delete_with_a_clock_ahead_of_the_store(local_root, capsys):
     from kafkastore.errors import ClockSkewError
-    from kafkastore.gc import require_clock_agreement
+    from kafkastore.maintenance.gc import require_clock_agreement
     from pipelines.cli import main
 
     storage = Storage(local_root)
@@ -122,7 +122,7 @@ def test_gc_refuses_to_delete_with_a_clock_ahead_of_the_store(local_root, capsys
         require_clock_agreement(Storage(local_root, clock=_skewed(90_000)))
     require_clock_agreement(Storage(local_root, clock=_skewed(3_000)))   # within the bound
 
-    import kafkastore.cli as cli_mod
+    import kafkastore.cli.commands as cli_mod
     real = cli_mod._storage
     try:
         cli_mod._storage = lambda cfg: Storage(local_root, clock=_skewed(600_000))
@@ -186,7 +186,7 @@ def test_verify_reports_a_hole(local_root, capsys):
 
 def test_gc_and_expiry_refuse_a_chain_with_a_hole(local_root):
     from kafkastore.errors import ManifestGapError
-    from kafkastore.gc import collect_garbage
+    from kafkastore.maintenance.gc import collect_garbage
 
     storage = _chain_with_a_hole(local_root)
     ManifestStore(storage, T, 0).forget_cached()
@@ -231,7 +231,7 @@ def test_a_hole_in_an_older_group_is_reported_by_verify_and_refused_by_gc(local_
     """The head's group reads fine; a version missing further back is found on the listing
     gc and verify take anyway, and gc expires nothing across it."""
     from kafkastore.errors import ManifestGapError
-    from kafkastore.gc import collect_garbage
+    from kafkastore.maintenance.gc import collect_garbage
     from pipelines.cli import main
 
     storage = Storage(local_root)
@@ -309,7 +309,7 @@ def test_a_503_storm_longer_than_gc_grace_never_commits_a_deleted_file(local_roo
 def test_the_housekeepers_gc_skips_its_round_with_a_clock_ahead_of_the_store(local_root):
     """Every serve and producer runs gc in its housekeeper: one whose clock is 90 s ahead
     deleted merged-away and in-flight segments as if past the grace; it now logs and skips."""
-    from kafkastore.merge import Housekeeper
+    from kafkastore.maintenance.merge import Housekeeper
 
     storage = Storage(local_root)
     create_topic(storage, T, 1)

@@ -14,9 +14,9 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.jepsen.s3_fault_proxy import FaultProxy
 from tests.helpers.segments import append_at_the_head
 

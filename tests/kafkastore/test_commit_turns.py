@@ -11,7 +11,7 @@ import uuid
 
 from kafkastore.manifest import ManifestStore, SetExtra
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 T = "turns"
 

@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.broker import Broker
-from kafkastore.compaction import (COMPACTION_WRITER_ID, STATUS_CLEANED, STATUS_GAVE_UP,
-                                   STATUS_SKIPPED, CleaningPlan, GroupResult, Skip,
-                                   compact_partition_local, dirty_ratio, group_segments_by_size,
-                                   group_specs, load_plan, local_survivors, plan_cleaning,
-                                   rewrite_group, scan_tasks)
+from kafkastore.maintenance.compaction import (COMPACTION_WRITER_ID, STATUS_CLEANED, STATUS_GAVE_UP,
+                                               STATUS_SKIPPED, CleaningPlan, GroupResult, Skip,
+                                               compact_partition_local, dirty_ratio, group_segments_by_size,
+                                               group_specs, load_plan, local_survivors, plan_cleaning,
+                                               rewrite_group, scan_tasks)
 from kafkastore import layout
 from kafkastore.format.compression import Compression
 from kafkastore.format.crc import crc32c
@@ -30,8 +30,8 @@ from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, Mani
 from kafkastore.format.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
 from kafkastore.format.segment import SegmentBuilder, iter_batches
 from kafkastore.storage import Storage
-from kafkastore.topic_config import TopicConfig
-from kafkastore.topics import alter_topic
+from kafkastore.topics.topic_config import TopicConfig
+from kafkastore.topics.admin import alter_topic
 from tests.faults import faulty_storage
 from tests.helpers.compaction import (DAY, T0, TOPIC, check_compacted, latest_manifest,
                                       latest_per_key, make_topic, produce, produce_segments,
@@ -546,7 +546,7 @@ def test_rebuilt_batches_equal_the_pure_encoder_of_their_records(tmp_path_factor
 def _merge_now(storage, first: int, count: int) -> None:
     """Merge ``count`` live segments from index ``first`` in one commit, as housekeeping would."""
     from kafkastore.manifest import AssertSegmentsPresent, ReplaceSegments
-    from kafkastore.merge import MergeRun, build_merged
+    from kafkastore.maintenance.merge import MergeRun, build_merged
 
     store = ManifestStore(storage, TOPIC, 0)
     run = MergeRun(tuple(store.latest().segments[first:first + count]), generation=1)
@@ -589,8 +589,8 @@ def test_a_merge_across_a_cleaned_group_bound_makes_compaction_give_up(local_roo
 def test_one_job_over_two_partitions_commits_both(local_root):
     """The Spark job numbers groups across all partitions of a job, so a group's number is no
     index into its own partition's plan (the demo's two-partition compaction hit that)."""
-    from kafkastore.compaction import (finish_partition, group_specs, load_plan, local_survivors,
-                                       rewrite_group, scan_tasks)
+    from kafkastore.maintenance.compaction import (finish_partition, group_specs, load_plan, local_survivors,
+                                                   rewrite_group, scan_tasks)
 
     plain = Storage(local_root)
     make_topic(plain, partitions=2, segment_bytes=150, delete_retention_ms=DAY)

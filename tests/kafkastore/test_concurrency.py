@@ -17,9 +17,9 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.errors import CommitUnknownError, StorageError
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import READ_UNCOMMITTED, PartitionReader
+from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.roots import make_root_url
 from tests.faults import faulty_storage
 
@@ -339,7 +339,7 @@ def test_segment_upload_failure_keeps_the_batches(local_root):
 def test_writers_racing_with_a_merger_lose_and_duplicate_nothing(backend, tmp_path, request):
     """Three writers on one partition (2-record flushes) while a merger merges whatever it
     finds, over and over: every record once, offsets dense, every merge exactly a run."""
-    from kafkastore.merge import merge_partition
+    from kafkastore.maintenance.merge import merge_partition
 
     storage = Storage(make_root_url(backend, tmp_path, request))
     create_topic(storage, T, 1)

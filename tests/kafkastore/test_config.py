@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kafkastore.config import DEFAULT_ROOT, Config, load_config, read_config_file, resolve_url
+from kafkastore.cli.log_config import DEFAULT_ROOT, Config, load_config, read_config_file, resolve_url
 from kafkastore.errors import ConfigError
 from tests.helpers.cli import config_error, write_conf
 

@@ -10,12 +10,12 @@ import pytest
 from kafkastore import layout
 from kafkastore.errors import (ConfigError, KafkaStoreError, ObjectNotFoundError,
                                StaleUploadError, StorageError)
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore, ReplaceSegments
-from kafkastore.reader import PartitionReader
-from kafkastore.retention import apply_retention
+from kafkastore.read.reader import PartitionReader
+from kafkastore.maintenance.retention import apply_retention
 from kafkastore.storage import Storage
-from kafkastore.topics import alter_topic, create_topic
+from kafkastore.topics.admin import alter_topic, create_topic
 from tests.helpers.roots import make_root_url
 from tests.faults import FaultyFS
 from tests.helpers.logdata import append_segment, segment_files, upload_segment

@@ -11,11 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore import layout
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import merge_partition
+from kafkastore.maintenance.merge import merge_partition
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.logdata import append_segment
 from tests.helpers.roots import make_root_url

@@ -20,12 +20,12 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.broker import Broker
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import merge_partition
-from kafkastore.reader import PartitionReader
+from kafkastore.maintenance.merge import merge_partition
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.roots import make_root_url
 

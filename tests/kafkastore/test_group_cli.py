@@ -8,10 +8,10 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.cli import main
-from kafkastore.group_offsets import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
-                                      OffsetsStore, encode_consumer_assignment)
+from kafkastore.groups.offsets import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
+                                       OffsetsStore, encode_consumer_assignment)
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ import itertools
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from kafkastore.group_offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
-                                      decode_consumer_assignment, encode_consumer_assignment,
-                                      encode_consumer_subscription)
+from kafkastore.groups.offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
+                                       decode_consumer_assignment, encode_consumer_assignment,
+                                       encode_consumer_subscription)
 from kafkastore.protocol import group_coordinator as gc
 from kafkastore.protocol.group_coordinator import CoordinatorConfig, GroupCoordinator
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from kafkastore.errors import FencedError
-from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.storage import Storage
 
 TP = ("t", 0)

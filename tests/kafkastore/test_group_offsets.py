@@ -5,16 +5,16 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kafkastore.errors import CorruptRecordError
-from kafkastore.group_offsets import (OFFSETS_TOPIC, GroupKey, GroupMetadata, MemberMetadata,
-                                      OffsetAndMetadata, OffsetKey, OffsetsStore,
-                                      decode_consumer_assignment, decode_consumer_subscription,
-                                      decode_group_value, decode_key, decode_offset_value,
-                                      encode_consumer_assignment, encode_consumer_subscription,
-                                      encode_group_key, encode_group_value, encode_offset_key,
-                                      encode_offset_value, java_string_hash, partition_for_group)
-from kafkastore.reader import PartitionReader
+from kafkastore.groups.offsets import (OFFSETS_TOPIC, GroupKey, GroupMetadata, MemberMetadata,
+                                       OffsetAndMetadata, OffsetKey, OffsetsStore,
+                                       decode_consumer_assignment, decode_consumer_subscription,
+                                       decode_group_value, decode_key, decode_offset_value,
+                                       encode_consumer_assignment, encode_consumer_subscription,
+                                       encode_group_key, encode_group_value, encode_offset_key,
+                                       encode_offset_value, java_string_hash, partition_for_group)
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import load_topic
+from kafkastore.topics.admin import load_topic
 
 names = st.text(min_size=0, max_size=20)
 i32 = st.integers(-(2 ** 31), 2 ** 31 - 1)

@@ -9,11 +9,11 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.cli import main
 from kafkastore.errors import InternalTopicError, UnknownTopicError
-from kafkastore.group_offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore,
-                                      encode_group_key, encode_offset_key,
-                                      partition_for_group)
+from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore,
+                                       encode_group_key, encode_offset_key,
+                                       partition_for_group)
 from kafkastore.storage import Storage
-from kafkastore.topics import INTERNAL_TOPICS, delete_topic, is_internal_topic, topic_exists
+from kafkastore.topics.admin import INTERNAL_TOPICS, delete_topic, is_internal_topic, topic_exists
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.cli import main
 from kafkastore.storage import Storage
-from kafkastore.topics import INTERNAL_TOPICS, topic_exists
+from kafkastore.topics.admin import INTERNAL_TOPICS, topic_exists
 
 
 @pytest.mark.parametrize("name", sorted(INTERNAL_TOPICS))

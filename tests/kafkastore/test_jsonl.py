@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kafkastore.errors import ConfigError
-from kafkastore.jsonl import (MAX_TIMESTAMP_MS, ProduceRecord, format_consume_record,
-                              parse_produce_line, text_or_base64)
+from kafkastore.write.jsonl import (MAX_TIMESTAMP_MS, ProduceRecord, format_consume_record,
+                                    parse_produce_line, text_or_base64)
 
 
 def parse(obj, lineno=1):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from kafkastore.errors import ConfigError, CorruptRecordError, CrcMismatchError
-from kafkastore.kafka_import import parse_kafka_dir_name, read_kafka_partition_dir
+from kafkastore.write.kafka_import import parse_kafka_dir_name, read_kafka_partition_dir
 from kafkastore.format.segment import OffsetOrderError, rebuild_indexes
 
 from tests.helpers.segments import build_log, simple_batches

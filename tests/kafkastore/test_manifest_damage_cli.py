@@ -10,7 +10,7 @@ from kafkastore.broker import Broker
 from kafkastore.cli import main
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.cli import cli_runner, one_error_line
 
 T, P = "orders", 0
@@ -71,7 +71,7 @@ def test_a_head_delta_whose_base_versions_were_deleted(damaged_root, tmp_path):
     Readers say so in one line (never older state), verify reports it, and gc refuses the
     partition instead of taking it for one that references nothing and deleting its files."""
     from kafkastore.errors import CorruptMetadataError
-    from kafkastore.gc import collect_garbage
+    from kafkastore.maintenance.gc import collect_garbage
 
     run, damage = damaged_root
     storage = Storage(run.root)

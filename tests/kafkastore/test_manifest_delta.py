@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from kafkastore import layout, manifest_delta
-from kafkastore.admin import verify_partition
+from kafkastore.read.verify import verify_partition
 from kafkastore.errors import CorruptMetadataError, ObjectNotFoundError
 from kafkastore.manifest import _Head  # noqa: F401 (a remembered head, for one test)
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, BatchMetadata, Manifest, ManifestStore,
@@ -559,7 +559,7 @@ def test_replay_reads_versions_a_listing_did_not_show(local_root):
     unspecified; seen under a busy writer as holes near the listing's end): replay, and so gc,
     reads the versions between rather than taking a delta for one whose base is gone."""
     from kafkastore.broker import Broker
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     storage = Storage(local_root)
     create_topic(storage, "holes", 1)

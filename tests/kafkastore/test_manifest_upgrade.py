@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 from kafkastore import layout
-from kafkastore.admin import verify_partition
+from kafkastore.read.verify import verify_partition
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 
 T, P = "old", 0

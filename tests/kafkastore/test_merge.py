@@ -7,15 +7,15 @@ import time
 import pytest
 
 from kafkastore import layout
-from kafkastore.admin import verify_partition
+from kafkastore.read.verify import verify_partition
 from kafkastore.broker import Broker
 from kafkastore.errors import KafkaStoreError
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import Housekeeper, generation, merge_partition, plan_for
-from kafkastore.reader import PartitionReader
+from kafkastore.maintenance.merge import Housekeeper, generation, merge_partition, plan_for
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, load_topic
+from kafkastore.topics.admin import create_topic, load_topic
 from tests.faults import FaultyFS
 
 T, P = "events", 0
@@ -253,8 +253,8 @@ def test_every_reader_copes_with_index_free_segments_and_with_merged_ones(backen
                                                                           request):
     """Small flush segments carry no .index/.timeindex; fetch by offset and by timestamp,
     verify, compaction, retention and delete-records work on them, before and after merging."""
-    from kafkastore.compaction import compact_partition_local
-    from kafkastore.retention import apply_retention, delete_records
+    from kafkastore.maintenance.compaction import compact_partition_local
+    from kafkastore.maintenance.retention import apply_retention, delete_records
     from tests.helpers.roots import make_root_url
 
     storage = Storage(make_root_url(backend, tmp_path, request))

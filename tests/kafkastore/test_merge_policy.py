@@ -12,7 +12,7 @@ import math
 from hypothesis import given, settings, strategies as st
 
 from kafkastore.manifest import SegmentEntry
-from kafkastore.merge import (DEFAULT_FAN_IN, generation, merged_segment_id, plan_merge)
+from kafkastore.maintenance.merge import (DEFAULT_FAN_IN, generation, merged_segment_id, plan_merge)
 
 _ids = iter(range(10 ** 9))
 

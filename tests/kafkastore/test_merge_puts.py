@@ -12,9 +12,9 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.roots import make_root_url
 

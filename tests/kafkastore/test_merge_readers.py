@@ -3,10 +3,10 @@ the ``__consumer_offsets`` cache (advanced from the last offset it read) and a c
 incremental reads, while merges replace the segments they read before."""
 from __future__ import annotations
 
-from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import merge_partition
-from kafkastore.reader import PartitionReader
+from kafkastore.maintenance.merge import merge_partition
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 
 
@@ -38,7 +38,7 @@ def test_a_consumer_reading_on_from_its_position_across_merges(root_url):
     """A consumer that polls from its last offset sees every record once while merges
     replace the segments it already read and the one it is in the middle of."""
     from kafkastore.broker import Broker
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     s = Storage(root_url)
     create_topic(s, "ev", 1)
@@ -63,9 +63,9 @@ def test_a_small_merged_segment_uploads_no_empty_index(local_root):
     """A merge whose result is under index.interval.bytes has an empty .index (Kafka's sparse
     rule): like a small flush it is not uploaded (index_size 0 reads as absent)."""
     from kafkastore import layout
-    from kafkastore.admin import verify_partition
+    from kafkastore.read.verify import verify_partition
     from kafkastore.broker import Broker
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     s = Storage(local_root)
     create_topic(s, "ev", 1)
@@ -89,8 +89,8 @@ def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
     """A long-running process's housekeeper re-reads the topic config once per gc interval:
     after `alter` lowers segment.bytes, it no longer merges past the new cap."""
     from kafkastore.broker import Broker
-    from kafkastore.merge import Housekeeper
-    from kafkastore.topics import alter_topic, create_topic
+    from kafkastore.maintenance.merge import Housekeeper
+    from kafkastore.topics.admin import alter_topic, create_topic
 
     s = Storage(local_root)
     create_topic(s, "ev", 1)
@@ -128,9 +128,10 @@ def test_import_continues_a_delta_format_log_and_merges_with_it(tmp_path, local_
 
     pytest.importorskip("kafka.record.default_records")
     from kafkastore import layout
-    from kafkastore.admin import import_kafka_dir, verify_partition
+    from kafkastore.read.verify import verify_partition
+    from kafkastore.write.kafka_import import import_kafka_dir
     from kafkastore.broker import Broker
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
     from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
 
     s = Storage(local_root)

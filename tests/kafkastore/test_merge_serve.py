@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import DEFAULT_MIN_SEGMENTS, housekeeper_for
+from kafkastore.maintenance.merge import DEFAULT_MIN_SEGMENTS, housekeeper_for
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.kafka_clients import confluent_consume
 
 pytest.importorskip("confluent_kafka")

@@ -9,10 +9,10 @@ import uuid
 from kafkastore.broker import Broker
 from kafkastore.clock import ManualClock
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import merge_partition
-from kafkastore.reader import PartitionReader
+from kafkastore.maintenance.merge import merge_partition
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 
 T = "slow"

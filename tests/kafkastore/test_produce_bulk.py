@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import jsonl_bulk
+from kafkastore.write import jsonl_bulk
 from kafkastore.broker import Broker
 from kafkastore.cli import main
 from kafkastore.errors import (ConfigError, InvalidRecordError, KafkaStoreError,
                                RecordTooLargeError, UnknownTopicError)
-from kafkastore.jsonl import parse_produce_line
-from kafkastore.reader import PartitionReader
+from kafkastore.write.jsonl import parse_produce_line
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 PARTITIONS = 3
 

@@ -10,10 +10,10 @@ import sys
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import DEFAULT_MIN_SEGMENTS
-from kafkastore.reader import PartitionReader
+from kafkastore.maintenance.merge import DEFAULT_MIN_SEGMENTS
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 KAFKASTORE = os.path.join(os.path.dirname(sys.executable), "kafkastore")
 T, P = "events", 0

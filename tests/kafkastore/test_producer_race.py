@@ -13,7 +13,7 @@ import pytest
 from kafkastore.errors import CommitConflict
 from kafkastore.manifest import AppendSegments, ManifestStore, SetExtra
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.logdata import upload_segment
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from kafkastore.cli import main
-from kafkastore.cluster_config import ClusterDocument
+from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.protocol.quotas import QuotaConfig
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner, one_error_line

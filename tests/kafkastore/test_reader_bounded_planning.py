@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from kafkastore import reader as reader_mod
+from kafkastore.read import reader as reader_mod
 from kafkastore.broker import Broker
-from kafkastore.reader import PartitionReader, read_range
+from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 
 T = "bounded"

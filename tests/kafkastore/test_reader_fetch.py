@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
-from kafkastore.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, first_batch_offset,
-                               read_range)
+from kafkastore.read.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, first_batch_offset,
+                                    read_range)
 from kafkastore.format.record_batch import decode_batch
 from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 
 T = "t"

@@ -8,9 +8,9 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
-from kafkastore.reader import PartitionReader, read_range
+from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 T0 = 1_700_000_000_000
 

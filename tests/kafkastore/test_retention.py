@@ -10,12 +10,12 @@ from hypothesis import given, settings, strategies as st
 
 from kafkastore.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, SegmentEntry, apply
-from kafkastore.reader import PartitionReader
-from kafkastore.retention import (REASON_SIZE, REASON_TIME, apply_retention, delete_records,
-                                  plan_retention, retention_for_topic)
+from kafkastore.read.reader import PartitionReader
+from kafkastore.maintenance.retention import (REASON_SIZE, REASON_TIME, apply_retention, delete_records,
+                                              plan_retention, retention_for_topic)
 from kafkastore.storage import Storage
-from kafkastore.topic_config import TopicConfig
-from kafkastore.topics import create_topic
+from kafkastore.topics.topic_config import TopicConfig
+from kafkastore.topics.admin import create_topic
 from tests.helpers.roots import make_root_url
 from tests.helpers.logdata import append_segment
 

@@ -11,8 +11,8 @@ import pytest
 
 from kafkastore.cli import main
 from kafkastore.errors import ScramCredentialError
-from kafkastore.scram_users import (STALE, Deletion, ScramUsers, Upsertion, credential_from_password,
-                                    plan_alter, salted_password)
+from kafkastore.cluster.scram import (STALE, Deletion, ScramUsers, Upsertion, credential_from_password,
+                                      plan_alter, salted_password)
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner, one_error_line
 

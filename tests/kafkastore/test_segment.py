@@ -19,11 +19,11 @@ from kafkastore.format.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
 from kafkastore.format.record_batch import decode_batch, parse_header
 from kafkastore.format.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
-                                SegmentOffsetOverflowError, TruncatedBatchError,
-                                UnsupportedFormatError, check_indexes, index_batches,
-                                index_batch_arrays, iter_batches, load_indexes, rebuild_indexes, recover, scan_log,
-                                segment_stats)
-from kafkastore.reader import segment_offset_for_timestamp
+                                       SegmentOffsetOverflowError, TruncatedBatchError,
+                                       UnsupportedFormatError, check_indexes, index_batches,
+                                       index_batch_arrays, iter_batches, load_indexes, rebuild_indexes, recover, scan_log,
+                                       segment_stats)
+from kafkastore.read.reader import segment_offset_for_timestamp
 from kafkastore.storage import Storage
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 
@@ -383,7 +383,7 @@ def test_grouped_appends_give_other_valid_indexes(specs, groups, interval, data)
 def test_timestamp_lookup_in_small_windows(monkeypatch):
     """Windows smaller than a batch: the walk stops at the cut batch, the window widens, and
     every answer is still the brute-force one."""
-    from kafkastore import reader
+    from kafkastore.read import reader
     monkeypatch.setattr(reader, "_SCAN_WINDOW", 40)
     monkeypatch.setattr(reader, "_MAX_SCAN_WINDOW", 300)
     batches = [make_batch(10 + 4 * i, [TS0 + 7 * i + j for j in range(4)], value_size=5 + 40 * (i % 3))
@@ -399,7 +399,7 @@ def test_timestamp_lookup_in_small_windows(monkeypatch):
 def test_timestamp_lookup_on_a_short_object_raises(monkeypatch):
     """An object shorter than its manifest size: the last window is not a partial one, the
     cut batch is named (not fetched again and again)."""
-    from kafkastore import reader
+    from kafkastore.read import reader
     monkeypatch.setattr(reader, "_SCAN_WINDOW", 40)
     log = b"".join(simple_batches(0, 3))
     _LOOKUP_STORAGE.put("short.log", log[:-10])

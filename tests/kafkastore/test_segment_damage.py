@@ -14,14 +14,14 @@ import uuid
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kafkastore.admin import verify_partition
+from kafkastore.read.verify import verify_partition
 from kafkastore.broker import Broker
-from kafkastore.compaction import ScanTask, scan_task
+from kafkastore.maintenance.compaction import ScanTask, scan_task
 from kafkastore.errors import SegmentMismatchError
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader, read_range
+from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 T, P = "dmg", 0
 

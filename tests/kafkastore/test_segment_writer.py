@@ -17,7 +17,7 @@ import kafkastore
 from kafkastore import layout
 from kafkastore.format.segment import SegmentBuilder
 from kafkastore.manifest import BatchMetadata, ManifestStore, ProducerState
-from kafkastore.segment_writer import (APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, Uploads,
+from kafkastore.write.segments import (APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, Uploads,
                                        check_sequence, write_segment)
 from kafkastore.storage import Storage
 from tests.helpers.segments import make_batch, simple_batches
@@ -38,7 +38,7 @@ def _builds_entries(path: pathlib.Path) -> bool:
 
 def test_only_the_segment_writer_builds_manifest_entries_from_uploaded_bytes():
     builders = sorted(str(p.relative_to(LIBRARY)) for p in LIBRARY.rglob("*.py") if _builds_entries(p))
-    assert builders == ["segment_writer.py"]
+    assert builders == ["write/segments.py"]
 
 
 def _built(base: int, n: int, **kw):

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from kafkastore import layout
 from kafkastore.errors import CorruptMetadataError, InvalidPartitionsError, StorageError
 from kafkastore.storage import Storage
-from kafkastore.topics import (alter_topic, create_topic, delete_topic, load_topic, update_topic,
-                               versions_dir)
+from kafkastore.topics.admin import (alter_topic, create_topic, delete_topic, load_topic, update_topic,
+                                     versions_dir)
 
 from tests.faults import FaultyFS
 from tests.helpers.roots import make_root_url
@@ -136,8 +136,8 @@ def test_code_before_versioned_topics_refuses_a_changed_topic(local_root):
     create_topic(storage, T, 1)
     alter_topic(storage, T, partitions=2)
     doc = json.loads(storage.get(layout.topic_meta_path(T)))
-    from kafkastore.topics import TopicMetadata
-    import kafkastore.topics as topics
+    from kafkastore.topics.admin import TopicMetadata
+    import kafkastore.topics.admin as topics
     old_formats = topics.READABLE_TOPIC_FORMATS
     try:
         topics.READABLE_TOPIC_FORMATS = (1, 2)   # as the code before this change reads

@@ -8,7 +8,7 @@ import yaml
 from hypothesis import given, settings, strategies as st
 
 from kafkastore.errors import ConfigError
-from kafkastore.topic_config import CONFIG_KEYS, LONG_MAX, TopicConfig, parse_assignments
+from kafkastore.topics.topic_config import CONFIG_KEYS, LONG_MAX, TopicConfig, parse_assignments
 
 KAFKA_DEFAULTS = {
     "cleanup.policy": "delete",

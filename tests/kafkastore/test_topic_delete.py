@@ -13,10 +13,10 @@ from kafkastore.broker import Broker
 from kafkastore.cli import main
 from kafkastore.errors import TopicDeletedError, TopicExistsError, UnknownTopicError
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import (_tombstone, _tombstone_mark, create_topic, delete_topic, list_topics,
-                               load_topic, topic_exists)
+from kafkastore.topics.admin import (_tombstone, _tombstone_mark, create_topic, delete_topic, list_topics,
+                                     load_topic, topic_exists)
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +69,7 @@ def test_delete_tombstones_then_recreate_starts_empty(root_url):
     # partition 1 of the old topic stays tombstoned until the topic grows again
     with pytest.raises(TopicDeletedError):
         ManifestStore(s, "dt", 1).commit(lambda m: ([], []))
-    from kafkastore.topics import alter_topic
+    from kafkastore.topics.admin import alter_topic
     alter_topic(s, "dt", partitions=2)
     _produce(s, "dt", 2, partitions=1)
     b = Broker(s)
@@ -207,7 +207,7 @@ def test_gc_collects_the_files_a_delete_left(local_root, monkeypatch, capsys):
     assert main(["--root", local_root, "gc", "dt"]) == 0
     assert [i.path for i in s.list("topics/dt") if i.path.endswith(".log")] == []
     with pytest.raises(UnknownTopicError):
-        from kafkastore.gc import collect_garbage
+        from kafkastore.maintenance.gc import collect_garbage
         collect_garbage(s, "never-was", now_ms=0)
     assert main(["--root", local_root, "gc", "never-was"]) == 1
 

@@ -11,9 +11,9 @@ from kafkastore.errors import ConfigError, TopicExistsError, UnknownTopicError
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, CorruptMetadataError, ManifestStore,
                                  SegmentEntry)
 from kafkastore.storage import Storage
-from kafkastore.topic_config import TopicConfig
-from kafkastore.topics import (alter_topic, create_topic, describe_topic, list_topics, load_topic,
-                               topic_exists)
+from kafkastore.topics.topic_config import TopicConfig
+from kafkastore.topics.admin import (alter_topic, create_topic, describe_topic, list_topics, load_topic,
+                                     topic_exists)
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from kafkastore.broker import Broker
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.cli import main
 
 T = "orders"

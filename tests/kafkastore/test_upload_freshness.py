@@ -14,14 +14,14 @@ import time
 import pytest
 
 from kafkastore import layout
-from kafkastore.admin import import_kafka_dir
+from kafkastore.write.kafka_import import import_kafka_dir
 from kafkastore.broker import Broker
 from kafkastore.errors import StaleUploadError
-from kafkastore.gc import collect_garbage
+from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import AppendSegments, ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.logdata import upload_segment
 from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir

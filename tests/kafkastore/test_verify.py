@@ -7,7 +7,7 @@ import os
 
 from kafkastore.format import offset_index, time_index
 from kafkastore.format.crc import crc32c
-from kafkastore.verify import SegmentReport, checksum, verify_segment
+from kafkastore.read.verify import SegmentReport, checksum, verify_segment
 
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches
 

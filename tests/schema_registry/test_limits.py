@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ClientError
 
-import kafkastore.scram_users as scram_mod
+import kafkastore.cluster.scram as scram_mod
 from kafkastore.clock import ManualClock
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.schema_registry import SchemaRegistryThread

@@ -55,16 +55,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from . import layout
-from .cluster_config import ClusterDocument
-from .commit import CommitEngine, ObjectTarget
-from .errors import (ConfigError, InternalTopicError, InvalidPartitionsError, ObjectNotFoundError,
-                     StorageError, TopicExistsError, UnknownTopicError)
-from .manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
-                       UpdateProducerState)
-from .manifest.upgrade import (VERSIONED_TOPIC_FORMAT, fence_old_readers,  # noqa: F401 (re-exported)
+from .. import layout
+from ..cluster.documents import ClusterDocument
+from ..commit import CommitEngine, ObjectTarget
+from ..errors import (ConfigError, InternalTopicError, InvalidPartitionsError, ObjectNotFoundError,
+                      StorageError, TopicExistsError, UnknownTopicError)
+from ..manifest import (AdvanceLogStart, CorruptMetadataError, Manifest, ManifestStore, SetExtra,
+                        UpdateProducerState)
+from ..manifest.upgrade import (VERSIONED_TOPIC_FORMAT, fence_old_readers,  # noqa: F401 (re-exported)
                                write_versioned)
-from .storage import Storage, _mtime
+from ..storage import Storage, _mtime
 from .topic_config import TopicConfig
 
 TOPIC_FORMAT = 2
