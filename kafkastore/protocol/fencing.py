@@ -15,12 +15,20 @@
 """
 from __future__ import annotations
 
+import asyncio
 import threading
+
+from ..errors import StorageError
 
 #: The oldest ACLs, credentials and quotas a decision may use (seconds).
 MAX_DECISION_AGE_S = 2.0
 
+#: The longest a request waits for a fresh read of the ACLs or quotas before it is answered
+#: with a retriable error (seconds; clients time requests out at 30 s).
+FRESH_READ_WAIT_S = 5.0
+
 _quota_read = threading.Lock()   # requests that find the quotas stale share one read
+_in_flight: dict = {}            # (server, document) -> the read requests are waiting for
 
 
 def quota_bound_s(server) -> float:
@@ -54,9 +62,35 @@ async def before_serving(server) -> None:
         registry.fence_if_lapsed()
     authorizer = getattr(server, "authorizer", None)
     if authorizer is not None and authorizer.stale():
-        await server.fresh_acls()
+        await _fresh(server, "ACLs", authorizer.load_if_stale)
     if _quotas_stale(server):
-        await server.run(refresh_quotas_if_stale, server)
+        await _fresh(server, "quotas", refresh_quotas_if_stale, server)
+
+
+async def _fresh(server, what: str, read, *args) -> None:
+    """Run the blocking ``read`` of a shared document once for every request that needs it
+    meanwhile (one I/O thread, however many requests wait), and wait at most
+    :data:`FRESH_READ_WAIT_S`: a store slower than that gets the request a StorageError
+    (answered with a retriable code) rather than a wait longer than the client's own
+    timeout, and no pile of blocked I/O threads."""
+    key = (id(server), what)
+    pending = _in_flight.get(key)
+    if pending is None:
+        pending = asyncio.ensure_future(server.run(read, *args))
+        _in_flight[key] = pending
+        pending.add_done_callback(lambda f: _settled(key, f))
+    try:
+        await asyncio.wait_for(asyncio.shield(pending), FRESH_READ_WAIT_S)
+    except asyncio.TimeoutError:
+        raise StorageError(f"the {what} could not be read within {FRESH_READ_WAIT_S:g} s; "
+                           "retry") from None
+
+
+def _settled(key, fut: asyncio.Future) -> None:
+    if _in_flight.get(key) is fut:
+        del _in_flight[key]
+    if not fut.cancelled():
+        fut.exception()   # retrieved: each waiter gets it through the shield
 
 
 def refresh_quotas_if_stale(server) -> None:

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..clock import Clock
-from ..errors import ConfigError, ListenError
+from ..errors import ConfigError, ListenError, StorageError
 from ..storage import Storage
-from . import codec, fencing, listeners
+from . import codec, error_responses, fencing, listeners
 from .api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                        client_throttles, quota_exempt)
 from .registry import Registry, RequestContext
@@ -743,17 +743,20 @@ class Connection:
         server = self.server
         quotas, metrics = server.quotas, server.metrics
         started = time.perf_counter()
-        if fencing.due(server):   # a lapsed lease fences; ACLs and quotas never older than the bound
-            await fencing.before_serving(server)
         acc = None
-        if quotas.active and ctx.api_key == FETCH:
-            request = self._cap_fetch(ctx, request)
-        if quotas.active and not quota_exempt(ctx.api_key):  # ApiVersions and SASL never wait
-            acc = _RequestTime(asyncio.current_task())
-            _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
-            response = await _StepTimer(handler(ctx, request), acc)
-        else:
-            response = await handler(ctx, request)
+        try:
+            if fencing.due(server):   # a lapsed lease fences; ACLs and quotas never older than the bound
+                await fencing.before_serving(server)
+            if quotas.active and ctx.api_key == FETCH:
+                request = self._cap_fetch(ctx, request)
+            if quotas.active and not quota_exempt(ctx.api_key):  # ApiVersions and SASL never wait
+                acc = _RequestTime(asyncio.current_task())
+                _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
+                response = await _StepTimer(handler(ctx, request), acc)
+            else:
+                response = await handler(ctx, request)
+        except StorageError as exc:
+            response = self._store_failed(ctx, request, exc)
         data = None if response is None else codec.encode_response(ctx.correlation_id, response)
         throttle_s = 0.0
         if quotas.active:
@@ -777,6 +780,20 @@ class Connection:
             if not client_throttles(ctx.api_key, ctx.api_version):  # before KIP-219
                 await asyncio.sleep(throttle_s)
         return data
+
+    def _store_failed(self, ctx: RequestContext, request, exc: StorageError):
+        """The answer to a request the store failed under (its ACLs or quotas could not be
+        made fresh, or its handler let the failure through): the request's own response
+        with a retriable code in every entry, as Kafka answers, on a connection that stays.
+        A produce with acks=0 expects no answer: its connection closes (Kafka's way to tell
+        such a producer), by raising."""
+        if ctx.api_key == PRODUCE and getattr(request, "acks", -1) == 0:
+            raise exc
+        log.warning("API %d v%d from %s: the store failed: %s", ctx.api_key, ctx.api_version,
+                    self.peer, exc)
+        return error_responses.error_response(ctx.api_key, ctx.api_version, request,
+                                              error_responses.storage_error_code(ctx.api_key),
+                                              str(exc))
 
     def _cap_fetch(self, ctx: RequestContext, request):
         """``request`` with its ``max_bytes`` at most what the consumer byte-rate quota allows
