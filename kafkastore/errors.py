@@ -265,6 +265,11 @@ class ProtocolError(KafkaStoreError):
     """A request the server cannot decode (bad frame, header or body): the connection is closed."""
 
 
+class DuplicateApiError(KafkaStoreError):
+    """A second handler registered for an API key the handler table already serves (each
+    key is registered once, old and new versions by one handler)."""
+
+
 class FetchCheckError(KafkaStoreError):
     """A stored batch that does not agree with its manifest entry."""
 

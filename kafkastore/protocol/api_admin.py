@@ -247,12 +247,8 @@ async def handle_delete_records(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    from . import api_cluster, api_configs, api_users
-
     registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
     registry.register(DELETE_TOPICS, 1, 5, handle_delete_topics)
     registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
     registry.register(DELETE_RECORDS, 0, 2, handle_delete_records)
     registry.register(CREATE_PARTITIONS, 0, 3, handle_create_partitions)
-    for mod in (api_configs, api_cluster, api_users):
-        mod.register(registry)

@@ -16,6 +16,9 @@ Long poll: while the response holds fewer than ``min_bytes`` and
 (:class:`~kafkastore.protocol.data_watch.DataWatch`): woken by this broker's
 commits to them, or by the broker's one shared poll of their manifest heads
 (other brokers' commits); a parked fetch costs nothing meanwhile.
+
+The handlers serve Fetch v4+ and ListOffsets v1+; :mod:`~kafkastore.protocol.api_legacy`
+registers both keys at every version, its own handlers answering the older ones.
 """
 from __future__ import annotations
 
@@ -29,9 +32,8 @@ from ..reader import PartitionReader, last_stable_offset, segment_position
 from ..format.record_batch import LOG_OVERHEAD
 from ..acls import Operation, ResourceType
 from . import error_codes as E
-from .api_keys import FETCH, LIST_OFFSETS
 from .codec import make
-from .registry import Registry, RequestContext
+from .registry import RequestContext
 from .topic_ids import NEEDS_LOOKUP
 
 log = logging.getLogger("kafkastore.serve.fetch")
@@ -295,7 +297,3 @@ async def handle_list_offsets(ctx: RequestContext, request):
         topics.append(make(mod, "ListOffsetsTopicResponse", name=t.name, partitions=tuple(parts)))
     return make(ctx.response_class, topics=tuple(topics))
 
-
-def register(registry: Registry) -> None:
-    registry.register(FETCH, 4, 17, handle_fetch)  # Kafka 3.9's
-    registry.register(LIST_OFFSETS, 1, 9, handle_list_offsets)

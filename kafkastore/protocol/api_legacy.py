@@ -21,8 +21,8 @@ so do we, the way Kafka does with its default message format (v2 on disk):
 ListOffsets v0 (old-style offsets, what 0.9 / 0.10 consumers reset their position with) is
 answered by :func:`old_style_offsets`.
 
-:func:`register` puts the old Fetch and ListOffsets versions in front of whatever
-``api_fetch`` registered, so newer versions keep their handler (one plain call in between).
+:func:`register` registers Fetch and ListOffsets once each, at every version: the old
+versions by the handlers here, newer ones by ``api_fetch``'s (one plain call in between).
 """
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ from ..format.record_batch import LOG_OVERHEAD
 from . import error_codes as E
 from .api_keys import FETCH, LIST_OFFSETS
 from .error_codes import UNSUPPORTED_COMPRESSION_TYPE
-from .api_fetch import PartitionRead, read_partition
+from .api_fetch import PartitionRead, handle_fetch, handle_list_offsets, read_partition
 from .codec import make
-from .registry import Registry, RequestContext
+from .registry import Registry, RequestContext, by_version
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
@@ -220,23 +220,8 @@ async def handle_old_list_offsets(ctx: RequestContext, request):
     return make(ctx.response_class, topics=tuple(topics))
 
 
-def _in_front(registry: Registry, api_key: int, first_new: int, old_handler) -> None:
-    """Serve ``api_key`` from v0: versions below ``first_new`` by ``old_handler``, the rest by
-    the handler registered before (left alone if it is missing or starts elsewhere)."""
-    spec = registry.get(api_key)
-    if spec is None or spec.min_version != first_new:
-        return
-    newer = spec.handler
-
-    def handle_any(ctx: RequestContext, request):
-        # Not a coroutine itself: it returns the chosen handler's, so current versions pay
-        # one call and one comparison, not another coroutine frame.
-        return (old_handler if ctx.api_version < first_new else newer)(ctx, request)
-
-    registry.register(api_key, 0, spec.max_version, handle_any)
-
-
 def register(registry: Registry) -> None:
-    """Serve Fetch and ListOffsets from v0: the old versions here, newer ones by api_fetch."""
-    _in_front(registry, FETCH, FIRST_NEW_FETCH, handle_old_fetch)
-    _in_front(registry, LIST_OFFSETS, 1, handle_old_list_offsets)
+    """Serve Fetch and ListOffsets from v0, one registration each: the old versions here,
+    newer ones by api_fetch (Kafka 3.9's)."""
+    registry.register(FETCH, 0, 17, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
+    registry.register(LIST_OFFSETS, 0, 9, by_version(1, handle_old_list_offsets, handle_list_offsets))

@@ -11,7 +11,7 @@ from ..topics import is_internal_topic
 
 from . import codec
 from . import error_codes as E
-from .api_keys import API_VERSIONS, INIT_PRODUCER_ID, METADATA
+from .api_keys import API_VERSIONS, METADATA
 from .api_admin import MAX_PARTITIONS, create_topic_safely
 from .codec import make
 from .placement import leader_for, topic_id, topic_id_of  # noqa: F401 - re-exported (registry docs, handlers)
@@ -158,4 +158,3 @@ async def handle_init_producer_id(ctx: RequestContext, request):
 def register(registry: Registry) -> None:
     registry.register(API_VERSIONS, 0, 4, handle_api_versions)
     registry.register(METADATA, 0, 12, handle_metadata)
-    registry.register(INIT_PRODUCER_ID, 0, 4, handle_init_producer_id)

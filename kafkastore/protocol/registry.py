@@ -1,8 +1,10 @@
-"""The handler registry: which API keys and versions the broker serves, and who serves them.
+"""The handler table: which API keys and versions the broker serves, and who serves them.
 
-ApiVersions answers from this registry, so it always tells the truth: an API
+ApiVersions answers from this table, so it always tells the truth: an API
 is advertised exactly when a handler is registered for it, at exactly the
-registered version range.
+registered version range. Each key is registered once (a second registration raises
+:class:`~kafkastore.errors.DuplicateApiError`); a key whose old versions another function
+serves is one registration of ``by_version(first_new, old, new)``.
 
 Writing a handler (this is the contract for every API, the group APIs included)::
 
@@ -19,16 +21,18 @@ Writing a handler (this is the contract for every API, the group APIs included):
         # Return None to send no response (only Produce with acks=0 does).
         return make(ctx.response_class, error_code=0)
 
-    def register(registry: Registry) -> None:
-        registry.register(12, 0, 4, handle_heartbeat)   # api_key, min, max version
+    def register(table: HandlerTable) -> None:
+        table.register(HEARTBEAT, 0, 4, handle_heartbeat)   # api_key, min, max version
 
-:class:`~kafkastore.protocol.server.BrokerServer` registers every API it serves: the
-``register`` functions of ``api_meta``, ``api_produce``, ``api_fetch``, ``api_admin`` (which
-also registers ``api_configs``, ``api_cluster`` and ``api_users``), ``api_groups``,
-``api_txn``, ``api_quotas``, ``api_acls`` and, with SASL on, ``sasl``. A new API is a new
-``api_*`` module with a ``register(registry)`` added to that list. ``BrokerServer(storage,
-options, extensions=[hook])`` (and ``BrokerThread`` / ``run_server``) also calls extra
-``register(registry)`` hooks, for tests and embedders. Handlers run on the
+The key is a row of :mod:`kafkastore.protocol.api_keys` (the one table of keys, names and
+versions; the registered range lies within the row's). :class:`~kafkastore.protocol.server.
+BrokerServer` registers every API it serves through the one ordered list of API families,
+``kafkastore.protocol.families.FAMILIES`` (with SASL on, ``sasl`` after them). A new API is a
+row in ``api_keys`` and a handler with its ``register`` line in its family's module; a new
+family module is one more entry in ``FAMILIES``. ``BrokerServer(storage, options,
+extensions=[hook])`` (and ``BrokerThread`` / ``run_server``) also calls extra
+``register(table)`` hooks after the families, for tests and embedders; they add keys,
+never replace one. Handlers run on the
 server's asyncio event loop: do storage I/O with ``await ctx.run(fn, *args)``
 (the broker's thread pool), never blocking calls on the loop. ``ctx.broker``
 is the :class:`kafkastore.protocol.server.BrokerServer` (its ``storage``,
@@ -47,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DuplicateApiError
 from . import codec
 from .authorizer import principal_of
 
@@ -103,15 +107,33 @@ class ApiSpec:
     handler: Handler
 
 
-class Registry:
-    """api_key -> :class:`ApiSpec`."""
+def by_version(first_new: int, old: Handler, new: Handler) -> Handler:
+    """One handler for a key whose versions below ``first_new`` ``old`` serves and the rest
+    ``new`` (Fetch and ListOffsets: the versions kio has no classes for, from api_legacy).
+
+    Not a coroutine itself: it returns the chosen handler's, so current versions pay one
+    call and one comparison, not another coroutine frame. ``for_version(v)`` names the
+    function serving version ``v``.
+    """
+    def handle(ctx: RequestContext, request):
+        return (old if ctx.api_version < first_new else new)(ctx, request)
+
+    handle.for_version = lambda version: old if version < first_new else new
+    return handle
+
+
+class HandlerTable:
+    """api_key -> :class:`ApiSpec`, each key registered once."""
 
     def __init__(self):
         self._specs: dict[int, ApiSpec] = {}
 
     def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
-        """Serve ``api_key`` at versions ``[min_version, max_version]`` with ``handler`` (replaces
-        an earlier registration of the same key)."""
+        """Serve ``api_key`` at versions ``[min_version, max_version]`` with ``handler``;
+        :class:`DuplicateApiError` if the key is served already."""
+        if api_key in self._specs:
+            raise DuplicateApiError(f"API {api_key} is registered twice (each key once: old "
+                                    f"and new versions by one handler, see by_version)")
         if not 0 <= min_version <= max_version:
             raise ConfigError(f"bad version range {min_version}..{max_version} for API {api_key}")
         for v in range(min_version, max_version + 1):
@@ -136,3 +158,7 @@ class Registry:
     def api_versions(self) -> list[tuple[int, int, int]]:
         """``(api_key, min_version, max_version)`` of every registered API, by key."""
         return [(s.api_key, s.min_version, s.max_version) for _, s in sorted(self._specs.items())]
+
+
+#: The name this table had before (one release).
+Registry = HandlerTable

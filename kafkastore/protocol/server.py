@@ -44,7 +44,7 @@ from ..storage import Storage
 from . import codec, error_responses, fencing, listeners
 from .api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                        client_throttles, quota_exempt)
-from .registry import Registry, RequestContext
+from .registry import HandlerTable, Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
 
@@ -157,8 +157,9 @@ class BrokerServer:
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
                  extensions: Iterable[Callable[[Registry], None]] = (), clock: Clock | None = None):
         from ..cluster_config import ClusterDocument
-        from . import (api_admin, api_fetch, api_groups, api_meta, api_produce, api_quotas,
-                       api_txn, sasl)
+        # lazy: the API families import the whole protocol; importing the server module
+        # (ServeOptions, the listener rules) must not
+        from . import api_txn, families
         from .appender import Appender
         from .brokers import BrokerRegistry
         from .fetch_cache import RangeCache
@@ -170,17 +171,9 @@ class BrokerServer:
         self.storage = storage
         #: The one clock every part of this broker reads (default: the storage's).
         self.clock: Clock = clock or storage.clock
-        self.registry = Registry()
-        for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, api_txn, api_quotas):
-            mod.register(self.registry)
-        from . import api_legacy  # Fetch v0-3 in front of api_fetch's handler
-        api_legacy.register(self.registry)
-        from . import api_acls
-        api_acls.register(self.registry)
-        if sasl_enabled(opts):
-            sasl.register(self.registry)
-        for ext in extensions:
-            ext(self.registry)
+        self.registry = HandlerTable()
+        families.register_families(self.registry, sasl_enabled=sasl_enabled(opts),
+                                   extensions=extensions)
         self.pool = ThreadPoolExecutor(max_workers=opts.io_threads, thread_name_prefix="kafkastore-io")
         self.authorizer = None
         if opts.authorizer:

@@ -19,14 +19,11 @@ from kafkastore.protocol import codec, frame_check
 
 
 def served() -> list[tuple[int, int]]:
-    from kafkastore.protocol import api_admin, api_fetch, api_groups, api_meta, api_produce, sasl
-    from kafkastore.protocol.registry import Registry
+    from kafkastore.protocol.families import register_families
+    from kafkastore.protocol.registry import HandlerTable
 
-    reg = Registry()
-    for mod in (api_meta, api_produce, api_fetch, api_admin, api_groups, sasl):
-        mod.register(reg)
-    from kafkastore.protocol import api_legacy  # Fetch v0-3
-    api_legacy.register(reg)
+    reg = HandlerTable()
+    register_families(reg, sasl_enabled=True)   # every API a broker serves
     return [(k, v) for k, lo, hi in reg.api_versions() for v in range(lo, hi + 1)]
 
 

@@ -5,12 +5,15 @@ Written before the handler table was rebuilt around one ordered list of API fami
 (one registration per key, old versions dispatched inside the handler): the answers and
 the choices must stay exactly these.
 """
-import inspect
-
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.errors import DuplicateApiError
+from kafkastore.protocol import api_fetch, api_legacy
+from kafkastore.protocol.api_keys import FETCH, INIT_PRODUCER_ID
+from kafkastore.protocol.families import FAMILIES, register_families
+from kafkastore.protocol.registry import HandlerTable, Registry, by_version
+from kafkastore.protocol.server import BrokerServer, BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from tests.protocol.wire import Wire
 
@@ -70,12 +73,7 @@ def chosen(handler, version):
     """The function that answers ``version`` (a handler serving several implementations by
     version names the one it picks through ``for_version``)."""
     pick = getattr(handler, "for_version", None)
-    if pick is not None:
-        return pick(version)
-    if handler.__name__ == "handle_any":  # api_legacy's wrapper in front of api_fetch's
-        seen = inspect.getclosurevars(handler).nonlocals
-        return seen["old_handler"] if version < seen["first_new"] else seen["newer"]
-    return handler
+    return pick(version) if pick is not None else handler
 
 
 def served(registry) -> dict:
@@ -109,3 +107,42 @@ def test_api_versions_answer_and_handlers_are_pinned(tmp_path, sasl):
     assert int(resp.error_code) == 0
     got = [(int(k.api_key), int(k.min_version), int(k.max_version)) for k in resp.api_keys]
     assert got == [(key, runs[0][0], runs[-1][1]) for key, runs in expected(sasl).items()]
+
+
+def test_a_key_is_registered_once():
+    table = HandlerTable()
+    table.register(FETCH, 4, 17, api_fetch.handle_fetch)
+    with pytest.raises(DuplicateApiError, match="API 1 is registered twice"):
+        table.register(FETCH, 0, 3, api_legacy.handle_old_fetch)
+    assert table.api_versions() == [(FETCH, 4, 17)]   # the first registration stands
+    assert Registry is HandlerTable
+
+
+def test_every_family_registers_its_own_keys_in_one_ordered_list():
+    """The families together register each key once (no family replaces another's): the
+    whole list registers into one table without a DuplicateApiError."""
+    table = HandlerTable()
+    register_families(table, sasl_enabled=True)
+    owners = {}
+    for family in FAMILIES:
+        alone = HandlerTable()
+        family.register(alone)
+        for key, _, _ in alone.api_versions():
+            assert key not in owners, (key, owners.get(key), family.__name__)
+            owners[key] = family.__name__
+    assert owners[INIT_PRODUCER_ID] == "kafkastore.protocol.api_txn"
+
+
+def test_an_extension_may_add_a_key_but_not_replace_one(tmp_path):
+    def replace_fetch(table):
+        table.register(FETCH, 4, 17, api_fetch.handle_fetch)
+
+    with pytest.raises(DuplicateApiError):
+        BrokerServer(Storage(f"file://{tmp_path}"), ServeOptions(port=0), extensions=[replace_fetch])
+
+
+def test_by_version_names_the_function_it_calls():
+    handle = by_version(4, api_legacy.handle_old_fetch, api_fetch.handle_fetch)
+    assert [handle.for_version(v) for v in (0, 3, 4, 17)] == [
+        api_legacy.handle_old_fetch, api_legacy.handle_old_fetch, api_fetch.handle_fetch,
+        api_fetch.handle_fetch]

@@ -1,0 +1,32 @@
+"""The one ordered list of the API families a broker serves.
+
+Each family module holds its handlers and a ``register(table)`` that registers its keys
+once each (:class:`~kafkastore.protocol.registry.HandlerTable` refuses a second
+registration). The order is the order of registration; no family replaces another's key.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from . import (api_acls, api_admin, api_cluster, api_configs, api_groups, api_legacy, api_meta,
+               api_produce, api_quotas, api_txn, api_users, sasl)
+from .registry import HandlerTable
+
+#: Every family, in registration order. ``api_legacy`` registers Fetch and ListOffsets at
+#: every version (its own handlers below the first version kio has, ``api_fetch``'s above).
+FAMILIES = (api_meta, api_produce, api_legacy, api_admin, api_configs, api_cluster, api_users,
+            api_groups, api_txn, api_quotas, api_acls)
+#: Served only when clients must authenticate with SASL.
+SASL_FAMILY = sasl
+
+
+def register_families(table: HandlerTable, *, sasl_enabled: bool,
+                      extensions: Iterable[Callable[[HandlerTable], None]] = ()) -> None:
+    """Register every family in ``FAMILIES`` order, SASL's when on, then ``extensions``
+    (hooks of tests and embedders, which add keys and may not replace one)."""
+    for family in FAMILIES:
+        family.register(table)
+    if sasl_enabled:
+        SASL_FAMILY.register(table)
+    for extension in extensions:
+        extension(table)
