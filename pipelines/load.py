@@ -37,496 +37,32 @@ from __future__ import annotations
 import getpass
 import logging
 import sys
-import threading
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Mapping
 
 from kafkastore.clock import SYSTEM, Clock
 from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
 
 from . import iceberg as ice
-from .spec.load_spec import LoadSpec, resolve_spec
+from .cdc import with_default_keys
+from .decoding import parse_avro_schema, parse_json_schema
+# The write engine's and the schemas' names stay importable from here (callers of the
+# one-module load of earlier releases).
+from .jobs.executor_io import WriteTarget, file_writer, split_reader  # noqa: F401
+from .jobs.write_engine import (Progress, Written, kafka_frame, write_job,  # noqa: F401
+                                write_ranges)
+from .planning import default_run_id, plan_load, until_limit
+from .session import get_spark
+from .source.schema import (base_decoded_schema, dead_letter_schema, file_schema,  # noqa: F401
+                            nullable, raw_schema)
+from .spec.load_spec import REVISABLE, LoadSpec, resolve_spec, stored_load
 from .spec.offset_ranges import Latest, OffsetLimit, OffsetRange
-from .planning import default_run_id, plan_load, plan_tasks, until_limit
-from .table_files import DESCRIPTOR_DDL, check_disjoint, descriptor_schema, write_files
-from .spec.table_layout import TableLayout
+from .spec.table_layout import (LOAD_PROPERTIES, TableLayout, check_mode,  # noqa: F401
+                                mode_properties, table_identifier)
+from .upsert import remove_staging, upsert_commit
 
 log = logging.getLogger(__name__)
-
-_RAW_VALUE = "__dl_value"   # the raw value kept next to decoded columns, for dead letters
-
-
-# ---------------------------------------------------------------------------
-# table schemas
-
-
-def raw_schema():
-    """The table schema of raw loads: Spark's Kafka-source columns (all optional)."""
-    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
-
-    return KAFKA_SCHEMA
-
-
-def dead_letter_schema():
-    """The dead-letter table schema: the Kafka columns, the raw value, the error."""
-    import pyarrow as pa
-
-    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
-
-    from .decoding import DEAD_LETTER_COLUMNS
-
-    fields = [KAFKA_SCHEMA.field(c) for c in DEAD_LETTER_COLUMNS if c != "error"]
-    return pa.schema(fields + [pa.field("error", pa.string())])
-
-
-def base_decoded_schema():
-    """The columns every decoded table starts with; decoded columns join at the
-    first commit (union by name)."""
-    import pyarrow as pa
-
-    from kafkastore.format.arrow_decode import KAFKA_SCHEMA
-
-    return pa.schema([KAFKA_SCHEMA.field(c) for c in ("topic", "partition", "offset", "timestamp")])
-
-
-def nullable(schema):
-    """``schema`` with every field (nested too) optional: tables accept files
-    whatever Spark declared, and later schema unions never tighten a column."""
-    import pyarrow as pa
-
-    def fix_type(t):
-        if pa.types.is_struct(t):
-            return pa.struct([fix_field(t.field(i)) for i in range(t.num_fields)])
-        if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return pa.list_(fix_field(t.value_field))
-        if pa.types.is_map(t):
-            return pa.map_(t.key_type, fix_field(t.item_field))
-        return t
-
-    def fix_field(f):
-        return pa.field(f.name, fix_type(f.type), True)
-
-    return pa.schema([fix_field(f) for f in schema])
-
-
-def file_schema(url: str, storage_options: Mapping[str, Any] | None):
-    """The Arrow schema stored in a Parquet file's footer."""
-    import fsspec
-    import pyarrow.parquet as pq
-
-    with fsspec.open(url, "rb", **dict(storage_options or {})) as f:
-        return pq.read_schema(f)
-
-
-# ---------------------------------------------------------------------------
-# reading and writing (executors)
-
-
-def split_reader(root: str, storage_options: dict | None, splits: list[tuple],
-                 include_headers: bool = True):
-    """For ``mapInArrow`` over a frame of split numbers: the Kafka-schema Arrow
-    batches of each split, read on the executor (the data source's own reader)."""
-    def read(batches: Iterator[Any]) -> Iterator[Any]:
-        from kafkastore.reader import READ_COMMITTED, read_range
-
-        storage = Storage(root, storage_options)
-        for batch in batches:
-            for i in batch.column(0).to_pylist():
-                for rr in splits[i]:
-                    # The range is read for this decode only: values may be decoded
-                    # into the read buffer (see DECISIONS "Cold decodes").
-                    rb = read_range(storage, rr, include_headers=include_headers,
-                                    isolation=READ_COMMITTED, reuse_input=True)
-                    if rb.num_rows:
-                        yield rb
-
-    return read
-
-
-def _split_frame(spark, n: int):
-    # range(0, n) in n slices: exactly one split number per task.
-    return spark.range(0, n, 1, n)
-
-
-def kafka_frame(spark, root: str, splits: list[tuple], storage_options: dict | None = None):
-    """A DataFrame (Spark's Kafka schema, with headers) of exactly ``splits``."""
-    from .datasource import spark_schema
-
-    return _split_frame(spark, len(splits)).mapInArrow(
-        split_reader(root, storage_options, splits), spark_schema(include_headers=True))
-
-
-@dataclass(frozen=True)
-class WriteTarget:
-    """Where and how the executors write: table locations (plain strings) and the
-    table's layout. An upsert layout stages: each task keeps the last record per key
-    and partition, with a column telling tombstones (null raw value) apart."""
-
-    data_location: str
-    dead_letter_location: str | None = None
-    layout: TableLayout = TableLayout()
-    storage_options: Mapping[str, Any] | None = None
-    dead_letters_from: Mapping[int, int] = field(default_factory=dict)
-    #: ``{column: has a zone}`` of the data table's timestamp columns: the files keep
-    #: a column's kind (:func:`pipelines.table_files.micros_timestamps`).
-    timestamp_zones: Mapping[str, bool] = field(default_factory=dict)
-
-    def of_table(self, tbl) -> "WriteTarget":
-        """This target writing timestamps as the columns of ``tbl`` (an Iceberg table) are."""
-        from dataclasses import replace
-
-        from .table_files import timestamp_zones
-
-        return replace(self, timestamp_zones=timestamp_zones(tbl.schema()))
-
-
-def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
-                json_schema: str | None = None, counter=None):
-    """The ``mapInArrow`` function of a load: write each task's rows as Parquet
-    (data and, when ``split_dead_letters``, dead letters at or after
-    ``target.dead_letters_from`` of their partition) and yield one descriptor per
-    file. ``counter`` is an optional accumulator of ``{partition: rows}``."""
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from pipelines.decoding import DEAD_LETTER_COLUMNS, json_error_detail
-
-        so = dict(target.storage_options or {})
-        layout = target.layout
-        good: list = []
-        dead: list = []
-        rows = 0
-        descriptors: list[dict] = []
-        seen: dict[int, int] = {}
-
-        def flush():
-            nonlocal good, dead, rows
-            if good and layout.upsert:
-                # Upsert staging: only the last record per (key, partition) of this task
-                # can win (pipelines.upsert), so only those are staged.
-                from pipelines.upsert import last_per_partition
-
-                good = last_per_partition(pa.Table.from_batches(good), layout.upsert_keys)
-            if good:
-                descriptors.extend(write_files(
-                    target.data_location, good, run_id=run_id, storage_options=so,
-                    partition_by=layout.partition_by, max_rows_per_file=layout.max_rows_per_file,
-                    compression=layout.compression, zoned=target.timestamp_zones))
-            if dead:
-                descriptors.extend(write_files(
-                    target.dead_letter_location, dead, run_id=run_id, storage_options=so,
-                    kind="dead_letter", partition_by=layout.partition_by,
-                    max_rows_per_file=layout.max_rows_per_file, compression=layout.compression))
-            good, dead, rows = [], [], 0
-
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            batch = _restore_null_headers(batch)
-            for p, n in zip(*_value_counts(batch.column("partition"))):
-                seen[p] = seen.get(p, 0) + n
-            if layout.upsert:
-                from pipelines.upsert import TOMBSTONE
-
-                raw = batch.column(_RAW_VALUE if split_dead_letters else "value")
-                batch = batch.append_column(TOMBSTONE, pc.is_null(raw))
-            if split_dead_letters:
-                failed = pc.is_valid(batch.column("__error"))
-                ok = batch.filter(pc.invert(failed))
-                bad = batch.filter(failed)
-                if ok.num_rows:
-                    good.append(ok.drop_columns([_RAW_VALUE, "__error"]))
-                if bad.num_rows and target.dead_letters_from:
-                    # Dead letters the dead-letter table already committed (a crash
-                    # between its commit and the table's) are not written again.
-                    low = pa.array([target.dead_letters_from.get(p, 0)
-                                    for p in bad.column("partition").to_pylist()], pa.int64())
-                    bad = bad.filter(pc.greater_equal(bad.column("offset"), low))
-                if bad.num_rows:
-                    dead.append(_dead_letter_batch(bad, json_schema, json_error_detail,
-                                                   DEAD_LETTER_COLUMNS, pa))
-            else:
-                good.append(batch)
-            rows += batch.num_rows
-            if rows >= layout.max_rows_per_file:
-                flush()
-        flush()
-        if counter is not None and seen:
-            counter.add(seen)
-        if descriptors:
-            yield pa.RecordBatch.from_pylist(descriptors, schema=descriptor_schema())
-
-    return run
-
-
-def _dead_letter_batch(bad, json_schema, json_error_detail, columns, pa):
-    """Dead-letter rows: the Kafka columns, the raw value and the error text."""
-    errors = bad.column("__error").to_pylist()
-    if json_schema is not None:
-        # Spark's parser only says "does not match"; say why, for failed rows only.
-        values = bad.column(_RAW_VALUE).to_pylist()
-        errors = [json_error_detail(v, json_schema) or e for v, e in zip(values, errors)]
-    arrays, names = [], []
-    for name in columns:
-        if name == "error":
-            arrays.append(pa.array(errors, pa.string()))
-        elif name == "value":
-            arrays.append(bad.column(_RAW_VALUE))
-        elif name in bad.schema.names:
-            arrays.append(bad.column(name))
-        else:
-            continue
-        names.append(name)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
-
-
-def _json_schema_text(opts) -> str | None:
-    if opts.value_format != "json":
-        return None
-    from .decoding import parse_json_schema
-
-    return parse_json_schema(opts.schema_text()).json()
-
-
-def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, target: WriteTarget,
-                 run_id: str, *, storage_options: dict | None = None,
-                 max_bytes: int | None = None, counter=None, table_schema=None) -> list[dict]:
-    """Read exactly ``ranges``, decode per ``spec``, write to ``target`` on the
-    executors; return the file descriptors (nothing committed). ``table_schema``:
-    the table's (pyarrow) for loads that follow a schema registry."""
-    splits = plan_tasks(Storage(root, storage_options), ranges,
-                        spark.sparkContext.defaultParallelism, max_bytes)
-    if not splits:
-        return []
-    opts = spec.decode_options()
-    if opts.schema_registry:
-        from .registry_load import load_files
-
-        files = load_files(spark, root, splits, opts, target, run_id, table_schema,
-                           storage_options=storage_options, counter=counter, cdc=spec.cdc)
-        check_disjoint(files)
-        return files
-    if not spec.decoded:
-        read = split_reader(root, storage_options, splits)
-        write = file_writer(target, run_id=run_id, split_dead_letters=False, counter=counter)
-
-        def run(batches: Iterator[Any]) -> Iterator[Any]:
-            yield from write(read(batches))
-
-        rows = _split_frame(spark, len(splits)).mapInArrow(run, DESCRIPTOR_DDL).collect()
-    else:
-        if spec.cdc:
-            from .cdc import debezium_frame
-
-            frame = debezium_frame(kafka_frame(spark, root, splits, storage_options), opts,
-                                   _RAW_VALUE, "__error")
-            split, detail = True, None
-        else:
-            frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
-            detail = _json_schema_text(opts) if split else None
-        frame = _headers_never_null(frame)
-        fn = file_writer(target, run_id=run_id, split_dead_letters=split,
-                         json_schema=detail, counter=counter)
-        rows = frame.mapInArrow(fn, DESCRIPTOR_DDL).collect()
-    files = [r.asDict() for r in rows]
-    check_disjoint(files)
-    return files
-
-
-@dataclass(frozen=True)
-class Written:
-    """The file descriptors a job's tasks wrote (nothing committed yet), by kind."""
-
-    files: list[dict]
-
-    @property
-    def data(self) -> tuple[str, ...]:
-        return tuple(f["url"] for f in self.files if f["kind"] == "data")
-
-    @property
-    def dead(self) -> tuple[str, ...]:
-        return tuple(f["url"] for f in self.files if f["kind"] == "dead_letter")
-
-    @property
-    def footers(self) -> dict[str, tuple[int, bytes]]:
-        """``{url: (bytes, footer)}``: commits build data file entries without a read."""
-        return {f["url"]: (f["bytes"], f["footer"]) for f in self.files if f.get("footer")}
-
-    @property
-    def rows(self) -> int:
-        return sum(f["rows"] for f in self.files if f["kind"] == "data")
-
-    @property
-    def dead_letters(self) -> int:
-        return sum(f["rows"] for f in self.files if f["kind"] == "dead_letter")
-
-    def registry_extras(self, spec: LoadSpec, tbl):
-        """For loads that follow a schema registry, the writer schemas the table follows
-        (:func:`pipelines.registry_load.commit_extras`; onIncompatible=fail raises here,
-        before any commit); None otherwise."""
-        if not spec.registry:
-            return None
-        from .registry_load import commit_extras
-
-        dopts = spec.decode_options()
-        return commit_extras(self.files, tbl.schema().as_arrow(), dopts.on_incompatible,
-                             key_decoded=dopts.key_format != "raw")
-
-    def schema(self, spec: LoadSpec, storage_options, extras=None):
-        """The schema a commit merges into the table: the registry's, else the written
-        files' for decoded loads (None: unchanged)."""
-        if extras is not None:
-            return extras.schema
-        data = self.data
-        return nullable(file_schema(data[0], storage_options)) if data and spec.decoded else None
-
-
-def write_job(spark, label: str, root: str, ranges: list[OffsetRange], spec: LoadSpec,
-              target: WriteTarget, run_id: str, tbl, *, storage_options=None,
-              max_bytes: int | None = None, progress: bool = True,
-              progress_interval_s: float = 10.0, on_start=None,
-              clock: Clock = SYSTEM) -> Written:
-    """:func:`write_ranges` of a job (load, reprocess) into ``tbl``, with a
-    :class:`Progress` line every ``progress_interval_s`` when ``progress``
-    (``on_start``: called once it runs)."""
-    tracker = Progress(spark, label, progress_interval_s, clock=clock) if progress else None
-    if tracker:
-        tracker.start()
-        if on_start is not None:
-            on_start()
-    try:
-        return Written(write_ranges(
-            spark, root, ranges, spec, target, run_id, storage_options=storage_options,
-            max_bytes=max_bytes, counter=tracker.counter if tracker else None,
-            table_schema=tbl.schema().as_arrow() if spec.registry else None))
-    finally:
-        if tracker:
-            tracker.stop()
-
-
-# ---------------------------------------------------------------------------
-# progress
-
-
-class _DictSum:
-    """AccumulatorParam summing ``{key: count}`` dicts."""
-
-    def zero(self, value):
-        return {}
-
-    def addInPlace(self, a, b):
-        for k, v in b.items():
-            a[k] = a.get(k, 0) + v
-        return a
-
-
-class Progress:
-    """A driver thread printing one line every ``interval_s``: tasks done, rows
-    written so far (per partition, from an accumulator updated as tasks end),
-    and the rate. Stop it with :meth:`stop`."""
-
-    def __init__(self, spark, label: str, interval_s: float = 10.0, out=None,
-                 clock: Clock = SYSTEM):
-        from pyspark.accumulators import AccumulatorParam
-
-        param = type("_DictSumParam", (_DictSum, AccumulatorParam), {})()
-        self.counter = spark.sparkContext.accumulator({}, param)
-        self._sc = spark.sparkContext
-        self._label = label
-        self._interval = interval_s
-        self._out = out or sys.stderr
-        self._stop = threading.Event()
-        self._clock = clock
-        self._started = clock.monotonic_s()
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="load-progress")
-
-    def start(self) -> "Progress":
-        self._thread.start()
-        return self
-
-    def line(self) -> str:
-        tracker = self._sc.statusTracker()
-        done = total = 0
-        for sid in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(sid)
-            if info is not None:
-                done += info.numCompletedTasks
-                total += info.numTasks
-        counts = dict(self.counter.value)
-        rows = sum(counts.values())
-        secs = max(self._clock.monotonic_s() - self._started, 1e-9)
-        per = " ".join(f"p{p}={n}" for p, n in sorted(counts.items()))
-        return (f"{self._label}: {secs:.0f}s, tasks {done}/{total}, {rows} records "
-                f"({rows / secs:,.0f}/s){' ' + per if per else ''}")
-
-    def _loop(self):
-        while not self._stop.wait(self._interval):
-            try:
-                print(self.line(), file=self._out, flush=True)
-            except Exception:   # progress must never break a load (e.g. a stopping context)
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-
-def _decoded_frame(df, opts):
-    """One frame carrying good rows and dead letters, told apart by ``error``.
-
-    Decoding once and splitting inside the writer reads the log once; two
-    separate frames (good, dead letters) would read it twice.
-    """
-    from pyspark.sql import functions as F
-
-    from . import decoding
-
-    if opts.value_format == "raw":
-        return df, False
-    dec = decoding.decode_value(df, opts)
-    good_cols = decoding.good_columns(df, dec.combined, opts)
-    return dec.combined.select(*good_cols, F.col("value").alias(_RAW_VALUE),
-                               F.col(decoding.ERROR_COLUMN).alias("__error")), True
-
-
-def _value_counts(column):
-    import pyarrow.compute as pc
-
-    counts = pc.value_counts(column)
-    return counts.field("values").to_pylist(), counts.field("counts").to_pylist()
-
-
-def _headers_never_null(frame):
-    """Send empty header lists instead of nulls to the Python writer.
-
-    Spark's JVM-to-Arrow conversion of null ``array<struct>`` values is an order
-    of magnitude slower than of empty arrays (measured: 1M null headers ~15 s,
-    empty ~2 s on local[2]); the writer turns them back into nulls, which is
-    what the data source (and Spark's Kafka source) gives for "no headers".
-    """
-    from pyspark.sql import functions as F
-
-    if "headers" not in frame.columns:
-        return frame
-    htype = frame.schema["headers"].dataType
-    return frame.withColumn("headers", F.coalesce(F.col("headers"), F.array().cast(htype)))
-
-
-def _restore_null_headers(batch):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    i = batch.schema.get_field_index("headers")
-    if i < 0:
-        return batch
-    h = batch.column(i)
-    empty = pc.equal(pc.list_value_length(h), 0)
-    if not pc.any(empty).as_py():
-        return batch
-    return batch.set_column(i, batch.schema.field(i), pc.if_else(empty, pa.nulls(len(h), h.type), h))
-
 
 
 def current_user() -> str | None:
@@ -630,7 +166,6 @@ class LoadSummary(JobSummary):
 def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
     """The spec's table (created if missing: raw Kafka columns, or the base
     columns of a decoded load) and, for decoded loads, its dead-letter table."""
-    from .upsert import check_mode, mode_properties
 
     spec = spec.for_table(wh.load_table(spec.table))
     base = raw_schema() if not spec.decoded else base_decoded_schema()
@@ -666,8 +201,6 @@ class CreatedTables:
     @classmethod
     def before(cls, wh: ice.Warehouse, names: list[str]) -> "CreatedTables":
         """The tables of ``names`` that do not exist yet."""
-        from .spec.table_layout import table_identifier
-
         missing = [n for n in names if wh.load_table(n) is None]
         ns = table_identifier(names[0])[0]
         existed = bool(missing) and wh.namespace_exists(ns)
@@ -675,8 +208,6 @@ class CreatedTables:
 
     def drop_unused(self) -> None:
         """Drop each of the tables that holds no snapshot (nobody committed to it)."""
-        from .spec.table_layout import table_identifier
-
         for name in self.names:
             try:
                 self.warehouse.drop_if_empty(name)
@@ -690,8 +221,6 @@ def record_load_properties(tbl, spec: LoadSpec) -> None:
     """After a run's commit: a table with load properties records the value schema the
     run decoded with when it was given anew (a reprocess fixing the decoder), so the
     next run without decoder flags decodes the same way."""
-    from .spec.load_spec import REVISABLE, stored_load
-    from .spec.table_layout import LOAD_PROPERTIES
 
     props = tbl.metadata.properties
     if stored_load(props) is None:
@@ -715,7 +244,6 @@ def check_before_creating(spark, spec: LoadSpec) -> None:
     warehouse untouched."""
     if not (spec.layout.upsert and spec.decoded) or spec.registry or spec.cdc is not None:
         return
-    from .decoding import parse_avro_schema, parse_json_schema
 
     opts = spec.decode_options()
     if not getattr(opts, "flatten", True):
@@ -894,7 +422,6 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         summary.seconds = clock.monotonic_s() - started
         return summary
     if spec.cdc is not None and not spec.key_columns:   # Debezium: the Kafka key's fields
-        from .cdc import with_default_keys
 
         spec = with_default_keys(spec, storage, ranges)
 
@@ -936,7 +463,6 @@ def _load_into(spark, request: LoadRequest, spec: LoadSpec, summary: LoadSummary
                                                gaps=tuple(dl_gaps), footers=footers))
             summary.dead_letter_snapshot_id = r.snapshot_id
         if upsert:
-            from .upsert import upsert_commit
 
             kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options, extras=extras)
         else:
@@ -953,9 +479,7 @@ def _load_into(spark, request: LoadRequest, spec: LoadSpec, summary: LoadSummary
     summary.commit_seconds = clock.monotonic_s() - commit_started
     record_load_properties(wh.table(table), spec)
     if upsert:
-        from dataclasses import asdict
 
-        from .upsert import remove_staging
 
         summary.upsert = {**asdict(kc.rewrite.stats), "keys": kc.rewrite.winners.num_rows,
                           "skipped_null_keys": kc.rewrite.skipped}
@@ -1015,11 +539,9 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
         spec = spec.given(value_format=fmt, value_schema=decoding["value_schema"],
                           value_schema_file=decoding["value_schema_file"], decode=registry)
     elif registry:
-        from dataclasses import replace
 
         spec = replace(spec, decode={**spec.decode, **registry})
     if getattr(args, "cdc", None):
-        from dataclasses import replace
 
         spec = replace(spec, cdc=args.cdc)   # checked with the value flags applied
     wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
@@ -1047,7 +569,6 @@ def load_for_interval(root: str, warehouse: str, spec: LoadSpec | Mapping[str, A
     (timestamp before an interval already loaded) are loaded by the next
     interval: ranges are by offset.
     """
-    from .session import get_spark
 
     if not isinstance(spec, LoadSpec):
         spec = LoadSpec.from_entry(spec)

@@ -26,13 +26,13 @@ from typing import Any, Iterator, Mapping
 
 from kafkastore.errors import IncompatibleSchemaError
 
+from .jobs.executor_io import RAW_VALUE_COLUMN as _RAW_VALUE
+from .jobs.executor_io import file_writer, split_reader
 from .schema_evolution import IncompatibleChange, merge_types, normalize
+from .warehouse.properties import KEY_SCHEMA_IDS_KEY, SCHEMA_IDS_KEY
 
-SCHEMA_IDS_KEY = "kafkastore.schema-ids"
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 INFO_DDL = "value_ids string, key_ids string, incompatible string"
-KEY_SCHEMA_IDS_KEY = "kafkastore.key-schema-ids"
-_RAW_VALUE = "__dl_value"
 
 
 @dataclass(frozen=True)
@@ -406,7 +406,6 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
     (:func:`pipelines.cdc.debezium_batch`)."""
     from .debezium_types import stored_columns
-    from .load import file_writer, split_reader
     from .registry_client import RegistryClient
 
     table_value = table_value_type(table_schema, opts.flatten, opts.keep_raw_value)

@@ -52,6 +52,8 @@ from kafkastore.storage import Storage
 
 from . import iceberg as ice
 from . import load as _load
+from .jobs.executor_io import WriteTarget
+from .jobs.write_engine import Written, write_job, write_ranges
 from .spec.load_spec import LoadSpec
 from .spec.offset_ranges import OffsetRange
 from .planning import plan_rewind
@@ -221,10 +223,10 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     for t in (tbl, dl):
         if t is not None:    # a data file deleted outside Iceberg: refuse before any work
             ice.check_rewind_files(t, rewind)
-    target = _load.WriteTarget(tbl.location(), dl.location() if dl is not None else None,
+    target = WriteTarget(tbl.location(), dl.location() if dl is not None else None,
                                spec.layout, storage_options, {}).of_table(tbl)
     reads = [pl.range for pl in plans if not pl.range.empty]
-    written = _load.write_job(spark, f"reprocess {topic} -> {table}", root, reads, spec, target,
+    written = write_job(spark, f"reprocess {topic} -> {table}", root, reads, spec, target,
                               run_id, tbl, storage_options=storage_options,
                               max_bytes=request.max_bytes_per_partition,
                               progress=request.progress, clock=request.clock)
@@ -342,12 +344,12 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
     tbl, dl = _load.ensure_tables(wh, spec)
     # Dead letters: only the rewound ranges [N, committed) are derived again.
     dl_from = {p: points.get(p, n) for p, n in committed.items()}
-    target = _load.WriteTarget(tbl.location() + "/upsert-staging",
+    target = WriteTarget(tbl.location() + "/upsert-staging",
                                dl.location() if dl is not None else None, spec.layout,
                                storage_options, dl_from).of_table(tbl)
     reads = [pl.range for pl in replay if not pl.range.empty]
     # The replay decodes against no table schema: the state is rebuilt from the base.
-    written = _load.Written(_load.write_ranges(spark, root, reads, spec, target, run_id,
+    written = Written(write_ranges(spark, root, reads, spec, target, run_id,
                                                storage_options=storage_options,
                                                max_bytes=request.max_bytes_per_partition))
     staged_urls, dead, footers = list(written.data), written.dead, written.footers

@@ -143,7 +143,7 @@ def get_spark(master: str | None = None, app_name: str = "kafkastore",
 def _register_datasource(spark) -> None:
     """Register the ``kafkastore`` data source once per session (it needs pyspark, so it is
     imported here rather than at module level)."""
-    from pipelines.datasource import register  # noqa: PLC0415
+    from pipelines.datasource import register  # noqa: PLC0415  # lazy: pyspark start-up
 
     if getattr(spark, "_kafkastore_registered", False):
         return

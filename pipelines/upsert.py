@@ -40,8 +40,10 @@ from typing import Any, Mapping, Sequence
 
 from kafkastore.errors import ConfigError, UnsupportedDeletesError, WarehouseError
 
-from .spec.table_layout import (DEFAULT_KEY_COLUMNS, KEY_COLUMNS_PROPERTY, MODE_PROPERTY, TOMBSTONE,
-                                check_mode, mode_properties, table_mode)
+# The table modes moved to the job specs; their names stay importable from here.
+from .source.schema import nullable
+from .spec.table_layout import (DEFAULT_KEY_COLUMNS, KEY_COLUMNS_PROPERTY, MODE_PROPERTY,  # noqa: F401
+                                TOMBSTONE, check_mode, mode_properties, table_mode)
 
 DEFAULT_TARGET_ROWS = 250_000
 _ORDER = ("partition", "offset", "timestamp")
@@ -542,7 +544,6 @@ def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[
     (registry loads): its schema is merged into the table's and its properties go into
     the snapshot summary, in this one commit."""
     from . import iceberg as ice
-    from .load import nullable
 
     keys = tuple(key_columns)
     if staged is None or staged.num_rows == 0:
@@ -612,7 +613,6 @@ def rebuild_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequen
     import pyarrow as pa
 
     from . import iceberg as ice
-    from .load import nullable
 
     keys = tuple(key_columns)
     schema = None

@@ -191,7 +191,8 @@ def test_the_dag_file_parses_without_the_jobs_spark_or_iceberg(tmp_path):
             "{'pyspark', 'pyiceberg', 'pyarrow', 'pandas', 'py4j', 'great_expectations'} "
             "or (m.startswith('pipelines.') and m not in "
             "{'pipelines.config', 'pipelines.load_spec', 'pipelines.table_layout', 'pipelines.spec', "
-            "'pipelines.spec.job_config', 'pipelines.spec.load_spec', 'pipelines.spec.table_layout'}))))")
+            "'pipelines.spec.job_config', 'pipelines.spec.load_spec', 'pipelines.spec.table_layout', "
+            "'pipelines.warehouse', 'pipelines.warehouse.properties'}))))")
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
                          capture_output=True, text=True, timeout=300)
@@ -200,8 +201,8 @@ def test_the_dag_file_parses_without_the_jobs_spark_or_iceberg(tmp_path):
 
 def test_the_job_specs_import_only_the_stdlib_yaml_and_the_light_log_library():
     """pipelines/spec/ is what the DAG file parses with: of third parties only yaml, of
-    pipelines only itself (and, inside a function, the decoders it names for a spec that
-    asks for them), never pyspark, pyiceberg or pyarrow."""
+    pipelines only itself and the table property names (and, inside a function, the
+    decoders it names for a spec that asks for them), never pyspark, pyiceberg or pyarrow."""
     import sys
     std = set(sys.stdlib_module_names) | {"__future__"}
     light = ("kafkastore.errors", "kafkastore.config", "kafkastore.layout")
@@ -210,8 +211,34 @@ def test_the_job_specs_import_only_the_stdlib_yaml_and_the_light_log_library():
         for path in (ROOT / "pipelines" / "spec").rglob("*.py")
         for name in imported_modules(path)
         if not (name.split(".")[0] in std | {"yaml"} or name.startswith("pipelines.spec")
+                or name == "pipelines.warehouse.properties"
                 or name.startswith(light) or name.startswith(("pipelines.cdc", "pipelines.decoding"))))
     assert offending == []
+
+# The jobs' packages, bottom first: the job specs, the Spark source (options, planning,
+# schemas), the jobs (the executors' reader and writer, the driver's write engine, the
+# jobs). A package never imports one listed after it, nor the job modules still at the
+# root of pipelines/.
+PIPELINE_JOB_MODULES = ("pipelines.load", "pipelines.reprocess", "pipelines.upsert",
+                        "pipelines.registry_load", "pipelines.maintain", "pipelines.jobs")
+
+
+def test_the_spark_source_does_not_import_the_jobs():
+    offending = sorted(
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in (ROOT / "pipelines" / "source").rglob("*.py")
+        for name in imported_modules(path)
+        if any(name == m or name.startswith(m + ".") for m in PIPELINE_JOB_MODULES))
+    assert offending == []
+
+
+def test_the_executors_writer_does_not_import_the_driver_side():
+    """jobs/executor_io.py is what runs on the executors: below the write engine and the
+    jobs that use it (registry loads import it, so it must not import them)."""
+    driver = ("pipelines.jobs.write_engine", "pipelines.load", "pipelines.reprocess",
+              "pipelines.registry_load")
+    path = ROOT / "pipelines" / "jobs" / "executor_io.py"
+    assert [n for n in imported_modules(path) if n.startswith(driver)] == []
 
 def test_the_protocol_server_does_not_import_the_schema_registry_at_module_level():
     """The registry is started by the server when asked; nothing in the log library or the

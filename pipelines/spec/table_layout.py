@@ -7,7 +7,7 @@ the highest (partition, offset) winning, see :mod:`pipelines.upsert`), the key
 columns of an upsert table, and the file size and compression of the Parquet
 files. The CLI flags and the config's ``loads:`` entry are parsed into it once
 (:attr:`pipelines.load_spec.LoadSpec.layout`); the load, the reprocess, the
-executors' file writer (:class:`pipelines.load.WriteTarget`) and table creation
+executors' file writer (:class:`pipelines.jobs.executor_io.WriteTarget`) and table creation
 (:func:`pipelines.load.ensure_tables`) read it, nothing re-parses strings.
 
 Also the names every table module shares: the dead-letter table's suffix and
@@ -24,6 +24,11 @@ from typing import Sequence
 
 from kafkastore.errors import ConfigError
 
+# The table properties a layout is recorded under (their one home is the warehouse's
+# properties module, stdlib only like this one); the names stay importable from here.
+from ..warehouse.properties import (KEY_COLUMNS_PROPERTY, LOAD_PROPERTIES,  # noqa: F401
+                                    LOAD_PROPERTY_PREFIX, MODE_PROPERTY)
+
 #: Hidden partitioning of a new table when neither flags nor config say.
 DEFAULT_PARTITION_BY = ("day(timestamp)",)
 MODES = ("append", "upsert")
@@ -35,28 +40,6 @@ DEFAULT_COMPRESSION = "zstd"
 DEAD_LETTERS_SUFFIX = "_dead_letters"
 DEFAULT_NAMESPACE = "default"
 
-#: How a table is loaded, remembered in its own Iceberg table properties so that
-#: ``reprocess``, ``maintain``, the next ``load`` and the DAGs' reruns decode and lay
-#: out its rows exactly as its first load did. The mode and key columns keep their
-#: older names (``kafkastore.mode``, ``kafkastore.key-columns``, pipelines.upsert);
-#: everything else is under this one prefix. A table without
-#: ``kafkastore.load.value-format`` was created before these existed: its loads take
-#: their flags as given.
-LOAD_PROPERTY_PREFIX = "kafkastore.load."
-#: The spec field each load property records (field name -> property name).
-LOAD_PROPERTIES = {
-    "value_format": LOAD_PROPERTY_PREFIX + "value-format",
-    "value_schema": LOAD_PROPERTY_PREFIX + "value-schema",
-    "value_schema_file": LOAD_PROPERTY_PREFIX + "value-schema-file",
-    "decode": LOAD_PROPERTY_PREFIX + "decode",
-    "cdc": LOAD_PROPERTY_PREFIX + "cdc",
-    "partition_by": LOAD_PROPERTY_PREFIX + "partition-by",
-}
-
-#: An upsert table's mode and key columns, in its table properties (older names than
-#: the load properties above).
-MODE_PROPERTY = "kafkastore.mode"
-KEY_COLUMNS_PROPERTY = "kafkastore.key-columns"
 #: Staging column: True for a record that deletes its key.
 TOMBSTONE = "__kafkastore_tombstone"
 

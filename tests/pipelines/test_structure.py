@@ -21,6 +21,8 @@ def test_no_module_reaches_into_another_modules_privates():
     """``from .x import _y`` and ``x._y`` (x a module imported as such) are private reaches."""
     offending = []
     for path, tree in _modules():
+        if (ast.get_docstring(tree) or "").startswith("Moved to"):
+            continue  # an old path's alias re-exports what its importers took, privates too
         modules = set()   # names bound to modules: `from . import x as y`, `import pipelines.x as y`
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
