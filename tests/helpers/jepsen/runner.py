@@ -503,6 +503,49 @@ def missing_files(storage, topics: dict) -> list[str]:
     return missing
 
 
+def batch_headers_of(storage, topic: str, partition: int, offsets: set[int]) -> dict[int, tuple]:
+    """``{offset: (base offset, producer id, epoch, base sequence, records)}``: the batch
+    holding each offset of ``offsets`` in the partition's latest manifest (for diagnosing a
+    duplicate: one producer sequence written twice, or the same record under two)."""
+    from kafkastore.format.record_batch import parse_header
+    from kafkastore.manifest import ManifestStore
+
+    out: dict = {}
+    m = ManifestStore(storage, topic, partition).latest()
+    for seg in (m.segments if m is not None else ()):
+        if not any(seg.base_offset <= o < seg.next_offset for o in offsets):
+            continue
+        data = storage.get(seg.paths(topic, partition)[".log"])
+        pos = 0
+        while pos + 61 <= len(data):
+            h = parse_header(data, pos)
+            for o in offsets:
+                if h.base_offset <= o <= h.base_offset + h.last_offset_delta:
+                    out[o] = (h.base_offset, h.producer_id, h.producer_epoch, h.base_sequence,
+                              h.record_count)
+            pos += h.size
+    return out
+
+
+def duplicate_batches(storage, final_uncommitted: dict, at_least_once, limit: int = 30) -> list[str]:
+    """Lines naming the batches of the first ``limit`` values written more than once by
+    producers that promise once (the idempotent and transactional ones)."""
+    lines = []
+    for (t, p), recs in final_uncommitted.items():
+        where: dict = {}
+        for off, v in recs:
+            where.setdefault(v, []).append(off)
+        dups = [(v, offs) for v, offs in where.items() if len(offs) > 1
+                and not str(v).startswith(tuple(at_least_once))][:limit]
+        if not dups:
+            continue
+        headers = batch_headers_of(storage, t, p, {o for _, offs in dups for o in offs})
+        for v, offs in dups:
+            lines.append(f"{t}/{p} {v}: " + "; ".join(
+                f"offset {o} in batch (base, pid, epoch, seq, n)={headers.get(o)}" for o in offs))
+    return lines
+
+
 def verify_problems(storage, topics: dict) -> list[str]:
     """``kafkastore verify``'s problems (CRCs, indexes, manifest chain) over the topics."""
     from kafkastore.admin import verify_partition
@@ -602,6 +645,12 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
         missing = missing_files(storage, topics)
         problems = verify_problems(storage, topics)
         open_left = open_txns_at_end(storage, topics)
+        at_least_once = tuple(p for w in workloads for p in w.history().get("at_least_once", ()))
+        dup_lines = duplicate_batches(storage, final["read_uncommitted"], at_least_once)
+        if dup_lines:   # the store goes with the run (moto): say where duplicates sit now
+            with open(os.path.join(workdir, "duplicates.txt"), "w") as f:
+                f.write("\n".join(dup_lines) + "\n")
+            log(f"{len(dup_lines)} duplicated values' batches in {workdir}/duplicates.txt")
     finally:
         stop.set()
         cluster.stop()
