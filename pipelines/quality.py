@@ -82,10 +82,12 @@ from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
 
-from . import iceberg
-from . import iceberg_read as ir
 from .table_layout import dead_letter_table
-from .warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, RUN_ID_KEY
+from .warehouse.catalog import Warehouse, name_of
+from .warehouse.properties import (MODE_PROPERTY, OPERATION_KEY, OPERATIONS, RANGES_KEY,
+                                   RUN_ID_KEY, VALIDATED_TAG)
+from .warehouse.reads import range_filter, read_snapshot
+from .warehouse.snapshots import main_ancestry, summary_of
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class QualityResult:
                  f"{self.status.upper()} ({self.rows} rows, {self.dead_letters} dead letters)"]
         for c in self.checks:
             lines.append(f"  [{'ok' if c['success'] else 'FAIL'}] {c['name']}: {c['observed']}")
-        tag = f"  tag {ir.VALIDATED_TAG} -> {self.validated_snapshot}"
+        tag = f"  tag {VALIDATED_TAG} -> {self.validated_snapshot}"
         if self.held_by is not None:
             tag += f" (held back by failed snapshot {self.held_by})"
         lines.append(tag)
@@ -173,7 +175,7 @@ class Range:
 def snapshot_ranges(summary: Mapping[str, str]) -> list[Range]:
     """The half-open offset ranges a kafkastore snapshot covers (its summary's
     ``kafkastore.ranges``: ``{"<topic>": {"<partition>": [from, until]}}``)."""
-    raw = summary.get(iceberg.RANGES_KEY)
+    raw = summary.get(RANGES_KEY)
     if raw is None:
         return []
     data = json.loads(raw) if isinstance(raw, str) else raw
@@ -205,8 +207,8 @@ def _dead_letter_snapshot(dl_table, run_id: str | None):
     if dl_table is None:
         return None
     if run_id:
-        for snap in ir.main_ancestry(dl_table):
-            if ir.summary_of(snap).get(RUN_ID_KEY) == run_id:
+        for snap in main_ancestry(dl_table):
+            if summary_of(snap).get(RUN_ID_KEY) == run_id:
                 return snap
     return dl_table.current_snapshot()
 
@@ -218,12 +220,12 @@ def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
 
     if not ranges:
         return pa.table(_empty_columns())
-    expr = ir.range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
-    parts = [_narrow(ir.read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
-    run_id = ir.summary_of(snapshot).get(RUN_ID_KEY)
+    expr = range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
+    parts = [_narrow(read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
+    run_id = summary_of(snapshot).get(RUN_ID_KEY)
     dl_snap = _dead_letter_snapshot(dl_table, run_id)
     if dl_snap is not None:
-        parts.append(_narrow(ir.read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
+        parts.append(_narrow(read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
     return pa.concat_tables(parts)
 
 
@@ -514,7 +516,7 @@ def _settings(thresholds: Mapping[str, Any] | None, **kw) -> _Settings:
 def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
                    docs_dir: str | None = None) -> QualityResult:
     """Run the checks on the rows ``snapshot`` brought (no tag is moved)."""
-    summary = ir.summary_of(snapshot)
+    summary = summary_of(snapshot)
     ranges = snapshot_ranges(summary)
     topics = {r.topic for r in ranges}
     compacted = _topic_policies(topics, settings.root, settings.topic_config,
@@ -574,7 +576,7 @@ def _pending_after(chain, verdict) -> tuple[Any, int | None]:
     pending: list[tuple[int, list[Range]]] = []
     candidate = None
     for snap in chain:
-        summary = ir.summary_of(snap)
+        summary = summary_of(snap)
         if _is_kafkastore(summary):
             ranges = snapshot_ranges(summary)
             if summary.get(OPERATION_KEY) == "reprocess":
@@ -599,7 +601,7 @@ def _chain(table, target, tag_snapshot):
     """
     tag_line = set()
     if tag_snapshot is not None:
-        tag_line = {s.snapshot_id for s in ir.main_ancestry(table, tag_snapshot)}
+        tag_line = {s.snapshot_id for s in main_ancestry(table, tag_snapshot)}
         if target.snapshot_id in tag_line:
             return None
     out, snap = [], target
@@ -610,8 +612,8 @@ def _chain(table, target, tag_snapshot):
         if nxt is None:
             if parent is not None or (snap.sequence_number or 1) > 1:
                 raise WarehouseError(
-                    f"table {iceberg.table_name(table.name())}: snapshots before "
-                    f"{snap.snapshot_id}, after the {ir.VALIDATED_TAG} tag, were expired before "
+                    f"table {name_of(table)}: snapshots before "
+                    f"{snap.snapshot_id}, after the {VALIDATED_TAG} tag, were expired before "
                     f"they were validated; their rows cannot be checked, so the tag stays "
                     f"(kafkastore vacuum keeps such snapshots unless run with "
                     f"--expire-unvalidated; a reprocess does not restore them)")
@@ -651,7 +653,7 @@ class _TagMove(CommitTarget):
         return self.table
 
     def plan(self, table, attempt: int):
-        tag = table.snapshot_by_name(ir.VALIDATED_TAG)
+        tag = table.snapshot_by_name(VALIDATED_TAG)
         chain = _chain(table, self.target, tag)
         if chain is None:
             return Done((tag.snapshot_id, None))
@@ -664,12 +666,12 @@ class _TagMove(CommitTarget):
         old, candidate, _ = planned
         with self.table.manage_snapshots() as ms:
             if old is not None:
-                ms.remove_tag(ir.VALIDATED_TAG)
-            ms.create_tag(candidate, ir.VALIDATED_TAG)
+                ms.remove_tag(VALIDATED_TAG)
+            ms.create_tag(candidate, VALIDATED_TAG)
 
     def read_back(self, planned) -> bool | None:
         old, candidate, _ = planned
-        now = self.table.refresh().snapshot_by_name(ir.VALIDATED_TAG)
+        now = self.table.refresh().snapshot_by_name(VALIDATED_TAG)
         now_id = now.snapshot_id if now is not None else None
         if now_id == candidate:
             return True
@@ -679,7 +681,7 @@ class _TagMove(CommitTarget):
         return planned[1], planned[2]
 
     def describe(self, planned) -> str:
-        return (f"moving tag {ir.VALIDATED_TAG} of table {iceberg.table_name(self.table.name())} "
+        return (f"moving tag {VALIDATED_TAG} of table {name_of(self.table)} "
                 f"to snapshot {planned[1]}")
 
 
@@ -714,7 +716,7 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
     settings = _settings(thresholds, root=root, topic_config=topic_config, compacted=compacted,
                          interval=interval, check_interval_start=check_interval_start,
                          storage_options=storage_options)
-    wh = iceberg.Warehouse(warehouse, catalog, storage_options)
+    wh = Warehouse(warehouse, catalog, storage_options)
     tbl = wh.table(table)
     dl_tbl = wh.load_table(dead_letter_table(table))
     target = _target(tbl, snapshot_id)
@@ -734,8 +736,8 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
             result.validated_snapshot, held_by = publish(tbl, dl_tbl, target, verdict)
             if result.success and result.validated_snapshot is not None:
                 now = tbl.refresh()
-                tag = now.snapshot_by_name(ir.VALIDATED_TAG)
-                line = {s.snapshot_id for s in ir.main_ancestry(now, tag)} if tag else set()
+                tag = now.snapshot_by_name(VALIDATED_TAG)
+                line = {s.snapshot_id for s in main_ancestry(now, tag)} if tag else set()
                 result.published = target.snapshot_id in line
             result.held_by = None if result.published else held_by
         if docs:
@@ -757,16 +759,16 @@ def validate_snapshot(warehouse: str, table: str, snapshot_id: int | None = None
 
 def _target(tbl, snapshot_id: int | None):
     """The snapshot to validate: a kafkastore snapshot of main's history."""
-    main = list(ir.main_ancestry(tbl))
+    main = list(main_ancestry(tbl))
     if snapshot_id is None:
-        snap = next((s for s in main if _is_kafkastore(ir.summary_of(s))), None)
+        snap = next((s for s in main if _is_kafkastore(summary_of(s))), None)
         if snap is None:
-            raise ConfigError(f"table {iceberg.table_name(tbl.name())} has no load or "
+            raise ConfigError(f"table {name_of(tbl)} has no load or "
                               f"reprocess snapshot to validate")
         return snap
-    name = iceberg.table_name(tbl.name())
+    name = name_of(tbl)
     snap = tbl.snapshot_by_id(int(snapshot_id))
-    if snap is None or not _is_kafkastore(ir.summary_of(snap)):
+    if snap is None or not _is_kafkastore(summary_of(snap)):
         raise ConfigError(f"snapshot {snapshot_id} of {name} is not a load or reprocess snapshot")
     if snap.snapshot_id not in {s.snapshot_id for s in main}:
         raise ConfigError(f"snapshot {snapshot_id} of {name} is not in the history of main "

@@ -41,7 +41,7 @@ is taken (two names that sanitize alike), it gets a ``_2``, ``_3``, ...
 suffix. :func:`register_views` returns what each view name holds.
 
 Reading tables. A view reads exactly one snapshot: the data files pyiceberg
-plans for it (:mod:`pipelines.iceberg_read`), never a directory listing, so
+plans for it (:mod:`pipelines.warehouse.reads`), never a directory listing, so
 uncommitted, replaced or expired files are never read. When every planned file
 is on ``file://`` and none has delete files, Spark reads the Parquet files
 itself with the snapshot's Iceberg schema (columns a file lacks are null):
@@ -64,13 +64,13 @@ by how their columns resolve and each group is read by Spark under its own
 column names and projected, and a file whose nested columns differ is read by
 pyiceberg's Arrow reader.
 
-Time travel (:class:`~pipelines.iceberg_read.AsOf`): ``as_of_snapshot`` reads
+Time travel (:class:`~pipelines.warehouse.snapshots.AsOf`): ``as_of_snapshot`` reads
 the one table holding that snapshot id as of it (an id no table holds is an
 error); ``as_of_timestamp`` reads every table and dead-letter table as of its
 newest ``main`` snapshot at or before that time (empty when the table had
 none then; an :class:`~kafkastore.errors.ExpiredSnapshotError` naming the
 oldest snapshot left when vacuum expired the one it had then, see
-:func:`pipelines.iceberg.snapshot_as_of`). ``<table>_validated`` always reads the tag as it is now, and
+:func:`pipelines.warehouse.snapshots.snapshot_as_of`). ``<table>_validated`` always reads the tag as it is now, and
 topics are always read as they are now (the log has no history).
 
 :func:`run_sql` registers the views a query needs (names it mentions, plus
@@ -98,10 +98,12 @@ from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 from kafkastore.topics import describe_topic, list_topics
 
-from . import iceberg
-from . import iceberg_read as ir
 from .table_layout import DEAD_LETTERS_SUFFIX
-from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY
+from .warehouse.catalog import Warehouse, name_of, table_fs
+from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY, VALIDATED_TAG
+from .warehouse.reads import missing_file
+from .warehouse.snapshots import (AsOf, main_ancestry, parse_snapshot_id, parse_timestamp,
+                                  select_snapshot, snapshot_offsets, summary_of)
 
 log = logging.getLogger(__name__)
 
@@ -321,12 +323,12 @@ def register_views(spark, root: str | None, warehouse: str | None,
     the session and that no longer exist (a dropped table) are dropped.
     """
     storage_options = dict(storage_options or {})
-    snapshot_id = None if as_of_snapshot is None else ir.parse_snapshot_id(as_of_snapshot)
-    ts = None if as_of_timestamp is None else ir.parse_timestamp(as_of_timestamp)
+    snapshot_id = None if as_of_snapshot is None else parse_snapshot_id(as_of_snapshot)
+    ts = None if as_of_timestamp is None else parse_timestamp(as_of_timestamp)
     if snapshot_id is not None and ts is not None:
         raise ConfigError("give --as-of-snapshot or --as-of-timestamp, not both")
     topics = list_topics(Storage(root, storage_options)) if root else []
-    wh = iceberg.Warehouse(warehouse, catalog, storage_options) if warehouse else None
+    wh = Warehouse(warehouse, catalog, storage_options) if warehouse else None
     tables = wh.list_tables() if wh is not None else []
     sql_views = _sql_views(views_dir)
     names = plan_names(topics, tables, list(META_VIEWS) + [v.name for v in sql_views])
@@ -338,7 +340,7 @@ def register_views(spark, root: str | None, warehouse: str | None,
     if need_meta - {"kafkastore_offsets"} or snapshot_id is not None:
         tables_needed = sorted(tables)
     loaded = _load_tables(wh, tables_needed)
-    reads = _choose(loaded, ir.AsOf(snapshot_id=snapshot_id, timestamp_ms=ts), warehouse)
+    reads = _choose(loaded, AsOf(snapshot_id=snapshot_id, timestamp_ms=ts), warehouse)
 
     registered: dict[str, str] = {}
     for name, (kind, src) in names.items():
@@ -350,8 +352,8 @@ def register_views(spark, root: str | None, warehouse: str | None,
             continue
         if kind == "validated":
             table = loaded[src]
-            read = _Read(src, table, table.snapshot_by_name(ir.VALIDATED_TAG), table.schema(),
-                         f"tag {ir.VALIDATED_TAG}")
+            read = _Read(src, table, table.snapshot_by_name(VALIDATED_TAG), table.schema(),
+                         f"tag {VALIDATED_TAG}")
         else:
             read = reads[src]
         table_frame(spark, read.table, read.snapshot, read.schema).createOrReplaceTempView(name)
@@ -387,7 +389,7 @@ def _load_tables(wh, names: list[str]) -> dict[str, Any]:
         return dict(zip(names, pool.map(wh.table, names)))
 
 
-def _choose(loaded: dict[str, Any], as_of: ir.AsOf, warehouse: str | None) -> dict[str, _Read]:
+def _choose(loaded: dict[str, Any], as_of: AsOf, warehouse: str | None) -> dict[str, _Read]:
     """The snapshot each table is read at (time travel applied)."""
     reads = {}
     holder = None
@@ -399,12 +401,12 @@ def _choose(loaded: dict[str, Any], as_of: ir.AsOf, warehouse: str | None) -> di
                               f"{warehouse} has it (see the warehouse_snapshots view)")
     for name, table in loaded.items():
         if holder is not None and name != holder:
-            mine = ir.AsOf()
+            mine = AsOf()
         else:
             mine = as_of
-        snap = ir.select_snapshot(table, mine)
+        snap = select_snapshot(table, mine)
         schema = table.schema()
-        if mine != ir.AsOf() and snap is not None and snap.schema_id is not None:
+        if mine != AsOf() and snap is not None and snap.schema_id is not None:
             schema = table.schemas().get(snap.schema_id, schema)
         reads[name] = _Read(name, table, snap, schema, mine.describe())
     return reads
@@ -458,11 +460,11 @@ def table_frame(spark, table, snapshot, schema=None):
     tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
     if not tasks:
         return spark.createDataFrame([], ddl)
-    name = iceberg.table_name(table.name())
+    name = name_of(table)
     urls = [t.file.file_path for t in tasks]
     if any(t.delete_files for t in tasks) or not all(u.startswith("file:") for u in urls):
         return _arrow_frame(spark, table, snapshot, schema, tasks, ddl)
-    from . import field_ids
+    from .warehouse import field_ids
 
     with _unreadable(name, snapshot):
         if not field_ids.needs_field_ids(table.metadata, schema):
@@ -500,12 +502,12 @@ def _footer_schema(table, snapshot, url: str):
     """A data file's Arrow schema (its Parquet footer, field ids in the field metadata)."""
     import pyarrow.parquet as pq
 
-    fs, path = iceberg.table_fs(table, url)
+    fs, path = table_fs(table, url)
     try:
         with fs.open(path, "rb") as f:
             return pq.read_schema(f)
     except FileNotFoundError as exc:
-        raise iceberg.missing_file(table, snapshot.snapshot_id, exc) from None
+        raise missing_file(table, snapshot.snapshot_id, exc) from None
 
 
 def _group_frame(spark, group):
@@ -534,11 +536,11 @@ def _arrow_frame(spark, table, snapshot, schema, tasks, ddl):
     try:
         arrow = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
     except FileNotFoundError as exc:
-        raise iceberg.missing_file(table, snapshot.snapshot_id, exc) from None
+        raise missing_file(table, snapshot.snapshot_id, exc) from None
     except NotImplementedError as exc:
         from kafkastore.errors import UnsupportedDeletesError
 
-        raise UnsupportedDeletesError(f"table {iceberg.table_name(table.name())} snapshot "
+        raise UnsupportedDeletesError(f"table {name_of(table)} snapshot "
                                       f"{snapshot.snapshot_id}: {exc}") from None
     if arrow.num_rows == 0:
         return spark.createDataFrame([], ddl)
@@ -597,11 +599,11 @@ def _with_time(df, column: str, alias: str):
 def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
     rows = []
     for name, r in sorted(reads.items()):
-        snap = next((s for s in ir.main_ancestry(r.table, r.snapshot)
-                     if iceberg.snapshot_offsets(s) is not None), None)
+        snap = next((s for s in main_ancestry(r.table, r.snapshot)
+                     if snapshot_offsets(s) is not None), None)
         if snap is None:
             continue
-        for (topic, p), o in sorted(iceberg.snapshot_offsets(snap).items()):
+        for (topic, p), o in sorted(snapshot_offsets(snap).items()):
             rows.append((name, topic, p, o, snap.snapshot_id, snap.timestamp_ms))
     return _with_time(spark.createDataFrame(rows, WAREHOUSE_OFFSETS_DDL), "committed_ms",
                       "committed_at")
@@ -610,12 +612,12 @@ def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
 def _snapshots_frame(spark, loaded: dict[str, Any]):
     rows = []
     for name, table in sorted(loaded.items()):
-        main = {s.snapshot_id for s in ir.main_ancestry(table)}
+        main = {s.snapshot_id for s in main_ancestry(table)}
         refs: dict[int, list[str]] = {}
         for ref, r in table.refs().items():
             refs.setdefault(r.snapshot_id, []).append(ref)
         for s in table.snapshots():
-            summary = ir.summary_of(s)
+            summary = summary_of(s)
             rows.append((name, s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms,
                          summary.get("operation"), summary.get(OPERATION_KEY),
                          summary.get(RUN_ID_KEY), s.snapshot_id in main,

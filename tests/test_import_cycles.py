@@ -29,10 +29,6 @@ PACKAGES = ("kafkastore", "pipelines")
 
 # The cycles that exist today, each removed by the redesign (then its entry goes).
 KNOWN_CYCLES: list[frozenset[str]] = [
-    # iceberg.py formats times through iceberg_read (inside a function) while iceberg_read
-    # reads through iceberg. The redesign's warehouse package puts the shared helpers in
-    # the module both import (snapshots and ancestry walked once, in one place).
-    frozenset({"pipelines.iceberg", "pipelines.iceberg_read"}),
 ]
 
 

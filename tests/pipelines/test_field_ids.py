@@ -12,10 +12,11 @@ import pyarrow as pa
 import pytest
 from pyiceberg.types import DoubleType, LongType, StringType
 
-from pipelines import field_ids
-from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
 from pipelines.sql import register_views, run_sql
+from pipelines.warehouse import field_ids
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import KafkaCommit, commit
 from tests.helpers.iceberg_tables import write
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -36,7 +37,7 @@ def _rows(start, stop, schema=SCHEMA, **cols):
 def _load(wh, name, start, stop, data=None):
     t = wh.table(name)
     url = write(wh, t, data if data is not None else _rows(start, stop))
-    ice.commit(t, ice.KafkaCommit(f"r-{uuid.uuid4().hex[:8]}", "load",
+    commit(t, KafkaCommit(f"r-{uuid.uuid4().hex[:8]}", "load",
                                   (OffsetRange("t", 0, start, stop),), files=(url,)))
 
 
@@ -44,7 +45,7 @@ def _load(wh, name, start, stop, data=None):
 def wh(tmp_path_factory):
     """Tables loaded by kafkastore (files by name, no field ids), then changed by
     another engine through pyiceberg."""
-    w = ice.Warehouse(f"file://{tmp_path_factory.mktemp('fid')}/wh")
+    w = Warehouse(f"file://{tmp_path_factory.mktemp('fid')}/wh")
     for name in ("same", "ren", "drp", "readd", "prom"):
         w.create_table(name, SCHEMA)
         _load(w, name, 0, ROWS // 2)

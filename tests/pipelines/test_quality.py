@@ -13,16 +13,16 @@ import fsspec
 import pytest
 
 from kafkastore.errors import ConfigError, WarehouseError
-from pipelines import iceberg as ice
-from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.quality import QualityCheckFailed, publish, validate_snapshot
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.properties import VALIDATED_TAG
 from tests.helpers.quality_tables import T0, commit, rows, tag, validated_offsets
 from tests.faults import lose_catalog_response
 
 
 @pytest.fixture
 def wh(tmp_path):
-    return ice.Warehouse(f"file://{tmp_path}/warehouse")
+    return Warehouse(f"file://{tmp_path}/warehouse")
 
 
 def test_clean_load_passes_moves_the_tag_and_is_documented(wh, tmp_path):
@@ -160,7 +160,7 @@ def test_only_kafkastore_snapshots_of_main_can_be_validated(wh):
 def test_s3_warehouse_with_a_local_catalog(s3_endpoint, tmp_path):
     url = f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}"
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"}
-    wh = ice.Warehouse(url, catalog)
+    wh = Warehouse(url, catalog)
     sid = commit(wh, "t10", {("orders", 0): (0, 3)}, [rows("orders", 0, [0, 1, 2])])
     result = validate_snapshot(url, "t10", sid, catalog=catalog, compacted=False)
     assert result.success and result.published

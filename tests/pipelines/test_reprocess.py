@@ -170,12 +170,12 @@ def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypa
     def load_first(table, c, branch):
         if c.operation == "reprocess" and not fired and table.name()[-1] == "tbl":
             fired.append(1)
-            monkeypatch.setattr(ice, "_build", real)
+            monkeypatch.setattr("pipelines.warehouse.commit._build", real)
             run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False,
                      **JSON)
         return real(table, c, branch)
 
-    monkeypatch.setattr(ice, "_build", load_first)
+    monkeypatch.setattr("pipelines.warehouse.commit._build", load_first)
     with pytest.raises(TableChangedError, match="moved from 15 to 17"):
         run_reprocess(spark, root=root, topic="t", warehouse=wh, table="tbl", from_offset=10,
                       load_options=JSON, progress=False)

@@ -19,11 +19,13 @@ from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
-from pipelines.iceberg_read import VALIDATED_TAG
 from pipelines.offset_ranges import OffsetRange
 from pipelines.sql import (SQL_DIR, plan_names, referenced_names, register_views, run_sql,
                            sanitize, split_statements, to_json_value)
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import KafkaCommit, commit
+from pipelines.warehouse.properties import VALIDATED_TAG
+from pipelines.warehouse.reads import plan_scan
 from tests.helpers.upsert import add_position_delete
 
 T0 = 1_704_067_200_000        # 2024-01-01T00:00Z
@@ -128,7 +130,7 @@ def _commit(table, run_id, ranges, data, operation="load"):
     """One kafkastore commit of ``data`` covering ``ranges`` (``{(t, p): (a, b)}``)."""
     rs = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items()))
     files = (_write(table, data),) if data is not None and data.num_rows else ()
-    return ice.commit(table, ice.KafkaCommit(run_id, operation, rs, files=files)).snapshot_id
+    return commit(table, KafkaCommit(run_id, operation, rs, files=files)).snapshot_id
 
 
 def _order_rows(batch):
@@ -181,7 +183,7 @@ def env(tmp_path_factory, spark):
     _produce(storage, "web.page-views", [{"key": b"p", "value": b"/", "ts": T0}])
 
     # order_events: two loads (the first validated), one dead letter in the second.
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     events = wh.create_table("order_events", ORDERS_SCHEMA)
     bad = orders[BAD]
     first = [r for r in orders[:60] if r is not bad]
@@ -251,7 +253,7 @@ def test_table_views_read_one_snapshot_and_the_validated_tag(spark, env):
 
 def test_pyiceberg_sees_what_the_views_see(spark, env):
     """An independent reader (pyiceberg's own scan) agrees with our views."""
-    table = ice.Warehouse(env["warehouse"]).table("order_events")
+    table = Warehouse(env["warehouse"]).table("order_events")
     theirs = sorted(zip(*[table.scan().to_arrow()[c].to_pylist() for c in ("partition", "offset")]))
     ours = sorted((r["partition"], r["offset"]) for r in sql_rows(
         spark, env, "SELECT partition, offset FROM order_events"))
@@ -262,7 +264,7 @@ def test_time_travel(spark, env):
     n = "SELECT count(*) AS n FROM order_events"
     assert sql_rows(spark, env, n, as_of_snapshot=env["s1"]) == [{"n": 59}]
     assert sql_rows(spark, env, n, as_of_snapshot=str(env["s2"])) == [{"n": 89}]
-    snap = ice.Warehouse(env["warehouse"]).table("order_events").snapshot_by_id(env["s1"])
+    snap = Warehouse(env["warehouse"]).table("order_events").snapshot_by_id(env["s1"])
     iso = _iso(snap.timestamp_ms)
     assert sql_rows(spark, env, n, as_of_timestamp=iso) == [{"n": 59}]
     assert sql_rows(spark, env, n, as_of_timestamp=snap.timestamp_ms - 1) == [{"n": 0}]
@@ -471,11 +473,11 @@ def test_a_data_file_deleted_behind_icebergs_back_is_one_line(spark, tmp_path, c
     from pipelines.cli import main
 
     warehouse = f"file://{tmp_path}/wh"
-    table = ice.Warehouse(warehouse).create_table("gone", KAFKA_SCHEMA)
+    table = Warehouse(warehouse).create_table("gone", KAFKA_SCHEMA)
     _commit(table, "g1", {("t", 0): (0, 1)}, pa.table({
         "key": [b"k"], "value": [b"v"], "topic": ["t"], "partition": [0], "offset": [0],
         "timestamp": [T0 * 1000], "timestampType": [0]}, schema=KAFKA_SCHEMA))
-    (path,) = ice.plan_scan(table).files
+    (path,) = plan_scan(table).files
     os.remove(path[len("file://"):])
     assert main(["sql", "SELECT * FROM gone", "--warehouse", warehouse]) == 1
     err = capsys.readouterr().err
@@ -486,13 +488,13 @@ def test_positional_deletes_are_applied_not_ignored(spark, tmp_path):
     """Another engine's merge-on-read delete (a position delete file): the view
     reads through pyiceberg, which applies it."""
     warehouse = f"file://{tmp_path}/wh"
-    table = ice.Warehouse(warehouse).create_table("mor", KAFKA_SCHEMA)
+    table = Warehouse(warehouse).create_table("mor", KAFKA_SCHEMA)
     _commit(table, "m1", {("t", 0): (0, 3)}, pa.table({
         "key": [b"a", b"b", b"c"], "value": [b"1", b"2", b"3"], "topic": ["t"] * 3,
         "partition": [0] * 3, "offset": [0, 1, 2], "timestamp": [T0 * 1000] * 3,
         "timestampType": [0] * 3}, schema=KAFKA_SCHEMA))
     _add_position_delete(table, position=1)
-    assert ice.plan_scan(table).delete_files
+    assert plan_scan(table).delete_files
     out = io.StringIO()
     run_sql(spark, "SELECT offset FROM mor ORDER BY offset", root=None, warehouse=warehouse,
             fmt="jsonl", out=out)
@@ -524,7 +526,7 @@ def test_only_what_the_query_needs_and_stale_views_dropped(spark, env, tmp_path)
 def test_s3_tables_are_read_through_arrow(spark, s3_endpoint, tmp_path):
     url = f"s3://kafkastore-test/sql-{uuid.uuid4().hex[:8]}"
     catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db"}
-    wh = ice.Warehouse(url, catalog)
+    wh = Warehouse(url, catalog)
     table = wh.create_table("mem.table", KAFKA_SCHEMA)
     import fsspec
 
@@ -536,7 +538,7 @@ def test_s3_tables_are_read_through_arrow(spark, s3_endpoint, tmp_path):
     path = f"{table.location()}/data/{uuid.uuid4().hex}.parquet"
     with fsspec.open(path, "wb") as f:
         pq.write_table(data, f)
-    ice.commit(table, ice.KafkaCommit("m1", "load", (OffsetRange("t", 0, 0, 2),), files=(path,)))
+    commit(table, KafkaCommit("m1", "load", (OffsetRange("t", 0, 0, 2),), files=(path,)))
     out = io.StringIO()
     run_sql(spark, "SELECT * FROM mem_table ORDER BY offset; "
                    "SELECT count(*) AS n FROM mem_table_validated",

@@ -1,4 +1,4 @@
-"""Parquet data files of a load (pipelines.table_files.write_files): one file per topic-partition
+"""Parquet data files of a load (pipelines.warehouse.files.write_files): one file per topic-partition
 and partition value, every row once."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.table_files import write_files
+from pipelines.warehouse.files import write_files
 
 
 @settings(deadline=None, max_examples=40)

@@ -8,16 +8,17 @@ import time
 import pytest
 
 from kafkastore.errors import ExpiredSnapshotError
-from pipelines import iceberg as ice
-from pipelines import iceberg_read as ir
 from pipelines.vacuum import MIN_GRACE_MS, vacuum
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import plan_scan
+from pipelines.warehouse.snapshots import AsOf, iso, select_snapshot
 from tests.helpers.iceberg_tables import SCHEMA, load
 
 
 def _loaded(tmp_path):
     """A table of three loads (offsets 0-10, 10-20, 20-30) whose first two snapshots
     vacuum expired; returns (warehouse, the three snapshots as they were)."""
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     created = int(time.time() * 1000)
     wh.create_table("t", SCHEMA)
     snaps = []
@@ -36,15 +37,15 @@ def test_time_travel_to_an_expired_snapshot_is_refused(tmp_path):
     t = wh.table("t")
     for when in (s1.timestamp_ms + 1, s2.timestamp_ms + 1, s3.timestamp_ms - 1):
         with pytest.raises(ExpiredSnapshotError) as exc:
-            ir.select_snapshot(t, ir.AsOf(timestamp_ms=when))
+            select_snapshot(t, AsOf(timestamp_ms=when))
         msg = str(exc.value)
-        assert "\n" not in msg and "was expired" in msg and ir.iso(when) in msg
+        assert "\n" not in msg and "was expired" in msg and iso(when) in msg
         assert f"oldest snapshot still available is {s3.snapshot_id}" in msg
     with pytest.raises(ExpiredSnapshotError):
-        ice.plan_scan(t, as_of_ms=s2.timestamp_ms + 1)
+        plan_scan(t, as_of_ms=s2.timestamp_ms + 1)
     # Still answered: after the snapshot kept, and before the table had any snapshot.
-    assert ir.select_snapshot(t, ir.AsOf(timestamp_ms=s3.timestamp_ms)).snapshot_id == s3.snapshot_id
-    assert ir.select_snapshot(t, ir.AsOf(timestamp_ms=created - 60_000)) is None
+    assert select_snapshot(t, AsOf(timestamp_ms=s3.timestamp_ms)).snapshot_id == s3.snapshot_id
+    assert select_snapshot(t, AsOf(timestamp_ms=created - 60_000)) is None
 
 
 def test_sql_as_of_an_expired_time_is_one_line(spark, tmp_path, capsys):

@@ -9,13 +9,14 @@ import boto3
 import pytest
 
 from kafkastore.errors import BucketNotFoundError
-from pipelines import iceberg as ice
 from pipelines.offset_ranges import OffsetRange
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import KafkaCommit, commit
 from tests.helpers.iceberg_tables import SCHEMA, load
 
 
 def _warehouse(tmp_path, endpoint, bucket):
-    return ice.Warehouse(f"s3://{bucket}/wh",
+    return Warehouse(f"s3://{bucket}/wh",
                          catalog={"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db"},
                          storage_options={"client_kwargs": {"endpoint_url": endpoint}})
 
@@ -35,5 +36,5 @@ def test_committing_after_the_bucket_was_deleted(tmp_path, s3_endpoint):
     s3.Bucket(bucket).objects.all().delete()
     s3.Bucket(bucket).delete()
     with pytest.raises(BucketNotFoundError, match=f"bucket '{bucket}'"):
-        ice.commit(t, ice.KafkaCommit("r2", "load", (OffsetRange("t", 0, 5, 8),), files=()),
+        commit(t, KafkaCommit("r2", "load", (OffsetRange("t", 0, 5, 8),), files=()),
                    backoff_s=0.001)

@@ -97,7 +97,8 @@ def key_literals(source: str) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr):
             head = node.values[0] if node.values else None
-            text = head.value if isinstance(head, ast.Constant) and isinstance(head.value, str) else ""
+            leading = isinstance(head, ast.Constant) and isinstance(head.value, str)
+            text = head.value if leading else ""
             skip.update(id(v) for v in node.values)
             if text.startswith(PREFIX) and not _kafkastore_module(text.rstrip(".")):
                 found.append((node.lineno, text + "{...}"))
