@@ -48,7 +48,8 @@ from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
 from .topic_sink_commit import (TaskResult, abort_job, commit_job, new_job_prefix,
-                                recover_jobs, recover_stream, write_task)
+                                recover_jobs, recover_stream, stream_job, stream_prefix,
+                                write_task)
 
 __all__ = ["SinkOptions", "parse_sink_options", "check_sink_schema", "batch_writer",
            "stream_writer", "TopicBatchWriter", "TopicStreamWriter", "TaskMessage"]
@@ -170,16 +171,29 @@ class TaskMessage(WriterCommitMessage):
     result: TaskResult
 
 
-def _write(opts: SinkOptions, prefix: int, job: str, iterator: Iterator[Any]) -> TaskMessage:
-    """The task side of both writers: this attempt's transaction."""
+def _write(opts: SinkOptions, prefix: int, job: str, iterator: Iterator[Any],
+           salt: int = 0) -> TaskMessage:
+    """The task side of both writers: this attempt's transaction. ``salt`` (a stream run's)
+    is xor-ed into Spark's task attempt id, which restarts from 0 in every application."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     attempt = ctx.taskAttemptId() if ctx is not None else uuid.uuid4().int & 0xFFFFFFFF
     storage = Storage(opts.root, dict(opts.storage_options))
     batches = (_known_columns(b) for b in iterator)
-    return TaskMessage(write_task(storage, batches, prefix=prefix, task_attempt_id=attempt,
+    return TaskMessage(write_task(storage, batches, prefix=prefix, task_attempt_id=attempt ^ salt,
                                   topic=opts.topic, job=job))
+
+
+def _batch_id_of_task() -> int:
+    """The micro-batch this task belongs to (Spark's ``streaming.sql.batchId`` property)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    if value is None:
+        raise ConfigError("a streaming write task without Spark's streaming.sql.batchId")
+    return int(value)
 
 
 def _known_columns(batch):
@@ -224,29 +238,38 @@ class TopicBatchWriter(DataSourceArrowWriter):
 
 class TopicStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("kafkastore")``: each micro-batch exactly once, a replayed
-    batch id (after a restart) a no-op."""
+    batch id (after a restart) a no-op.
+
+    Spark builds a new instance for every commit, so nothing here is kept between the tasks
+    and the commit: both derive the batch's producer-id prefix and job name from the sink
+    id and the batch id (:func:`pipelines.topic_sink_commit.stream_prefix`)."""
 
     def __init__(self, opts: SinkOptions):
         if opts.sink_id is None:
             raise ConfigError("a streaming write into topics needs a checkpointLocation or the "
                               "sinkId option (it names the sink's committed batches)")
         self.opts = opts
-        self.run = uuid.uuid4().hex
-        self.prefix = new_job_prefix()
+        self.salt = uuid.uuid4().int & 0xFFFFFFFF
 
     def write(self, iterator: Iterator[Any]) -> TaskMessage:
         """Append this task's rows as an open transaction of this attempt (executor)."""
-        return _write(self.opts, self.prefix, self.run, iterator)
+        batch_id = _batch_id_of_task()
+        return _write(self.opts, stream_prefix(self.opts.sink_id, batch_id),
+                      stream_job(self.opts.sink_id, batch_id), iterator, self.salt)
 
     def commit(self, messages, batchId: int) -> None:
         """Commit micro-batch ``batchId`` unless an earlier run committed it (driver)."""
-        commit_job(self._storage(), _results(messages), job=self.run, prefix=self.prefix,
+        sink = self.opts.sink_id
+        commit_job(self._storage(), _results(messages), job=stream_job(sink, batchId),
+                   prefix=stream_prefix(sink, batchId),
                    topics=[self.opts.topic] if self.opts.topic else [],
-                   sink_id=self.opts.sink_id, batch_id=batchId)
+                   sink_id=sink, batch_id=batchId)
 
     def abort(self, messages, batchId: int) -> None:
         """Abort the micro-batch's transactions (driver)."""
-        abort_job(self._storage(), job=self.run, prefix=self.prefix,
+        sink = self.opts.sink_id
+        abort_job(self._storage(), job=stream_job(sink, batchId),
+                  prefix=stream_prefix(sink, batchId),
                   topics=[self.opts.topic] if self.opts.topic else [])
 
     def _storage(self) -> Storage:
@@ -264,8 +287,8 @@ def batch_writer(options: Mapping[str, Any], schema: StructType, overwrite: bool
 
 def stream_writer(options: Mapping[str, Any], schema: StructType,
                   overwrite: bool) -> TopicStreamWriter:
-    """The writer for ``DataSource.streamWriter``: validates and rolls forward the sink's
-    newest decided batch before the query (re)starts."""
+    """The writer for ``DataSource.streamWriter`` (Spark calls it at the query's start and
+    again for every commit): validates and rolls forward the sink's newest decided batch."""
     opts = parse_sink_options(options)
     check_sink_schema(schema, opts)
     writer = TopicStreamWriter(opts)

@@ -20,12 +20,16 @@ what becomes readable, with no Spark in it (see docs/DESIGN.md, "Writes into top
 * **A crash after the decision** leaves a record whose markers are not all written:
   :func:`roll_forward` writes the missing ones, and every later writer on the root (and
   the next start of a stream) runs it first (:func:`recover_jobs`).
-* **Streams** name the record after the sink and the micro-batch id; a batch whose record
-  exists was committed by an earlier run, so the replay's own transactions are aborted and
-  nothing is added (:func:`commit_job` with ``batch_id``).
+* **Streams** name the record after the sink and the micro-batch id, and take the
+  producer-id prefix from them (:func:`stream_prefix`): a batch whose record exists was
+  committed by an earlier run, so the replay's own transactions are aborted and nothing is
+  added; a batch a dead run left half-written is replayed under the same prefix, and its
+  commit aborts the dead attempts with the other losers (:func:`commit_job` with
+  ``batch_id``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -137,7 +141,24 @@ def job_record_path(job: str) -> str:
 
 def stream_record_path(sink_id: str, batch_id: int) -> str:
     """The decision record of one micro-batch of a stream sink."""
-    return f"{SINK_DIR}/streams/{sink_id}/{batch_id:020d}.json"
+    return f"{_batches_dir(sink_id)}{batch_id:020d}.json"
+
+
+def _batches_dir(sink_id: str) -> str:
+    return f"{SINK_DIR}/streams/{sink_id}/batches/"
+
+
+def stream_prefix(sink_id: str, batch_id: int) -> int:
+    """The producer-id prefix of one micro-batch of a stream sink: the same in every run, so
+    the commit of a replayed batch finds (and aborts) what a dead run's attempts of that
+    batch left open."""
+    digest = hashlib.sha256(f"{sink_id}/{batch_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % ((1 << _PREFIX_BITS) - 1) + 1
+
+
+def stream_job(sink_id: str, batch_id: int) -> str:
+    """The job name (attempt notes) of one micro-batch of a stream sink."""
+    return f"{sink_id}-{batch_id}"
 
 
 def attempt_note_path(job: str, pid: int) -> str:
@@ -164,9 +185,11 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
     if sink_id is not None:
         path = stream_record_path(sink_id, batch_id)
         earlier = _read_record(storage, path)
-        if earlier is not None and earlier["job"] != job:
-            abort_job(storage, job=job, prefix=prefix, topics=all_topics)
+        if earlier is not None:
+            # A replay of a committed batch: finish the earlier commit first (its markers),
+            # then abort what the replay wrote (the same prefix: the batch id's).
             roll_forward(storage, earlier)
+            abort_job(storage, job=job, prefix=prefix, topics=all_topics)
             return earlier
     else:
         path = job_record_path(job)
@@ -174,12 +197,13 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
     txns = [{"topic": t, "partition": p, "producer_id": r.producer_id,
              "producer_epoch": TASK_EPOCH} for r in chosen for t, p in r.partitions]
     _check_still_open(storage, txns, job)
-    record = {"format": RECORD_FORMAT, "job": job, "sink": sink_id, "batch_id": batch_id,
+    record = {"format": RECORD_FORMAT, "job": job, "commit_id": uuid.uuid4().hex,
+              "sink": sink_id, "batch_id": batch_id,
               "records": sum(r.records for r in chosen), "transactions": txns}
     stored = _put_record(storage, path, record)
-    if stored["job"] != job:  # another run of this stream committed the batch meanwhile
-        abort_job(storage, job=job, prefix=prefix, topics=all_topics)
     roll_forward(storage, stored)
+    if stored["commit_id"] != record["commit_id"]:  # another run committed the batch meanwhile
+        abort_job(storage, job=job, prefix=prefix, topics=all_topics)
     _forget(storage, path, stored, sink_id, batch_id)
     _drop_notes(storage, job)
     return stored
@@ -230,7 +254,7 @@ def recover_jobs(storage: Storage) -> int:
 def recover_stream(storage: Storage, sink_id: str) -> dict | None:
     """Roll forward a stream sink's newest decision record (a crash between its decision
     and its markers); that record, or None for a new sink."""
-    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    infos = storage.list(_batches_dir(sink_id))
     if not infos:
         return None
     record = _read_record(storage, infos[-1].path)
@@ -241,7 +265,7 @@ def recover_stream(storage: Storage, sink_id: str) -> dict | None:
 
 def last_committed_batch(storage: Storage, sink_id: str) -> int | None:
     """The newest micro-batch id a stream sink committed, or None."""
-    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    infos = storage.list(_batches_dir(sink_id))
     return int(infos[-1].path.rsplit("/", 1)[-1].split(".")[0]) if infos else None
 
 
@@ -328,7 +352,7 @@ def _forget(storage: Storage, path: str, record: Mapping[str, Any], sink_id: str
     if sink_id is None:
         storage.delete([path])
         return
-    infos = storage.list(f"{SINK_DIR}/streams/{sink_id}/")
+    infos = storage.list(_batches_dir(sink_id))
     old = [i.path for i in infos[:-KEEP_STREAM_RECORDS]]
     if old:
         storage.delete(old)

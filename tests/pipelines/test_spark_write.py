@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -202,8 +201,22 @@ def test_retried_task_writes_each_record_once(tmp_path):
                        os.path.abspath(__file__)))), timeout=600)
     committed = _consume(root, "out")
     assert _values(committed) == sorted([f"v{i}" for i in range(200)])
-    assert len(_consume(root, "out", "read_uncommitted")) > 200
+    assert len(_consume(root, "out", "read_uncommitted")) > 200, "attempt 0 wrote nothing"
     assert _open(root, "out") == []
+
+
+def _wait_for_log(root: str, records: int) -> None:
+    """Until the topic holds ``records`` (committed or not), at most about 60 s: a UDF failing
+    a task only once the task's writer has appended (the writer runs alongside the UDF)."""
+    from kafkastore.clock import SYSTEM
+    from kafkastore.manifest import ManifestStore
+
+    storage = Storage(root)
+    for _ in range(600):
+        heads = [ManifestStore(storage, "out", p).latest() for p in range(2)]
+        if sum(m.high_watermark for m in heads if m is not None) >= records:
+            return
+        SYSTEM.sleep(0.1)
 
 
 def _child_retry(root: str) -> None:
@@ -220,6 +233,7 @@ def _child_retry(root: str) -> None:
         from pyspark import TaskContext
         ctx = TaskContext.get()
         if ctx.partitionId() == 1 and ctx.attemptNumber() == 0 and value == "v199":
+            _wait_for_log(root, 101)  # partition 0's 100 rows and some of this attempt's
             raise RuntimeError("injected failure of attempt 0")
         return value
 
@@ -294,11 +308,27 @@ def test_a_replayed_stream_batch_is_a_no_op(tmp_path):
     r1 = _task(storage, first, 1, range(10), "run1")
     tsc.commit_job(storage, [r1], job="run1", prefix=first, topics=["out"], sink_id="s", batch_id=0)
     r2 = _task(storage, again, 1, range(10), "run2")
+    first_record = json.loads(storage.get(tsc.stream_record_path("s", 0)))
     stored = tsc.commit_job(storage, [r2], job="run2", prefix=again, topics=["out"],
                             sink_id="s", batch_id=0)
-    assert stored["job"] == "run1"
+    assert stored == first_record
     assert len(_consume(root, "out")) == 10 and _open(root, "out") == []
     assert tsc.last_committed_batch(storage, "s") == 0
+
+
+def test_a_replayed_batch_aborts_what_a_dead_run_left_open(tmp_path):
+    """A run killed in the middle of batch 3 (no abort ran) left an open transaction; the
+    next run replays batch 3 under the same prefix and its commit aborts the dead attempt."""
+    root = _root(tmp_path, partitions=2)
+    storage = Storage(root)
+    prefix, job = tsc.stream_prefix("s", 3), tsc.stream_job("s", 3)
+    _task(storage, prefix, 1, range(10), job)                 # the dead run's attempt
+    assert _open(root, "out") != []
+    replay = _task(storage, prefix, 1 ^ 0x5A5A, range(10), job)
+    tsc.commit_job(storage, [replay], job=job, prefix=prefix, topics=["out"],
+                   sink_id="s", batch_id=3)
+    assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(10))
+    assert _open(root, "out") == []
 
 
 # --------------------------------------------------------------------------- streaming writes
@@ -312,7 +342,7 @@ def _stream(spark, src, root, ckpt, fail_flag=None):
         flag = str(fail_flag)
 
         def maybe_fail(value):
-            if os.path.exists(flag) and value.endswith("9"):
+            if os.path.exists(flag) and value == "v129":   # the batch's last row
                 raise RuntimeError("injected crash mid-batch")
             return value
         df = df.withColumn("value", F.udf(maybe_fail, StringType())("value"))
@@ -335,7 +365,7 @@ def test_stream_write_exactly_once_across_restarts(spark, tmp_path):
     commit and the checkpoint's): the restart replays batch 0, which adds nothing. A crash
     in the middle of batch 1 (a task fails after others wrote) and a restart: batch 1's
     records appear once."""
-    root = _root(tmp_path, partitions=2)
+    root = _root(tmp_path, partitions=2, config={"segment.bytes": 1024})
     src, ckpt, flag = tmp_path / "src", tmp_path / "ckpt", tmp_path / "fail"
     _add_file(src, "a.json", 0, 30)
     _stream(spark, src, root, ckpt)
@@ -345,18 +375,20 @@ def test_stream_write_exactly_once_across_restarts(spark, tmp_path):
     _stream(spark, src, root, ckpt)
     assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(30))
 
-    _add_file(src, "b.json", 30, 60)
+    _add_file(src, "b.json", 30, 130)
     flag.write_text("x")
-    q = None
-    with pytest.raises(Exception, match="injected crash mid-batch"):
-        q = _stream(spark, src, root, ckpt, fail_flag=flag)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "10")
+    try:
+        with pytest.raises(Exception, match="injected crash mid-batch"):
+            _stream(spark, src, root, ckpt, fail_flag=flag)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     flag.unlink()
+    assert len(_consume(root, "out", "read_uncommitted")) > 30, "the failed batch wrote nothing"
     assert len(_consume(root, "out")) == 30 and _open(root, "out") == []
     _stream(spark, src, root, ckpt, fail_flag=flag)
-    assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(60))
+    assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(130))
     assert _open(root, "out") == []
-    shutil.rmtree(ckpt)
-    assert q is None
 
 
 # --------------------------------------------------------------------------- a Kafka client reads it
