@@ -317,6 +317,18 @@ class KafkaStoreDataSource(DataSource):
                               f"{expected.simpleString()}; got {schema.simpleString()}")
         return KafkaStoreStreamReader(opts, KafkaStorePartition, _read_batches)
 
+    def writer(self, schema: StructType, overwrite: bool):
+        """``df.write.format("kafkastore")``: exactly-once writes into topics
+        (:mod:`pipelines.topic_sink`)."""
+        from .topic_sink import batch_writer
+        return batch_writer(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool):
+        """``df.writeStream.format("kafkastore")``: each micro-batch exactly once
+        (:mod:`pipelines.topic_sink`)."""
+        from .topic_sink import stream_writer
+        return stream_writer(self.options, schema, overwrite)
+
 
 class KafkaStoreReader(DataSourceReader):
     """Plans input partitions on the driver side and reads them on executors (no pushdown)."""
