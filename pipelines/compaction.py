@@ -52,7 +52,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
-from pipelines.planning import pack_by_bytes
+from pipelines.source.planning import pack_by_bytes
 from pipelines.spark_errors import is_spark_error, summarize
 
 __all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",

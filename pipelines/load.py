@@ -52,8 +52,8 @@ from .decoding import parse_avro_schema, parse_json_schema
 from .jobs.executor_io import WriteTarget, file_writer, split_reader  # noqa: F401
 from .jobs.write_engine import (Progress, Written, kafka_frame, write_job,  # noqa: F401
                                 write_ranges)
-from .planning import default_run_id, plan_load, until_limit
-from .session import get_spark
+from .source.planning import default_run_id, plan_load, until_limit
+from .source.session import get_spark
 from .source.schema import (base_decoded_schema, dead_letter_schema, file_schema,  # noqa: F401
                             nullable, raw_schema)
 from .spec.load_spec import REVISABLE, LoadSpec, resolve_spec, stored_load

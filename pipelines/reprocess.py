@@ -56,7 +56,7 @@ from .jobs.executor_io import WriteTarget
 from .jobs.write_engine import Written, write_job, write_ranges
 from .spec.load_spec import LoadSpec
 from .spec.offset_ranges import OffsetRange
-from .planning import plan_rewind
+from .source.planning import plan_rewind
 
 
 @dataclass

@@ -249,7 +249,7 @@ def test_the_scan_sees_every_module_and_its_imports():
     graph, local = scan(ROOT)
     assert "kafkastore.segment_writer" in graph and "pipelines.load" in graph
     assert "kafkastore.manifest" in graph["kafkastore.segment_writer"]
-    assert "pipelines.planning" in graph["pipelines.load"]
+    assert "pipelines.source.planning" in graph["pipelines.load"]
     assert sum(local.values()) > 0
 
 

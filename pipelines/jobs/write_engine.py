@@ -17,7 +17,7 @@ from kafkastore.storage import Storage
 from .. import decoding
 from ..cdc import debezium_frame
 from ..decoding import parse_json_schema
-from ..planning import plan_tasks
+from ..source.planning import plan_tasks
 from ..registry_load import commit_extras, load_files
 from ..source.schema import file_schema, nullable
 from ..spec.load_spec import LoadSpec

@@ -91,7 +91,7 @@ def test_data_loss_hint_names_a_real_flag(cli):
 
     args = build_parser().parse_args(["load", "t", "--on-data-loss", "skip", "--table", "x"])
     assert args.on_data_loss == "skip"
-    import pipelines.planning as planning
+    import pipelines.source.planning as planning
 
     assert "kafkastore load --on-data-loss skip" in open(planning.__file__).read()
 

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from kafkastore.errors import ConfigError
-from pipelines import session as session_mod
-from pipelines.session import get_spark, resolve_settings
+from pipelines.source import session as session_mod
+from pipelines.source.session import get_spark, resolve_settings
 
 
 @pytest.fixture

@@ -1,0 +1,153 @@
+"""The one SparkSession every pipeline uses.
+
+``get_spark()`` resolves the master (argument, then ``KAFKASTORE_SPARK_MASTER``,
+then ``spark.master`` in the config file, then ``local[*]``), applies
+small-machine defaults, makes sure Python workers run the same interpreter and
+can import ``kafkastore`` / ``pipelines``, and registers the ``kafkastore``
+data source when :mod:`pipelines.datasource` exists.
+
+Settings, lowest precedence first: the defaults below, the config file's
+``spark.conf`` mapping, ``extra_conf``.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+# pipelines/, the package this module sits one level below (source/).
+_PIPELINES_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_LOG4J_CONF = os.path.join(_PIPELINES_DIR, "log4j2.properties")
+
+DEFAULT_MASTER = "local[*]"
+
+# Why each default: sessions are small (a laptop or a 2-core CI box), times are
+# UTC everywhere in kafkastore, the data source prunes with pushed filters, and
+# pandas/Arrow conversions should not fall back to row-by-row pickling.
+_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.python.filterPushdown.enabled": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.execution.pythonUDF.arrow.enabled": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def _default_shuffle_partitions() -> str:
+    # Spark's 200 is tuned for clusters; on a few cores it mostly creates tiny tasks.
+    return str(min(64, max(4, 2 * (os.cpu_count() or 2))))
+
+
+def _ui_default() -> str:
+    # The UI binds a port and a thread pool; off under pytest or when asked.
+    env = os.environ.get("KAFKASTORE_SPARK_UI")
+    if env is not None:
+        return "true" if env.strip().lower() in ("1", "true", "yes", "on") else "false"
+    return "false" if "pytest" in sys.modules else "true"
+
+
+def _project_root() -> str:
+    """The directory holding the ``pipelines`` and ``kafkastore`` packages."""
+    return os.path.dirname(_PIPELINES_DIR)
+
+
+def _python_path_for_workers() -> str:
+    """PYTHONPATH for Python workers so they import this checkout's packages.
+
+    Installed packages are found anyway; a source checkout (tests, development)
+    is not on the workers' path unless we add it. On a real cluster the
+    package must be installed on the workers.
+    """
+    parts = [_project_root()]
+    existing = os.environ.get("PYTHONPATH")
+    if existing:
+        parts.extend(p for p in existing.split(os.pathsep) if p and p not in parts)
+    return os.pathsep.join(parts)
+
+
+def _file_settings(conf_file: str | None) -> tuple[str | None, dict[str, str]]:
+    """(master, conf) from the config file named by ``conf_file`` or ``KAFKASTORE_CONF``."""
+    if not conf_file and not os.environ.get("KAFKASTORE_CONF"):
+        return None, {}
+    from pipelines.spec.job_config import load_config
+
+    cfg = load_config(conf_file)
+    return cfg.spark_master, dict(cfg.spark_conf)
+
+
+def resolve_settings(master: str | None = None, app_name: str = "kafkastore",
+                     extra_conf: Mapping[str, Any] | None = None,
+                     conf_file: str | None = None) -> tuple[str, dict[str, str]]:
+    """The master URL and the full Spark conf ``get_spark`` would use (no JVM started)."""
+    file_master, file_conf = _file_settings(conf_file)
+    conf: dict[str, str] = dict(_DEFAULTS)
+    conf["spark.sql.shuffle.partitions"] = _default_shuffle_partitions()
+    conf["spark.ui.enabled"] = _ui_default()
+    conf["spark.executorEnv.PYTHONPATH"] = _python_path_for_workers()
+    conf.update(file_conf)
+    conf.update({str(k): str(v) for k, v in (extra_conf or {}).items()})
+    chosen = (master or os.environ.get("KAFKASTORE_SPARK_MASTER") or conf.pop("spark.master", None)
+              or file_master or DEFAULT_MASTER)
+    conf.pop("spark.master", None)
+    conf.setdefault("spark.app.name", app_name)
+    if _is_loopback(chosen):
+        # Stay on loopback so a laptop's changing network (or none) does not matter.
+        conf.setdefault("spark.driver.host", "127.0.0.1")
+        conf.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    # Quiet driver logs (warnings and up, without the start-up noise); only at JVM start.
+    conf.setdefault("spark.driver.extraJavaOptions",
+                    f"-Dlog4j2.configurationFile=file:{_LOG4J_CONF}")
+    return chosen, conf
+
+
+def _is_loopback(master: str) -> bool:
+    return master.startswith("local") or master.startswith(("spark://127.0.0.1", "spark://localhost"))
+
+
+def get_spark(master: str | None = None, app_name: str = "kafkastore",
+              extra_conf: Mapping[str, Any] | None = None, conf_file: str | None = None):
+    """Return the process's SparkSession, creating it on first use.
+
+    ``master`` wins over ``KAFKASTORE_SPARK_MASTER``, which wins over the config
+    file (``conf_file`` or ``KAFKASTORE_CONF``); the default is ``local[*]``.
+    ``extra_conf`` entries override everything else. If a session already runs,
+    it is returned as is (Spark allows one per process); runtime-modifiable SQL
+    settings from ``extra_conf`` are applied to it.
+
+    Also sets ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to this interpreter
+    unless already set, and registers the ``kafkastore`` data source when
+    :mod:`pipelines.datasource` is present.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession() or getattr(SparkSession, "_instantiatedSession", None)
+    if active is not None and active.sparkContext._jsc is not None:
+        for key, value in (extra_conf or {}).items():
+            if str(key).startswith("spark.sql."):
+                active.conf.set(str(key), str(value))
+        _register_datasource(active)
+        return active
+
+    chosen, conf = resolve_settings(master, app_name, extra_conf, conf_file)
+    builder = SparkSession.builder.master(chosen).appName(conf.pop("spark.app.name"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("KAFKASTORE_SPARK_LOG_LEVEL", "WARN"))
+    _register_datasource(spark)
+    return spark
+
+
+def _register_datasource(spark) -> None:
+    """Register the ``kafkastore`` data source once per session (it needs pyspark, so it is
+    imported here rather than at module level)."""
+    from pipelines.datasource import register  # noqa: PLC0415  # lazy: pyspark start-up
+
+    if getattr(spark, "_kafkastore_registered", False):
+        return
+    register(spark)
+    spark._kafkastore_registered = True
