@@ -82,7 +82,7 @@ from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
 
-from .table_layout import dead_letter_table
+from .spec.table_layout import dead_letter_table
 from .warehouse.catalog import Warehouse, name_of
 from .warehouse.properties import (MODE_PROPERTY, OPERATION_KEY, OPERATIONS, RANGES_KEY,
                                    RUN_ID_KEY, VALIDATED_TAG)

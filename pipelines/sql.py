@@ -98,7 +98,7 @@ from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
 from kafkastore.topics import describe_topic, list_topics
 
-from .table_layout import DEAD_LETTERS_SUFFIX
+from .spec.table_layout import DEAD_LETTERS_SUFFIX
 from .warehouse.catalog import Warehouse, name_of, table_fs
 from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY, VALIDATED_TAG
 from .warehouse.reads import missing_file

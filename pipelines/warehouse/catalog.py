@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from kafkastore.errors import (BucketNotFoundError, ConfigError, OrphanedTableError,
                                TableNotFoundError, WarehouseError)
 
-from ..table_layout import (DEFAULT_PARTITION_BY, parse_partition_field, table_identifier,
+from ..spec.table_layout import (DEFAULT_PARTITION_BY, parse_partition_field, table_identifier,
                                  table_name)
 from .iceberg_internals import convert_schema, default_table_location
 from .properties import TABLE_PROPERTIES

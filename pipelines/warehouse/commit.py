@@ -32,7 +32,7 @@ from kafkastore.errors import (BucketNotFoundError, CommitUnknownError, OffsetGa
                                OffsetOverlapError, SchemaEvolutionError, TableChangedError,
                                UnsupportedDeletesError, WarehouseError)
 
-from ..offset_ranges import OffsetRange, TopicPartition, offsets_to_json
+from ..spec.offset_ranges import OffsetRange, TopicPartition, offsets_to_json
 from .catalog import missing_bucket, name_of, table_fs
 from .iceberg_internals import check_schema_compatible, data_files_of
 from .offsets import committed_offsets, find_run, next_offsets

@@ -5,7 +5,7 @@ them under ``<table location>/data/`` through fsspec/pyarrow:
 
 * one file holds one (topic, partition) and one value of every partition field
   of the table's spec (``day(timestamp)`` by default, see
-  :func:`pipelines.table_layout.parse_partition_field`), so the driver can add it
+  :func:`pipelines.spec.table_layout.parse_partition_field`), so the driver can add it
   to a snapshot with its partition value read from the column bounds;
 * timestamps are written as ``TIMESTAMP_MICROS`` (Spark's INT96 default cannot be
   committed): with UTC (Iceberg's ``timestamptz``) or without a zone (``timestamp``)
@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.errors import ConfigError
 
-from ..table_layout import DEFAULT_PARTITION_BY, parse_partition_field
+from ..spec.table_layout import DEFAULT_PARTITION_BY, parse_partition_field
 
 KINDS = ("data", "dead_letter")
 DESCRIPTOR_DDL = ("url string, kind string, topic string, partition int, min_offset bigint, "

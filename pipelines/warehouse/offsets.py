@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 
 from kafkastore.errors import OffsetGapError, OffsetOverlapError, TableChangedError, WarehouseError
 
-from ..offset_ranges import OffsetRange, TopicPartition, by_partition
+from ..spec.offset_ranges import OffsetRange, TopicPartition, by_partition
 from .properties import OPERATIONS, RUN_ID_KEY
 from .snapshots import MAIN, ancestry, snapshot_offsets
 

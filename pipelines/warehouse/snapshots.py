@@ -26,7 +26,7 @@ from typing import Any, Iterable
 
 from kafkastore.errors import ConfigError, ExpiredSnapshotError, TableNotFoundError, WarehouseError
 
-from ..offset_ranges import TopicPartition, offsets_from_json, offsets_to_json
+from ..spec.offset_ranges import TopicPartition, offsets_from_json, offsets_to_json
 from .catalog import name_of
 from .properties import AUDIT_KEY, OFFSETS_KEY, OPERATION_KEY, RANGES_KEY, RUN_ID_KEY
 from .properties import VALIDATED_TAG  # noqa: F401  (readers take the tag's name from here)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.types import DoubleType, LongType, StringType
 
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.sql import register_views, run_sql
 from pipelines.warehouse import field_ids
 from pipelines.warehouse.catalog import Warehouse

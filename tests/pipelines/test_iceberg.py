@@ -15,8 +15,8 @@ from pipelines.config import load_config
 from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
                                SchemaEvolutionError, TableChangedError, TableNotFoundError,
                                UnsupportedDeletesError)
-from pipelines.offset_ranges import OffsetRange
-from pipelines.table_layout import table_identifier
+from pipelines.spec.offset_ranges import OffsetRange
+from pipelines.spec.table_layout import table_identifier
 from pipelines.warehouse import commit as commit_module
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.commit import KafkaCommit, commit, data_file

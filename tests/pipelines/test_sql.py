@@ -19,7 +19,7 @@ from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.sql import (SQL_DIR, plan_names, referenced_names, register_views, run_sql,
                            sanitize, split_statements, to_json_value)
 from pipelines.warehouse.catalog import Warehouse

@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from kafkastore.errors import BucketNotFoundError
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.commit import KafkaCommit, commit
 from tests.helpers.iceberg_tables import SCHEMA, load
