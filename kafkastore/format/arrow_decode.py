@@ -24,7 +24,8 @@ What it does, per batch (in offset order, as Kafka's consumer does):
   offset is within ``[first_offset, last_offset]``
   (as :func:`kafkastore.format.transactions.is_aborted`);
 * compressed batches (gzip, snappy, lz4, zstd) are decompressed one at a time
-  with :func:`kafkastore.format.compression.decompress`;
+  with :func:`kafkastore.format.compression.decompress_buffer` (the C kernel sizes its
+  columns for the rest of the region from the first one it decodes);
 * ``timestampType`` is 1 when the batch has the LogAppendTime bit, and then
   every record's timestamp is the batch's max timestamp (as Kafka's readers
   do), else 0 and the timestamp is base timestamp + delta. Timestamps are
@@ -86,7 +87,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .compression import MAX_DECOMPRESSED_SIZE, decompress
+from .compression import MAX_DECOMPRESSED_SIZE, decompress_buffer
 from .extensions import ENABLED, load
 from ..errors import (
     CompressionError, ConfigError, CorruptRecordError, CrcMismatchError, KafkaStoreError,
@@ -237,7 +238,8 @@ def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: in
                 break
             pos, codec, rec_start, rec_end = pending
             try:
-                records = decompress(codec, view[rec_start:rec_end], MAX_DECOMPRESSED_SIZE)
+                records = decompress_buffer(codec, view[rec_start:rec_end],
+                                            MAX_DECOMPRESSED_SIZE)
             except CompressionError as e:
                 (base,) = struct.unpack_from(">q", view, pos)
                 raise CorruptRecordError(f"batch payload does not decompress: {e}",

@@ -166,6 +166,14 @@ def decompress(codec, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
     Raises CompressionError for an unknown codec, a payload that does not
     decompress (corrupt, truncated, trailing garbage) or output over ``max_size``.
     """
+    out = decompress_buffer(codec, data, max_size)
+    return out if isinstance(out, bytes) else bytes(out)
+
+
+def decompress_buffer(codec, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes | bytearray:
+    """:func:`decompress`, but the result may be the bytearray it was decompressed into
+    (zstd), saving a copy for a caller that only reads it through the buffer protocol
+    (the Arrow decoder: one copy of every compressed batch's records)."""
     codec = _codec(codec)
     if codec is Compression.NONE:
         return bytes(data)
@@ -286,7 +294,7 @@ def _zstd_decompressor():
     return dctx
 
 
-def _zstd_decompress(data, max_size: int) -> bytes:
+def _zstd_decompress(data, max_size: int) -> bytearray:
     view = memoryview(data).cast("B")
     if not len(view):
         raise CompressionError("empty zstd payload")
@@ -306,4 +314,4 @@ def _zstd_decompress(data, max_size: int) -> bytes:
             raise CompressionError("truncated zstd frame")
         # Bytes fed past the end of this frame belong to the next one.
         pos -= len(d.unused_data)
-    return bytes(out)
+    return out

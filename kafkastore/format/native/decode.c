@@ -75,6 +75,7 @@ typedef struct {
     int64_t knulls, vnulls, hnulls, hvnulls;
     const void *presized_buf; /* region already sized by dec_presize */
     Py_ssize_t presized_end;
+    int64_t comp_left;        /* compressed batches with rows in that region not decoded yet */
     Py_buffer lent;  /* the caller's writable input (lend()): vdata may live in it */
     int has_lent;
     gbuf off, ts, tst;             /* int64, int64 (us), int32 */
@@ -121,6 +122,7 @@ static int dec_reset(Decoder *d) {
     d->knulls = d->vnulls = d->hnulls = d->hvnulls = 0;
     d->presized_buf = NULL;
     d->presized_end = 0;
+    d->comp_left = 0;
     gbuf *offs[] = {&d->koff, &d->voff, &d->hoff, &d->hkoff, &d->hvoff};
     for (int i = 0; i < 5; i++) {
         if (gb_reserve(offs[i], GB_MIN, offs[i] == &d->hoff) < 0)
@@ -511,11 +513,13 @@ static int get_view(PyObject *obj, Py_buffer *view) {
  */
 static int dec_presize(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end) {
     size_t bytes = 0, rows = 0;
+    int64_t comp = 0;
     /* feed() resumes the same region after each compressed batch: scan once. */
     if (d->presized_buf == (const void *)buf && d->presized_end == end)
         return 0;
     d->presized_buf = buf;
     d->presized_end = end;
+    d->comp_left = 0;
     while (end - pos >= HEADER_SIZE) {
         const uint8_t *p = buf + pos;
         int32_t blen = (int32_t)ld_be32(p + 8);
@@ -533,9 +537,12 @@ static int dec_presize(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_
             !__builtin_add_overflow(base, (int64_t)lod, &last) && last >= d->start) {
             bytes += rec;
             rows += (size_t)count < rec / MIN_RECORD_SIZE ? (size_t)count : rec / MIN_RECORD_SIZE;
+        } else if ((attrs & ATTR_CODEC_MASK) && !(attrs & ATTR_CONTROL) && count > 0) {
+            comp++; /* sized from its decompressed records (dec_presize_compressed) */
         }
         pos += (Py_ssize_t)blen + LOG_OVERHEAD;
     }
+    d->comp_left = comp;
     if (bytes < MAP_THRESHOLD)
         return 0; /* small: normal growth is cheap */
     /* Values first: they are usually the bigger column, and get the cached
@@ -545,6 +552,43 @@ static int dec_presize(Decoder *d, const uint8_t *buf, Py_ssize_t pos, Py_ssize_
         gb_reserve_space(&d->kdata, d->kdata.len + bytes, 0) < 0)
         return -1;
     return 0;
+}
+
+/*
+ * Compressed batches: their record bytes are known only once decompressed,
+ * one batch at a time, so without this the columns grow by doubling, and
+ * each step copies (into a cached block) what is written so far.  At a
+ * compressed batch of `n` record bytes and `count` records, room is reserved
+ * for as many bytes and rows per compressed batch still to come in the region (address space
+ * only: pages are faulted in as they are written, so an estimate too large
+ * costs nothing), capped at PRESIZE_CAP bytes (beyond, doubling is cheap enough).  Failure is not
+ * an error: the columns then grow as before.
+ */
+#define PRESIZE_CAP ((size_t)512 << 20)
+static void dec_presize_compressed(Decoder *d, size_t n, int32_t count) {
+    if (d->comp_left <= 0)
+        return;
+    int64_t left = d->comp_left--;
+    if (left < 2 || n == 0 || count <= 0)
+        return;
+    size_t more = n > PRESIZE_CAP / (size_t)left ? PRESIZE_CAP : n * (size_t)left;
+    /* Rows as this batch has them (at most what its bytes can hold) per batch. */
+    size_t per = (size_t)count < n / MIN_RECORD_SIZE + 1 ? (size_t)count : n / MIN_RECORD_SIZE + 1;
+    size_t rows = more / n * per;
+    size_t r = (size_t)d->rows + rows, bits = (r + 7) / 8 + 1;
+    if (d->vdata.len + more <= d->vdata.cap && d->kdata.len + more <= d->kdata.cap)
+        return;
+    if (more < MAP_THRESHOLD)
+        return;
+    /* Values first (the cached block with the most pages in place), not when lent. */
+    if (!d->vdata.borrowed)
+        (void)gb_reserve_space(&d->vdata, d->vdata.len + more, 0);
+    (void)(gb_reserve_space(&d->kdata, d->kdata.len + more, 0) ||
+           gb_reserve_space(&d->off, r * 8, 0) || gb_reserve_space(&d->ts, r * 8, 0) ||
+           gb_reserve_space(&d->tst, r * 4, 1) || gb_reserve_space(&d->koff, (r + 1) * 4, 0) ||
+           gb_reserve_space(&d->voff, (r + 1) * 4, 0) ||
+           gb_reserve_space(&d->hoff, (r + 1) * 4, 1) || gb_reserve_space(&d->kvalid, bits, 1) ||
+           gb_reserve_space(&d->vvalid, bits, 1) || gb_reserve_space(&d->hvalid, bits, 1));
 }
 
 static int dec_check_usable(Decoder *self) {
@@ -657,6 +701,7 @@ static PyObject *Decoder_feed_records(Decoder *self, PyObject *args) {
     err.kind = ERR_NONE;
     int rc;
     self->busy = 1;
+    dec_presize_compressed(self, (size_t)rec.len, h.record_count);
     if (rec.len >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
         rc = dec_records(self, &h, (const uint8_t *)rec.buf, (size_t)rec.len, pos, &err);
