@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import ConfigError, CorruptRecordError, KafkaStoreError
 from ..format.transactions import iter_control_types, scan_transactions
 from ..layout import validate_topic_name
-from ..manifest import AppendSegments, ManifestStore, ProducerState, SegmentEntry, UpdateProducerState
+from ..manifest import AppendSegments, Manifest, ManifestStore, ProducerState, SegmentEntry, UpdateProducerState
 from ..storage import Storage
 from ..topics.admin import load_topic
 from .segments import Uploads, commit_appending, write_segment
