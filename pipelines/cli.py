@@ -35,7 +35,7 @@ def cmd_offsets(args, cfg: Config) -> int:
 
 
 def _spark(cfg: Config):
-    from pipelines.session import get_spark
+    from pipelines.source.session import get_spark
 
     return get_spark(master=cfg.spark_master, app_name="kafkastore-cli", extra_conf=cfg.spark_conf)
 

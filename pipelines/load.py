@@ -45,8 +45,8 @@ from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
 
 from . import iceberg as ice
-from .cdc import with_default_keys
-from .decoding import parse_avro_schema, parse_json_schema
+from .decoding.cdc import with_default_keys
+from .decoding.values import parse_avro_schema, parse_json_schema
 # The write engine's and the schemas' names stay importable from here (callers of the
 # one-module load of earlier releases).
 from .jobs.executor_io import WriteTarget, file_writer, split_reader  # noqa: F401

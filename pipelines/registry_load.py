@@ -28,7 +28,7 @@ from kafkastore.errors import IncompatibleSchemaError
 
 from .jobs.executor_io import RAW_VALUE_COLUMN as _RAW_VALUE
 from .jobs.executor_io import file_writer, split_reader
-from .schema_evolution import IncompatibleChange, merge_types, normalize
+from .decoding.schema_evolution import IncompatibleChange, merge_types, normalize
 from .warehouse.properties import KEY_SCHEMA_IDS_KEY, SCHEMA_IDS_KEY
 
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
@@ -159,7 +159,7 @@ class _Column:
     def decode(self, values):
         """``(groups, row errors)`` of one batch's column; refused groups' rows get
         their reason."""
-        from .schema_decoding import decode_groups
+        from .decoding.schema_decoding import decode_groups
 
         groups, failed = decode_groups(values, self.cache)
         kept = []
@@ -212,7 +212,7 @@ def _group_idx(g) -> tuple:
 
 def _decoders(plan: RegistryPlan, fmt: str):
     """A :class:`pipelines.schema_decoding.DecoderCache` of ``fmt`` for ``plan``."""
-    from .schema_decoding import DecoderCache
+    from .decoding.schema_decoding import DecoderCache
 
     return DecoderCache(plan.client, fmt, debezium=plan.debezium, kept=plan.kept)
 
@@ -405,12 +405,12 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors.
     ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
     (:func:`pipelines.cdc.debezium_batch`)."""
-    from .debezium_types import stored_columns
-    from .registry_client import RegistryClient
+    from .decoding.debezium_types import stored_columns
+    from .decoding.registry_client import RegistryClient
 
     table_value = table_value_type(table_schema, opts.flatten, opts.keep_raw_value)
     if cdc:
-        from .cdc import registry_table_value
+        from .decoding.cdc import registry_table_value
 
         table_value = registry_table_value(table_schema, KAFKA_COLUMNS)
     plan = RegistryPlan(client=RegistryClient(opts.schema_registry),
@@ -424,7 +424,7 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     def make_writer():
         write = file_writer(target, run_id=run_id, split_dead_letters=True, counter=counter)
         if cdc:
-            from .cdc import debezium_writer
+            from .decoding.cdc import debezium_writer
 
             return debezium_writer(write, KAFKA_COLUMNS, _RAW_VALUE, "__error")
         return write

@@ -15,7 +15,7 @@ from typing import Any, Iterator, Mapping
 from kafkastore.reader import READ_COMMITTED, read_range
 from kafkastore.storage import Storage
 
-from ..decoding import DEAD_LETTER_COLUMNS, json_error_detail
+from ..decoding.values import DEAD_LETTER_COLUMNS, json_error_detail
 from ..spec.table_layout import TOMBSTONE, TableLayout
 from ..table_files import descriptor_schema, timestamp_zones, write_files
 from ..upsert import last_per_partition

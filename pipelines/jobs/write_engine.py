@@ -14,9 +14,9 @@ from typing import Any, Iterator
 from kafkastore.clock import SYSTEM, Clock
 from kafkastore.storage import Storage
 
-from .. import decoding
-from ..cdc import debezium_frame
-from ..decoding import parse_json_schema
+from ..decoding import values as decoding
+from ..decoding.cdc import debezium_frame
+from ..decoding.values import parse_json_schema
 from ..source.planning import plan_tasks
 from ..registry_load import commit_extras, load_files
 from ..source.schema import file_schema, nullable

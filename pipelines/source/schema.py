@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..decoding import DEAD_LETTER_COLUMNS
+from ..decoding.values import DEAD_LETTER_COLUMNS
 
 
 def raw_schema():

@@ -113,7 +113,7 @@ class LoadSpec:
             tuple(self.partition_by), self.mode, tuple(self.key_columns),
             int(self.max_rows_per_file), str(self.compression)))
         if self.cdc is not None:
-            from ..cdc import check_spec  # lazy: the DAG file parses specs without the decoders
+            from ..decoding.cdc import check_spec  # lazy: the DAG file parses specs without the decoders
 
             check_spec(self)
 
@@ -233,7 +233,7 @@ class LoadSpec:
 
     def decode_options(self):
         """:class:`pipelines.decoding.DecodeOptions` (imports the decoder, not Spark)."""
-        from ..decoding import DecodeOptions  # lazy: the DAG file parses specs without the decoders
+        from ..decoding.values import DecodeOptions  # lazy: the DAG file parses specs without the decoders
 
         opts = {"value_format": self.value_format, "value_schema": self.value_schema,
                 "value_schema_file": self.value_schema_file}

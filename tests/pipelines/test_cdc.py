@@ -16,7 +16,7 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
-from pipelines.cdc import key_fields, with_default_keys
+from pipelines.decoding.cdc import key_fields, with_default_keys
 from pipelines.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic

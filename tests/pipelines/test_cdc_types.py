@@ -13,7 +13,7 @@ import json
 
 from kafkastore.broker import Broker
 from pipelines import iceberg as ice
-from pipelines.cdc import debezium_row
+from pipelines.decoding.cdc import debezium_row
 from pipelines.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
@@ -57,7 +57,7 @@ GOOD = {"id": 1, "born": 19_000, "seen": 1_700_000_000_123_456,
 
 
 def test_debezium_encodings_are_converted_row_by_row(spark):
-    from pipelines.decoding import parse_json_schema
+    from pipelines.decoding.values import parse_json_schema
 
     row_type = parse_json_schema(DDL)
     values, error = debezium_row(json.dumps(_wrapped(GOOD)), row_type)

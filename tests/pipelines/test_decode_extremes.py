@@ -12,8 +12,8 @@ import fastavro
 import pyarrow as pa
 from hypothesis import given, settings, strategies as st
 
-from pipelines.registry_client import WriterSchema
-from pipelines.schema_decoding import AvroGroupDecoder
+from pipelines.decoding.registry_client import WriterSchema
+from pipelines.decoding.schema_decoding import AvroGroupDecoder
 
 LONG_MIN, LONG_MAX = -2**63, 2**63 - 1
 INT_MIN, INT_MAX = -2**31, 2**31 - 1

@@ -15,8 +15,8 @@ from kafkastore.broker import Broker
 from pipelines import iceberg as ice
 from pipelines.load import run_load
 from pipelines.spec.load_spec import LoadSpec
-from pipelines.registry_client import WriterSchema
-from pipelines.schema_decoding import AvroGroupDecoder
+from pipelines.decoding.registry_client import WriterSchema
+from pipelines.decoding.schema_decoding import AvroGroupDecoder
 from kafkastore.storage import Storage
 from tests.helpers.loads import make_topic
 

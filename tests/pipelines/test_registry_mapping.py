@@ -12,11 +12,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from pipelines.registry_client import Reference, WriterSchema
-from pipelines.schema_decoding import (AvroGroupDecoder, JsonGroupDecoder, ProtobufGroupDecoder,
+from pipelines.decoding.registry_client import Reference, WriterSchema
+from pipelines.decoding.schema_decoding import (AvroGroupDecoder, JsonGroupDecoder, ProtobufGroupDecoder,
                                        read_varint, split_frame)
-from pipelines.schema_evolution import IncompatibleChange, merge_types
-from pipelines.type_mapping import UnmappableSchema
+from pipelines.decoding.schema_evolution import IncompatibleChange, merge_types
+from pipelines.decoding.type_mapping import UnmappableSchema
 
 UTC = dt.timezone.utc
 
