@@ -172,8 +172,9 @@ def decompress(codec, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes:
 
 def decompress_buffer(codec, data, max_size: int = MAX_DECOMPRESSED_SIZE) -> bytes | bytearray:
     """:func:`decompress`, but the result may be the bytearray it was decompressed into
-    (zstd), saving a copy for a caller that only reads it through the buffer protocol
-    (the Arrow decoder: one copy of every compressed batch's records)."""
+    (zstd of several frames or slices), saving a copy for a caller that only reads it
+    through the buffer protocol (the Arrow decoder: one copy of every compressed batch's
+    records)."""
     codec = _codec(codec)
     if codec is Compression.NONE:
         return bytes(data)
@@ -294,12 +295,21 @@ def _zstd_decompressor():
     return dctx
 
 
-def _zstd_decompress(data, max_size: int) -> bytearray:
+def _zstd_decompress(data, max_size: int) -> bytes | bytearray:
     view = memoryview(data).cast("B")
     if not len(view):
         raise CompressionError("empty zstd payload")
     feed = max(1024, max_size // _ZSTD_MAX_RATIO // 4)
     dctx = _zstd_decompressor()
+    if len(view) <= feed:
+        # The common case, a batch's payload of one frame fed in one slice: its output as
+        # decompress made it (no copy into a bytearray).
+        d = dctx.decompressobj()
+        out = d.decompress(view)
+        if d.eof and not d.unused_data:
+            if len(out) > max_size:
+                raise _too_large("zstd", max_size)
+            return out
     out = bytearray()
     pos = 0
     while pos < len(view):  # one frame per round
