@@ -41,7 +41,8 @@ from . import group_coordinator as G
 from .api_keys import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT, JOIN_GROUP,
                        LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH,
                        SYNC_GROUP)
-from .error_codes import INVALID_REQUEST, KAFKA_STORAGE_ERROR
+from .error_codes import INVALID_REQUEST, KAFKA_STORAGE_ERROR, UNSTABLE_OFFSET_COMMIT
+from .pending_offsets import unstable_partitions
 from .codec import make
 from .registry import Registry, RequestContext
 
@@ -455,14 +456,24 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     # A partition whose topic the principal may not describe tells nothing: no offset, no
     # metadata (Kafka answers -1, "" and TOPIC_AUTHORIZATION_FAILED).
     found = {tp: (None if tp in hidden else om) for tp, om in found.items()}
+    unstable: set = set()
+    if not err and getattr(request, "require_stable", False):
+        # Offsets of a transaction not ended yet: the consumer asks again (KIP-447).
+        try:
+            unstable = await ctx.run(
+                unstable_partitions, ctx.broker.storage, group, ctx.broker.clock.wall_ms(),
+                2 * getattr(ctx.broker.options, "transaction_max_timeout_ms", 900_000))
+        except KafkaStoreError:
+            unstable = set(found)
     by_topic: dict[str, list] = {}
     for (topic, p), om in sorted(found.items()):
         by_topic.setdefault(topic, []).append(make(
             mod, "OffsetFetchResponsePartition", partition_index=p,
-            committed_offset=-1 if om is None else om.offset,
+            committed_offset=-1 if om is None or (topic, p) in unstable else om.offset,
             committed_leader_epoch=-1 if om is None else om.leader_epoch,
             metadata="" if om is None else om.metadata,
             error_code=authz.E.TOPIC_AUTHORIZATION_FAILED if (topic, p) in hidden
+            else UNSTABLE_OFFSET_COMMIT if (topic, p) in unstable
             else err if ctx.api_version < 2 else G.NONE))
     topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())

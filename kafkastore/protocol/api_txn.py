@@ -53,13 +53,13 @@ from .api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANS
 from .error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST,
                           NOT_COORDINATOR, OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION)
 from .codec import make
+from .pending_offsets import PENDING_DIR
 from .registry import Registry, RequestContext
 
 log = logging.getLogger("kafkastore.serve.txn")
 
 TRANSACTIONAL_ID_NOT_FOUND_ERR = T.TRANSACTIONAL_ID_NOT_FOUND
 OFFSETS_TOPIC = "__consumer_offsets"
-PENDING_DIR = "_txn_offsets"
 #: Seconds between two checks of the transactions this broker coordinates for timeouts.
 TIMEOUT_CHECK_S = 1.0
 #: Every this many checks, the whole of ``__transaction_state`` is read again.
@@ -284,7 +284,7 @@ def _pending_path(pid: int, group: str) -> str:
 
 
 def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict,
-                        txn_start_ms: int = -1) -> None:
+                        txn_start_ms: int = -1, transactional_id: str | None = None) -> None:
     """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
     metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
     of its own object races with nobody. The document names its transaction (epoch and start
@@ -301,6 +301,7 @@ def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offs
     have.update(offsets)
     doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
     doc["group"] = group
+    doc["transactional_id"] = transactional_id   # whose state says whether it is still open
     storage.put(path, json.dumps(doc).encode())
 
 
@@ -311,7 +312,10 @@ def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: i
     older epochs (fenced) with none. A document of another transaction of this epoch, or of a
     newer epoch, is not returned: a completion that runs again late (a retried EndTxn, the
     timeout check of another broker) must neither apply the next transaction's offsets nor
-    drop them. Documents written before they named their transaction match on epoch."""
+    drop them. A document of this epoch begun earlier is of a transaction that ended before
+    this one began (one at a time per producer): settled with none, or it would hold its
+    group's offsets unstable. Documents written before they named their transaction match
+    on epoch."""
     out = []
     for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
         rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
@@ -322,7 +326,7 @@ def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: i
         doc_epoch = doc.get("epoch", -1)
         if doc_epoch == epoch and doc.get("txn_start_ms", txn_start_ms) == txn_start_ms:
             offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())}
-        elif doc_epoch < epoch:
+        elif doc_epoch < epoch or (doc_epoch == epoch and 0 <= doc.get("txn_start_ms", -1) < txn_start_ms):
             offsets = {}
         else:
             continue
@@ -927,7 +931,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
     if offsets:
         try:
             await ctx.run(add_pending_offsets, ctx.broker.storage, request.producer_id,
-                          request.producer_epoch, request.group_id, offsets, txn_start_ms)
+                          request.producer_epoch, request.group_id, offsets, txn_start_ms,
+                          request.transactional_id)
             # The transaction's coordinator (maybe another broker) writes them on commit:
             # this group's OffsetFetch re-reads the stored offsets from now on.
             transactional_groups(ctx.broker).add(request.group_id)
