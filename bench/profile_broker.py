@@ -54,6 +54,7 @@ def _instrument() -> None:
     import kafkastore.maintenance.gc as gc
     import kafkastore.manifest as manifest
     import kafkastore.maintenance.merge as merge
+    import kafkastore.maintenance.housekeeper as housekeeper
     import kafkastore.storage as storage
     from kafkastore.protocol import appender
 
@@ -66,7 +67,7 @@ def _instrument() -> None:
     for name in ("merge_partition", "build_merged", "plan_for", "rebuild_indexes",
                  "put_segment_objects"):
         _wrap(merge, name, f"merge.{name}")
-    _wrap(merge.Housekeeper, "poke", "Housekeeper.poke")
+    _wrap(housekeeper.Housekeeper, "poke", "Housekeeper.poke")
     _wrap(gc, "collect_garbage", _GC)
     _wrap(appender.Appender, "commit", _COMMIT)
     _wrap(appender, "_min_timestamp", "appender._min_timestamp")

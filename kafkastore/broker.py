@@ -52,7 +52,7 @@ from .format.partitioner import StickyPartitioner, partition_for_key, partitions
 from .format.record_batch import (CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record, encode_batch,
                                   parse_header)
 from .format.segment import index_batch_arrays, index_batches
-from .maintenance.merge import Housekeeper, housekeeper_for
+from .maintenance.housekeeper import Housekeeper, housekeeper_for
 from .write.segments import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
                              entries_with_aborted, expired_producers, write_segment)
 from .storage import Storage

@@ -77,7 +77,7 @@ PRODUCE_HOUSEKEEPING_WAIT_S = 120.0
 
 
 def cmd_produce(args, cfg: Config) -> int:
-    from ..maintenance.merge import Housekeeper
+    from ..maintenance.housekeeper import Housekeeper
 
     storage = _storage(cfg)
     # This run's own housekeeper (merging what it writes, in the background), finished before

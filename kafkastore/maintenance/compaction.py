@@ -1,4 +1,5 @@
-"""Log compaction (DESIGN.md section 6): planning, segment rewriting and the swap commit.
+"""Log compaction (DESIGN.md section 6): planning, the scan and the survivors, and the
+results. Rewriting the segments and the swap commit are :mod:`.compaction_rewrite`.
 
 This module holds everything of compaction except the distributed key map,
 which is :mod:`pipelines.compaction`'s job (Spark). It never imports pyspark.
@@ -37,56 +38,6 @@ them in one process with a dict (the reference for tests and tiny logs);
 :mod:`pipelines.compaction` builds them with Spark without any single-process
 map. Both consume the rows of :func:`scan_task` (:data:`SCAN_SCHEMA`).
 
-**Rewrite** (:func:`rewrite_group`). Segments are grouped as Kafka's
-``groupSegmentsBySize`` does (total ``.log`` bytes at most ``segment.bytes``,
-indexes at most ``segment.index.bytes``, offsets within 2^31-1 of the group's
-base) and each group becomes one new segment covering exactly the group's
-``[base, next)``. Per batch (Kafka's ``MemoryRecords.filterTo``):
-
-* offsets never change: a rebuilt batch keeps the original base offset and
-  last offset delta (so base sequence + delta still gives the producer's last
-  sequence), producer id/epoch, base sequence, leader epoch, timestamp type
-  and transactional flag; records keep their offsets and timestamps;
-* a batch whose records all survive and that needs no new delete horizon is
-  copied byte for byte; otherwise it is re-encoded with the topic's codec
-  (the batch's own codec under ``compression.type=producer``);
-* a batch with no surviving record is dropped, even an idempotent producer's
-  last one: kafkastore keeps producer state (sequences, epochs) in the
-  manifest, not in the log, so there is nothing to preserve (Kafka keeps
-  such empty batches, ``RETAIN_EMPTY``, because it rebuilds producer state
-  from the log);
-* tombstones (KIP-534): a surviving tombstone in a batch without a delete
-  horizon gets one: the batch is rewritten with the delete-horizon attribute
-  bit and base timestamp = ``now + delete.retention.ms``. A tombstone in a
-  batch whose horizon has passed is removed;
-* transactions: data batches of aborted transactions are removed. A
-  transaction marker (COMMIT or ABORT control batch) stays as long as any
-  data batch of its transaction was in the log when the pass started; the
-  first pass that finds none sets the marker's delete horizon, and a later
-  pass after that horizon removes it (Kafka's ``CleanedTransactionMetadata``).
-  Whether a transaction has data in *earlier groups* comes from the scan
-  (``carry``), since groups are rewritten independently.
-
-An all-removed group still needs an entry (the manifest's segments tile the
-offsets): it becomes a segment with an empty ``.log`` (and empty indexes),
-``record_count`` 0 and timestamps -1. Later passes merge such segments into
-their neighbours (their size is 0). The new entry's ``delete_horizon_ms`` is
-the earliest delete horizon of the tombstones and markers it still holds (None
-if none): the time from which another pass would remove something, which is
-what :func:`plan_cleaning` looks at. A single-segment group whose output would
-be byte-identical is not rewritten (``GroupResult.entry`` None).
-
-**Swap** (:func:`commit_cleaning`). One manifest commit: a
-``ReplaceSegments`` per rewritten group, ``SetCleanerOffset`` (first
-uncleanable offset), required ``AssertSegmentsPresent`` on every replaced
-segment. Brokers append at the head meanwhile: on a conflict the commit is
-rebuilt on the new version as long as the replaced segments are still live;
-if compaction or retention removed any of them, the partition is given up and
-the uploaded files are left to :mod:`kafkastore.gc`. The same happens when the
-rewritten files have become so old that GC may delete them before the commit
-lands (half of ``file.delete.delay.ms`` after the first upload). Nothing is
-ever deleted here, so readers of older versions keep working.
-
 Differences from Kafka, on purpose: the first uncleanable offset is
 segment-aligned; empty batches are not kept for producer state (see above);
 the key map is exact (keys, not 16-byte hashes) and never full, so one pass
@@ -94,33 +45,23 @@ always covers the whole dirty section.
 """
 from __future__ import annotations
 
-import json
 import struct
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-
-from ..clock import Clock, as_clock
-from ..format import arrow_encode
 from ..format.arrow_decode import decode_to_arrow
-from ..format.compression import Compression
 from ..format.control import ControlType, parse_control_record
-from ..errors import CorruptRecordError, StaleUploadError
-from ..manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments,
-                        SegmentEntry, SetCleanerOffset)
 from ..format.offset_index import INT32_MAX
-from ..read.reader import (PartitionReader, ReadRange, check_range, last_stable_offset, read_checked,
-                           whole_segment_range)
-from ..format.record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
-from ..format.segment import SegmentBuilder, iter_batches
-from ..write.segments import write_segment
+from ..format.record_batch import BatchHeader, decode_batch
+from ..format.segment import iter_batches
+from ..manifest import Manifest, ManifestStore, SegmentEntry
+from ..read.reader import PartitionReader, ReadRange, last_stable_offset, read_checked
 from ..storage import Storage
-from ..topics.topic_config import TopicConfig
 from ..topics.admin import load_topic
-from .merge import generation
+from ..topics.topic_config import TopicConfig
 
 #: ``SegmentEntry.writer_id`` of segments written by compaction (not a broker).
 COMPACTION_WRITER_ID = -1
@@ -490,345 +431,7 @@ def local_survivors(storage: Storage, plans: Sequence[CleaningPlan], groups: Seq
 
 
 # ---------------------------------------------------------------------------
-# rewriting one group
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class GroupResult:
-    """What rewriting one group produced. ``entry`` is None when the group was left as it is."""
-
-    group: int
-    replaced: tuple[str, ...]
-    entry: SegmentEntry | None
-    records_in: int
-    records_out: int
-    bytes_in: int
-    bytes_out: int
-    uploaded_ms: int | None = None   # wall time of the first upload (None: nothing uploaded)
-
-    def to_json(self) -> str:
-        """Compact JSON (how executors hand results to the driver)."""
-        d = asdict(self)
-        d["entry"] = self.entry.to_dict() if self.entry else None
-        return json.dumps(d, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str) -> "GroupResult":
-        """Inverse of :meth:`to_json`."""
-        d = json.loads(text)
-        d["replaced"] = tuple(d["replaced"])
-        d["entry"] = SegmentEntry.from_dict(d["entry"]) if d["entry"] else None
-        return cls(**d)
-
-
-class _TxnState:
-    """Which producers have transactional data seen since their last marker (this pass)."""
-
-    def __init__(self, aborted: Iterable[tuple[int, int, int]], carry: Iterable[int]):
-        self.aborted: dict[int, list[tuple[int, int]]] = {}
-        for pid, first, last in aborted:
-            self.aborted.setdefault(pid, []).append((first, last))
-        self.has_data = {pid: True for pid in carry}
-
-    def data_batch(self, h: BatchHeader) -> bool:
-        """Note a data batch; True if it belongs to an aborted transaction."""
-        if not h.is_transactional:
-            return False
-        self.has_data[h.producer_id] = True
-        return any(first <= h.base_offset <= last for first, last in self.aborted.get(h.producer_id, ()))
-
-    def marker(self, h: BatchHeader) -> bool:
-        """A COMMIT/ABORT marker: True if its transaction still had data (the marker must stay)."""
-        return self.has_data.pop(h.producer_id, False)
-
-
-def _clock(clock, storage: Storage | None) -> Clock:
-    """The clock to read: ``clock`` if given (an old bare callable reads wall seconds), else
-    the storage's."""
-    if clock is not None:
-        return as_clock(clock, "s")
-    return storage.clock if storage is not None else as_clock(None)
-
-
-def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: np.ndarray,
-                  carry: Iterable[int] = (), *, clock: Clock | Callable[[], float] | None = None,
-                  upload: bool = True) -> GroupResult:
-    """Rewrite one group of segments into one new segment and upload it (unless unchanged).
-
-    ``keep`` holds the sorted offsets of the surviving keyed records of the
-    group (see the module docstring for every other rule); ``carry`` the
-    producer ids whose transaction has data in earlier groups. Source
-    segments are checked against their manifest size and checksum and every
-    batch's CRC. Returns the new entry (not committed: see
-    :func:`commit_cleaning`). ``clock`` (a :class:`~kafkastore.clock.Clock`, default the storage's; an old bare callable
-    reads wall seconds) stamps the upload time.
-    """
-    clock = _clock(clock, storage)
-    keep = np.asarray(keep, dtype=np.int64)
-    txns = _TxnState(ctx.aborted, carry)
-    builder = SegmentBuilder(group.base_offset, index_interval_bytes=ctx.index_interval_bytes,
-                             verify_crc=False)
-    codec = Compression.parse(ctx.codec) if ctx.codec is not None else None
-    horizons: list[int] = []         # delete horizons of what still awaits removal
-    kept_markers: set[int] = set()
-    changed = len(group.segments) != 1
-    records_in = 0
-    for seg in group.segments:
-        records_in += seg.record_count
-        name = seg.paths(ctx.topic, ctx.partition)[".log"]
-        log = storage.get(name)
-        check_range(whole_segment_range(ctx.topic, ctx.partition, seg), log)
-        for chunk_start, batches in _chunks(log, name):
-            chunk = memoryview(log)[chunk_start:batches[-1][0] + batches[-1][1].size]
-            cols = _decode_chunk(chunk, ctx, name, chunk_start)
-            row = 0
-            for pos, h in batches:
-                out, row = _filter_batch(log, pos, h, cols, row, keep, ctx, codec, txns,
-                                         horizons, kept_markers)
-                if out is None:
-                    changed = True
-                    continue
-                data, min_ts, rebuilt = out
-                changed |= rebuilt
-                builder.append(data, min_timestamp=min_ts)
-    built = builder.build()
-    horizon = min(horizons) if horizons else None
-    source = group.segments[0]
-    if not changed and horizon == source.delete_horizon_ms:
-        return GroupResult(group.index, group.segment_ids, None, records_in, records_in,
-                           source.size, source.size)
-    st = built.stats
-    uploaded = clock.wall_ms() if upload else None
-    # The rewrite keeps the whole file set of the segments it replaces (empty indexes too).
-    entry = write_segment(
-        storage if upload else None, ctx.topic, ctx.partition, st, built.log, built.index,
-        built.timeindex, writer_id=COMPACTION_WRITER_ID,
-        leader_epoch=max(s.leader_epoch for s in group.segments), next_offset=group.next_offset,
-        aborted_txns=tuple(t for s in group.segments for t in s.aborted_txns if t[2] in kept_markers),
-        delete_horizon_ms=horizon, empty_indexes=True)
-    return GroupResult(group.index, group.segment_ids, entry, records_in, st.record_count,
-                       sum(s.size for s in group.segments), len(built.log), uploaded)
-
-
-def _chunks(log: bytes, name: str) -> Iterator[tuple[int, list[tuple[int, BatchHeader]]]]:
-    """Batch-aligned runs of about :data:`REWRITE_CHUNK_BYTES` (CRCs checked)."""
-    run: list[tuple[int, BatchHeader]] = []
-    start = 0
-    for pos, h in iter_batches(log, verify_crc=True, segment=name):
-        if not run:
-            start = pos
-        run.append((pos, h))
-        if pos + h.size - start >= REWRITE_CHUNK_BYTES:
-            yield start, run
-            run = []
-    if run:
-        yield start, run
-
-
-class _Columns:
-    """Decoded data records of a chunk, as numpy arrays plus the Arrow columns for rebuilding."""
-
-    def __init__(self, rb: pa.RecordBatch):
-        self.rb = rb
-        self.offsets = rb.column("offset").to_numpy(zero_copy_only=False)
-        ts = rb.column("timestamp").cast(pa.int64()).to_numpy(zero_copy_only=False)
-        self.timestamps = np.floor_divide(ts, 1000)   # Arrow holds microseconds
-        self.tombstone = rb.column("value").is_null().to_numpy(zero_copy_only=False)
-        self.keyed = rb.column("key").is_valid().to_numpy(zero_copy_only=False)
-        self._prepared = None
-
-    def encodable(self) -> arrow_encode.Columns:
-        """Key, value and headers flattened for the encoder (once per chunk, when needed)."""
-        if self._prepared is None:
-            self._prepared = arrow_encode.prepare(self.rb.select(["key", "value", "headers"]))
-        return self._prepared
-
-
-def _decode_chunk(chunk, ctx: CleanContext, name: str, position: int) -> _Columns:
-    # Every data record, aborted ones included (they are dropped batch by batch),
-    # so rows line up with the batches' record counts.
-    rb = decode_to_arrow(chunk, topic=ctx.topic, partition=ctx.partition, include_headers=True,
-                         verify_crc=False, segment=name, base_position=position)
-    return _Columns(rb)
-
-
-def _horizon(ctx: CleanContext) -> int:
-    """The delete horizon a pass sets: now + delete.retention.ms, within int64 (the batch field)."""
-    return min(ctx.now_ms + ctx.delete_retention_ms, (1 << 63) - 1)
-
-
-def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int, keep: np.ndarray,
-                  ctx: CleanContext, codec: Compression | None, txns: _TxnState,
-                  horizons: list[int], kept_markers: set[int]):
-    """``((bytes, min timestamp, rebuilt) or None if dropped, next row)`` for one batch."""
-    now = ctx.now_ms
-    original = log[pos:pos + h.size]
-    if h.is_control:
-        hz = h.delete_horizon_ms
-        ctype = _marker_type(log, pos, h)
-        if ctype is None:
-            if h.record_count == 0:
-                return None, row          # an empty control batch: already cleaned, Kafka drops it
-            return (original, -1, False), row  # other control records are kept as they are
-        had_data = txns.marker(h)
-        if h.last_offset < ctx.log_start_offset:
-            return None, row
-        if had_data:                      # its transaction still had data: keep it, no horizon
-            kept_markers.add(h.base_offset)
-            return (original, -1, False), row
-        if hz is not None and now >= hz:
-            return None, row
-        kept_markers.add(h.base_offset)
-        if hz is not None:
-            horizons.append(hz)
-            return (original, -1, False), row
-        _, recs = decode_batch(log, pos, verify_crc=False)
-        hz = _horizon(ctx)
-        horizons.append(hz)
-        data = encode_batch(recs, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                            base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
-                            timestamp_type=h.timestamp_type, transactional=h.is_transactional,
-                            control=True, base_offset=h.base_offset, last_offset=h.last_offset,
-                            delete_horizon_ms=hz, max_timestamp=h.max_timestamp)
-        return (data, -1, True), row
-
-    n = h.record_count
-    lo, row = row, row + n
-    if n and not (cols.offsets[lo] >= h.base_offset and cols.offsets[row - 1] <= h.last_offset):
-        raise CorruptRecordError("decoded records do not line up with their batch",
-                                 offset=h.base_offset, position=pos)
-    if txns.data_batch(h) or n == 0:
-        return None, row                  # aborted transaction, or an empty batch
-    offs = cols.offsets[lo:row]
-    i = np.searchsorted(keep, offs)
-    survives = (i < len(keep)) & (keep[np.minimum(i, len(keep) - 1)] == offs) if len(keep) else \
-        np.zeros(n, bool)
-    survives &= cols.keyed[lo:row]
-    tomb = cols.tombstone[lo:row]
-    hz = h.delete_horizon_ms
-    if hz is not None and now >= hz:
-        survives &= ~tomb                 # tombstones past their delete horizon go
-    count = int(survives.sum())
-    if count == 0:
-        return None, row
-    kept_tombstones = bool((tomb & survives).any())
-    ts = cols.timestamps[lo:row][survives]
-    stamped = ts[ts >= 0]
-    min_ts = int(stamped.min()) if len(stamped) else -1
-    if count == n and not (kept_tombstones and hz is None):
-        if kept_tombstones:
-            horizons.append(hz)
-        return (original, min_ts, False), row
-    if kept_tombstones and hz is None:
-        hz = _horizon(ctx)
-    if kept_tombstones:
-        horizons.append(hz)
-    # The survivors are encoded straight from the decoded Arrow buffers (C encoder), the
-    # same bytes encode_batch gives for the same records.
-    idx = np.nonzero(survives)[0] + lo
-    log_append = h.timestamp_type == LOG_APPEND_TIME
-    data = arrow_encode.encode_rows(
-                        cols.encodable(), 0, len(idx), rows=idx, offsets=cols.offsets[idx],
-                        timestamps=cols.timestamps[idx],
-                        compression=codec if codec is not None else h.compression,
-                        timestamp_type=h.timestamp_type, producer_id=h.producer_id,
-                        producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
-                        partition_leader_epoch=h.partition_leader_epoch,
-                        transactional=h.is_transactional, base_offset=h.base_offset,
-                        last_offset=h.last_offset, delete_horizon_ms=hz,
-                        max_timestamp=h.max_timestamp if log_append else None)
-    return (data, min_ts, True), row
-
-
-# ---------------------------------------------------------------------------
-# the swap
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class CommitOutcome:
-    """Result of :func:`commit_cleaning`: the new manifest, or None and why it gave up."""
-
-    manifest: Manifest | None
-    reason: str = ""
-
-
-def _live_ids_of_group(m: Manifest | None, group: Sequence[SegmentEntry],
-                       planned: Sequence[str]) -> tuple[str, ...] | None:
-    """The live segments that now hold exactly the offsets of a planned ``group``, or None.
-
-    The planned ones while all are live. Otherwise only a merge may have touched them
-    (:mod:`kafkastore.merge` never changes bytes or offsets, and its ids carry a
-    generation above 0): the live segments covering the group's range must start and end at its
-    bounds and be planned or merged ones. Anything else (retention, another compaction,
-    a merge across the group's bounds) is None: the rewrite no longer fits.
-    """
-    if m is None:
-        return None
-    live = set(m.segment_ids())
-    if all(i in live for i in planned):
-        return tuple(planned)
-    lo, hi = group[0].base_offset, group[-1].next_offset
-    cover = [s for s in m.segments if s.next_offset > lo and s.base_offset < hi]
-    known = set(planned)
-    if (not cover or cover[0].base_offset != lo or cover[-1].next_offset != hi
-            or any(s.segment_id not in known and not generation(s.segment_id) for s in cover)):
-        return None
-    return tuple(s.segment_id for s in cover)
-
-
-def commit_cleaning(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult], *,
-                    clock: Clock | Callable[[], float] | None = None, writer: str = "compaction",
-                    max_attempts: int | None = None) -> CommitOutcome:
-    """Swap the rewritten groups in with one manifest commit (see the module docstring).
-
-    Rebuilds the commit on the latest version after each conflict (brokers
-    append meanwhile); gives up, leaving the uploaded files to GC, when a
-    replaced segment is no longer live or when the files are older than half
-    of ``file.delete.delay.ms`` by ``clock`` (wall seconds). Never deletes.
-    """
-    clock = _clock(clock, storage)
-    changed = [r for r in sorted(results, key=lambda r: r.group) if r.entry is not None]
-    ids = tuple(i for r in results for i in r.replaced)
-    uploads = [r.uploaded_ms for r in changed if r.uploaded_ms is not None]
-    first_upload = min(uploads) if uploads else None
-    why: dict[str, str] = {}
-    # Group numbers are unique within a job, not indexes into this plan: find groups by ids.
-    planned = {s.segment_id: s for s in plan.segments}
-
-    def build(m: Manifest | None):
-        # A merge may have concatenated segments of a group meanwhile (same bytes, same
-        # offsets): the group's rewrite then replaces the merged segments instead.
-        current = {r.group: _live_ids_of_group(m, [planned[i] for i in r.replaced], r.replaced)
-                   for r in results}
-        missing = [r for r in results if current[r.group] is None]
-        if missing:
-            why["reason"] = (f"{sum(len(r.replaced) for r in missing)} of the {len(ids)} cleaned "
-                             f"segments were replaced or removed meanwhile (compaction or "
-                             f"retention); files left to GC")
-            return None
-        if first_upload is not None and clock.wall_ms() - first_upload > plan.file_delete_delay_ms / 2:
-            why["reason"] = ("the rewrite took longer than half of file.delete.delay.ms "
-                             f"({plan.file_delete_delay_ms} ms): GC may delete the new files; "
-                             "raise file.delete.delay.ms for this topic")
-            return None
-        updates = [ReplaceSegments(current[r.group], (r.entry,)) for r in changed]
-        updates.append(SetCleanerOffset(max(m.cleaner_offset, plan.first_uncleanable_offset)))
-        return updates, [AssertSegmentsPresent(tuple(i for r in results for i in current[r.group]))]
-
-    store = ManifestStore(storage, plan.topic, plan.partition)
-    try:
-        new = store.commit(build, operation="compaction", writer=writer, now_ms=clock.wall_ms(),
-                           max_attempts=max_attempts)
-    except StaleUploadError as exc:
-        return CommitOutcome(None, f"{exc}; files left to GC (raise file.delete.delay.ms or "
-                                   f"compact smaller groups)")
-    if "reason" in why:
-        return CommitOutcome(None, why["reason"])
-    return CommitOutcome(new)
-
-
-# ---------------------------------------------------------------------------
-# results and the one-process driver
+# results
 # ---------------------------------------------------------------------------
 
 @dataclass
@@ -900,25 +503,6 @@ def skipped_result(topic: str, partition: int, skip: Skip, seconds: float = 0.0)
                            skip.first_dirty_offset, skip.first_uncleanable_offset, seconds=seconds)
 
 
-def finish_partition(storage: Storage, plan: CleaningPlan, results: Sequence[GroupResult],
-                     started: float, *, clock: Clock | Callable[[], float] | None = None) -> PartitionResult:
-    """Commit one partition's rewritten groups and summarise the outcome (``started``: the
-    clock's monotonic seconds when the partition's work began)."""
-    clock = _clock(clock, storage)
-    outcome = commit_cleaning(storage, plan, results, clock=clock)
-    res = PartitionResult(
-        plan.topic, plan.partition, STATUS_CLEANED if outcome.manifest else STATUS_GAVE_UP,
-        plan.reason if outcome.manifest else outcome.reason, plan.dirty_ratio,
-        plan.first_dirty_offset, plan.first_uncleanable_offset,
-        segments_in=sum(len(r.replaced) for r in results),
-        segments_out=sum(1 if r.entry is not None else len(r.replaced) for r in results),
-        records_in=sum(r.records_in for r in results), records_out=sum(r.records_out for r in results),
-        bytes_in=sum(r.bytes_in for r in results), bytes_out=sum(r.bytes_out for r in results),
-        version=outcome.manifest.version if outcome.manifest else None)
-    res.seconds = clock.monotonic_s() - started
-    return res
-
-
 def load_plan(storage: Storage, topic: str, partition: int, now_ms: int, *, force: bool = False,
               config: TopicConfig | None = None) -> tuple[Manifest | None, CleaningPlan | Skip]:
     """The latest manifest of a partition and the plan for it."""
@@ -926,27 +510,6 @@ def load_plan(storage: Storage, topic: str, partition: int, now_ms: int, *, forc
         config = load_topic(storage, topic).config
     m = ManifestStore(storage, topic, partition).latest()
     return m, plan_cleaning(m, config, now_ms, force=force)
-
-
-def compact_partition_local(storage: Storage, topic: str, partition: int, now_ms: int, *,
-                            force: bool = False, clock: Clock | Callable[[], float] | None = None,
-                            scan_bytes: int = DEFAULT_SCAN_BYTES) -> PartitionResult:
-    """Compact one partition in this process (:func:`local_survivors`: a dict key map).
-
-    The reference implementation for tests and tiny logs; use
-    :func:`pipelines.compaction.compact_partition` for real ones.
-    """
-    clock = _clock(clock, storage)
-    started = clock.monotonic_s()
-    m, plan = load_plan(storage, topic, partition, now_ms, force=force)
-    if isinstance(plan, Skip):
-        return skipped_result(topic, partition, plan, clock.monotonic_s() - started)
-    groups = group_specs([plan])
-    tasks = scan_tasks(storage, [plan], groups, [m], max_bytes=scan_bytes)
-    keep, carry = local_survivors(storage, [plan], groups, tasks)
-    results = [rewrite_group(storage, plan.context, g, keep[g.index], carry[g.index], clock=clock)
-               for g in groups]
-    return finish_partition(storage, plan, results, started, clock=clock)
 
 
 def partition_error(topic: str, partition: int, exc: BaseException, seconds: float = 0.0

@@ -309,7 +309,7 @@ def test_a_503_storm_longer_than_gc_grace_never_commits_a_deleted_file(local_roo
 def test_the_housekeepers_gc_skips_its_round_with_a_clock_ahead_of_the_store(local_root):
     """Every serve and producer runs gc in its housekeeper: one whose clock is 90 s ahead
     deleted merged-away and in-flight segments as if past the grace; it now logs and skips."""
-    from kafkastore.maintenance.merge import Housekeeper
+    from kafkastore.maintenance.housekeeper import Housekeeper
 
     storage = Storage(local_root)
     create_topic(storage, T, 1)

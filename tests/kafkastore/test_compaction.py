@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from kafkastore.broker import Broker
 from kafkastore.maintenance.compaction import (COMPACTION_WRITER_ID, STATUS_CLEANED, STATUS_GAVE_UP,
-                                               STATUS_SKIPPED, CleaningPlan, GroupResult, Skip,
-                                               compact_partition_local, dirty_ratio, group_segments_by_size,
-                                               group_specs, load_plan, local_survivors, plan_cleaning,
-                                               rewrite_group, scan_tasks)
+                                               STATUS_SKIPPED, CleaningPlan, Skip, dirty_ratio,
+                                               group_segments_by_size, group_specs, load_plan,
+                                               local_survivors, plan_cleaning, scan_tasks)
+from kafkastore.maintenance.compaction_rewrite import GroupResult, compact_partition_local, rewrite_group
 from kafkastore import layout
 from kafkastore.format.compression import Compression
 from kafkastore.format.crc import crc32c
@@ -589,8 +589,8 @@ def test_a_merge_across_a_cleaned_group_bound_makes_compaction_give_up(local_roo
 def test_one_job_over_two_partitions_commits_both(local_root):
     """The Spark job numbers groups across all partitions of a job, so a group's number is no
     index into its own partition's plan (the demo's two-partition compaction hit that)."""
-    from kafkastore.maintenance.compaction import (finish_partition, group_specs, load_plan, local_survivors,
-                                                   rewrite_group, scan_tasks)
+    from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
+    from kafkastore.maintenance.compaction_rewrite import finish_partition, rewrite_group
 
     plain = Storage(local_root)
     make_topic(plain, partitions=2, segment_bytes=150, delete_retention_ms=DAY)

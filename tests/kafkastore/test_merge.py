@@ -12,7 +12,8 @@ from kafkastore.broker import Broker
 from kafkastore.errors import KafkaStoreError
 from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
-from kafkastore.maintenance.merge import Housekeeper, generation, merge_partition, plan_for
+from kafkastore.maintenance.housekeeper import Housekeeper
+from kafkastore.maintenance.merge import generation, merge_partition, plan_for
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic, load_topic
@@ -253,7 +254,7 @@ def test_every_reader_copes_with_index_free_segments_and_with_merged_ones(backen
                                                                           request):
     """Small flush segments carry no .index/.timeindex; fetch by offset and by timestamp,
     verify, compaction, retention and delete-records work on them, before and after merging."""
-    from kafkastore.maintenance.compaction import compact_partition_local
+    from kafkastore.maintenance.compaction_rewrite import compact_partition_local
     from kafkastore.maintenance.retention import apply_retention, delete_records
     from tests.helpers.roots import make_root_url
 

@@ -10,7 +10,7 @@ import pytest
 from kafkastore import layout
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.maintenance.merge import Housekeeper
+from kafkastore.maintenance.housekeeper import Housekeeper
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic

@@ -89,7 +89,7 @@ def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
     """A long-running process's housekeeper re-reads the topic config once per gc interval:
     after `alter` lowers segment.bytes, it no longer merges past the new cap."""
     from kafkastore.broker import Broker
-    from kafkastore.maintenance.merge import Housekeeper
+    from kafkastore.maintenance.housekeeper import Housekeeper
     from kafkastore.topics.admin import alter_topic, create_topic
 
     s = Storage(local_root)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kafkastore.manifest import ManifestStore
-from kafkastore.maintenance.merge import DEFAULT_MIN_SEGMENTS, housekeeper_for
+from kafkastore.maintenance.housekeeper import housekeeper_for
+from kafkastore.maintenance.merge import DEFAULT_MIN_SEGMENTS
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic

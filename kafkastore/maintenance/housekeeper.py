@@ -1,0 +1,311 @@
+"""Automatic housekeeping: merging and gc beside the writers of a process (DESIGN.md
+section 3).
+
+**Housekeeping** (:class:`Housekeeper`): writers call
+:meth:`Housekeeper.poke` after each commit with the manifest they committed;
+it plans on that manifest (no I/O) and, when there is something to merge,
+runs :func:`kafkastore.maintenance.merge.merge_partition` on a background thread; at most once per
+``gc_interval_ms`` per partition it also runs :func:`kafkastore.maintenance.gc.collect_garbage`
+for the partition (which expires old manifest versions and deletes unlisted
+files older than the grace) on a thread of its own, so a long gc never stalls
+merging. The caller never waits and never sees its
+errors (logged; the next poke tries again).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Callable
+
+from ..errors import UnknownTopicError
+from ..manifest import Manifest, ManifestStore
+from ..storage import Storage
+from ..threads import shared_pool
+from ..topics.admin import load_topic
+from ..topics.topic_config import TopicConfig
+# gc and merge are called through their modules (a profiler's wrapper of a function there is
+# seen, as when the housekeeper lived in merge.py)
+from . import gc, merge
+from .merge import DEFAULT_FAN_IN, DEFAULT_GC_INTERVAL_MS, DEFAULT_MIN_SEGMENTS
+
+log = logging.getLogger("kafkastore.merge")  # the housekeeper's log name before the move (log filters use it)
+
+
+class Housekeeper:
+    """Merging, gc and version expiry for the partitions a process writes, in the background.
+
+    ``clock`` gives epoch ms for gc's age checks and the rate limit; by
+    default the storage's own clock (the one object times come from).
+    Merges run on the process's ``housekeeping`` pool (:func:`kafkastore.threads.shared_pool`,
+    ``workers`` threads, remade in a forked child), gc on its own ``housekeeping-gc`` pool
+    (``gc_workers`` threads), so a long gc never holds merging up; a partition never has
+    two merge jobs, nor two gc runs, at once (a merge and a gc of one partition may run
+    side by side: gc is safe next to any writer). :meth:`poke` is cheap and never blocks on I/O.
+    """
+
+    #: Runs one merge job takes at most. A job's uploads must commit within half the gc
+    #: floor and its commit must be quick next to a busy writer's, so a job never grows with
+    #: a backlog: the housekeeper runs bounded jobs one after another until it is gone.
+    max_runs_per_job: int = 32
+
+    def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
+                 gc_interval_ms: int = DEFAULT_GC_INTERVAL_MS, fan_in: int = DEFAULT_FAN_IN,
+                 min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
+                 gc_workers: int = 1, writer: str = "housekeeping"):
+        self.storage = storage
+        self.clock = clock or storage.clock.wall_ms
+        self.gc_interval_ms = gc_interval_ms
+        self.fan_in = fan_in
+        self.min_segments = min_segments
+        self.writer = writer
+        self.workers = workers
+        self.gc_workers = gc_workers
+        self._closed = False
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._busy: set[tuple[str, int]] = set()       # merge job running or queued
+        self._gc_busy: set[tuple[str, int]] = set()    # gc running or queued
+        self._again: set[tuple[str, int]] = set()  # poked while busy: merge again after
+        # The first gc of a partition is due one interval after this housekeeper started: a
+        # short-lived writer (one CLI produce) does not pay for gc; `kafkastore gc` and the
+        # retention job cover the logs only such writers touch.
+        self._started_ms = self.clock()
+        self._last_gc: dict[tuple[str, int], int] = {}
+        # Partitions that owe a gc although no commit may come to trigger one (a partition
+        # that went quiet): due time (ms) and how many gc runs in a row found nothing.
+        self._quiet: dict[tuple[str, int], int] = {}
+        self._idle_runs: dict[tuple[str, int], int] = {}
+        self._sweeper: threading.Thread | None = None
+        self._configs: dict[str, tuple[int, TopicConfig]] = {}  # topic -> (read at ms, config)
+        self.errors: list[str] = []
+        self.merges = 0
+        self.gc_runs = 0
+
+    def _config(self, topic: str) -> TopicConfig:
+        # Re-read once per gc interval: a long-running serve must see `alter` (segment.bytes,
+        # segment.ms, cleanup.policy: the cleaner-offset barrier) and a re-created topic's
+        # config, not the one it first read.
+        now = self.clock()
+        hit = self._configs.get(topic)
+        if hit is None or now - hit[0] >= self.gc_interval_ms:
+            hit = self._configs[topic] = (now, load_topic(self.storage, topic).config)
+        return hit[1]
+
+    def poke(self, topic: str, partition: int, manifest: Manifest | None = None) -> bool:
+        """A commit landed on ``topic/partition`` (``manifest``: the version it made, if known).
+
+        Schedules a merge when :func:`plan_merge` finds work in ``manifest``
+        (none without one), and gc when the partition's last gc is
+        ``gc_interval_ms`` old. Returns whether a job was scheduled; never
+        raises (a failure is logged and kept in :attr:`errors`).
+        """
+        try:
+            return self._poke(topic, partition, manifest)
+        except Exception as exc:  # noqa: BLE001 -- the writer's commit landed; never fail it here
+            self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+            log.warning("housekeeping of %s/%d not scheduled: %s", topic, partition, exc)
+            return False
+
+    def _poke(self, topic: str, partition: int, manifest: Manifest | None) -> bool:
+        tp = (topic, partition)
+        if self._closed:
+            return False
+        if self._pid != os.getpid():
+            # A forked child: the parent's jobs and sweeper do not run here, and its lock may
+            # be held.
+            self._pid, self._lock = os.getpid(), threading.Lock()
+            self._busy, self._again, self._gc_busy = set(), set(), set()
+            self._quiet, self._idle_runs, self._sweeper = {}, {}, None
+        now = self.clock()
+        self._owe_gc(tp, now)
+        with self._lock:
+            merging = tp in self._busy
+            if merging and manifest is not None:
+                self._again.add(tp)  # the running merge job plans once more when it is done
+            due_gc = (tp not in self._gc_busy
+                      and now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms)
+        want_merge = not merging and manifest is not None and bool(
+            merge.plan_for(manifest, self._config(topic), fan_in=self.fan_in,
+                     min_segments=self.min_segments))
+        scheduled = False
+        if want_merge:
+            with self._lock:
+                claimed = tp not in self._busy
+                if claimed:
+                    self._busy.add(tp)
+            if claimed:
+                scheduled |= self._submit("housekeeping", self.workers, self._run_merge, tp,
+                                          self._busy)
+        if due_gc:
+            with self._lock:
+                claimed = tp not in self._gc_busy
+                if claimed:
+                    self._gc_busy.add(tp)
+                    self._last_gc[tp] = now
+            if claimed:
+                scheduled |= self._submit("housekeeping-gc", self.gc_workers, self._run_gc, tp,
+                                          self._gc_busy)
+        return scheduled
+
+    def _submit(self, pool: str, workers: int, job, tp: tuple[str, int], busy: set) -> bool:
+        try:
+            shared_pool(pool, workers).submit(job, tp)
+        except RuntimeError:  # interpreter shutting down
+            with self._lock:
+                busy.discard(tp)
+            return False
+        return True
+
+    def _run_merge(self, tp: tuple[str, int]) -> None:
+        """Merge jobs for ``tp``, one bounded job after another while a backlog or new commits
+        leave work (on the ``housekeeping`` pool; gc runs on its own, see :meth:`_run_gc`)."""
+        topic, partition = tp
+        while True:
+            try:
+                report = merge.merge_partition(self.storage, topic, partition,
+                                         config=self._config(topic), fan_in=self.fan_in,
+                                         min_segments=self.min_segments, writer=self.writer,
+                                         max_runs=self.max_runs_per_job)
+                self.merges += len(report.merged)
+                # A capped job left work behind (a backlog): go on, one bounded job at a
+                # time, rather than letting one job grow with the backlog.
+                more = report.planned >= self.max_runs_per_job and bool(report.merged)
+            except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
+                self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+                # After close() the process may be exiting past close's bound: an abandoned
+                # merge loses nothing (its uploads are unreferenced, gc removes them, the next
+                # writer or `kafkastore merge` plans it again), so it is no warning then.
+                (log.info if self._closed else log.warning)(
+                    "housekeeping of %s/%d failed: %s", topic, partition, exc)
+                with self._lock:
+                    self._again.discard(tp)
+                    self._busy.discard(tp)
+                return
+            with self._lock:
+                # Commits that landed meanwhile were not planned: plan once more on the latest.
+                if (tp not in self._again and not more) or self._closed:
+                    self._again.discard(tp)
+                    self._busy.discard(tp)
+                    return
+                self._again.discard(tp)
+
+    def _run_gc(self, tp: tuple[str, int]) -> None:
+        """One gc of ``tp`` (version expiry and unlisted files), on the ``housekeeping-gc``
+        pool: a gc that takes long (many versions within the grace) never holds merging up,
+        and at most :attr:`gc_workers` gc runs at once in the process."""
+        topic, partition = tp
+        try:
+            gc.require_clock_agreement(self.storage)   # a clock ahead would delete live files
+            now = self.clock()
+            gc_report = gc.collect_garbage(self.storage, topic, partition, now_ms=now)
+            self.gc_runs += 1
+            self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
+                                         or any(gc_report.versions_expired.values())))
+        except UnknownTopicError as exc:
+            # The topic (or the whole root) was deleted: nothing is owed any more.
+            log.info("gc of %s/%d: %s; dropped", topic, partition, exc)
+            with self._lock:
+                self._quiet.pop(tp, None)
+                self._idle_runs.pop(tp, None)
+        except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
+            self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+            log.warning("gc of %s/%d failed: %s", topic, partition, exc)
+            # A failed gc counts as one that found nothing: the sweeper tries again one
+            # interval and one grace later, and gives up after two (a deleted topic, a
+            # removed root), instead of retrying at every sweep.
+            self._after_gc(tp, self.clock(), False)
+        finally:
+            with self._lock:
+                self._gc_busy.discard(tp)
+
+    #: How often (seconds) the sweeper looks for quiet partitions whose gc is due.
+    sweep_s: float = 15.0
+
+    def _owe_gc(self, tp: tuple[str, int], now: int) -> None:
+        """``tp`` had a commit: it owes a gc once the interval and the grace have passed, even
+        if no later commit pokes it (the sweeper runs it)."""
+        due = now + self.gc_interval_ms + self._grace_ms(tp[0])
+        with self._lock:
+            self._quiet[tp] = due
+            self._idle_runs[tp] = 0
+            if self._sweeper is None and not self._closed:
+                self._sweeper = threading.Thread(target=self._sweep, name="kafkastore-housekeeping-sweep",
+                                                 daemon=True)
+                self._sweeper.start()
+
+    def _grace_ms(self, topic: str) -> int:
+        try:
+            return max(int(self._config(topic).file_delete_delay_ms), int(ManifestStore.min_keep_ms))
+        except Exception:  # noqa: BLE001 -- a deleted topic: the floor is a fine guess
+            return int(ManifestStore.min_keep_ms)
+
+    def _after_gc(self, tp: tuple[str, int], now: int, did_something: bool) -> None:
+        # A gc that deleted or expired something, or kept files too young to go, leaves work
+        # for one grace later; two runs in a row that find nothing end the partition's debt.
+        due = now + self.gc_interval_ms + self._grace_ms(tp[0])
+        with self._lock:
+            idle = 0 if did_something else self._idle_runs.get(tp, 0) + 1
+            if idle >= 2:
+                self._quiet.pop(tp, None)
+                self._idle_runs.pop(tp, None)
+            else:
+                self._idle_runs[tp] = idle
+                self._quiet[tp] = due
+
+    def _sweep(self) -> None:
+        """Run the gc quiet partitions owe (one daemon thread per housekeeper)."""
+        import time as _time
+
+        while not self._closed and self._pid == os.getpid():
+            _time.sleep(self.sweep_s)
+            now = self.clock()
+            with self._lock:
+                due = [tp for tp, at in self._quiet.items() if at <= now and tp not in self._gc_busy]
+                for tp in due:
+                    self._gc_busy.add(tp)
+                    self._last_gc[tp] = now
+            for tp in due:
+                if not self._submit("housekeeping-gc", self.gc_workers, self._run_gc, tp,
+                                    self._gc_busy):
+                    return
+
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        """Block until no job is running or queued (tests, shutdown), at most ``timeout_s``;
+        returns whether that happened."""
+        import time as _time
+
+        from ..clock import SYSTEM  # real time on purpose: it waits for real threads
+        deadline = SYSTEM.monotonic_s() + timeout_s
+        while True:
+            with self._lock:
+                if not self._busy and not self._gc_busy:
+                    return True
+            if SYSTEM.monotonic_s() >= deadline:
+                return False
+            _time.sleep(0.01)
+
+    def close(self, wait: bool = True, timeout_s: float = 30.0) -> bool:
+        """Stop accepting work; with ``wait``, let what is queued or running finish first (at
+        most ``timeout_s``: a merge job loops no more once closed, so this is one bounded job).
+        Returns whether no job is left.
+
+        A process that exits must call this before its main thread returns: a job still running
+        while the interpreter shuts down finds the thread pools it uploads on closed and fails
+        half way."""
+        self._closed = True
+        return self.wait(timeout_s) if wait else self.wait(0)
+
+
+_SHARED: "weakref.WeakKeyDictionary[Storage, Housekeeper]" = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def housekeeper_for(storage: Storage) -> Housekeeper:
+    """The process's one :class:`Housekeeper` for ``storage`` (made on first use)."""
+    with _SHARED_LOCK:
+        hk = _SHARED.get(storage)
+        if hk is None:
+            hk = _SHARED[storage] = Housekeeper(storage)
+        return hk
