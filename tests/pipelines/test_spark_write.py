@@ -191,57 +191,53 @@ def test_aborted_job_leaves_nothing_readable_and_a_later_job_works(spark, tmp_pa
 
 
 def test_retried_task_writes_each_record_once(tmp_path):
-    """Attempt 0 of one task appends (segments rolled, committed as an open transaction) and
+    """Attempt 0 of one task appends all its rows (committed as an open transaction) and
     then fails; Spark retries it; every record is read exactly once, the failed attempt's
-    records are aborted (read_uncommitted shows them were written)."""
-    root = _root(tmp_path, partitions=2, config={"segment.bytes": 1024})
+    records are aborted (read_uncommitted shows they were written)."""
+    root = _root(tmp_path, partitions=2)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     subprocess.run([sys.executable, "-m", "tests.pipelines.test_spark_write", "retry", root],
                    check=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                        os.path.abspath(__file__)))), timeout=600)
     committed = _consume(root, "out")
     assert _values(committed) == sorted([f"v{i}" for i in range(200)])
-    assert len(_consume(root, "out", "read_uncommitted")) > 200, "attempt 0 wrote nothing"
+    assert len(_consume(root, "out", "read_uncommitted")) == 300  # attempt 0's 100 aborted
     assert _open(root, "out") == []
 
 
-def _wait_for_log(root: str, records: int) -> None:
-    """Until the topic holds ``records`` (committed or not), at most about 60 s: a UDF failing
-    a task only once the task's writer has appended (the writer runs alongside the UDF)."""
-    from kafkastore.clock import SYSTEM
-    from kafkastore.manifest import ManifestStore
-
-    storage = Storage(root)
-    for _ in range(600):
-        heads = [ManifestStore(storage, "out", p).latest() for p in range(2)]
-        if sum(m.high_watermark for m in heads if m is not None) >= records:
-            return
-        SYSTEM.sleep(0.1)
-
-
 def _child_retry(root: str) -> None:
-    """The retry job, in its own session: ``local[1,2]`` lets a failed task run again."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
+    """The retry job, in its own session: ``local[1,2]`` lets a failed task run again. The
+    sink's writer is subclassed here (test code only) so that attempt 0 of task 1 fails
+    after it appended all its rows, the worst case for duplicates."""
+    from pyspark import TaskContext
 
+    from pipelines.datasource import KafkaStoreDataSource
     from pipelines.session import get_spark
+    from pipelines.topic_sink import TopicBatchWriter, batch_writer
 
-    spark = get_spark(master="local[1,2]", app_name="kafkastore-retry-test",
-                      extra_conf={"spark.sql.execution.arrow.maxRecordsPerBatch": "20"})
+    class FlakyWriter(TopicBatchWriter):
+        def write(self, iterator):
+            message = super().write(iterator)
+            ctx = TaskContext.get()
+            if ctx.partitionId() == 1 and ctx.attemptNumber() == 0:
+                raise RuntimeError("injected failure of attempt 0, after it wrote")
+            return message
 
-    def once(value):
-        from pyspark import TaskContext
-        ctx = TaskContext.get()
-        if ctx.partitionId() == 1 and ctx.attemptNumber() == 0 and value == "v199":
-            _wait_for_log(root, 101)  # partition 0's 100 rows and some of this attempt's
-            raise RuntimeError("injected failure of attempt 0")
-        return value
+    class FlakySource(KafkaStoreDataSource):
+        @classmethod
+        def name(cls):
+            return "kafkastore_flaky"
 
+        def writer(self, schema, overwrite):
+            return FlakyWriter(batch_writer(self.options, schema, overwrite).opts)
+
+    spark = get_spark(master="local[1,2]", app_name="kafkastore-retry-test")
+    spark.dataSource.register(FlakySource)
     df = spark.createDataFrame([(f"k{i}", f"v{i}", i // 100) for i in range(200)],
                                "key string, value string, part int")
     df = df.repartitionByRange(2, "part").drop("part")
-    df = df.withColumn("value", F.udf(once, StringType())("value"))
-    df.write.format("kafkastore").option("root", root).option("topic", "out").mode("append").save()
+    df.write.format("kafkastore_flaky").option("root", root).option("topic", "out") \
+        .mode("append").save()
     spark.stop()
 
 
