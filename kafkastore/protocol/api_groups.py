@@ -105,9 +105,8 @@ class GroupService:
         self._live: tuple[int, ...] = ()
         self._claims: dict[str, GroupClaim] = {}
         self._fence_seen = self.registry.fence_epoch
-        spawn = getattr(broker, "_spawn", asyncio.ensure_future)
-        spawn(self._tick_loop())
-        spawn(self._writer())
+        broker.services.spawn(self._tick_loop())
+        broker.services.spawn(self._writer())
 
     # -- ownership -----------------------------------------------------------
     def owns(self, group: str) -> bool:
@@ -248,10 +247,10 @@ class GroupService:
 
 def service(broker) -> GroupService:
     """The broker's group service (created on first use, on the event loop)."""
-    svc = getattr(broker, "_group_service", None)
-    if svc is None:
-        svc = broker._group_service = GroupService(broker)
-    return svc
+    services = broker.services
+    if services.group_service is None:
+        services.group_service = GroupService(broker)
+    return services.group_service
 
 
 def _future():
@@ -438,7 +437,7 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
-    if not err and group in getattr(ctx.broker, "_txn_groups", ()):
+    if not err and group in ctx.broker.services.txn_groups:
         # Offsets of a transaction are written by its coordinator, maybe another broker
         # (api_txn): read what the topic holds now.
         try:

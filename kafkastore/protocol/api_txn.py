@@ -366,8 +366,7 @@ class TxnService:
         #: Hanging transactions this broker aborted at partitions (metrics, tests).
         self.hanging_aborted = 0
         self._hanging_due = 0.0
-        spawn = getattr(broker, "_spawn", asyncio.ensure_future)
-        spawn(self._timeout_loop())
+        broker.services.spawn(self._timeout_loop())
 
     def owns(self, tid: str) -> bool:
         from .api_groups import coordinates
@@ -506,7 +505,7 @@ class TxnService:
             except Exception:  # noqa: BLE001 - whoever reads the Prepare state finishes it again
                 log.warning("could not store the completion of transaction %s", tid, exc_info=True)
 
-        getattr(self.broker, "_spawn", asyncio.ensure_future)(later())
+        self.broker.services.spawn(later())
 
     async def _apply_offsets(self, pending) -> None:
         from ..group_offsets import OffsetAndMetadata
@@ -689,19 +688,19 @@ async def verify_produce(ctx: RequestContext, tid: str | None,
 
 def service(broker) -> TxnService:
     """The broker's transaction service (created on first use, on the event loop)."""
-    svc = getattr(broker, "_txn_service", None)
-    if svc is None:
-        svc = broker._txn_service = TxnService(broker)
-    return svc
+    services = broker.services
+    if services.txn_service is None:
+        services.txn_service = TxnService(broker)
+    return services.txn_service
 
 
 def transactional_groups(broker) -> set:
     """Groups this broker coordinates that took offsets in a transaction (bounded: cleared
     when it grows past 10,000; a cleared group is re-read no more, as before any transaction)."""
-    groups = getattr(broker, "_txn_groups", None)
-    if groups is None or len(groups) > 10_000:
-        groups = broker._txn_groups = set()
-    return groups
+    services = broker.services
+    if len(services.txn_groups) > 10_000:
+        services.txn_groups = set()
+    return services.txn_groups
 
 
 def _bad_tid(tid: str | None) -> bool:

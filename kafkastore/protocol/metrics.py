@@ -287,7 +287,7 @@ class _LiveCollector:
         lag = GaugeMetricFamily("kafkastore_group_lag",
                                 "High watermark minus the committed offset, per group and partition",
                                 labels=["group", "topic", "partition"])
-        svc = getattr(server, "_group_service", None)
+        svc = server.services.group_service
         if svc is not None:
             coordinator = svc.coordinator
             for group, _ptype, state in coordinator.list_groups():

@@ -95,9 +95,7 @@ async def _file_credential(ctx, user: str, mechanism: str, password: str, salt: 
                            iterations: int) -> ScramCredential:
     """The keys of a ``--sasl-credentials`` user: PBKDF2 once per user and mechanism for the
     broker's life (the salt shown for a name is fixed), in the thread pool."""
-    cache = getattr(ctx.broker, "_scram_file_keys", None)
-    if cache is None:
-        cache = ctx.broker._scram_file_keys = {}
+    cache = ctx.broker.services.scram_file_keys
     key = (user, mechanism, salt, iterations)
     cred = cache.get(key)
     if cred is None:
@@ -154,7 +152,7 @@ def _root_secret(storage) -> bytes:
 
 
 def _scram_secret(broker) -> bytes:
-    secret = getattr(broker, "_scram_secret", None)
+    secret = broker.services.scram_secret
     if secret is None:
         try:
             secret = _root_secret(broker.storage)
@@ -162,7 +160,7 @@ def _scram_secret(broker) -> bytes:
             import logging
             logging.getLogger("kafkastore.serve").warning("cannot read the SCRAM secret: %s", exc)
             return os.urandom(32)
-        broker._scram_secret = secret
+        broker.services.scram_secret = secret
     return secret
 
 
@@ -232,7 +230,7 @@ async def _authenticate(ctx: RequestContext, request):
             if parsed is None:
                 return _fail(ctx, "malformed SCRAM client-first message")
             gs2, bare, user, cnonce = parsed
-            if getattr(ctx.broker, "_scram_secret", None) is None:
+            if ctx.broker.services.scram_secret is None:
                 await ctx.run(_scram_secret, ctx.broker)   # once per broker: read in the pool
             stored = scram_users(ctx.broker).cached_lookup(user, mech)
             if stored is STALE:  # re-read the root's users in the thread pool (every ~2 s)

@@ -45,6 +45,7 @@ from . import codec, error_responses, fencing, listeners
 from .api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                        client_throttles, quota_exempt)
 from .registry import HandlerTable, Registry, RequestContext
+from .services import BrokerServices
 
 log = logging.getLogger("kafkastore.serve")
 
@@ -171,6 +172,7 @@ class BrokerServer:
         self.storage = storage
         #: The one clock every part of this broker reads (default: the storage's).
         self.clock: Clock = clock or storage.clock
+        self.services = BrokerServices(spawn=self._spawn)
         self.registry = HandlerTable()
         families.register_families(self.registry, sasl_enabled=sasl_enabled(opts),
                                    extensions=extensions)

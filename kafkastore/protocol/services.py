@@ -1,0 +1,34 @@
+"""The services one broker's API families create and share, typed: ``server.services``.
+
+The group and transaction services start on first use (on the event loop); the SCRAM
+secret and the ``--sasl-credentials`` keys are computed once per broker. Handlers reach
+them through ``ctx.broker.services`` instead of private attributes set on the server.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
+
+if TYPE_CHECKING:  # annotations only: the services' modules import the whole protocol
+    from .api_groups import GroupService
+    from .api_txn import TxnService
+
+
+@dataclass
+class BrokerServices:
+    """What a :class:`~kafkastore.protocol.server.BrokerServer` holds for its API families."""
+
+    #: Starts a background task the broker cancels when it stops.
+    spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Future]
+    #: The group coordinator of this broker (``api_groups.service``).
+    group_service: GroupService | None = None
+    #: The transaction coordinator of this broker (``api_txn.service``).
+    txn_service: TxnService | None = None
+    #: Groups this broker coordinates that took offsets in a transaction
+    #: (``api_txn.transactional_groups``).
+    txn_groups: set[str] = field(default_factory=set)
+    #: The root's SCRAM secret (fake salts for unknown users), read once.
+    scram_secret: bytes | None = None
+    #: ``--sasl-credentials`` users' SCRAM keys by (user, mechanism, salt, iterations).
+    scram_file_keys: dict = field(default_factory=dict)
