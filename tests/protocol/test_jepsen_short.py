@@ -262,3 +262,29 @@ def test_the_short_s3_schedule_finds_no_anomaly(tmp_path):
     responses, 5xx storms and latency: every anomaly count is 0."""
     extra = _short_run(tmp_path, "s3", 15)
     assert extra["s3-requests-lose"] + extra["s3-requests-storm"] + extra["s3-requests-latency"] > 0
+
+
+def test_duplicates_are_split_by_who_wrote_the_copies(tmp_path):
+    """A value stored under two epochs of one producer id was sent again by the client after
+    an epoch bump (what Kafka's broker stores too); stored twice under one epoch, or without
+    a producer id, is the broker's duplicate."""
+    from kafkastore.broker import Broker
+    from kafkastore.format.record_batch import Record
+    from kafkastore.storage import Storage
+    from kafkastore.topics import create_topic
+    from tests.helpers.jepsen.runner import duplicate_batches, final_read
+
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, "d", 1)
+    rec = lambda v: Record(0, 0, None, v.encode(), ())   # noqa: E731
+    b = Broker(storage)
+    b.append_batch("d", 0, [rec("bumped")], producer_id=5, producer_epoch=1, base_sequence=0)
+    b.append_batch("d", 0, [rec("bumped")], producer_id=5, producer_epoch=2, base_sequence=0)
+    b.send("d", b"plain", partition=0)
+    b.send("d", b"plain", partition=0)
+    b.flush()
+    final = final_read(storage, {"d": 1})["read_uncommitted"]
+    broker, client, lines = duplicate_batches(storage, final, at_least_once=())
+    assert (broker, client) == (1, 1), lines
+    assert any("bumped (client, epoch bump)" in line for line in lines)
+    assert any("plain (BROKER)" in line for line in lines)
