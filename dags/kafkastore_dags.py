@@ -167,7 +167,7 @@ def make_load_dag(entry: dict, shared_table: bool = False):
     def load_dag():
         @task(task_id="load")
         def load(**context):
-            from pipelines.load import load_for_interval
+            from pipelines.jobs.load import load_for_interval
 
             start, end = _interval(context)
             return load_for_interval(
@@ -185,7 +185,7 @@ def make_load_dag(entry: dict, shared_table: bool = False):
             @task(task_id="maintain")
             def maintain(_checked):
                 from pipelines.iceberg import Warehouse
-                from pipelines.maintain import maintain_tables
+                from pipelines.jobs.maintain import maintain_tables
 
                 wh = Warehouse(CFG.warehouse, CFG.catalog or None, CFG.storage_options or None)
                 return maintain_tables(wh, [table])
@@ -220,7 +220,7 @@ def kafkastore_compaction():
 
     @task(map_index_template="{{ kafkastore_topic }}")
     def compact(topic: str, **context) -> str:
-        from pipelines.compaction import compact_topic
+        from pipelines.jobs.log_compaction import compact_topic
 
         get_current_context()["kafkastore_topic"] = topic   # names the mapped task in the UI
         _start, end = _interval(context)
@@ -251,7 +251,7 @@ def kafkastore_retention():
 
     @task(map_index_template="{{ kafkastore_topic }}")
     def retention(topic: str, **context) -> dict:
-        from pipelines.retention_job import run_retention
+        from pipelines.jobs.log_retention import run_retention
 
         get_current_context()["kafkastore_topic"] = topic   # names the mapped task in the UI
         _start, end = _interval(context)
@@ -295,7 +295,7 @@ def kafkastore_reprocess():
     def reprocess(**context) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
         from kafkastore.errors import ConfigError
-        from pipelines.reprocess import run_reprocess
+        from pipelines.jobs.reprocess import run_reprocess
 
         p = context["params"]
         topic = p["topic"]

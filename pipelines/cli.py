@@ -26,7 +26,7 @@ def cmd_offsets(args, cfg: Config) -> int:
     """``offsets``, and with ``--warehouse`` the committed offsets and lag of each table."""
     result = offsets_of(args, cfg)
     if args.warehouse:
-        from pipelines.lag import table_lag
+        from pipelines.jobs.lag import table_lag
 
         result["tables"] = table_lag(args.warehouse, args.topic, result["partitions"],
                                      cfg.storage_options, cfg.catalog)
@@ -41,7 +41,7 @@ def _spark(cfg: Config):
 
 
 def cmd_load(args, cfg: Config) -> int:
-    from pipelines.load import LoadRequest, load, load_options_from_args
+    from pipelines.jobs.load import LoadRequest, load, load_options_from_args
 
     # Flags and config parsed once, mistakes fail before Spark starts.
     request = LoadRequest.build(**load_options_from_args(args, cfg))
@@ -53,7 +53,7 @@ def cmd_load(args, cfg: Config) -> int:
 def cmd_reprocess(args, cfg: Config) -> int:
     from pipelines.iceberg import Warehouse
     from pipelines.spec.load_spec import resolve_spec
-    from pipelines.reprocess import run_reprocess
+    from pipelines.jobs.reprocess import run_reprocess
 
     summary = run_reprocess(
         _spark(cfg), root=cfg.root,
@@ -72,7 +72,7 @@ def cmd_reprocess(args, cfg: Config) -> int:
 
 def cmd_vacuum(args, cfg: Config) -> int:
     from pipelines.iceberg import Warehouse
-    from pipelines.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum
+    from pipelines.jobs.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum
 
     grace = check_grace(DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms)
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
@@ -92,7 +92,7 @@ def cmd_vacuum(args, cfg: Config) -> int:
 
 def cmd_maintain(args, cfg: Config) -> int:
     from pipelines.iceberg import Warehouse
-    from pipelines.maintain import maintain
+    from pipelines.jobs.maintain import maintain
 
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
                    cfg.storage_options or None)
@@ -106,7 +106,7 @@ def cmd_maintain(args, cfg: Config) -> int:
 
 
 def cmd_compact(args, cfg: Config) -> int:
-    from pipelines.compaction import compact_topic
+    from pipelines.jobs.log_compaction import compact_topic
 
     report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
                            force=args.force)
@@ -124,7 +124,7 @@ def cmd_compact(args, cfg: Config) -> int:
 
 
 def cmd_retention(args, cfg: Config) -> int:
-    from pipelines.retention_job import run_retention
+    from pipelines.jobs.log_retention import run_retention
 
     report = run_retention(cfg.root, args.topic, warehouse=args.warehouse or cfg.warehouse,
                            storage_options=cfg.storage_options, catalog=cfg.catalog)

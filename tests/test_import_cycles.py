@@ -247,9 +247,9 @@ def test_a_known_cycle_that_is_gone_or_smaller_is_reported(tmp_path):
 def test_the_scan_sees_every_module_and_its_imports():
     """Sanity: the real tree is read (a module known to import another is linked to it)."""
     graph, local = scan(ROOT)
-    assert "kafkastore.write.segments" in graph and "pipelines.load" in graph
+    assert "kafkastore.write.segments" in graph and "pipelines.jobs.load" in graph
     assert "kafkastore.manifest" in graph["kafkastore.write.segments"]
-    assert "pipelines.source.planning" in graph["pipelines.load"]
+    assert "pipelines.source.planning" in graph["pipelines.jobs.load"]
     assert sum(local.values()) > 0
 
 

@@ -18,7 +18,7 @@ from kafkastore.storage import Storage
 from ..decoding.values import DEAD_LETTER_COLUMNS, json_error_detail
 from ..spec.table_layout import TOMBSTONE, TableLayout
 from ..table_files import descriptor_schema, timestamp_zones, write_files
-from ..upsert import last_per_partition
+from .upsert import last_per_partition
 
 RAW_VALUE_COLUMN = "__dl_value"   # the raw value kept next to decoded columns, for dead letters
 

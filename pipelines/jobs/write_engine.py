@@ -18,7 +18,7 @@ from ..decoding import values as decoding
 from ..decoding.cdc import debezium_frame
 from ..decoding.values import parse_json_schema
 from ..source.planning import plan_tasks
-from ..registry_load import commit_extras, load_files
+from .registry_load import commit_extras, load_files
 from ..source.schema import file_schema, nullable
 from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange

@@ -8,7 +8,7 @@ columns of an upsert table, and the file size and compression of the Parquet
 files. The CLI flags and the config's ``loads:`` entry are parsed into it once
 (:attr:`pipelines.load_spec.LoadSpec.layout`); the load, the reprocess, the
 executors' file writer (:class:`pipelines.jobs.executor_io.WriteTarget`) and table creation
-(:func:`pipelines.load.ensure_tables`) read it, nothing re-parses strings.
+(:func:`pipelines.jobs.load.ensure_tables`) read it, nothing re-parses strings.
 
 Also the names every table module shares: the dead-letter table's suffix and
 table identifiers (``NAME`` / ``NAMESPACE.NAME``).

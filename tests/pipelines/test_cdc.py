@@ -17,7 +17,7 @@ from kafkastore.broker import Broker
 from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
 from pipelines.decoding.cdc import key_fields, with_default_keys
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
 
@@ -125,7 +125,7 @@ def test_key_fields_of_debezium_keys():
 def test_key_columns_default_to_the_kafka_key(spark, tmp_path):
     """No --key-columns: the primary key is the Kafka key's fields, bare JSON keys on the
     first load, schemas.enable=true keys on the second (the table's recorded keys)."""
-    from pipelines.upsert import table_mode
+    from pipelines.jobs.upsert import table_mode
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     storage = make_topic(root, partitions=2)

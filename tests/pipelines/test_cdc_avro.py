@@ -17,7 +17,7 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, warehouse_for
 
@@ -199,7 +199,7 @@ def test_avro_events_that_are_not_row_changes_are_dead_letters(spark, tmp_path, 
 
 def test_avro_keys_default_to_the_key_records_fields(spark, tmp_path, registry):
     """No --key-columns: the Avro key record's fields (read through the registry)."""
-    from pipelines.upsert import table_mode
+    from pipelines.jobs.upsert import table_mode
 
     root = f"file://{tmp_path}/log"
     storage = make_topic(root, TOPIC, partitions=1)
@@ -340,7 +340,7 @@ def test_a_table_holding_an_encoding_as_stored_keeps_loading(spark, tmp_path, re
     import pyarrow as pa
     from pyiceberg.types import DateType, IntegerType
 
-    from pipelines.load import ensure_tables
+    from pipelines.jobs.load import ensure_tables
 
     root = f"file://{tmp_path}/log"
     storage = make_topic(root, TOPIC, partitions=1)

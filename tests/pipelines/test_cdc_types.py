@@ -14,7 +14,7 @@ import json
 from kafkastore.broker import Broker
 from pipelines import iceberg as ice
 from pipelines.decoding.cdc import debezium_row
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic
 

@@ -19,7 +19,7 @@ JOB = r'''
 import json, sys, time
 from pipelines.session import get_spark
 from pipelines import iceberg as ice
-from pipelines.load import nullable, raw_schema
+from pipelines.jobs.load import nullable, raw_schema
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.table_files import DESCRIPTOR_DDL, write_files
 

@@ -19,7 +19,7 @@ from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.reader import PartitionReader, ReadRange
 from kafkastore.format.segment import iter_batches
 from kafkastore.storage import Storage
-from pipelines.compaction import compact_partition, compact_topic, drop_superseded, scan_slices
+from pipelines.jobs.log_compaction import compact_partition, compact_topic, drop_superseded, scan_slices
 from tests.faults import faulty_storage
 from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest,
                                       latest_per_key, make_topic, produce,
@@ -412,7 +412,7 @@ def test_vectorised_survivors_equal_the_reference_rule(rows, shuffle):
     import pyarrow as pa
 
     from kafkastore.compaction import survivor_rule
-    from pipelines.compaction import survivors
+    from pipelines.jobs.log_compaction import survivors
 
     dicts = []
     for i, (plan, grp, kind, key, dirty, pid, ld, lm) in enumerate(rows):

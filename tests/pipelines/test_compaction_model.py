@@ -29,7 +29,7 @@ from kafkastore.errors import StorageError
 from kafkastore.manifest import ManifestStore
 from kafkastore.retention import apply_retention
 from kafkastore.storage import Storage
-from pipelines.compaction import compact_partition
+from pipelines.jobs.log_compaction import compact_partition
 from tests.faults import faulty_storage
 from tests.helpers.compaction import T0, TOPIC, make_topic, read_all
 

@@ -5,7 +5,7 @@ from kafkastore.group_offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsS
                                       partition_for_group)
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
-from pipelines.compaction import compact_topic
+from pipelines.jobs.log_compaction import compact_topic
 
 
 def test_compaction_keeps_latest_offset_per_key(spark, local_root):

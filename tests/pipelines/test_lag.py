@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pipelines import iceberg as ice
-from pipelines.lag import committed_offsets_by_table, table_lag
+from pipelines.jobs.lag import committed_offsets_by_table, table_lag
 from tests.helpers.iceberg_tables import SCHEMA, load
 
 PARTITIONS = {"0": {"log_start_offset": 0, "high_watermark": 10},

@@ -17,7 +17,7 @@ from kafkastore.errors import ConfigError, DataLossError, WarehouseError
 from kafkastore.reader import ReadRange
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
-from pipelines.load import load_for_interval, load_options_from_args, run_load
+from pipelines.jobs.load import load_for_interval, load_options_from_args, run_load
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
 from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,

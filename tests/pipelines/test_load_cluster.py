@@ -14,14 +14,14 @@ import time
 import pytest
 
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from tests.helpers.cluster import standalone_cluster
 from tests.helpers.loads import assert_exactly_once, make_topic, produce
 
 JOB = r'''
 import json, sys
 from pipelines.session import get_spark
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 
 master, root, warehouse = sys.argv[1:4]
 spark = get_spark(master=master, app_name="kafkastore-load-on-cluster",

@@ -22,8 +22,8 @@ from kafkastore.errors import CommitUnknownError, DataLossError
 from kafkastore.reader import PartitionReader
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
-from pipelines.load import run_load
-from pipelines.vacuum import MIN_GRACE_MS, vacuum
+from pipelines.jobs.load import run_load
+from pipelines.jobs.vacuum import MIN_GRACE_MS, vacuum
 from tests.helpers.cluster import PROJECT_ROOT, group_alive
 from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehouse, make_topic,
                                  produce, table_offsets)
@@ -34,7 +34,7 @@ from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehou
 JOB = textwrap.dedent(r'''
     import json, sys
     from pipelines.session import get_spark
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
     from pipelines import iceberg as ice
 
     root, warehouse, master, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

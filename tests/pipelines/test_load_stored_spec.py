@@ -12,7 +12,7 @@ import pytest
 from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
 from pipelines.cli import main as cli_main
-from pipelines.load import base_decoded_schema, nullable
+from pipelines.jobs.load import base_decoded_schema, nullable
 from pipelines.spec.load_spec import LoadSpec, stored_load
 from pipelines.spec.table_layout import LOAD_PROPERTIES, LOAD_PROPERTY_PREFIX
 from tests.helpers.cli import cli_runner, one_error_line
@@ -138,7 +138,7 @@ def test_a_load_refused_on_its_key_columns_creates_nothing(run):
 
 
 def test_a_failed_first_load_drops_the_empty_tables_it_created(wh):
-    from pipelines.load import CreatedTables
+    from pipelines.jobs.load import CreatedTables
 
     created = CreatedTables.before(wh, ["ns.acc", "ns.acc_dead_letters"])
     spec = LoadSpec(topic="t", table="ns.acc", value_format="json", value_schema=DDL)

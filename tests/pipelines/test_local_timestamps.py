@@ -13,7 +13,7 @@ from pyiceberg.types import TimestampType, TimestamptzType
 
 from kafkastore.broker import Broker
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.decoding.registry_client import WriterSchema
 from pipelines.decoding.schema_decoding import AvroGroupDecoder
@@ -90,7 +90,7 @@ def test_a_table_with_zoned_columns_keeps_them(spark, tmp_path):
     the values stored as the UTC instants of their wall-clock time, as before."""
     import pyarrow as pa
 
-    from pipelines.load import base_decoded_schema, nullable
+    from pipelines.jobs.load import base_decoded_schema, nullable
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
@@ -111,7 +111,7 @@ def test_a_table_with_zoned_columns_keeps_them(spark, tmp_path):
 
 
 def test_reprocess_of_local_timestamps_gives_the_same_table(spark, tmp_path):
-    from pipelines.reprocess import run_reprocess
+    from pipelines.jobs.reprocess import run_reprocess
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
@@ -163,7 +163,7 @@ def test_registry_loads_keep_the_table_kind_of_local_timestamps(spark, tmp_path,
     with zoned columns (by an older version) keeps them and keeps loading, twice."""
     import pyarrow as pa
 
-    from pipelines.load import base_decoded_schema, nullable
+    from pipelines.jobs.load import base_decoded_schema, nullable
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)

@@ -9,10 +9,10 @@ import pytest
 
 from pipelines import iceberg as ice
 from pipelines.cli import main as cli_main
-from pipelines.maintain import maintain
+from pipelines.jobs.maintain import maintain
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.table_files import write_files
-from pipelines.upsert import mode_properties, rows_commit
+from pipelines.jobs.upsert import mode_properties, rows_commit
 from tests.helpers.upsert import SCHEMA, add_position_delete
 from tests.helpers.upsert import staged as _rows
 

@@ -5,7 +5,7 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines.retention_job import run_retention
+from pipelines.jobs.log_retention import run_retention
 from tests.helpers.logdata import append_segment
 
 NOW = 1_700_000_000_000

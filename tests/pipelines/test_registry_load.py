@@ -12,7 +12,7 @@ import pytest
 from kafkastore.errors import IncompatibleSchemaError
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, produce, warehouse_for
 
@@ -374,7 +374,7 @@ def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
 
 
 def test_reprocess_follows_the_registry(spark, tmp_path, registry):
-    from pipelines.reprocess import run_reprocess
+    from pipelines.jobs.reprocess import run_reprocess
 
     root = f"file://{tmp_path}/root"
     storage = make_topic(root, "orders", partitions=1)

@@ -10,8 +10,8 @@ import pytest
 from kafkastore.errors import ConfigError, TableChangedError, WarehouseError
 from kafkastore.retention import delete_records
 from pipelines import iceberg as ice
-from pipelines.load import run_load
-from pipelines.reprocess import run_reprocess
+from pipelines.jobs.load import run_load
+from pipelines.jobs.reprocess import run_reprocess
 from tests.helpers.loads import (T0, assert_exactly_once, committed, make_topic, produce,
                                  rows_by_offset, table_offsets)
 
@@ -118,7 +118,7 @@ def test_reprocess_refusals(spark, loaded):
 
 
 def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_root):
-    from pipelines.compaction import compact_topic
+    from pipelines.jobs.log_compaction import compact_topic
 
     root = f"{local_root}/log"
     wh = ice.Warehouse(f"{local_root}/wh")

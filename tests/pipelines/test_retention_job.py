@@ -6,7 +6,7 @@ from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
-from pipelines.retention_job import run_retention
+from pipelines.jobs.log_retention import run_retention
 from tests.helpers.iceberg_tables import SCHEMA, load
 from tests.helpers.logdata import append_segment
 

@@ -9,7 +9,7 @@ import pytest
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from tests.helpers.txn import txn_producer
 
 ck = pytest.importorskip("confluent_kafka")

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from kafkastore.errors import ConfigError, OffsetOverlapError
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.spec.offset_ranges import OffsetRange
-from pipelines.upsert import (TOMBSTONE, apply_model, beats, merge, mode_properties,
+from pipelines.jobs.upsert import (TOMBSTONE, apply_model, beats, merge, mode_properties,
                               reduce_batch, rows_commit)
 from tests.faults import lose_catalog_response
 from tests.helpers.upsert import SCHEMA, add_position_delete, produce_records
@@ -91,7 +91,7 @@ def test_any_split_into_runs_gives_the_model(records, cuts):
 def test_staging_only_the_last_record_per_key_and_partition_changes_nothing(records, cuts):
     """What each Spark task stages (pipelines.upsert.last_per_partition over any cut of
     the records) reduces to the same winners as all the records."""
-    from pipelines.upsert import last_per_partition
+    from pipelines.jobs.upsert import last_per_partition
 
     bounds = sorted({0, len(records), *[c for c in cuts if c < len(records)]})
     staged = pa.concat_tables([last_per_partition(_rows(records[a:b]), ("key",))
@@ -225,7 +225,7 @@ def test_racing_upserts_replan_and_never_lose_a_commit(tmp_path):
 
 
 def test_modes_do_not_mix(tmp_path):
-    from pipelines.upsert import check_mode
+    from pipelines.jobs.upsert import check_mode
 
     wh, table = _table(tmp_path)
     with pytest.raises(ConfigError, match="upsert table"):
@@ -325,7 +325,7 @@ def test_spark_upsert_by_value_columns_with_tombstones(spark, tmp_path):
 def test_quality_gate_validates_upsert_snapshots(tmp_path):
     """The checks see the rows an upsert snapshot wrote (not every offset of its ranges:
     superseded records and tombstones leave holes) and the tag moves over maintenance."""
-    from pipelines.maintain import maintain
+    from pipelines.jobs.maintain import maintain
     from pipelines.quality import validate_snapshot
 
     wh, table = _table(tmp_path)

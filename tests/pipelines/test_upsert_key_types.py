@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from pyiceberg.catalog.sql import SqlCatalog
 
-from pipelines.upsert import touched_tasks
+from pipelines.jobs.upsert import touched_tasks
 
 UTC = dt.timezone.utc
 TYPES = {
@@ -135,7 +135,7 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
 
     from kafkastore.broker import Broker
     from pipelines import iceberg as ice
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
     from pipelines.spec.load_spec import LoadSpec
     from tests.helpers.loads import make_topic
 

@@ -10,7 +10,7 @@ import pytest
 from kafkastore.broker import Broker
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, warehouse_for
 

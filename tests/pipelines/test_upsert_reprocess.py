@@ -9,9 +9,9 @@ import pytest
 
 from kafkastore.errors import ExpiredSnapshotError
 from pipelines import iceberg as ice
-from pipelines.load import run_load
+from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
-from pipelines.reprocess import run_reprocess
+from pipelines.jobs.reprocess import run_reprocess
 from tests.helpers.loads import make_topic
 from tests.helpers.upsert import produce_records as _produce
 
@@ -85,7 +85,7 @@ def test_reprocess_rebuilds_the_state_with_the_new_decoder(spark, upsert_table):
 
 def test_reprocess_refuses_when_the_base_snapshot_was_expired(spark, upsert_table, capsys):
     from pipelines.cli import main as cli_main
-    from pipelines.vacuum import vacuum
+    from pipelines.jobs.vacuum import vacuum
 
     wh = upsert_table["wh"]
     table = wh.table("acc")

@@ -16,7 +16,7 @@ from pipelines import iceberg as ice
 from pipelines.spec.offset_ranges import OffsetRange
 from kafkastore.errors import ConfigError, WarehouseError
 from pipelines.quality import validate_snapshot
-from pipelines.vacuum import MIN_GRACE_MS, vacuum
+from pipelines.jobs.vacuum import MIN_GRACE_MS, vacuum
 from tests.helpers.iceberg_tables import SCHEMA, load, rows, write
 from tests.helpers.quality_tables import commit as qcommit
 from tests.helpers.quality_tables import rows as qrows

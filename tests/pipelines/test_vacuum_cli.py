@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipelines.cli import main
 from pipelines import iceberg as ice
-from pipelines.vacuum import MIN_GRACE_MS
+from pipelines.jobs.vacuum import MIN_GRACE_MS
 from tests.helpers.cli import one_error_line
 from tests.helpers.iceberg_tables import SCHEMA, load
 
