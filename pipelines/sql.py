@@ -53,7 +53,7 @@ it to Spark; that suits tables up to a few GB. A view is the snapshot chosen at
 registration; ``run_sql`` registers again for every call.
 
 Columns resolve by Iceberg field id, as every Iceberg reader's do
-(:mod:`pipelines.field_ids`): after another engine renamed a column, dropped
+(:mod:`pipelines.warehouse.field_ids`): after another engine renamed a column, dropped
 one and added another under its name, or promoted ``int`` to ``long`` or
 ``float`` to ``double``, a view reads the old files' values under the new
 names and types, and nulls for a re-added column in files written before it.
@@ -451,7 +451,7 @@ def table_frame(spark, table, snapshot, schema=None):
     """A DataFrame over one snapshot of an Iceberg table (see the module
     docstring on how it is read). ``schema``: the Iceberg schema to read with
     (default: the table's current one). Columns resolve by Iceberg field id
-    (:mod:`pipelines.field_ids`): renamed, dropped, re-added and promoted
+    (:mod:`pipelines.warehouse.field_ids`): renamed, dropped, re-added and promoted
     columns read as every Iceberg reader reads them."""
     schema = schema or table.schema()
     ddl = spark_ddl(schema)
