@@ -276,11 +276,19 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
         return Storage(self.opts.root, dict(self.opts.storage_options))
 
 
+def _refuse_overwrite(overwrite: bool) -> None:
+    # A topic is an append-only log: as Spark's Kafka sink, no overwrite (or complete mode).
+    if overwrite:
+        raise ConfigError("a topic cannot be overwritten: write with mode(\"append\") "
+                          "(streams: outputMode append or update)")
+
+
 def batch_writer(options: Mapping[str, Any], schema: StructType, overwrite: bool) -> TopicBatchWriter:
     """The writer for ``DataSource.writer``: validates, rolls forward jobs a crash left
     decided but not fully marked, and returns a writer for one job."""
     opts = parse_sink_options(options)
     check_sink_schema(schema, opts)
+    _refuse_overwrite(overwrite)
     recover_jobs(Storage(opts.root, dict(opts.storage_options)))
     return TopicBatchWriter(opts)
 
@@ -291,6 +299,7 @@ def stream_writer(options: Mapping[str, Any], schema: StructType,
     again for every commit): validates and rolls forward the sink's newest decided batch."""
     opts = parse_sink_options(options)
     check_sink_schema(schema, opts)
+    _refuse_overwrite(overwrite)
     writer = TopicStreamWriter(opts)
     recover_stream(Storage(opts.root, dict(opts.storage_options)), opts.sink_id)
     return writer

@@ -125,6 +125,9 @@ def test_bad_frames_and_options_are_config_errors(spark, tmp_path):
         _write(df, root)
     with pytest.raises(Exception, match="needs the topic option or a topic column"):
         _write(spark.createDataFrame([("v",)], "value string"), root, topic=None)
+    with pytest.raises(Exception, match="a topic cannot be overwritten"):
+        spark.createDataFrame([("v",)], "value string").write.format("kafkastore") \
+            .option("root", root).option("topic", "out").mode("overwrite").save()
     with pytest.raises(ConfigError, match="unknown option"):
         tsc_options = {"root": root, "bogus": "1"}
         from pipelines.topic_sink import parse_sink_options
