@@ -81,6 +81,13 @@ HANGING_AFTER_MAX_TIMEOUTS = 2
 FENCE_QUARANTINE_S = 1.0
 
 
+def _same_transaction(stored: T.TxnMetadata | None, prepared: T.TxnMetadata) -> bool:
+    """Whether ``stored`` is the Prepare state ``prepared`` of the same transaction: producer
+    id, epoch, start and partitions (its last update time may differ)."""
+    return (stored is not None and stored.state is prepared.state
+            and replace(stored, last_update_ms=prepared.last_update_ms) == prepared)
+
+
 class TxnStore:
     """Reads and writes ``__transaction_state`` under ``storage``'s root (thread-safe, blocking).
 
@@ -181,20 +188,22 @@ class TxnStore:
         leaves the Prepare state, and whoever finishes it writes the markers again, which
         changes nothing (Kafka's coordinator also completes after the markers, asynchronously)."""
         with self._lock:
-            self._complete[meta.transactional_id] = T.complete(meta, meta.last_update_ms)
+            self._complete[meta.transactional_id] = (meta, T.complete(meta, meta.last_update_ms))
 
     def unstored_complete(self, tid: str) -> T.TxnMetadata | None:
         """The complete state :meth:`mark_complete` holds for ``tid`` and nothing stored since."""
         with self._lock:
-            return self._complete.get(tid) if self._overlay(tid) is self._complete.get(tid) else None
+            entry = self._complete.get(tid)
+            done = entry[1] if entry is not None else None
+            return done if done is not None and self._overlay(tid) is done else None
 
     def _overlay(self, tid: str) -> T.TxnMetadata | None:
         cur = self._state.get(tid)
-        done = self._complete.get(tid)
-        if done is None:
+        entry = self._complete.get(tid)
+        if entry is None:
             return cur
-        if cur is not None and cur.state.prepared and (cur.producer_id, cur.producer_epoch) == \
-                (done.producer_id, done.producer_epoch):
+        prepared, done = entry
+        if _same_transaction(cur, prepared):
             return done
         del self._complete[tid]  # the stored state moved on (another broker, a later step)
         return cur
@@ -207,16 +216,16 @@ class TxnStore:
             self._complete.clear()
             self._next.clear()
 
-    @staticmethod
-    def _applies(stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
+    def _applies(self, stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
         """Whether ``stored`` (the id's latest record) is the state a step was planned on:
-        the same state, or the Prepare state whose completion :meth:`mark_complete` holds."""
+        the same state, or the very Prepare state whose completion :meth:`mark_complete`
+        holds (the same transaction: a producer keeps its id and epoch across transactions,
+        so those alone would let an old completion stand for a later Prepare)."""
         if stored == based_on:
             return True
-        return (stored is not None and based_on is not None and based_on.state.complete
-                and stored.state.prepared
-                and (stored.producer_id, stored.producer_epoch) == (based_on.producer_id,
-                                                                     based_on.producer_epoch))
+        entry = self._complete.get(based_on.transactional_id) if based_on is not None else None
+        return (entry is not None and based_on.state.complete and entry[1] == based_on
+                and _same_transaction(stored, entry[0]))
 
     def put(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None | object" = ...,
             guard: "Callable[[], bool] | None" = None) -> None:
