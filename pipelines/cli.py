@@ -26,7 +26,7 @@ def cmd_offsets(args, cfg: Config) -> int:
     """``offsets``, and with ``--warehouse`` the committed offsets and lag of each table."""
     result = offsets_of(args, cfg)
     if args.warehouse:
-        from pipelines.jobs.lag import table_lag
+        from pipelines.jobs.lag import table_lag  # lazy: job commands need the spark extra
 
         result["tables"] = table_lag(args.warehouse, args.topic, result["partitions"],
                                      cfg.storage_options, cfg.catalog)
@@ -35,13 +35,13 @@ def cmd_offsets(args, cfg: Config) -> int:
 
 
 def _spark(cfg: Config):
-    from pipelines.source.session import get_spark
+    from pipelines.source.session import get_spark  # lazy: job commands need the spark extra
 
     return get_spark(master=cfg.spark_master, app_name="kafkastore-cli", extra_conf=cfg.spark_conf)
 
 
 def cmd_load(args, cfg: Config) -> int:
-    from pipelines.jobs.load import LoadRequest, load, load_options_from_args
+    from pipelines.jobs.load import LoadRequest, load, load_options_from_args  # lazy: job commands need the spark extra
 
     # Flags and config parsed once, mistakes fail before Spark starts.
     request = LoadRequest.build(**load_options_from_args(args, cfg))
@@ -51,9 +51,9 @@ def cmd_load(args, cfg: Config) -> int:
 
 
 def cmd_reprocess(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse
-    from pipelines.spec.load_spec import resolve_spec
-    from pipelines.jobs.reprocess import run_reprocess
+    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.spec.load_spec import resolve_spec  # lazy: job commands need the spark extra
+    from pipelines.jobs.reprocess import run_reprocess  # lazy: job commands need the spark extra
 
     summary = run_reprocess(
         _spark(cfg), root=cfg.root,
@@ -71,8 +71,8 @@ def cmd_reprocess(args, cfg: Config) -> int:
 
 
 def cmd_vacuum(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse
-    from pipelines.jobs.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum
+    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.jobs.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum  # lazy: job commands need the spark extra
 
     grace = check_grace(DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms)
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
@@ -91,8 +91,8 @@ def cmd_vacuum(args, cfg: Config) -> int:
 
 
 def cmd_maintain(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse
-    from pipelines.jobs.maintain import maintain
+    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.jobs.maintain import maintain  # lazy: job commands need the spark extra
 
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
                    cfg.storage_options or None)
@@ -106,7 +106,7 @@ def cmd_maintain(args, cfg: Config) -> int:
 
 
 def cmd_compact(args, cfg: Config) -> int:
-    from pipelines.jobs.log_compaction import compact_topic
+    from pipelines.jobs.log_compaction import compact_topic  # lazy: job commands need the spark extra
 
     report = compact_topic(_spark(cfg), cfg.root, args.topic, storage_options=cfg.storage_options,
                            force=args.force)
@@ -124,7 +124,7 @@ def cmd_compact(args, cfg: Config) -> int:
 
 
 def cmd_retention(args, cfg: Config) -> int:
-    from pipelines.jobs.log_retention import run_retention
+    from pipelines.jobs.log_retention import run_retention  # lazy: job commands need the spark extra
 
     report = run_retention(cfg.root, args.topic, warehouse=args.warehouse or cfg.warehouse,
                            storage_options=cfg.storage_options, catalog=cfg.catalog)
@@ -133,7 +133,7 @@ def cmd_retention(args, cfg: Config) -> int:
 
 
 def cmd_sql(args, cfg: Config) -> int:
-    from pipelines.sql import run_sql
+    from pipelines.sql import run_sql  # lazy: job commands need the spark extra
 
     query = args.query
     if args.file:
@@ -308,7 +308,7 @@ def _run(args, cfg: Config) -> int:
     PythonException, a py4j error) is one line naming table, partition, segment and cause,
     with the full trace in a log file (:mod:`pipelines.spark_errors`). The Spark commands
     import :mod:`pipelines` modules lazily, so the log's commands start without Spark."""
-    from pipelines.spark_errors import spark_errors
+    from pipelines.spark_errors import spark_errors  # lazy: only a failing job command reads Spark's errors
 
     # Spark's own console log (executor errors with JVM stack traces, ~150 lines for one bad
     # segment) would bury the one-line error; the full trace goes to the log file instead.

@@ -100,7 +100,7 @@ def debezium_frame(df, opts, raw_value: str, error: str):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from .values import KAFKA_META_COLUMNS, parse_json_schema
+    from .values import KAFKA_META_COLUMNS, parse_json_schema  # lazy: load specs import cdc at DAG parse time
 
     row_type = parse_json_schema(opts.schema_text())
     text = F.col("value").cast("string")
@@ -223,7 +223,7 @@ def debezium_row(value, row_type):
     Debezium's encodings named by the envelope's schema understood; or ``(None, reason)``
     when a value does not fit its column (the reason names the column, as a plain JSON
     load's dead letters do)."""
-    from .values import json_mismatch
+    from .values import json_mismatch  # lazy: load specs import cdc at DAG parse time
 
     try:
         doc = json.loads(value)
@@ -383,7 +383,7 @@ def registry_table_value(table_schema, kafka_columns):
     fields (``op``, ``source``...) never reach the table as such."""
     import pyarrow as pa
 
-    from .schema_evolution import normalize
+    from .schema_evolution import normalize  # lazy: load specs import cdc at DAG parse time
 
     if table_schema is None:
         return pa.struct([])
@@ -543,11 +543,11 @@ def default_key_columns(storage, topic: str, ranges, registry_url: str | None = 
     key of the first records of ``ranges`` (Debezium keys each change event by the
     source row's primary key). A ConfigError, asking for ``--key-columns``, when no
     key among them names columns."""
-    from kafkastore.reader import PartitionReader
+    from kafkastore.reader import PartitionReader  # lazy: load specs import cdc at DAG parse time
 
     registry = None
     if registry_url:
-        from .registry_client import RegistryClient
+        from .registry_client import RegistryClient  # lazy: load specs import cdc at DAG parse time
 
         registry = RegistryClient(registry_url)
     for r in ranges:

@@ -9,8 +9,8 @@ from .type_mapping import UnmappableSchema
 def parse_proto(text: str, name: str):
     """The FileDescriptorProto of ``.proto`` source ``text``, named ``name`` unless
     it has a name; UnmappableSchema if it does not compile."""
-    from kafkastore.errors import KafkaStoreError
-    from kafkastore.schema_registry.protobuf_schema import to_descriptor
+    from kafkastore.errors import KafkaStoreError  # lazy: protobuf start-up
+    from kafkastore.schema_registry.protobuf_schema import to_descriptor  # lazy: protobuf start-up
 
     try:
         fdp = to_descriptor(text)

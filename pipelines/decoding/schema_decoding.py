@@ -122,7 +122,7 @@ class AvroGroupDecoder(GroupDecoder):
         named in ``kept`` (:func:`pipelines.debezium_types.stored_columns`)."""
         import fastavro
 
-        from . import debezium_types
+        from . import debezium_types  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
         named: dict = {}
         raw_refs = []
@@ -135,7 +135,7 @@ class AvroGroupDecoder(GroupDecoder):
         schema = json.loads(ws.text)
         if debezium:
             schema = debezium_types.avro_schema(schema, kept)
-        from .type_mapping import avro_named_types
+        from .type_mapping import avro_named_types  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
         refs = avro_named_types(raw_refs)
         self.final = avro_mapping(schema, refs, debezium=debezium).arrow
@@ -148,7 +148,7 @@ class AvroGroupDecoder(GroupDecoder):
         self.parsed = fastavro.parse_schema(_raw_time(schema), named_schemas=raw_named)
         self.is_record = isinstance(schema, dict) and schema.get("type") == "record"
         self._reader = fastavro.schemaless_reader
-        from . import avro_columns
+        from . import avro_columns  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
         self._names: dict = {}
         for raw in raw_refs:
@@ -166,7 +166,7 @@ class AvroGroupDecoder(GroupDecoder):
         import pyarrow as pa
 
         if self.columnar and len(values):
-            from . import avro_columns
+            from . import avro_columns  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
             offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
                 values.offset:values.offset + len(values) + 1].astype(np.int64)
@@ -282,7 +282,7 @@ def out_of_range_to_dead_letters(arr, errors: list, label: str):
 def _raw_time(t):
     """An Avro schema (JSON) without the date/time/timestamp logical types, so fastavro
     returns their stored integers."""
-    from .type_mapping import RAW_TIME_LOGICAL
+    from .type_mapping import RAW_TIME_LOGICAL  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
     if isinstance(t, list):
         return [_raw_time(x) for x in t]
@@ -313,7 +313,7 @@ def protobuf_file(ws):
             return fdp
     except Exception:   # not base64 or not a descriptor: .proto text
         pass
-    from .proto_text import parse_proto
+    from .proto_text import parse_proto  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
 
     return parse_proto(text, name=f"schema-{ws.schema_id}.proto")
 

@@ -174,7 +174,7 @@ def _avro(t: Any, names: dict, stack: tuple, ns: str | None) -> Mapped:
     kind = t.get("type")
     logical = t.get("logicalType")
     if names.get(_DEBEZIUM) and t.get("connect.name"):
-        from .debezium_types import AVRO_CONVERTED, avro_converter
+        from .debezium_types import AVRO_CONVERTED, avro_converter  # lazy: Debezium's Avro types only when asked
 
         if t["connect.name"] in AVRO_CONVERTED:
             if kind == "record":
@@ -588,7 +588,7 @@ class _JsonCtx:
                 mapped[0].arrow):
             return mapped[0]
         if resolved and all(self.kind(b) == "object" and b.get("properties") for b, _ in resolved):
-            from .schema_evolution import IncompatibleChange, merge_types
+            from .schema_evolution import IncompatibleChange, merge_types  # lazy: pyarrow start-up (schema merges)
 
             props: dict[str, Any] = {}
             for b, r in resolved:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kafkastore.merge import merge_partition
 from kafkastore.retention import RetentionResult, retention_for_topic
 from kafkastore.storage import Storage
 
@@ -86,8 +87,6 @@ def run_retention(root: str, topic: str, *, warehouse=None,
                                   committed_offsets=tables, protect_unloaded=protect_unloaded)
     report = RetentionReport(topic, results, tables)
     if merge:
-        from kafkastore.merge import merge_partition
-
         for r in results:
             report.merges.append(merge_partition(storage, topic, r.partition, min_segments=0,
                                                  rounds=64, writer="retention-job"))

@@ -159,7 +159,7 @@ class _Column:
     def decode(self, values):
         """``(groups, row errors)`` of one batch's column; refused groups' rows get
         their reason."""
-        from ..decoding.schema_decoding import decode_groups
+        from ..decoding.schema_decoding import decode_groups  # lazy: registry loads only (fastavro, protobuf)
 
         groups, failed = decode_groups(values, self.cache)
         kept = []
@@ -212,7 +212,7 @@ def _group_idx(g) -> tuple:
 
 def _decoders(plan: RegistryPlan, fmt: str):
     """A :class:`pipelines.schema_decoding.DecoderCache` of ``fmt`` for ``plan``."""
-    from ..decoding.schema_decoding import DecoderCache
+    from ..decoding.schema_decoding import DecoderCache  # lazy: registry loads only (fastavro, protobuf)
 
     return DecoderCache(plan.client, fmt, debezium=plan.debezium, kept=plan.kept)
 
@@ -338,7 +338,7 @@ def conflicts(plan: RegistryPlan, files) -> dict[str, str]:
 def write_registry_ranges(spark, splits, plan: RegistryPlan, read, make_writer, on_incompatible):
     """Run the registry load's tasks over ``splits`` (``read``: the split reader,
     ``make_writer()``: a fresh file writer) and return the file descriptors."""
-    from ..table_files import DESCRIPTOR_DDL
+    from ..table_files import DESCRIPTOR_DDL  # lazy: registry loads only (fastavro, protobuf)
 
     for _ in range(3):
         fn = registry_writer(plan, make_writer())
@@ -405,12 +405,12 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors.
     ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
     (:func:`pipelines.cdc.debezium_batch`)."""
-    from ..decoding.debezium_types import stored_columns
-    from ..decoding.registry_client import RegistryClient
+    from ..decoding.debezium_types import stored_columns  # lazy: registry loads only (fastavro, protobuf)
+    from ..decoding.registry_client import RegistryClient  # lazy: registry loads only (fastavro, protobuf)
 
     table_value = table_value_type(table_schema, opts.flatten, opts.keep_raw_value)
     if cdc:
-        from ..decoding.cdc import registry_table_value
+        from ..decoding.cdc import registry_table_value  # lazy: registry loads only (fastavro, protobuf)
 
         table_value = registry_table_value(table_schema, KAFKA_COLUMNS)
     plan = RegistryPlan(client=RegistryClient(opts.schema_registry),
@@ -424,7 +424,7 @@ def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema
     def make_writer():
         write = file_writer(target, run_id=run_id, split_dead_letters=True, counter=counter)
         if cdc:
-            from ..decoding.cdc import debezium_writer
+            from ..decoding.cdc import debezium_writer  # lazy: registry loads only (fastavro, protobuf)
 
             return debezium_writer(write, KAFKA_COLUMNS, _RAW_VALUE, "__error")
         return write

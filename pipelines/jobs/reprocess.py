@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kafkastore.clock import SYSTEM, Clock
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, ExpiredSnapshotError
 from kafkastore.storage import Storage
 
 from .. import iceberg as ice
@@ -57,6 +57,8 @@ from .write_engine import Written, write_job, write_ranges
 from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange
 from ..source.planning import plan_rewind
+from ..spec.table_layout import table_mode
+from . import upsert as up
 
 
 @dataclass
@@ -185,8 +187,6 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
         wh.recover([spec.dead_letter_table], request.register_existing)
     storage = Storage(root, storage_options)
     committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
-    from .upsert import table_mode
-
     mode, keys = table_mode(tbl)
     if mode == "upsert":
         from dataclasses import replace
@@ -262,8 +262,6 @@ def base_snapshot(table, topic: str, points: Mapping[int, int]):
     lacks is at 0). None when the table's first snapshot is already past them (the
     state then was the empty table). :class:`WarehouseError` when such a snapshot
     existed but was expired."""
-    from kafkastore.errors import ExpiredSnapshotError
-
     last = None
     for snap in ice.ancestry(table):
         last = snap
@@ -286,10 +284,6 @@ def base_snapshot(table, topic: str, points: Mapping[int, int]):
 def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, storage, committed,
                       started: float) -> ReprocessSummary:
     """Rebuild an upsert table as of the rewind points (module docstring)."""
-    from kafkastore.errors import ExpiredSnapshotError
-
-    from . import upsert as up
-
     topic, table = spec.topic, spec.table
     wh, root, storage_options, run_id = (request.warehouse, request.root,
                                          request.storage_options, request.run_id)

@@ -379,7 +379,7 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..table_files import micros_timestamps, partition_keys, partition_label
+    from ..table_files import micros_timestamps, partition_keys, partition_label  # lazy: pyarrow start-up (executors)
 
     if data.num_rows == 0:
         return []
@@ -463,7 +463,7 @@ class UpsertRewrite:
 
     def __call__(self, table, snapshot_id: int | None):
         """(data files to drop, [(url, bytes, footer)] to add)."""
-        from ..iceberg import table_fs
+        from ..iceberg import table_fs  # lazy: pyiceberg start-up
 
         keys = _sorted_python_keys(self.winners, self.key_columns[0])
         tasks = touched_tasks(table, snapshot_id, keys, self.key_columns[0])
@@ -543,7 +543,7 @@ def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[
     columns and optionally ``TOMBSTONE``; None: no rows) over ``ranges``. ``extras``
     (registry loads): its schema is merged into the table's and its properties go into
     the snapshot summary, in this one commit."""
-    from .. import iceberg as ice
+    from .. import iceberg as ice  # lazy: pyiceberg start-up
 
     keys = tuple(key_columns)
     if staged is None or staged.num_rows == 0:
@@ -594,7 +594,7 @@ class RebuildRewrite:
     stats: RewriteStats = field(default_factory=RewriteStats)
 
     def __call__(self, table, snapshot_id: int | None):
-        from ..iceberg import table_fs
+        from ..iceberg import table_fs  # lazy: pyiceberg start-up
 
         tasks = list(table.scan(snapshot_id=snapshot_id).plan_files()) if snapshot_id else []
         written = write_sorted(table.location(), self.state, self.key_columns, run_id=self.run_id,
@@ -612,7 +612,7 @@ def rebuild_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequen
     None: empty) merged with the replayed ``staged`` rows replaces the whole table."""
     import pyarrow as pa
 
-    from .. import iceberg as ice
+    from .. import iceberg as ice  # lazy: pyiceberg start-up
 
     keys = tuple(key_columns)
     schema = None

@@ -41,6 +41,7 @@ import logging
 from dataclasses import dataclass, field
 
 from kafkastore.errors import ConfigError
+from kafkastore.storage import _mtime
 
 from .. import iceberg as ice
 from ..iceberg_read import VALIDATED_TAG
@@ -138,8 +139,6 @@ def _prop(snapshot, key: str) -> str | None:
 
 def _mtime_ms(info: dict) -> int | None:
     """A listed object's modification time in ms; None when the store gives none."""
-    from kafkastore.storage import _mtime
-
     seconds = _mtime(info)
     return None if not seconds else int(seconds * 1000)
 

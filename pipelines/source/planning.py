@@ -45,6 +45,8 @@ from typing import Callable, Mapping, Sequence
 
 from kafkastore.errors import (ConfigError, DataLossError, OffsetOutOfRangeError,
                                WarehouseError)
+from kafkastore.compaction import COMPACTION_WRITER_ID
+from kafkastore.group_admin import committed_offsets
 from kafkastore.reader import READ_COMMITTED, PartitionReader, ReadRange
 from kafkastore.storage import Storage
 from kafkastore.topics import list_topics, load_topic
@@ -198,8 +200,6 @@ class RewindPlan:
 def _compacted_span(reader: PartitionReader, lo: int, hi: int) -> tuple[int, int] | None:
     """The offsets of ``[lo, hi)`` that segments written by compaction cover, as
     one span ``[a, b)``, or None when compaction rewrote none of them."""
-    from kafkastore.compaction import COMPACTION_WRITER_ID
-
     spans = [(max(lo, s.base_offset), min(hi, s.next_offset)) for s in reader.manifest.segments
              if s.writer_id == COMPACTION_WRITER_ID and s.base_offset < hi and s.next_offset > lo]
     if not spans:
@@ -408,8 +408,6 @@ def resolve_source(opts, storage: Storage
     readers = snapshot_readers(storage, topic_partitions(opts, storage))
     committed: dict[tuple[str, int], int] = {}
     if opts.starting_group is not None:
-        from kafkastore.group_admin import committed_offsets
-
         for topic, parts in committed_offsets(storage, opts.starting_group).items():
             committed.update({(topic, p): n for p, n in parts.items()})
     ranges = [resolve_range(opts, readers[tp], committed.get(tp)) for tp in sorted(readers)]

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Any, Mapping
 
+from ..spec.job_config import load_config
+
 log = logging.getLogger(__name__)
 # pipelines/, the package this module sits one level below (source/).
 _PIPELINES_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,8 +73,6 @@ def _file_settings(conf_file: str | None) -> tuple[str | None, dict[str, str]]:
     """(master, conf) from the config file named by ``conf_file`` or ``KAFKASTORE_CONF``."""
     if not conf_file and not os.environ.get("KAFKASTORE_CONF"):
         return None, {}
-    from pipelines.spec.job_config import load_config
-
     cfg = load_config(conf_file)
     return cfg.spark_master, dict(cfg.spark_conf)
 
