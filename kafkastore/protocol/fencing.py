@@ -54,12 +54,15 @@ def due(server) -> bool:
     return _quotas_stale(server)
 
 
-async def before_serving(server) -> None:
+async def before_serving(server, *, decides: bool = True) -> None:
     """Fence a broker whose lease lapsed, and make the ACLs and quotas in hand fresh, before
-    the request is decided."""
+    the request is decided. ``decides=False``: a request that reads neither (ApiVersions,
+    the SASL exchange) only fences, and is answered even while the store is failing."""
     registry = getattr(server, "brokers", None)
     if registry is not None:
         registry.fence_if_lapsed()
+    if not decides:
+        return
     authorizer = getattr(server, "authorizer", None)
     if authorizer is not None and authorizer.stale():
         await _fresh(server, "ACLs", authorizer.load_if_stale)

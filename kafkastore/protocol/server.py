@@ -741,7 +741,7 @@ class Connection:
         acc = None
         try:
             if fencing.due(server):   # a lapsed lease fences; ACLs and quotas never older than the bound
-                await fencing.before_serving(server)
+                await fencing.before_serving(server, decides=not quota_exempt(ctx.api_key))
             if quotas.active and ctx.api_key == FETCH:
                 request = self._cap_fetch(ctx, request)
             if quotas.active and not quota_exempt(ctx.api_key):  # ApiVersions and SASL never wait

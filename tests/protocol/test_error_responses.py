@@ -161,6 +161,7 @@ from tests.protocol.wire import Wire  # noqa: E402
 
 def test_requests_during_a_store_outage_get_retriable_codes_on_an_open_connection(
         s3_endpoint, monkeypatch):
+    from kio.schema.api_versions.v3 import request as av_req
     from kio.schema.find_coordinator.v4 import request as fc_req
     from kio.schema.metadata.v12 import request as md_req
     from kio.schema.produce.v9 import request as pr_req
@@ -196,6 +197,11 @@ def test_requests_during_a_store_outage_get_retriable_codes_on_an_open_connectio
         # bound (2 s) no request may be decided on the quotas in hand.
         proxy.add("storm", methods=("GET", "HEAD"), path_part="_cluster/quotas", status=503)
         time.sleep(3.0)
+        # ApiVersions decides nothing on ACLs or quotas: answered as ever (a client that
+        # reads an error here takes the broker for an incompatible one)
+        versions = wire.call(av_req.ApiVersionsRequest(client_software_name="t",
+                                                       client_software_version="1"))
+        assert versions.error_code is ErrorCode.none and versions.api_keys
         answered = {"metadata": metadata().topics[0].error_code,
                     "produce": produce().responses[0].partition_responses[0].error_code,
                     "find-coordinator": find_coordinator().coordinators[0].error_code}
