@@ -174,4 +174,9 @@ _SERVE_LIMIT_FLAGS = {
     "metrics_header_timeout_ms":
         "time a metrics request's headers (and a TLS handshake) may take (default 10000)",
     "metrics_idle_timeout_ms": "close a metrics connection idle this long (default 30000)",
+    "heartbeat_ms":
+        "how often the broker renews its registration; it holds its authority (groups, "
+        "transactional ids) for 3 times this, at least 3 s, after its last renewal "
+        "(broker.heartbeat.interval.ms; default 1000; on a slow store, e.g. 3000: Kafka's "
+        "9 s session)",
 }

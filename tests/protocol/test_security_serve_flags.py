@@ -70,3 +70,24 @@ def test_serve_flags_set_the_limits_before_authentication(tmp_path):
         for s in socks:
             s.close()
         stop_serve(proc)
+
+
+def test_heartbeat_ms_sets_how_often_the_broker_renews_its_registration(tmp_path):
+    """A slow store needs a longer authority lease: --heartbeat-ms sets the renewal interval
+    (the lease is three of them). Seen from the registration document's renewal times."""
+    import json
+
+    from kafkastore.storage import Storage
+
+    root = f"file://{tmp_path}/root"
+    proc = start_serve(root, node_id=0, extra=["--heartbeat-ms", "3000"])
+    try:
+        storage, seen = Storage(root), set()
+        end = time.monotonic() + 7.0
+        while time.monotonic() < end:
+            seen.add(json.loads(storage.get("_brokers/0.json"))["heartbeat_ms"])
+            time.sleep(0.2)
+        # renewed every 3 s: at most 4 renewals seen in 7 s (every 1 s by default: 7 or 8)
+        assert 1 <= len(seen) <= 4, sorted(seen)
+    finally:
+        stop_serve(proc)

@@ -47,6 +47,8 @@ from .s3_fault_proxy import FaultProxy
 SESSION_TIMEOUT_MS = 6000
 TXN_TIMEOUT_MS = 10000
 PAUSE_S = (11.0, 16.0)
+#: The brokers' heartbeat on S3 roots: a 9 s authority lease, below every pause.
+S3_HEARTBEAT_MS = 3000
 SKEW_MS = (60_000, 90_000)
 BUCKET = "kafkastore-jepsen"
 
@@ -135,6 +137,11 @@ class Cluster:
             self.root = f"file://{workdir}/root"
         else:
             raise ValueError(f"root kind {kind!r}: file or s3")
+        # On S3 the fault proxy adds up to 3 s to each request for seconds on end: a 3 s
+        # lease (the default 1 s heartbeat) lapses at every latency spell and the brokers
+        # fence themselves every few seconds (162 times in a 10-minute run), dropping the
+        # transactions they coordinate. Kafka's own session is 9 s; pauses still outlast it.
+        self.serve_flags = ["--heartbeat-ms", str(S3_HEARTBEAT_MS)] if kind == "s3" else []
         self.brokers = [Broker(i, free_port()) for i in range(n)]
         self.crashes = 0     # broker processes found exited on their own
         if skewed_start_ms:
@@ -171,7 +178,8 @@ class Cluster:
             with open(path, "wb") as out:
                 b.proc = subprocess.Popen(
                     [sys.executable, "-m", "kafkastore.cli", "--root", self.root, "serve",
-                     "--listen", f"127.0.0.1:{b.port}", "--node-id", str(b.node_id)],
+                     "--listen", f"127.0.0.1:{b.port}", "--node-id", str(b.node_id),
+                     *self.serve_flags],
                     stdout=out, stderr=subprocess.STDOUT, env=env)
             while b.proc.poll() is None and time.monotonic() < deadline:
                 with open(path, "rb") as f:
