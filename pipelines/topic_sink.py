@@ -47,6 +47,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, Str
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
+from .source.options import storage_options_of, storage_value
 from .topic_sink_commit import (TaskResult, abort_job, commit_job, new_job_prefix,
                                 recover_jobs, recover_stream, stream_job, stream_prefix,
                                 write_task)
@@ -86,7 +87,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
         if value is None:
             continue
         if low.startswith("storage."):
-            storage_keys[low[len("storage."):]] = _storage_value(str(value))
+            storage_keys[low[len("storage."):]] = storage_value(str(value))
         elif low in canonical:
             opts[canonical[low]] = str(value)
         elif not low.startswith("kafka."):
@@ -99,16 +100,7 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     if root.lower().startswith("memory://"):
         raise ConfigError(f"root {root!r}: memory:// stores live inside one process and "
                           f"Spark's Python workers cannot see them; use file:// or s3://")
-    storage_options: dict[str, Any] = {}
-    if "storageOptions" in opts:
-        try:
-            storage_options = json.loads(opts["storageOptions"])
-        except ValueError:
-            storage_options = None
-        if not isinstance(storage_options, dict):
-            raise ConfigError(f"option storageOptions: expected a JSON object, got "
-                              f"{opts['storageOptions']!r}")
-    storage_options.update(storage_keys)
+    storage_options = storage_options_of(opts, storage_keys)
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise ConfigError("option topic: expected a topic name, got ''")
@@ -118,22 +110,6 @@ def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     if sink_id is not None and not sink_id.replace("-", "").replace("_", "").isalnum():
         raise ConfigError(f"option sinkId: letters, digits, '-' and '_' only, got {sink_id!r}")
     return SinkOptions(root, storage_options, topic.strip() if topic else None, sink_id)
-
-
-def _storage_value(text: str) -> Any:
-    # Spark options are strings; fsspec wants typed keyword arguments (as the source).
-    stripped = text.strip()
-    if stripped.lower() in ("true", "false"):
-        return stripped.lower() == "true"
-    if stripped.lstrip("-").isdigit():
-        return int(stripped)
-    if stripped[:1] in ("{", "["):
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            raise ConfigError(f"storage option value {text!r} looks like JSON but does not "
-                              f"parse") from None
-    return text
 
 
 def check_sink_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -228,9 +204,12 @@ class TopicBatchWriter(DataSourceArrowWriter):
                    topics=[self.opts.topic] if self.opts.topic else [])
 
     def abort(self, messages) -> None:
-        """Abort every transaction of the job: nothing of it is readable (driver)."""
-        abort_job(self._storage(), job=self.job, prefix=self.prefix,
-                  topics=[self.opts.topic] if self.opts.topic else [])
+        """Abort every transaction of the job: nothing of it is readable (driver). Spark
+        calls this while tasks it cancelled may still be appending: the job is closed first,
+        and such a task aborts its own transaction after its next append."""
+        storage = self._storage()
+        topics = [self.opts.topic] if self.opts.topic else []
+        abort_job(storage, job=self.job, prefix=self.prefix, topics=topics, close=True)
 
     def _storage(self) -> Storage:
         return Storage(self.opts.root, dict(self.opts.storage_options))
@@ -266,11 +245,12 @@ class TopicStreamWriter(DataSourceStreamArrowWriter):
                    sink_id=sink, batch_id=batchId)
 
     def abort(self, messages, batchId: int) -> None:
-        """Abort the micro-batch's transactions (driver)."""
-        sink = self.opts.sink_id
-        abort_job(self._storage(), job=stream_job(sink, batchId),
-                  prefix=stream_prefix(sink, batchId),
-                  topics=[self.opts.topic] if self.opts.topic else [])
+        """Abort the micro-batch's transactions (driver). A replay of the batch id reuses
+        its name, so it is not closed: a task still appending is aborted by the replay."""
+        sink, storage = self.opts.sink_id, self._storage()
+        topics = [self.opts.topic] if self.opts.topic else []
+        abort_job(storage, job=stream_job(sink, batchId), prefix=stream_prefix(sink, batchId),
+                  topics=topics)
 
     def _storage(self) -> Storage:
         return Storage(self.opts.root, dict(self.opts.storage_options))

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kafkastore.broker import Broker
-from kafkastore.errors import (CommitConflict, ConfigError, StorageError, TopicSinkError,
+from kafkastore.errors import (CommitConflict, ConfigError, KafkaStoreError, StorageError,
+                               TopicSinkError,
                                UnknownTopicError)
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
@@ -112,8 +113,34 @@ def write_task(storage: Storage, batches: Iterable[Any], *, prefix: int, task_at
             parts = broker.send_arrow(name, rows)
             touched.update((name, int(p)) for p in set(parts.tolist()))
             records += rows.num_rows
+            _stop_if_closed(storage, broker, job)
     broker.flush()
+    _stop_if_closed(storage, broker, job)
     return TaskResult(pid, tuple(sorted(touched)), records)
+
+
+def closed_path(job: str) -> str:
+    """The object a batch job's driver creates before it looks for the job's transactions to
+    abort: from then on no attempt of the job may leave one open."""
+    return f"{SINK_DIR}/closed/{job}"
+
+
+def _close(storage: Storage, job: str) -> None:
+    storage.put(closed_path(job), b"")
+
+
+def _stop_if_closed(storage: Storage, broker: Broker, job: str) -> None:
+    """After an append: if the driver already closed the job (it committed or aborted without
+    this attempt, which Spark cancelled or outran), abort this attempt's transaction and stop.
+    The driver closes before it scans for transactions, so an append it could not see is
+    always followed by this check seeing the close."""
+    if not storage.exists(closed_path(job)):
+        return
+    try:
+        broker.abort_transaction()
+    except KafkaStoreError:
+        pass   # the driver's ABORT (a newer epoch) got there first: ended either way
+    raise TopicSinkError(f"job {job} ended without this attempt; its records were aborted")
 
 
 def _by_topic(table, topic: str | None, pc) -> Iterator[tuple[str, Any]]:
@@ -193,6 +220,7 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
             return earlier
     else:
         path = job_record_path(job)
+        _close(storage, job)   # a losing attempt still appending aborts itself from now on
     _abort_open(storage, all_topics, prefix, keep=winners)
     txns = [{"topic": t, "partition": p, "producer_id": r.producer_id,
              "producer_epoch": TASK_EPOCH} for r in chosen for t, p in r.partitions]
@@ -209,10 +237,15 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
     return stored
 
 
-def abort_job(storage: Storage, *, job: str, prefix: int, topics: Iterable[str] = ()) -> int:
+def abort_job(storage: Storage, *, job: str, prefix: int, topics: Iterable[str] = (),
+              close: bool = False) -> int:
     """Abort every open transaction of the job's prefix on ``topics`` and on the topics its
     attempts noted (ABORT markers at epoch 1: an attempt still running is fenced); the
-    number aborted. Nothing of the job stays readable or holds the last stable offset."""
+    number aborted. Nothing of the job stays readable or holds the last stable offset.
+    ``close`` (a batch job, whose name is never used again): first close the job, so an
+    attempt Spark cancelled but that is still appending aborts its own transaction."""
+    if close:
+        _close(storage, job)
     aborted = _abort_open(storage, set(topics) | _noted_topics(storage, job), prefix, keep=())
     _drop_notes(storage, job)
     return aborted

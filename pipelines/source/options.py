@@ -85,7 +85,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
             continue
         value = str(value)
         if low.startswith("storage."):
-            storage_keys[low[len("storage."):]] = _storage_value(value)
+            storage_keys[low[len("storage."):]] = storage_value(value)
         elif low in _CANONICAL:
             opts[_CANONICAL[low]] = value
         elif low.startswith("kafka.") or low in _IGNORED_LOWER:
@@ -100,17 +100,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     if not root:
         raise ConfigError("option root is required: the log's storage root URL, e.g. "
                           ".option(\"root\", \"s3://bucket/kafkastore\") or file:///data/log")
-    storage_options: dict[str, Any] = {}
-    if "storageOptions" in opts:
-        try:
-            storage_options = json.loads(opts["storageOptions"])
-        except ValueError:
-            storage_options = None
-        if not isinstance(storage_options, dict):
-            raise ConfigError(f"option storageOptions: expected a JSON object like "
-                              f"{{\"endpoint_url\": \"http://127.0.0.1:9000\"}}, got "
-                              f"{opts['storageOptions']!r}")
-    storage_options.update(storage_keys)
+    storage_options = storage_options_of(opts, storage_keys)
 
     subscription = _parse_subscription(opts)
     starting = _parse_bound(opts, "starting")
@@ -161,7 +151,25 @@ def _parse_group(opts: Mapping[str, str]) -> str | None:
     return group
 
 
-def _storage_value(text: str) -> Any:
+def storage_options_of(opts: Mapping[str, str], storage_keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The fsspec storage options of a read or a write: the ``storageOptions`` JSON object,
+    then each ``storage.<key>`` option (typed by :func:`storage_value`) over it."""
+    storage_options: Any = {}
+    if "storageOptions" in opts:
+        try:
+            storage_options = json.loads(opts["storageOptions"])
+        except ValueError:
+            storage_options = None
+        if not isinstance(storage_options, dict):
+            raise ConfigError(f"option storageOptions: expected a JSON object like "
+                              f"{{\"endpoint_url\": \"http://127.0.0.1:9000\"}}, got "
+                              f"{opts['storageOptions']!r}")
+    storage_options.update(storage_keys)
+    return storage_options
+
+
+def storage_value(text: str) -> Any:
+    """A ``storage.<key>`` option's string as fsspec wants it: bool, int, JSON, or the text."""
     # Spark options are strings; fsspec wants typed keyword arguments.
     stripped = text.strip()
     if stripped.lower() in ("true", "false"):

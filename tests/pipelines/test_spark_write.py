@@ -425,3 +425,17 @@ def test_a_kafka_client_reads_the_job_through_serve(spark, tmp_path):
 if __name__ == "__main__":
     if sys.argv[1] == "retry":
         _child_retry(sys.argv[2])
+
+
+def test_an_attempt_appending_after_its_job_closed_aborts_itself(tmp_path):
+    """Spark aborts a job while a task it cancelled is still appending: the driver closes
+    the job before it looks for transactions, and an append after that look is followed by
+    the attempt's own check, which aborts its transaction. Nothing stays open."""
+    root = _root(tmp_path, partitions=1)
+    storage = Storage(root)
+    prefix = tsc.new_job_prefix()
+    assert tsc.abort_job(storage, job="j4", prefix=prefix, topics=["out"], close=True) == 0
+    with pytest.raises(TopicSinkError, match="ended without this attempt"):
+        _task(storage, prefix, 3, range(5), "j4")   # appends after the driver's scan
+    assert _consume(root, "out") == []
+    assert _open(root, "out") == []
