@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from kio.schema.errors import ErrorCode
 
-from . import codec
+from . import api_keys as K, codec
 
 #: A request field that answers a response field of another name, both keys of an entry.
 _SYNONYMS = {
@@ -45,8 +45,11 @@ _KEYS = frozenset({"name", "topic", "topic_name", "topic_id", "partition_index",
 # The group and transaction coordinators' APIs: a client that reads
 # COORDINATOR_NOT_AVAILABLE looks the coordinator up again and retries, which is what a
 # broker that cannot reach its store needs; KAFKA_STORAGE_ERROR there is fatal to them.
-_COORDINATOR_APIS = frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 22, 24, 25, 26, 28, 42, 47, 68})
-_METADATA = 3
+_COORDINATOR_APIS = frozenset({
+    K.OFFSET_COMMIT, K.OFFSET_FETCH, K.FIND_COORDINATOR, K.JOIN_GROUP, K.HEARTBEAT,
+    K.LEAVE_GROUP, K.SYNC_GROUP, K.DESCRIBE_GROUPS, K.LIST_GROUPS, K.INIT_PRODUCER_ID,
+    K.ADD_PARTITIONS_TO_TXN, K.ADD_OFFSETS_TO_TXN, K.END_TXN, K.TXN_OFFSET_COMMIT,
+    K.DELETE_GROUPS, K.OFFSET_DELETE})
 
 
 def storage_error_code(api_key: int) -> ErrorCode:
@@ -55,7 +58,7 @@ def storage_error_code(api_key: int) -> ErrorCode:
     topics, else KAFKA_STORAGE_ERROR (Kafka's own answer when its log directory fails)."""
     if api_key in _COORDINATOR_APIS:
         return ErrorCode.coordinator_not_available
-    if api_key == _METADATA:
+    if api_key == K.METADATA:
         return ErrorCode.leader_not_available
     return ErrorCode.kafka_storage_error
 
