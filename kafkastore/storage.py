@@ -457,10 +457,7 @@ class Storage:
         """
         base = self.full_path(prefix)
         with self._failures("list", prefix):
-            try:
-                found = self.fs.find(base, detail=True)
-            except FileNotFoundError:
-                found = {}
+            found = self._find(base)
         if not found:
             return self._raise_if_no_bucket([])
         out = []
@@ -473,6 +470,20 @@ class Storage:
             out.append(ObjectInfo(rel, int(info.get("size") or 0), _mtime(info)))
         out.sort(key=lambda o: o.path)
         return out
+
+    def _find(self, base: str) -> dict:
+        # fsspec's memory:// store is one dict shared by the process; a write from another
+        # thread while it is listed raises RuntimeError mid-iteration. A listing is a
+        # snapshot anyway: take it again (object stores and local disks never raise this).
+        for attempt in range(10):
+            try:
+                return self.fs.find(base, detail=True)
+            except FileNotFoundError:
+                return {}
+            except RuntimeError as exc:
+                if "changed size during iteration" not in str(exc) or attempt == 9:
+                    raise
+        return {}
 
     def list_dirs(self, prefix: str = "") -> list[str]:
         """Names of the immediate subdirectories of ``prefix``."""

@@ -177,7 +177,7 @@ class BasicAuth:
         if self.scram_users is None:
             # No SCRAM: the file's comparison above is all there is (no PBKDF2 to equalize).
             return False
-        from ..scram_users import MECHANISMS, credential_from_salted, salted_password
+        from ..cluster.scram import MECHANISMS, credential_from_salted, salted_password
 
         try:
             creds = self._current(user)
