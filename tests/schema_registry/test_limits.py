@@ -161,7 +161,10 @@ def test_slowloris_sockets_do_not_stop_an_authenticated_user(tmp_path):
             for s in socks:
                 s.close()
         assert answered == [200] * 20
-        assert server.refused_connections > 0 and server.evicted_connections >= 20
+        # At the cap a new socket evicts the oldest unproven one, or is refused when none is
+        # old enough to evict: which of the two depends on how fast the attack connects, so
+        # the two are counted together (a fresh-clone run saw 0 refusals).
+        assert server.refused_connections + server.evicted_connections >= 20
         assert peak_threads[0] - before <= 32 + 8
 
 
