@@ -31,17 +31,25 @@ def _fetch(bootstrap: str, group: str, topic: str, stable: bool):
     return part.error_code, part.committed_offset
 
 
-def test_offsets_of_an_open_transaction_are_unstable_until_it_ends(broker, storage):
+def _open_transaction(broker, storage, committed: int, sent: int, *, produce: bool):
+    """A group with ``committed`` stored for partition 0 of a new topic, and an open
+    transaction that sent ``sent`` for it: ``(topic, group, consumer, producer)``."""
     topic, group = f"in-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
     create_topic(storage, topic, 1)
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
                   "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+    c.commit(offsets=[TopicPartition(topic, 0, committed)], asynchronous=False)
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"t-{group}"})
     p.init_transactions(30)
     p.begin_transaction()
-    p.produce(topic, b"x", partition=0)
-    p.send_offsets_to_transaction([TopicPartition(topic, 0, 9)], c.consumer_group_metadata(), 30)
+    if produce:
+        p.produce(topic, b"x", partition=0)
+    p.send_offsets_to_transaction([TopicPartition(topic, 0, sent)], c.consumer_group_metadata(), 30)
+    return topic, group, c, p
+
+
+def test_offsets_of_an_open_transaction_are_unstable_until_it_ends(broker, storage):
+    topic, group, c, p = _open_transaction(broker, storage, 5, 9, produce=True)
     try:
         assert _fetch(broker.bootstrap, group, topic, stable=True) == (
             ErrorCode.unstable_offset_commit, -1)
@@ -54,15 +62,7 @@ def test_offsets_of_an_open_transaction_are_unstable_until_it_ends(broker, stora
 
 
 def test_an_aborted_transaction_leaves_the_offsets_stable_and_unchanged(broker, storage):
-    topic, group = f"in-{uuid.uuid4().hex[:6]}", f"g-{uuid.uuid4().hex[:6]}"
-    create_topic(storage, topic, 1)
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
-                  "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"t-{group}"})
-    p.init_transactions(30)
-    p.begin_transaction()
-    p.send_offsets_to_transaction([TopicPartition(topic, 0, 7)], c.consumer_group_metadata(), 30)
+    topic, group, c, p = _open_transaction(broker, storage, 3, 7, produce=False)
     p.abort_transaction(30)
     try:
         assert _fetch(broker.bootstrap, group, topic, stable=True) == (ErrorCode.none, 3)
