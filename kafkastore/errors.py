@@ -369,6 +369,21 @@ class MissingExtraError(ConfigError):
     ``kafkastore[airflow]``) that is not installed; the message names the extra."""
 
 
+class TableNameCollisionError(ConfigError):
+    """A load of many topics (or route values) would put two of them into one table: their
+    names map to the same Iceberg identifier; the message names both."""
+
+
+class UnroutableRecordsError(KafkaStoreError):
+    """A route-by-field load found records whose field value has no table (null, not
+    decodable, or outside the allowed values) and no default table was given."""
+
+
+class LoadsFailedError(KafkaStoreError):
+    """A load of many tables in which some tables' loads failed (the others committed);
+    the message names each failed table and its cause."""
+
+
 class TopicSinkError(KafkaStoreError):
     """A Spark write into topics could not commit: nothing of the job became readable."""
 

@@ -40,9 +40,42 @@ def _spark(cfg: Config):
     return get_spark(master=cfg.spark_master, app_name="kafkastore-cli", extra_conf=cfg.spark_conf)
 
 
+def _loads_many(args, cfg: Config) -> bool:
+    """Whether ``load`` loads many tables: a pattern, a template or a route given, or the
+    config's entry for the topic is one of those."""
+    from pipelines.spec.topic_routing import is_many_entry
+
+    if any(getattr(args, k, None) is not None for k in
+           ("topic_pattern", "table_template", "route_field", "route_values", "route_default")):
+        return True
+    return any(is_many_entry(e) and e.get("topic") == args.topic for e in cfg.loads)
+
+
+def cmd_load_many(args, cfg: Config) -> int:
+    """``load --topic-pattern`` / ``--route-field``: one line per table; a table whose
+    load failed makes the command fail (one line) after the others committed."""
+    from kafkastore.errors import LoadsFailedError
+    from pipelines.jobs.load import ManyLoadRequest, load_many, load_many_options_from_args  # lazy: job commands need the spark extra
+
+    request = ManyLoadRequest.build(**load_many_options_from_args(args, cfg))
+    summary = load_many(_spark(cfg), request)
+    print(summary.render(), file=sys.stderr)
+    if summary.failed:
+        raise LoadsFailedError(f"{len(summary.failed)} of {len(summary.failed) + len(summary.tables)} "
+                               f"table(s) failed: " + "; ".join(
+                                   f"{t}: {e}" for t, e in summary.failed.items()))
+    return 0
+
+
 def cmd_load(args, cfg: Config) -> int:
     from pipelines.jobs.load import LoadRequest, load, load_options_from_args  # lazy: job commands need the spark extra
 
+    if args.topic is not None and getattr(args, "topic_pattern", None) is not None:
+        raise ConfigError("give a topic or --topic-pattern, not both")
+    if args.topic is None and getattr(args, "topic_pattern", None) is None:
+        raise ConfigError("give a topic, or --topic-pattern REGEX")
+    if _loads_many(args, cfg):
+        return cmd_load_many(args, cfg)
     # Flags and config parsed once, mistakes fail before Spark starts.
     request = LoadRequest.build(**load_options_from_args(args, cfg))
     summary = load(_spark(cfg), request)
@@ -174,7 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
     of.set_defaults(func=cmd_offsets)
 
     lo = sub.add_parser("load", help="load a topic into a warehouse table, exactly once (Spark)")
-    lo.add_argument("topic")
+    lo.add_argument("topic", nargs="?")
+    lo.add_argument("--topic-pattern", metavar="REGEX",
+                    help="load every topic whose whole name matches REGEX (Java syntax, as "
+                         "Spark's subscribePattern; internal topics left out), each into the "
+                         "table --table-template names; new matching topics load on the "
+                         "next run")
+    lo.add_argument("--table-template", metavar="TEMPLATE",
+                    help="table per topic or route value: {topic} and {field} are replaced, "
+                         "lower case with other characters than letters, digits and _ "
+                         "(dots too) as _, e.g. 'db.{topic}'")
+    lo.add_argument("--route-field", metavar="FIELD",
+                    help="route each record by this decoded value column into the table "
+                         "--table-template names with {field}")
+    lo.add_argument("--route-values", metavar="A,B",
+                    help="with --route-field: the values that get a table (default: every "
+                         "value seen)")
+    lo.add_argument("--route-default", metavar="TABLE",
+                    help="with --route-field: the table of records whose value is null, not "
+                         "decodable or not in --route-values (default: such records fail "
+                         "the load before any commit)")
     lo.add_argument("--warehouse")
     lo.add_argument("--table")
     lo.add_argument("--run-id", help="idempotency key: a rerun of a committed run id is a no-op")

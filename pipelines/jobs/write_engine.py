@@ -78,6 +78,8 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
             frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
             detail = _json_schema_text(opts) if split else None
         frame = _headers_never_null(frame)
+        if spec.route is not None:   # a route-by-field load: this table's records only
+            frame = spec.route.apply(frame)
         fn = file_writer(target, run_id=run_id, split_dead_letters=split,
                          json_schema=detail, counter=counter)
         rows = frame.mapInArrow(fn, DESCRIPTOR_DDL).collect()

@@ -48,8 +48,10 @@ def load_config(path: str | None = None, *, root: str | None = None,
     if not isinstance(spark, dict):
         raise ConfigError("'spark' must be a mapping like {master: 'local[*]', conf: {...}}")
     loads = data.get("loads") or []
-    if not isinstance(loads, list) or not all(isinstance(x, dict) and "topic" in x for x in loads):
-        raise ConfigError("'loads' must be a list of mappings like {topic: t, table: name}")
+    if not isinstance(loads, list) or not all(
+            isinstance(x, dict) and ("topic" in x or "topic_pattern" in x) for x in loads):
+        raise ConfigError("'loads' must be a list of mappings like {topic: t, table: name} "
+                          "or {topic_pattern: 't\\..*', table_template: 'db.{topic}'}")
     log = log_config.log_settings(data, path=path, root=root)
     for key in ("compaction", "retention", "quality"):
         log_config.mapping(data, key, "{key: value, ...}")

@@ -95,6 +95,9 @@ class LoadSpec:
     #: default, must agree with it. Kept by ``replace`` while the value stays the
     #: default; :meth:`with_overrides` gives fields explicitly.
     defaulted: frozenset = field(default=frozenset(), repr=False, compare=False)
+    #: A route-by-field load: which records this table takes
+    #: (:class:`pipelines.spec.route_filter.RouteFilter`; None: every record).
+    route: Any = field(default=None, compare=False)
     #: The table layout of the fields above, built (and validated) with the spec.
     layout: TableLayout = field(init=False, repr=False, compare=False)
 
@@ -316,9 +319,19 @@ def _key_columns(value) -> tuple[str, ...]:
     return parse_key_columns(value)
 
 
+#: The keys of a ``loads:`` entry of many tables (pipelines.spec.topic_routing).
+MANY_TABLE_KEYS = ("topic_pattern", "table_template", "route_field", "route_values",
+                   "route_default")
+
+
+def _one_table(entry: Mapping[str, Any]) -> bool:
+    return not any(entry.get(k) is not None for k in MANY_TABLE_KEYS)
+
+
 def load_specs(cfg) -> list[LoadSpec]:
-    """Every ``loads:`` entry of a :class:`pipelines.config.Config`, parsed."""
-    return [LoadSpec.from_entry(e) for e in cfg.loads]
+    """Every one-table ``loads:`` entry of a :class:`pipelines.config.Config`, parsed
+    (entries of many tables: :class:`pipelines.spec.topic_routing.ManyLoadSpec`)."""
+    return [LoadSpec.from_entry(e) for e in cfg.loads if _one_table(e)]
 
 
 def resolve_spec(cfg, topic: str, table: str | None = None, **overrides: Any) -> LoadSpec:
@@ -326,7 +339,8 @@ def resolve_spec(cfg, topic: str, table: str | None = None, **overrides: Any) ->
     with ``overrides`` (CLI flags; None = not given) on top. Without an entry a
     table must be given."""
     for entry in cfg.loads:
-        if entry.get("topic") == topic and (table is None or entry.get("table") == table):
+        if (entry.get("topic") == topic and (table is None or entry.get("table") == table)
+                and _one_table(entry)):
             return LoadSpec.from_entry(entry).with_overrides(**overrides)
     if not table:
         raise ConfigError(f"give --table, or add a 'loads' entry for topic {topic!r} with a "
