@@ -207,6 +207,11 @@ class GroupService:
             log.info("group %s was written by another coordinator: read again", group)
             self.unload(group)
             return await self.ensure(group)
+        # Offsets written without the group's claim (a transaction's, by its coordinator,
+        # maybe another broker) do not move the claim: answer the log's offsets, just read.
+        # (In the I/O pool: the store's lock may be held by a flush.)
+        stored = await self.broker.run(lambda: self.store.group(group, refresh=False))
+        self.coordinator.set_offsets(group, stored.offsets)
         return G.NONE
 
     # -- background ----------------------------------------------------------
@@ -437,15 +442,6 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
-    if not err and group in ctx.broker.services.txn_groups:
-        # Offsets of a transaction are written by its coordinator, maybe another broker
-        # (api_txn): read what the topic holds now.
-        try:
-            stored = await ctx.run(svc.store.group, group)
-            if stored.offsets:
-                svc.coordinator.record_commit(group, stored.offsets)
-        except KafkaStoreError:
-            err = G.COORDINATOR_NOT_AVAILABLE
     found = {} if err else svc.coordinator.fetch_offsets(group, requested)
     if err and requested is not None:
         found = {tp: None for tp in requested}

@@ -915,6 +915,11 @@ async def handle_txn_offset_commit(ctx: RequestContext, request):
     gsvc = groups(ctx.broker)
     err = authz.txn_error(ctx, Op.WRITE, request.transactional_id) or \
         authz.group_error(ctx, Op.READ, request.group_id) or await gsvc.ensure(request.group_id)
+    if not err:   # the member and generation of the group's current state (KIP-447)
+        err = gsvc.coordinator.validate_commit(
+            request.group_id, getattr(request, "generation_id", -1),
+            getattr(request, "member_id", "") or "", getattr(request, "group_instance_id", None),
+            transactional=True)
     txn_start_ms = -1
     if not err:
         err, txn_start_ms = await _check_txn_offsets(ctx, request)

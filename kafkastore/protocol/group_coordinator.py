@@ -564,26 +564,43 @@ class GroupCoordinator:
 
     # -- offsets -------------------------------------------------------------
     def validate_commit(self, group_id: str, generation: int, member_id: str,
-                        group_instance_id: str | None = None) -> int:
-        """Whether OffsetCommit may write for this member and generation (Kafka's rules:
-        generation -1 commits only to a group without members; else the member must be
-        in the current generation, and not while the group waits for its assignment)."""
+                        group_instance_id: str | None = None, *,
+                        transactional: bool = False) -> int:
+        """Whether an offset commit may be written for this member and generation, as Kafka's
+        ``GroupCoordinator`` decides it (``handleCommitOffsets`` / ``handleTxnCommitOffsets``
+        and ``validateOffsetCommit``), against the group's current state:
+
+        * a commit that names a member (a generation >= 0, a member id or an instance id) is
+          checked like every member request: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID,
+          ILLEGAL_GENERATION (a zombie of an older generation commits nothing);
+        * one that names none (generation -1, no member: offsets kept for a client that
+          manages its partitions itself) only to a group without members (UNKNOWN_MEMBER_ID
+          otherwise); transactional commits are exempt (TxnOffsetCommit v0-v2 carry no member);
+        * an unknown group: an OffsetCommit of generation >= 0 is ILLEGAL_GENERATION, others
+          create it empty first;
+        * not while the group waits for its assignment (REBALANCE_IN_PROGRESS, OffsetCommit).
+
+        A member's accepted OffsetCommit counts as its heartbeat, as in Kafka."""
         with self._lock:
             g = self._groups.get(group_id)
             if g is None:
-                if generation < 0:
-                    self._groups[group_id] = _Group(group_id)
-                    return NONE
-                return ILLEGAL_GENERATION
+                if generation >= 0 and not transactional:
+                    return ILLEGAL_GENERATION
+                g = self._groups[group_id] = _Group(group_id)
             if g.state == DEAD:
                 return COORDINATOR_NOT_AVAILABLE
-            if generation < 0 and g.state == EMPTY:
+            names_member = generation >= 0 or bool(member_id) or bool(group_instance_id)
+            if names_member:
+                if self._fenced(g, member_id, group_instance_id):
+                    return FENCED_INSTANCE_ID
+                if member_id not in g.members:
+                    return UNKNOWN_MEMBER_ID
+                if generation != g.generation:
+                    return ILLEGAL_GENERATION
+            elif not transactional and g.state != EMPTY:
+                return UNKNOWN_MEMBER_ID
+            if transactional or not names_member:
                 return NONE
-            err = self._member_error(g, member_id, group_instance_id)
-            if err:
-                return err
-            if generation != g.generation:
-                return ILLEGAL_GENERATION
             if g.state == COMPLETING_REBALANCE:
                 return REBALANCE_IN_PROGRESS
             m = g.members[member_id]
@@ -601,6 +618,14 @@ class GroupCoordinator:
         with self._lock:
             g = self._get(group_id, create=True)
             g.offsets.update(offsets)
+
+    def set_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
+        """Take a loaded group's committed offsets from what ``__consumer_offsets`` holds now
+        (every writer's, the claimed and the unclaimed); nothing for a group not loaded."""
+        with self._lock:
+            g = self._groups.get(group_id)
+            if g is not None:
+                g.offsets = dict(offsets)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
                       ) -> dict[tuple[str, int], OffsetAndMetadata | None]:

@@ -1,0 +1,137 @@
+"""What an offset commit is conditional on, as Kafka's GroupCoordinator decides it: the
+member and generation of the group's current state (OffsetCommit and TxnOffsetCommit
+alike), and OffsetFetch answers what the log holds, whoever wrote it (a transaction's
+offsets are written by the transaction's coordinator, maybe another broker)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib
+import uuid
+
+import pytest
+
+from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
+from kafkastore.protocol import codec
+from kafkastore.protocol import group_coordinator as G
+from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.storage import Storage
+from kafkastore.topics import create_topic
+
+from .test_groups_fencing import commit, fetch
+from .wire import Wire
+
+
+def _req(api: int, version: int, **fields):
+    cls = codec.request_class(api, version)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def _nested(api: int, version: int, cls_name: str, **fields):
+    cls = getattr(importlib.import_module(codec.request_class(api, version).__module__), cls_name)
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+@pytest.fixture
+def root(tmp_path):
+    root = f"file://{tmp_path}"
+    create_topic(Storage(root), "gt", 2)
+    return root
+
+
+@pytest.fixture
+def broker(root):
+    with BrokerThread(Storage(root), ServeOptions(port=0, heartbeat_ms=300)) as b:
+        yield b
+
+
+def _join(w: Wire, group: str) -> tuple[str, int]:
+    """One member joins ``group`` and syncs (JoinGroup v5 / SyncGroup v3): its id and generation."""
+    from kafkastore.group_offsets import encode_consumer_subscription
+
+    def join(member_id: str):
+        return w.call(_req(11, 5, group_id=group, session_timeout=datetime.timedelta(seconds=30),
+                           rebalance_timeout=datetime.timedelta(seconds=30), member_id=member_id,
+                           group_instance_id=None, protocol_type="consumer", protocols=(
+                               _nested(11, 5, "JoinGroupRequestProtocol", name="range",
+                                       metadata=encode_consumer_subscription(["gt"])),)))
+    r = join("")
+    if int(r.error_code) == G.MEMBER_ID_REQUIRED:
+        r = join(r.member_id)
+    assert int(r.error_code) == 0
+    s = w.call(_req(14, 3, group_id=group, generation_id=r.generation_id, member_id=r.member_id,
+                    group_instance_id=None, assignments=(
+                        _nested(14, 3, "SyncGroupRequestAssignment", member_id=r.member_id,
+                                assignment=b""),)))
+    assert int(s.error_code) == 0
+    return r.member_id, r.generation_id
+
+
+def _txn_offset_commit(w: Wire, group: str, generation: int, member: str, offset: int,
+                       instance: str | None = None) -> int:
+    """A transaction (InitProducerId, AddOffsetsToTxn) whose TxnOffsetCommit v3 carries
+    ``generation`` and ``member``; the partition's error code (the transaction is aborted)."""
+    tid = "tx-" + uuid.uuid4().hex[:8]
+    init = w.call(_req(22, 4, transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=30),
+                       producer_id=-1, producer_epoch=-1))
+    assert int(init.error_code) == 0
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert int(w.call(_req(25, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                           group_id=group)).error_code) == 0
+    r = w.call(_req(28, 3, transactional_id=tid, group_id=group, producer_id=pid,
+                    producer_epoch=epoch, generation_id=generation, member_id=member,
+                    group_instance_id=instance, topics=(
+                        _nested(28, 3, "TxnOffsetCommitRequestTopic", name="gt", partitions=(
+                            _nested(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0,
+                                    committed_offset=offset, committed_leader_epoch=-1,
+                                    committed_metadata=""),)),)))
+    w.call(_req(26, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=False))
+    return int(r.topics[0].partitions[0].error_code)
+
+
+def test_txn_offset_commit_checks_member_and_generation_as_offset_commit_does(broker):
+    """KIP-447: a zombie consumer (an older generation, a member the group removed) cannot
+    commit offsets through a transaction either: ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID."""
+    w = Wire(broker.bootstrap)
+    try:
+        member, gen = _join(w, "tg")
+        assert _txn_offset_commit(w, "tg", gen - 1, member, 5) == G.ILLEGAL_GENERATION
+        assert _txn_offset_commit(w, "tg", gen, "gone-member", 5) == G.UNKNOWN_MEMBER_ID
+        assert _txn_offset_commit(w, "tg", gen, member, 5) == 0
+        # Older clients (TxnOffsetCommit v0-v2) send no member: allowed, as in Kafka.
+        assert _txn_offset_commit(w, "tg", -1, "", 5) == 0
+        # And an unknown group's member is unknown.
+        assert _txn_offset_commit(w, "tg-new", 3, "someone", 5) == G.UNKNOWN_MEMBER_ID
+    finally:
+        w.close()
+
+
+def test_offset_commit_of_a_member_id_at_generation_minus_one_is_refused(broker):
+    """Kafka commits without group management (generation -1) only with no member id: a
+    member id (or instance id) is checked against the group, even an empty one."""
+    w = Wire(broker.bootstrap)
+    try:
+        assert commit(w, "sg", -1, "", {0: 1}) == {0: 0}              # a simple commit
+        assert commit(w, "sg", -1, "stranger", {0: 2}) == {0: G.UNKNOWN_MEMBER_ID}
+        assert commit(w, "sg-new", -1, "stranger", {0: 2}) == {0: G.UNKNOWN_MEMBER_ID}
+        assert fetch(w, "sg") == (0, {0: 1, 1: -1})
+    finally:
+        w.close()
+
+
+def test_offset_fetch_answers_offsets_another_broker_wrote_for_a_transaction(broker, root):
+    """The coordinator has the group loaded; another broker, the coordinator of a transaction
+    that sent this group's offsets, writes them on commit (without the group's claim). The
+    next OffsetFetch answers them, not the loaded copy (a consumer restarting from the loaded
+    copy re-reads and commits a lower offset)."""
+    w = Wire(broker.bootstrap)
+    try:
+        assert commit(w, "xg", -1, "", {0: 5, 1: 6}) == {0: 0, 1: 0}
+        assert fetch(w, "xg") == (0, {0: 5, 1: 6})
+        other = OffsetsStore(Storage(root), broker_id=7)
+        other.commit_offsets("xg", {("gt", 0): OffsetAndMetadata(50)})   # no claim: a txn's
+        assert fetch(w, "xg") == (0, {0: 50, 1: 6})
+    finally:
+        w.close()
