@@ -2,6 +2,6 @@
 stays as an alias for one release and holds no code."""
 from __future__ import annotations
 
-from .manifest.delta import (FORMAT, KIND_DELTA, KIND_FULL, _STRUCTURED,  # noqa: F401
-                             _scalar_fields, _segment_changes, apply_delta, changes,
+from .manifest.delta import (FORMAT, KIND_DELTA, KIND_FULL, SCALAR_FIELDS,  # noqa: F401
+                             _segment_changes, apply_delta, changes,
                              delta_dict, encode, summary)

@@ -36,13 +36,14 @@ FORMAT = 2
 KIND_FULL = "full"
 KIND_DELTA = "delta"
 
-#: Manifest fields the diff handles specially; every other field is a JSON scalar that a
-#: delta carries in ``changes.set`` when it changed.
-_STRUCTURED = frozenset({"topic", "partition", "version", "segments", "producers", "commit", "extra"})
-
-
-def _scalar_fields() -> tuple[str, ...]:
-    return tuple(f for f in _m.Manifest.__dataclass_fields__ if f not in _STRUCTURED)
+#: The manifest's JSON scalars, which a delta carries in ``changes.set`` when they changed: every
+#: field of :attr:`Manifest.FIELDS <kafkastore.manifest.model.Manifest.FIELDS>` that is not the
+#: delta's own identity, a structured field diffed by parts below, or derived.
+SCALAR_FIELDS = tuple(f for f in _m.Manifest.FIELDS
+                      if not (f.identity or f.structured or f.derived))
+_SCALAR_BY_KEY = {f.key: f for f in SCALAR_FIELDS}
+#: The scalars this code writes: not one whose format is not written yet.
+_WRITTEN_SCALARS = tuple(f for f in SCALAR_FIELDS if f.since <= _m.MANIFEST_FORMAT)
 
 
 def summary(m: "_m.Manifest") -> dict[str, Any]:
@@ -87,7 +88,8 @@ def changes(base: "_m.Manifest", new: "_m.Manifest") -> dict[str, Any]:
         out["segments_removed"] = removed
     if added:
         out["segments_added"] = [e.to_dict() for e in added]
-    scalars = {f: getattr(new, f) for f in _scalar_fields() if getattr(new, f) != getattr(base, f)}
+    scalars = {f.key: f.encode(v) if f.encode is not None else v
+               for f in _WRITTEN_SCALARS if (v := getattr(new, f.name)) != getattr(base, f.name)}
     if scalars:
         out["set"] = scalars
     if new.producers is not base.producers:
@@ -158,9 +160,10 @@ def apply_delta(base: "_m.Manifest", d: Mapping[str, Any]) -> "_m.Manifest":
                 segs = tuple(sorted(segs + added, key=lambda e: e.base_offset))
         fields: dict[str, Any] = {}
         for key, value in (ch.get("set") or {}).items():
-            if key not in _scalar_fields():
+            f = _SCALAR_BY_KEY.get(key)
+            if f is None:
                 raise CorruptMetadataError(f"delta sets unknown field {key!r}")
-            fields[key] = value
+            fields[f.name] = f.decode(value) if f.decode is not None else value
         producers = base.producers
         if ch.get("producers_set") or ch.get("producers_removed"):
             producers = dict(producers)
@@ -177,7 +180,8 @@ def apply_delta(base: "_m.Manifest", d: Mapping[str, Any]) -> "_m.Manifest":
         commit = _m.CommitInfo.from_dict(d["commit"]) if d.get("commit") else None
         new = _m.Manifest(topic=base.topic, partition=base.partition, version=d["version"],
                           segments=segs, producers=producers, extra=extra, commit=commit,
-                          **{f: fields.get(f, getattr(base, f)) for f in _scalar_fields()})
+                          **{f.name: fields.get(f.name, getattr(base, f.name))
+                             for f in SCALAR_FIELDS})
         expected = d["result"]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CorruptMetadataError(f"bad delta: {exc!r}") from None

@@ -9,7 +9,7 @@ import bisect
 import json
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import layout
 from ..errors import ConfigError, CorruptMetadataError, InvalidUpdateError
@@ -30,6 +30,117 @@ def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
     return value
 
 
+# -- The stored JSON, declared once per type -----------------------------------------------
+class _Required:
+    """Marker of a :class:`Field` with no default: a stored object without its key is damage."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+#: Rolling-upgrade rules a :class:`Field` falls under (docs/DESIGN.md section 3, "Upgrade rules").
+OPTIONAL = "optional"            # has a default; losing it to an older writer is harmless
+MUST_NOT_DROP = "must_not_drop"  # needed by every reader and writer of its format
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a stored manifest object, the only place it is listed.
+
+    ``name`` is the attribute, ``key`` the JSON key (the name unless given). ``default``
+    (:data:`REQUIRED` if none) is what a stored object without the key reads as; with
+    ``omit_if_default`` the key is left out when it holds the default. ``encode`` /
+    ``decode`` turn the value into its JSON form and back (identity if None). ``since`` is
+    the manifest format that first stores the key (a field whose ``since`` is above
+    :data:`MANIFEST_FORMAT` is read but not written yet), and ``rule`` its rolling-upgrade
+    rule (:data:`OPTIONAL` needs a default). ``structured``: a collection the delta diffs by
+    parts (segments, producers, ...); ``identity``: the partition and version a delta names
+    itself; ``derived``: written for readers but computed, never read back (a reader checks
+    it). Every other field is a JSON scalar a delta carries in ``changes.set``. ``verify``
+    says whether ``kafkastore verify`` compares the value with the segment's bytes:
+    ``"always"`` (for every live segment) or ``"given"`` (when a caller's expectation holds it).
+    """
+
+    name: str
+    key: str = ""
+    default: Any = REQUIRED
+    omit_if_default: bool = False
+    encode: Callable[[Any], Any] | None = None
+    decode: Callable[[Any], Any] | None = None
+    since: int = 1
+    rule: str = ""
+    structured: bool = False
+    identity: bool = False
+    derived: bool = False
+    verify: str = ""
+
+    def __post_init__(self):
+        if not self.key:
+            object.__setattr__(self, "key", self.name)
+        if not self.rule:
+            object.__setattr__(self, "rule", MUST_NOT_DROP if self.default is REQUIRED else OPTIONAL)
+
+    @property
+    def required(self) -> bool:
+        """True if a stored object must hold the key."""
+        return self.default is REQUIRED
+
+
+def stored_as_json(cls):
+    """Class decorator: give ``cls`` the JSON codec of its ``FIELDS``, ``cls._encode_fields()``
+    (a method: the JSON-ready dict, keys in ``FIELDS`` order, ``omit_if_default`` keys left out
+    when they hold the default) and ``cls._decode_fields(d)`` (constructor arguments from a
+    stored dict: unknown keys ignored, a missing key takes its default or raises KeyError,
+    derived keys skipped)."""
+    enc, dec = _codec(cls.FIELDS)
+    cls._encode_fields = enc
+    cls._decode_fields = staticmethod(dec)
+    return cls
+
+
+def _codec(fields: tuple[Field, ...]) -> tuple[Callable, Callable]:
+    """``(encode, decode)`` functions for ``fields``, generated once (as :mod:`dataclasses`
+    generates ``__init__``) so that they run as fast as the hand-written dicts they replace:
+    a commit encodes and a cold read decodes every live segment entry."""
+    ns: dict[str, Any] = {"_REQUIRED": REQUIRED}
+    enc_head: list[str] = []  # keys before the first that may be left out: one dict literal
+    enc_tail: list[str] = []  # the rest, one statement each, in order
+    dec: list[str] = []
+    for i, f in enumerate(fields):
+        value = f"obj.{f.name}"
+        if f.encode is not None:
+            ns[f"_enc{i}"] = f.encode
+            value = f"_enc{i}({value})"
+        if f.since > MANIFEST_FORMAT:
+            pass  # read, not yet written: the release before a format bump (DESIGN.md section 3)
+        elif f.omit_if_default:
+            ns[f"_def{i}"] = f.default
+            enc_tail.append(f"    if obj.{f.name} != _def{i}: d[{f.key!r}] = {value}")
+        elif enc_tail:
+            enc_tail.append(f"    d[{f.key!r}] = {value}")
+        else:
+            enc_head.append(f"{f.key!r}: {value}")
+        if f.derived:
+            continue
+        if f.default is REQUIRED:
+            stored = f"d[{f.key!r}]"
+        else:
+            ns[f"_def{i}"] = f.default
+            stored = f"d.get({f.key!r}, _def{i})"
+        if f.decode is not None:
+            ns[f"_dec{i}"] = f.decode
+            stored = f"_dec{i}({stored})"
+        dec.append(f"{f.name!r}: {stored}")
+    lines = ["def encode(obj):", "    d = {" + ", ".join(enc_head) + "}", *enc_tail,
+             "    return d", "def decode(d):", "    return {" + ", ".join(dec) + "}"]
+    src = "\n".join(lines) + "\n"
+    exec(compile(src, f"<manifest fields {fields[0].name}...>", "exec"), ns)  # noqa: S102
+    return ns["encode"], ns["decode"]
+
+
+@stored_as_json
 @dataclass(frozen=True)
 class SegmentEntry:
     """One live segment: the objects ``<20-digit base offset>-<segment_id>.{log,index,timeindex}``.
@@ -123,41 +234,34 @@ class SegmentEntry:
                     f"(producer id >= 0, first <= last < next offset)")
         object.__setattr__(self, "_valid", True)
 
+    #: The stored keys, in their JSON order.
+    FIELDS = (
+        Field("base_offset", verify="given"), Field("next_offset", verify="given"),
+        Field("record_count", verify="always"), Field("size", verify="always"),
+        Field("min_timestamp", verify="given"), Field("max_timestamp", verify="given"),
+        Field("max_timestamp_offset", default=-1),
+        Field("segment_id"), Field("writer_id"), Field("leader_epoch"),
+        Field("checksum", verify="always"),
+        Field("index_size", default=0), Field("timeindex_size", default=0),
+        Field("aborted_txns", default=(), encode=lambda txns: [list(t) for t in txns],
+              decode=lambda txns: tuple(tuple(t) for t in txns)),
+        Field("delete_horizon_ms", default=None, omit_if_default=True),
+    )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        d = {
-            "base_offset": self.base_offset, "next_offset": self.next_offset,
-            "record_count": self.record_count, "size": self.size,
-            "min_timestamp": self.min_timestamp, "max_timestamp": self.max_timestamp,
-            "max_timestamp_offset": self.max_timestamp_offset,
-            "segment_id": self.segment_id, "writer_id": self.writer_id,
-            "leader_epoch": self.leader_epoch, "checksum": self.checksum,
-            "index_size": self.index_size, "timeindex_size": self.timeindex_size,
-            "aborted_txns": [list(t) for t in self.aborted_txns],
-        }
-        if self.delete_horizon_ms is not None:
-            d["delete_horizon_ms"] = self.delete_horizon_ms
-        return d
+        return self._encode_fields()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SegmentEntry":
         """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
         try:
-            return cls(
-                base_offset=d["base_offset"], next_offset=d["next_offset"],
-                record_count=d["record_count"], size=d["size"],
-                min_timestamp=d["min_timestamp"], max_timestamp=d["max_timestamp"],
-                segment_id=d["segment_id"], writer_id=d["writer_id"],
-                leader_epoch=d["leader_epoch"], checksum=d["checksum"],
-                index_size=d.get("index_size", 0), timeindex_size=d.get("timeindex_size", 0),
-                aborted_txns=tuple(tuple(t) for t in d.get("aborted_txns", ())),
-                max_timestamp_offset=d.get("max_timestamp_offset", -1),
-                delete_horizon_ms=d.get("delete_horizon_ms"),
-            )
-        except (KeyError, TypeError, ValueError, InvalidUpdateError) as exc:
+            return cls(**cls._decode_fields(d))
+        except (KeyError, TypeError, ValueError, AttributeError, InvalidUpdateError) as exc:
             raise CorruptMetadataError(f"bad segment entry {d!r}: {exc}") from None
 
 
+@stored_as_json
 @dataclass(frozen=True)
 class BatchMetadata:
     """What idempotence remembers of one appended producer batch."""
@@ -168,13 +272,24 @@ class BatchMetadata:
     last_offset: int
     timestamp: int = NO_TIMESTAMP
 
+    #: The stored keys, in their JSON order.
+    FIELDS = (Field("first_sequence"), Field("last_sequence"), Field("first_offset"),
+              Field("last_offset"), Field("timestamp", default=NO_TIMESTAMP))
+
     def to_dict(self) -> dict[str, int]:
         """JSON-ready form."""
-        return {"first_sequence": self.first_sequence, "last_sequence": self.last_sequence,
-                "first_offset": self.first_offset, "last_offset": self.last_offset,
-                "timestamp": self.timestamp}
+        return self._encode_fields()
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BatchMetadata":
+        """Inverse of :meth:`to_dict` (KeyError / TypeError on a bad shape: the caller,
+        :meth:`ProducerState.from_dict`, reports it)."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"batch {d!r} is not an object")
+        return cls(**cls._decode_fields(d))
 
 
+@stored_as_json
 @dataclass(frozen=True)
 class ProducerState:
     """Idempotent producer state of one producer id: its epoch and last batches (oldest first)."""
@@ -206,23 +321,30 @@ class ProducerState:
                 return b
         return None
 
+    #: The stored keys, in their JSON order.
+    FIELDS = (
+        Field("epoch"),
+        Field("batches", default=(), structured=True,
+              encode=lambda batches: [b.to_dict() for b in batches],
+              decode=lambda batches: tuple(BatchMetadata.from_dict(b) for b in batches)),
+        Field("last_timestamp", default=NO_TIMESTAMP),
+        Field("txn_first_offset", default=None),
+    )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"epoch": self.epoch, "batches": [b.to_dict() for b in self.batches],
-                "last_timestamp": self.last_timestamp, "txn_first_offset": self.txn_first_offset}
+        return self._encode_fields()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ProducerState":
         """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
         try:
-            return cls(epoch=d["epoch"],
-                       batches=tuple(BatchMetadata(**b) for b in d.get("batches", ())),
-                       last_timestamp=d.get("last_timestamp", NO_TIMESTAMP),
-                       txn_first_offset=d.get("txn_first_offset"))
-        except (KeyError, TypeError, ValueError) as exc:
+            return cls(**cls._decode_fields(d))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptMetadataError(f"bad producer state {d!r}: {exc}") from None
 
 
+@stored_as_json
 @dataclass(frozen=True)
 class CommitInfo:
     """Audit record of the commit that made a version. ``commit_id`` is unique per attempt."""
@@ -232,20 +354,24 @@ class CommitInfo:
     writer: str
     timestamp_ms: int
 
+    #: The stored keys, in their JSON order.
+    FIELDS = (Field("commit_id", key="id", decode=str), Field("operation", decode=str),
+              Field("writer", decode=str), Field("timestamp_ms", key="timestamp", decode=int))
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {"id": self.commit_id, "operation": self.operation, "writer": self.writer,
-                "timestamp": self.timestamp_ms}
+        return self._encode_fields()
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CommitInfo":
         """Inverse of :meth:`to_dict`; :class:`CorruptMetadataError` on a bad shape."""
         try:
-            return cls(str(d["id"]), str(d["operation"]), str(d["writer"]), int(d["timestamp"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            return cls(**cls._decode_fields(d))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptMetadataError(f"bad commit record {d!r}: {exc}") from None
 
 
+@stored_as_json
 @dataclass(frozen=True)
 class Manifest:
     """One version of a partition's manifest. Treat ``producers`` and ``extra`` as read-only.
@@ -298,23 +424,31 @@ class Manifest:
         return tuple(s for s in self.segments if s.next_offset > offset)
 
     # -- JSON ----------------------------------------------------------------
+    #: The stored keys after ``format`` and ``kind``, in their JSON order.
+    FIELDS = (
+        Field("topic", identity=True), Field("partition", identity=True),
+        Field("version", identity=True),
+        Field("log_start_offset"),
+        Field("high_watermark", derived=True),
+        Field("leader_epoch"),
+        Field("cleaner_offset", default=0),
+        Field("segments", structured=True,
+              encode=lambda segs: [s.to_dict() for s in segs],
+              decode=lambda segs: tuple(SegmentEntry.from_dict(s) for s in segs)),
+        Field("producers", default={}, structured=True,
+              encode=lambda ps: {str(pid): st.to_dict() for pid, st in sorted(ps.items())},
+              decode=lambda ps: {int(k): ProducerState.from_dict(v) for k, v in ps.items()}),
+        Field("commit", default=None, structured=True,
+              encode=lambda c: c.to_dict() if c else None,
+              decode=lambda c: CommitInfo.from_dict(c) if c else None),
+        Field("extra", default={}, structured=True, encode=dict, decode=dict),
+    )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the stored shape)."""
-        return {
-            "format": MANIFEST_FORMAT,
-            "kind": "full",
-            "topic": self.topic,
-            "partition": self.partition,
-            "version": self.version,
-            "log_start_offset": self.log_start_offset,
-            "high_watermark": self.high_watermark,
-            "leader_epoch": self.leader_epoch,
-            "cleaner_offset": self.cleaner_offset,
-            "segments": [s.to_dict() for s in self.segments],
-            "producers": {str(pid): st.to_dict() for pid, st in sorted(self.producers.items())},
-            "commit": self.commit.to_dict() if self.commit else None,
-            "extra": dict(self.extra),
-        }
+        d: dict[str, Any] = {"format": MANIFEST_FORMAT, "kind": "full"}
+        d.update(self._encode_fields())
+        return d
 
     def to_json(self) -> bytes:
         """The stored bytes: compact UTF-8 JSON."""
@@ -332,15 +466,7 @@ class Manifest:
                 f"not a full manifest version (kind {d.get('kind')!r}): a delta is read through "
                 f"ManifestStore.load")
         try:
-            m = cls(
-                topic=d["topic"], partition=d["partition"], version=d["version"],
-                segments=tuple(SegmentEntry.from_dict(s) for s in d["segments"]),
-                log_start_offset=d["log_start_offset"], leader_epoch=d["leader_epoch"],
-                producers={int(k): ProducerState.from_dict(v) for k, v in d.get("producers", {}).items()},
-                cleaner_offset=d.get("cleaner_offset", 0),
-                commit=CommitInfo.from_dict(d["commit"]) if d.get("commit") else None,
-                extra=dict(d.get("extra", {})),
-            )
+            m = cls(**cls._decode_fields(d))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptMetadataError(f"bad manifest: {exc!r}") from None
         try:

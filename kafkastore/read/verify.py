@@ -15,16 +15,32 @@ from typing import Any, Mapping
 
 from ..format.crc import crc32c
 from ..errors import CorruptRecordError, KafkaStoreError
-from ..manifest import CorruptMetadataError, Manifest, ManifestStore, check_invariants
+from ..manifest import CorruptMetadataError, Manifest, ManifestStore, SegmentEntry, check_invariants
 from ..storage import Storage
 from ..format.record_batch import BatchHeader, decode_batch
 from ..format.segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
                               _read_batch, _SearchGaveUp, _StatsAccumulator, batch_min_timestamp,
                               check_indexes, iter_batches)
 
-#: Keys of ``expected`` that :func:`verify_segment` compares with the log.
-EXPECTED_KEYS = ("base_offset", "next_offset", "record_count", "batch_count", "size",
-                 "min_timestamp", "max_timestamp", "checksum")
+#: Keys of ``expected`` that :func:`verify_segment` compares with the log: the manifest entry's
+#: keys whose ``Field.verify`` is set (:attr:`SegmentEntry.FIELDS`), and after
+#: ``record_count`` the batch count, which a :class:`SegmentStats` holds but no entry does.
+_ENTRY_KEYS = tuple(f.key for f in SegmentEntry.FIELDS if f.verify)
+EXPECTED_KEYS = (_ENTRY_KEYS[:_ENTRY_KEYS.index("record_count") + 1] + ("batch_count",)
+                 + _ENTRY_KEYS[_ENTRY_KEYS.index("record_count") + 1:])
+#: What :func:`verify_partition` compares for every live segment: the entry's keys that hold
+#: for any segment, compacted or not (a compacted segment's last offset or timestamps may not
+#: be the range's).
+_ALWAYS = tuple(f for f in SegmentEntry.FIELDS if f.verify == "always")
+
+
+def entry_expectations(entry: SegmentEntry) -> dict[str, Any]:
+    """What :func:`verify_partition` expects of the segment a manifest entry lists (its
+    checksum as ``"crc32c:<hex>"``, the form :func:`checksum` returns)."""
+    out = {f.key: getattr(entry, f.name) for f in _ALWAYS}
+    if "checksum" in out:
+        out["checksum"] = f"crc32c:{out['checksum']:08x}"
+    return out
 
 
 @dataclass
@@ -260,8 +276,7 @@ def verify_partition(storage: Storage, topic: str, partition: int) -> PartitionR
         except Exception as exc:  # noqa: BLE001 - a missing object is a finding
             report.segments.append(SegmentReport(name, entry.base_offset, problems=[str(exc)]))
             continue
-        expected = {"size": entry.size, "record_count": entry.record_count,
-                    "checksum": f"crc32c:{entry.checksum:08x}"}
+        expected = entry_expectations(entry)
         seg_report = verify_segment(log, index, tindex, base_offset=entry.base_offset,
                                     name=name, expected=expected)
         if seg_report.stats is not None and seg_report.stats.next_offset > entry.next_offset:
