@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections import Counter
+from contextlib import contextmanager
 
 from ..errors import KafkaStoreError
 from ..errors import FencedError
@@ -104,6 +106,11 @@ class GroupService:
         self._writes: asyncio.Queue = asyncio.Queue()
         self._live: tuple[int, ...] = ()
         self._claims: dict[str, GroupClaim] = {}
+        #: group -> partitions with an OffsetCommit being written now (Kafka's
+        #: ``pendingOffsetCommits``): OffsetFetch with require_stable answers them
+        #: UNSTABLE_OFFSET_COMMIT until the write is done, so a consumer that takes a
+        #: partition over never starts from the offset before a commit about to be acked.
+        self.pending_commits: dict[str, Counter] = {}
         self._fence_seen = self.registry.fence_epoch
         broker.services.spawn(self._tick_loop())
         broker.services.spawn(self._writer())
@@ -213,6 +220,25 @@ class GroupService:
         stored = await self.broker.run(lambda: self.store.group(group, refresh=False))
         self.coordinator.set_offsets(group, stored.offsets)
         return G.NONE
+
+    @contextmanager
+    def committing(self, group: str, partitions):
+        """Mark ``partitions`` of ``group`` as having an offset commit in flight while the
+        block runs (see :attr:`pending_commits`)."""
+        pending = self.pending_commits.setdefault(group, Counter())
+        pending.update(partitions)
+        try:
+            yield
+        finally:
+            pending.subtract(partitions)
+            for tp in [tp for tp, n in pending.items() if n <= 0]:
+                del pending[tp]
+            if not pending and self.pending_commits.get(group) is pending:
+                del self.pending_commits[group]
+
+    def committing_now(self, group: str) -> set:
+        """Partitions of ``group`` with an offset commit in flight on this broker."""
+        return set(self.pending_commits.get(group, ()))
 
     # -- background ----------------------------------------------------------
     def _persist(self, meta: GroupMetadata) -> None:
@@ -423,11 +449,12 @@ async def handle_offset_commit(ctx: RequestContext, request):
                                                 getattr(p, "committed_leader_epoch", -1),
                                                 p.committed_metadata or "", now)
     if offsets:
-        err = await _write(ctx, "offset commit", group, claim, svc.store.commit_offsets, offsets)
+        with svc.committing(group, list(offsets)):
+            err = await _write(ctx, "offset commit", group, claim, svc.store.commit_offsets, offsets)
+            if not err:
+                svc.coordinator.record_commit(group, offsets)
         if err:
             codes.update(dict.fromkeys(offsets, err))  # retriable: the client commits again
-        else:
-            svc.coordinator.record_commit(group, offsets)
     return make(ctx.response_class, topics=tuple(
         make(mod, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
             make(mod, "OffsetCommitResponsePartition", partition_index=p.partition_index,
@@ -439,27 +466,23 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     svc = service(ctx.broker)
     mod = ctx.response_module
     group = request.group_id
-    err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
     requested = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
+    err, unstable = await _read_for_fetch(ctx, svc, group,
+                                          getattr(request, "require_stable", False))
+    # Read after the last wait (a commit acknowledged meanwhile is answered), from the group
+    # as loaded under the claim the wait ended with.
     found = {} if err else svc.coordinator.fetch_offsets(group, requested)
-    if err and requested is not None:
-        found = {tp: None for tp in requested}
+    if err and requested is not None and ctx.api_version < 2:
+        found = {tp: None for tp in requested}   # v2+: the top-level error alone, as Kafka
     hidden = {tp for tp in found if authz.topic_error(ctx, Op.DESCRIBE, tp[0])}
     if hidden and requested is None:  # Kafka leaves out the topics the principal may not see
         found = {tp: om for tp, om in found.items() if tp not in hidden}
     # A partition whose topic the principal may not describe tells nothing: no offset, no
     # metadata (Kafka answers -1, "" and TOPIC_AUTHORIZATION_FAILED).
     found = {tp: (None if tp in hidden else om) for tp, om in found.items()}
-    unstable: set = set()
-    if not err and getattr(request, "require_stable", False):
-        # Offsets of a transaction not ended yet: the consumer asks again (KIP-447).
-        try:
-            unstable = await ctx.run(
-                unstable_partitions, ctx.broker.storage, group, ctx.broker.clock.wall_ms(),
-                2 * getattr(ctx.broker.options, "transaction_max_timeout_ms", 900_000))
-        except KafkaStoreError:
-            unstable = set(found)
+    if unstable is None:   # the pending transactions could not be read: none is answered
+        unstable = set(found)
     by_topic: dict[str, list] = {}
     for (topic, p), om in sorted(found.items()):
         by_topic.setdefault(topic, []).append(make(
@@ -473,6 +496,40 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())
     return make(ctx.response_class, topics=topics, error_code=err)
+
+
+async def _read_for_fetch(ctx: RequestContext, svc: GroupService, group: str,
+                          require_stable: bool) -> tuple[int, set | None]:
+    """What OffsetFetch needs before it answers: the group loaded and checked against the
+    log, and (``require_stable``) the partitions whose offsets are not stable yet (None when
+    they cannot be read). ``(error, unstable)``.
+
+    The group must still be loaded under the same claim once every wait is over: a fence or
+    a coordinator move drops the loaded groups from the event loop while a request waits for
+    the store, and a group no longer loaded holds no offsets, which would be answered -1
+    without an error (the consumer would start over from auto.offset.reset). It is read
+    again then; COORDINATOR_NOT_AVAILABLE (retriable) if it keeps being dropped."""
+    for _ in range(3):
+        err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
+        if err:
+            return err, set()
+        claim = svc.claim(group)
+        unstable: set | None = set()
+        if require_stable:
+            # Offsets of a transaction not ended yet, or of an OffsetCommit being written:
+            # the consumer asks again (KIP-447; Kafka's hasPendingOffsetCommitsForTopicPartition).
+            try:
+                unstable = await ctx.run(
+                    unstable_partitions, ctx.broker.storage, group, ctx.broker.clock.wall_ms(),
+                    2 * getattr(ctx.broker.options, "transaction_max_timeout_ms", 900_000))
+            except KafkaStoreError:
+                unstable = None
+            if unstable is not None:
+                unstable |= svc.committing_now(group)
+        if claim is not None and claim.valid and svc.claim(group) is claim:
+            return G.NONE, unstable
+        log.info("group %s was dropped while an OffsetFetch waited: read again", group)
+    return G.COORDINATOR_NOT_AVAILABLE, set()
 
 
 async def handle_offset_delete(ctx: RequestContext, request):

@@ -614,10 +614,13 @@ class GroupCoordinator:
         return NONE
 
     def record_commit(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
-        """Remember offsets the caller has written to ``__consumer_offsets``."""
+        """Remember offsets the caller has written to ``__consumer_offsets``, if the group is
+        still loaded (one dropped meanwhile is read again from the log, which holds them; a
+        group made here would hold only these offsets)."""
         with self._lock:
-            g = self._get(group_id, create=True)
-            g.offsets.update(offsets)
+            g = self._groups.get(group_id)
+            if g is not None:
+                g.offsets.update(offsets)
 
     def set_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
         """Take a loaded group's committed offsets from what ``__consumer_offsets`` holds now

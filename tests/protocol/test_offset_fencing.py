@@ -135,3 +135,38 @@ def test_offset_fetch_answers_offsets_another_broker_wrote_for_a_transaction(bro
         assert fetch(w, "xg") == (0, {0: 50, 1: 6})
     finally:
         w.close()
+
+
+def test_offset_fetch_never_answers_no_offset_for_a_group_dropped_while_it_waited(broker, root,
+                                                                                 monkeypatch):
+    """A fence (a pause past the lease) or a coordinator move drops the loaded groups from the
+    event loop, maybe while an OffsetFetch waits for its read of the log. The answer must not
+    then be taken from the group no longer loaded (every offset -1 and no error: a consumer
+    starts over from auto.offset.reset, and commits offsets far below the group's)."""
+    from kafkastore.protocol.api_groups import service
+
+    w = Wire(broker.bootstrap)
+    try:
+        assert commit(w, "dg", -1, "", {0: 40, 1: 41}) == {0: 0, 1: 0}
+        svc = service(broker.server)
+        registry = broker.server.brokers
+        original = svc.store.claim_current
+        fenced = []
+
+        def claim_current_then_pause(claim):
+            ok = original(claim)
+            if not fenced:       # once: a pause right after the read, as a SIGSTOP there
+                fenced.append(1)
+                registry.fence("test: paused while an OffsetFetch read the log")
+                import time
+                time.sleep(1.0)   # the tick (every 0.1 s) drops every loaded group meanwhile
+            return ok
+
+        monkeypatch.setattr(svc.store, "claim_current", claim_current_then_pause)
+        err, offsets = fetch(w, "dg")
+        assert fenced
+        # Either the client is told to ask again, or it gets the committed offsets.
+        assert (err, offsets) == (0, {0: 40, 1: 41}) or (err != 0 and -1 not in offsets.values())
+        assert fetch(w, "dg") == (0, {0: 40, 1: 41})
+    finally:
+        w.close()
