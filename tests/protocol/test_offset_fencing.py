@@ -14,6 +14,7 @@ import pytest
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.protocol import codec
 from kafkastore.protocol import group_coordinator as G
+from kafkastore.protocol.error_codes import UNSTABLE_OFFSET_COMMIT
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
@@ -170,3 +171,50 @@ def test_offset_fetch_never_answers_no_offset_for_a_group_dropped_while_it_waite
         assert fetch(w, "dg") == (0, {0: 40, 1: 41})
     finally:
         w.close()
+
+
+def _fetch_stable(w: Wire, group: str) -> dict[int, tuple[int, int]]:
+    """OffsetFetch v7 with require_stable of ``gt``'s partitions 0 and 1: (offset, error)."""
+    r = w.call(_req(9, 7, group_id=group, require_stable=True, topics=(
+        _nested(9, 7, "OffsetFetchRequestTopic", name="gt", partition_indexes=(0, 1)),)))
+    assert int(r.error_code) == 0
+    return {p.partition_index: (p.committed_offset, int(p.error_code))
+            for t in r.topics for p in t.partitions}
+
+
+def test_a_partition_with_a_commit_being_written_is_unstable_for_require_stable(broker, monkeypatch):
+    """Kafka answers UNSTABLE_OFFSET_COMMIT for a partition with an OffsetCommit not yet
+    written (its pending offset commits) to a consumer that asks for stable offsets: one that
+    took the partition over waits, instead of starting from the offset before a commit that
+    is about to be acknowledged (and then committing below it)."""
+    import threading
+
+    from kafkastore.protocol.api_groups import service
+
+    w, w2 = Wire(broker.bootstrap), Wire(broker.bootstrap)
+    try:
+        assert commit(w, "pg", -1, "", {0: 10, 1: 11}) == {0: 0, 1: 0}
+        svc = service(broker.server)
+        original = svc.store.commit_offsets
+        writing, release = threading.Event(), threading.Event()
+
+        def slow_commit(*args):
+            writing.set()
+            assert release.wait(30)   # a slow store under the write
+            return original(*args)
+
+        monkeypatch.setattr(svc.store, "commit_offsets", slow_commit)
+        answer = {}
+        t = threading.Thread(target=lambda: answer.update(commit(w, "pg", -1, "", {0: 20})))
+        t.start()
+        assert writing.wait(30)
+        assert _fetch_stable(w2, "pg") == {0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (11, 0)}
+        assert fetch(w2, "pg") == (0, {0: 10, 1: 11})   # without require_stable: what is stored
+        release.set()
+        t.join(30)
+        assert answer == {0: 0}
+        assert _fetch_stable(w2, "pg") == {0: (20, 0), 1: (11, 0)}
+    finally:
+        release.set()
+        w.close()
+        w2.close()
