@@ -18,8 +18,11 @@ what becomes readable, with no Spark in it (see docs/DESIGN.md, "Writes into top
   newest transaction to the oldest, so the partition's last stable offset passes all of
   the job's records at once.
 * **A crash after the decision** leaves a record whose markers are not all written:
-  :func:`roll_forward` writes the missing ones, and every later writer on the root (and
-  the next start of a stream) runs it first (:func:`recover_jobs`).
+  :func:`~kafkastore.job_commits.complete` writes the missing ones, and every later writer
+  on the root (and the next start of a stream) runs it first (:func:`recover_jobs`).
+* **Readers never see a partial job**: the markers are written under a *pending* object
+  (:mod:`kafkastore.job_commits`) that every planning reader rolls forward first, and a
+  reader retakes a snapshot a job finished marking under.
 * **Streams** name the record after the sink and the micro-batch id, and take the
   producer-id prefix from them (:func:`stream_prefix`): a batch whose record exists was
   committed by an earlier run, so the replay's own transactions are aborted and nothing is
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kafkastore.broker import Broker
+from kafkastore.job_commits import complete
 from kafkastore.errors import (CommitConflict, ConfigError, KafkaStoreError, StorageError,
                                TopicSinkError,
                                UnknownTopicError)
@@ -215,7 +219,7 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
         if earlier is not None:
             # A replay of a committed batch: finish the earlier commit first (its markers),
             # then abort what the replay wrote (the same prefix: the batch id's).
-            roll_forward(storage, earlier)
+            complete(storage, earlier)
             abort_job(storage, job=job, prefix=prefix, topics=all_topics)
             return earlier
     else:
@@ -229,7 +233,7 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
               "sink": sink_id, "batch_id": batch_id,
               "records": sum(r.records for r in chosen), "transactions": txns}
     stored = _put_record(storage, path, record)
-    roll_forward(storage, stored)
+    complete(storage, stored)
     if stored["commit_id"] != record["commit_id"]:  # another run committed the batch meanwhile
         abort_job(storage, job=job, prefix=prefix, topics=all_topics)
     _forget(storage, path, stored, sink_id, batch_id)
@@ -251,26 +255,6 @@ def abort_job(storage: Storage, *, job: str, prefix: int, topics: Iterable[str] 
     return aborted
 
 
-def roll_forward(storage: Storage, record: Mapping[str, Any]) -> int:
-    """Write the COMMIT markers of a decision record that are still missing; the number
-    written. Within a partition the newest transaction goes first, so the partition's last
-    stable offset moves past all of the record's transactions at once."""
-    by_partition: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
-    for t in record["transactions"]:
-        by_partition.setdefault((t["topic"], int(t["partition"])), []).append(t)
-    written = 0
-    for (topic, partition), txns in sorted(by_partition.items()):
-        open_now = {o.producer_id: o for o in open_transactions(storage, topic, partition)}
-        pending = [(open_now[t["producer_id"]], t) for t in txns
-                   if t["producer_id"] in open_now
-                   and open_now[t["producer_id"]].producer_epoch == t["producer_epoch"]]
-        for txn, t in sorted(pending, key=lambda x: -x[0].first_offset):
-            Broker(storage, producer_id=txn.producer_id, producer_epoch=txn.producer_epoch,
-                   housekeeping=False).write_marker(topic, partition, commit=True)
-            written += 1
-    return written
-
-
 def recover_jobs(storage: Storage) -> int:
     """Roll forward every batch job whose decision was stored but whose markers a crash
     left unwritten, then drop its record; the number of markers written."""
@@ -279,7 +263,7 @@ def recover_jobs(storage: Storage) -> int:
         record = _read_record(storage, info.path)
         if record is None:
             continue
-        written += roll_forward(storage, record)
+        written += complete(storage, record)
         storage.delete([info.path])
     return written
 
@@ -292,7 +276,7 @@ def recover_stream(storage: Storage, sink_id: str) -> dict | None:
         return None
     record = _read_record(storage, infos[-1].path)
     if record is not None:
-        roll_forward(storage, record)
+        complete(storage, record)
     return record
 
 

@@ -156,7 +156,7 @@ def test_each_layer_imports_what_the_architecture_document_says():
 LOG_FOUNDATION = ("errors", "clock", "threads", "storage", "layout", "commit", "format",
                   "_jsonl_native")
 LOG_LEVELS = [("manifest",), ("cluster",), ("topics",), ("read", "write"), ("maintenance",),
-              ("broker",), ("transactions",), ("groups",), ("cli",)]
+              ("broker",), ("transactions",), ("job_commits",), ("groups",), ("cli",)]
 
 
 def test_the_log_library_packages_import_only_downwards():

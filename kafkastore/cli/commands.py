@@ -222,6 +222,7 @@ def cmd_consume(args, cfg: Config) -> int:
     import pyarrow as pa
 
     from ..write.jsonl import format_consume_record
+    from ..job_commits import consistent
     from ..read.reader import EARLIEST, PartitionReader
     from ..topics.admin import load_topic
 
@@ -230,10 +231,18 @@ def cmd_consume(args, cfg: Config) -> int:
     partitions = [args.partition] if args.partition is not None else range(meta.partitions)
     remaining = args.limit
     out = sys.stdout
+
+    def snapshot() -> dict:
+        return {p: PartitionReader(storage, args.topic, p) for p in partitions}
+
+    # One snapshot of every partition first, holding a job that wrote into several of them
+    # (a Spark write) in all or in none (read_committed; rolling one forward writes markers).
+    many = args.isolation_level == "read_committed" and len(partitions) > 1
+    readers = consistent(storage, snapshot) if many else snapshot()
     for p in partitions:
         if remaining is not None and remaining <= 0:
             break
-        reader = PartitionReader(storage, args.topic, p)
+        reader = readers[p]
         if args.from_timestamp is not None:
             start = reader.offset_for_timestamp(args.from_timestamp)
         elif args.from_offset is not None:

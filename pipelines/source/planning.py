@@ -47,6 +47,7 @@ from kafkastore.errors import (ConfigError, DataLossError, OffsetOutOfRangeError
                                WarehouseError)
 from kafkastore.compaction import COMPACTION_WRITER_ID
 from kafkastore.group_admin import committed_offsets
+from kafkastore.job_commits import consistent
 from kafkastore.reader import READ_COMMITTED, PartitionReader, ReadRange
 from kafkastore.storage import Storage
 from kafkastore.topics import list_topics, load_topic
@@ -285,13 +286,19 @@ def snapshot_readers(storage: Storage, tps: Sequence[tuple[str, int]]
                      ) -> dict[tuple[str, int], PartitionReader]:
     """One reader (its latest manifest snapshot) per topic-partition, loaded in parallel:
     a manifest read is one or two storage calls, which added up to most of the planning
-    of a many-partition read when made one after the other."""
+    of a many-partition read when made one after the other. Many partitions are taken
+    together with the jobs that commit in several at once (a Spark write into topics):
+    each such job in all of them or in none (:func:`kafkastore.job_commits.consistent`)."""
     if not tps:
         return {}
     if len(tps) == 1:
         return {tps[0]: PartitionReader(storage, *tps[0])}
-    with ThreadPoolExecutor(max_workers=min(_PLANNING_THREADS, len(tps))) as pool:
-        return dict(zip(tps, pool.map(lambda tp: PartitionReader(storage, *tp), tps)))
+
+    def take() -> dict[tuple[str, int], PartitionReader]:
+        with ThreadPoolExecutor(max_workers=min(_PLANNING_THREADS, len(tps))) as pool:
+            return dict(zip(tps, pool.map(lambda tp: PartitionReader(storage, *tp), tps)))
+
+    return consistent(storage, take)
 
 
 # --------------------------------------------------------------------------- ranges of a data source read

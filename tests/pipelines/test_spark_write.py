@@ -422,9 +422,143 @@ def test_a_kafka_client_reads_the_job_through_serve(spark, tmp_path):
     assert sorted(got) == sorted(_rows(60))
 
 
+# --------------------------------------------------------------------------- all partitions or none
+
+def _child_commit_killed(root: str, results: str) -> None:
+    """The driver of job ``jk`` commits the given task results and dies (no clean-up at
+    all) just before its first marker in partition 1: partition 0 is fully marked."""
+    from kafkastore.broker import Broker as B
+
+    marker = B.write_marker
+
+    def dying(self, topic, partition, *, commit):
+        if partition == 1:
+            os._exit(3)
+        return marker(self, topic, partition, commit=commit)
+
+    B.write_marker = dying
+    done = [tsc.TaskResult(r["producer_id"], tuple(map(tuple, r["partitions"])), r["records"])
+            for r in json.loads(results)]
+    tsc.commit_job(Storage(root), done, job="jk", prefix=done[0].producer_id >> 32,
+                   topics=["out"])
+
+
+def _killed_between_markers(tmp_path) -> str:
+    """A root whose job ``jk`` (40 records over partitions 0 and 1) was decided and marked
+    in partition 0 only: the driver died between the two partitions' markers."""
+    root = _root(tmp_path, partitions=2)
+    storage = Storage(root)
+    prefix = tsc.new_job_prefix()
+    results = [_task(storage, prefix, 1, range(0, 20), "jk"),
+               _task(storage, prefix, 2, range(20, 40), "jk")]
+    assert {p for r in results for _, p in r.partitions} == {0, 1}
+    given = json.dumps([{"producer_id": r.producer_id, "partitions": r.partitions,
+                         "records": r.records} for r in results])
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "tests.pipelines.test_spark_write",
+                           "commit_killed", root, given], cwd=here, timeout=300)
+    assert done.returncode == 3
+    # The hazard is real: read partition by partition, the job is in one and not the other.
+    seen = {p: PartitionReader(storage, "out", p).read(0).num_rows for p in (0, 1)}
+    assert seen[0] > 0 and seen[1] == 0, seen
+    return root
+
+
+def test_consume_sees_a_job_killed_between_two_partitions_markers_whole(tmp_path):
+    """`consume` (read_committed) plans all partitions first: it rolls the pending job
+    forward, so it prints all 40 records, and nothing is left pending or open."""
+    root = _killed_between_markers(tmp_path)
+    assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(40))
+    assert _open(root, "out") == [] and Storage(root).list("_sink/pending/") == []
+
+
+def test_spark_reads_see_a_job_killed_between_two_partitions_markers_whole(spark, tmp_path):
+    """The Spark source's planning (batch here; the stream source and the load plan with
+    the same snapshot) sees the half-marked job in both partitions."""
+    root = _killed_between_markers(tmp_path)
+    df = spark.read.format("kafkastore").option("root", root).option("subscribe", "out").load()
+    got = sorted(r.value.decode() for r in df.select("value").collect())
+    assert got == sorted(f"v{i}" for i in range(40))
+    assert _open(root, "out") == []
+
+
+def _marked_in(storage, p: int) -> int:
+    return PartitionReader(storage, "out", p).last_stable_offset
+
+
+def test_a_snapshot_a_job_finished_marking_under_is_taken_again(tmp_path):
+    """A reader's snapshot reads partition 0, a whole job then commits (pending object,
+    markers, settled token), then the snapshot reads partition 1: the snapshot holds the
+    job in partition 1 only. The changed token makes the reader take it again."""
+    from kafkastore.job_commits import consistent
+
+    root = _root(tmp_path, partitions=2)
+    storage = Storage(root)
+    prefix = tsc.new_job_prefix()
+    results = [_task(storage, prefix, 1, range(0, 40), "jt")]
+    calls = []
+
+    def take():
+        first = _marked_in(storage, 0)
+        if not calls:
+            tsc.commit_job(storage, results, job="jt", prefix=prefix, topics=["out"])
+        calls.append((first, _marked_in(storage, 1)))
+        return calls[-1]
+
+    lso0, lso1 = consistent(storage, take)
+    assert calls[0][0] == 0 and calls[0][1] > 0       # the first snapshot was partial
+    assert lso0 > 0 and lso1 > 0 and len(calls) == 2
+
+
+def test_a_snapshot_under_a_pending_job_rolls_it_forward_and_is_taken_again(tmp_path):
+    """The job decides and marks partition 1 while a snapshot is between partitions 0 and
+    1, and its driver dies: the reader finds the pending object after its snapshot, writes
+    partition 0's marker and takes the snapshot again, whole."""
+    from kafkastore.broker import Broker as B
+    from kafkastore.job_commits import consistent, mark_pending
+
+    root = _root(tmp_path, partitions=2)
+    storage = Storage(root)
+    prefix = tsc.new_job_prefix()
+    r = _task(storage, prefix, 1, range(0, 40), "jp")
+    record = {"format": 1, "job": "jp", "commit_id": "c1", "sink": None, "batch_id": None,
+              "records": 40, "transactions": [
+                  {"topic": t, "partition": p, "producer_id": r.producer_id, "producer_epoch": 0}
+                  for t, p in r.partitions]}
+    calls = []
+
+    def take():
+        first = _marked_in(storage, 0)
+        if not calls:   # the driver, mid-snapshot: decided, pending, partition 1 marked
+            storage.put_if_absent(tsc.job_record_path("jp"), json.dumps(record).encode())
+            mark_pending(storage, record)
+            B(storage, producer_id=r.producer_id, producer_epoch=0,
+              housekeeping=False).write_marker("out", 1, commit=True)
+        calls.append((first, _marked_in(storage, 1)))
+        return calls[-1]
+
+    lso0, lso1 = consistent(storage, take)
+    assert calls[0][0] == 0 and calls[0][1] > 0
+    assert lso0 > 0 and lso1 > 0 and len(calls) == 2
+    assert storage.list("_sink/pending/") == [] and _open(root, "out") == []
+
+
+def test_readers_do_not_pay_for_past_jobs(spark, tmp_path):
+    """After committed jobs nothing stays pending: a planning reader lists an empty
+    directory and reads one token, however many jobs wrote before."""
+    root = _root(tmp_path, partitions=2)
+    for n in range(3):
+        _write(spark.createDataFrame(_rows(10, f"j{n}-"), "key string, value string"), root)
+    storage = Storage(root)
+    assert storage.list("_sink/pending/") == [] and storage.list("_sink/jobs/") == []
+    assert storage.exists("_sink/settled")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "retry":
         _child_retry(sys.argv[2])
+    elif sys.argv[1] == "commit_killed":
+        _child_commit_killed(sys.argv[2], sys.argv[3])
 
 
 def test_an_attempt_appending_after_its_job_closed_aborts_itself(tmp_path):
