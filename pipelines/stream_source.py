@@ -28,7 +28,10 @@ source, micro-batches over the log on object storage).
 **Offsets** in Spark's checkpoint are Spark's Kafka form, ``{"topic": {"0": 42}}``: per
 topic-partition the next offset to read; a micro-batch reads the half-open ranges
 ``[start, end)``. Partitions and topics (``subscribePattern``) that appear later are read
-from offset 0 (Spark's rule). ``Trigger.AvailableNow`` reads up to the readable end seen
+from offset 0 (Spark's rule). A topic named by ``subscribe``/``topic`` that does not exist
+yet has no partitions: the query waits for it (empty batches) and reads it from offset 0
+once it is created, as Spark's Kafka source does; ``assign`` of a missing topic fails the
+query with :class:`~kafkastore.errors.UnknownTopicError`. ``Trigger.AvailableNow`` reads up to the readable end seen
 when the query started, in batches that respect the limits.
 
 **Isolation**: read_committed by default: a batch never ends past a partition's last
@@ -60,9 +63,10 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes,
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
-from kafkastore.errors import ConfigError, DataLossError
+from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
+from kafkastore.topics.admin import topic_exists
 
 from .offset_ranges import LATEST_OFFSET, Earliest, Latest, OffsetRange, SpecificOffsets, limit_for
 from .planning import plan_splits, resolve_range, snapshot_readers, topic_partitions
@@ -307,7 +311,7 @@ class KafkaStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _readers(self) -> dict[TP, PartitionReader]:
         src = self.opts.source
-        return snapshot_readers(self.storage, topic_partitions(src, self.storage))
+        return snapshot_readers(self.storage, stream_partitions(src, self.storage))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end of the next batch: the readable end of every partition (capped by the
@@ -447,11 +451,33 @@ def _data_loss(tp: TP, frm: int, reader: PartitionReader) -> DataLossError:
         f"go on", log_start_offset=start, high_watermark=reader.high_watermark)
 
 
+def stream_partitions(src: SourceOptions, storage: Storage) -> list[TP]:
+    """The topic-partitions a stream reads now. A subscribed topic that does not exist yet
+    has none (the query waits for it, as Spark's Kafka source does for ``subscribe`` and
+    ``subscribePattern``); ``assign`` names exact partitions, so a missing topic there is
+    an :class:`UnknownTopicError`."""
+    kind, value = src.subscription
+    if kind == "topics":
+        present = tuple(t for t in value if topic_exists(storage, t))
+        if not present:
+            return []
+        if present != tuple(value):
+            src = replace(src, subscription=("topics", present))
+    elif kind == "assign":
+        missing = sorted(t for t in value if not topic_exists(storage, t))
+        if missing:
+            raise UnknownTopicError(
+                f"option assign names topic(s) {', '.join(missing)} that do not exist; assign "
+                f"reads exactly the partitions it names, so it cannot wait for a topic (use "
+                f"subscribe or subscribePattern to wait until a topic is created)")
+    return topic_partitions(src, storage)
+
+
 def initial_offsets(src: SourceOptions, storage: Storage) -> dict[TP, int]:
     """Where a new query starts in every partition: the batch source's resolution of the
     starting options (group offsets, timestamps, JSON, earliest) and ``latest``/``-1``
     as the readable end (the last stable offset under read_committed)."""
-    readers = snapshot_readers(storage, topic_partitions(src, storage))
+    readers = snapshot_readers(storage, stream_partitions(src, storage))
     committed: dict[TP, int] = {}
     if src.starting_group is not None:
         from kafkastore.group_admin import committed_offsets

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkastore.broker import Broker
-from kafkastore.errors import ConfigError, DataLossError
+from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.topics import alter_topic, create_topic
@@ -161,6 +161,29 @@ def test_new_partitions_and_pattern_topics_are_read_from_offset_zero(root):
     assert ("orders", 3, 0, 1) in ranges and ("orders-eu", 0, 0, 2) in ranges
 
 
+def test_a_subscribed_topic_that_does_not_exist_yet_is_waited_for(root):
+    """subscribe (and topic) of a missing topic plan empty batches, as Spark's Kafka source
+    does; once the topic is created its records are read from offset 0."""
+    storage = Storage(root)
+    for option in ("subscribe", "topic"):
+        r = _reader(root, **{option: "later"})
+        start = r.initialOffset()
+        assert start == {} and r.latestOffset(start, ReadAllAvailable()) == {}
+    r = _reader(root, subscribe="orders,later")
+    start = r.initialOffset()
+    assert set(start) == {"orders"}
+    create_topic(storage, "later", 2)
+    _produce(storage, "later", 4, 2)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end["later"] == {"0": 2, "1": 2}
+
+
+def test_assign_of_a_missing_topic_is_a_typed_error(root):
+    r = _reader(root, assign='{"later": [0]}')
+    with pytest.raises(UnknownTopicError, match="assign names topic.*later.*subscribe"):
+        r.initialOffset()
+
+
 def test_read_committed_stops_at_the_last_stable_offset(tmp_path):
     url = f"file://{tmp_path}/root"
     storage = Storage(url)
@@ -301,3 +324,33 @@ def test_foreach_batch_into_iceberg_is_exactly_once_across_a_crash(spark, root, 
     got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
     assert got == sorted({("orders", p, o) for p in range(3) for o in range(12)})
     assert ice.committed_offsets(tbl) == {("orders", p): 12 for p in range(3)}
+
+
+def test_a_query_started_before_its_topic_exists_reads_it_once_created(spark, tmp_path):
+    """A continuous query subscribed to a topic that does not exist runs empty batches;
+    the topic is created and written to, and the running query delivers the records."""
+    import time
+
+    url = f"file://{tmp_path}/root"
+    storage = Storage(url)
+    create_topic(storage, "other", 1)
+    got = _Collect()
+    q = (spark.readStream.format("kafkastore").option("root", url).option("subscribe", "later")
+         .load().writeStream.trigger(processingTime="200 milliseconds")
+         .option("checkpointLocation", str(tmp_path / "ckpt")).foreachBatch(got).start())
+    try:
+        for _ in range(600):   # the query is up and planning (no data yet)
+            if q.lastProgress is not None or q.exception() is not None:
+                break
+            time.sleep(0.1)
+        assert q.exception() is None and q.isActive
+        create_topic(storage, "later", 2)
+        _produce(storage, "later", 6, 2)
+        for _ in range(1200):
+            if len(got.records()) >= 6 or q.exception() is not None:
+                break
+            time.sleep(0.1)
+    finally:
+        q.stop()
+    assert q.exception() is None
+    assert sorted(got.records()) == sorted(("later", i % 2, i // 2) for i in range(6))
