@@ -422,6 +422,54 @@ def test_a_kafka_client_reads_the_job_through_serve(spark, tmp_path):
     assert sorted(got) == sorted(_rows(60))
 
 
+# --------------------------------------------------------------------------- speculation
+
+def test_speculative_attempts_both_finishing_or_still_running_add_nothing(tmp_path):
+    """Speculation, through the sink's DataSourceWriter API called as Spark calls it
+    (``spark.speculation`` is a start-up setting of the SparkContext, and Spark never
+    speculates in local mode, so the one shared session cannot run it). The writer is
+    built by ``DataSource.writer``, pickled to each attempt, and each attempt's commit
+    message pickled back. Task 0 runs twice and both attempts finish; Spark passes the
+    first one's message. Task 1's speculative copy is still appending when the driver
+    commits. Every record is readable exactly once; the losers' records are aborted."""
+    import pickle
+
+    import pyarrow as pa
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from pipelines.topic_sink import batch_writer
+
+    root = _root(tmp_path, partitions=2)
+    schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
+    driver = batch_writer({"root": root, "topic": "out"}, schema, False)
+
+    def rows(lo, hi):
+        return pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(lo, hi)],
+                                           "value": [f"v{i}" for i in range(lo, hi)]})
+
+    def attempt(batches):
+        task = pickle.loads(pickle.dumps(driver))          # what an executor gets
+        return pickle.loads(pickle.dumps(task.write(iter(batches))))   # what comes back
+
+    task0 = attempt([rows(0, 10), rows(10, 20)])
+    task0_copy = attempt([rows(0, 10), rows(10, 20)])      # finishes too; Spark drops it
+    task1 = attempt([rows(20, 30), rows(30, 40)])
+    assert task0.result.producer_id != task0_copy.result.producer_id
+
+    def still_running():
+        yield rows(20, 30)
+        driver.commit([task0, task1])   # the job commits while this copy is mid-task
+        yield rows(30, 40)
+
+    with pytest.raises(TopicSinkError, match="ended without this attempt"):
+        attempt(still_running())
+    assert _values(_consume(root, "out")) == sorted(f"v{i}" for i in range(40))
+    # The losers' records were written (task 0's copy: 20; task 1's: 10 before the commit
+    # and 10 after, when buffered appends flush with its abort) and aborted.
+    assert len(_consume(root, "out", "read_uncommitted")) == 40 + 20 + 20
+    assert _open(root, "out") == []
+
+
 # --------------------------------------------------------------------------- all partitions or none
 
 def _child_commit_killed(root: str, results: str) -> None:
