@@ -13,6 +13,10 @@ of the Airflow process. DAGs (see docs/airflow.md):
   leaves the tag where it was), then, for upsert tables or entries with
   ``maintain: true``, ``maintain`` (``kafkastore maintain``: small files into
   target-sized ones, one snapshot carrying the offsets; nothing if none is small).
+* ``kafkastore_load_<template>``, one per ``loads`` entry of many tables (a
+  ``topic_pattern`` or a ``route_field`` with a ``table_template``): one ``load`` of
+  every table (each its own exactly-once commit; new matching topics load on the next
+  run), then ``validate`` mapped over the tables, one result per table.
 * ``kafkastore_compaction`` on ``compaction.schedule``: one mapped task per
   compacted topic under the root.
 * ``kafkastore_retention`` on ``retention.schedule``: one mapped task per topic.
@@ -195,9 +199,59 @@ def make_load_dag(entry: dict, shared_table: bool = False):
     return load_dag()
 
 
+def make_many_load_dag(entry: dict):
+    """``kafkastore_load_<template>`` for a ``loads`` entry of many tables (a
+    ``topic_pattern`` or a ``route_field``): one load task for every table (each its own
+    exactly-once commit), then one mapped ``validate`` per table it loaded."""
+    from pipelines.spec.topic_routing import ManyLoadSpec
+
+    many = ManyLoadSpec.from_entry(entry)
+    when = many.base
+    dag_id = _dag_id("kafkastore_load_", many.name)
+    source = (f"topics matching `{many.topic_pattern}`" if many.topic_pattern
+              else f"topic `{many.topic}`")
+    route = f", routed by `{many.route_field}`" if many.route_field else ""
+
+    @dag(dag_id=dag_id, schedule=_schedule(when.get("schedule", "@hourly")),
+         start_date=_start_date(when.get("start_date")), catchup=bool(when.get("catchup", False)),
+         max_active_runs=1, default_args=_retry_args(when), tags=["kafkastore", "load"],
+         doc_md=f"Load {source} into the tables `{many.table_template}` names{route} (records "
+                f"with timestamp before the end of the data interval), then validate each.")
+    def load_many_dag():
+        @task(task_id="load")
+        def load(**context) -> list[dict]:
+            from pipelines.jobs.load import load_many_for_interval
+
+            start, end = _interval(context)
+            result = load_many_for_interval(
+                CFG.root, CFG.warehouse, entry, _ms(end),
+                warehouse_run_id(dag_id, "many", start, end), catalog=CFG.catalog or None,
+                storage_options=CFG.storage_options or None, **_spark_args())
+            return result["tables"]
+
+        @task(task_id="validate", retries=1, map_index_template="{{ kafkastore_table }}")
+        def validate(summary: dict, **context):
+            get_current_context()["kafkastore_table"] = summary["table"]   # names the task
+            start, end = _interval(context)
+            return _validate(summary["table"], summary.get("snapshot_id"), (_ms(start), _ms(end)))
+
+        validate.expand(summary=load())
+
+    return load_many_dag()
+
+
+def _many(entry: dict) -> bool:
+    from pipelines.spec.topic_routing import is_many_entry
+
+    return is_many_entry(entry)
+
+
 _TABLES = [e.get("table") for e in CFG.loads]
 for _entry, _table in zip(CFG.loads, _TABLES):
-    _d = make_load_dag(_entry, shared_table=_TABLES.count(_table) > 1)
+    if _many(_entry):
+        _d = make_many_load_dag(_entry)
+    else:
+        _d = make_load_dag(_entry, shared_table=_TABLES.count(_table) > 1)
     globals()[_d.dag_id] = _d
 
 

@@ -696,7 +696,7 @@ def load_many(spark, request: ManyLoadRequest) -> ManyLoadSummary:
     from kafkastore.errors import KafkaStoreError
     from kafkastore.topics import list_topics
 
-    from ..spec.topic_routing import matching_topics
+    from .routing import matching_topics
 
     many = request.spec
     storage = Storage(request.root, request.storage_options)
@@ -741,8 +741,8 @@ def _route_jobs(spark, request: ManyLoadRequest, storage: Storage, topic: str):
     plans = plan_load(storage, topic, committed, until=request.until_for(topic),
                       on_data_loss=probe.on_data_loss)
     until = until_limit(topic, {pl.partition: pl.range.until_offset for pl in plans})
-    counts = _route_value_counts(spark, request, probe, [pl.range for pl in plans
-                                                         if not pl.empty])
+    counts = route_value_counts(spark, request.root, request.storage_options, probe,
+                                many.route_field, [pl.range for pl in plans if not pl.empty])
     seen = {v for v in counts if v is not None}
     if many.route_values is not None:
         values = set(many.route_values)
@@ -812,25 +812,25 @@ def _create_route_table(wh: ice.Warehouse, spec: LoadSpec, many, value) -> None:
             txn.set_properties(**{ROUTE_PROPERTY: mark})
 
 
-def _route_value_counts(spark, request: ManyLoadRequest, spec: LoadSpec,
-                        ranges: list[OffsetRange]) -> dict[Any, int]:
-    """``{value: records}`` of the route field over ``ranges`` (None: a null value or a
-    record that does not decode)."""
+def route_value_counts(spark, root: str, storage_options, spec, field: str,
+                       ranges: list[OffsetRange]) -> dict[Any, int]:
+    """``{value: records}`` of the route ``field`` over ``ranges``, decoded as ``spec``
+    says (None: a null value or a record that does not decode)."""
     from pyspark.sql import functions as F
 
     from ..source.planning import plan_tasks
-    from ..spec.route_filter import ERROR_COLUMN, RouteFilter
+    from ..spec.route_filter import ERROR_COLUMN
+    from .routing import check_column
     from .write_engine import _decoded_frame
 
-    splits = plan_tasks(Storage(request.root, request.storage_options), ranges,
+    splits = plan_tasks(Storage(root, storage_options), ranges,
                         spark.sparkContext.defaultParallelism, None)
     if not splits:
         return {}
-    frame, _split = _decoded_frame(kafka_frame(spark, request.root, splits,
-                                               request.storage_options), spec.decode_options())
-    field_ = request.spec.route_field
-    RouteFilter(field_, ()).apply(frame.limit(0))   # a missing column: one-line ConfigError
-    value = F.when(F.col(ERROR_COLUMN).isNull(), F.col(field_).cast("string"))
+    frame, _split = _decoded_frame(kafka_frame(spark, root, splits, storage_options),
+                                   spec.decode_options())
+    check_column(frame, field)
+    value = F.when(F.col(ERROR_COLUMN).isNull(), F.col(field).cast("string"))
     rows = frame.select(value.alias("v")).groupBy("v").count().collect()
     return {r["v"]: int(r["count"]) for r in rows}
 

@@ -79,7 +79,9 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
             detail = _json_schema_text(opts) if split else None
         frame = _headers_never_null(frame)
         if spec.route is not None:   # a route-by-field load: this table's records only
-            frame = spec.route.apply(frame)
+            from .routing import route_rows
+
+            frame = route_rows(frame, spec.route)
         fn = file_writer(target, run_id=run_id, split_dead_letters=split,
                          json_schema=detail, counter=counter)
         rows = frame.mapInArrow(fn, DESCRIPTOR_DDL).collect()

@@ -1,7 +1,8 @@
 """Which records of a route-by-field load one table takes (:mod:`pipelines.spec.topic_routing`).
 
 A :class:`RouteFilter` rides on the table's :class:`~pipelines.spec.load_spec.LoadSpec`
-(``spec.route``) and the write engine applies it to the decoded frame, so a table's
+(``spec.route``) and the write engine applies it to the decoded frame
+(:func:`pipelines.jobs.routing.route_rows`), so a table's
 files hold only its rows while its snapshot records the whole offset range (each table
 carries its own offsets: exactly once per table).
 """
@@ -22,16 +23,3 @@ class RouteFilter:
     field: str
     values: tuple[str, ...]
     others: bool = False
-
-    def apply(self, frame):
-        """``frame`` (decoded columns and ``__error``) cut to this table's rows."""
-        from pyspark.sql import functions as F
-
-        if self.field not in frame.columns:
-            from kafkastore.errors import ConfigError
-
-            raise ConfigError(f"--route-field {self.field!r} is not a column of the decoded "
-                              f"records (columns: {sorted(c for c in frame.columns if not c.startswith('__'))})")
-        value = F.col(self.field).cast("string")
-        listed = value.isNotNull() & value.isin(list(self.values)) & F.col(ERROR_COLUMN).isNull()
-        return frame.where(~listed if self.others else listed)

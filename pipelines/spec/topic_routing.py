@@ -37,8 +37,6 @@ from .table_layout import table_identifier
 MANY_KEYS = MANY_TABLE_KEYS
 #: The table property marking a table a route-by-field load writes (its value: the field).
 ROUTE_PROPERTY = "kafkastore.load.route-field"
-#: Spark's Kafka source subscribes through the consumer's pattern subscription, which
-#: leaves out Kafka's internal topics; kafkastore's own are these names.
 _JAVA_NAMED_GROUP = re.compile(r"\(\?<(?![=!])")
 
 
@@ -51,15 +49,6 @@ def compile_topic_pattern(pattern: str) -> re.Pattern:
         return re.compile(_JAVA_NAMED_GROUP.sub("(?P<", pattern))
     except re.error as exc:
         raise ConfigError(f"bad --topic-pattern {pattern!r}: {exc}") from None
-
-
-def matching_topics(pattern: str, topics: Iterable[str]) -> list[str]:
-    """The topics whose whole name matches ``pattern`` (Spark's ``subscribePattern``:
-    Java's ``Pattern.matcher(name).matches()``), internal topics left out, sorted."""
-    from kafkastore.topics import is_internal_topic
-
-    rx = compile_topic_pattern(pattern)
-    return sorted(t for t in topics if rx.fullmatch(t) and not is_internal_topic(t))
 
 
 def identifier_part(value: Any) -> str:

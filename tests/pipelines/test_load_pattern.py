@@ -12,8 +12,8 @@ from kafkastore.errors import (ConfigError, TableNameCollisionError,
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
 from pipelines.jobs.load import ManyLoadRequest, load_many
-from pipelines.spec.topic_routing import (identifier_part, matching_topics, render_table,
-                                          tables_by_source)
+from pipelines.jobs.routing import matching_topics
+from pipelines.spec.topic_routing import identifier_part, render_table, tables_by_source
 from tests.helpers.loads import (assert_exactly_once, committed, make_topic, produce,
                                  table_offsets)
 
