@@ -111,6 +111,10 @@ class GroupService:
         #: UNSTABLE_OFFSET_COMMIT until the write is done, so a consumer that takes a
         #: partition over never starts from the offset before a commit about to be acked.
         self.pending_commits: dict[str, Counter] = {}
+        #: group -> the newest generation whose metadata is in the log under the group's
+        #: current claim (an offset commit of a newer one waits for it, see
+        #: :meth:`generation_written`).
+        self._written: dict[str, int] = {}
         self._fence_seen = self.registry.fence_epoch
         broker.services.spawn(self._tick_loop())
         broker.services.spawn(self._writer())
@@ -134,6 +138,7 @@ class GroupService:
         self.coordinator.unload(group)
         self.store.release(group)
         self._claims.pop(group, None)
+        self._written.pop(group, None)
 
     def claim(self, group: str) -> GroupClaim | None:
         """The claim the loaded ``group`` is written under (None: not loaded here)."""
@@ -194,6 +199,7 @@ class GroupService:
                 self.coordinator.unload(group)
             self.coordinator.load_group(state)
             self._claims[group] = claim
+            self._written[group] = state.metadata.generation if state.metadata else -1
         return G.NONE
 
     async def ensure_current(self, group: str) -> int:
@@ -251,6 +257,9 @@ class GroupService:
             try:
                 if claim is not None and claim.valid:
                     await self.broker.run(self.store.store_group, meta, claim)
+                    if self._claims.get(meta.group_id) is claim:
+                        self._written[meta.group_id] = max(
+                            self._written.get(meta.group_id, -1), meta.generation)
             except FencedError as exc:
                 log.warning("metadata of group %s not written: %s", meta.group_id, exc)
                 if self._claims.get(meta.group_id) is claim:
@@ -259,6 +268,24 @@ class GroupService:
                 log.warning("could not persist metadata of group %s", meta.group_id, exc_info=True)
             finally:
                 self._writes.task_done()
+
+    async def generation_written(self, group: str, generation: int,
+                                 claim: GroupClaim | None) -> int:
+        """NONE once the metadata of ``generation`` is in the log under ``claim`` (waiting for
+        the queued metadata writes if it is not yet), else the error for an offset commit of
+        that generation: NOT_COORDINATOR if the group was dropped meanwhile,
+        COORDINATOR_NOT_AVAILABLE (retriable) if the write failed.
+
+        SyncGroup is answered before its generation's metadata is written (a client that
+        gives up on a late answer never rejoins), so a commit of the new generation could
+        otherwise reach the log first: a coordinator that loads the group then would see the
+        older generation and take commits from its zombies."""
+        if generation < 0 or self._written.get(group, -1) >= generation:
+            return G.NONE
+        await self.flush()
+        if claim is None or not claim.valid or self._claims.get(group) is not claim:
+            return G.NOT_COORDINATOR
+        return G.NONE if self._written.get(group, -1) >= generation else G.COORDINATOR_NOT_AVAILABLE
 
     async def flush(self) -> None:
         """Wait until the group metadata queued so far is written (LeaveGroup answers after it,
@@ -422,10 +449,14 @@ async def handle_offset_commit(ctx: RequestContext, request):
     group = request.group_id
     err = authz.group_error(ctx, Op.READ, group) or await svc.ensure(group)
     claim = svc.claim(group)   # the commit is written only if it still holds then
+    generation = request.generation_id_or_member_epoch
+    instance = getattr(request, "group_instance_id", None)
     if not err:
-        err = svc.coordinator.validate_commit(group, request.generation_id_or_member_epoch,
-                                              request.member_id,
-                                              getattr(request, "group_instance_id", None))
+        err = svc.coordinator.validate_commit(group, generation, request.member_id, instance)
+    if not err and generation >= 0:
+        err = await svc.generation_written(group, generation, claim)
+        if not err:   # the group may have moved on while the metadata was written
+            err = svc.coordinator.validate_commit(group, generation, request.member_id, instance)
     now = svc.coordinator.clock.wall_ms()
     codes: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], OffsetAndMetadata] = {}

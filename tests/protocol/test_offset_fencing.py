@@ -218,3 +218,33 @@ def test_a_partition_with_a_commit_being_written_is_unstable_for_require_stable(
         release.set()
         w.close()
         w2.close()
+
+
+def test_an_acknowledged_commit_of_a_generation_finds_that_generation_in_the_log(broker, root,
+                                                                                 monkeypatch):
+    """SyncGroup is answered before the new generation's metadata is written; an OffsetCommit
+    of that generation is acknowledged only once it is in the log. Otherwise a coordinator
+    that loads the group meanwhile (this one paused, the group moved) sees the previous
+    generation and accepts commits from members that generation removed."""
+    import time
+
+    from kafkastore.protocol.api_groups import service
+
+    w = Wire(broker.bootstrap)
+    try:
+        assert commit(w, "other", -1, "", {0: 1}) == {0: 0}   # the group service is up
+        svc = service(broker.server)
+        original = svc.store.store_group
+
+        def slow_store_group(*args):
+            time.sleep(1.5)   # a slow store under the metadata write
+            return original(*args)
+
+        monkeypatch.setattr(svc.store, "store_group", slow_store_group)
+        member, gen = _join(w, "mg")
+        assert commit(w, "mg", gen, member, {0: 7}) == {0: 0}
+        stored = OffsetsStore(Storage(root)).group("mg")
+        assert stored.offsets[("gt", 0)].offset == 7
+        assert stored.metadata is not None and stored.metadata.generation == gen
+    finally:
+        w.close()
