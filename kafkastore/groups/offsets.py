@@ -356,6 +356,14 @@ class GroupClaim:
     version: int
     authority: int | None
     valid: bool = True
+    #: Whether this coordinator has written the group under this claim (by
+    #: :meth:`OffsetsStore.seal` or any claimed write): from then on, a write under an
+    #: earlier coordinator's claim is refused.
+    sealed: bool = False
+
+
+#: The records of a :meth:`OffsetsStore.seal`, chosen when the write is flushed.
+_SEAL: list = []
 
 
 @dataclass(eq=False)
@@ -363,6 +371,7 @@ class _WriteRequest:
     group: str
     records: list[tuple[bytes, bytes | None]]
     claim: GroupClaim | None = None
+    sealing: bool = False      # a seal: its records are chosen again at each attempt
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -533,6 +542,34 @@ class OffsetsStore:
                     f"{self._versions.get(claim.group)} of {OFFSETS_TOPIC}")
         return None
 
+    def seal(self, claim: GroupClaim) -> bool:
+        """Make ``claim`` the only one a write of the group is accepted under, by writing the
+        group under it once (its metadata record again, or else one of its committed offsets
+        again: the same values, so readers and compaction see nothing new). Loading a group
+        only reads it; a coordinator that loaded it before (paused between its check and its
+        append) could still append a commit after this one answered OffsetFetch. Kafka's
+        new coordinator has a newer leader epoch of the offsets partition; this is the same
+        fence. True when the claim holds (sealed now or before); a group with nothing stored
+        has nothing to seal. :class:`FencedError` when the claim no longer holds."""
+        if not claim.sealed:
+            # The record is chosen when the partition is read for the conditional append
+            # (:meth:`_seal_records`): a write landing in between is never undone.
+            self._write(claim.group, _SEAL, claim)
+        return True
+
+    def _seal_records(self, group: str) -> list[tuple[bytes, bytes | None]]:
+        """The records that seal ``group`` as the cache holds it now (under the lock, just
+        after the refresh the conditional append is based on)."""
+        st = self._groups.get(group)
+        if st is None:
+            return []
+        if st.metadata is not None:
+            return [(encode_group_key(group), encode_group_value(st.metadata))]
+        if st.offsets:
+            (t, p), om = sorted(st.offsets.items())[0]
+            return [(encode_offset_key(group, t, p), encode_offset_value(om))]
+        return []
+
     def groups(self, *, refresh: bool = True) -> list[str]:
         """Every group with metadata or committed offsets, sorted."""
         with self._lock:
@@ -552,7 +589,7 @@ class OffsetsStore:
         With ``claim`` the write is conditional (see the module's "Fencing"):
         :class:`~kafkastore.errors.FencedError` when the claim no longer holds.
         """
-        if not records:
+        if not records and records is not _SEAL:
             return
         req = _WriteRequest(group, records, claim)
         with self._queue_lock:
@@ -598,12 +635,25 @@ class OffsetsStore:
             live = []
             for req in reqs:
                 why = None if req.claim is None else self._fence_reason(req.claim)
-                if why is None:
-                    live.append(req)
-                else:
+                if why is not None:
                     req.error = FencedError(f"write to group {req.group!r} refused: {why}")
                     req.done.set()
-            reqs = live
+                    continue
+                if req.records is _SEAL or req.sealing:
+                    # Sealed by another write meanwhile, or nothing stored to seal: done.
+                    req.sealing = True
+                    req.records = [] if req.claim.sealed else self._seal_records(req.group)
+                    if not req.records:
+                        req.done.set()
+                        continue
+                live.append(req)
+            # A seal beside another write under its claim is that write; the others go
+            # first, so nothing written in this flush is followed by an older value.
+            writing = {id(r.claim) for r in live if not r.sealing and r.claim is not None}
+            for req in [r for r in live if r.sealing and id(r.claim) in writing]:
+                live.remove(req)
+                req.done.set()
+            reqs = sorted(live, key=lambda r: not r.sealing)
             if not reqs:
                 return
             if self._broker is None:
@@ -638,6 +688,7 @@ class OffsetsStore:
                     # Our own record is the group's version now; what others wrote after it
                     # is found by the next check.
                     req.claim.version = base + last[i]
+                    req.claim.sealed = True
                     self._versions[req.group] = max(self._versions.get(req.group, -1), base + last[i])
                 req.done.set()
             # Catch up (our own records included) so the cache matches the log order.

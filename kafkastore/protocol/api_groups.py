@@ -206,24 +206,37 @@ class GroupService:
         """:meth:`ensure`, then check the group's claim against the log (one read of its
         ``__consumer_offsets`` partition): if another coordinator wrote the group meanwhile,
         drop it and load it again, so what is answered is never older than what the log
-        holds (OffsetFetch)."""
+        holds (OffsetFetch). The claim is then sealed (:meth:`OffsetsStore.seal`): a
+        coordinator that loaded the group earlier can no longer append a commit after
+        this answer."""
         err = await self.ensure(group)
         if err:
             return err
         claim = self._claims.get(group)
         try:
             current = claim is not None and await self.broker.run(self.store.claim_current, claim)
+            if not current:
+                log.info("group %s was written by another coordinator: read again", group)
+                self.unload(group)
+                err = await self.ensure(group)
+                if err:
+                    return err
+                claim = self._claims.get(group)
+            if claim is None:
+                return G.COORDINATOR_NOT_AVAILABLE
+            await self.broker.run(self.store.seal, claim)
+            # Offsets written without the group's claim (a transaction's, by its coordinator,
+            # maybe another broker) do not move the claim: answer the log's offsets, just
+            # read (in the I/O pool: the store's lock may be held by a flush).
+            stored = await self.broker.run(lambda: self.store.group(group, refresh=False))
+        except FencedError as exc:
+            log.info("group %s: %s; read again", group, exc)
+            if self._claims.get(group) is claim:
+                self.unload(group)
+            return G.COORDINATOR_NOT_AVAILABLE
         except KafkaStoreError:
             log.warning("cannot read group %s", group, exc_info=True)
             return G.COORDINATOR_NOT_AVAILABLE
-        if not current:
-            log.info("group %s was written by another coordinator: read again", group)
-            self.unload(group)
-            return await self.ensure(group)
-        # Offsets written without the group's claim (a transaction's, by its coordinator,
-        # maybe another broker) do not move the claim: answer the log's offsets, just read.
-        # (In the I/O pool: the store's lock may be held by a flush.)
-        stored = await self.broker.run(lambda: self.store.group(group, refresh=False))
         self.coordinator.set_offsets(group, stored.offsets)
         return G.NONE
 

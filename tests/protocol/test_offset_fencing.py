@@ -248,3 +248,28 @@ def test_an_acknowledged_commit_of_a_generation_finds_that_generation_in_the_log
         assert stored.metadata is not None and stored.metadata.generation == gen
     finally:
         w.close()
+
+
+def test_an_offset_fetch_answer_fences_the_coordinator_that_loaded_the_group_before(broker,
+                                                                                   root):
+    """Loading a group only reads it. A coordinator that loaded it before (then paused between
+    its checks and its append) could append a commit after this coordinator answered
+    OffsetFetch from the log without it: the consumer starts below an acknowledged commit.
+    Answering seals the group under this coordinator's claim (as Kafka's new coordinator
+    holds a newer leader epoch), so the earlier one's append is refused."""
+    from kafkastore.errors import FencedError
+
+    w = Wire(broker.bootstrap)
+    try:
+        earlier = OffsetsStore(Storage(root), broker_id=7)
+        _, earlier_claim = earlier.claim("zg")            # it coordinated the group first
+        earlier.commit_offsets("zg", {("gt", 0): OffsetAndMetadata(10)}, earlier_claim)
+        assert fetch(w, "zg") == (0, {0: 10, 1: -1})      # this one loads it and answers
+        with pytest.raises(FencedError):
+            earlier.commit_offsets("zg", {("gt", 0): OffsetAndMetadata(30)}, earlier_claim)
+        assert OffsetsStore(Storage(root)).group("zg").offsets[("gt", 0)].offset == 10
+        assert fetch(w, "zg") == (0, {0: 10, 1: -1})
+        assert commit(w, "zg", -1, "", {0: 12}) == {0: 0}
+        assert fetch(w, "zg") == (0, {0: 12, 1: -1})
+    finally:
+        w.close()
