@@ -25,6 +25,18 @@ lapsed (:meth:`~kafkastore.protocol.brokers.BrokerRegistry.fence_if_lapsed`) dro
 every loaded group and queued metadata write before it serves a group request, and
 renews its registration; OffsetFetch checks the claim against the log before it
 answers, so it never serves offsets older than a commit another broker acknowledged.
+
+What an offset commit is conditional on (as Kafka's GroupCoordinator): the member,
+generation and instance id of the group's current state (OffsetCommit and
+TxnOffsetCommit alike; generation -1 without a member only for a group without members);
+for a generation >= 0, that generation's metadata being in the log under the claim (SyncGroup
+is answered before it is written); and the claim itself at the conditional append.
+OffsetFetch answers the offsets the log holds (a transaction's offsets are written by its
+coordinator without the group's claim), only from the group as loaded under the claim its
+waits ended with (a group dropped meanwhile is read again, never answered as "no offset"),
+answers UNSTABLE_OFFSET_COMMIT under require_stable for partitions with a commit being
+written, and first seals the group under its claim (:meth:`OffsetsStore.seal`), so a
+coordinator that loaded the group before can no longer append behind the answer.
 """
 from __future__ import annotations
 
