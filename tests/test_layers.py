@@ -192,6 +192,7 @@ def test_the_dag_file_parses_without_the_jobs_spark_or_iceberg(tmp_path):
             "or (m.startswith('pipelines.') and m not in "
             "{'pipelines.config', 'pipelines.load_spec', 'pipelines.table_layout', 'pipelines.spec', "
             "'pipelines.spec.job_config', 'pipelines.spec.load_spec', 'pipelines.spec.table_layout', "
+            "'pipelines.spec.topic_routing', "
             "'pipelines.warehouse', 'pipelines.warehouse.properties'}))))")
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,

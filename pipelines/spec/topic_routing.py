@@ -30,13 +30,12 @@ from typing import Any, Iterable, Mapping
 
 from kafkastore.errors import ConfigError, TableNameCollisionError
 
+from ..warehouse.properties import ROUTE_PROPERTY  # noqa: F401  (re-exported)
 from .load_spec import MANY_TABLE_KEYS, LoadSpec
 from .table_layout import table_identifier
 
 #: The keys of a ``loads:`` entry that make it a load of many tables.
 MANY_KEYS = MANY_TABLE_KEYS
-#: The table property marking a table a route-by-field load writes (its value: the field).
-ROUTE_PROPERTY = "kafkastore.load.route-field"
 _JAVA_NAMED_GROUP = re.compile(r"\(\?<(?![=!])")
 
 

@@ -30,6 +30,9 @@ TABLE_PROPERTIES = {**NO_BLIND_RETRY, FORMAT_VERSION_PROPERTY: "2",
 MODE_PROPERTY = "kafkastore.mode"
 #: The upsert key columns, comma-separated (``key`` = the Kafka key).
 KEY_COLUMNS_PROPERTY = "kafkastore.key-columns"
+#: A table of a route-by-field load: JSON ``{"field", "template", "value"}`` (value null:
+#: the route's default table); later runs of the route find its tables by it.
+ROUTE_PROPERTY = "kafkastore.route"
 
 #: How a table is loaded, remembered in its own Iceberg table properties so that
 #: ``reprocess``, ``maintain``, the next ``load`` and the DAGs' reruns decode and lay
