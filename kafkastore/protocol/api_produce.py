@@ -48,13 +48,14 @@ async def handle_produce(ctx: RequestContext, request):
         missing = [n for n, m in metas.items() if m is MISSING]
         if missing:
             metas.update(await ctx.run(_lookup, broker, missing))
+        guards: dict = {}   # the verified batches' conditions at their commit (api_txn.append_guard)
         refused = await api_txn.verify_produce(ctx, getattr(request, "transactional_id", None),
-                                               api_txn.transactional_batches(request))
+                                               api_txn.transactional_batches(request), guards)
         if old_format:
             refused = {**(refused or {}), **old_format}
         if prev is not None and not prev.done():
             await prev
-        pending = _submit(broker.appender, request, metas, refused, denied)
+        pending = _submit(broker.appender, request, metas, refused, denied, guards)
     finally:
         if mine is not None:
             mine.set_result(None)
@@ -99,7 +100,7 @@ def _lookup(broker, names: list[str]) -> dict:
     return out
 
 
-def _submit(appender, request, metas, refused=None, denied=None) -> list:
+def _submit(appender, request, metas, refused=None, denied=None, guards=None) -> list:
     """Queue every acceptable batch (synchronous: no await between them); outcomes or futures."""
     acks = request.acks
     pending: list[tuple[str, list[tuple[int, asyncio.Future | Outcome]]]] = []
@@ -138,7 +139,8 @@ def _submit(appender, request, metas, refused=None, denied=None) -> list:
             except BatchRejected as exc:
                 parts.append((pd.index, Outcome(exc.code, message=str(exc))))
                 continue
-            parts.append((pd.index, appender.submit(topic.name, pd.index, bytes(data), header)))
+            parts.append((pd.index, appender.submit(topic.name, pd.index, bytes(data), header,
+                                                    guard=(guards or {}).get((topic.name, pd.index)))))
         pending.append((topic.name, parts))
     return pending
 

@@ -674,12 +674,17 @@ def _verify(cur: T.TxnMetadata | None, tp, pid: int, epoch: int) -> tuple[int, s
 
 
 async def verify_produce(ctx: RequestContext, tid: str | None,
-                         batches: dict[tuple[str, int], tuple[int, int]]) -> dict:
+                         batches: dict[tuple[str, int], tuple[int, int]],
+                         guards: dict | None = None) -> dict:
     """Transactional batches are accepted only from the id's current producer and epoch, for
     partitions added to its open transaction (else a producer could leave a transaction no
     coordinator knows, holding back read_committed for ever). ``{(topic, partition): (error
-    code, message)}`` of the refused ones. The stored state is re-read only when the cached
-    one refuses (the first batch of each partition of a transaction, mostly)."""
+    code, message)}`` of the refused ones.
+
+    ``guards``, when given, receives for each accepted partition the condition its append
+    must still meet at the commit itself (:func:`append_guard`): the check here and the
+    append are apart in time (a paused broker, a slow commit), and the transaction may end
+    in between."""
     if not batches:
         return {}
     if tid is None or _bad_tid(tid):
@@ -692,7 +697,32 @@ async def verify_produce(ctx: RequestContext, tid: str | None,
         cur = await ctx.run(svc.store.get, tid)
     except KafkaStoreError as exc:
         return dict.fromkeys(batches, (56, f"cannot read the transaction's state: {exc}"))
-    return {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
+    refused = {tp: e for tp, (pid, ep) in batches.items() if (e := _verify(cur, tp, pid, ep))}
+    if guards is not None:
+        for tp, (pid, ep) in batches.items():
+            if tp not in refused:
+                guards[tp] = append_guard(svc.store, tid, tp, pid, ep, cur.txn_start_ms)
+    return refused
+
+
+def append_guard(store: TxnStore, tid: str, tp: tuple[str, int], pid: int, epoch: int,
+                 txn_start_ms: int) -> Callable[[object], bool]:
+    """The condition a verified transactional batch must meet when its append would open a
+    transaction at ``tp`` (Kafka's KIP-890 verification guard): the coordinator's stored
+    state is still the transaction that was verified (Ongoing, same producer id, epoch and
+    start, with ``tp``). Asked by the appender at each attempt of the partition's
+    conditional commit (blocking: one read of the id's state), so a marker that ended the
+    transaction first makes the next attempt see the ended state and refuse the batch: it
+    would otherwise open a transaction of that epoch no coordinator knows, which the
+    producer's next marker there would end, committing records the client saw aborted."""
+    def guard(_partition_state) -> bool:
+        try:
+            cur = store.get(tid)
+        except KafkaStoreError:
+            return False   # unknown: refused (the client retries; nothing is torn)
+        return _verify(cur, tp, pid, epoch) is None and cur.txn_start_ms == txn_start_ms
+
+    return guard
 
 
 def service(broker) -> TxnService:

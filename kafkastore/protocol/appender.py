@@ -209,15 +209,19 @@ class Appender:
         return max(0.0, self.server.options.commit_interval_ms / 1000)
 
     def submit(self, topic: str, partition: int, data: bytes, header: BatchHeader,
-               wait: bool = True) -> asyncio.Future:
+               wait: bool = True, guard: "Callable[[ProducerState | None], bool] | None" = None
+               ) -> asyncio.Future:
         """Queue one checked batch; the future gives its :class:`Outcome` once committed.
 
         Synchronous (no await), so batches queue in the order their requests arrived.
+        ``guard``, for a transactional batch: asked at each attempt of the commit when the
+        batch would open a transaction at the partition; False refuses it (INVALID_TXN_STATE:
+        its transaction ended since it was verified, see ``api_txn.append_guard``).
         """
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         tp = (topic, partition)
-        self._queues.setdefault(tp, []).append(_Item(data, header, fut))
+        self._queues.setdefault(tp, []).append(_Item(data, header, fut, guard=guard))
         if tp not in self._workers:
             self._wake[tp] = asyncio.Event()
             self._workers[tp] = loop.create_task(self._worker(tp))
@@ -343,7 +347,8 @@ class Appender:
             except (CorruptRecordError, CompressionError) as exc:
                 outcomes[i] = Outcome(E.CORRUPT_MESSAGE, message=str(exc))
                 continue
-            prepared.append(_Prepared(i, data, header, min_ts, now if log_append else -1))
+            prepared.append(_Prepared(i, data, header, min_ts, now if log_append else -1,
+                                      guard=item.guard))
         if not prepared:
             return outcomes, None
 
@@ -391,6 +396,14 @@ class Appender:
                                                           offset + h.last_offset_delta,
                                                           h.max_timestamp))
                     if h.is_transactional and st.txn_first_offset is None:
+                        # Opens a transaction here: only while the one it was verified for
+                        # is still open at its coordinator (a marker may have ended it since).
+                        if p.guard is not None and not p.guard(producers.get(h.producer_id)):
+                            planned[p.index] = Outcome(E.INVALID_TXN_STATE, message=(
+                                f"the transaction of producer {h.producer_id} epoch "
+                                f"{h.producer_epoch} ended before this batch was appended"),
+                                log_start_offset=m.log_start_offset)
+                            continue
                         st = replace(st, txn_first_offset=offset)
                     producers[h.producer_id] = changed[h.producer_id] = st
                 planned[p.index] = Outcome(E.NONE, offset, p.append_time, m.log_start_offset)
