@@ -46,7 +46,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 from .clock import Clock, as_clock
 from .errors import (BucketNotFoundError, CommitConflict, ConfigError, KafkaStoreError,
                      ObjectNotFoundError, StorageError, StoragePermissionError)
-from .threads import shared_pool
+from .threads import HOUSEKEEPING, current_lane, foreground_io, shared_pool, yield_to_foreground
 
 # fsspec's memory store is one dict per process. Its listings copy the dict first, but a
 # garbage collection inside that copy can run Python code (finalizers, gc callbacks) and so
@@ -186,8 +186,31 @@ def _fsync_dir(directory: str) -> None:
 
 
 def _fsync_pool():
-    """A few threads for :func:`_all_done`: side-by-side fsyncs, and writes that end in one."""
+    """A few threads for :func:`_all_done`: side-by-side fsyncs, and writes that end in one
+    (housekeeping's own twin of the pool in its lane: see :mod:`kafkastore.threads`)."""
     return shared_pool("fsync", 4)
+
+
+#: The verbs of :meth:`Storage._failures` that write: the ack path's are marked in flight.
+_WRITE_VERBS = frozenset({"write", "create"})
+
+
+@contextlib.contextmanager
+def _io_turn(verb: str):
+    """One storage call's turn: in the housekeeping lane it first lets the ack path's writes
+    in flight pass (bounded: :func:`kafkastore.threads.yield_to_foreground`), so housekeeping
+    runs in the gaps between produce commits; a write of the default lane is marked in
+    flight for as long as it runs. A housekeeping commit's create does not wait: it holds
+    the partition's commit turn, which the ack path's next commit waits for."""
+    if current_lane() == HOUSEKEEPING:
+        if verb != "create":
+            yield_to_foreground()
+        yield
+    elif verb in _WRITE_VERBS:
+        with foreground_io():
+            yield
+    else:
+        yield
 
 
 def _fsync_all(fds: list[int]) -> None:
@@ -252,6 +275,7 @@ def _write_durably(tmp: str, data) -> None:
     try:
         try:
             _write_all(fd, data)
+            yield_to_foreground()   # housekeeping's fsync waits for the ack path's to pass
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -318,6 +342,8 @@ class Storage:
         #: retries and reads back what it cannot tell (docs/DESIGN.md section 9).
         self._commit_fs = self.fs if fs is not None or self.protocol != "s3" else _bounded_s3(
             self.storage_options)
+        self._housekeeping: "Storage | None" = None
+        self._housekeeping_lock = threading.Lock()
         if self.protocol == "file" and create:  # read-only users pass create=False
             try:
                 os.makedirs(self._base, exist_ok=True)
@@ -330,6 +356,29 @@ class Storage:
     def __reduce__(self):
         # Storage objects travel to Spark executors: rebuild from URL and options.
         return (Storage, (self.url, self.storage_options))
+
+    def for_housekeeping(self) -> "Storage":
+        """The storage background housekeeping (merging, gc) works through: on S3 a twin of
+        this one with its own clients, connection pools and event-loop thread
+        (:func:`_housekeeping_loop`), so a merge's gets and puts and gc's deletes never queue
+        in front of a produce commit's requests; elsewhere (and with an injected filesystem,
+        which tests wrap faults around) this storage itself. Same root, options and clock:
+        its commits are the same conditional creates through the same commit engine, and a
+        manifest store on it shares this process's cached heads and commit turns."""
+        if self.protocol != "s3" or self._commit_fs is self.fs:
+            return self
+        with self._housekeeping_lock:
+            twin = self._housekeeping
+            if twin is None or twin._pid != os.getpid():
+                loop = _housekeeping_loop()
+                options = dict(self.storage_options)
+                options.setdefault("use_listings_cache", False)
+                fs = _open_s3(self.url, options, loop=loop)
+                twin = Storage(self.url, self.storage_options, fs=fs, clock=self.clock)
+                twin._commit_fs = _bounded_s3(self.storage_options, loop=loop)
+                twin._pid = os.getpid()
+                self._housekeeping = twin
+            return twin
 
     def require_root(self) -> None:
         """Raise :class:`StorageError` if the root's bucket does not exist (object stores),
@@ -398,7 +447,8 @@ class Storage:
         :class:`ObjectNotFoundError`; "not found" from a bucket that does not exist into
         :class:`BucketNotFoundError`. Caller bugs and our own errors pass through."""
         try:
-            with _MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED:
+            with _io_turn(verb), \
+                    (_MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED):
                 yield
         except Exception as exc:
             if bucket_check and isinstance(exc, FileNotFoundError):
@@ -617,20 +667,50 @@ COMMIT_PUT_S3_CONFIG = {"connect_timeout": 3, "read_timeout": 5,
 MAX_COMMIT_PUT_S = 2 * (3 + 5) + 1
 
 
-def _bounded_s3(storage_options: dict[str, Any]):
-    """An s3fs filesystem like the storage's, with bounded retries and timeouts for commits."""
+def _bounded_s3(storage_options: dict[str, Any], *, loop=None):
+    """An s3fs filesystem like the storage's, with bounded retries and timeouts for commits
+    (on event loop ``loop``, a fresh instance; default: fsspec's shared loop and instance)."""
     options = dict(storage_options)
     options.setdefault("use_listings_cache", False)
     config = dict(options.get("config_kwargs") or {})
     for key, value in COMMIT_PUT_S3_CONFIG.items():
         config[key] = value
     options["config_kwargs"] = config
-    try:
-        fs = fsspec.filesystem("s3", **options)
-    except (ImportError, TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot open storage: {exc}") from None
+    fs = _open_s3("", options, loop=loop)
     fs.retries = 1   # s3fs's own retry loop around botocore's: one pass only
     return fs
+
+
+def _open_s3(url: str, options: dict[str, Any], *, loop=None):  # url: for the error only
+    """An s3fs filesystem; with ``loop``, a fresh instance (its own clients and connection
+    pool) whose requests run on that event loop."""
+    if loop is not None:
+        options = {**options, "loop": loop, "skip_instance_cache": True}
+    try:
+        return fsspec.filesystem("s3", **options)
+    except (ImportError, TypeError, ValueError) as exc:
+        where = f" {url!r}" if url else ""
+        raise ConfigError(f"cannot open storage{where}: {exc}") from None
+
+
+_HK_LOOP: list = [None, None]   # [pid, event loop] of housekeeping's S3 requests
+_HK_LOOP_LOCK = threading.Lock()
+
+
+def _housekeeping_loop():
+    """This process's event loop for housekeeping's S3 requests, on a daemon thread of its
+    own (``kafkastore-housekeeping-io``): fsspec runs every request of its filesystems on
+    one shared loop thread, where a merge's megabytes and gc's deletes would queue in front
+    of a produce commit's put."""
+    import asyncio
+
+    with _HK_LOOP_LOCK:
+        if _HK_LOOP[0] != os.getpid():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="kafkastore-housekeeping-io",
+                             daemon=True).start()
+            _HK_LOOP[:] = [os.getpid(), loop]
+        return _HK_LOOP[1]
 
 
 def _mtime(info: dict) -> float:

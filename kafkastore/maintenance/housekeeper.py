@@ -22,7 +22,7 @@ from typing import Callable
 from ..errors import UnknownTopicError
 from ..manifest import Manifest, ManifestStore
 from ..storage import Storage
-from ..threads import shared_pool
+from ..threads import HOUSEKEEPING, in_lane, shared_pool
 from ..topics.admin import load_topic
 from ..topics.topic_config import TopicConfig
 # gc and merge are called through their modules (a profiler's wrapper of a function there is
@@ -43,6 +43,12 @@ class Housekeeper:
     (``gc_workers`` threads), so a long gc never holds merging up; a partition never has
     two merge jobs, nor two gc runs, at once (a merge and a gc of one partition may run
     side by side: gc is safe next to any writer). :meth:`poke` is cheap and never blocks on I/O.
+
+    Every job runs in the housekeeping lane (:mod:`kafkastore.threads`) and through
+    :attr:`io_storage` (:meth:`Storage.for_housekeeping`): the pools its uploads and fsyncs
+    use, and on S3 its clients, connections and event-loop thread, are not the ones a
+    produce commit waits on, so housekeeping stays off the ack path. Its commits are
+    conditional creates through the same commit engine as every writer's.
     """
 
     #: Runs one merge job takes at most. A job's uploads must commit within half the gc
@@ -55,6 +61,8 @@ class Housekeeper:
                  min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
                  gc_workers: int = 1, writer: str = "housekeeping"):
         self.storage = storage
+        #: What the jobs read, upload, delete and commit through (see the class docstring).
+        self.io_storage = storage.for_housekeeping()
         self.clock = clock or storage.clock.wall_ms
         self.gc_interval_ms = gc_interval_ms
         self.fan_in = fan_in
@@ -90,7 +98,7 @@ class Housekeeper:
         now = self.clock()
         hit = self._configs.get(topic)
         if hit is None or now - hit[0] >= self.gc_interval_ms:
-            hit = self._configs[topic] = (now, load_topic(self.storage, topic).config)
+            hit = self._configs[topic] = (now, load_topic(self.io_storage, topic).config)
         return hit[1]
 
     def poke(self, topic: str, partition: int, manifest: Manifest | None = None) -> bool:
@@ -151,7 +159,7 @@ class Housekeeper:
 
     def _submit(self, pool: str, workers: int, job, tp: tuple[str, int], busy: set) -> bool:
         try:
-            shared_pool(pool, workers).submit(job, tp)
+            shared_pool(pool, workers).submit(_in_housekeeping_lane, job, tp)
         except RuntimeError:  # interpreter shutting down
             with self._lock:
                 busy.discard(tp)
@@ -164,7 +172,7 @@ class Housekeeper:
         topic, partition = tp
         while True:
             try:
-                report = merge.merge_partition(self.storage, topic, partition,
+                report = merge.merge_partition(self.io_storage, topic, partition,
                                          config=self._config(topic), fan_in=self.fan_in,
                                          min_segments=self.min_segments, writer=self.writer,
                                          max_runs=self.max_runs_per_job)
@@ -197,9 +205,9 @@ class Housekeeper:
         and at most :attr:`gc_workers` gc runs at once in the process."""
         topic, partition = tp
         try:
-            gc.require_clock_agreement(self.storage)   # a clock ahead would delete live files
+            gc.require_clock_agreement(self.io_storage)   # a clock ahead would delete live files
             now = self.clock()
-            gc_report = gc.collect_garbage(self.storage, topic, partition, now_ms=now)
+            gc_report = gc.collect_garbage(self.io_storage, topic, partition, now_ms=now)
             self.gc_runs += 1
             self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
                                          or any(gc_report.versions_expired.values())))
@@ -296,6 +304,12 @@ class Housekeeper:
         half way."""
         self._closed = True
         return self.wait(timeout_s) if wait else self.wait(0)
+
+
+def _in_housekeeping_lane(job, tp: tuple[str, int]) -> None:
+    """Run ``job(tp)`` in the housekeeping lane: the pools it asks for are housekeeping's."""
+    with in_lane(HOUSEKEEPING):
+        job(tp)
 
 
 _SHARED: "weakref.WeakKeyDictionary[Storage, Housekeeper]" = weakref.WeakKeyDictionary()
