@@ -18,9 +18,10 @@ from ..errors import CorruptRecordError, KafkaStoreError
 from ..manifest import CorruptMetadataError, Manifest, ManifestStore, SegmentEntry, check_invariants
 from ..storage import Storage
 from ..format.record_batch import BatchHeader, decode_batch
-from ..format.segment import (OffsetOrderError, SegmentOffsetOverflowError, SegmentStats, _find_valid_batch,
-                              _read_batch, _SearchGaveUp, _StatsAccumulator, batch_min_timestamp,
-                              check_indexes, iter_batches)
+from ..format.segment_indexes import check_indexes
+from ..format.segment_scan import (OffsetOrderError, SegmentOffsetOverflowError, _find_valid_batch,
+                                   _read_batch, _SearchGaveUp, iter_batches)
+from ..format.segment_stats import SegmentStats, _StatsAccumulator, batch_min_timestamp
 
 #: Keys of ``expected`` that :func:`verify_segment` compares with the log: the manifest entry's
 #: keys whose ``Field.verify`` is set (:attr:`SegmentEntry.FIELDS`), and after
