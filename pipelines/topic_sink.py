@@ -30,6 +30,10 @@ accepted and ignored. The topic's compression, ``max.message.bytes``, timestamp 
 Exactly once: each task attempt writes one open transaction; the driver's commit makes
 the chosen attempts' transactions readable together and aborts the rest
 (:mod:`pipelines.topic_sink_commit`; docs/DESIGN.md, "Writes into topics").
+
+Progress, as the load prints it: every task prints its records and bytes per partition
+every 10 s and when it ends (the executors' stderr), and the driver's commit one line for
+the job: records and bytes per partition, tasks, markers written, attempts aborted.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from pyspark.sql.types import (ArrayType, BinaryType, DataType, IntegerType, StringType,
                                StructField, StructType, TimestampType)
 
+from kafkastore.clock import SYSTEM
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
@@ -193,6 +198,7 @@ class TopicBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.job = uuid.uuid4().hex
         self.prefix = new_job_prefix()
+        self.started_ms = SYSTEM.wall_ms()   # the commit's progress line: the job's rate
 
     def write(self, iterator: Iterator[Any]) -> TaskMessage:
         """Append this task's rows as an open transaction of this attempt (executor)."""
@@ -201,7 +207,8 @@ class TopicBatchWriter(DataSourceArrowWriter):
     def commit(self, messages) -> None:
         """Commit the chosen attempts' transactions as one job (driver)."""
         commit_job(self._storage(), _results(messages), job=self.job, prefix=self.prefix,
-                   topics=[self.opts.topic] if self.opts.topic else [])
+                   topics=[self.opts.topic] if self.opts.topic else [],
+                   started_ms=self.started_ms)
 
     def abort(self, messages) -> None:
         """Abort every transaction of the job: nothing of it is readable (driver). Spark

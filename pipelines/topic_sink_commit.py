@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from kafkastore.broker import Broker
+from kafkastore.clock import SYSTEM, Clock
 from kafkastore.job_commits import complete
 from kafkastore.errors import (CommitConflict, ConfigError, KafkaStoreError, StorageError,
                                TopicSinkError,
@@ -46,6 +48,8 @@ from kafkastore.errors import (CommitConflict, ConfigError, KafkaStoreError, Sto
 from kafkastore.storage import Storage
 from kafkastore.topics import load_topic
 from kafkastore.transactions import open_transactions
+
+from .progress_line import progress_line
 
 #: Directory under the root holding decision records and attempt notes.
 SINK_DIR = "_sink"
@@ -57,6 +61,8 @@ _PREFIX_BITS = 30
 _ATTEMPT_BITS = 32
 #: Stream decision records kept per sink (a restart replays only the last batch).
 KEEP_STREAM_RECORDS = 20
+#: A task prints its progress line at most this often (and once at its end), as the load.
+PROGRESS_INTERVAL_S = 10.0
 
 
 def new_job_prefix() -> int:
@@ -83,18 +89,72 @@ class TaskResult:
     producer_id: int
     partitions: tuple[tuple[str, int], ...]
     records: int
+    #: ``(topic, partition, records, bytes of keys and values)`` per partition written.
+    sizes: tuple[tuple[str, int, int, int], ...] = ()
+
+
+class _Tally:
+    """Records and key+value bytes per topic-partition, with the progress line of a task
+    (every :data:`PROGRESS_INTERVAL_S` and at its end)."""
+
+    def __init__(self, label: str, out=None, clock: Clock = SYSTEM):
+        self.label, self.out, self.clock = label, out, clock
+        self.records: dict[tuple[str, int], int] = {}
+        self.bytes: dict[tuple[str, int], int] = {}
+        self.started = self.last = clock.monotonic_s()
+
+    def add(self, topic: str, rows, parts, pc) -> None:
+        """Count ``rows`` (an Arrow table) that went to the partitions ``parts``."""
+        import numpy as np
+
+        size = np.zeros(rows.num_rows, dtype=np.int64)
+        for name in ("key", "value"):
+            if name in rows.schema.names:
+                size += np.asarray(pc.fill_null(pc.binary_length(rows.column(name)), 0)
+                                   .to_numpy(zero_copy_only=False), dtype=np.int64)
+        where = np.asarray(parts, dtype=np.int64)
+        counts, sizes = np.bincount(where), np.bincount(where, weights=size)
+        for p in np.flatnonzero(counts):
+            key = (topic, int(p))
+            self.records[key] = self.records.get(key, 0) + int(counts[p])
+            self.bytes[key] = self.bytes.get(key, 0) + int(sizes[p])
+        if self.clock.monotonic_s() - self.last >= PROGRESS_INTERVAL_S:
+            self.print()
+
+    def sizes(self) -> tuple[tuple[str, int, int, int], ...]:
+        return tuple((t, p, n, self.bytes[(t, p)]) for (t, p), n in sorted(self.records.items()))
+
+    def print(self, extra: str = "") -> None:
+        self.last = self.clock.monotonic_s()
+        print_progress(self.label, self.last - self.started, self.sizes(), extra=extra,
+                       out=self.out)
+
+
+def print_progress(label: str, seconds: float, sizes, *, tasks: tuple[int, int] | None = None,
+                   extra: str = "", out=None) -> None:
+    """The load's progress line (:func:`pipelines.progress_line.progress_line`) of
+    ``(topic, partition, records, bytes)`` rows; never fails the write."""
+    records = {f"{t}-{p}": n for t, p, n, _ in sizes}
+    by_bytes = {f"{t}-{p}": b for t, p, _, b in sizes}
+    try:
+        print(progress_line(label, seconds, records, tasks=tasks, sizes=by_bytes, extra=extra),
+              file=out or sys.stderr, flush=True)
+    except Exception:   # progress must never fail a write (a closed stream, say)
+        pass
 
 
 # --------------------------------------------------------------------------- tasks
 
 def write_task(storage: Storage, batches: Iterable[Any], *, prefix: int, task_attempt_id: int,
-               topic: str | None, job: str) -> TaskResult:
+               topic: str | None, job: str, out=None, clock: Clock = SYSTEM) -> TaskResult:
     """Append the rows of Arrow ``batches`` (columns as :meth:`Broker.send_arrow` takes them,
     plus an optional ``topic`` column) as one open transaction of this attempt's producer id.
 
     ``topic`` (the option) wins over the column, as in Spark's Kafka sink. Before the first
     write to a topic the attempt notes the topic (``_sink/<job>/attempts/<pid>.json``), so
-    the driver can find and abort the attempt's transaction even if the attempt fails."""
+    the driver can find and abort the attempt's transaction even if the attempt fails.
+    The task prints the load's progress line (records and bytes per partition) every
+    :data:`PROGRESS_INTERVAL_S` and when it ends, to ``out`` (default: stderr)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -104,6 +164,7 @@ def write_task(storage: Storage, batches: Iterable[Any], *, prefix: int, task_at
     touched: set[tuple[str, int]] = set()
     noted: list[str] = []
     records = 0
+    tally = _Tally(f"write {job} task {task_attempt_id}", out, clock)
     for batch in batches:
         table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
         if table.num_rows == 0:
@@ -117,10 +178,12 @@ def write_task(storage: Storage, batches: Iterable[Any], *, prefix: int, task_at
             parts = broker.send_arrow(name, rows)
             touched.update((name, int(p)) for p in set(parts.tolist()))
             records += rows.num_rows
+            tally.add(name, rows, parts, pc)
             _stop_if_closed(storage, broker, job)
     broker.flush()
     _stop_if_closed(storage, broker, job)
-    return TaskResult(pid, tuple(sorted(touched)), records)
+    tally.print(", done")
+    return TaskResult(pid, tuple(sorted(touched)), records, tally.sizes())
 
 
 def closed_path(job: str) -> str:
@@ -201,14 +264,18 @@ def attempt_note_path(job: str, pid: int) -> str:
 
 def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: str, prefix: int,
                topics: Iterable[str] = (), sink_id: str | None = None,
-               batch_id: int | None = None) -> dict:
+               batch_id: int | None = None, started_ms: int | None = None, out=None,
+               clock: Clock = SYSTEM) -> dict:
     """Make the chosen attempts' transactions readable, all or none; the decision record.
 
     ``results``: one per Spark partition (the attempts Spark chose). ``topics``: topics
     the job may have written besides those in ``results`` (the topic option). With
     ``sink_id`` and ``batch_id`` (a stream), a batch already committed by an earlier run is
     not committed again: this run's transactions are aborted and the earlier record is
-    rolled forward and returned."""
+    rolled forward and returned. Prints the load's progress line for the job (records and
+    bytes per partition, tasks, markers written, attempts aborted) to ``out`` (default:
+    stderr); ``started_ms``: when the job started (wall clock), else the commit's start."""
+    started_ms = clock.wall_ms() if started_ms is None else started_ms
     chosen = [r for r in results if r is not None]
     winners = {r.producer_id for r in chosen}
     all_topics = set(topics) | {t for r in chosen for t, _ in r.partitions}
@@ -225,7 +292,7 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
     else:
         path = job_record_path(job)
         _close(storage, job)   # a losing attempt still appending aborts itself from now on
-    _abort_open(storage, all_topics, prefix, keep=winners)
+    aborted = _abort_open(storage, all_topics, prefix, keep=winners)
     txns = [{"topic": t, "partition": p, "producer_id": r.producer_id,
              "producer_epoch": TASK_EPOCH} for r in chosen for t, p in r.partitions]
     _check_still_open(storage, txns, job)
@@ -233,12 +300,26 @@ def commit_job(storage: Storage, results: Sequence[TaskResult | None], *, job: s
               "sink": sink_id, "batch_id": batch_id,
               "records": sum(r.records for r in chosen), "transactions": txns}
     stored = _put_record(storage, path, record)
-    complete(storage, stored)
+    markers = complete(storage, stored)
     if stored["commit_id"] != record["commit_id"]:  # another run committed the batch meanwhile
         abort_job(storage, job=job, prefix=prefix, topics=all_topics)
     _forget(storage, path, stored, sink_id, batch_id)
     _drop_notes(storage, job)
+    print_progress(f"write {job} committed", (clock.wall_ms() - started_ms) / 1000,
+                   _job_sizes(chosen), tasks=(len(chosen), len(results)),
+                   extra=f", markers {markers}, attempts aborted {aborted}", out=out)
     return stored
+
+
+def _job_sizes(chosen: Sequence[TaskResult]) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, records, bytes)`` of the chosen attempts, summed per partition."""
+    total: dict[tuple[str, int], list[int]] = {}
+    for r in chosen:
+        for t, p, n, b in r.sizes:
+            acc = total.setdefault((t, p), [0, 0])
+            acc[0] += n
+            acc[1] += b
+    return [(t, p, n, b) for (t, p), (n, b) in sorted(total.items())]
 
 
 def abort_job(storage: Storage, *, job: str, prefix: int, topics: Iterable[str] = (),

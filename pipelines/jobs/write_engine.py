@@ -16,6 +16,7 @@ from kafkastore.storage import Storage
 
 from ..decoding import values as decoding
 from ..decoding.cdc import debezium_frame
+from ..progress_line import progress_line
 from ..decoding.values import parse_json_schema
 from ..source.planning import plan_tasks
 from .registry_load import commit_extras, load_files
@@ -208,11 +209,9 @@ class Progress:
                 done += info.numCompletedTasks
                 total += info.numTasks
         counts = dict(self.counter.value)
-        rows = sum(counts.values())
-        secs = max(self._clock.monotonic_s() - self._started, 1e-9)
-        per = " ".join(f"p{p}={n}" for p, n in sorted(counts.items()))
-        return (f"{self._label}: {secs:.0f}s, tasks {done}/{total}, {rows} records "
-                f"({rows / secs:,.0f}/s){' ' + per if per else ''}")
+        return progress_line(self._label, self._clock.monotonic_s() - self._started,
+                             {f"p{p}": n for p, n in sorted(counts.items())},
+                             tasks=(done, total))
 
     def _loop(self):
         while not self._stop.wait(self._interval):

@@ -422,6 +422,63 @@ def test_a_kafka_client_reads_the_job_through_serve(spark, tmp_path):
     assert sorted(got) == sorted(_rows(60))
 
 
+# --------------------------------------------------------------------------- progress
+
+def test_the_loads_progress_line_is_the_one_shared_formatter():
+    """The load's Progress prints through progress_line; its line is unchanged."""
+    from pipelines.progress_line import progress_line
+
+    assert (progress_line("load orders", 5.0, {"p0": 10, "p1": 20}, tasks=(1, 2))
+            == "load orders: 5s, tasks 1/2, 30 records (6/s) p0=10 p1=20")
+
+
+def test_a_write_prints_the_loads_progress_per_task_and_at_the_commit(tmp_path):
+    """Each task prints records and bytes per partition every 10 s and at its end; the
+    driver's commit prints the job's, with the markers written and attempts aborted."""
+    import io
+
+    import pyarrow as pa
+
+    from kafkastore.clock import ManualClock
+
+    root = _root(tmp_path, partitions=2)
+    storage = Storage(root)
+    prefix = tsc.new_job_prefix()
+    clock = ManualClock()
+    task_out, commit_out = io.StringIO(), io.StringIO()
+
+    def batches():   # keys k0..k9 go to fixed partitions; 12 s pass before each later batch
+        for lo in (0, 5, 10):
+            if lo:
+                clock.advance(12)
+            yield pa.table({"key": [f"k{i}" for i in range(lo, lo + 5)],
+                            "value": [f"value-{i}" for i in range(lo, lo + 5)]})
+
+    r = tsc.write_task(storage, batches(), prefix=prefix, task_attempt_id=1, topic="out",
+                       job="jg", out=task_out, clock=clock)
+    lines = task_out.getvalue().splitlines()
+    assert [line.split(" (")[0] for line in lines] == [
+        "write jg task 1: 12s, 10 records", "write jg task 1: 24s, 15 records",
+        "write jg task 1: 24s, 15 records"]
+    assert "done" in lines[2] and "done" not in lines[1]
+    want = {}
+    for i in range(15):
+        p = (murmur2(f"k{i}".encode()) & 0x7FFFFFFF) % 2
+        n, b = want.get(p, (0, 0))
+        want[p] = (n + 1, b + len(f"k{i}") + len(f"value-{i}"))
+    for p, (n, b) in want.items():
+        assert f"out-{p}={n}/{b}B" in lines[2]
+    assert {(t, p): (n, b) for t, p, n, b in r.sizes} == {("out", p): v for p, v in want.items()}
+    loser = _task(storage, prefix, 2, range(3), "jg")
+    assert loser.producer_id != r.producer_id
+    tsc.commit_job(storage, [r], job="jg", prefix=prefix, topics=["out"], out=commit_out)
+    line = commit_out.getvalue()
+    assert line.startswith("write jg committed: ") and "tasks 1/1, 15 records" in line
+    assert f"{sum(b for _, b in want.values())} bytes" in line
+    assert f"markers {len(want)}, attempts aborted {len(loser.partitions)}" in line
+    assert all(f"out-{p}={n}/{b}B" in line for p, (n, b) in want.items())
+
+
 # --------------------------------------------------------------------------- speculation
 
 def test_speculative_attempts_both_finishing_or_still_running_add_nothing(tmp_path):
