@@ -66,6 +66,11 @@ reads)::
 
 A failed validation raises :class:`QualityCheckFailed` unless
 ``raise_on_failure=False``; the tag then stays where it was.
+
+This module holds the verdict (:class:`QualityResult`), the checking of one snapshot, the
+reports and the entry points; what a snapshot brought is :mod:`pipelines.quality_rows`,
+the Great Expectations checks :mod:`pipelines.quality_checks`, and the move of the tag
+:mod:`pipelines.quality_gate`. Their public names are re-exported here.
 """
 from __future__ import annotations
 
@@ -77,17 +82,18 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kafkastore.commit import Budget, Clock, CommitEngine, CommitTarget, Done
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
 
 from .spec.table_layout import dead_letter_table
 from .warehouse.catalog import Warehouse, name_of
-from .warehouse.properties import (MODE_PROPERTY, OPERATION_KEY, OPERATIONS, RANGES_KEY,
-                                   RUN_ID_KEY, VALIDATED_TAG)
-from .warehouse.reads import range_filter, read_snapshot
+from .warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, VALIDATED_TAG
 from .warehouse.snapshots import main_ancestry, summary_of
+from .quality_checks import _checks, _import_gx, _run_gx
+from .quality_gate import PUBLISH_ATTEMPTS, publish  # noqa: F401 (re-exported)
+from .quality_rows import (Range, _frames, _is_kafkastore, _read_rows,  # noqa: F401 (re-exported)
+                           snapshot_ranges)
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +101,6 @@ QUALITY_DIR = "_quality"
 QUALITY_SETTINGS = ("max_dead_letter_fraction", "exact_row_counts")
 DEFAULT_MAX_DEAD_LETTER_FRACTION = 0.01
 KAFKASTORE_OPERATIONS = OPERATIONS
-PUBLISH_ATTEMPTS = 10
-_KEY_PRESENT = "present"
-_COLUMNS = ("topic", "partition", "offset", "timestamp", "key")
-
-
 
 
 @dataclass
@@ -158,278 +159,6 @@ class QualityResult:
         if self.docs_url:
             lines.append(f"  data docs: {self.docs_url}")
         return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------
-# what a snapshot brought
-
-
-@dataclass(frozen=True)
-class Range:
-    topic: str
-    partition: int
-    start: int
-    until: int
-
-
-def snapshot_ranges(summary: Mapping[str, str]) -> list[Range]:
-    """The half-open offset ranges a kafkastore snapshot covers (its summary's
-    ``kafkastore.ranges``: ``{"<topic>": {"<partition>": [from, until]}}``)."""
-    raw = summary.get(RANGES_KEY)
-    if raw is None:
-        return []
-    data = json.loads(raw) if isinstance(raw, str) else raw
-    out = []
-    if isinstance(data, dict):
-        for topic, parts in data.items():
-            for p, bounds in parts.items():
-                start, until = _bounds(bounds)
-                out.append(Range(topic, int(p), start, until))
-    else:   # a list of {"topic", "partition", "from", "until"}
-        for r in data:
-            out.append(Range(r["topic"], int(r["partition"]), int(r["from"]), int(r["until"])))
-    return sorted(out, key=lambda r: (r.topic, r.partition))
-
-
-def _bounds(b) -> tuple[int, int]:
-    if isinstance(b, dict):
-        return int(b["from"]), int(b["until"])
-    return int(b[0]), int(b[1])
-
-
-def _is_kafkastore(summary: Mapping[str, str]) -> bool:
-    return summary.get(OPERATION_KEY) in KAFKASTORE_OPERATIONS
-
-
-def _dead_letter_snapshot(dl_table, run_id: str | None):
-    """The newest snapshot of the dead-letter table written by ``run_id`` (else its
-    current one: a run without dead letters may not commit there)."""
-    if dl_table is None:
-        return None
-    if run_id:
-        for snap in main_ancestry(dl_table):
-            if summary_of(snap).get(RUN_ID_KEY) == run_id:
-                return snap
-    return dl_table.current_snapshot()
-
-
-def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
-    """pyarrow Table of topic, partition, offset, timestamp_ms, key, dead_letter:
-    the rows of ``snapshot`` (and its dead letters) inside ``ranges``."""
-    import pyarrow as pa
-
-    if not ranges:
-        return pa.table(_empty_columns())
-    expr = range_filter((r.topic, r.partition, r.start, r.until) for r in ranges)
-    parts = [_narrow(read_snapshot(table, snapshot, expr, _COLUMNS), "data")]
-    run_id = summary_of(snapshot).get(RUN_ID_KEY)
-    dl_snap = _dead_letter_snapshot(dl_table, run_id)
-    if dl_snap is not None:
-        parts.append(_narrow(read_snapshot(dl_table, dl_snap, expr, _COLUMNS), "dead_letter"))
-    return pa.concat_tables(parts)
-
-
-def _empty_columns():
-    import pyarrow as pa
-
-    return {"topic": pa.array([], pa.string()), "partition": pa.array([], pa.int32()),
-            "offset": pa.array([], pa.int64()), "timestamp_ms": pa.array([], pa.int64()),
-            "key": pa.array([], pa.string()), "dead_letter": pa.array([], pa.int8())}
-
-
-def _narrow(tbl, kind: str):
-    """Kafka columns -> the frame the checks read (no payload kept)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n = tbl.num_rows
-    if "key" in tbl.column_names:
-        key = pc.if_else(pc.is_valid(tbl.column("key")), pa.scalar(_KEY_PRESENT),
-                         pa.scalar(None, pa.string()))
-    else:
-        key = pa.nulls(n, pa.string())
-    if "timestamp" in tbl.column_names:
-        ts = pc.cast(pc.cast(tbl.column("timestamp"), pa.timestamp("ms", tz="UTC")), pa.int64())
-    else:
-        ts = pa.nulls(n, pa.int64())
-    return pa.table({
-        "topic": pc.cast(tbl.column("topic"), pa.string()),
-        "partition": pc.cast(tbl.column("partition"), pa.int32()),
-        "offset": pc.cast(tbl.column("offset"), pa.int64()),
-        "timestamp_ms": pc.cast(ts, pa.int64()),
-        "key": key,
-        "dead_letter": pa.array([1 if kind == "dead_letter" else 0] * n, pa.int8()),
-    })
-
-
-def _frames(ranges: list[Range], rows, added_records: int | None):
-    """(row frame, partition frame) as pandas DataFrames."""
-    import pandas as pd
-
-    df = rows.to_pandas()
-    counts = df.groupby(["topic", "partition"]).agg(
-        rows=("offset", "size"), dead_letters=("dead_letter", "sum")).to_dict("index")
-    parts = pd.DataFrame([{
-        "topic": r.topic, "partition": r.partition, "range_from": r.start,
-        "range_until": r.until, "expected_rows": r.until - r.start,
-        "rows": int(counts.get((r.topic, r.partition), {}).get("rows", 0)),
-        "dead_letters": int(counts.get((r.topic, r.partition), {}).get("dead_letters", 0)),
-    } for r in ranges], columns=["topic", "partition", "range_from", "range_until",
-                                 "expected_rows", "rows", "dead_letters"])
-    totals = pd.DataFrame([{"data_rows": int((df["dead_letter"] == 0).sum()) if len(df) else 0,
-                            "added_records": added_records}])
-    return df, parts, totals
-
-
-# ---------------------------------------------------------------------------
-# Great Expectations
-
-
-def _import_gx():
-    """Import great_expectations, working around pyspark.sql.connect's doctest guard.
-
-    GX imports ``pyspark.sql.connect``, whose dependency check calls
-    ``sys.exit(0)`` when ``__main__`` has neither ``__file__`` nor a spec and
-    the interpreter is not interactive (``python -c``, code piped to stdin):
-    it takes that for a doctest run. Looking interactive for the import
-    avoids the exit; nothing else changes.
-    """
-    if "great_expectations" in sys.modules:
-        return sys.modules["great_expectations"]
-    main = sys.modules.get("__main__")
-    fake = (main is not None and getattr(main, "__spec__", None) is None
-            and not hasattr(main, "__file__") and not hasattr(sys, "ps1"))
-    if fake:
-        sys.ps1 = ">>> "
-    try:
-        import great_expectations as gx
-    finally:
-        if fake:
-            del sys.ps1
-    return gx
-
-
-def _context(docs_dir: str):
-    """An ephemeral GX context (in-memory stores) whose data docs site is ``docs_dir``."""
-    gx = _import_gx()
-    from great_expectations.data_context.types.base import (DataContextConfig,
-                                                            InMemoryStoreBackendDefaults,
-                                                            ProgressBarsConfig)
-
-    config = DataContextConfig(
-        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-        data_docs_sites={"kafkastore": {
-            "class_name": "SiteBuilder",
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend",
-                              "base_directory": docs_dir},
-            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"}}},
-        progress_bars=ProgressBarsConfig(globally=False),
-        analytics_enabled=False)   # no usage statistics leave the machine
-    return gx, gx.get_context(project_config=config, mode="ephemeral")
-
-
-@dataclass(frozen=True)
-class _Check:
-    name: str
-    frame: str                 # "rows" or "partitions"
-    expectation: Any
-
-
-def _checks(gx, *, compacted: set[str], exact: set[str], interval_end: int | None,
-            interval_start: int | None, max_fraction: float, any_rows: bool,
-            compare_added: bool) -> list[_Check]:
-    E = gx.expectations
-    checks = [
-        _Check("offsets_unique", "rows",
-               E.ExpectCompoundColumnsToBeUnique(column_list=["topic", "partition", "offset"])),
-    ]
-    if compare_added:
-        checks.append(_Check("rows_match_snapshot", "totals", E.ExpectColumnPairValuesToBeEqual(
-            column_A="data_rows", column_B="added_records")))
-    if exact:
-        checks.append(_Check("rows_cover_range", "partitions", E.ExpectColumnPairValuesToBeEqual(
-            column_A="rows", column_B="expected_rows", row_condition=_topic_in(exact),
-            condition_parser="pandas")))
-    if compacted:
-        checks.append(_Check("keys_not_null", "rows", E.ExpectColumnValuesToNotBeNull(
-            column="key", row_condition=_topic_in(compacted), condition_parser="pandas")))
-    if interval_end is not None or interval_start is not None:
-        checks.append(_Check("timestamps_in_interval", "rows", E.ExpectColumnValuesToBeBetween(
-            column="timestamp_ms", min_value=interval_start, max_value=interval_end,
-            strict_max=interval_end is not None)))
-    if any_rows:
-        checks.append(_Check("dead_letter_fraction", "rows", E.ExpectColumnMeanToBeBetween(
-            column="dead_letter", min_value=0, max_value=max_fraction)))
-    return checks
-
-
-def _topic_in(topics: set[str]) -> str:
-    return f"topic in {json.dumps(sorted(topics))}"
-
-
-def _observed(name: str, result) -> str:
-    r = result.result or {}
-    if "observed_value" in r:
-        return f"observed {_plain(r['observed_value'])!r}"
-    if "unexpected_count" in r:
-        sample = r.get("partial_unexpected_list") or []
-        text = f"{r['unexpected_count']} unexpected of {r.get('element_count', '?')}"
-        if sample:
-            text += f", e.g. {[_plain(v) for v in sample[:5]]}"
-        return text
-    if result.exception_info and result.exception_info.get("raised_exception"):
-        return f"error: {result.exception_info.get('exception_message')}"
-    return "ok" if result.success else "failed"
-
-
-def _plain(v):
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v.item() if hasattr(v, "item") else v
-
-
-def _run_gx(table_name: str, snapshot_id: int, frames: dict[str, Any], checks: list[_Check],
-            docs_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Run the checks (one suite and checkpoint per frame) and build the data docs
-    in ``docs_dir``. Returns (check entries, relative paths of validation pages)."""
-    gx, ctx = _context(docs_dir)
-    from great_expectations.core.run_identifier import RunIdentifier
-
-    source = ctx.data_sources.add_pandas("kafkastore")
-    run_id = RunIdentifier(run_name=f"snapshot-{snapshot_id}")
-    by_type: dict[tuple[str, str], str] = {}
-    entries: list[dict[str, Any]] = []
-    for frame_name, df in frames.items():
-        mine = [c for c in checks if c.frame == frame_name]
-        if not mine:
-            continue
-        batch = source.add_dataframe_asset(frame_name).add_batch_definition_whole_dataframe(
-            "snapshot")
-        suite = ctx.suites.add(gx.ExpectationSuite(name=f"{table_name}.{frame_name}"))
-        for c in mine:
-            added = suite.add_expectation(c.expectation)
-            by_type[(frame_name, added.id)] = c.name
-        vd = ctx.validation_definitions.add(gx.ValidationDefinition(
-            name=f"{table_name}.{frame_name}", data=batch, suite=suite))
-        cp = ctx.checkpoints.add(gx.Checkpoint(
-            name=f"{table_name}.{frame_name}", validation_definitions=[vd],
-            actions=[gx.checkpoint.UpdateDataDocsAction(name="data_docs")],
-            result_format={"result_format": "SUMMARY"}))
-        res = cp.run(batch_parameters={"dataframe": df}, run_id=run_id)
-        for vr in res.run_results.values():
-            for r in vr.results:
-                name = by_type.get((frame_name, r.expectation_config.id),
-                                   r.expectation_config.type)
-                entries.append({"name": name, "success": bool(r.success),
-                                "observed": _observed(name, r),
-                                "expectation": r.expectation_config.type, "frame": frame_name})
-    order = {c.name: i for i, c in enumerate(checks)}
-    entries.sort(key=lambda e: order.get(e["name"], len(order)))
-    pages = []
-    for base, _dirs, names in os.walk(os.path.join(docs_dir, "validations")):
-        pages += [os.path.relpath(os.path.join(base, n), docs_dir) for n in names
-                  if n.endswith(".html")]
-    return entries, sorted(pages)
 
 
 # ---------------------------------------------------------------------------
@@ -555,134 +284,6 @@ def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
         dead_letters=int(rows["dead_letter"].sum()) if len(rows) else 0)
     result.pages = pages
     return result
-
-
-# ---------------------------------------------------------------------------
-# the gate: moving the validated tag
-
-
-def _supersedes(reprocess: list[Range], failed: list[Range]) -> bool:
-    """Does a reprocess with ``reprocess`` ranges delete every row a failed
-    snapshot with ``failed`` ranges brought (``offset >= from`` per partition)?"""
-    starts = {(r.topic, r.partition): r.start for r in reprocess}
-    return all((f.topic, f.partition) in starts and starts[(f.topic, f.partition)] <= f.start
-               for f in failed if f.until > f.start)
-
-
-def _pending_after(chain, verdict) -> tuple[Any, int | None]:
-    """Walk ``chain`` (snapshots after the tag, oldest first) and return (the
-    newest snapshot the tag may point at, the failed snapshot holding back the
-    rest). ``verdict(snapshot)`` is True/False for kafkastore snapshots."""
-    pending: list[tuple[int, list[Range]]] = []
-    candidate = None
-    for snap in chain:
-        summary = summary_of(snap)
-        if _is_kafkastore(summary):
-            ranges = snapshot_ranges(summary)
-            if summary.get(OPERATION_KEY) == "reprocess":
-                pending = [(sid, r) for sid, r in pending if not _supersedes(ranges, r)]
-            if not verdict(snap):
-                pending.append((snap.snapshot_id, ranges))
-        if not pending:
-            candidate = snap
-    return candidate, (pending[0][0] if pending else None)
-
-
-def _chain(table, target, tag_snapshot):
-    """Snapshots of main's history after the tag up to ``target``, oldest first;
-    None when the tag is already at or past ``target``.
-
-    A snapshot expired in between (its rows are still in the table but can no
-    longer be read on their own) is a WarehouseError: the tag is not moved over
-    unvalidated rows. ``kafkastore vacuum`` never expires these snapshots
-    (``pipelines.vacuum.awaiting_validation``) unless told to. pyiceberg's expiry cuts the child's parent link, so a cut
-    shows as a walk that ends at a root which is not the table's first snapshot
-    (sequence number above 1) or at a parent id that no longer exists.
-    """
-    tag_line = set()
-    if tag_snapshot is not None:
-        tag_line = {s.snapshot_id for s in main_ancestry(table, tag_snapshot)}
-        if target.snapshot_id in tag_line:
-            return None
-    out, snap = [], target
-    while snap.snapshot_id not in tag_line:
-        out.append(snap)
-        parent = snap.parent_snapshot_id
-        nxt = None if parent is None else table.snapshot_by_id(parent)
-        if nxt is None:
-            if parent is not None or (snap.sequence_number or 1) > 1:
-                raise WarehouseError(
-                    f"table {name_of(table)}: snapshots before "
-                    f"{snap.snapshot_id}, after the {VALIDATED_TAG} tag, were expired before "
-                    f"they were validated; their rows cannot be checked, so the tag stays "
-                    f"(kafkastore vacuum keeps such snapshots unless run with "
-                    f"--expire-unvalidated; a reprocess does not restore them)")
-            break
-        snap = nxt
-    return list(reversed(out))
-
-
-def publish(table, dl_table, target, verdict, *, attempts: int = PUBLISH_ATTEMPTS,
-            clock: Clock | None = None, rng=None):
-    """Move the ``validated`` tag as far towards ``target`` as the verdicts allow
-    (see the module docstring); returns (tag snapshot id or None, held_by).
-
-    The move is a commit on kafkastore's one engine (:mod:`kafkastore.commit`): a tag
-    moved meanwhile by another validator means walking again from the new tag;
-    :class:`kafkastore.errors.CommitGaveUpError` after ``attempts`` such races."""
-    engine = CommitEngine(budget=Budget(max_attempts=attempts), clock=clock, rng=rng)
-    return engine.run(_TagMove(table, target, verdict))
-
-
-class _TagMove(CommitTarget):
-    """Moving the ``validated`` tag: the catalog's atomic swap of the table's refs. The
-    plan walks from the current tag; a lost response is read back from the tag itself."""
-
-    refused_errors = ()
-    unknown_errors = (Exception,)   # a failed catalog call may have been applied
-    reusable = False                 # a pyiceberg update cannot be committed twice
-
-    def __init__(self, table, target, verdict):
-        from pyiceberg.exceptions import CommitFailedException
-
-        self.conflict_errors = (CommitFailedException,)
-        self.table, self.target, self.verdict = table, target, verdict
-
-    def read(self):
-        self.table = self.table.refresh()
-        return self.table
-
-    def plan(self, table, attempt: int):
-        tag = table.snapshot_by_name(VALIDATED_TAG)
-        chain = _chain(table, self.target, tag)
-        if chain is None:
-            return Done((tag.snapshot_id, None))
-        candidate, held_by = _pending_after(chain, self.verdict)
-        if candidate is None:
-            return Done(((tag.snapshot_id if tag is not None else None), held_by))
-        return (tag.snapshot_id if tag is not None else None), candidate.snapshot_id, held_by
-
-    def put(self, planned) -> None:
-        old, candidate, _ = planned
-        with self.table.manage_snapshots() as ms:
-            if old is not None:
-                ms.remove_tag(VALIDATED_TAG)
-            ms.create_tag(candidate, VALIDATED_TAG)
-
-    def read_back(self, planned) -> bool | None:
-        old, candidate, _ = planned
-        now = self.table.refresh().snapshot_by_name(VALIDATED_TAG)
-        now_id = now.snapshot_id if now is not None else None
-        if now_id == candidate:
-            return True
-        return None if now_id == old else False
-
-    def result(self, planned, *, attempts: int, read_back: bool):
-        return planned[1], planned[2]
-
-    def describe(self, planned) -> str:
-        return (f"moving tag {VALIDATED_TAG} of table {name_of(self.table)} "
-                f"to snapshot {planned[1]}")
 
 
 # ---------------------------------------------------------------------------

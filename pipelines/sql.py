@@ -78,32 +78,38 @@ the dependencies of ``sql/views``; everything for ``SHOW ...``), runs one
 statement or several separated by ``;`` and prints each result as a text
 table or as JSON lines (binary as UTF-8 text, or ``{"base64": ...}`` when not
 UTF-8; timestamps ISO 8601 in UTC).
+
+This module holds the naming, the registration and :func:`run_sql`; the SQL text
+(statements, names, ``sql/views``) is :mod:`pipelines.sql_statements`, the DataFrame of
+each view :mod:`pipelines.sql_frames`, and the printing of results
+:mod:`pipelines.sql_output`. Their public names are re-exported here.
 """
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as _dt
-import decimal
-import json
 import logging
 import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, TextIO
+from typing import Any, Iterable, Mapping, TextIO
 
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
-from kafkastore.topics import describe_topic, list_topics
+from kafkastore.topics import list_topics
 
 from .spec.table_layout import DEAD_LETTERS_SUFFIX
-from .warehouse.catalog import Warehouse, name_of, table_fs
-from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY, VALIDATED_TAG
-from .warehouse.reads import missing_file
-from .warehouse.snapshots import (AsOf, main_ancestry, parse_snapshot_id, parse_timestamp,
-                                  select_snapshot, snapshot_offsets, summary_of)
+from .warehouse.catalog import Warehouse
+from .warehouse.properties import VALIDATED_TAG
+from .warehouse.snapshots import AsOf, parse_snapshot_id, parse_timestamp, select_snapshot
+from .sql_frames import (FILES_DDL, OFFSETS_DDL, SNAPSHOTS_DDL,  # noqa: F401 (re-exported)
+                         WAREHOUSE_OFFSETS_DDL, _files_frame, _offsets_frame, _Read,
+                         _snapshots_frame, _topic_frame, _warehouse_offsets_frame, spark_ddl,
+                         table_frame)
+from .sql_output import to_json_value, write_jsonl, write_table  # noqa: F401 (re-exported)
+from .sql_statements import (read_sql_files, referenced_names,  # noqa: F401 (re-exported)
+                             split_statements, _sql_views)
 
 log = logging.getLogger(__name__)
 
@@ -111,21 +117,7 @@ SQL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VIEWS_DIR = os.path.join(SQL_DIR, "views")
 META_VIEWS = ("kafkastore_offsets", "warehouse_offsets", "warehouse_snapshots", "warehouse_files")
 
-OFFSETS_DDL = "topic string, partition int, log_start_offset bigint, high_watermark bigint"
-WAREHOUSE_OFFSETS_DDL = ("table string, topic string, partition int, committed_offset bigint, "
-                         "snapshot_id bigint, committed_ms bigint")
-SNAPSHOTS_DDL = ("table string, snapshot_id bigint, parent_id bigint, committed_ms bigint, "
-                 "operation string, kafkastore_operation string, run_id string, in_main boolean, "
-                 "refs array<string>, summary map<string, string>")
-FILES_DDL = ("table string, snapshot_id bigint, path string, records bigint, bytes bigint, "
-             "delete_files int")
-
 _NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_VIEW_NAME = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:GLOBAL\s+)?TEMP(?:ORARY)?\s+VIEW\s+"
-                        r"(?:IF\s+NOT\s+EXISTS\s+)?`?([A-Za-z_][A-Za-z0-9_]*)`?", re.IGNORECASE)
-_TABLE_CELL_MAX = 120       # characters per cell in table output; longer values end in "..."
-_WIDTH_SAMPLE = 1000        # rows buffered to size the table columns before streaming the rest
 
 # Views registered by the last register_views call per session, to drop stale ones.
 _REGISTERED: dict[int, set[str]] = {}
@@ -190,119 +182,7 @@ def plan_names(topics: Iterable[str], tables: Iterable[str],
 
 
 # ---------------------------------------------------------------------------
-# statements and sql/ files
-
-
-def split_statements(text: str) -> list[str]:
-    """Split SQL text on ``;`` outside quotes (``'``, ``"``, backticks) and comments.
-
-    Comments stay with their statement; statements holding only comments and
-    whitespace are dropped.
-    """
-    out, buf, i, n = [], [], 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch in "'\"`":
-            j = i + 1
-            while j < n and text[j] != ch:
-                j += 2 if text[j] == "\\" and ch != "`" else 1
-            buf.append(text[i:j + 1])
-            i = j + 1
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            buf.append(text[i:j])
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            buf.append(text[i:j])
-            i = j
-        elif ch == ";":
-            out.append("".join(buf))
-            buf = []
-            i += 1
-        else:
-            buf.append(ch)
-            i += 1
-    out.append("".join(buf))
-    return [s.strip() for s in out if _strip_comments(s).strip()]
-
-
-def _strip_comments(sql: str) -> str:
-    """The text with comments and quoted strings blanked (for scanning identifiers)."""
-    out, i, n = [], 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"":
-            j = i + 1
-            while j < n and sql[j] != ch:
-                j += 2 if sql[j] == "\\" else 1
-            out.append(" ")
-            i = j + 1
-        elif sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j
-        elif sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
-
-
-def referenced_names(sql: str) -> set[str]:
-    """Lower-cased words of ``sql`` outside strings and comments (a superset of the
-    views it reads; backticked names count too)."""
-    return {w.lower() for w in _WORD.findall(_strip_comments(sql))}
-
-
-def read_sql_files(directory: str) -> list[tuple[str, str]]:
-    """``[(file name, text)]`` of the ``*.sql`` files in ``directory``, sorted by name."""
-    if not directory or not os.path.isdir(directory):
-        return []
-    out = []
-    for name in sorted(os.listdir(directory)):
-        if name.endswith(".sql"):
-            with open(os.path.join(directory, name), encoding="utf-8") as f:
-                out.append((name, f.read()))
-    return out
-
-
-@dataclass(frozen=True)
-class _SqlView:
-    name: str
-    statement: str
-    needs: frozenset[str]
-
-
-def _sql_views(directory: str | None) -> list[_SqlView]:
-    """The views defined by ``CREATE ... TEMPORARY VIEW`` statements in ``directory``."""
-    out = []
-    for fname, text in read_sql_files(directory or ""):
-        for stmt in split_statements(text):
-            m = _VIEW_NAME.search(_strip_comments(stmt))
-            if not m:
-                raise ConfigError(f"{os.path.join(directory, fname)}: every statement must be "
-                                  f"CREATE OR REPLACE TEMPORARY VIEW name AS ...")
-            out.append(_SqlView(m.group(1), stmt, frozenset(referenced_names(stmt))))
-    return out
-
-
-# ---------------------------------------------------------------------------
 # registration
-
-
-@dataclass
-class _Read:
-    """One table as a view reads it: the pyiceberg table and the snapshot chosen."""
-
-    name: str
-    table: Any
-    snapshot: Any
-    schema: Any
-    note: str
 
 
 def register_views(spark, root: str | None, warehouse: str | None,
@@ -439,203 +319,6 @@ def _wanted(names: dict[str, tuple[str, str]], sql_views: list[_SqlView],
     return wanted
 
 
-
-def _topic_frame(spark, root: str, topic: str, storage_options: dict):
-    from .datasource import read_topic
-
-    return read_topic(spark, root, topic, storage_options=storage_options or None,
-                      includeHeaders=True)
-
-
-def table_frame(spark, table, snapshot, schema=None):
-    """A DataFrame over one snapshot of an Iceberg table (see the module
-    docstring on how it is read). ``schema``: the Iceberg schema to read with
-    (default: the table's current one). Columns resolve by Iceberg field id
-    (:mod:`pipelines.warehouse.field_ids`): renamed, dropped, re-added and promoted
-    columns read as every Iceberg reader reads them."""
-    schema = schema or table.schema()
-    ddl = spark_ddl(schema)
-    if snapshot is None:
-        return spark.createDataFrame([], ddl)
-    tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
-    if not tasks:
-        return spark.createDataFrame([], ddl)
-    name = name_of(table)
-    urls = [t.file.file_path for t in tasks]
-    if any(t.delete_files for t in tasks) or not all(u.startswith("file:") for u in urls):
-        return _arrow_frame(spark, table, snapshot, schema, tasks, ddl)
-    from .warehouse import field_ids
-
-    with _unreadable(name, snapshot):
-        if not field_ids.needs_field_ids(table.metadata, schema):
-            # The common path: no name or type ever changed, so names are ids.
-            return spark.read.schema(ddl).parquet(*urls)
-        files = [(t.file.file_path, frozenset(t.file.column_sizes or {})
-                  | frozenset(t.file.value_counts or {})) for t in tasks]
-        plan = field_ids.plan_reads(schema, field_ids.NameIds.of(table.metadata, schema), files,
-                                    lambda u: _footer_schema(table, snapshot, u), _spark_type)
-        frames = [_group_frame(spark, g) for g in plan.groups]
-    if plan.arrow:
-        frames.append(_arrow_frame(spark, table, snapshot, schema,
-                                   [tasks[i] for i in plan.arrow], ddl))
-    out = frames[0]
-    for f in frames[1:]:
-        out = out.unionByName(f)
-    return out
-
-
-@contextlib.contextmanager
-def _unreadable(name: str, snapshot):
-    """Spark's failure to open a planned file (e.g. deleted behind Iceberg's back) as
-    one line."""
-    from pyspark.errors import PySparkException
-
-    try:
-        yield
-    except PySparkException as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise WarehouseError(f"table {name} snapshot {snapshot.snapshot_id}: cannot read "
-                             f"its data files: {first}") from None
-
-
-def _footer_schema(table, snapshot, url: str):
-    """A data file's Arrow schema (its Parquet footer, field ids in the field metadata)."""
-    import pyarrow.parquet as pq
-
-    fs, path = table_fs(table, url)
-    try:
-        with fs.open(path, "rb") as f:
-            return pq.read_schema(f)
-    except FileNotFoundError as exc:
-        raise missing_file(table, snapshot.snapshot_id, exc) from None
-
-
-def _group_frame(spark, group):
-    """Files that read alike, read by Spark with their own column names and types and
-    projected to the read schema (renamed, cast, nulls for columns they lack)."""
-    from pyspark.sql import functions as F
-
-    if group.columns:
-        df = spark.read.schema(", ".join(f"`{n}` {t}" for n, t in group.columns)).parquet(
-            *group.urls)
-    else:   # none of the read schema's columns: only the row count matters
-        df = spark.read.parquet(*group.urls)
-    cols = []
-    for name, column, cast in group.select:
-        c = F.lit(None) if column is None else F.col(f"`{column}`")
-        cols.append((c.cast(cast) if cast else c).alias(name))
-    return df.select(*cols)
-
-
-def _arrow_frame(spark, table, snapshot, schema, tasks, ddl):
-    """``tasks`` read on the driver by pyiceberg's Arrow reader with ``schema`` (by field
-    id at every depth; positional deletes applied, what it cannot apply refused)."""
-    from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
-
-    try:
-        arrow = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(tasks)
-    except FileNotFoundError as exc:
-        raise missing_file(table, snapshot.snapshot_id, exc) from None
-    except NotImplementedError as exc:
-        from kafkastore.errors import UnsupportedDeletesError
-
-        raise UnsupportedDeletesError(f"table {name_of(table)} snapshot "
-                                      f"{snapshot.snapshot_id}: {exc}") from None
-    if arrow.num_rows == 0:
-        return spark.createDataFrame([], ddl)
-    return spark.createDataFrame(arrow, ddl)
-
-
-def spark_ddl(schema) -> str:
-    """Spark DDL for an Iceberg schema (``timestamptz`` -> ``timestamp``)."""
-    return ", ".join(f"`{f.name}` {_spark_type(f.field_type)}" for f in schema.fields)
-
-
-_PRIMITIVES = {"boolean": "boolean", "int": "int", "long": "bigint", "float": "float",
-               "double": "double", "date": "date", "string": "string", "uuid": "string",
-               "binary": "binary", "timestamptz": "timestamp", "timestamp": "timestamp_ntz",
-               "timestamptz_ns": "timestamp", "timestamp_ns": "timestamp_ntz", "time": "bigint"}
-
-
-def _spark_type(t) -> str:
-    from pyiceberg import types as it
-
-    if isinstance(t, it.StructType):
-        return "struct<" + ", ".join(f"`{f.name}`: {_spark_type(f.field_type)}"
-                                     for f in t.fields) + ">"
-    if isinstance(t, it.ListType):
-        return f"array<{_spark_type(t.element_type)}>"
-    if isinstance(t, it.MapType):
-        return f"map<{_spark_type(t.key_type)}, {_spark_type(t.value_type)}>"
-    if isinstance(t, it.DecimalType):
-        return f"decimal({t.precision}, {t.scale})"
-    if isinstance(t, it.FixedType):
-        return "binary"
-    name = str(t)
-    if name not in _PRIMITIVES:
-        raise ConfigError(f"Iceberg type {name} has no Spark equivalent here")
-    return _PRIMITIVES[name]
-
-
-def _offsets_frame(spark, root: str | None, topics: list[str], storage_options: dict):
-    rows = []
-    if root and topics:
-        storage = Storage(root, storage_options)
-        with ThreadPoolExecutor(max_workers=min(8, len(topics))) as pool:
-            infos = list(pool.map(lambda t: describe_topic(storage, t), topics))
-        for info in infos:
-            rows += [(info.name, o.partition, o.log_start_offset, o.high_watermark)
-                     for o in info.offsets]
-    return spark.createDataFrame(rows, OFFSETS_DDL)
-
-
-def _with_time(df, column: str, alias: str):
-    cols = [f"`{c}`" if c != column else f"timestamp_millis(`{c}`) AS {alias}"
-            for c in df.columns]
-    return df.selectExpr(*cols)
-
-
-def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
-    rows = []
-    for name, r in sorted(reads.items()):
-        snap = next((s for s in main_ancestry(r.table, r.snapshot)
-                     if snapshot_offsets(s) is not None), None)
-        if snap is None:
-            continue
-        for (topic, p), o in sorted(snapshot_offsets(snap).items()):
-            rows.append((name, topic, p, o, snap.snapshot_id, snap.timestamp_ms))
-    return _with_time(spark.createDataFrame(rows, WAREHOUSE_OFFSETS_DDL), "committed_ms",
-                      "committed_at")
-
-
-def _snapshots_frame(spark, loaded: dict[str, Any]):
-    rows = []
-    for name, table in sorted(loaded.items()):
-        main = {s.snapshot_id for s in main_ancestry(table)}
-        refs: dict[int, list[str]] = {}
-        for ref, r in table.refs().items():
-            refs.setdefault(r.snapshot_id, []).append(ref)
-        for s in table.snapshots():
-            summary = summary_of(s)
-            rows.append((name, s.snapshot_id, s.parent_snapshot_id, s.timestamp_ms,
-                         summary.get("operation"), summary.get(OPERATION_KEY),
-                         summary.get(RUN_ID_KEY), s.snapshot_id in main,
-                         sorted(refs.get(s.snapshot_id, [])), summary))
-    return _with_time(spark.createDataFrame(rows, SNAPSHOTS_DDL), "committed_ms", "committed_at")
-
-
-def _files_frame(spark, reads: dict[str, _Read]):
-    rows = []
-    for name, r in sorted(reads.items()):
-        if r.snapshot is None:
-            continue
-        for t in r.table.scan(snapshot_id=r.snapshot.snapshot_id).plan_files():
-            rows.append((name, r.snapshot.snapshot_id, t.file.file_path, t.file.record_count,
-                         t.file.file_size_in_bytes, len(t.delete_files)))
-    return spark.createDataFrame(rows, FILES_DDL)
-
-
 # ---------------------------------------------------------------------------
 # running queries and printing results
 
@@ -711,148 +394,3 @@ def _spark_errors():
             lg.disabled = was
 
 
-def _prepared(df):
-    """(DataFrame with top-level timestamps as epoch microseconds, their names).
-
-    Python's Row conversion renders timestamps in the *process* time zone; epoch
-    microseconds keep them exact, and we print them in UTC ourselves. Timestamps
-    without a zone (``timestamp_ntz``) become ISO text in Spark.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import TimestampNTZType, TimestampType
-
-    micros, cols, changed = set(), [], False
-    for field in df.schema.fields:
-        c = F.col(f"`{field.name}`")
-        if isinstance(field.dataType, TimestampType):
-            micros.add(field.name)
-            c, changed = F.unix_micros(c).alias(field.name), True
-        elif isinstance(field.dataType, TimestampNTZType):
-            c = F.date_format(c, "yyyy-MM-dd'T'HH:mm:ss.SSSSSS").alias(field.name)
-            changed = True
-        cols.append(c)
-    return (df.select(*cols) if changed else df), micros
-
-
-def _rows(df) -> Iterator[dict[str, Any]]:
-    """The rows of ``df`` as ``{column: value}``, streamed partition by partition."""
-    prepared, micros = _prepared(df)
-    names = df.columns
-    for row in prepared.toLocalIterator(prefetchPartitions=True):
-        yield {name: (_Micros(value) if name in micros and value is not None else value)
-               for name, value in zip(names, row)}
-
-
-@dataclass(frozen=True)
-class _Micros:
-    """A timestamp as epoch microseconds (exact), printed as ISO 8601."""
-
-    us: int
-
-    def iso(self) -> str:
-        t = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=self.us)
-        return t.isoformat(timespec="milliseconds" if self.us % 1000 == 0 else "microseconds") + "Z"
-
-
-def to_json_value(value: Any) -> Any:
-    """A query result value as JSON: bytes as UTF-8 text or ``{"base64": ...}``,
-    timestamps and dates ISO 8601, decimals as numbers, rows and maps as objects."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        finite = value == value and value not in (float("inf"), float("-inf"))
-        return value if finite else str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(raw).decode("ascii")}
-    if isinstance(value, _Micros):
-        return value.iso()
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is not None:
-            value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-            return value.isoformat() + "Z"
-        return value.isoformat()
-    if isinstance(value, (_dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if hasattr(value, "asDict"):
-        return {k: to_json_value(v) for k, v in value.asDict(recursive=False).items()}
-    if isinstance(value, dict):
-        return {str(to_json_value(k)): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    return str(value)
-
-
-def write_jsonl(df, out: TextIO) -> int:
-    """Write ``df`` as JSON lines; returns the row count."""
-    n = 0
-    for row in _rows(df):
-        out.write(json.dumps({k: to_json_value(v) for k, v in row.items()},
-                             ensure_ascii=False, separators=(",", ":")) + "\n")
-        n += 1
-    return n
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        text = value
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        v = to_json_value(value)
-        text = v if isinstance(v, str) else "base64:" + v["base64"]
-    elif isinstance(value, _Micros):
-        text = value.iso()
-    elif isinstance(value, float):
-        text = repr(value)
-    elif isinstance(value, (bool, int)):
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-    else:
-        text = json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"))
-    text = text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
-    if len(text) > _TABLE_CELL_MAX:
-        text = text[:_TABLE_CELL_MAX - 3] + "..."
-    return text
-
-
-def write_table(df, out: TextIO) -> int:
-    """Write ``df`` as an aligned text table (Spark's ``show`` style, cells up to
-    120 characters, every row); returns the row count."""
-    names = df.columns
-    numeric = {f.name for f in df.schema.fields
-               if f.dataType.typeName() in ("byte", "short", "integer", "long", "float", "double",
-                                            "decimal")}
-    rows = _rows(df)
-    head: list[list[str]] = []
-    for row in rows:
-        head.append([_cell(row[n]) for n in names])
-        if len(head) >= _WIDTH_SAMPLE:
-            break
-    widths = [max([len(n)] + [len(r[i]) for r in head]) for i, n in enumerate(names)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+\n"
-
-    def fmt(cells):
-        parts = []
-        for i, (c, w) in enumerate(zip(cells, widths)):
-            c = c if len(c) <= w else c[:max(0, w - 3)] + "..."
-            parts.append(c.rjust(w) if names[i] in numeric else c.ljust(w))
-        return "| " + " | ".join(parts) + " |\n"
-
-    out.write(line + fmt(names) + line)
-    count = 0
-    for cells in head:
-        out.write(fmt(cells))
-        count += 1
-    for row in rows:   # the rest streams with the widths of the first rows
-        out.write(fmt([_cell(row[n]) for n in names]))
-        count += 1
-    out.write(line)
-    out.write(f"({count} row{'s' if count != 1 else ''})\n")
-    return count
