@@ -8,4 +8,6 @@ from pipelines.jobs.load import (  # noqa: F401
     kafka_frame, load, load_for_interval, load_options_from_args, LoadRequest,
     LoadSummary, log, nullable, Progress, raw_schema, record_load_properties,
     request_of, run_load, split_reader, write_job, write_ranges, WriteTarget, Written,
+    ManyLoadSummary, ManyLoadRequest, load_many, route_value_counts,
+    load_many_options_from_args, load_many_for_interval,
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -74,3 +75,60 @@ def test_alias_modules_import_what_they_name():
         if parts[-1] == "__init__":
             parts = parts[:-1]
         importlib.import_module(".".join(parts))
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _homes(path: pathlib.Path) -> list[str]:
+    """The modules an alias's docstring says its code moved to: in its first clause (``Moved
+    to A (...) and B (...);``), every dotted name that is itself a module
+    (``pipelines.warehouse.properties.VALIDATED_TAG`` names a constant, not a home)."""
+    import importlib.util
+    doc = ast.get_docstring(ast.parse(path.read_text()), clean=True) or ""
+    homes = []
+    for name in re.findall(r"\b(?:kafkastore|pipelines)(?:\.\w+)+", doc.split(";")[0]):
+        if name == _module_name(path) or name in homes:
+            continue
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found:
+            homes.append(name)
+    return homes
+
+
+def _defined_public(module) -> list[str]:
+    """The public names a module defines: its ``__all__``, else the functions, classes and
+    assignments at its top level whose names do not start with ``_`` (not what it imports)."""
+    if hasattr(module, "__all__"):
+        return list(module.__all__)
+    names = []
+    for node in ast.parse(pathlib.Path(module.__file__).read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names += [t.id for t in targets if isinstance(t, ast.Name)]
+    return [n for n in names if not n.startswith("_")]
+
+
+def test_every_alias_names_its_home():
+    for path in _alias_modules():
+        assert _homes(path), f"{path.relative_to(ROOT)}: its docstring names no module it moved to"
+
+
+@pytest.mark.parametrize("path", _alias_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_alias_module_re_exports_every_public_name_of_its_home(path: pathlib.Path):
+    """An import from the old path never breaks silently: whatever the home defines (and a
+    user could have imported from the old module) is reachable at the old path too."""
+    import importlib
+    alias = importlib.import_module(_module_name(path))
+    missing = {home: [n for n in _defined_public(importlib.import_module(home))
+                      if not hasattr(alias, n)]
+               for home in _homes(path)}
+    missing = {home: names for home, names in missing.items() if names}
+    assert not missing, f"{_module_name(path)} does not re-export: {missing}"
