@@ -236,11 +236,14 @@ def test_duplicates_of_a_non_idempotent_producer_are_resends_not_anomalies():
 
 def _short_run(tmp_path, root_kind: str, seconds: float):
     from tests.helpers.jepsen.runner import RunOptions, fault_kinds, run_cluster
+    from tests.helpers.jepsen.workloads import default_workloads
 
-    # Pauses of 11-12 s: past the consumers' 6 s session and the 10 s transaction timeout.
+    # Pauses of 11-12 s: past the consumers' 6 s session and the 10 s transaction timeout
+    # (which the short S3 schedule keeps too: the long S3 run's 60 s would make its pause
+    # shorter than the timeout, and its final wait longer).
     opts = RunOptions(root_kind=root_kind, seconds=seconds, seed=1, brokers=2,
                       skewed_start_ms=75_000, fault_gap_s=(0.5, 1.5), pause_s=(11.0, 12.0),
-                      workdir=str(tmp_path / "jepsen"))
+                      workdir=str(tmp_path / "jepsen"), workloads=default_workloads(1))
     counts, extra = run_cluster(opts, log=lambda m: None)
     print(format_table(counts, extra))
     assert extra["records-acked"] > 0
@@ -288,3 +291,42 @@ def test_duplicates_are_split_by_who_wrote_the_copies(tmp_path):
     assert (broker, client) == (1, 1), lines
     assert any("bumped (client, epoch bump)" in line for line in lines)
     assert any("plain (BROKER)" in line for line in lines)
+
+
+def test_client_outcomes_are_stamped_with_wall_time_for_matching_with_broker_logs(tmp_path):
+    """Every ack, transaction outcome and client error is kept with the wall time the client
+    saw it (and the error's text, which names the broker when librdkafka does), and the run
+    writes them in time order to events.txt."""
+    import time
+
+    from tests.helpers.jepsen.runner import write_events
+    from tests.helpers.jepsen.workloads import EosWorkload
+
+    w = EosWorkload(seed=1)
+    before = time.time()
+    w._ack("v-1")
+    w._error("ck-eos:abort:_FENCED", detail="127.0.0.1:4242/1: fenced")
+    w._record_txn("aborted", "eos-ck-eos-0-7", {("je-out", 0): ["x"]})
+    events = w.events()
+    assert [e[1:] for e in events] == [("ack", "v-1", ""),
+                                       ("error", "ck-eos:abort:_FENCED", "127.0.0.1:4242/1: fenced"),
+                                       ("txn-aborted", "eos-ck-eos-0-7", "")]
+    assert all(before <= e[0] <= time.time() for e in events)
+    assert [e[0] for e in events] == sorted(e[0] for e in events)
+    n = write_events(str(tmp_path / "events.txt"), [w])
+    lines = (tmp_path / "events.txt").read_text().splitlines()
+    assert n == 3 and lines[2].endswith("eos txn-aborted eos-ck-eos-0-7")
+    assert "127.0.0.1:4242/1: fenced" in lines[1]
+
+
+def test_s3_runs_give_transactional_clients_kafkas_default_timeout():
+    """On S3 the transactional clients get 60 s (the proxy's latency spells outlast 10 s, and
+    transactions barely committed); on file:// they keep 10 s, below the pauses, so a paused
+    coordinator outlives its transactions. The final wait covers the longer timeout."""
+    from tests.helpers.jepsen.runner import load_workloads
+    from tests.helpers.jepsen.workloads import EosWorkload, TxnWorkload
+
+    for kind, want in (("s3", 60_000), ("file", 10_000)):
+        txn = [w for w in load_workloads(1, kind) if isinstance(w, (TxnWorkload, EosWorkload))]
+        assert len(txn) == 2 and {w.txn_timeout_ms for w in txn} == {want}
+        assert {w.txn_timeout_s for w in txn} == {want / 1000}

@@ -161,9 +161,23 @@ class Cluster:
         return ",".join(f"127.0.0.1:{b.port}" for b in self.brokers)
 
     def start_all(self) -> None:
-        """Start every broker."""
-        for b in self.brokers:
-            self.start(b)
+        """Start every broker, all at once (a serve process takes seconds to import and
+        register on a loaded machine; one after the other made every run that much longer)."""
+        errors: list = []
+
+        def one(b: Broker) -> None:
+            try:
+                self.start(b)
+            except Exception as exc:   # noqa: BLE001 - raised below, in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(b,), daemon=True) for b in self.brokers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
 
     def start(self, b: Broker, timeout: float = 120.0) -> None:
         """Start ``b``'s process and wait until it serves; a start that fails (the store
@@ -423,14 +437,38 @@ class QueueWorkload:
         c.close()
 
 
-def load_workloads(seed: int) -> list:
-    """``workloads.default_workloads(seed)`` when that module provides it, else the queue."""
+def load_workloads(seed: int, root_kind: str = "file") -> list:
+    """``workloads.default_workloads(seed)`` when that module provides it, else the queue.
+    On S3 roots the transactional clients get Kafka's default 60 s transaction timeout
+    (the proxy's latency spells outlast the file:// runs' 10 s)."""
     try:
         from . import workloads
     except ImportError:
         return [QueueWorkload()]
     make = getattr(workloads, "default_workloads", None)
-    return list(make(seed)) if make is not None else [QueueWorkload()]
+    if make is None:
+        return [QueueWorkload()]
+    if root_kind == "s3":
+        return list(make(seed, txn_timeout_ms=workloads.S3_TXN_TIMEOUT_MS))
+    return list(make(seed))
+
+
+def write_events(path: str, workloads: list) -> int:
+    """The workloads' client outcomes, stamped with wall time, one a line in time order
+    (``<UTC time> <workload> <kind> <what> <detail>``): to match an outcome with the brokers'
+    logs and the coordinator's records. Returns the number of lines."""
+    import datetime
+
+    rows = []
+    for w in workloads:
+        events = getattr(w, "events", None)
+        rows += [(t, w.name, kind, what, detail) for t, kind, what, detail in (events() if events else ())]
+    rows.sort(key=lambda r: r[0])
+    with open(path, "w") as f:
+        for t, name, kind, what, detail in rows:
+            stamp = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+            f.write(f"{stamp} {name} {kind} {what} {detail}".rstrip() + "\n")
+    return len(rows)
 
 
 def merge_histories(histories: list[dict]) -> dict:
@@ -623,7 +661,8 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
     workdir = tempfile.mkdtemp(prefix="jepsen-") if own_dir else opts.workdir
     os.makedirs(workdir, exist_ok=True)
     rng = random.Random(opts.seed)
-    workloads = opts.workloads if opts.workloads is not None else load_workloads(opts.seed)
+    workloads = opts.workloads if opts.workloads is not None else load_workloads(opts.seed,
+                                                                                 opts.root_kind)
     topics: dict = {}
     for w in workloads:
         topics.update(w.topics)
@@ -695,6 +734,7 @@ def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
 
         with open(os.path.join(workdir, "history.pickle"), "wb") as f:
             pickle.dump(history, f)
+        write_events(os.path.join(workdir, "events.txt"), workloads)
     counts = check(history)
     # the checker counts every value stored twice; the batches say who wrote the copies
     counts["duplicated"] = dup_broker

@@ -35,6 +35,10 @@ SESSION_TIMEOUT_MS = 6000
 HEARTBEAT_MS = 2000
 #: Below the runner's pauses (11-16 s), so a paused coordinator outlives transactions.
 TXN_TIMEOUT_MS = 10000
+#: On S3 roots: Kafka's default ``transaction.timeout.ms``. The fault proxy's latency spells
+#: (0.3-3 s per request for 5-15 s) make one transaction's dozen requests take longer than
+#: 10 s, so with the file:// timeout nearly every transaction timed out (0-1 commits a run).
+S3_TXN_TIMEOUT_MS = 60000
 #: Pause between a producer's sends (keeps several clients within a shared 2-core box).
 SEND_GAP_S = 0.02
 
@@ -49,8 +53,10 @@ class _Workload:
     #: The longest transaction timeout its clients use (the runner waits past it at the end).
     txn_timeout_s = TXN_TIMEOUT_MS / 1000
 
-    def __init__(self, seed: int = 1):
+    def __init__(self, seed: int = 1, txn_timeout_ms: int = TXN_TIMEOUT_MS):
         self.seed = seed
+        self.txn_timeout_ms = txn_timeout_ms
+        self.txn_timeout_s = txn_timeout_ms / 1000
         self.topics: dict[str, int] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -62,6 +68,9 @@ class _Workload:
         self._unknown_txns: dict = {}
         self._at_least_once: tuple = ()
         self._errors: Counter = Counter()
+        # Every client outcome with the wall time it was seen (comparable with the brokers'
+        # log lines and the records' timestamps): (time, kind, what, detail).
+        self._events: list = []
 
     # -- the runner's interface --------------------------------------------------------------
     def start(self, bootstrap: str, stop: threading.Event) -> None:
@@ -99,6 +108,15 @@ class _Workload:
         with self._lock:
             return Counter(self._errors)
 
+    def events(self) -> list:
+        """Client outcomes stamped with the wall time they were seen, oldest first:
+        ``(time, kind, what, detail)``; kind is ``ack`` (what: the value), ``txn-committed``
+        / ``txn-aborted`` / ``txn-unknown`` (what: the transaction; detail: the errors met
+        on the way, as the client named them, with the broker when the client names it),
+        or ``error``."""
+        with self._lock:
+            return sorted(self._events, key=lambda e: e[0])
+
     def unknown_txns(self) -> dict:
         """Transactions whose EndTxn outcome the client never learnt (in neither set)."""
         with self._lock:
@@ -127,7 +145,7 @@ class _Workload:
         or abort; the outcome as the client saw it."""
         from confluent_kafka import KafkaException
 
-        err = lambda kind: self._error(f"{self.txn_tag}:{kind}")   # noqa: E731
+        err = lambda kind, detail="": self._error(f"{self.txn_tag}:{kind}", detail=detail)   # noqa: E731
         try:
             p.begin_transaction()
             for (t, part), values in writes.items():
@@ -138,12 +156,12 @@ class _Workload:
                 p.send_offsets_to_transaction(positions, c.consumer_group_metadata(), 30)
         except KafkaException as e:
             e0 = e.args[0]
-            err(f"txn:{_kafka_error_name(e0)}")
+            err(f"txn:{_kafka_error_name(e0)}", _kafka_error_text(e0))
             if e0.fatal():
                 return _TxnOutcome.UNKNOWN
             return _ck_end_txn(p, False, err)
         except Exception as e:   # noqa: BLE001 - e.g. BufferError: abort what was begun
-            err(f"txn:{type(e).__name__}")
+            err(f"txn:{type(e).__name__}", str(e))
             return _ck_end_txn(p, False, err)
         outcome = _ck_end_txn(p, commit, err)
         if outcome == _TxnOutcome.COMMITTED and positions:
@@ -159,7 +177,7 @@ class _Workload:
         fatal = threading.Event()
 
         def on_error(err):
-            self._error(f"{tag}:{_kafka_error_name(err)}")
+            self._error(f"{tag}:{_kafka_error_name(err)}", detail=_kafka_error_text(err))
             if err.fatal():
                 fatal.set()
 
@@ -176,13 +194,15 @@ class _Workload:
         c.subscribe([topic], on_assign=on_assign, on_revoke=on_assign, on_lost=on_assign)
         return c, fatal, on_error
 
-    def _error(self, kind: str, n: int = 1) -> None:
+    def _error(self, kind: str, n: int = 1, detail: str = "") -> None:
         with self._lock:
             self._errors[kind] += n
+            self._events.append((time.time(), "error", kind, detail))
 
     def _ack(self, value: str) -> None:
         with self._lock:
             self._acked.append(value)
+            self._events.append((time.time(), "ack", value, ""))
 
     def _poll(self, consumer: str, topic: str, partition: int, offset) -> None:
         with self._lock:
@@ -198,6 +218,16 @@ class _Workload:
         with self._lock:
             {"committed": self._committed_txns, "aborted": self._aborted_txns,
              "unknown": self._unknown_txns}[outcome][txn] = writes
+            self._events.append((time.time(), f"txn-{outcome}", txn, ""))
+
+
+def _kafka_error_text(err) -> str:
+    """A confluent-kafka KafkaError's text (librdkafka names the broker, e.g.
+    ``127.0.0.1:39751/2``, when the error came from one)."""
+    try:
+        return err.str()
+    except Exception:   # noqa: BLE001 - an exception that is not a KafkaError
+        return str(err)
 
 
 def _kafka_error_name(err) -> str:
@@ -468,13 +498,15 @@ class _TxnOutcome:
     COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
 
 
-def _ck_txn_producer(bootstrap: str, txn_id: str, on_error):
-    """A confluent-kafka transactional producer with its transactions initialised."""
+def _ck_txn_producer(bootstrap: str, txn_id: str, on_error, timeout_ms: int = TXN_TIMEOUT_MS):
+    """A confluent-kafka transactional producer with its transactions initialised
+    (``timeout_ms``: its transaction timeout, and its messages' one, which librdkafka wants
+    no longer)."""
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                  "transaction.timeout.ms": TXN_TIMEOUT_MS, "acks": "all",
-                  "message.timeout.ms": TXN_TIMEOUT_MS, "linger.ms": 5,
+                  "transaction.timeout.ms": timeout_ms, "acks": "all",
+                  "message.timeout.ms": timeout_ms, "linger.ms": 5,
                   "error_cb": on_error, "log_level": 2})
     p.init_transactions(60)
     return p
@@ -496,7 +528,8 @@ def _ck_end_txn(p, commit: bool, record_error) -> str:
             return _TxnOutcome.ABORTED
         except KafkaException as e:
             err = e.args[0]
-            record_error(f"{'commit' if commit else 'abort'}:{_kafka_error_name(err)}")
+            record_error(f"{'commit' if commit else 'abort'}:{_kafka_error_name(err)}",
+                         _kafka_error_text(err))
             if err.fatal():
                 return _TxnOutcome.UNKNOWN
             if err.txn_requires_abort():
@@ -519,8 +552,8 @@ class TxnWorkload(_Workload):
     txn_tag = "ck-txn"
 
     def __init__(self, seed: int = 1, topics: tuple = ("jt-a", "jt-b"), partitions: int = 2,
-                 abort_ratio: float = 0.3):
-        super().__init__(seed)
+                 abort_ratio: float = 0.3, txn_timeout_ms: int = TXN_TIMEOUT_MS):
+        super().__init__(seed, txn_timeout_ms)
         self.topic_a, self.topic_b = topics
         self.topics = {t: partitions for t in topics}
         self.group = f"{self.name}-g"
@@ -532,7 +565,7 @@ class TxnWorkload(_Workload):
     def _ck_txn(self, bootstrap, stop, who) -> None:
         rng = random.Random(f"{self.seed}-{who}")
         c, fatal, on_error = self._ck_group_consumer(bootstrap, who, "ck-txn", self.topic_a)
-        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error, self.txn_timeout_ms)
         all_parts = [(t, i) for t in (self.topic_a, self.topic_b) for i in range(self.topics[t])]
         n = 0
         try:
@@ -555,7 +588,7 @@ class TxnWorkload(_Workload):
                     # id) whose InitProducerId fences the old one and ends its transaction.
                     p = None
                     fatal.clear()
-                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error, self.txn_timeout_ms)
                 time.sleep(SEND_GAP_S * 5)
         finally:
             c.close()
@@ -580,7 +613,7 @@ class TxnWorkload(_Workload):
                 if p is None:
                     p = AIOKafkaProducer(bootstrap_servers=bootstrap,
                                          transactional_id=f"{self.name}-aio-producer",
-                                         transaction_timeout_ms=TXN_TIMEOUT_MS,
+                                         transaction_timeout_ms=self.txn_timeout_ms,
                                          request_timeout_ms=30000)
                     await p.start()
                 parts = [(self.topic_a, rng.randrange(self.topics[self.topic_a])),
@@ -681,8 +714,9 @@ class EosWorkload(_Workload):
     txn_tag = "ck-eos"
 
     def __init__(self, seed: int = 1, input_topic: str = "jq", output_topic: str = "je-out",
-                 partitions: int = 2, abort_ratio: float = 0.15):
-        super().__init__(seed)
+                 partitions: int = 2, abort_ratio: float = 0.15,
+                 txn_timeout_ms: int = TXN_TIMEOUT_MS):
+        super().__init__(seed, txn_timeout_ms)
         self.input_topic, self.output_topic = input_topic, output_topic
         self.topics = {output_topic: partitions}   # the input is another workload's
         self.group = f"{self.name}-g"
@@ -699,7 +733,7 @@ class EosWorkload(_Workload):
     def _ck_eos(self, bootstrap, stop, who) -> None:
         rng = random.Random(f"{self.seed}-{who}")
         c, fatal, on_error = self._ck_group_consumer(bootstrap, who, "ck-eos", self.input_topic)
-        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+        p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error, self.txn_timeout_ms)
         parts = self.topics[self.output_topic]
         n = 0
         try:
@@ -722,7 +756,7 @@ class EosWorkload(_Workload):
                 if outcome == _TxnOutcome.UNKNOWN or fatal.is_set():
                     fatal.clear()
                     p = None
-                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error)
+                    p = _ck_txn_producer(bootstrap, f"{self.name}-producer", on_error, self.txn_timeout_ms)
         finally:
             c.close()
 
@@ -781,10 +815,12 @@ def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: d
 
 
 # -- the set the runner runs -----------------------------------------------------------------------
-def default_workloads(seed: int) -> list:
-    """The mixed set of workloads for a run with ``seed``."""
+def default_workloads(seed: int, txn_timeout_ms: int = TXN_TIMEOUT_MS) -> list:
+    """The mixed set of workloads for a run with ``seed`` (``txn_timeout_ms``: the
+    transactional clients' timeout, :data:`S3_TXN_TIMEOUT_MS` on S3 roots)."""
     queue = QueueWorkload(seed)
-    return [queue, TxnWorkload(seed), EosWorkload(seed, input_topic=queue.topic)]
+    return [queue, TxnWorkload(seed, txn_timeout_ms=txn_timeout_ms),
+            EosWorkload(seed, input_topic=queue.topic, txn_timeout_ms=txn_timeout_ms)]
 
 
 def extra_anomalies(workloads: list, final_committed: dict) -> dict:
