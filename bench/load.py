@@ -7,7 +7,7 @@
    differ per record, no headers, one record every ms) with the Broker to a
    file:// root; the build time is printed on its own.
 2. Loads it into a fresh Iceberg table (embedded SQLite catalog) with
-   :func:`pipelines.load.run_load` (planned splits read on the executors to
+   :func:`pipelines.jobs.load.run_load` (planned splits read on the executors to
    Arrow, Parquet written there, one snapshot committed by the driver) on
    ``--master`` (default local[2]).
 3. Baseline, same session: copies the identical rows (the table's data files,

@@ -7,7 +7,7 @@ batch) and times, in this one process, best of R runs:
 
 * baseline: ``decode_to_arrow`` of the whole segment (CRCs checked), what a
   read cost before the checks;
-* checked: :func:`kafkastore.reader.check_range` followed by the same decode,
+* checked: :func:`kafkastore.read.reader.check_range` followed by the same decode,
   for the whole object (size and CRC-32C) and for a partial range (header walk:
   offsets, order, index anchors; here the same bytes as a range that does not
   end the object).

@@ -11,11 +11,11 @@ with ``Broker.send_arrow`` (build time printed on its own, not part of the
 figures), then in one Spark session (warmed up by a small load and
 compaction first):
 
-* loads it into a fresh warehouse table through :func:`pipelines.load.run_load`
+* loads it into a fresh warehouse table through :func:`pipelines.jobs.load.run_load`
   (only through that function: its internals are being ported; a failing load
   is reported and the run goes on);
 * compacts it (forced, every partition) with
-  :func:`pipelines.compaction.compact_topic`.
+  :func:`pipelines.jobs.log_compaction.compact_topic`.
 
 Printed per pair: microseconds per record of each, and the peak RSS of the
 Python driver (sampled every 50 ms) during each. At the end, per job: the

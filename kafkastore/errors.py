@@ -80,7 +80,7 @@ class SegmentOffsetOverflowError(CorruptRecordError):
     """A batch whose last offset is more than 2^31-1 past the segment's base offset.
 
     Kafka's ``LogSegmentOffsetOverflowException``: the writer must roll a new
-    segment before appending it (see :meth:`kafkastore.format.segment.SegmentBuilder.can_append`).
+    segment before appending it (see :meth:`kafkastore.format.segment_build.SegmentBuilder.can_append`).
     """
 
 
@@ -88,7 +88,7 @@ class CorruptIndexError(CorruptRecordError):
     """An ``.index`` or ``.timeindex`` that is not valid for its log.
 
     Never fatal for the data: the caller rebuilds the index from the log
-    (see :func:`kafkastore.format.segment.load_indexes`).
+    (see :func:`kafkastore.format.segment_indexes.load_indexes`).
     """
 
 

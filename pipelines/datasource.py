@@ -157,7 +157,7 @@ _COMPARISONS = (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual, LessTha
 
 
 class PushedFilters(Pruning):
-    """The :class:`pipelines.planning.Pruning` of the filters Spark pushes down."""
+    """The :class:`pipelines.source.planning.Pruning` of the filters Spark pushes down."""
 
     def absorb(self, f: Any) -> bool:
         """Use filter ``f`` for pruning if it is understood; True when pruning applies it exactly
@@ -261,7 +261,7 @@ class KafkaStorePartition(InputPartition):
 
 def plan_partitions(opts: SourceOptions, pushed: PushedFilters | None = None,
                     storage: Storage | None = None) -> list[KafkaStorePartition]:
-    """The input partitions of a read (:func:`pipelines.planning.plan_source_splits`)."""
+    """The input partitions of a read (:func:`pipelines.source.planning.plan_source_splits`)."""
     return [KafkaStorePartition(split) for split in plan_source_splits(opts, pushed, storage)]
 
 

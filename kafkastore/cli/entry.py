@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None, *, parser: argparse.ArgumentParser | Non
          load: Callable[..., Config] = load_config) -> int:
     """Run one command: the log's commands (:func:`build_parser`), or those of ``parser`` with
     ``run`` and the config ``load``-er (the ``kafkastore`` console script passes the jobs'
-    ones: :mod:`pipelines.cli`, :mod:`pipelines.config`)."""
+    ones: :mod:`pipelines.cli`, :mod:`pipelines.spec.job_config`)."""
     args = (parser or build_parser()).parse_args(argv)
     try:
         cfg = load(args.conf, root=args.root)

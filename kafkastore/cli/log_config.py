@@ -3,7 +3,7 @@
 One YAML file serves the log and the jobs. This module reads the file and owns
 what the log and the broker read: ``root``, ``storage_options`` and ``topics``.
 The jobs' sections (``warehouse``, ``catalog``, ``spark``, ``loads``,
-``compaction``, ``retention``, ``quality``) are parsed by :mod:`pipelines.config`,
+``compaction``, ``retention``, ``quality``) are parsed by :mod:`pipelines.spec.job_config`,
 which extends :class:`Config`; here they are only known by name, so that the
 same file is valid for both.
 
@@ -36,7 +36,7 @@ DEFAULT_ROOT = "file://./demo/log"
 
 #: The sections the log reads.
 LOG_SECTIONS = ("root", "storage_options", "topics")
-#: The sections the jobs read (:mod:`pipelines.config`); the log leaves them alone.
+#: The sections the jobs read (:mod:`pipelines.spec.job_config`); the log leaves them alone.
 JOB_SECTIONS = ("warehouse", "catalog", "spark", "loads", "compaction", "retention", "quality")
 
 
@@ -106,7 +106,7 @@ def log_settings(data: dict[str, Any], *, path: str | None = None,
 
 def load_config(path: str | None = None, *, root: str | None = None) -> Config:
     """Read the config file (if any) and apply environment and explicit overrides: the
-    log's settings (the jobs' are :func:`pipelines.config.load_config`)."""
+    log's settings (the jobs' are :func:`pipelines.spec.job_config.load_config`)."""
     path, data = read_config_file(path)
     return Config(**log_settings(data, path=path, root=root))
 

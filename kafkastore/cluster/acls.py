@@ -8,7 +8,7 @@ starts with a prefix (PREFIXED). The numbers are Kafka's (``ResourceType``,
 ``PatternType``, ``AclOperation``, ``AclPermissionType``), so the wire format
 of CreateAcls / DescribeAcls / DeleteAcls maps onto this module one to one.
 
-The bindings of a root are one :class:`~kafkastore.cluster_config.ClusterDocument`
+The bindings of a root are one :class:`~kafkastore.cluster.documents.ClusterDocument`
 named ``acls`` (``{"acls": [binding, ...]}``), so every broker of the root
 enforces the same list within a few seconds of a change.
 (:mod:`kafkastore.protocol.authorizer` decides requests against it.)
@@ -276,7 +276,7 @@ def _store(bindings: Iterable[AclBinding]) -> dict:
 
 def add_acls(document, bindings: Iterable[AclBinding]) -> list[AclBinding]:
     """Add bindings (validated; adding one already there changes nothing, as Kafka).
-    ``document`` is the root's :class:`~kafkastore.cluster_config.ClusterDocument`; returns
+    ``document`` is the root's :class:`~kafkastore.cluster.documents.ClusterDocument`; returns
     every binding after the change. Blocking."""
     new = [validate_binding(b) for b in bindings]
     doc = document.update(lambda d: _store(bindings_of(d) + new) if new else d)
@@ -306,6 +306,6 @@ def list_acls(document, flt: AclFilter = AclFilter(), *, fresh: bool = True) -> 
 
 
 def acl_document(storage, *, max_age_s: float = 2.0):
-    """The root's ``acls`` :class:`~kafkastore.cluster_config.ClusterDocument`."""
+    """The root's ``acls`` :class:`~kafkastore.cluster.documents.ClusterDocument`."""
     from .documents import ClusterDocument
     return ClusterDocument(storage, DOCUMENT, max_age_s=max_age_s)

@@ -3,7 +3,7 @@
 Stored as Kafka stores them, never the password: per user and mechanism the salt, the
 iteration count, StoredKey = H(HMAC(SaltedPassword, "Client Key")) and ServerKey =
 HMAC(SaltedPassword, "Server Key") (RFC 5802), in the cluster document ``scram``
-(:class:`kafkastore.cluster_config.ClusterDocument`)::
+(:class:`kafkastore.cluster.documents.ClusterDocument`)::
 
     {"users": {"alice": {"SCRAM-SHA-256": {"salt": b64, "iterations": 4096,
                                            "stored_key": b64, "server_key": b64}}}}

@@ -351,7 +351,7 @@ def _one_chunk(values: list, typ: pa.DataType, what: str) -> pa.Array:
 
 class _PureDecoder:
     """The pure-Python implementation of :class:`BatchDecoder` (builds lists): the batch
-    walker :func:`kafkastore.format.segment.iter_batches` and the record decoder
+    walker :func:`kafkastore.format.segment_scan.iter_batches` and the record decoder
     :func:`kafkastore.format.record_batch.decode_records`, the C kernel's twins."""
 
     def __init__(self, start_offset: int, end_offset: int, include_headers: bool,

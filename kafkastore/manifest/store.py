@@ -52,7 +52,7 @@ class ManifestStore(VersionHistory):
     deleted by expiry can never be mistaken for one not written yet.
     """
 
-    #: The GC grace floor: :mod:`kafkastore.gc` refuses a shorter grace period, and
+    #: The GC grace floor: :mod:`kafkastore.maintenance.gc` refuses a shorter grace period, and
     #: :meth:`expire_versions` never keeps versions for less. Every commit refuses to list a
     #: newly written segment file older than half of it (:meth:`stale_uploads`), so a file a
     #: commit in flight will list is never old enough for GC. A writer whose commit attempt

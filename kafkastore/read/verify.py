@@ -1,7 +1,7 @@
 """Verification of one segment (framing, CRC, offsets, indexes, expected stats), of a
 partition's stored manifest versions, and of a whole partition (:func:`verify_partition`).
 
-Unlike :func:`kafkastore.format.segment.recover`, which stops at the first problem,
+Unlike :func:`kafkastore.format.segment_scan.recover`, which stops at the first problem,
 :func:`verify_segment` keeps going where it can: past a batch with a bad CRC
 (its length is still trusted), and past unframeable bytes by searching for
 the next valid batch, so one report lists every problem with its offset and
@@ -94,7 +94,7 @@ def verify_segment(log_bytes, index_bytes=None, timeindex_bytes=None, *, base_of
     * offsets: first batch at or after ``base_offset``, every batch after the
       previous one, all within ``base_offset + 2^31-1``;
     * ``.index`` / ``.timeindex`` (when given): as
-      :func:`kafkastore.format.segment.check_indexes` (entries at batch starts,
+      :func:`kafkastore.format.segment_indexes.check_indexes` (entries at batch starts,
       lookups land at or before their answer); missing indexes are a note;
     * ``expected`` (a mapping, or any object with those attributes such as
       :class:`SegmentStats` or a manifest's segment entry): any of

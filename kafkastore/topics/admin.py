@@ -13,7 +13,7 @@ come from each partition's manifest.
 
 Changes (:func:`update_topic`, :func:`alter_topic`) are conditional commits, never an
 overwrite: a changed topic's metadata is a sequence of immutable versions, each a full
-snapshot, kept as :class:`kafkastore.cluster_config.ClusterDocument` keeps the cluster's
+snapshot, kept as :class:`kafkastore.cluster.documents.ClusterDocument` keeps the cluster's
 documents::
 
     topics/<t>/_topic.json                    {"format": 3, "incarnation": "c<created_ms>",
@@ -77,7 +77,7 @@ _INCARNATION_RE = re.compile(r"^c\d{1,20}$")
 
 #: The topics kafkastore itself writes (Kafka's internal topics). Clients may read them but
 #: never produce to, create or delete them; only their owner (e.g.
-#: :class:`kafkastore.group_offsets.OffsetsStore`) opts in to writing.
+#: :class:`kafkastore.groups.offsets.OffsetsStore`) opts in to writing.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state",
                              "_schemas"})  # _schemas: kafkastore.schema_registry
 

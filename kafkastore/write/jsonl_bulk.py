@@ -6,7 +6,7 @@ the whole input), and each chunk is parsed in bulk into the columns
 (``kafkastore._jsonl_native.parse_jsonl``) when every line has the common shape (string or null
 key and value, integer timestamp and partition, no headers; see its comment
 for the exact set), else by pyarrow's JSON reader. The per-line parser
-(:func:`kafkastore.jsonl.parse_produce_line`) stays the judge of what is
+(:func:`kafkastore.write.jsonl.parse_produce_line`) stays the judge of what is
 accepted: a chunk is parsed in bulk only when that reading is certainly the
 same, and otherwise (or whenever pyarrow refuses it) line by line, which also
 gives the first bad line's error with its number. Routed past pyarrow to the

@@ -4,7 +4,7 @@ and commit appends with one policy for everything a writer has to choose.
 Every producer of segments goes through here: the library :class:`~kafkastore.broker.Broker`
 (and through it the group offsets and the schema store), serve's
 :class:`~kafkastore.protocol.appender.Appender` (produce and transaction markers),
-imports (:func:`kafkastore.admin.import_kafka_dir`), compaction and merging. The commit
+imports (:func:`kafkastore.write.kafka_import.import_kafka_dir`), compaction and merging. The commit
 itself is :meth:`kafkastore.manifest.ManifestStore.commit` on the one commit engine; what
 this module adds is what every writer did around it, once:
 
@@ -94,7 +94,7 @@ def segment_entry(stats, *, segment_id: str, size: int, checksum: int, index_siz
                   delete_horizon_ms: int | None = None) -> SegmentEntry:
     """The manifest entry of an uploaded segment.
 
-    ``stats`` is the segment's :class:`~kafkastore.format.segment.SegmentStats` (or any
+    ``stats`` is the segment's :class:`~kafkastore.format.segment_stats.SegmentStats` (or any
     object with its fields) in the offsets it was built at; ``shift`` moves them to
     where the segment lands (a writer builds at relative offsets and commits at the high
     watermark). ``next_offset`` overrides the end of the range (an import absorbs the

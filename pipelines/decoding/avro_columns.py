@@ -81,7 +81,7 @@ def _supported(t, names, ns, stack) -> bool:
 
 def decode(schema, names: dict, arrow_type, data: bytes, starts, ends):
     """A struct array of ``arrow_type`` (the raw-time mapping of ``schema``, see
-    :func:`pipelines.type_mapping.avro_mapping`) from the bodies at ``data[starts[i]:
+    :func:`pipelines.decoding.type_mapping.avro_mapping`) from the bodies at ``data[starts[i]:
     ends[i]]``, or None if any body does not decode cleanly."""
     import numpy as np
     import pyarrow as pa

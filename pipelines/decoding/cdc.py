@@ -37,16 +37,16 @@ log: Postgres ``lsn``, MySQL ``file:pos``, SQL Server ``commit_lsn``/``change_ls
 Oracle ``scn``, MongoDB ``ord``) and ``cdc_source`` (the whole ``source`` block as JSON).
 
 Debezium's AvroConverter (``--value-format avro --schema-registry URL``): the registry
-load decodes each Envelope by its schema id (:mod:`pipelines.registry_load`) and
+load decodes each Envelope by its schema id (:mod:`pipelines.jobs.registry_load`) and
 :func:`debezium_batch` applies the same rules to the decoded batches; the table's
 columns are the ``after``/``before`` record's fields (no ``value_schema``), evolved in
 the commit like any registry load's. Debezium's encodings, named there only by each
 field's ``connect.name``, become the same dates, times, timestamps and decimals as under
-``schemas.enable=true`` (:mod:`pipelines.debezium_types`, shared by both paths; a value
+``schemas.enable=true`` (:mod:`pipelines.decoding.debezium_types`, shared by both paths; a value
 that does not fit is a dead letter naming the column); a column a table already holds
 as Avro stores it (an int of days, loaded before) keeps loading as it is.
 
-Which event wins for a key is the upsert rule (:mod:`pipelines.upsert`): within a Kafka
+Which event wins for a key is the upsert rule (:mod:`pipelines.jobs.upsert`): within a Kafka
 partition the higher offset. Debezium writes all events of one key to one partition in
 the source's commit order, so a snapshot (``op=r``) followed by streaming changes ends
 at the source table's state.
@@ -377,7 +377,7 @@ def _plain(v, t, column: str):
 
 def registry_table_value(table_schema, kafka_columns):
     """The struct a Debezium Envelope's writer schema is checked against on the
-    executors (:class:`pipelines.registry_load.RegistryPlan`): the table's row columns
+    executors (:class:`pipelines.jobs.registry_load.RegistryPlan`): the table's row columns
     as the Envelope's ``before`` and ``after`` records, so that a source column whose
     type changes incompatibly is refused like any registry field; the Envelope's other
     fields (``op``, ``source``...) never reach the table as such."""
@@ -516,7 +516,7 @@ def key_fields(key: bytes | None, registry=None) -> tuple[str, ...] | None:
     """The column names one Debezium Kafka key holds (its primary key): the fields of a
     JSON object, bare or wrapped as ``{"schema": ..., "payload": {...}}`` by the
     JsonConverter's ``schemas.enable=true``, or of an Avro record framed with a schema id
-    (``registry``: a :class:`~pipelines.registry_client.RegistryClient`). None when the
+    (``registry``: a :class:`~pipelines.decoding.registry_client.RegistryClient`). None when the
     key names no columns (null, not JSON, not a record)."""
     if not key:
         return None

@@ -1,7 +1,7 @@
 """Debezium's encodings of dates, times, timestamps and decimals (Spark-free).
 
 A Debezium connector names the encoding of a column by its Connect schema name: in
-the JsonConverter's ``schema`` (``schemas.enable=true``, read by :mod:`pipelines.cdc`)
+the JsonConverter's ``schema`` (``schemas.enable=true``, read by :mod:`pipelines.decoding.cdc`)
 and as ``connect.name`` in the AvroConverter's Avro schema (read by the registry load
 through :func:`avro_schema`). One set of conversions serves both:
 

@@ -10,7 +10,7 @@ id, so they are cached for the life of the client (one per executor process).
 Protobuf schemas are asked for with ``?format=serialized`` (a base64
 FileDescriptorProto, which Confluent's registry returns and the Python
 serializer registers); a registry that ignores the parameter answers with the
-``.proto`` text, which :mod:`pipelines.schema_decoding` parses too.
+``.proto`` text, which :mod:`pipelines.decoding.schema_decoding` parses too.
 """
 from __future__ import annotations
 

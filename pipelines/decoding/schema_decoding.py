@@ -4,7 +4,7 @@ A framed value is magic byte 0, the schema id (4 bytes, big-endian) and the
 body; Protobuf puts the message indexes (a zigzag-varint count, then the
 indexes; a single 0 byte for ``[0]``) between the id and the body. Values of
 one batch are grouped by schema id and each group decoded with that id's writer
-schema into one Arrow struct array (:mod:`pipelines.type_mapping` gives its
+schema into one Arrow struct array (:mod:`pipelines.decoding.type_mapping` gives its
 type). A value without a header, with an id the registry does not know, or a
 body that does not decode gets an error text instead: a dead letter, never a
 null row. A null value (a tombstone) is a row whose decoded fields are null.
@@ -118,8 +118,8 @@ class AvroGroupDecoder(GroupDecoder):
 
     def __init__(self, ws, debezium: bool = False, kept: frozenset = frozenset()):
         """``debezium``: Debezium's encodings (``connect.name``) become dates, times,
-        timestamps and decimals (:mod:`pipelines.debezium_types`), but in the fields
-        named in ``kept`` (:func:`pipelines.debezium_types.stored_columns`)."""
+        timestamps and decimals (:mod:`pipelines.decoding.debezium_types`), but in the fields
+        named in ``kept`` (:func:`pipelines.decoding.debezium_types.stored_columns`)."""
         import fastavro
 
         from . import debezium_types  # lazy: each format loads its libraries (fastavro, protobuf, numpy) when used
@@ -160,7 +160,7 @@ class AvroGroupDecoder(GroupDecoder):
 
     def decode_array(self, values, starts: list[int]):
         """Like :meth:`decode_many` for an Arrow binary array: read column by column
-        (:mod:`pipelines.avro_columns`) when the schema allows and every value is
+        (:mod:`pipelines.decoding.avro_columns`) when the schema allows and every value is
         clean, else value by value."""
         import numpy as np
         import pyarrow as pa

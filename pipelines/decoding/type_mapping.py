@@ -3,7 +3,7 @@
 Each ``*_mapping`` function walks a writer schema and returns a :class:`Mapped`:
 the Arrow type of the decoded value (Iceberg types follow from it: pyiceberg
 converts Arrow types one to one) and, where the decoder's Python value does not
-fit that type as is, a converter. The decoders in :mod:`pipelines.schema_decoding`
+fit that type as is, a converter. The decoders in :mod:`pipelines.decoding.schema_decoding`
 build Arrow arrays of whole groups of records from the converted values.
 
 Every field is optional (nullable) in the table, whatever the writer says: old
@@ -120,9 +120,9 @@ def avro_mapping(schema: Any, named: Mapping[str, Any] | None = None,
     for timestamp-millis...), for a decoder reading them without their logical type;
     an Arrow cast to the plain mapping's type then gives the table's units.
     ``debezium``: Debezium's encodings Avro has no logical type for (nanoseconds, zoned
-    text, variable-scale decimals; :mod:`pipelines.debezium_types`) are converted value
+    text, variable-scale decimals; :mod:`pipelines.decoding.debezium_types`) are converted value
     by value (the others are logical types after
-    :func:`pipelines.debezium_types.avro_schema`)."""
+    :func:`pipelines.decoding.debezium_types.avro_schema`)."""
     names: dict[str, Any] = dict(named or {})
     if raw_time:
         names[_RAW_TIME] = True

@@ -10,7 +10,7 @@ too, which is how ``loads`` entries in the config file spell them):
     The URL of a Confluent-compatible schema registry (``http://user:pass@host:port``
     for basic auth). Values are then decoded by the schema id in their header with
     that id's writer schema, and the table follows the writers' schemas
-    (:mod:`pipelines.registry_load`); ``valueSchema`` is not used.
+    (:mod:`pipelines.jobs.registry_load`); ``valueSchema`` is not used.
 ``keyFormat``
     With ``schemaRegistry``: ``raw`` (default) keeps the key bytes; ``avro``,
     ``protobuf`` or ``json-schema`` decodes keys by their header's schema id into a

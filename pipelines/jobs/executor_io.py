@@ -54,7 +54,7 @@ class WriteTarget:
     storage_options: Mapping[str, Any] | None = None
     dead_letters_from: Mapping[int, int] = field(default_factory=dict)
     #: ``{column: has a zone}`` of the data table's timestamp columns: the files keep
-    #: a column's kind (:func:`pipelines.table_files.micros_timestamps`).
+    #: a column's kind (:func:`pipelines.warehouse.files.micros_timestamps`).
     timestamp_zones: Mapping[str, bool] = field(default_factory=dict)
 
     def of_table(self, tbl) -> "WriteTarget":
@@ -84,7 +84,7 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
             nonlocal good, dead, rows
             if good and layout.upsert:
                 # Upsert staging: only the last record per (key, partition) of this task
-                # can win (pipelines.upsert), so only those are staged.
+                # can win (pipelines.jobs.upsert), so only those are staged.
                 good = last_per_partition(pa.Table.from_batches(good), layout.upsert_keys)
             if good:
                 descriptors.extend(write_files(

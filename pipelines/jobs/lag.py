@@ -2,7 +2,7 @@
 
 For ``kafkastore offsets T --warehouse URL`` and the retention job: every table
 of the warehouse whose committed offsets (the ``kafkastore.offsets`` of the
-newest snapshot of main carrying them, :func:`pipelines.iceberg.committed_offsets`)
+newest snapshot of main carrying them, :func:`pipelines.warehouse.offsets.committed_offsets`)
 name topic ``T`` is reported, per partition, with its committed next offset
 and its lag (``high_watermark - committed``: records and markers the next load
 would read at most). A partition the table never loaded reports ``committed:

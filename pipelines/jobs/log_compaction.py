@@ -1,13 +1,13 @@
-"""Log compaction as a Spark job (DESIGN.md section 6; the rules are in :mod:`kafkastore.compaction`).
+"""Log compaction as a Spark job (DESIGN.md section 6; the rules are in :mod:`kafkastore.maintenance.compaction`).
 
 One job compacts every selected partition of a topic:
 
 1. **Plan** (driver): per partition, the latest manifest and
-   :func:`kafkastore.compaction.plan_cleaning` (selection, first dirty and
+   :func:`kafkastore.maintenance.compaction.plan_cleaning` (selection, first dirty and
    first uncleanable offsets, segment groups). Only metadata is read.
 2. **Scan** (executors, ``mapInArrow``): one task per batch-aligned byte range
    of the segments below the first uncleanable offset
-   (:func:`kafkastore.compaction.scan_task`) yields a row per keyed committed
+   (:func:`kafkastore.maintenance.compaction.scan_task`) yields a row per keyed committed
    record ``(group, key, offset, dirty)`` and a few rows per transactional
    producer.
 3. **Survivors** (executors, one shuffle by key): the scanned rows are
@@ -25,15 +25,15 @@ One job compacts every selected partition of a topic:
 4. **Rewrite** (executors, one shuffle by group, ``groupBy().applyInArrow``):
    each task gets the sorted survivor offsets of one segment group (at most a
    segment's worth of records), rewrites the group into one segment
-   (:func:`kafkastore.compaction.rewrite_group`), uploads it and returns
+   (:func:`kafkastore.maintenance.compaction_rewrite.rewrite_group`), uploads it and returns
    only the new :class:`~kafkastore.manifest.SegmentEntry` as JSON.
 5. **Swap** (driver): per partition, one manifest commit
-   (:func:`kafkastore.compaction.commit_cleaning`).
+   (:func:`kafkastore.maintenance.compaction_rewrite.commit_cleaning`).
 
 Executors reach the storage through :class:`~kafkastore.storage.Storage`
 (fsspec) rebuilt from the root URL and ``storage_options``; a ``memory://``
 root lives in one process only and cannot be compacted by Spark (use
-:func:`kafkastore.compaction.compact_partition_local`).
+:func:`kafkastore.maintenance.compaction_rewrite.compact_partition_local`).
 """
 from __future__ import annotations
 
@@ -69,12 +69,12 @@ _RESULT_DDL = "grp int, result string"
 def _check_storage(storage: Storage) -> None:
     if storage.protocol == "memory":
         raise ConfigError("a memory:// root is private to one process, so Spark workers cannot "
-                          "read it; use kafkastore.compaction.compact_partition_local")
+                          "read it; use kafkastore.maintenance.compaction_rewrite.compact_partition_local")
 
 
 def compact_partition(spark, storage: Storage, topic: str, partition: int, now_ms: int,
                       force: bool = False) -> PartitionResult:
-    """Compact one partition with Spark if :func:`~kafkastore.compaction.plan_cleaning` selects it
+    """Compact one partition with Spark if :func:`~kafkastore.maintenance.compaction.plan_cleaning` selects it
     (or ``force``); ``now_ms`` is the time tombstone horizons and compaction lags are measured
     against. Returns the partition's result (skipped, cleaned, or gave up and why)."""
     _check_storage(storage)
@@ -228,7 +228,7 @@ def _latest_dirty(rows: pa.Table, dirty: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def drop_superseded(rows: pa.Table) -> pa.Table:
-    """``rows`` (:data:`~kafkastore.compaction.SCAN_SCHEMA`) without the dirty records that a
+    """``rows`` (:data:`~kafkastore.maintenance.compaction.SCAN_SCHEMA`) without the dirty records that a
     later dirty record of the same key in ``rows`` supersedes: a partial "latest per key"
     done in the scan task (no per-record Python), so the survivor shuffle carries about
     one row per key and slice instead of every record. Dropping them changes no other
@@ -248,15 +248,15 @@ def drop_superseded(rows: pa.Table) -> pa.Table:
 
 
 def survivors(rows: pa.Table) -> pa.Table:
-    """The survivor rule (:mod:`kafkastore.compaction`) over ``rows``
-    (:data:`~kafkastore.compaction.SCAN_SCHEMA`) holding every row of their keys, as one
+    """The survivor rule (:mod:`kafkastore.maintenance.compaction`) over ``rows``
+    (:data:`~kafkastore.maintenance.compaction.SCAN_SCHEMA`) holding every row of their keys, as one
     shuffle partition by ``(plan, key)`` does: ``(grp, kind, offset, pid)`` of each record
     that survives (no dirty record of its key, or it is the greatest dirty one) and of
     each transaction row whose producer has data, and no marker after it, in earlier
     groups (``offset`` -1). Records are decided vectorised (keys hashed to codes by
     Arrow, the greatest dirty offset per code by numpy); transaction rows, a few per
     producer and task, in a loop. The same answer as
-    :func:`kafkastore.compaction.survivor_rule`, the reference."""
+    :func:`kafkastore.maintenance.compaction.survivor_rule`, the reference."""
     out_schema = pa.schema([("grp", pa.int32()), ("kind", pa.int8()), ("offset", pa.int64()),
                             ("pid", pa.int64())])
     if rows.num_rows == 0:

@@ -1,9 +1,9 @@
 """The retention job: apply ``retention.ms`` / ``retention.bytes`` to a topic and
 report warehouse tables that lose data they never loaded.
 
-Wraps :func:`kafkastore.retention.retention_for_topic`, passing the committed
+Wraps :func:`kafkastore.maintenance.retention.retention_for_topic`, passing the committed
 offsets of every warehouse table that loads the topic (the Iceberg snapshot
-offsets, :func:`pipelines.lag.committed_offsets_by_table`), so the report names each
+offsets, :func:`pipelines.jobs.lag.committed_offsets_by_table`), so the report names each
 table whose next offset falls below the new log start offset (its next load
 then fails with a data-loss error unless it skips the gap). With
 ``protect_unloaded=True`` retention keeps the segments some table has not
@@ -27,7 +27,7 @@ class RetentionReport:
     topic: str
     results: list[RetentionResult] = field(default_factory=list)
     tables: dict[str, dict[int, int]] = field(default_factory=dict)
-    #: What merging small segments did afterwards (kafkastore.merge), per partition.
+    #: What merging small segments did afterwards (kafkastore.maintenance.merge), per partition.
     merges: list = field(default_factory=list)
 
     @property
@@ -75,10 +75,10 @@ def run_retention(root: str, topic: str, *, warehouse=None,
                   now_ms: int | None = None, catalog: dict | None = None,
                   merge: bool = True) -> RetentionReport:
     """Apply retention to every partition of ``topic``; with ``warehouse`` (a URL,
-    with the config's ``catalog`` section, or a :class:`pipelines.iceberg.Warehouse`),
+    with the config's ``catalog`` section, or a :class:`pipelines.warehouse.catalog.Warehouse`),
     check (and with ``protect_unloaded``, protect) the data its tables have not loaded.
     Then, with ``merge``, merge each partition's small segments (the tiered policy of
-    :mod:`kafkastore.merge`), for the logs no ``serve`` broker or long-running producer merges."""
+    :mod:`kafkastore.maintenance.merge`), for the logs no ``serve`` broker or long-running producer merges."""
     tables = (committed_offsets_by_table(warehouse, topic, storage_options, catalog)
               if warehouse else {})
     storage = Storage(root, storage_options)

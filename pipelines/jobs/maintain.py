@@ -10,9 +10,9 @@ loads keep touching few files; others by topic, partition, offset), cut into fil
 about ``target_bytes`` (estimated from the rows' size in the inputs).
 
 **One snapshot, offsets carried forward.** The rewrite is a
-:class:`pipelines.iceberg.KafkaCommit` of operation ``maintain`` with no ranges: its
+:class:`pipelines.warehouse.commit.KafkaCommit` of operation ``maintain`` with no ranges: its
 snapshot carries the committed offsets of the table it was planned on, unchanged, and
-a run id. It goes through the one commit path (:func:`pipelines.iceberg.commit`): the
+a run id. It goes through the one commit path (:func:`pipelines.warehouse.commit.commit`): the
 plan is made again on every attempt against the reloaded table, so a load committing
 meanwhile makes maintenance re-plan (its files are never lost, its offsets are the ones
 carried), never the other way round.
@@ -160,6 +160,6 @@ def maintain(table, *, run_id: str | None = None, target_bytes: int = DEFAULT_TA
 
 def maintain_tables(warehouse, names: Sequence[str] | None = None, **kw) -> list[dict[str, Any]]:
     """For the CLI and Airflow: maintain ``names`` (default: every table) of a
-    :class:`pipelines.iceberg.Warehouse`; plain dicts out."""
+    :class:`pipelines.warehouse.catalog.Warehouse`; plain dicts out."""
     names = list(names) if names else warehouse.list_tables()
     return [maintain(warehouse.table(n), **kw).to_dict() for n in names]

@@ -3,8 +3,8 @@ evolve the table in the commit of the data.
 
 Executors (:func:`registry_writer`): each task reads its splits, groups values by
 schema id, decodes each group into one Arrow struct array
-(:mod:`pipelines.schema_decoding`), checks each writer schema against the table
-the load started from (:func:`pipelines.schema_evolution.merge_types`), and
+(:mod:`pipelines.decoding.schema_decoding`), checks each writer schema against the table
+the load started from (:func:`pipelines.decoding.schema_evolution.merge_types`), and
 writes good rows (the union of the accepted writer schemas, missing fields null)
 and dead letters through the load's file writer. Its file descriptors carry the
 schema ids it accepted and the reasons of those it refused.
@@ -211,7 +211,7 @@ def _group_idx(g) -> tuple:
 
 
 def _decoders(plan: RegistryPlan, fmt: str):
-    """A :class:`pipelines.schema_decoding.DecoderCache` of ``fmt`` for ``plan``."""
+    """A :class:`pipelines.decoding.schema_decoding.DecoderCache` of ``fmt`` for ``plan``."""
     from ..decoding.schema_decoding import DecoderCache  # lazy: registry loads only (fastavro, protobuf)
 
     return DecoderCache(plan.client, fmt, debezium=plan.debezium, kept=plan.kept)
@@ -401,10 +401,10 @@ def commit_extras(files, table_schema, on_incompatible: str,
 
 def load_files(spark, root: str, splits, opts, target, run_id: str, table_schema, *,
                storage_options=None, counter=None, cdc: str | None = None) -> list[dict]:
-    """The registry load's part of :func:`pipelines.load.write_ranges`: ``opts`` are
+    """The registry load's part of :func:`pipelines.jobs.write_engine.write_ranges`: ``opts`` are
     the load's :class:`pipelines.decoding.DecodeOptions`; returns the descriptors.
     ``cdc="debezium"``: the values are Debezium Envelopes, written as change rows
-    (:func:`pipelines.cdc.debezium_batch`)."""
+    (:func:`pipelines.decoding.cdc.debezium_batch`)."""
     from ..decoding.debezium_types import stored_columns  # lazy: registry loads only (fastavro, protobuf)
     from ..decoding.registry_client import RegistryClient  # lazy: registry loads only (fastavro, protobuf)
 

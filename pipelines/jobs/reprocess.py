@@ -6,14 +6,14 @@ appends the rows ``[N, committed)`` read again from the log and decoded with
 the load spec (a changed schema is merged by name, as for loads):
 
 * ``N`` is ``from_offset``, or per partition the first offset whose timestamp
-  is at or after ``from_timestamp`` (:func:`pipelines.planning.plan_rewind`);
+  is at or after ``from_timestamp`` (:func:`pipelines.source.planning.plan_rewind`);
 * the reload ends at the table's committed offset as it was when the run
   planned: a reprocess replaces what the table held and never advances it, so
   the next load continues from the same offset. If a load (or another
   reprocess) commits meanwhile, the commit is refused
   (:class:`TableChangedError`) and nothing changes: run it again;
 * data files straddling ``N`` are rewritten without the deleted rows
-  (copy-on-write, :func:`pipelines.iceberg.commit`), so no delete files;
+  (copy-on-write, :func:`pipelines.warehouse.commit.commit`), so no delete files;
 * the dead-letter table gets the same treatment first (its dead letters at
   and after ``N`` are derived again).
 
@@ -142,7 +142,7 @@ class ReprocessRequest:
         here. ``spec`` (or ``topic``, ``table`` and ``load_options``, a ``loads:`` entry)
         says how to decode; ``max_rows_per_file`` and ``compression`` override its
         table layout; ``warehouse`` and ``catalog`` as for
-        :meth:`pipelines.load.LoadRequest.build`."""
+        :meth:`pipelines.jobs.load.LoadRequest.build`."""
         if spec is None:
             if not topic or not table:
                 raise ConfigError("run_reprocess needs a spec, or a topic and a table")
@@ -169,7 +169,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     table loaded), in one audited transaction. See the module docstring for refusals
     (``allow_expired``: upsert tables only). ``register_existing``: a table the
     catalog lost is registered again from its newest metadata file (else refused, see
-    :meth:`pipelines.iceberg.Warehouse.recover`)."""
+    :meth:`pipelines.warehouse.catalog.Warehouse.recover`)."""
     started = request.clock.monotonic_s()
     spec, wh, root = request.spec, request.warehouse, request.root
     storage_options, run_id = request.storage_options, request.run_id

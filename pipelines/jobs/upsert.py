@@ -17,7 +17,7 @@ null key (or a null key column) cannot be upserted and are skipped (counted).
 executors decode the run's records into staging Parquet files (never
 committed); the driver reduces them to one winner per key (:func:`reduce_batch`),
 then at every commit attempt (:class:`UpsertRewrite`, called by
-:func:`pipelines.iceberg.commit` against the freshly reloaded table) finds the data
+:func:`pipelines.warehouse.commit.commit` against the freshly reloaded table) finds the data
 files whose key bounds may hold a changed key (:func:`touched_tasks`: file-level
 lower/upper bounds of the first key column, bisected against the sorted changed
 keys), reads them through pyiceberg (positional deletes applied), drops the rows
@@ -450,7 +450,7 @@ class RewriteStats:
 @dataclass
 class UpsertRewrite:
     """The copy-on-write part of an upsert commit, planned afresh on every attempt
-    against the table :func:`pipelines.iceberg.commit` just reloaded (a racing load or
+    against the table :func:`pipelines.warehouse.commit.commit` just reloaded (a racing load or
     maintenance changes which files hold the keys)."""
 
     winners: Any                      # pyarrow Table from reduce_batch
@@ -527,9 +527,9 @@ def check_staged(tbl) -> None:
 def upsert_commit(run_id: str, spec, ranges, gaps, staged_urls: Sequence[str],
                   storage_options: Mapping[str, Any] | None, *,
                   target_rows: int = DEFAULT_TARGET_ROWS, extras=None):
-    """The :class:`pipelines.iceberg.KafkaCommit` of an upsert load: the run's ranges and
+    """The :class:`pipelines.warehouse.commit.KafkaCommit` of an upsert load: the run's ranges and
     offsets exactly as an append load's, with :class:`UpsertRewrite` writing the data.
-    ``extras``: a registry load's :class:`pipelines.registry_load.CommitExtras` (the
+    ``extras``: a registry load's :class:`pipelines.jobs.registry_load.CommitExtras` (the
     evolved schema and the ``kafkastore.schema-ids`` summary), carried by the same commit."""
     return rows_commit(run_id, spec.upsert_keys, spec.layout.partition_by, ranges, gaps,
                        staged_rows(staged_urls, storage_options), target_rows=target_rows,

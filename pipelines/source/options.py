@@ -3,9 +3,9 @@
 :func:`parse_options` turns Spark's option strings (case-insensitive names, see
 :mod:`pipelines.datasource` for the table) into :class:`SourceOptions`: plain data
 that travels to Spark's workers. Where a read starts and ends is a sealed offset
-limit (:mod:`pipelines.offset_ranges`: ``Earliest``, ``Latest``,
+limit (:mod:`pipelines.spec.offset_ranges`: ``Earliest``, ``Latest``,
 ``SpecificOffsets``, ``SpecificTimestamps``, ``GlobalTimestamp``), as Spark's
-``KafkaOffsetRangeLimit``; :mod:`pipelines.planning` resolves them against the log.
+``KafkaOffsetRangeLimit``; :mod:`pipelines.source.planning` resolves them against the log.
 
 Spark-free: the options are checked on the driver before Spark plans anything.
 """

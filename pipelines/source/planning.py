@@ -8,11 +8,11 @@ loads, reprocesses), as Spark's ``KafkaOffsetReader`` and
    ONE manifest snapshot per partition (:func:`snapshot_readers`):
 
    * :func:`resolve_source` -- the data source's options
-     (:class:`pipelines.source_options.SourceOptions`, their sealed offset limits);
+     (:class:`pipelines.source.options.SourceOptions`, their sealed offset limits);
    * :func:`plan_load` -- per partition ``[from, until)``: ``from`` is the table's
      committed next offset (never anything else); a partition the table never
      loaded starts at the log start offset *as of this run* (``initial``).
-     ``until`` is an offset limit (:mod:`pipelines.offset_ranges`): ``Latest``,
+     ``until`` is an offset limit (:mod:`pipelines.spec.offset_ranges`): ``Latest``,
      the read-committed end of the log (the last stable offset) resolved once, now;
      ``SpecificOffsets`` (partitions it does not list are not loaded) or
      ``GlobalTimestamp`` (the first offset at or after it, so every loaded record
@@ -32,7 +32,7 @@ loads, reprocesses), as Spark's ``KafkaOffsetReader`` and
    (:func:`plan_splits`), finer when there are fewer splits than wanted, and
    packed in order into about as many tasks as there are cores
    (:func:`pack_by_bytes`, :func:`plan_tasks`). A task is a tuple of
-   :class:`kafkastore.reader.ReadRange`: plain data the executors range-read.
+   :class:`kafkastore.read.reader.ReadRange`: plain data the executors range-read.
 """
 from __future__ import annotations
 
@@ -305,7 +305,7 @@ def snapshot_readers(storage: Storage, tps: Sequence[tuple[str, int]]
 
 
 def open_storage(opts) -> Storage:
-    """The log's storage for :class:`pipelines.source_options.SourceOptions`."""
+    """The log's storage for :class:`pipelines.source.options.SourceOptions`."""
     return Storage(opts.root, dict(opts.storage_options))
 
 

@@ -1,6 +1,6 @@
 """The jobs' part of the configuration file: ``warehouse``, ``catalog``, ``spark``,
 ``loads``, ``compaction``, ``retention`` and ``quality`` (the file's shape is in
-:mod:`kafkastore.config`, which reads it and owns the log's sections).
+:mod:`kafkastore.cli.log_config`, which reads it and owns the log's sections).
 
 Precedence as for the log: flags, environment (``KAFKASTORE_WAREHOUSE``,
 ``KAFKASTORE_SPARK_MASTER``), the file, defaults. Stdlib and yaml only: the DAG
@@ -21,7 +21,7 @@ DEFAULT_WAREHOUSE = "file://./demo/warehouse"
 
 @dataclass(frozen=True)
 class Config(log_config.Config):
-    """The log's settings plus the jobs'; see :mod:`kafkastore.config` for the file."""
+    """The log's settings plus the jobs'; see :mod:`kafkastore.cli.log_config` for the file."""
 
     warehouse: str = DEFAULT_WAREHOUSE
     spark_master: str | None = None

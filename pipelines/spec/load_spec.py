@@ -1,7 +1,7 @@
 """The typed load spec: one ``loads:`` entry of the config, parsed once.
 
-The CLI (``load``, ``reprocess``), the DAGs, :mod:`pipelines.load` and
-:mod:`pipelines.reprocess` all take a :class:`LoadSpec` instead of re-reading
+The CLI (``load``, ``reprocess``), the DAGs, :mod:`pipelines.jobs.load` and
+:mod:`pipelines.jobs.reprocess` all take a :class:`LoadSpec` instead of re-reading
 dictionaries. A config entry::
 
     loads:
@@ -10,7 +10,7 @@ dictionaries. A config entry::
         schedule: "@hourly"           # for the DAGs: LoadSpec.scheduling
         value_format: json            # raw (default) | json | avro | protobuf | json-schema
         schema_registry: null         # a registry URL: decode by the header's schema id and
-        on_incompatible: dead-letter  # follow the writers' schemas (pipelines.registry_load)
+        on_incompatible: dead-letter  # follow the writers' schemas (pipelines.jobs.registry_load)
         key_format: raw               # with schema_registry: raw | avro | protobuf | json-schema
         value_schema: "id long, name string"   # DDL (json) or Avro schema JSON
         value_schema_file: null
@@ -28,7 +28,7 @@ dictionaries. A config entry::
                                       # (default: true for mode upsert, else false)
 
 The table's layout (partitioning, mode, keys, file size) is one typed value,
-:attr:`LoadSpec.layout` (:class:`pipelines.table_layout.TableLayout`), built with the
+:attr:`LoadSpec.layout` (:class:`pipelines.spec.table_layout.TableLayout`), built with the
 spec; the jobs pass it down instead of the loose fields.
 
 Spark-free and pyiceberg-free (stdlib only when parsing), so the CLI and Airflow's
@@ -81,11 +81,11 @@ class LoadSpec:
     partition_by: tuple[str, ...] | None = None
     on_data_loss: str = "fail"
     scheduling: Mapping[str, Any] = field(default_factory=dict)
-    #: ``upsert``: one row per key (pipelines.upsert); ``key_columns`` () = the Kafka key.
+    #: ``upsert``: one row per key (pipelines.jobs.upsert); ``key_columns`` () = the Kafka key.
     #: ``None``: the existing table's mode (append for a new table); see :meth:`for_table`
     mode: str | None = None
     key_columns: tuple[str, ...] = ()
-    #: ``debezium``: values are change events (pipelines.cdc); implies ``mode="upsert"``.
+    #: ``debezium``: values are change events (pipelines.decoding.cdc); implies ``mode="upsert"``.
     cdc: str | None = None
     #: Parquet files: rows per file and codec (jobs' keywords; not config keys)
     max_rows_per_file: int = DEFAULT_MAX_ROWS_PER_FILE
@@ -231,7 +231,7 @@ class LoadSpec:
 
     @property
     def registry(self) -> bool:
-        """Decoded by the writer schemas of a schema registry (pipelines.registry_load)."""
+        """Decoded by the writer schemas of a schema registry (pipelines.jobs.registry_load)."""
         return bool(self.decode.get("schema_registry"))
 
     def decode_options(self):
@@ -329,7 +329,7 @@ def _one_table(entry: Mapping[str, Any]) -> bool:
 
 
 def load_specs(cfg) -> list[LoadSpec]:
-    """Every one-table ``loads:`` entry of a :class:`pipelines.config.Config`, parsed
+    """Every one-table ``loads:`` entry of a :class:`pipelines.spec.job_config.Config`, parsed
     (entries of many tables: :class:`pipelines.spec.topic_routing.ManyLoadSpec`)."""
     return [LoadSpec.from_entry(e) for e in cfg.loads if _one_table(e)]
 

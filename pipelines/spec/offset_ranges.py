@@ -84,7 +84,7 @@ def by_partition(ranges: Iterable[OffsetRange]) -> dict[TopicPartition, OffsetRa
 #
 # As Spark's KafkaOffsetRangeLimit: options and flags are parsed once into one of
 # these values; they say *what* was asked (earliest, latest, these offsets, the first
-# offset at a time) and the planner (pipelines.planning) resolves them against one
+# offset at a time) and the planner (pipelines.source.planning) resolves them against one
 # manifest snapshot per partition, when it plans.
 
 EARLIEST_OFFSET = -2   # in an offsets map: the partition's log start

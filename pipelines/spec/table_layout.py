@@ -3,10 +3,10 @@
 A :class:`TableLayout` says how rows become files of one table: the Iceberg
 partition spec (hidden partitioning, ``partition_by``), the write mode
 (``append``: every record is a row; ``upsert``: one row per key, the record with
-the highest (partition, offset) winning, see :mod:`pipelines.upsert`), the key
+the highest (partition, offset) winning, see :mod:`pipelines.jobs.upsert`), the key
 columns of an upsert table, and the file size and compression of the Parquet
 files. The CLI flags and the config's ``loads:`` entry are parsed into it once
-(:attr:`pipelines.load_spec.LoadSpec.layout`); the load, the reprocess, the
+(:attr:`pipelines.spec.load_spec.LoadSpec.layout`); the load, the reprocess, the
 executors' file writer (:class:`pipelines.jobs.executor_io.WriteTarget`) and table creation
 (:func:`pipelines.jobs.load.ensure_tables`) read it, nothing re-parses strings.
 
@@ -138,7 +138,7 @@ class TableLayout:
     """The layout of one table (see the module docstring); validated on construction.
 
     ``mode`` None: the existing table's (append for a new table), settled by
-    :meth:`pipelines.load_spec.LoadSpec.for_table` before anything is written.
+    :meth:`pipelines.spec.load_spec.LoadSpec.for_table` before anything is written.
     ``key_columns`` () with mode upsert: the Kafka key.
     """
 
@@ -160,7 +160,7 @@ class TableLayout:
 
     @property
     def upsert(self) -> bool:
-        """One row per key (pipelines.upsert)."""
+        """One row per key (pipelines.jobs.upsert)."""
         return self.mode == "upsert"
 
     @property

@@ -126,7 +126,7 @@ class Warehouse:
 
     @classmethod
     def from_config(cls, cfg, warehouse: str | None = None) -> "Warehouse":
-        """From a :class:`pipelines.config.Config` (``--warehouse`` overrides its URL)."""
+        """From a :class:`pipelines.spec.job_config.Config` (``--warehouse`` overrides its URL)."""
         return cls(warehouse or cfg.warehouse, getattr(cfg, "catalog", None) or None,
                    cfg.storage_options or None)
 

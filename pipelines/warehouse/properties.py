@@ -7,7 +7,7 @@ upserts, registry loads, reprocess, maintain, vacuum, the quality gate and
 
 The values are stored in tables that exist: never change one. Adding a load property:
 a name under :data:`LOAD_PROPERTY_PREFIX` in :data:`LOAD_PROPERTIES`, its default for
-tables that lack it and its conflict rule (``pipelines.load_spec``).
+tables that lack it and its conflict rule (``pipelines.spec.load_spec``).
 
 Stdlib only: the DAG file's job specs import it at parse time.
 """
