@@ -252,7 +252,7 @@ def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
                                 settings.compacted, settings.storage_options)
     exact = (topics - compacted) if settings.exact_counts else set()
     if table.metadata.properties.get(MODE_PROPERTY) == "upsert":
-        # An upsert snapshot keeps one row per key it won (pipelines.upsert): like a
+        # An upsert snapshot keeps one row per key it won (pipelines.jobs.upsert): like a
         # compacted topic, its ranges have holes; every other check applies.
         exact = set()
     start, end = settings.interval or (None, None)

@@ -55,7 +55,7 @@ def _chain(table, target, tag_snapshot):
     A snapshot expired in between (its rows are still in the table but can no
     longer be read on their own) is a WarehouseError: the tag is not moved over
     unvalidated rows. ``kafkastore vacuum`` never expires these snapshots
-    (``pipelines.vacuum.awaiting_validation``) unless told to. pyiceberg's expiry cuts the child's parent link, so a cut
+    (``pipelines.jobs.vacuum.awaiting_validation``) unless told to. pyiceberg's expiry cuts the child's parent link, so a cut
     shows as a walk that ends at a root which is not the table's first snapshot
     (sequence number above 1) or at a parent id that no longer exists.
     """

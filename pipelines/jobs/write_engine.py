@@ -120,7 +120,7 @@ class Written:
 
     def registry_extras(self, spec: LoadSpec, tbl):
         """For loads that follow a schema registry, the writer schemas the table follows
-        (:func:`pipelines.registry_load.commit_extras`; onIncompatible=fail raises here,
+        (:func:`pipelines.jobs.registry_load.commit_extras`; onIncompatible=fail raises here,
         before any commit); None otherwise."""
         if not spec.registry:
             return None
