@@ -14,12 +14,11 @@ import pytest
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.protocol import codec
 from kafkastore.protocol import group_coordinator as G
-from kafkastore.protocol.error_codes import UNSTABLE_OFFSET_COMMIT
+from kafkastore.protocol.error_codes import COORDINATOR_LOAD_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
-from .test_groups_fencing import commit, fetch
 from .wire import Wire
 
 
@@ -33,6 +32,29 @@ def _nested(api: int, version: int, cls_name: str, **fields):
     cls = getattr(importlib.import_module(codec.request_class(api, version).__module__), cls_name)
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: v for k, v in fields.items() if k in names})
+
+
+def _code(x) -> int:
+    return int(getattr(x, "value", x))
+
+
+def commit(w: Wire, group: str, gen: int, member: str, offsets: dict[int, int]) -> dict[int, int]:
+    """OffsetCommit v6 of ``gt``'s partitions; the error code per partition."""
+    r = w.call(_req(8, 6, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
+                    group_instance_id=None, topics=(_nested(
+                        8, 6, "OffsetCommitRequestTopic", name="gt", partitions=tuple(
+                            _nested(8, 6, "OffsetCommitRequestPartition", partition_index=p,
+                                    committed_offset=o, committed_leader_epoch=-1,
+                                    committed_metadata="m") for p, o in offsets.items())),)))
+    return {p.partition_index: _code(p.error_code) for t in r.topics for p in t.partitions}
+
+
+def fetch(w: Wire, group: str) -> tuple[int, dict[int, int]]:
+    """OffsetFetch v5 of ``gt``'s partitions 0 and 1: the top-level error and the offsets."""
+    r = w.call(_req(9, 5, group_id=group, require_stable=False, topics=(
+        _nested(9, 5, "OffsetFetchRequestTopic", name="gt", partition_indexes=(0, 1)),)))
+    return _code(r.error_code), {p.partition_index: p.committed_offset
+                                 for t in r.topics for p in t.partitions}
 
 
 @pytest.fixture
@@ -74,9 +96,16 @@ def _txn_offset_commit(w: Wire, group: str, generation: int, member: str, offset
                        instance: str | None = None) -> int:
     """A transaction (InitProducerId, AddOffsetsToTxn) whose TxnOffsetCommit v3 carries
     ``generation`` and ``member``; the partition's error code (the transaction is aborted)."""
+    import time
+
     tid = "tx-" + uuid.uuid4().hex[:8]
-    init = w.call(_req(22, 4, transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=30),
-                       producer_id=-1, producer_epoch=-1))
+    for _ in range(120):   # as clients do: again while the coordinator loads (a loaded machine)
+        init = w.call(_req(22, 4, transactional_id=tid,
+                           transaction_timeout=datetime.timedelta(seconds=30),
+                           producer_id=-1, producer_epoch=-1))
+        if int(init.error_code) not in (COORDINATOR_LOAD_IN_PROGRESS, G.COORDINATOR_NOT_AVAILABLE):
+            break
+        time.sleep(0.5)
     assert int(init.error_code) == 0
     pid, epoch = init.producer_id, init.producer_epoch
     assert int(w.call(_req(25, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
