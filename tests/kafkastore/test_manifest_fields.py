@@ -1,6 +1,11 @@
 """The manifest's stored JSON, declared once per type (``FIELDS`` in kafkastore/manifest/model.py):
 the bytes stay those older code wrote, every reader follows the declaration, and the
-rolling-upgrade rules of docs/DESIGN.md section 3 hold for every declared field."""
+rolling-upgrade rules of docs/DESIGN.md section 3 hold for every declared field.
+
+The golden fixtures in data/manifest/ were written by the code before the declaration and
+are never regenerated. A new field changes what this code writes for them unless it is
+``omit_if_default`` (then a version without it keeps its bytes); a field that is not must
+say so here, in a new fixture written by the new code, beside the old ones."""
 from __future__ import annotations
 
 import json
