@@ -32,8 +32,9 @@ one pure function :func:`apply`, which also checks every invariant.
 Segment checksums are CRC-32C (Castagnoli, the record-batch CRC) of the whole
 ``.log`` object, stored as an unsigned 32-bit integer.
 
-The package, bottom up: :mod:`.model` (the value types, their JSON, the invariants),
-:mod:`.updates` (updates, requirements and :func:`apply`), :mod:`.delta` (delta versions)
+The package, bottom up: :mod:`.model` (the value types, their JSON declared once per type
+in ``FIELDS``, the invariants), :mod:`.updates` (updates, requirements and :func:`apply`),
+:mod:`.delta` (delta versions), :mod:`.history` (expiry and the files stored versions list)
 and :mod:`.store` (:class:`ManifestStore`). Every name importers used from the single
 module this package replaced is re-exported here, so ``from kafkastore.manifest import X``
 keeps working.
