@@ -214,3 +214,36 @@ def test_cli_bad_regex_is_one_line(local_root, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 1 and err[0].startswith("kafkastore: error: bad --topic-pattern 'orders('")
+
+
+def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_root, tmp_path,
+                                                                  monkeypatch):
+    """The tables of values seen first by a run that crashed after other tables committed
+    are still loaded by the re-run (they were created, empty, before any commit)."""
+    storage = _events(local_root, [_event(i, r) for i, r in enumerate(["eu", "us", "eu", "us"])])
+    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    _run(spark, local_root, wh, **ROUTE)
+    broker = Broker(storage)
+    for i, r in [(4, "eu"), (5, "zz"), (6, "us"), (7, "zz")]:
+        broker.send("events", _event(i, r), partition=i % 2)
+    broker.flush()
+    real = ice.commit
+
+    def crash_at_zz(tbl, kc):
+        if tbl.name()[-1] == "ev_zz":
+            raise KeyboardInterrupt("killed between two tables' commits")
+        return real(tbl, kc)
+
+    monkeypatch.setattr(ice, "commit", crash_at_zz)
+    with pytest.raises(KeyboardInterrupt):
+        _run(spark, local_root, wh, **ROUTE)
+    monkeypatch.setattr(ice, "commit", real)
+    assert committed(wh, "ev_eu", "events") == committed(wh, "ev_us", "events") == {0: 4, 1: 4}
+    assert not ice.committed_offsets(wh.load_table("ev_zz"))
+
+    summary = _run(spark, local_root, wh, **ROUTE)
+    by_table = {s.table: s for s in summary.tables}
+    assert by_table["ev_zz"].ranges == {0: (0, 4), 1: (0, 4)}
+    assert by_table["ev_eu"].noop and by_table["ev_us"].noop
+    assert _ids(wh, "ev_eu") == [0, 2, 4] and _ids(wh, "ev_us") == [1, 3, 6]
+    assert _ids(wh, "ev_zz") == [5, 7]
