@@ -247,3 +247,27 @@ def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_ro
     assert by_table["ev_eu"].noop and by_table["ev_us"].noop
     assert _ids(wh, "ev_eu") == [0, 2, 4] and _ids(wh, "ev_us") == [1, 3, 6]
     assert _ids(wh, "ev_zz") == [5, 7]
+
+
+def test_a_failed_table_does_not_stop_the_others_and_the_cli_says_which(
+        spark, local_root, tmp_path, capsys):
+    from kafkastore.retention import delete_records
+    from pipelines.cli import main
+
+    storage = _topics(local_root, ("m.a", "m.b"), count=4)
+    wh_url = f"file://{tmp_path}/wh"
+    args = ["--root", local_root, "load", "--warehouse", wh_url, "--topic-pattern", r"m\..",
+            "--table-template", "{topic}"]
+    assert main(args) == 0
+    produce(storage, "m.a", 6, start=4)
+    produce(storage, "m.b", 6, start=4)
+    delete_records(storage, "m.a", 0, 4)     # m.a/0: offsets 2..3 go before they were loaded
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert any(line.startswith("m_b <- m.b: committed snapshot") for line in err), err
+    assert any(line.startswith("m_a: FAILED: DataLossError") for line in err), err
+    assert err[-1].startswith("kafkastore: error: 1 of 2 table(s) failed: m_a: DataLossError")
+    wh = ice.Warehouse(wh_url)
+    assert committed(wh, "m_b", "m.b") == {0: 5, 1: 5}
+    assert committed(wh, "m_a", "m.a") == {0: 2, 1: 2}
