@@ -13,6 +13,7 @@ errors (logged; the next poke tries again).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -91,13 +92,15 @@ class Housekeeper:
         self.merges = 0
         self.gc_runs = 0
 
-    def _config(self, topic: str) -> TopicConfig:
+    def _config(self, topic: str, *, refresh: bool = True) -> TopicConfig:
         # Re-read once per gc interval: a long-running serve must see `alter` (segment.bytes,
         # segment.ms, cleanup.policy: the cleaner-offset barrier) and a re-created topic's
-        # config, not the one it first read.
+        # config, not the one it first read. On the ack path (poke, ``refresh=False``) a
+        # config once read is used as it is: the read is a store round trip, and the jobs,
+        # which plan again on a fresh one, do the re-reading.
         now = self.clock()
         hit = self._configs.get(topic)
-        if hit is None or now - hit[0] >= self.gc_interval_ms:
+        if hit is None or (refresh and now - hit[0] >= self.gc_interval_ms):
             hit = self._configs[topic] = (now, load_topic(self.io_storage, topic).config)
         return hit[1]
 
@@ -135,7 +138,7 @@ class Housekeeper:
             due_gc = (tp not in self._gc_busy
                       and now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms)
         want_merge = not merging and manifest is not None and bool(
-            merge.plan_for(manifest, self._config(topic), fan_in=self.fan_in,
+            merge.plan_for(manifest, self._config(topic, refresh=False), fan_in=self.fan_in,
                      min_segments=self.min_segments))
         scheduled = False
         if want_merge:
@@ -205,6 +208,8 @@ class Housekeeper:
         and at most :attr:`gc_workers` gc runs at once in the process."""
         topic, partition = tp
         try:
+            with contextlib.suppress(Exception):   # gc reads the config itself; this is for poke
+                self._config(topic)   # re-read here, off the ack path, once per gc interval
             gc.require_clock_agreement(self.io_storage)   # a clock ahead would delete live files
             now = self.clock()
             gc_report = gc.collect_garbage(self.io_storage, topic, partition, now_ms=now)
@@ -244,8 +249,9 @@ class Housekeeper:
                 self._sweeper.start()
 
     def _grace_ms(self, topic: str) -> int:
-        try:
-            return max(int(self._config(topic).file_delete_delay_ms), int(ManifestStore.min_keep_ms))
+        try:   # called on the ack path (poke): no re-read there
+            return max(int(self._config(topic, refresh=False).file_delete_delay_ms),
+                       int(ManifestStore.min_keep_ms))
         except Exception:  # noqa: BLE001 -- a deleted topic: the floor is a fine guess
             return int(ManifestStore.min_keep_ms)
 

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 import kafkastore.storage as storage_mod
+import kafkastore.threads as threads_mod
 from kafkastore import layout
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
@@ -67,6 +68,10 @@ def test_a_merge_upload_held_at_a_gate_does_not_hold_a_produce_commit(tmp_path, 
         return durably(tmp, data)
 
     monkeypatch.setattr(storage_mod, "_write_durably", gated)
+    # Pools of this test's own (a pool is made once per process, at the size its first user
+    # asked for): the housekeeper's has the two threads asked for, the fsync pool its 4.
+    pools: dict = {}
+    monkeypatch.setattr(threads_mod, "_POOLS", pools)
     hk = Housekeeper(storage, min_segments=0, workers=2, gc_interval_ms=10**9)
     store = {p: ManifestStore(storage, T, p) for p in (0, 1)}
     try:
@@ -95,6 +100,8 @@ def test_a_merge_upload_held_at_a_gate_does_not_hold_a_produce_commit(tmp_path, 
     finally:
         gate.set()
         assert hk.close(timeout_s=HANG_S)
+        for _, pool in pools.values():
+            pool.shutdown(wait=False)
     assert not hk.errors, hk.errors
     for p in (0, 1):   # the held merges landed afterwards, losing nothing
         assert hk.merges and _records(storage, p) == before[p]
