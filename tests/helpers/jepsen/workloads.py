@@ -134,7 +134,7 @@ class _Workload:
                 fn(bootstrap, stop, f"{name}#{incarnation}")
                 return
             except Exception as e:   # noqa: BLE001 - a client thread must outlive faults
-                self._error(f"{name}:{type(e).__name__}")
+                self._error(f"{name}:{type(e).__name__}", detail=str(e))
                 incarnation += 1
                 if stop.is_set():
                     return
