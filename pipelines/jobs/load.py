@@ -842,6 +842,13 @@ def load_many_options_from_args(args, cfg) -> dict[str, Any]:
     from ..spec.topic_routing import ManyLoadSpec, is_many_entry
 
     pattern, topic = getattr(args, "topic_pattern", None), getattr(args, "topic", None)
+    unsupported = [f"--{k.replace('_', '-')}" for k in
+                   ("schema_registry", "key_format", "on_incompatible", "cdc", "table")
+                   if getattr(args, k, None) is not None]
+    if unsupported:   # never silently dropped: say where they go instead
+        raise ConfigError(f"{', '.join(unsupported)} cannot be given with --topic-pattern, "
+                          f"--table-template or --route-field; put them in the config's "
+                          f"'loads' entry (table: use --table-template)")
     entry: dict[str, Any] = {}
     for e in cfg.loads:
         if is_many_entry(e) and ((pattern is not None and e.get("topic_pattern") == pattern)

@@ -271,3 +271,15 @@ def test_a_failed_table_does_not_stop_the_others_and_the_cli_says_which(
     wh = ice.Warehouse(wh_url)
     assert committed(wh, "m_b", "m.b") == {0: 5, 1: 5}
     assert committed(wh, "m_a", "m.a") == {0: 2, 1: 2}
+
+
+def test_cli_flags_a_pattern_load_does_not_take_are_refused_in_one_line(local_root, tmp_path,
+                                                                         capsys):
+    from pipelines.cli import main
+
+    code = main(["--root", local_root, "load", "--warehouse", f"file://{tmp_path}/wh",
+                 "--topic-pattern", "o.*", "--table-template", "{topic}", "--table", "x",
+                 "--cdc", "debezium"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith("kafkastore: error: --cdc, --table cannot be given with")
