@@ -2,6 +2,7 @@
 raw transactional batches and Produce requests over :class:`tests.protocol.wire.Wire`."""
 from __future__ import annotations
 
+import datetime
 import time
 import uuid
 
@@ -93,3 +94,33 @@ def stop_all(procs) -> None:
     for proc in procs:
         if proc.poll() is None:
             stop_serve(proc)
+
+
+def init_producer_id(w, tid, pid=-1, epoch=-1, version=4, timeout_ms=60000):
+    """InitProducerId over a raw wire: (error code, producer id, epoch)."""
+    import importlib
+
+    mod = importlib.import_module(f"kio.schema.init_producer_id.v{version}.request")
+    fields = dict(transactional_id=tid, transaction_timeout=datetime.timedelta(milliseconds=timeout_ms))
+    if version >= 3:
+        fields.update(producer_id=pid, producer_epoch=epoch)
+    r = w.call(mod.InitProducerIdRequest(**fields))
+    return int(r.error_code), r.producer_id, r.producer_epoch
+
+
+def add_partitions(w, tid, pid, epoch, topic, partitions=(0,)):
+    """AddPartitionsToTxn v3 over a raw wire: the error code of each partition."""
+    from kio.schema.add_partitions_to_txn.v3 import request as ap
+
+    r = w.call(ap.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=tuple(partitions)),)))
+    return [int(p.partition_error_code) for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
+
+
+def end_txn(w, tid, pid, epoch, commit=True):
+    """EndTxn v3 over a raw wire: its error code."""
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+
+    return int(w.call(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                    committed=commit)).error_code)

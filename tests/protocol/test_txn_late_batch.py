@@ -25,7 +25,7 @@ from kafkastore.protocol import api_txn
 from kafkastore.topics import create_topic
 
 from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch
-from .test_txn_requests import _add, _end, _init
+from tests.helpers.txn import add_partitions as _add, end_txn as _end, init_producer_id as _init
 from .wire import Wire
 
 pytest.importorskip("kio")

@@ -2,13 +2,13 @@
 (Kafka's error codes, never a crash)."""
 from __future__ import annotations
 
-import datetime
 import uuid
 
 import pytest
 
 from kafkastore.topics import create_topic
 
+from tests.helpers.txn import add_partitions as _add, end_txn as _end, init_producer_id as _init
 from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch
 from .wire import Wire
 
@@ -22,33 +22,6 @@ def wire(broker):
     w = Wire(broker.bootstrap)
     yield w
     w.close()
-
-
-def _init(w, tid, pid=-1, epoch=-1, version=4, timeout_ms=60000):
-    import importlib
-
-    mod = importlib.import_module(f"kio.schema.init_producer_id.v{version}.request")
-    fields = dict(transactional_id=tid, transaction_timeout=datetime.timedelta(milliseconds=timeout_ms))
-    if version >= 3:
-        fields.update(producer_id=pid, producer_epoch=epoch)
-    r = w.call(mod.InitProducerIdRequest(**fields))
-    return int(r.error_code), r.producer_id, r.producer_epoch
-
-
-def _add(w, tid, pid, epoch, topic, partitions=(0,)):
-    from kio.schema.add_partitions_to_txn.v3 import request as ap
-
-    r = w.call(ap.AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=(ap.AddPartitionsToTxnTopic(name=topic, partitions=tuple(partitions)),)))
-    return [int(p.partition_error_code) for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
-
-
-def _end(w, tid, pid, epoch, commit=True):
-    from kio.schema.end_txn.v3.request import EndTxnRequest
-
-    return int(w.call(EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
-                                    committed=commit)).error_code)
 
 
 def test_kip360_init_producer_id_with_the_producers_own_id_and_epoch(broker, storage, wire):
