@@ -3,48 +3,17 @@ another coordinator wrote (it was paused, or its view of the live brokers lagged
 commits on top of it, and OffsetFetch never answers offsets older than the log's."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
-from kafkastore.protocol import codec
 from kafkastore.protocol import group_coordinator as G
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
+from tests.helpers.group_requests import code as _code, offset_commit as commit, offset_fetch as fetch
+from tests.helpers.group_requests import part as _part, req as _req
 from .wire import Wire
-
-
-def _req(api: int, version: int, /, **kw):
-    return codec.make(codec.request_class(api, version), **kw)
-
-
-def _part(api: int, version: int, cls: str, /, **kw):
-    return codec.make(sys.modules[codec.request_class(api, version).__module__], cls, **kw)
-
-
-def _code(x) -> int:
-    return int(getattr(x, "value", x))
-
-
-def commit(w: Wire, group: str, gen: int, member: str, offsets: dict[int, int]) -> dict[int, int]:
-    """OffsetCommit v6 of ``gt``'s partitions; the error code per partition."""
-    r = w.call(_req(8, 6, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-                    topics=(_part(8, 6, "OffsetCommitRequestTopic", name="gt", partitions=tuple(
-                        _part(8, 6, "OffsetCommitRequestPartition", partition_index=p,
-                              committed_offset=o, committed_leader_epoch=-1, committed_metadata="m")
-                        for p, o in offsets.items())),)))
-    return {p.partition_index: _code(p.error_code) for t in r.topics for p in t.partitions}
-
-
-def fetch(w: Wire, group: str, partitions=(0, 1)) -> tuple[int, dict[int, int]]:
-    """OffsetFetch v5 of ``gt``'s partitions: the top-level error and the offsets."""
-    r = w.call(_req(9, 5, group_id=group, require_stable=False, topics=(
-        _part(9, 5, "OffsetFetchRequestTopic", name="gt", partition_indexes=tuple(partitions)),)))
-    return _code(r.error_code), {p.partition_index: p.committed_offset
-                                 for t in r.topics for p in t.partitions}
 
 
 @pytest.fixture

@@ -4,57 +4,21 @@ alike), and OffsetFetch answers what the log holds, whoever wrote it (a transact
 offsets are written by the transaction's coordinator, maybe another broker)."""
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import importlib
 import uuid
 
 import pytest
 
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
-from kafkastore.protocol import codec
 from kafkastore.protocol import group_coordinator as G
 from kafkastore.protocol.error_codes import COORDINATOR_LOAD_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
+from tests.helpers.group_requests import code as _code, offset_commit as commit, offset_fetch as fetch
+from tests.helpers.group_requests import part as _nested, req as _req
 from .wire import Wire
-
-
-def _req(api: int, version: int, **fields):
-    cls = codec.request_class(api, version)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
-def _nested(api: int, version: int, cls_name: str, **fields):
-    cls = getattr(importlib.import_module(codec.request_class(api, version).__module__), cls_name)
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in fields.items() if k in names})
-
-
-def _code(x) -> int:
-    return int(getattr(x, "value", x))
-
-
-def commit(w: Wire, group: str, gen: int, member: str, offsets: dict[int, int]) -> dict[int, int]:
-    """OffsetCommit v6 of ``gt``'s partitions; the error code per partition."""
-    r = w.call(_req(8, 6, group_id=group, generation_id_or_member_epoch=gen, member_id=member,
-                    group_instance_id=None, topics=(_nested(
-                        8, 6, "OffsetCommitRequestTopic", name="gt", partitions=tuple(
-                            _nested(8, 6, "OffsetCommitRequestPartition", partition_index=p,
-                                    committed_offset=o, committed_leader_epoch=-1,
-                                    committed_metadata="m") for p, o in offsets.items())),)))
-    return {p.partition_index: _code(p.error_code) for t in r.topics for p in t.partitions}
-
-
-def fetch(w: Wire, group: str) -> tuple[int, dict[int, int]]:
-    """OffsetFetch v5 of ``gt``'s partitions 0 and 1: the top-level error and the offsets."""
-    r = w.call(_req(9, 5, group_id=group, require_stable=False, topics=(
-        _nested(9, 5, "OffsetFetchRequestTopic", name="gt", partition_indexes=(0, 1)),)))
-    return _code(r.error_code), {p.partition_index: p.committed_offset
-                                 for t in r.topics for p in t.partitions}
 
 
 @pytest.fixture
