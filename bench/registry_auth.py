@@ -93,7 +93,7 @@ def sasl_guess(bootstrap: str, password: str, source: str) -> None:
     from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-    from kafkastore.protocol import codec
+    from kafkastore.protocol.wire import codec
 
     host, port = bootstrap.rsplit(":", 1)
     try:

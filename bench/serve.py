@@ -62,7 +62,7 @@ def raw_fetch(port: int, partitions: int) -> tuple[float, int]:
 
     from kio.schema.fetch.v12 import request as fr
 
-    from kafkastore.protocol import codec
+    from kafkastore.protocol.wire import codec
 
     sock = socket.create_connection(("127.0.0.1", port))
     offsets = {q: 0 for q in range(partitions)}

@@ -55,6 +55,8 @@ def _allowed(node: ast.stmt) -> bool:
 def test_the_known_alias_is_found():
     # the marker convention is live: the manifest's old delta module is an alias
     assert ROOT / "kafkastore" / "manifest_delta.py" in _alias_modules()
+    # the protocol's flat paths, moved into wire/, apis/, coordinators/, caches/
+    assert ROOT / "kafkastore" / "protocol" / "api_txn.py" in _alias_modules()
 
 
 @pytest.mark.parametrize("path", _alias_modules(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -256,3 +256,55 @@ def test_the_protocol_server_does_not_import_the_schema_registry_at_module_level
             if any("schema_registry" in n for n in names):
                 offending.append(str(path.relative_to(ROOT)))
     assert offending == []
+
+
+# The protocol server's packages, bottom first: wire/ (Kafka's bytes) imports nothing else
+# of the protocol; the coordinators' state machines and the broker's caches import only
+# wire/ (the caches also the pure placement rules); the API families are imported only by
+# the list of families, the server and the services' annotations.
+PROTOCOL = "kafkastore.protocol"
+PROTOCOL_BELOW = {
+    "wire": (f"{PROTOCOL}.wire",),
+    "coordinators": (f"{PROTOCOL}.wire", f"{PROTOCOL}.coordinators"),
+    "caches": (f"{PROTOCOL}.wire", f"{PROTOCOL}.caches", f"{PROTOCOL}.placement"),
+}
+APIS_IMPORTED_BY = {"families.py", "server.py", "services.py"}
+
+
+def _is_alias(path: pathlib.Path) -> bool:
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return doc.startswith("Moved to")
+
+
+def test_the_protocol_packages_import_only_downwards():
+    offending = []
+    for package, allowed in PROTOCOL_BELOW.items():
+        for path in (ROOT / "kafkastore" / "protocol" / package).rglob("*.py"):
+            for name in imported_modules(path):
+                if name.startswith(PROTOCOL + ".") and not any(
+                        name == a or name.startswith(a + ".") for a in allowed):
+                    offending.append(f"{path.relative_to(ROOT)}: {name}")
+    for path in (ROOT / "kafkastore" / "protocol").glob("*.py"):
+        if path.name in APIS_IMPORTED_BY or _is_alias(path):
+            continue
+        offending += [f"{path.relative_to(ROOT)}: {name}" for name in imported_modules(path)
+                      if name.startswith(f"{PROTOCOL}.apis")]
+    assert sorted(offending) == []
+
+
+def test_the_library_and_the_jobs_import_no_old_protocol_path():
+    """The protocol's old flat paths are alias modules for users; the code imports the
+    modules where they live (a test patching a name there then reaches every user)."""
+    proto = ROOT / "kafkastore" / "protocol"
+    aliases = {f"{PROTOCOL}.{p.stem}" for p in proto.glob("*.py") if _is_alias(p)}
+    offending = []
+    for top in ("kafkastore", "pipelines", "tests", "bench"):
+        for path in (ROOT / top).rglob("*.py"):
+            if _is_alias(path):
+                continue
+            names = set(imported_modules(path))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == PROTOCOL:
+                    names.update(f"{PROTOCOL}.{a.name}" for a in node.names)   # from kafkastore.protocol import x
+            offending += [f"{path.relative_to(ROOT)}: {n}" for n in sorted(names & aliases)]
+    assert aliases and offending == []

@@ -104,7 +104,7 @@ def cmd_serve(args, cfg: Config) -> int:
     import logging
     import ssl
 
-    from ..protocol.sasl import load_credentials
+    from ..protocol.apis.sasl import load_credentials
     from ..protocol.server import ServeOptions, run_server
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")

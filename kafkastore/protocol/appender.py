@@ -59,8 +59,8 @@ from ..format.segment import SegmentBuilder
 from ..segment_writer import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, Uploads,
                               check_sequence, commit_appending, entries_with_aborted,
                               expired_producers, write_segment)
-from . import error_codes as E
-from .error_codes import NOT_COORDINATOR  # a marker whose fencing condition failed (see submit_marker)
+from .wire import error_codes as E
+from .wire.error_codes import NOT_COORDINATOR  # a marker whose fencing condition failed (see submit_marker)
 
 log = logging.getLogger("kafkastore.serve.append")
 
@@ -216,7 +216,7 @@ class Appender:
         Synchronous (no await), so batches queue in the order their requests arrived.
         ``guard``, for a transactional batch: asked at each attempt of the commit when the
         batch would open a transaction at the partition; False refuses it (INVALID_TXN_STATE:
-        its transaction ended since it was verified, see ``api_txn.append_guard``).
+        its transaction ended since it was verified, see ``apis.txn.append_guard``).
         """
         loop = asyncio.get_running_loop()
         fut = loop.create_future()

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from ..acls import (ANONYMOUS, CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclBinding, Operation,
                     PatternType, Permission, ResourceType, bindings_of)
 from ..clock import Clock, as_clock
-from . import error_codes as E
+from .wire import error_codes as E
 
 log = logging.getLogger("kafkastore.serve.authorizer")
 

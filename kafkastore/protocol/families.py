@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from . import (api_acls, api_admin, api_cluster, api_configs, api_groups, api_legacy, api_meta,
-               api_produce, api_quotas, api_txn, api_users, sasl)
+from .apis import (acls as api_acls, admin as api_admin, cluster as api_cluster,
+                   configs as api_configs, groups as api_groups, legacy as api_legacy,
+                   meta as api_meta, produce as api_produce, client_quotas as api_quotas,
+                   txn as api_txn, users as api_users, sasl)
 from .registry import HandlerTable
 
-#: Every family, in registration order. ``api_legacy`` registers Fetch and ListOffsets at
-#: every version (its own handlers below the first version kio has, ``api_fetch``'s above).
+#: Every family, in registration order. ``apis.legacy`` registers Fetch and ListOffsets at
+#: every version (its own handlers below the first version kio has, ``apis.fetch``'s above).
 FAMILIES = (api_meta, api_produce, api_legacy, api_admin, api_configs, api_cluster, api_users,
             api_groups, api_txn, api_quotas, api_acls)
 #: Served only when clients must authenticate with SASL.

@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from ..errors import ListenError
-from .api_keys import FETCH, PRODUCE, api_name
+from .wire.api_keys import FETCH, PRODUCE, api_name
 from .http_guard import (HEADER_TIMEOUT_S, IDLE_TIMEOUT_S, GuardedHandler, GuardedHTTPServer,
                          basic_credentials)
 

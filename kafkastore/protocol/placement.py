@@ -1,7 +1,7 @@
 """Where a topic's partitions are said to live: stable topic ids and leader placement.
 
 Pure functions shared by Metadata, the admin APIs and the group coordinator (they once
-lived in ``api_meta``, which made ``api_admin`` and ``api_meta`` import each other).
+lived in ``apis.meta``, which made ``apis.admin`` and ``apis.meta`` import each other).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ serves is one registration of ``by_version(first_new, old, new)``.
 
 Writing a handler (this is the contract for every API, the group APIs included)::
 
-    from kafkastore.protocol.codec import make
+    from kafkastore.protocol.wire.codec import make
     from kafkastore.protocol.registry import RequestContext
 
     async def handle_heartbeat(ctx: RequestContext, request) -> object | None:
@@ -24,7 +24,7 @@ Writing a handler (this is the contract for every API, the group APIs included):
     def register(table: HandlerTable) -> None:
         table.register(HEARTBEAT, 0, 4, handle_heartbeat)   # api_key, min, max version
 
-The key is a row of :mod:`kafkastore.protocol.api_keys` (the one table of keys, names and
+The key is a row of :mod:`kafkastore.protocol.wire.api_keys` (the one table of keys, names and
 versions; the registered range lies within the row's). :class:`~kafkastore.protocol.server.
 BrokerServer` registers every API it serves through the one ordered list of API families,
 ``kafkastore.protocol.families.FAMILIES`` (with SASL on, ``sasl`` after them). A new API is a
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from ..errors import ConfigError, DuplicateApiError
-from . import codec
+from .wire import codec
 from .authorizer import principal_of
 
 

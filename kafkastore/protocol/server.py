@@ -1,7 +1,7 @@
 """The broker server: one asyncio event loop, storage I/O in a thread pool.
 
 Connections read frames (int32 size + request), decode them with
-:mod:`kafkastore.protocol.codec`, run the handler registered for the API key
+:mod:`kafkastore.protocol.wire.codec`, run the handler registered for the API key
 and version (:mod:`kafkastore.protocol.registry`) and write the responses in
 request order. Requests of one connection are handled concurrently (clients
 pipeline up to ``max.in.flight`` requests); a produce handler hands its
@@ -14,7 +14,7 @@ unknown API key or version (except ApiVersions, which answers
 UNSUPPORTED_VERSION as Kafka does) closes that connection; handler errors are
 logged and close the connection; a response is written whole or not at all
 (one ``write`` of the framed bytes). Every body is walked by its schema before
-it is decoded (:mod:`~kafkastore.protocol.frame_check`), so no length it
+it is decoded (:mod:`~kafkastore.protocol.wire.frame_check`), so no length it
 claims can make the decoder allocate more than the frame holds.
 
 Resources a client can hold are bounded: requests before SASL authentication
@@ -41,9 +41,10 @@ from typing import Callable, Iterable
 from ..clock import Clock
 from ..errors import ConfigError, ListenError, StorageError
 from ..storage import Storage
-from . import codec, error_responses, fencing, listeners
-from .api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                       client_throttles, quota_exempt)
+from .wire import codec, error_responses
+from . import fencing, listeners
+from .wire.api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
+                            client_throttles, quota_exempt)
 from .registry import HandlerTable, Registry, RequestContext
 from .services import BrokerServices
 
@@ -160,12 +161,13 @@ class BrokerServer:
         from ..cluster_config import ClusterDocument
         # lazy: the API families import the whole protocol; importing the server module
         # (ServeOptions, the listener rules) must not
-        from . import api_txn, families
+        from .apis import txn as api_txn
+        from . import families
         from .appender import Appender
-        from .brokers import BrokerRegistry
-        from .fetch_cache import RangeCache
-        from .producer_ids import ProducerIdAllocator
-        from .state import MetadataCache
+        from .membership import BrokerRegistry
+        from .caches.fetch_cache import RangeCache
+        from .coordinators.producer_ids import ProducerIdAllocator
+        from .caches.metadata_cache import MetadataCache
 
         self.options = opts = options or ServeOptions()
         check_listener_security(opts)
@@ -198,7 +200,7 @@ class BrokerServer:
         self.metrics = None
         self.metrics_port: int | None = None
         from .http_guard import FailedLogins
-        #: Failed SASL logins per client address (sasl.py counts them, accept refuses past them).
+        #: Failed SASL logins per client address (apis/sasl.py counts them, accept refuses past them).
         self.failed_logins = FailedLogins(opts.sasl_max_failed_logins_per_ip,
                                           opts.sasl_failed_login_window_ms / 1000, clock=self.clock)
         if opts.metrics_listen is not None:
@@ -220,7 +222,7 @@ class BrokerServer:
         self.peak_connection_bytes = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port: int = opts.port
-        from .data_watch import DataWatch
+        from .caches.data_watch import DataWatch
         self.data_watch = DataWatch(self._read_versions,
                                     lambda tp: self.meta.cached_version(tp[0], tp[1]),
                                     poll_s=opts.fetch_poll_ms / 1000)
@@ -275,7 +277,7 @@ class BrokerServer:
         if self.schema_registry is not None:
             self.schema_registry.store.broker_id = self.node_id
             await self.run(self.schema_registry.start)
-        from . import api_txn
+        from .apis import txn as api_txn
         api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
         # Registered, ACLs and quotas loaded, services up: only now accept connections (a
         # client connecting earlier waits in the listen backlog, never reaches a half-built
@@ -323,7 +325,7 @@ class BrokerServer:
         checked as the schema registry checks them); None when the broker has no SASL."""
         if not sasl_enabled(self.options):
             return None
-        from .api_users import scram_users
+        from .apis.users import scram_users
         from .http_guard import BasicAuth
 
         return BasicAuth(self.options.credentials, scram_users(self), clock=self.clock)
@@ -412,7 +414,7 @@ class BrokerServer:
 
     def listed_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
         """The brokers Metadata lists: :meth:`live_brokers` plus the recently departed ones
-        (:meth:`~kafkastore.protocol.brokers.BrokerRegistry.listed_cached`)."""
+        (:meth:`~kafkastore.protocol.membership.BrokerRegistry.listed_cached`)."""
         listed = self.brokers.listed_cached(security_protocol(self.options) if same_security else None)
         live = self.live_brokers(same_security)
         return sorted(set(listed) | set(live))
@@ -695,7 +697,7 @@ class Connection:
         spec = registry.lookup(head.api_key, head.api_version)
         if spec is None:
             if head.api_key == API_VERSIONS:
-                from .api_meta import unsupported_api_versions
+                from .apis.meta import unsupported_api_versions
                 return asyncio.ensure_future(_ready(
                     unsupported_api_versions(registry, head.correlation_id)))
             log.warning("closing %s: unsupported API key %d version %d", self.peer, head.api_key,

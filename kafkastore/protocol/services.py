@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 if TYPE_CHECKING:  # annotations only: the services' modules import the whole protocol
-    from .api_groups import GroupService
-    from .api_txn import TxnService
+    from .apis.groups import GroupService
+    from .apis.txn import TxnService
 
 
 @dataclass
@@ -21,12 +21,12 @@ class BrokerServices:
 
     #: Starts a background task the broker cancels when it stops.
     spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Future]
-    #: The group coordinator of this broker (``api_groups.service``).
+    #: The group coordinator of this broker (``apis.groups.service``).
     group_service: GroupService | None = None
-    #: The transaction coordinator of this broker (``api_txn.service``).
+    #: The transaction coordinator of this broker (``apis.txn.service``).
     txn_service: TxnService | None = None
     #: Groups this broker coordinates that took offsets in a transaction
-    #: (``api_txn.transactional_groups``).
+    #: (``apis.txn.transactional_groups``).
     txn_groups: set[str] = field(default_factory=set)
     #: The root's SCRAM secret (fake salts for unknown users), read once.
     scram_secret: bytes | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 
 
 def req(api: int, version: int, /, **kw):

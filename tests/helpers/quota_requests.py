@@ -5,7 +5,7 @@ from __future__ import annotations
 from kio.schema.alter_client_quotas.v1 import request as alter_req
 from kio.schema.describe_client_quotas.v1 import request as describe_req
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 
 
 def call_as(w, entity, client_id: str):

@@ -68,7 +68,7 @@ def produce_raw(w, topic, partition, data, tid):
 
 # -- two `serve` processes over one root (failover and pause tests) ----------------------
 def tid_owned_by(node: int, prefix: str) -> str:
-    from kafkastore.protocol.api_groups import coordinator_node
+    from kafkastore.protocol.apis.groups import coordinator_node
 
     return next(t for t in ("%s-%d" % (prefix, i) for i in range(1000))
                 if coordinator_node(t, [(0, "", 0), (1, "", 0)])[0] == node)

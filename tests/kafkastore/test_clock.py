@@ -85,7 +85,7 @@ def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
     """Injected at the top: one ManualClock in the Storage dates topics, manifest commits
     and broker registrations, and moves the registry's liveness, with no other argument."""
     from kafkastore.manifest import ManifestStore, SetExtra
-    from kafkastore.protocol.brokers import BrokerRegistry
+    from kafkastore.protocol.membership import BrokerRegistry
     from kafkastore.storage import Storage
     from kafkastore.topics.admin import create_topic, load_topic
 

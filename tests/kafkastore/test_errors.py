@@ -48,7 +48,7 @@ def test_every_error_derives_from_the_root():
     ("kafkastore.format.segment", "UnsupportedFormatError"),
     ("kafkastore.format.segment", "SegmentOffsetOverflowError"),
     ("kafkastore.format.offset_index", "CorruptIndexError"),
-    ("kafkastore.protocol.codec", "ProtocolError"),
+    ("kafkastore.protocol.wire.codec", "ProtocolError"),
     ("kafkastore.protocol.appender", "BatchRejected"),
     ("pipelines.quality", "QualityCheckFailed"),
     ("pipelines.spark_errors", "SparkJobError"),

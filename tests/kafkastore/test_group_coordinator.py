@@ -9,8 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kafkastore.groups.offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
                                        decode_consumer_assignment, encode_consumer_assignment,
                                        encode_consumer_subscription)
-from kafkastore.protocol import group_coordinator as gc
-from kafkastore.protocol.group_coordinator import CoordinatorConfig, GroupCoordinator
+from kafkastore.protocol.coordinators import group as gc
+from kafkastore.protocol.coordinators.group import CoordinatorConfig, GroupCoordinator
 
 SUB = encode_consumer_subscription(["t"])
 PROTOS = [("range", SUB), ("roundrobin", SUB)]

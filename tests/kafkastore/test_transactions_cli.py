@@ -52,7 +52,7 @@ def test_write_txn_markers_clears_a_hanging_transaction_through_serve(local_root
     """What kafka-transactions.sh abort sends (WriteTxnMarkers), through `serve`."""
     import sys
 
-    from kafkastore.protocol import codec
+    from kafkastore.protocol.wire import codec
     from kafkastore.protocol.server import BrokerThread, ServeOptions
     from tests.protocol.wire import Wire
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.errors import ProtocolError
-from kafkastore.protocol import codec, frame_check
+from kafkastore.protocol.wire import codec, frame_check
 
 
 def served() -> list[tuple[int, int]]:

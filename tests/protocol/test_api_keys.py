@@ -1,11 +1,11 @@
-"""One home for API keys and error codes: the table in ``protocol/api_keys.py`` covers
+"""One home for API keys and error codes: the table in ``protocol/wire/api_keys.py`` covers
 every API the broker registers (its versions within the row's), and no module of
 ``kafkastore/protocol`` defines its own API key or error code number."""
 import ast
 from pathlib import Path
 
-from kafkastore.protocol import error_codes
-from kafkastore.protocol.api_keys import ApiKey, api_name, client_throttles, quota_exempt
+from kafkastore.protocol.wire import error_codes
+from kafkastore.protocol.wire.api_keys import ApiKey, api_name, client_throttles, quota_exempt
 from kafkastore.protocol.server import BrokerServer, ServeOptions
 from kafkastore.storage import Storage
 
@@ -64,7 +64,7 @@ def test_no_module_defines_its_own_api_key_or_error_code():
         for name, line in _int_constants(ast.parse(path.read_text(), str(path))):
             if name in ERROR_NAMES or name in KEY_NAMES:
                 found.append(f"{path.relative_to(PROTOCOL)}:{line} {name}")
-    assert found == [], "import it from protocol/api_keys.py or protocol/error_codes.py"
+    assert found == [], "import it from protocol/wire/api_keys.py or protocol/wire/error_codes.py"
 
 
 def test_the_check_sees_a_redefinition():

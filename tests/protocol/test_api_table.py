@@ -9,8 +9,8 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.errors import DuplicateApiError
-from kafkastore.protocol import api_fetch, api_legacy
-from kafkastore.protocol.api_keys import FETCH, INIT_PRODUCER_ID
+from kafkastore.protocol.apis import fetch as api_fetch, legacy as api_legacy
+from kafkastore.protocol.wire.api_keys import FETCH, INIT_PRODUCER_ID
 from kafkastore.protocol.families import FAMILIES, register_families
 from kafkastore.protocol.registry import HandlerTable, Registry, by_version
 from kafkastore.protocol.server import BrokerServer, BrokerThread, ServeOptions
@@ -19,53 +19,53 @@ from tests.protocol.wire import Wire
 
 #: key -> [(first version, last version, "module.handler")] with SASL off.
 HANDLERS = {
-    0: [(0, 11, 'api_produce.handle_produce')],
-    1: [(0, 3, 'api_legacy.handle_old_fetch'), (4, 17, 'api_fetch.handle_fetch')],
-    2: [(0, 0, 'api_legacy.handle_old_list_offsets'), (1, 9, 'api_fetch.handle_list_offsets')],
-    3: [(0, 12, 'api_meta.handle_metadata')],
-    8: [(2, 8, 'api_groups.handle_offset_commit')],
-    9: [(1, 7, 'api_groups.handle_offset_fetch')],
-    10: [(0, 6, 'api_groups.handle_find_coordinator')],
-    11: [(0, 9, 'api_groups.handle_join_group')],
-    12: [(0, 4, 'api_groups.handle_heartbeat')],
-    13: [(0, 5, 'api_groups.handle_leave_group')],
-    14: [(0, 5, 'api_groups.handle_sync_group')],
-    15: [(0, 5, 'api_groups.handle_describe_groups')],
-    16: [(0, 5, 'api_groups.handle_list_groups')],
-    18: [(0, 4, 'api_meta.handle_api_versions')],
-    19: [(2, 7, 'api_admin.handle_create_topics')],
-    20: [(1, 5, 'api_admin.handle_delete_topics')],
-    21: [(0, 2, 'api_admin.handle_delete_records')],
-    22: [(0, 5, 'api_txn.handle_init_producer_id')],
-    24: [(0, 5, 'api_txn.handle_add_partitions')],
-    25: [(0, 4, 'api_txn.handle_add_offsets')],
-    26: [(0, 4, 'api_txn.handle_end_txn')],
-    27: [(1, 1, 'api_txn.handle_write_txn_markers')],
-    28: [(0, 4, 'api_txn.handle_txn_offset_commit')],
-    29: [(1, 3, 'api_acls.handle_describe_acls')],
-    30: [(1, 3, 'api_acls.handle_create_acls')],
-    31: [(1, 3, 'api_acls.handle_delete_acls')],
-    32: [(1, 4, 'api_admin.handle_describe_configs')],
-    33: [(0, 2, 'api_configs.handle_alter_configs')],
-    35: [(1, 4, 'api_cluster.handle_describe_log_dirs')],
-    37: [(0, 3, 'api_admin.handle_create_partitions')],
-    42: [(0, 2, 'api_groups.handle_delete_groups')],
-    44: [(0, 1, 'api_configs.handle_incremental_alter_configs')],
-    47: [(0, 0, 'api_groups.handle_offset_delete')],
-    48: [(0, 1, 'api_quotas.handle_describe')],
-    49: [(0, 1, 'api_quotas.handle_alter')],
-    50: [(0, 0, 'api_users.handle_describe')],
-    51: [(0, 0, 'api_users.handle_alter')],
-    60: [(0, 1, 'api_cluster.handle_describe_cluster')],
-    61: [(0, 0, 'api_cluster.handle_describe_producers')],
-    65: [(0, 0, 'api_txn.handle_describe_transactions')],
-    66: [(0, 1, 'api_txn.handle_list_transactions')],
-    75: [(0, 0, 'api_cluster.handle_describe_topic_partitions')],
+    0: [(0, 11, 'apis.produce.handle_produce')],
+    1: [(0, 3, 'apis.legacy.handle_old_fetch'), (4, 17, 'apis.fetch.handle_fetch')],
+    2: [(0, 0, 'apis.legacy.handle_old_list_offsets'), (1, 9, 'apis.fetch.handle_list_offsets')],
+    3: [(0, 12, 'apis.meta.handle_metadata')],
+    8: [(2, 8, 'apis.groups.handle_offset_commit')],
+    9: [(1, 7, 'apis.groups.handle_offset_fetch')],
+    10: [(0, 6, 'apis.groups.handle_find_coordinator')],
+    11: [(0, 9, 'apis.groups.handle_join_group')],
+    12: [(0, 4, 'apis.groups.handle_heartbeat')],
+    13: [(0, 5, 'apis.groups.handle_leave_group')],
+    14: [(0, 5, 'apis.groups.handle_sync_group')],
+    15: [(0, 5, 'apis.groups.handle_describe_groups')],
+    16: [(0, 5, 'apis.groups.handle_list_groups')],
+    18: [(0, 4, 'apis.meta.handle_api_versions')],
+    19: [(2, 7, 'apis.admin.handle_create_topics')],
+    20: [(1, 5, 'apis.admin.handle_delete_topics')],
+    21: [(0, 2, 'apis.admin.handle_delete_records')],
+    22: [(0, 5, 'apis.txn.handle_init_producer_id')],
+    24: [(0, 5, 'apis.txn.handle_add_partitions')],
+    25: [(0, 4, 'apis.txn.handle_add_offsets')],
+    26: [(0, 4, 'apis.txn.handle_end_txn')],
+    27: [(1, 1, 'apis.txn.handle_write_txn_markers')],
+    28: [(0, 4, 'apis.txn.handle_txn_offset_commit')],
+    29: [(1, 3, 'apis.acls.handle_describe_acls')],
+    30: [(1, 3, 'apis.acls.handle_create_acls')],
+    31: [(1, 3, 'apis.acls.handle_delete_acls')],
+    32: [(1, 4, 'apis.admin.handle_describe_configs')],
+    33: [(0, 2, 'apis.configs.handle_alter_configs')],
+    35: [(1, 4, 'apis.cluster.handle_describe_log_dirs')],
+    37: [(0, 3, 'apis.admin.handle_create_partitions')],
+    42: [(0, 2, 'apis.groups.handle_delete_groups')],
+    44: [(0, 1, 'apis.configs.handle_incremental_alter_configs')],
+    47: [(0, 0, 'apis.groups.handle_offset_delete')],
+    48: [(0, 1, 'apis.client_quotas.handle_describe')],
+    49: [(0, 1, 'apis.client_quotas.handle_alter')],
+    50: [(0, 0, 'apis.users.handle_describe')],
+    51: [(0, 0, 'apis.users.handle_alter')],
+    60: [(0, 1, 'apis.cluster.handle_describe_cluster')],
+    61: [(0, 0, 'apis.cluster.handle_describe_producers')],
+    65: [(0, 0, 'apis.txn.handle_describe_transactions')],
+    66: [(0, 1, 'apis.txn.handle_list_transactions')],
+    75: [(0, 0, 'apis.cluster.handle_describe_topic_partitions')],
 }
 #: What SASL adds.
 SASL_HANDLERS = {
-    17: [(1, 1, 'sasl.handle_handshake')],
-    36: [(0, 2, 'sasl.handle_authenticate')],
+    17: [(1, 1, 'apis.sasl.handle_handshake')],
+    36: [(0, 2, 'apis.sasl.handle_authenticate')],
 }
 
 
@@ -83,7 +83,7 @@ def served(registry) -> dict:
         runs = []
         for v in range(lo, hi + 1):
             fn = chosen(registry.get(key).handler, v)
-            name = f"{fn.__module__.rsplit('.', 1)[1]}.{fn.__qualname__}"
+            name = f"{fn.__module__.removeprefix('kafkastore.protocol.')}.{fn.__qualname__}"
             if runs and runs[-1][2] == name:
                 runs[-1][1] = v
             else:
@@ -130,7 +130,7 @@ def test_every_family_registers_its_own_keys_in_one_ordered_list():
         for key, _, _ in alone.api_versions():
             assert key not in owners, (key, owners.get(key), family.__name__)
             owners[key] = family.__name__
-    assert owners[INIT_PRODUCER_ID] == "kafkastore.protocol.api_txn"
+    assert owners[INIT_PRODUCER_ID] == "kafkastore.protocol.apis.txn"
 
 
 def test_an_extension_may_add_a_key_but_not_replace_one(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from kafkastore.clock import ManualClock
-from kafkastore.protocol.brokers import BrokerRegistry
+from kafkastore.protocol.membership import BrokerRegistry
 from kafkastore.storage import Storage
 
 

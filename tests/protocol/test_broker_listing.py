@@ -1,9 +1,9 @@
 """Metadata keeps listing a broker for a while after it died (see
-kafkastore.protocol.brokers.LISTED_AFTER_DEATH_MS): it leads and coordinates nothing meanwhile.
+kafkastore.protocol.membership.LISTED_AFTER_DEATH_MS): it leads and coordinates nothing meanwhile.
 A broker that shut down cleanly is dropped at once."""
 from __future__ import annotations
 
-from kafkastore.protocol.brokers import LISTED_AFTER_DEATH_MS, BrokerRegistry
+from kafkastore.protocol.membership import LISTED_AFTER_DEATH_MS, BrokerRegistry
 from kafkastore.storage import Storage
 
 

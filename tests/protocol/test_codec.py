@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md_req
 from kio.schema.produce.v9 import request as prod_req
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 
 
 @given(client_id=st.one_of(st.none(), st.text(max_size=50)), correlation=st.integers(-2**31, 2**31 - 1))

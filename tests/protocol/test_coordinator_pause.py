@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from kafkastore.protocol import codec
-from kafkastore.protocol.api_groups import coordinator_node
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.helpers.serve_procs import start_serve, stop_serve, wait_until_listed

@@ -10,7 +10,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafkastore.broker import Broker
 from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value, partition_for_group
-from kafkastore.protocol.api_groups import coordinator_node
+from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, load_topic

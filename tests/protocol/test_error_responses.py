@@ -18,8 +18,8 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafkastore.protocol import codec
-from kafkastore.protocol.error_responses import error_response, storage_error_code
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.wire.error_responses import error_response, storage_error_code
 from kafkastore.protocol.server import BrokerServer, ServeOptions
 from kafkastore.storage import Storage
 

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.metadata.v12 import request as md_req
 
-from kafkastore.protocol import codec
-from kafkastore.protocol import error_codes as E
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.wire import error_codes as E
 from kafkastore.protocol.placement import topic_id, topic_id_of
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.protocol.state import MetadataCache
-from kafkastore.protocol.topic_ids import TopicIdIndex
+from kafkastore.protocol.caches.metadata_cache import MetadataCache
+from kafkastore.protocol.caches.topic_ids import TopicIdIndex
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, delete_topic, load_topic
 from tests.helpers.wire_requests import batch, produce

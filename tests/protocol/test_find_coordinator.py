@@ -19,7 +19,7 @@ from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as Fin
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafkastore.acls import Operation, ResourceType as R
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

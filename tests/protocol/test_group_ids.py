@@ -6,9 +6,9 @@ import logging
 import sys
 import time
 
-from kafkastore.protocol import codec
-from kafkastore.protocol import group_coordinator as G
-from kafkastore.protocol.api_groups import MAX_STRING_BYTES
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.coordinators import group as G
+from kafkastore.protocol.apis.groups import MAX_STRING_BYTES
 from kafkastore.topics import create_topic
 
 from .wire import Wire

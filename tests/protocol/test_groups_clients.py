@@ -13,7 +13,7 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.group_offsets import OffsetsStore
-from kafkastore.protocol.api_groups import service
+from kafkastore.protocol.apis.groups import service
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

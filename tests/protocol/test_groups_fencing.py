@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
-from kafkastore.protocol import group_coordinator as G
+from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
@@ -58,7 +58,7 @@ def test_offset_fetch_never_answers_older_than_the_log(broker, root):
 def test_queued_group_metadata_of_a_dropped_group_is_not_written(broker, root):
     """A fence drops the loaded groups and their queued metadata writes: nothing derived
     from the old authority is written afterwards."""
-    from kafkastore.protocol.api_groups import service
+    from kafkastore.protocol.apis.groups import service
     w = Wire(broker.bootstrap)
     assert commit(w, "fm", -1, "", {0: 1}) == {0: 0}
     registry = broker.server.brokers

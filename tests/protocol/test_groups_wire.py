@@ -8,9 +8,9 @@ import pytest
 
 from kafkastore.broker import Broker
 from kafkastore.group_offsets import OffsetsStore, encode_consumer_assignment, encode_consumer_subscription
-from kafkastore.protocol import codec
-from kafkastore.protocol import group_coordinator as G
-from kafkastore.protocol.api_groups import coordinator_node
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.coordinators import group as G
+from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

@@ -11,9 +11,9 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.format import legacy_records as L
 from kafkastore.format.record_batch import Record
-from kafkastore.protocol import codec
-from kafkastore.protocol import error_codes as E
-from kafkastore.protocol.api_legacy import UNSUPPORTED_COMPRESSION_TYPE
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.wire import error_codes as E
+from kafkastore.protocol.apis.legacy import UNSUPPORTED_COMPRESSION_TYPE
 from kafkastore.topics import create_topic
 from tests.helpers.wire_requests import batch, produce
 

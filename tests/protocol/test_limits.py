@@ -10,7 +10,7 @@ from kio.schema.create_topics.v7 import request as ct_req
 from kio.schema.metadata.v12 import request as md_req
 from kio.schema.produce.v9 import request as prod_req
 
-from kafkastore.protocol.api_admin import MAX_PARTITIONS
+from kafkastore.protocol.apis.admin import MAX_PARTITIONS
 from kafkastore.topics import create_topic, topic_exists
 
 from .wire import Wire

@@ -7,7 +7,7 @@ import time
 
 from kio.schema.fetch.v12 import request as fetch_req
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

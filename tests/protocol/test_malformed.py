@@ -10,7 +10,7 @@ import sys
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.errors import ProtocolError
-from kafkastore.protocol import codec, frame_check
+from kafkastore.protocol.wire import codec, frame_check
 
 from .wire import Wire
 from tests.helpers.serve_procs import start_serve, stop_serve

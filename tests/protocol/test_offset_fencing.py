@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
-from kafkastore.protocol import group_coordinator as G
-from kafkastore.protocol.error_codes import COORDINATOR_LOAD_IN_PROGRESS, UNSTABLE_OFFSET_COMMIT
+from kafkastore.protocol.coordinators import group as G
+from kafkastore.protocol.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS,
+                                                  UNSTABLE_OFFSET_COMMIT)
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
@@ -137,7 +138,7 @@ def test_offset_fetch_never_answers_no_offset_for_a_group_dropped_while_it_waite
     event loop, maybe while an OffsetFetch waits for its read of the log. The answer must not
     then be taken from the group no longer loaded (every offset -1 and no error: a consumer
     starts over from auto.offset.reset, and commits offsets far below the group's)."""
-    from kafkastore.protocol.api_groups import service
+    from kafkastore.protocol.apis.groups import service
 
     w = Wire(broker.bootstrap)
     try:
@@ -182,7 +183,7 @@ def test_a_partition_with_a_commit_being_written_is_unstable_for_require_stable(
     is about to be acknowledged (and then committing below it)."""
     import threading
 
-    from kafkastore.protocol.api_groups import service
+    from kafkastore.protocol.apis.groups import service
 
     w, w2 = Wire(broker.bootstrap), Wire(broker.bootstrap)
     try:
@@ -221,7 +222,7 @@ def test_an_acknowledged_commit_of_a_generation_finds_that_generation_in_the_log
     generation and accepts commits from members that generation removed."""
     import time
 
-    from kafkastore.protocol.api_groups import service
+    from kafkastore.protocol.apis.groups import service
 
     w = Wire(broker.bootstrap)
     try:

@@ -6,7 +6,7 @@ import sys
 import time
 
 from kafkastore.acls import Operation, ResourceType as R
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

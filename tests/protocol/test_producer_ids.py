@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.commit import Clock
 from kafkastore.errors import CommitGaveUpError
-from kafkastore.protocol.producer_ids import PRODUCER_IDS_DIR, ProducerIdAllocator
+from kafkastore.protocol.coordinators.producer_ids import PRODUCER_IDS_DIR, ProducerIdAllocator
 from kafkastore.storage import Storage
 from tests.faults import FaultyFS
 

@@ -13,7 +13,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.errors import ProtocolError
-from kafkastore.protocol import codec, frame_check
+from kafkastore.protocol.wire import codec, frame_check
 from kafkastore.topics import create_topic
 
 from .wire import Wire

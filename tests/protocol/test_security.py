@@ -7,7 +7,7 @@ import pytest
 
 from kafkastore.cli import main as cli
 from kafkastore.errors import ConfigError
-from kafkastore.protocol.sasl import load_credentials
+from kafkastore.protocol.apis.sasl import load_credentials
 from kafkastore.protocol.server import BrokerThread, ServeOptions, check_listener_security
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

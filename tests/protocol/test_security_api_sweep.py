@@ -14,7 +14,7 @@ import uuid
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 from tests.helpers.acl_broker import (CLUSTER_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED,
                                       TOPIC_AUTHORIZATION_FAILED,
                                       TRANSACTIONAL_ID_AUTHORIZATION_FAILED, broker, root,  # noqa: F401 - fixtures

@@ -5,7 +5,7 @@ import asyncio
 import re
 from pathlib import Path
 
-from kafkastore.protocol import api_groups, api_txn
+from kafkastore.protocol.apis import groups as api_groups, txn as api_txn
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.protocol.services import BrokerServices
 from kafkastore.storage import Storage

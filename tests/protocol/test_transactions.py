@@ -215,7 +215,7 @@ def _two_brokers(tmp_path):
 
 
 def _owner(key: str, brokers) -> int:
-    from kafkastore.protocol.api_groups import coordinator_node
+    from kafkastore.protocol.apis.groups import coordinator_node
 
     node = coordinator_node(key, brokers[0].server.live_brokers())[0]
     return next(i for i, b in enumerate(brokers) if b.server.node_id == node)
@@ -254,8 +254,8 @@ def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tm
     from kio.schema.end_txn.v3.request import EndTxnRequest
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
-    from kafkastore.protocol import txn_coordinator as T
-    from kafkastore.protocol.api_txn import TxnStore
+    from kafkastore.protocol.coordinators import txn as T
+    from kafkastore.protocol.apis.txn import TxnStore
     from tests.helpers.wire_requests import fetch
 
     from .wire import Wire
@@ -367,7 +367,7 @@ def test_every_served_version_runs_a_transaction(broker, storage, v):
     import datetime
     import importlib
 
-    from kafkastore.protocol import codec
+    from kafkastore.protocol.wire import codec
 
     from .wire import Wire
 
@@ -522,7 +522,7 @@ def test_coordinator_sigkilled_after_add_partitions_another_broker_commits(tmp_p
     broker, which finishes the transaction from the stored state."""
     import signal
 
-    from kafkastore.protocol.api_groups import coordinator_node
+    from kafkastore.protocol.apis.groups import coordinator_node
 
     from tests.helpers.serve_procs import free_port, start_serve, stop_serve
 

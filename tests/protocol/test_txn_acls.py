@@ -64,7 +64,7 @@ def test_write_txn_markers_needs_cluster_action(broker, root):
     import sys
 
     from kafkastore.broker import Broker
-    from kafkastore.protocol import codec
+    from kafkastore.protocol.wire import codec
     from kafkastore.reader import PartitionReader
 
     topic = unique("txn-hang-")

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.errors import CorruptRecordError
-from kafkastore.protocol import txn_coordinator as T
-from kafkastore.protocol.txn_coordinator import TxnMetadata, TxnState
+from kafkastore.protocol.coordinators import txn as T
+from kafkastore.protocol.coordinators.txn import TxnMetadata, TxnState
 
 NOW = 1_700_000_000_000
 

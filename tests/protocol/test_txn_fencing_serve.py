@@ -17,8 +17,8 @@ import time
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.protocol import api_txn
-from kafkastore.protocol import txn_coordinator as T
+from kafkastore.protocol.apis import txn as api_txn
+from kafkastore.protocol.coordinators import txn as T
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage

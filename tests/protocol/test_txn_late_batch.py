@@ -21,7 +21,7 @@ import uuid
 import pytest
 
 from kafkastore.manifest import ManifestStore
-from kafkastore.protocol import api_txn
+from kafkastore.protocol.apis import txn as api_txn
 from kafkastore.topics import create_topic
 
 from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch

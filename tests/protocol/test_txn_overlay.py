@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kafkastore.protocol import txn_coordinator as T
-from kafkastore.protocol.api_txn import TxnStore
+from kafkastore.protocol.coordinators import txn as T
+from kafkastore.protocol.apis.txn import TxnStore
 from kafkastore.storage import Storage
 
 TID = "t-overlay"

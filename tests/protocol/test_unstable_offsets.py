@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v7 import request as of_req
 
-from kafkastore.protocol.api_txn import add_pending_offsets, take_pending_offsets
-from kafkastore.protocol.pending_offsets import unstable_partitions
+from kafkastore.protocol.apis.txn import add_pending_offsets, take_pending_offsets
+from kafkastore.protocol.coordinators.pending_offsets import unstable_partitions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.protocol.wire import Wire

@@ -19,8 +19,8 @@ from kio.schema.produce.v9 import request as prod_req
 
 from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.protocol import codec
-from kafkastore.protocol import error_codes as E
+from kafkastore.protocol.wire import codec
+from kafkastore.protocol.wire import error_codes as E
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.format.record_batch import decode_batch, parse_header
 from kafkastore.format.segment import iter_batches

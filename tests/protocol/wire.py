@@ -4,7 +4,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from kafkastore.protocol import codec
+from kafkastore.protocol.wire import codec
 
 
 class Wire:
