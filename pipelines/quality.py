@@ -90,9 +90,9 @@ from .spec.table_layout import dead_letter_table
 from .warehouse.catalog import Warehouse, name_of
 from .warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, VALIDATED_TAG
 from .warehouse.snapshots import main_ancestry, summary_of
-from .quality_checks import _checks, _import_gx, _run_gx
+from .quality_checks import expectation_checks, import_gx, run_gx
 from .quality_gate import PUBLISH_ATTEMPTS, publish  # noqa: F401 (re-exported)
-from .quality_rows import (Range, _frames, _is_kafkastore, _read_rows,  # noqa: F401 (re-exported)
+from .quality_rows import (Range, check_frames, is_kafkastore, read_rows,  # noqa: F401 (re-exported)
                            snapshot_ranges)
 
 log = logging.getLogger(__name__)
@@ -261,15 +261,15 @@ def check_snapshot(table, dl_table, snapshot, settings: _Settings, *, name: str,
     append = summary.get("operation") == "append"
     added = int(summary["added-records"]) if append and "added-records" in summary else None
 
-    rows, parts, totals = _frames(ranges, _read_rows(table, dl_table, snapshot, ranges), added)
-    checks = _checks(_import_gx(), compacted=compacted, exact=exact,
+    rows, parts, totals = check_frames(ranges, read_rows(table, dl_table, snapshot, ranges), added)
+    checks = expectation_checks(import_gx(), compacted=compacted, exact=exact,
                      interval_end=None if end is None else int(end),
                      interval_start=None if start is None else int(start),
                      max_fraction=settings.max_fraction, any_rows=len(rows) > 0,
                      compare_added=added is not None)
     own_dir = docs_dir or tempfile.mkdtemp(prefix="kafkastore-quality-")
     try:
-        entries, pages = _run_gx(name, snapshot.snapshot_id,
+        entries, pages = run_gx(name, snapshot.snapshot_id,
                                  {"rows": rows, "partitions": parts, "totals": totals},
                                  checks, own_dir)
     finally:
@@ -362,14 +362,14 @@ def _target(tbl, snapshot_id: int | None):
     """The snapshot to validate: a kafkastore snapshot of main's history."""
     main = list(main_ancestry(tbl))
     if snapshot_id is None:
-        snap = next((s for s in main if _is_kafkastore(summary_of(s))), None)
+        snap = next((s for s in main if is_kafkastore(summary_of(s))), None)
         if snap is None:
             raise ConfigError(f"table {name_of(tbl)} has no load or "
                               f"reprocess snapshot to validate")
         return snap
     name = name_of(tbl)
     snap = tbl.snapshot_by_id(int(snapshot_id))
-    if snap is None or not _is_kafkastore(summary_of(snap)):
+    if snap is None or not is_kafkastore(summary_of(snap)):
         raise ConfigError(f"snapshot {snapshot_id} of {name} is not a load or reprocess snapshot")
     if snap.snapshot_id not in {s.snapshot_id for s in main}:
         raise ConfigError(f"snapshot {snapshot_id} of {name} is not in the history of main "

@@ -16,7 +16,7 @@ from typing import Any
 # Great Expectations
 
 
-def _import_gx():
+def import_gx():
     """Import great_expectations, working around pyspark.sql.connect's doctest guard.
 
     GX imports ``pyspark.sql.connect``, whose dependency check calls
@@ -42,7 +42,7 @@ def _import_gx():
 
 def _context(docs_dir: str):
     """An ephemeral GX context (in-memory stores) whose data docs site is ``docs_dir``."""
-    gx = _import_gx()
+    gx = import_gx()
     from great_expectations.data_context.types.base import (DataContextConfig,
                                                             InMemoryStoreBackendDefaults,
                                                             ProgressBarsConfig)
@@ -66,7 +66,7 @@ class _Check:
     expectation: Any
 
 
-def _checks(gx, *, compacted: set[str], exact: set[str], interval_end: int | None,
+def expectation_checks(gx, *, compacted: set[str], exact: set[str], interval_end: int | None,
             interval_start: int | None, max_fraction: float, any_rows: bool,
             compare_added: bool) -> list[_Check]:
     E = gx.expectations
@@ -119,7 +119,7 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _run_gx(table_name: str, snapshot_id: int, frames: dict[str, Any], checks: list[_Check],
+def run_gx(table_name: str, snapshot_id: int, frames: dict[str, Any], checks: list[_Check],
             docs_dir: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the checks (one suite and checkpoint per frame) and build the data docs
     in ``docs_dir``. Returns (check entries, relative paths of validation pages)."""

@@ -12,7 +12,7 @@ from kafkastore.errors import WarehouseError
 from .warehouse.catalog import name_of
 from .warehouse.properties import OPERATION_KEY, VALIDATED_TAG
 from .warehouse.snapshots import main_ancestry, summary_of
-from .quality_rows import _is_kafkastore, snapshot_ranges
+from .quality_rows import is_kafkastore, snapshot_ranges
 
 PUBLISH_ATTEMPTS = 10
 
@@ -37,7 +37,7 @@ def _pending_after(chain, verdict) -> tuple[Any, int | None]:
     candidate = None
     for snap in chain:
         summary = summary_of(snap)
-        if _is_kafkastore(summary):
+        if is_kafkastore(summary):
             ranges = snapshot_ranges(summary)
             if summary.get(OPERATION_KEY) == "reprocess":
                 pending = [(sid, r) for sid, r in pending if not _supersedes(ranges, r)]

@@ -54,7 +54,7 @@ def _bounds(b) -> tuple[int, int]:
     return int(b[0]), int(b[1])
 
 
-def _is_kafkastore(summary: Mapping[str, str]) -> bool:
+def is_kafkastore(summary: Mapping[str, str]) -> bool:
     return summary.get(OPERATION_KEY) in OPERATIONS
 
 
@@ -70,7 +70,7 @@ def _dead_letter_snapshot(dl_table, run_id: str | None):
     return dl_table.current_snapshot()
 
 
-def _read_rows(table, dl_table, snapshot, ranges: list[Range]):
+def read_rows(table, dl_table, snapshot, ranges: list[Range]):
     """pyarrow Table of topic, partition, offset, timestamp_ms, key, dead_letter:
     the rows of ``snapshot`` (and its dead letters) inside ``ranges``."""
     import pyarrow as pa
@@ -119,7 +119,7 @@ def _narrow(tbl, kind: str):
     })
 
 
-def _frames(ranges: list[Range], rows, added_records: int | None):
+def check_frames(ranges: list[Range], rows, added_records: int | None):
     """(row frame, partition frame) as pandas DataFrames."""
     import pandas as pd
 

@@ -104,12 +104,12 @@ from .warehouse.catalog import Warehouse
 from .warehouse.properties import VALIDATED_TAG
 from .warehouse.snapshots import AsOf, parse_snapshot_id, parse_timestamp, select_snapshot
 from .sql_frames import (FILES_DDL, OFFSETS_DDL, SNAPSHOTS_DDL,  # noqa: F401 (re-exported)
-                         WAREHOUSE_OFFSETS_DDL, _files_frame, _offsets_frame, _Read,
-                         _snapshots_frame, _topic_frame, _warehouse_offsets_frame, spark_ddl,
+                         WAREHOUSE_OFFSETS_DDL, files_frame, offsets_frame, TableRead,
+                         snapshots_frame, topic_frame, warehouse_offsets_frame, spark_ddl,
                          table_frame)
 from .sql_output import to_json_value, write_jsonl, write_table  # noqa: F401 (re-exported)
 from .sql_statements import (read_sql_files, referenced_names,  # noqa: F401 (re-exported)
-                             split_statements, _sql_views)
+                             split_statements, sql_views_in)
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def register_views(spark, root: str | None, warehouse: str | None,
     topics = list_topics(Storage(root, storage_options)) if root else []
     wh = Warehouse(warehouse, catalog, storage_options) if warehouse else None
     tables = wh.list_tables() if wh is not None else []
-    sql_views = _sql_views(views_dir)
+    sql_views = sql_views_in(views_dir)
     names = plan_names(topics, tables, list(META_VIEWS) + [v.name for v in sql_views])
     wanted = _wanted(names, sql_views, only)
 
@@ -227,12 +227,12 @@ def register_views(spark, root: str | None, warehouse: str | None,
         if name.lower() not in wanted or kind == "meta":
             continue
         if kind == "topic":
-            _topic_frame(spark, root, src, storage_options).createOrReplaceTempView(name)
+            topic_frame(spark, root, src, storage_options).createOrReplaceTempView(name)
             registered[name] = f"topic {src!r} under {root}"
             continue
         if kind == "validated":
             table = loaded[src]
-            read = _Read(src, table, table.snapshot_by_name(VALIDATED_TAG), table.schema(),
+            read = TableRead(src, table, table.snapshot_by_name(VALIDATED_TAG), table.schema(),
                          f"tag {VALIDATED_TAG}")
         else:
             read = reads[src]
@@ -240,17 +240,17 @@ def register_views(spark, root: str | None, warehouse: str | None,
         sid = read.snapshot.snapshot_id if read.snapshot is not None else None
         registered[name] = f"table {src!r} at {read.note} (snapshot {sid})"
     if "kafkastore_offsets" in need_meta:
-        _offsets_frame(spark, root, topics, storage_options).createOrReplaceTempView(
+        offsets_frame(spark, root, topics, storage_options).createOrReplaceTempView(
             "kafkastore_offsets")
         registered["kafkastore_offsets"] = "log start offset and high watermark per partition"
     if "warehouse_offsets" in need_meta:
-        _warehouse_offsets_frame(spark, reads).createOrReplaceTempView("warehouse_offsets")
+        warehouse_offsets_frame(spark, reads).createOrReplaceTempView("warehouse_offsets")
         registered["warehouse_offsets"] = "committed offsets of every table"
     if "warehouse_snapshots" in need_meta:
-        _snapshots_frame(spark, loaded).createOrReplaceTempView("warehouse_snapshots")
+        snapshots_frame(spark, loaded).createOrReplaceTempView("warehouse_snapshots")
         registered["warehouse_snapshots"] = "every snapshot of every table"
     if "warehouse_files" in need_meta:
-        _files_frame(spark, reads).createOrReplaceTempView("warehouse_files")
+        files_frame(spark, reads).createOrReplaceTempView("warehouse_files")
         registered["warehouse_files"] = "the planned data files of every table"
     for v in sql_views:
         if v.name.lower() in wanted:
@@ -269,7 +269,7 @@ def _load_tables(wh, names: list[str]) -> dict[str, Any]:
         return dict(zip(names, pool.map(wh.table, names)))
 
 
-def _choose(loaded: dict[str, Any], as_of: AsOf, warehouse: str | None) -> dict[str, _Read]:
+def _choose(loaded: dict[str, Any], as_of: AsOf, warehouse: str | None) -> dict[str, TableRead]:
     """The snapshot each table is read at (time travel applied)."""
     reads = {}
     holder = None
@@ -288,7 +288,7 @@ def _choose(loaded: dict[str, Any], as_of: AsOf, warehouse: str | None) -> dict[
         schema = table.schema()
         if mine != AsOf() and snap is not None and snap.schema_id is not None:
             schema = table.schemas().get(snap.schema_id, schema)
-        reads[name] = _Read(name, table, snap, schema, mine.describe())
+        reads[name] = TableRead(name, table, snap, schema, mine.describe())
     return reads
 
 

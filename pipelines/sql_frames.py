@@ -31,7 +31,7 @@ FILES_DDL = ("table string, snapshot_id bigint, path string, records bigint, byt
 
 
 @dataclass
-class _Read:
+class TableRead:
     """One table as a view reads it: the pyiceberg table and the snapshot chosen."""
 
     name: str
@@ -41,7 +41,7 @@ class _Read:
     note: str
 
 
-def _topic_frame(spark, root: str, topic: str, storage_options: dict):
+def topic_frame(spark, root: str, topic: str, storage_options: dict):
     from .datasource import read_topic
 
     return read_topic(spark, root, topic, storage_options=storage_options or None,
@@ -179,7 +179,7 @@ def _spark_type(t) -> str:
     return _PRIMITIVES[name]
 
 
-def _offsets_frame(spark, root: str | None, topics: list[str], storage_options: dict):
+def offsets_frame(spark, root: str | None, topics: list[str], storage_options: dict):
     rows = []
     if root and topics:
         storage = Storage(root, storage_options)
@@ -197,7 +197,7 @@ def _with_time(df, column: str, alias: str):
     return df.selectExpr(*cols)
 
 
-def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
+def warehouse_offsets_frame(spark, reads: dict[str, TableRead]):
     rows = []
     for name, r in sorted(reads.items()):
         snap = next((s for s in main_ancestry(r.table, r.snapshot)
@@ -210,7 +210,7 @@ def _warehouse_offsets_frame(spark, reads: dict[str, _Read]):
                       "committed_at")
 
 
-def _snapshots_frame(spark, loaded: dict[str, Any]):
+def snapshots_frame(spark, loaded: dict[str, Any]):
     rows = []
     for name, table in sorted(loaded.items()):
         main = {s.snapshot_id for s in main_ancestry(table)}
@@ -226,7 +226,7 @@ def _snapshots_frame(spark, loaded: dict[str, Any]):
     return _with_time(spark.createDataFrame(rows, SNAPSHOTS_DDL), "committed_ms", "committed_at")
 
 
-def _files_frame(spark, reads: dict[str, _Read]):
+def files_frame(spark, reads: dict[str, TableRead]):
     rows = []
     for name, r in sorted(reads.items()):
         if r.snapshot is None:

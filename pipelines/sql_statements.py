@@ -103,7 +103,7 @@ class _SqlView:
     needs: frozenset[str]
 
 
-def _sql_views(directory: str | None) -> list[_SqlView]:
+def sql_views_in(directory: str | None) -> list[_SqlView]:
     """The views defined by ``CREATE ... TEMPORARY VIEW`` statements in ``directory``."""
     out = []
     for fname, text in read_sql_files(directory or ""):

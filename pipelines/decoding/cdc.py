@@ -94,7 +94,7 @@ def check_spec(spec) -> None:
 
 def debezium_frame(df, opts, raw_value: str, error: str):
     """``df`` (Spark's Kafka schema) as the frame the load's writer takes (see
-    :func:`pipelines.jobs.write_engine._decoded_frame`): the Kafka columns, the row's columns, the
+    :func:`pipelines.jobs.write_engine.decoded_frame`): the Kafka columns, the row's columns, the
     CDC columns, the raw value (``raw_value``; null for deletes, which makes them
     tombstones of their key) and the error (``error``; dead letters)."""
     from pyspark.sql import functions as F

@@ -821,13 +821,13 @@ def route_value_counts(spark, root: str, storage_options, spec, field: str,
     from ..source.planning import plan_tasks
     from ..spec.route_filter import ERROR_COLUMN
     from .routing import check_column
-    from .write_engine import _decoded_frame
+    from .write_engine import decoded_frame
 
     splits = plan_tasks(Storage(root, storage_options), ranges,
                         spark.sparkContext.defaultParallelism, None)
     if not splits:
         return {}
-    frame, _split = _decoded_frame(kafka_frame(spark, root, splits, storage_options),
+    frame, _split = decoded_frame(kafka_frame(spark, root, splits, storage_options),
                                    spec.decode_options())
     check_column(frame, field)
     value = F.when(F.col(ERROR_COLUMN).isNull(), F.col(field).cast("string"))

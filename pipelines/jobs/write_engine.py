@@ -76,7 +76,7 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
                                    RAW_VALUE_COLUMN, "__error")
             split, detail = True, None
         else:
-            frame, split = _decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
+            frame, split = decoded_frame(kafka_frame(spark, root, splits, storage_options), opts)
             detail = _json_schema_text(opts) if split else None
         frame = _headers_never_null(frame)
         if spec.route is not None:   # a route-by-field load: this table's records only
@@ -225,7 +225,7 @@ class Progress:
 
 
 
-def _decoded_frame(df, opts):
+def decoded_frame(df, opts):
     """One frame carrying good rows and dead letters, told apart by ``error``.
 
     Decoding once and splitting inside the writer reads the log once; two
