@@ -819,7 +819,7 @@ def route_value_counts(spark, root: str, storage_options, spec, field: str,
     from pyspark.sql import functions as F
 
     from ..source.planning import plan_tasks
-    from ..spec.route_filter import ERROR_COLUMN
+    from ..decoding.values import ERROR_COLUMN
     from .routing import check_column
     from .write_engine import decoded_frame
 

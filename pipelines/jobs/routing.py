@@ -6,7 +6,8 @@ from typing import Iterable
 
 from kafkastore.errors import ConfigError
 
-from ..spec.route_filter import ERROR_COLUMN, RouteFilter
+from ..decoding.values import ERROR_COLUMN
+from ..spec.route_filter import RouteFilter
 from ..spec.topic_routing import compile_topic_pattern
 
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The write engine's column telling a dead letter (decode failure) from a good row.
-ERROR_COLUMN = "__error"
-
 
 @dataclass(frozen=True)
 class RouteFilter:
