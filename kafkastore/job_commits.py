@@ -1,7 +1,7 @@
 """Jobs that commit transactions in many partitions at once, as readers must see them: all
 of a job's partitions or none.
 
-A many-partition job (a Spark write into topics, :mod:`pipelines.topic_sink_commit`)
+A many-partition job (a Spark write into topics, :mod:`pipelines.sink.commit`)
 decides once, then writes one COMMIT marker per partition, one after the other. A
 read_committed reader that took its snapshot of the partitions between two of those
 markers would see the job in some partitions and not in others. Kafka gives no such
@@ -35,10 +35,10 @@ import json
 import uuid
 from typing import Any, Callable, Mapping, TypeVar
 
-from .broker import Broker
+from .write.log_writer import LogWriter as Broker
 from .errors import ObjectNotFoundError
 from .storage import Storage
-from .transactions import open_transactions
+from .write.transactions import open_transactions
 
 #: Decision records whose COMMIT markers may not all be written yet.
 PENDING_DIR = "_sink/pending/"

@@ -120,7 +120,7 @@ from .spec.offset_ranges import OffsetRange, is_json_int
 from .planning import Pruning, open_storage, plan_source_splits, resolve_source
 from .source_options import (DEFAULT_MAX_BYTES_PER_PARTITION, SOURCE_NAME, SourceOptions,
                              option_strings, parse_options, ranges_to_options)
-from .stream_source import KafkaStoreStreamReader, parse_stream_options
+from .source.stream import KafkaStoreStreamReader, parse_stream_options
 
 __all__ = ["SOURCE_NAME", "KafkaStoreDataSource", "KafkaStoreReader", "KafkaStoreFilteringReader",
            "KafkaStorePartition", "SourceOptions", "OffsetRange", "parse_options", "spark_schema",
@@ -309,7 +309,7 @@ class KafkaStoreDataSource(DataSource):
         return cls(opts)
 
     def streamReader(self, schema: StructType) -> KafkaStoreStreamReader:
-        """``spark.readStream.format("kafkastore")``: see :mod:`pipelines.stream_source`."""
+        """``spark.readStream.format("kafkastore")``: see :mod:`pipelines.source.stream`."""
         opts = parse_stream_options(self.options)
         expected = spark_schema(opts.source.include_headers)
         if schema != expected:
@@ -319,14 +319,14 @@ class KafkaStoreDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool):
         """``df.write.format("kafkastore")``: exactly-once writes into topics
-        (:mod:`pipelines.topic_sink`)."""
-        from .topic_sink import batch_writer
+        (:mod:`pipelines.sink.writer`)."""
+        from .sink.writer import batch_writer
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         """``df.writeStream.format("kafkastore")``: each micro-batch exactly once
-        (:mod:`pipelines.topic_sink`)."""
-        from .topic_sink import stream_writer
+        (:mod:`pipelines.sink.writer`)."""
+        from .sink.writer import stream_writer
         return stream_writer(self.options, schema, overwrite)
 
 

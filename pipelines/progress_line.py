@@ -1,6 +1,6 @@
 """The one progress line of every job that writes records: the load's (the driver's
 :class:`pipelines.jobs.write_engine.Progress`), a write into topics' tasks and its commit
-(:mod:`pipelines.topic_sink_commit`). Plain formatting, no Spark: executors import it."""
+(:mod:`pipelines.sink.commit`). Plain formatting, no Spark: executors import it."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError, OutOfOrderSequenceError, TopicSinkError
 from kafkastore.format.partitioner import murmur2
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from kafkastore.transactions import open_transactions
-from pipelines import topic_sink_commit as tsc
+from kafkastore.write.transactions import open_transactions
+from pipelines.sink import commit as tsc
 
 T0 = 1_700_000_000_000
 
@@ -130,7 +130,7 @@ def test_bad_frames_and_options_are_config_errors(spark, tmp_path):
             .option("root", root).option("topic", "out").mode("overwrite").save()
     with pytest.raises(ConfigError, match="unknown option"):
         tsc_options = {"root": root, "bogus": "1"}
-        from pipelines.topic_sink import parse_sink_options
+        from pipelines.sink.writer import parse_sink_options
         parse_sink_options(tsc_options)
 
 
@@ -216,7 +216,7 @@ def _child_retry(root: str) -> None:
 
     from pipelines.datasource import KafkaStoreDataSource
     from pipelines.session import get_spark
-    from pipelines.topic_sink import TopicBatchWriter, batch_writer
+    from pipelines.sink.writer import TopicBatchWriter, batch_writer
 
     class FlakyWriter(TopicBatchWriter):
         def write(self, iterator):
@@ -494,7 +494,7 @@ def test_speculative_attempts_both_finishing_or_still_running_add_nothing(tmp_pa
     import pyarrow as pa
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from pipelines.topic_sink import batch_writer
+    from pipelines.sink.writer import batch_writer
 
     root = _root(tmp_path, partitions=2)
     schema = StructType([StructField("key", StringType()), StructField("value", StringType())])
@@ -532,7 +532,7 @@ def test_speculative_attempts_both_finishing_or_still_running_add_nothing(tmp_pa
 def _child_commit_killed(root: str, results: str) -> None:
     """The driver of job ``jk`` commits the given task results and dies (no clean-up at
     all) just before its first marker in partition 1: partition 0 is fully marked."""
-    from kafkastore.broker import Broker as B
+    from kafkastore.write.log_writer import LogWriter as B
 
     marker = B.write_marker
 
@@ -619,7 +619,7 @@ def test_a_snapshot_under_a_pending_job_rolls_it_forward_and_is_taken_again(tmp_
     """The job decides and marks partition 1 while a snapshot is between partitions 0 and
     1, and its driver dies: the reader finds the pending object after its snapshot, writes
     partition 0's marker and takes the snapshot again, whole."""
-    from kafkastore.broker import Broker as B
+    from kafkastore.write.log_writer import LogWriter as B
     from kafkastore.job_commits import consistent, mark_pending
 
     root = _root(tmp_path, partitions=2)

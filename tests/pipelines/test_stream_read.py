@@ -1,4 +1,4 @@
-"""Streaming reads: ``spark.readStream.format("kafkastore")`` (pipelines.stream_source).
+"""Streaming reads: ``spark.readStream.format("kafkastore")`` (pipelines.source.stream).
 
 The planner's decisions (starting offsets, limits, data loss, isolation, new partitions)
 are tested on the stream reader directly, without Spark; a few real Spark queries with
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.topics import alter_topic, create_topic
-from pipelines.stream_source import (KafkaStoreStreamReader, fair_shares, parse_stream_options)
+from pipelines.source.stream import (KafkaStoreStreamReader, fair_shares, parse_stream_options)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
 T0 = 1_700_000_000_000
@@ -301,7 +301,7 @@ def test_a_query_killed_between_batches_resumes_exactly(spark, root, tmp_path):
 
 def test_foreach_batch_into_iceberg_is_exactly_once_across_a_crash(spark, root, tmp_path):
     from pipelines import iceberg as ice
-    from pipelines.stream_source import table_sink
+    from pipelines.source.stream import table_sink
 
     wh = ice.Warehouse(f"file://{tmp_path}/wh")
     sink = table_sink(wh, "orders_raw")
