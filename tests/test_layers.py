@@ -261,14 +261,15 @@ def test_the_protocol_server_does_not_import_the_schema_registry_at_module_level
 # The protocol server's packages, bottom first: wire/ (Kafka's bytes) imports nothing else
 # of the protocol; the coordinators' state machines and the broker's caches import only
 # wire/ (the caches also the pure placement rules); the API families are imported only by
-# the list of families, the server and the services' annotations.
+# the list of families, the server, the services' annotations and the connection (which
+# answers an ApiVersions of a version the table does not serve).
 PROTOCOL = "kafkastore.protocol"
 PROTOCOL_BELOW = {
     "wire": (f"{PROTOCOL}.wire",),
     "coordinators": (f"{PROTOCOL}.wire", f"{PROTOCOL}.coordinators"),
     "caches": (f"{PROTOCOL}.wire", f"{PROTOCOL}.caches", f"{PROTOCOL}.placement"),
 }
-APIS_IMPORTED_BY = {"families.py", "server.py", "services.py"}
+APIS_IMPORTED_BY = {"families.py", "server.py", "services.py", "connection.py"}
 
 
 def _is_alias(path: pathlib.Path) -> bool:

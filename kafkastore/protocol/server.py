@@ -1,9 +1,11 @@
 """The broker server: one asyncio event loop, storage I/O in a thread pool.
 
-Connections read frames (int32 size + request), decode them with
-:mod:`kafkastore.protocol.wire.codec`, run the handler registered for the API key
-and version (:mod:`kafkastore.protocol.registry`) and write the responses in
-request order. Requests of one connection are handled concurrently (clients
+The server listens, admits connections (the limits below), registers the broker and runs
+its background tasks (heartbeat, quota and ACL refresh); each accepted connection is a
+:class:`~kafkastore.protocol.connection.Connection`, which reads frames (int32 size +
+request), decodes them with :mod:`kafkastore.protocol.wire.codec`, runs the handler
+registered for the API key and version (:mod:`kafkastore.protocol.registry`) and writes the
+responses in request order. Requests of one connection are handled concurrently (clients
 pipeline up to ``max.in.flight`` requests); a produce handler hands its
 batches to the :class:`~kafkastore.protocol.appender.Appender` before its
 first ``await``, and tasks start in creation order, so appends to a
@@ -28,9 +30,6 @@ none of its requests was being handled is closed.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import dataclasses
-import datetime
 import logging
 import ssl as ssl_lib
 import time
@@ -39,20 +38,17 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..clock import Clock
-from ..errors import ConfigError, ListenError, StorageError
+from ..errors import ListenError
 from ..storage import Storage
-from .wire import codec, error_responses
-from . import fencing, listeners
-from .wire.api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
-                            client_throttles, quota_exempt)
-from .registry import HandlerTable, Registry, RequestContext
+from . import listeners
+from .connection import (Connection, PreAuthBudget, close_quietly, current_request_time,
+                         pre_auth_expired)
+from .registry import HandlerTable, Registry
 from .services import BrokerServices
 
 log = logging.getLogger("kafkastore.serve")
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
-#: Largest request before SASL authentication (Kafka's sasl.server.max.receive.size).
-MAX_UNAUTHENTICATED_REQUEST_BYTES = 512 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000           # Kafka's max.connections (Kafka: unlimited)
 DEFAULT_MAX_CONNECTIONS_PER_IP = 500     # Kafka's max.connections.per.ip (Kafka: unlimited)
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms (10 minutes)
@@ -65,7 +61,6 @@ DEFAULT_SASL_AUTH_TIMEOUT_MS = 10_000
 DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000
 DEFAULT_SASL_MAX_FAILED_LOGINS_PER_IP = 50
 DEFAULT_SASL_FAILED_LOGIN_WINDOW_MS = 10_000
-MAX_IN_FLIGHT = 100  # requests of one connection being handled or waiting to be answered
 
 
 @dataclass(frozen=True)
@@ -161,7 +156,6 @@ class BrokerServer:
         from ..cluster_config import ClusterDocument
         # lazy: the API families import the whole protocol; importing the server module
         # (ServeOptions, the listener rules) must not
-        from .apis import txn as api_txn
         from . import families
         from .appender import Appender
         from .membership import BrokerRegistry
@@ -213,10 +207,8 @@ class BrokerServer:
         self._tasks: set[asyncio.Task] = set()
         self._conns: set[asyncio.StreamWriter] = set()
         self._per_ip: dict[str, int] = {}
-        self._pre_auth_total = 0
-        self._pre_auth_ip: dict[str, int] = {}
-        #: Unauthenticated connections in accept order (the oldest are evicted first).
-        self._pre_auth_slots: dict[_PreAuthSlot, None] = {}
+        #: Unauthenticated connections, in all, per address and in accept order.
+        self.pre_auth = PreAuthBudget()
         self.refused_connections = 0
         #: Most request bytes one connection has had in flight (read, not yet answered).
         self.peak_connection_bytes = 0
@@ -391,8 +383,8 @@ class BrokerServer:
         """Run a blocking function in the I/O thread pool. Its time counts towards the
         request-time quota of the request whose handler called it."""
         loop = asyncio.get_running_loop()
-        acc = _REQUEST_TIME.get()
-        if acc is None or acc.task is not asyncio.current_task():
+        acc = current_request_time()
+        if acc is None:
             return await loop.run_in_executor(self.pool, fn, *args)
 
         def timed():
@@ -436,23 +428,6 @@ class BrokerServer:
         return await self.run(read)
 
     # -- connections -------------------------------------------------------------
-    def _evict_pre_auth_for(self, ip: str) -> None:
-        """The unauthenticated budget is full: close the oldest unauthenticated connection of
-        the address holding the most of it, if ``ip`` holds fewer (so addresses that filled the
-        budget cannot keep a new one out; they can only take turns with each other)."""
-        if not self._pre_auth_ip:
-            return
-        top = max(self._pre_auth_ip, key=self._pre_auth_ip.get)
-        if self._pre_auth_ip.get(ip, 0) + 1 >= self._pre_auth_ip[top]:
-            return
-        for slot in self._pre_auth_slots:
-            if slot.ip == top and slot.held:
-                log.info("closing %s: unauthenticated budget full, making room for %s", slot.peer, ip)
-                slot.release()
-                if slot.writer.transport is not None:
-                    slot.writer.transport.abort()
-                return
-
     async def _start_tls(self, writer: asyncio.StreamWriter, peer):
         """A new ``(reader, writer)`` over TLS on an accepted connection, None when the handshake
         fails, times out or the peer goes away (loop.start_tls with fresh streams: the streams'
@@ -473,7 +448,7 @@ class BrokerServer:
 
     def unauthenticated_count(self) -> int:
         """Open connections that have not authenticated yet (TLS handshakes included)."""
-        return self._pre_auth_total
+        return self.pre_auth.total
 
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         peer = writer.get_extra_info("peername")
@@ -495,23 +470,24 @@ class BrokerServer:
             log.info("closing %s: too many failed logins from %s", peer, ip)
             writer.close()
             return
-        if self._pre_auth_total >= opts.max_unauthenticated_connections:
-            self._evict_pre_auth_for(ip)
-        if self._pre_auth_total >= opts.max_unauthenticated_connections or \
-                self._pre_auth_ip.get(ip, 0) >= opts.max_unauthenticated_connections_per_ip:
+        budget = self.pre_auth
+        if budget.total >= opts.max_unauthenticated_connections:
+            budget.evict_for(ip)
+        if budget.total >= opts.max_unauthenticated_connections or \
+                budget.held_by(ip) >= opts.max_unauthenticated_connections_per_ip:
             self.refused_connections += 1
             log.warning("closing %s: %d unauthenticated connections (%d from %s), limits %d and "
-                        "%d per address", peer, self._pre_auth_total, self._pre_auth_ip.get(ip, 0),
+                        "%d per address", peer, budget.total, budget.held_by(ip),
                         ip, opts.max_unauthenticated_connections,
                         opts.max_unauthenticated_connections_per_ip)
             writer.close()
             return
         self._conns.add(writer)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
-        pre_auth = _PreAuthSlot(self, ip, writer)
+        pre_auth = budget.take(ip, writer)
         conn = None
         try:
-            deadline = self.loop.call_later(opts.sasl_auth_timeout_ms / 1000, _pre_auth_expired,
+            deadline = self.loop.call_later(opts.sasl_auth_timeout_ms / 1000, pre_auth_expired,
                                             pre_auth, writer, peer)
             streams = reader, writer
             if opts.ssl_context is not None:
@@ -530,7 +506,7 @@ class BrokerServer:
             deadline.cancel()
             pre_auth.release()
             if conn is not None and conn.writer is not writer:
-                _close_quietly(conn.writer)
+                close_quietly(conn.writer)
             self._conns.discard(writer)
             left = self._per_ip.get(ip, 1) - 1
             if left > 0:
@@ -540,402 +516,12 @@ class BrokerServer:
             writer.close()
 
 
-class _PreAuthSlot:
-    """A connection's place in the unauthenticated budget, released once (when it authenticates
-    or closes)."""
-
-    def __init__(self, server: BrokerServer, ip: str, writer: asyncio.StreamWriter):
-        self.server, self.ip, self.writer, self.held = server, ip, writer, True
-        self.peer = writer.get_extra_info("peername")
-        server._pre_auth_slots[self] = None
-        server._pre_auth_total += 1
-        server._pre_auth_ip[ip] = server._pre_auth_ip.get(ip, 0) + 1
-
-    def release(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        srv = self.server
-        srv._pre_auth_slots.pop(self, None)
-        srv._pre_auth_total -= 1
-        left = srv._pre_auth_ip.get(self.ip, 1) - 1
-        if left > 0:
-            srv._pre_auth_ip[self.ip] = left
-        else:
-            srv._pre_auth_ip.pop(self.ip, None)
-
-
-def _close_quietly(writer: asyncio.StreamWriter) -> None:
-    if writer.transport is not None:
-        writer.close()
-
-
-def _pre_auth_expired(slot: _PreAuthSlot, writer: asyncio.StreamWriter, peer) -> None:
-    """Close a connection still unauthenticated at its deadline, whatever it sends meanwhile."""
-    if slot.held:
-        log.info("closing %s: not authenticated in time", peer)
-        transport = writer.transport
-        if transport is not None:
-            transport.abort()
-
-
-class Connection:
-    """One client connection: reads requests, answers them in order."""
-
-    def __init__(self, server: BrokerServer, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, pre_auth: _PreAuthSlot | None = None):
-        self.server = server
-        self._pre_auth = pre_auth
-        self.reader = reader
-        self.writer = writer
-        self.peer = writer.get_extra_info("peername")
-        self.principal: str | None = None
-        self.sasl_state: dict = {}
-        # SASL required: until authenticated only ApiVersions / SaslHandshake / SaslAuthenticate.
-        self._authenticated = False
-        self.authenticated = not sasl_enabled(server.options)
-        self.negotiated: dict[int, int] = {}
-        self.close_after_response = False
-        # Produce requests of this connection queue their batches in arrival order (api_produce).
-        self.produce_gate: asyncio.Future | None = None
-        self._inflight_bytes = 0  # request bytes read and not yet answered
-        self._drained = asyncio.Event()
-        #: Loop time until which no request is read: a throttled client's channel is muted.
-        self.muted_until = 0.0
-        self._mute_gate = asyncio.Lock()
-
-    @property
-    def authenticated(self) -> bool:
-        """Whether the client may send any request (SASL done, or no SASL on this listener)."""
-        return self._authenticated
-
-    @authenticated.setter
-    def authenticated(self, value: bool) -> None:
-        self._authenticated = value
-        if value and self._pre_auth is not None:
-            self._pre_auth.release()   # out of the unauthenticated budget and deadline
-
-    def _max_request_bytes(self) -> int:
-        """512 KB before SASL authentication (as Kafka), the listener's limit after."""
-        limit = self.server.options.max_request_bytes
-        return limit if self.authenticated else min(limit, MAX_UNAUTHENTICATED_REQUEST_BYTES)
-
-    async def _read(self, n: int, idle_s: float) -> bytes | None:
-        """``n`` bytes, or None when the client closed or sent nothing for ``idle_s`` while no
-        request of it was being handled (Kafka's connections.max.idle.ms)."""
-        while True:
-            try:
-                return await asyncio.wait_for(self.reader.readexactly(n), idle_s)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return None
-            except asyncio.TimeoutError:
-                # A cancelled readexactly leaves what arrived in the buffer, so waiting on is
-                # safe. Requests being handled (a long poll) keep the connection open.
-                if self._inflight_bytes == 0:
-                    log.info("closing %s: nothing received for %.0f s", self.peer, idle_s)
-                    return None
-
-    async def run(self) -> None:
-        # Bounded: a client that pipelines without reading its responses stops being read, and
-        # the bytes of its requests being handled stay under one request limit (memory per
-        # connection: about two requests' worth, whatever the client sends).
-        queue: asyncio.Queue = asyncio.Queue(maxsize=MAX_IN_FLIGHT)
-        writer_task = asyncio.ensure_future(self._write_responses(queue))
-        idle_s = self.server.options.connections_max_idle_ms / 1000
-        try:
-            loop = asyncio.get_running_loop()
-            while True:
-                wait = self.muted_until - loop.time()
-                if wait > 0:  # throttled: read nothing more until the throttle time is over
-                    await asyncio.sleep(wait)
-                size_bytes = await self._read(4, idle_s)
-                if size_bytes is None:
-                    return
-                size = int.from_bytes(size_bytes, "big", signed=True)
-                limit = self._max_request_bytes()
-                if size < 8 or size > limit:
-                    log.warning("closing %s: request size %d outside [8, %d]%s", self.peer, size, limit,
-                                "" if self.authenticated else " before authentication")
-                    return
-                while self._inflight_bytes and self._inflight_bytes + size > \
-                        self.server.options.max_request_bytes:
-                    self._drained.clear()
-                    await self._drained.wait()
-                    if writer_task.done():
-                        return
-                payload = await self._read(size, idle_s)
-                if payload is None:
-                    return
-                task = self._dispatch(payload)
-                if task is None:
-                    return
-                self._inflight_bytes += size
-                if self._inflight_bytes > self.server.peak_connection_bytes:
-                    self.server.peak_connection_bytes = self._inflight_bytes
-                await queue.put((task, size))
-                if writer_task.done():
-                    return
-        finally:
-            if not writer_task.done():
-                try:
-                    queue.put_nowait(None)
-                except asyncio.QueueFull:
-                    writer_task.cancel()
-            try:
-                await writer_task
-            except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is over
-                pass
-
-    def _dispatch(self, payload: bytes):
-        """Decode one request and start its handler; None closes the connection."""
-        try:
-            head = codec.peek_header(payload)
-        except codec.ProtocolError as exc:
-            log.warning("closing %s: %s", self.peer, exc)
-            return None
-        registry = self.server.registry
-        spec = registry.lookup(head.api_key, head.api_version)
-        if spec is None:
-            if head.api_key == API_VERSIONS:
-                from .apis.meta import unsupported_api_versions
-                return asyncio.ensure_future(_ready(
-                    unsupported_api_versions(registry, head.correlation_id)))
-            log.warning("closing %s: unsupported API key %d version %d", self.peer, head.api_key,
-                        head.api_version)
-            return None
-        if not self.authenticated and head.api_key not in (API_VERSIONS, SASL_HANDSHAKE,
-                                                           SASL_AUTHENTICATE):
-            log.warning("closing %s: API %d before SASL authentication", self.peer, head.api_key)
-            return None
-        try:
-            header, pos = codec.parse_header(payload, codec.is_flexible(head.api_key, head.api_version))
-            request = codec.decode_request(head.api_key, head.api_version, payload, pos)
-        except codec.ProtocolError as exc:
-            log.warning("closing %s: %s", self.peer, exc)
-            return None
-        if self.negotiated.get(head.api_key) != head.api_version:
-            self.negotiated[head.api_key] = head.api_version
-            log.info("client %r at %s uses API %d version %d", header.client_id, self.peer,
-                     head.api_key, head.api_version)
-        ctx = RequestContext(self.server, header.api_key, header.api_version,
-                             header.correlation_id, header.client_id, principal=self.principal,
-                             connection=self)
-        return asyncio.ensure_future(self._handle(spec.handler, ctx, request, len(payload)))
-
-    async def _handle(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
-        gate = self._mute_gate
-        if gate.locked() or self.muted_until > asyncio.get_running_loop().time():
-            # Read before the channel was muted (clients pipeline): handled once the mute is
-            # over, one at a time and in arrival order (the lock is FIFO; produce batches keep
-            # their order), each seeing the mute the one before it set, as if read then:
-            # Kafka reads nothing from a muted channel and one request of a connection at a time.
-            async with gate:
-                wait = self.muted_until - asyncio.get_running_loop().time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                return await self._handle_now(handler, ctx, request, size)
-        return await self._handle_now(handler, ctx, request, size)
-
-    async def _handle_now(self, handler, ctx: RequestContext, request, size: int) -> bytes | None:
-        server = self.server
-        quotas, metrics = server.quotas, server.metrics
-        started = time.perf_counter()
-        acc = None
-        try:
-            if fencing.due(server):   # a lapsed lease fences; ACLs and quotas never older than the bound
-                await fencing.before_serving(server, decides=not quota_exempt(ctx.api_key))
-            if quotas.active and ctx.api_key == FETCH:
-                request = self._cap_fetch(ctx, request)
-            if quotas.active and not quota_exempt(ctx.api_key):  # ApiVersions and SASL never wait
-                acc = _RequestTime(asyncio.current_task())
-                _REQUEST_TIME.set(acc)  # this task's own context: ``server.run`` adds pool time
-                response = await _StepTimer(handler(ctx, request), acc)
-            else:
-                response = await handler(ctx, request)
-        except StorageError as exc:
-            response = self._store_failed(ctx, request, exc)
-        data = None if response is None else codec.encode_response(ctx.correlation_id, response)
-        throttle_s = 0.0
-        if quotas.active:
-            throttle_s = self._quota_throttle(ctx, request, size, data, acc)
-            if throttle_s > 0 and response is not None:
-                if ctx.api_key == FETCH:
-                    # Kafka answers a throttled fetch empty (its bytes were unrecorded): the
-                    # client fetches the same offsets again once the throttle time is over.
-                    response = dataclasses.replace(response, responses=())
-                response = _with_throttle(response, throttle_s)
-                data = codec.encode_response(ctx.correlation_id, response)
-        if metrics is not None:
-            metrics.observe_request(ctx.api_key, ctx.api_version, time.perf_counter() - started,
-                                    request, response)
-        if throttle_s > 0:
-            # Kafka's channel throttling: nothing more is read from the client for the
-            # throttle time; a client too old to wait by itself (before KIP-219) also gets
-            # this response held back that long.
-            loop = asyncio.get_running_loop()
-            self.muted_until = max(self.muted_until, loop.time() + throttle_s)
-            if not client_throttles(ctx.api_key, ctx.api_version):  # before KIP-219
-                await asyncio.sleep(throttle_s)
-        return data
-
-    def _store_failed(self, ctx: RequestContext, request, exc: StorageError):
-        """The answer to a request the store failed under (its ACLs or quotas could not be
-        made fresh, or its handler let the failure through): the request's own response
-        with a retriable code in every entry, as Kafka answers, on a connection that stays.
-        A produce with acks=0 expects no answer: its connection closes (Kafka's way to tell
-        such a producer), by raising."""
-        if ctx.api_key == PRODUCE and getattr(request, "acks", -1) == 0:
-            raise exc
-        log.warning("API %d v%d from %s: the store failed: %s", ctx.api_key, ctx.api_version,
-                    self.peer, exc)
-        return error_responses.error_response(ctx.api_key, ctx.api_version, request,
-                                              error_responses.storage_error_code(ctx.api_key),
-                                              str(exc))
-
-    def _cap_fetch(self, ctx: RequestContext, request):
-        """``request`` with its ``max_bytes`` at most what the consumer byte-rate quota allows
-        over the measured span (Kafka's ``getMaxValueInQuotaWindow``): a bigger response
-        would be throttled, answered empty and asked for again, forever."""
-        from .quotas import ANONYMOUS, CONSUMER_BYTE_RATE
-
-        match = self.server.quotas.config.lookup(CONSUMER_BYTE_RATE, self.principal or ANONYMOUS,
-                                                 ctx.client_id or "")
-        if match is None or getattr(request, "max_bytes", None) is None:
-            return request
-        opts = self.server.options
-        cap = max(int(match.bound * (opts.quota_samples - 1) * opts.quota_window_s), 1)
-        return dataclasses.replace(request, max_bytes=cap) if request.max_bytes > cap else request
-
-    def _quota_throttle(self, ctx: RequestContext, request, size: int, data: bytes | None,
-                        acc: "_RequestTime | None") -> float:
-        """Record this request against the client's quotas; the longest throttle (seconds)."""
-        from .quotas import ANONYMOUS, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-
-        quotas, metrics = self.server.quotas, self.server.metrics
-        user, client_id = self.principal or ANONYMOUS, ctx.client_id or ""
-        now = self.server.clock.monotonic_s()
-        recorded = []
-        if ctx.api_key == PRODUCE:
-            # Kafka records the request's size against the producer byte rate.
-            recorded.append((PRODUCER_BYTE_RATE, size))
-        elif ctx.api_key == FETCH and data is not None:
-            recorded.append((CONSUMER_BYTE_RATE, len(data)))
-        if acc is not None and not (ctx.api_key == PRODUCE and getattr(request, "acks", -1) == 0):
-            # Percent of one thread: busy seconds * 100 per second of the window.
-            recorded.append((REQUEST_PERCENTAGE, acc.busy * 100))
-        longest = 0.0
-        for key, value in recorded:
-            throttle, match = quotas.record(key, user, client_id, value, now)
-            if throttle > 0:
-                longest = max(longest, throttle)
-                if metrics is not None:
-                    metrics.observe_throttle(key, match, user, client_id, throttle)
-        if longest > 0 and ctx.api_key == FETCH and data is not None:
-            # The response goes out empty, so its bytes were not consumed (Kafka unrecords them).
-            quotas.record(CONSUMER_BYTE_RATE, user, client_id, -len(data), now)
-        return longest
-
-    async def _write_responses(self, queue: asyncio.Queue) -> None:
-        try:
-            await self._write_loop(queue)
-        finally:
-            self._drained.set()  # the reader must not wait for a writer that is gone
-
-    async def _write_loop(self, queue: asyncio.Queue) -> None:
-        while True:
-            item = await queue.get()
-            if item is None:
-                return
-            task, size = item
-            try:
-                data = await task
-            except Exception:  # noqa: BLE001 - a handler bug closes this connection only
-                log.exception("handler failed for %s; closing the connection", self.peer)
-                self.writer.close()
-                return
-            finally:
-                self._inflight_bytes -= size
-                self._drained.set()
-            if data is None:
-                continue
-            try:
-                self.writer.write(data)
-                await self.writer.drain()
-            except (ConnectionError, RuntimeError):
-                return
-            if self.close_after_response:
-                self.writer.close()
-                return
-
-
 def _warm_up() -> None:
     """Load the decoder and Arrow compute kernels now, not in the first client's commit."""
     from ..format.record_batch import Record, encode_batch
     from .appender import _min_timestamp
 
     _min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)
-
-
-async def _ready(value):
-    return value
-
-
-class _RequestTime:
-    """Time one request's handler kept the event loop or a pool thread busy (seconds)."""
-
-    __slots__ = ("task", "busy")
-
-    def __init__(self, task):
-        self.task = task
-        self.busy = 0.0
-
-
-_REQUEST_TIME: contextvars.ContextVar[_RequestTime | None] = contextvars.ContextVar(
-    "kafkastore_request_time", default=None)
-
-
-class _StepTimer:
-    """Awaits a coroutine, adding the time each of its steps runs on the loop to ``acc.busy``:
-    a handler's own time, without the time it waits (a long poll costs nothing)."""
-
-    __slots__ = ("coro", "acc")
-
-    def __init__(self, coro, acc: _RequestTime):
-        self.coro, self.acc = coro, acc
-
-    def __await__(self):
-        coro, acc = self.coro, self.acc
-        value, error = None, None
-        while True:
-            started = time.perf_counter()
-            try:
-                future = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                acc.busy += time.perf_counter() - started
-                return stop.value
-            except BaseException:
-                acc.busy += time.perf_counter() - started
-                raise
-            acc.busy += time.perf_counter() - started
-            value, error = None, None
-            try:
-                value = yield future
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # noqa: BLE001 - handed to the handler, as await would
-                error = exc
-
-
-def _with_throttle(response, throttle_s: float):
-    """``response`` with its ``throttle_time_ms`` raised to ``throttle_s`` (if it has one)."""
-    current = getattr(response, "throttle_time", None)
-    if current is None:
-        return response
-    wanted = datetime.timedelta(milliseconds=min(int(throttle_s * 1000 + 0.999), 2**31 - 1))
-    if current >= wanted:
-        return response
-    return dataclasses.replace(response, throttle_time=wanted)
 
 
 def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[BrokerServer], None] | None = None,

@@ -13,7 +13,8 @@ from kio.schema.fetch.v12 import request as fetch_req
 from kio.schema.produce.v9 import request as prod_req
 
 from kafkastore.protocol.wire import codec
-from kafkastore.protocol.server import MAX_UNAUTHENTICATED_REQUEST_BYTES, BrokerThread, ServeOptions
+from kafkastore.protocol.connection import MAX_UNAUTHENTICATED_REQUEST_BYTES
+from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
