@@ -555,13 +555,13 @@ class ManifestStore(VersionHistory):
         out = []
         for seg in segments:
             for ext, path in seg.paths(self.topic, self.partition).items():
+                optional = (ext == ".index" and not seg.index_size
+                            or ext == ".timeindex" and not seg.timeindex_size)
+                if optional:
+                    continue   # never read, so gc deleting it loses nothing: no request
                 try:
                     written = self.storage.upload_time(path)
                 except ObjectNotFoundError:
-                    optional = (ext == ".index" and not seg.index_size
-                                or ext == ".timeindex" and not seg.timeindex_size)
-                    if optional:
-                        continue
                     out.append(seg)
                     break
                 if now - written > limit_s:

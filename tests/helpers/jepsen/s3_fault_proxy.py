@@ -62,6 +62,9 @@ class FaultProxy:
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self.counts = {"lose": 0, "fail": 0, "storm": 0, "latency": 0, "forwarded": 0}
+        #: When a list: every request received, as ``(method, path, conditional)``
+        #: (``conditional``: it carries If-None-Match), for benchmarks counting store requests.
+        self.trace: list | None = None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -126,6 +129,9 @@ class FaultProxy:
     def _handle(self, h) -> None:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
+        trace = self.trace
+        if trace is not None:
+            trace.append((h.command, h.path, "If-None-Match" in h.headers))
         fault = self._fault_for(h.command, h.path, h.headers)
         if fault is not None and fault.kind == "storm":
             self._answer_error(h, fault.status)
