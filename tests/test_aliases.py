@@ -134,3 +134,13 @@ def test_alias_module_re_exports_every_public_name_of_its_home(path: pathlib.Pat
                for home in _homes(path)}
     missing = {home: names for home, names in missing.items() if names}
     assert not missing, f"{_module_name(path)} does not re-export: {missing}"
+
+
+def test_renamed_classes_keep_their_old_names_for_one_release():
+    """A renamed class stays importable under its old name, as the same class, at the old
+    paths users wrote (the old module, now an alias, included)."""
+    from kafkastore.protocol import brokers, membership, registry
+
+    assert membership.BrokerRegistry is membership.BrokerMembership
+    assert brokers.BrokerRegistry is brokers.BrokerMembership is membership.BrokerMembership
+    assert registry.Registry is registry.HandlerTable

@@ -28,7 +28,7 @@ log = logging.getLogger("kafkastore.serve.brokers")
 BROKERS_DIR = "_brokers"
 #: How long Metadata keeps listing a broker after it stopped being live: librdkafka's
 #: coordinator cache entries live ``metadata.max.age.ms`` (15 minutes by default) after their
-#: last use, and must not outlive the broker's listing (see :meth:`BrokerRegistry.listed_cached`).
+#: last use, and must not outlive the broker's listing (see :meth:`BrokerMembership.listed_cached`).
 LISTED_AFTER_DEATH_MS = 16 * 60 * 1000
 
 
@@ -36,7 +36,7 @@ def _path(node_id: int) -> str:
     return f"{BROKERS_DIR}/{node_id}.json"
 
 
-class BrokerRegistry:
+class BrokerMembership:
     """This broker's registration plus a cached view of the live ones."""
 
     def __init__(self, storage: Storage, *, heartbeat_ms: int = 1000,
@@ -233,3 +233,7 @@ class BrokerRegistry:
                 self.storage.delete([_path(self.node_id)])
             except StorageError:
                 pass
+
+
+#: The name this class had before (one release).
+BrokerRegistry = BrokerMembership

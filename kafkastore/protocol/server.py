@@ -158,7 +158,7 @@ class BrokerServer:
         # (ServeOptions, the listener rules) must not
         from . import families
         from .appender import Appender
-        from .membership import BrokerRegistry
+        from .membership import BrokerMembership
         from .caches.fetch_cache import RangeCache
         from .coordinators.producer_ids import ProducerIdAllocator
         from .caches.metadata_cache import MetadataCache
@@ -183,7 +183,7 @@ class BrokerServer:
         self.meta = MetadataCache(storage)
         self.appender = Appender(self)
         self.range_cache = RangeCache(storage, opts.fetch_cache_bytes)
-        self.brokers = BrokerRegistry(storage, heartbeat_ms=opts.heartbeat_ms, clock=self.clock)
+        self.brokers = BrokerMembership(storage, heartbeat_ms=opts.heartbeat_ms, clock=self.clock)
         self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance,
                                                 clock=self.clock)
         from .quotas import QuotaManager
@@ -406,7 +406,7 @@ class BrokerServer:
 
     def listed_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
         """The brokers Metadata lists: :meth:`live_brokers` plus the recently departed ones
-        (:meth:`~kafkastore.protocol.membership.BrokerRegistry.listed_cached`)."""
+        (:meth:`~kafkastore.protocol.membership.BrokerMembership.listed_cached`)."""
         listed = self.brokers.listed_cached(security_protocol(self.options) if same_security else None)
         live = self.live_brokers(same_security)
         return sorted(set(listed) | set(live))

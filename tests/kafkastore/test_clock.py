@@ -85,7 +85,7 @@ def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
     """Injected at the top: one ManualClock in the Storage dates topics, manifest commits
     and broker registrations, and moves the registry's liveness, with no other argument."""
     from kafkastore.manifest import ManifestStore, SetExtra
-    from kafkastore.protocol.membership import BrokerRegistry
+    from kafkastore.protocol.membership import BrokerMembership
     from kafkastore.storage import Storage
     from kafkastore.topics.admin import create_topic, load_topic
 
@@ -98,7 +98,7 @@ def test_the_storages_clock_is_the_clock_of_everything_built_on_it(tmp_path):
                                               operation="test")
     assert m.commit.timestamp_ms == 1_234_567_005
 
-    registry = BrokerRegistry(storage, heartbeat_ms=1000)
+    registry = BrokerMembership(storage, heartbeat_ms=1000)
     node = registry.register(None, "127.0.0.1", 9092)
     assert [b[0] for b in registry.refresh()] == [node]
     clock.advance(3600)  # an hour without a heartbeat: no longer live

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 from kafkastore.clock import ManualClock
-from kafkastore.protocol.membership import BrokerRegistry
+from kafkastore.protocol.membership import BrokerMembership
 from kafkastore.storage import Storage
 
 
 def _registry(tmp_path, clock):
-    reg = BrokerRegistry(Storage(f"file://{tmp_path}", clock=clock), heartbeat_ms=1000, clock=clock)
+    reg = BrokerMembership(Storage(f"file://{tmp_path}", clock=clock), heartbeat_ms=1000, clock=clock)
     reg.register(0, "127.0.0.1", 9092)
     return reg
 

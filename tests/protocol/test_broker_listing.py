@@ -3,15 +3,15 @@ kafkastore.protocol.membership.LISTED_AFTER_DEATH_MS): it leads and coordinates 
 A broker that shut down cleanly is dropped at once."""
 from __future__ import annotations
 
-from kafkastore.protocol.membership import LISTED_AFTER_DEATH_MS, BrokerRegistry
+from kafkastore.protocol.membership import LISTED_AFTER_DEATH_MS, BrokerMembership
 from kafkastore.storage import Storage
 
 
 def test_a_departed_broker_stays_listed_then_goes(tmp_path):
     now = [1_000.0]
     storage = Storage(f"file://{tmp_path}/root")
-    a = BrokerRegistry(storage, clock=lambda: now[0])
-    b = BrokerRegistry(storage, clock=lambda: now[0])
+    a = BrokerMembership(storage, clock=lambda: now[0])
+    b = BrokerMembership(storage, clock=lambda: now[0])
     a.register(0, "127.0.0.1", 9092)
     b.register(1, "127.0.0.1", 9093)
     a.refresh()
@@ -28,7 +28,7 @@ def test_a_departed_broker_stays_listed_then_goes(tmp_path):
     a.heartbeat()
     assert [n for n, _, _ in a.listed_cached()] == [0]
     # The id taken again by a live broker: listed once, at its new address.
-    c = BrokerRegistry(storage, clock=lambda: now[0])
+    c = BrokerMembership(storage, clock=lambda: now[0])
     c.register(1, "127.0.0.1", 9999)
     a.refresh()
     assert a.listed_cached() == [(0, "127.0.0.1", 9092), (1, "127.0.0.1", 9999)]
@@ -37,8 +37,8 @@ def test_a_departed_broker_stays_listed_then_goes(tmp_path):
 def test_a_broker_that_shut_down_cleanly_is_not_listed(tmp_path):
     now = [1_000.0]
     storage = Storage(f"file://{tmp_path}/root")
-    a = BrokerRegistry(storage, clock=lambda: now[0])
-    b = BrokerRegistry(storage, clock=lambda: now[0])
+    a = BrokerMembership(storage, clock=lambda: now[0])
+    b = BrokerMembership(storage, clock=lambda: now[0])
     a.register(0, "127.0.0.1", 9092)
     b.register(1, "127.0.0.1", 9093)
     a.refresh()
