@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/serve.py [--records 1000000] [--partitions 1] [--root URL]
     .venv/bin/python bench/serve.py --transactions [--records 100000] [--partitions 4] [--rounds 2]
+        [--records-per-txn 1000]
     .venv/bin/python bench/serve.py --authorizer [--records 300000] [--rounds 2]
 
 1. Starts ``kafkastore serve`` as a subprocess (its own interpreter, as in
@@ -315,13 +316,15 @@ def main() -> int:
     flag(ap, "--verbose", "the broker logs every commit (stderr)")
     ap.add_argument("--root", help="root URL (default: a fresh temporary directory)")
     flag(ap, "--transactions",
-         "instead: records/s of a transactional producer committing every 1,000 "
-         "records against the same producer without transactions")
+         "instead: records/s of a transactional producer committing every "
+         "--records-per-txn records against the same producer without transactions")
     flag(ap, "--authorizer",
          "instead: produce and fetch rates with serve --authorizer and 1,000 ACLs "
          "against the authorizer off, in this run")
     ap.add_argument("--rounds", type=int, default=2,
                     help="--authorizer, --transactions: rounds of each mode, alternating (best kept)")
+    ap.add_argument("--records-per-txn", type=int, default=1000,
+                    help="--transactions: records per transaction (default 1,000)")
     args = ap.parse_args()
     if args.authorizer:
         return bench_authorizer(args)
@@ -340,7 +343,8 @@ def main() -> int:
         port = wait_serving(broker)
         n = args.records
         if args.transactions:
-            return bench_transactions(f"127.0.0.1:{port}", n, args.partitions, rounds=args.rounds)
+            return bench_transactions(f"127.0.0.1:{port}", n, args.partitions,
+                                      per_txn=args.records_per_txn, rounds=args.rounds)
         payload = n * (KEY + VALUE)
         base = baseline(os.path.join(tmp, "baseline.bin"), payload)
         print(f"baseline: sequential write + fsync of {payload / 1e6:.1f} MB: {base:.1f} MB/s")

@@ -216,7 +216,7 @@ class Appender:
         Synchronous (no await), so batches queue in the order their requests arrived.
         ``guard``, for a transactional batch: asked at each attempt of the commit when the
         batch would open a transaction at the partition; False refuses it (INVALID_TXN_STATE:
-        its transaction ended since it was verified, see ``apis.txn.append_guard``).
+        its transaction ended since it was verified, see ``coordinators.txn_service.append_guard``).
         """
         loop = asyncio.get_running_loop()
         fut = loop.create_future()

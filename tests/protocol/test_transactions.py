@@ -255,7 +255,7 @@ def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tm
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
     from kafkastore.protocol.coordinators import txn as T
-    from kafkastore.protocol.apis.txn import TxnStore
+    from kafkastore.protocol.coordinators.txn_service import TxnStore
     from tests.helpers.wire_requests import fetch
 
     from .wire import Wire
@@ -294,7 +294,7 @@ def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tm
         for part in (0, 1):
             f = fetch(w, topic, part, 0, isolation=1)
             assert f.last_stable_offset == 2 and f.records and not f.aborted_transactions
-        # Complete is stored lazily (api_txn.COMPLETE_DELAY_S after the markers).
+        # Complete is stored lazily (txn_service.COMPLETE_DELAY_S after the markers).
         deadline = time.time() + 10
         while time.time() < deadline and TxnStore(storage).get(tid).state is not T.TxnState.COMPLETE_COMMIT:
             time.sleep(0.2)

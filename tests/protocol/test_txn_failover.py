@@ -52,10 +52,10 @@ def test_coordinator_killed_at_a_step_another_broker_finishes_the_transaction(tm
         p.abort_transaction(15)
         got = _consume(f"127.0.0.1:{ports[1]}", topic, 2, "read_committed", expect=10)
         assert sorted(got) == sorted(b"k%d" % i for i in range(10))
-        from kafkastore.protocol.apis.txn import TxnStore
+        from kafkastore.protocol.coordinators.txn_service import TxnStore
         from kafkastore.protocol.coordinators.txn import TxnState
 
-        deadline = time.time() + 10  # Complete is stored lazily (api_txn.COMPLETE_DELAY_S)
+        deadline = time.time() + 10  # Complete is stored lazily (txn_service.COMPLETE_DELAY_S)
         while time.time() < deadline and TxnStore(storage).get(tid).state is not TxnState.COMPLETE_ABORT:
             time.sleep(0.2)
         assert TxnStore(storage).get(tid).state is TxnState.COMPLETE_ABORT

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kafkastore.protocol.apis.txn import TxnStore
+from kafkastore.protocol.coordinators.txn_service import TxnStore
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from tests.helpers.txn import consume_values, txn_producer

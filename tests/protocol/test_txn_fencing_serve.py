@@ -19,6 +19,7 @@ from kafkastore.broker import Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.apis import txn as api_txn
 from kafkastore.protocol.coordinators import txn as T
+from kafkastore.protocol.coordinators.txn_service import TxnStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
@@ -101,7 +102,7 @@ def test_a_hanging_transaction_is_aborted_and_a_held_one_is_left_to_its_coordina
     _open_txn(local_root, 42, 0, b"held", partition=1)
     held = T.TxnMetadata("held-tx", 42, 0, 60_000, T.TxnState.ONGOING,
                          frozenset({(TOPIC, 1)}), int(time.time() * 1000), int(time.time() * 1000))
-    api_txn.TxnStore(Storage(local_root)).put(held)
+    TxnStore(Storage(local_root)).put(held)
     assert _committed(local_root, 0) == [] and _committed(local_root, 1) == []
     # Hanging after 2 x 1 s without a coordinator holding it; checked every second.
     with BrokerThread(Storage(local_root), ServeOptions(port=0, transaction_max_timeout_ms=1000)) as broker:
@@ -123,7 +124,7 @@ def test_produce_verification_reads_the_coordinator_state_not_a_stale_cache(loca
     from tests.protocol.wire import Wire
 
     create_topic(Storage(local_root), TOPIC, 1)
-    coordinator = api_txn.TxnStore(Storage(local_root), broker_id=1)
+    coordinator = TxnStore(Storage(local_root), broker_id=1)
     ongoing = T.TxnMetadata("late", 9, 0, 60_000, T.TxnState.ONGOING,
                             frozenset({(TOPIC, 0)}), 1_000, 1_000)
     coordinator.put(ongoing)
@@ -160,7 +161,7 @@ def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
     create_topic(Storage(local_root), TOPIC, 1)
     _open_txn(local_root, 11, 0, b"undecided")
     now = int(time.time() * 1000)
-    api_txn.TxnStore(Storage(local_root)).put(T.TxnMetadata(
+    TxnStore(Storage(local_root)).put(T.TxnMetadata(
         "undecided", 11, 0, 60_000, T.TxnState.ONGOING, frozenset({(TOPIC, 0)}), now, now))
     with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
         registry = broker.server.brokers
@@ -175,7 +176,7 @@ def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
             _on_loop(broker, broker.server.run(registry.heartbeat))
             assert end() == LOAD_IN_PROGRESS
             assert _committed(local_root) == []
-            assert api_txn.TxnStore(Storage(local_root)).get("undecided").state is T.TxnState.ONGOING
+            assert TxnStore(Storage(local_root)).get("undecided").state is T.TxnState.ONGOING
             deadline = time.monotonic() + 30
             while (err := end()) == LOAD_IN_PROGRESS:   # the client's retry
                 assert time.monotonic() < deadline

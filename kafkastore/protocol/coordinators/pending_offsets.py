@@ -2,7 +2,7 @@
 
 A transaction's offsets wait in ``_txn_offsets/<producer id>/<group hex>.json`` until its
 coordinator ends it: applied to the group on commit, dropped on abort, the document deleted
-either way (the coordinator's side is in :mod:`.apis.txn`). Meanwhile a consumer that asks
+either way (the coordinator's side is in :mod:`.txn_service`). Meanwhile a consumer that asks
 for *stable* offsets (OffsetFetch ``require_stable``, KIP-447: read_committed consumers)
 must not get the offsets from before that transaction: a consumer that rewinds after a
 transaction whose outcome it never learnt would process the same input again while that

@@ -1,7 +1,7 @@
 """The transaction coordinator's state machine and its records in ``__transaction_state``.
 
 Pure: no I/O and no clock of its own (every transition takes ``now_ms``).
-:mod:`kafkastore.protocol.apis.txn` reads the stored state, asks these
+:mod:`.txn_service` reads the stored state, asks these
 functions what the next state is, writes it through the manifest, and only
 then acts on it (markers, answers), so a broker that dies between two steps
 leaves a state another broker can finish from.

@@ -1,0 +1,671 @@
+"""The transaction coordinator's service and store: where a transactional id's state lives
+and how a broker acts on it (the API handlers that call it are in
+:mod:`kafkastore.protocol.apis.txn`).
+
+Brokers stay stateless: a transaction's state lives in ``__transaction_state``
+(:class:`TxnStore`, Kafka's record schemas from :mod:`.txn`), re-read before every step,
+and every step writes its new state before acting on it:
+
+1. EndTxn writes PrepareCommit / PrepareAbort;
+2. then the COMMIT / ABORT markers go to every partition of the transaction
+   through the broker's appender (one manifest commit per partition, as any produce),
+   and on commit the offsets sent with TxnOffsetCommit are written to
+   ``__consumer_offsets``;
+3. then CompleteCommit / CompleteAbort, stored lazily: the producer's next
+   AddPartitions (its next state) usually supersedes it, so a transaction costs
+   two ``__transaction_state`` commits, Ongoing and Prepare (see
+   :meth:`TxnStore.mark_complete`).
+
+A broker dying after 1 or 2 leaves a Prepare state: the client's retried EndTxn,
+a new InitProducerId of the same id, or the timeout check of whichever broker
+coordinates the id next, writes the markers again (a second marker for a
+closed transaction changes nothing) and completes it.
+
+Offsets of a transaction (TxnOffsetCommit, answered by the group's
+coordinator) wait in ``_txn_offsets/<producer id>/<group>.json`` until the
+transaction ends: applied on commit, dropped on abort.
+
+This package imports only ``wire/`` of the protocol: what the service needs of the group
+coordinator and of leader placement (whether this broker coordinates an id, applying a
+committed transaction's offsets to its group, which broker leads a partition) is handed to
+:class:`TxnService` by :func:`kafkastore.protocol.apis.txn.service`.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import os
+import signal
+import threading
+from dataclasses import replace
+from typing import Awaitable, Callable
+
+from ...clock import Clock, as_clock
+from ...errors import KafkaStoreError, StorageError, TopicExistsError
+from ...storage import Storage
+from . import txn as T
+from .pending_offsets import PENDING_DIR
+from ..wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+                                UNKNOWN_TOPIC_OR_PARTITION)
+
+log = logging.getLogger("kafkastore.serve.txn")
+
+#: The topic of group offsets: a transaction that took offsets lists its partition there.
+OFFSETS_TOPIC = "__consumer_offsets"
+#: Seconds between two checks of the transactions this broker coordinates for timeouts.
+TIMEOUT_CHECK_S = 1.0
+#: Every this many checks, the whole of ``__transaction_state`` is read again.
+FULL_REFRESH_ROUNDS = 10
+#: Seconds after its markers that a transaction's Complete state is stored, unless the
+#: producer's next transaction (its AddPartitions) has written a newer state by then.
+COMPLETE_DELAY_S = 2.0
+#: The coordinator authority a request (or a delayed write it spawned) acts under: the
+#: broker's fence epoch while its lease was valid, taken by :meth:`TxnService.ensure_authority`.
+#: A context variable, so a task spawned by a handler inherits its token.
+_AUTHORITY: contextvars.ContextVar = contextvars.ContextVar("txn_authority", default=None)
+#: An open transaction at a partition is hanging once its last batch is this many times
+#: ``transaction.max.timeout.ms`` old and its coordinator does not hold it open there.
+HANGING_AFTER_MAX_TIMEOUTS = 2
+#: Seconds a coordinator that fenced itself answers COORDINATOR_LOAD_IN_PROGRESS (retriable)
+#: before serving again: requests read before the pause (an EndTxn its client has since given
+#: up on and followed with an abort and a new transaction) are processed at once on resume,
+#: and must not act; a client still waiting retries and is served from the state read again.
+FENCE_QUARANTINE_S = 1.0
+
+
+
+def _same_transaction(stored: T.TxnMetadata | None, prepared: T.TxnMetadata) -> bool:
+    """Whether ``stored`` is the Prepare state ``prepared`` of the same transaction: producer
+    id, epoch, start and partitions (its last update time may differ)."""
+    return (stored is not None and stored.state is prepared.state
+            and replace(stored, last_update_ms=prepared.last_update_ms) == prepared)
+
+
+class TxnStore:
+    """Reads and writes ``__transaction_state`` under ``storage``'s root (thread-safe, blocking).
+
+    The latest record per transactional id is its state; reads advance a cache from the last
+    offset read, so a get costs one manifest read plus the new records.
+    """
+
+    def __init__(self, storage: Storage, *, broker_id: int = 0,
+                 clock: Clock | Callable[[], int] | None = None,
+                 partitions: int = T.DEFAULT_TXN_PARTITIONS):
+        self.storage = storage
+        self.broker_id = broker_id
+        # Default: the storage's clock; an old bare callable returns epoch ms.
+        self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
+        self._want = partitions
+        self._partitions: int | None = None
+        self._lock = threading.RLock()
+        self._next: dict[int, int] = {}
+        self._state: dict[str, T.TxnMetadata] = {}
+        # Transactions whose markers are all written but whose Complete state is not stored
+        # yet (see mark_complete): read as complete here, stored lazily or never.
+        self._complete: dict[str, T.TxnMetadata] = {}
+        self._broker = None
+
+    def _topic_partitions(self, create: bool) -> int | None:
+        from ...topics import create_topic, load_topic, topic_exists
+
+        if self._partitions is None:
+            if topic_exists(self.storage, T.TXN_TOPIC):
+                self._partitions = load_topic(self.storage, T.TXN_TOPIC).partitions
+            elif create:
+                try:
+                    create_topic(self.storage, T.TXN_TOPIC, self._want, T.TXN_TOPIC_CONFIG)
+                except TopicExistsError:
+                    pass
+                self._partitions = load_topic(self.storage, T.TXN_TOPIC).partitions
+        return self._partitions
+
+    def partition_for(self, tid: str) -> int | None:
+        """The id's partition (Kafka's ``abs(hashCode) % partitions``), None before the topic exists."""
+        from ...group_offsets import partition_for_group
+
+        n = self._topic_partitions(create=False)
+        return None if n is None else partition_for_group(tid, n)
+
+    def refresh(self, partitions=None) -> None:
+        """Read what was appended since the last refresh."""
+        from ...errors import CorruptRecordError
+        from ...reader import PartitionReader
+
+        with self._lock:
+            n = self._topic_partitions(create=False)
+            if n is None:
+                return
+            for p in (range(n) if partitions is None else partitions):
+                reader = PartitionReader(self.storage, T.TXN_TOPIC, p)
+                start = max(self._next.get(p, 0), reader.log_start_offset)
+                if start < reader.high_watermark:
+                    table = reader.read(start, include_headers=False)
+                    for k, v, o in zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                                       table.column("offset").to_pylist()):
+                        try:
+                            tid = T.decode_key(k) if k is not None else None
+                            if tid is None:
+                                continue
+                            if v is None:
+                                self._state.pop(tid, None)
+                            else:
+                                self._state[tid] = T.decode_value(tid, v)
+                        except CorruptRecordError as exc:
+                            log.warning("%s/%d offset %d: skipped a record: %s", T.TXN_TOPIC, p, o, exc)
+                self._next[p] = max(start, reader.high_watermark)
+
+    def get(self, tid: str) -> T.TxnMetadata | None:
+        """The state of ``tid`` (None if never written): the stored one, or the completed one
+        of :meth:`mark_complete` while the stored one is still its Prepare state."""
+        with self._lock:
+            p = self.partition_for(tid)
+            if p is not None:
+                self.refresh([p])
+            return self._overlay(tid)
+
+    def peek(self, tid: str) -> T.TxnMetadata | None:
+        """The state of ``tid`` as last read (no I/O; may be stale)."""
+        with self._lock:
+            return self._overlay(tid)
+
+    def cached(self) -> list[T.TxnMetadata]:
+        """Every state read so far (no I/O)."""
+        with self._lock:
+            return [self._overlay(tid) for tid in list(self._state)]
+
+    def mark_complete(self, meta: T.TxnMetadata) -> None:
+        """Every marker of the prepared transaction ``meta`` is written: read it as complete
+        from now on without storing that yet. The next state this broker writes for the id
+        (the next AddPartitions, mostly) supersedes it, so a transaction costs two commits to
+        ``__transaction_state`` (Ongoing, Prepare) instead of three; a broker that dies first
+        leaves the Prepare state, and whoever finishes it writes the markers again, which
+        changes nothing (Kafka's coordinator also completes after the markers, asynchronously)."""
+        with self._lock:
+            self._complete[meta.transactional_id] = (meta, T.complete(meta, meta.last_update_ms))
+
+    def unstored_complete(self, tid: str) -> T.TxnMetadata | None:
+        """The complete state :meth:`mark_complete` holds for ``tid`` and nothing stored since."""
+        with self._lock:
+            entry = self._complete.get(tid)
+            done = entry[1] if entry is not None else None
+            return done if done is not None and self._overlay(tid) is done else None
+
+    def _overlay(self, tid: str) -> T.TxnMetadata | None:
+        cur = self._state.get(tid)
+        entry = self._complete.get(tid)
+        if entry is None:
+            return cur
+        prepared, done = entry
+        if _same_transaction(cur, prepared):
+            return done
+        del self._complete[tid]  # the stored state moved on (another broker, a later step)
+        return cur
+
+    def forget(self) -> None:
+        """Drop every cached state and unstored completion (after this broker lost its
+        authority, e.g. a pause past the liveness window): the next read starts over."""
+        with self._lock:
+            self._state.clear()
+            self._complete.clear()
+            self._next.clear()
+
+    def _applies(self, stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
+        """Whether ``stored`` (the id's latest record) is the state a step was planned on:
+        the same state, or the very Prepare state whose completion :meth:`mark_complete`
+        holds (the same transaction: a producer keeps its id and epoch across transactions,
+        so those alone would let an old completion stand for a later Prepare)."""
+        if stored == based_on:
+            return True
+        entry = self._complete.get(based_on.transactional_id) if based_on is not None else None
+        return (entry is not None and based_on.state.complete and entry[1] == based_on
+                and _same_transaction(stored, entry[0]))
+
+    def put(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None | object" = ...,
+            guard: "Callable[[], bool] | None" = None) -> None:
+        """Write ``meta`` (one manifest commit); visible to every broker once this returns.
+
+        ``based_on`` is the state the step was planned on (what :meth:`get` returned). The
+        write is conditional on it: it lands only while the id's latest record is still that
+        state and nothing was appended to its partition since it was read (the partition's
+        high watermark is the fencing token, checked by the manifest commit itself), else
+        :class:`TxnStateFencedError` and nothing is written. Leaving it out writes
+        unconditionally (tests and tools that seed state). ``guard`` is the writer's own
+        authority (:meth:`TxnService.still_holds`), asked again just before each attempt:
+        a coordinator that fenced itself since it read the state writes nothing."""
+        from ...write.log_writer import LogWriter as Broker
+        from ...errors import RequirementFailedError, TxnStateFencedError
+        from ...group_offsets import partition_for_group
+
+        tid = meta.transactional_id
+        with self._lock:
+            n = self._topic_partitions(create=True)
+            p = partition_for_group(tid, n)
+            for _ in range(20):
+                expect = None
+                if based_on is not ...:
+                    self.refresh([p])
+                    if not self._applies(self._state.get(tid), based_on):
+                        self._complete.pop(tid, None)   # the stored state is newer: no overlay
+                        raise TxnStateFencedError(
+                            f"transaction state of {tid!r} changed since it was read (another "
+                            f"coordinator wrote it): not written")
+                    expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)}
+                if guard is not None and not guard():
+                    raise TxnStateFencedError(f"transaction state of {tid!r}: this coordinator "
+                                              f"fenced itself since it read it; not written")
+                if self._broker is None:
+                    self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                          clock=self.clock.wall_ms)
+                    self._broker.allow_internal = True  # the owner of __transaction_state
+                self._broker.expect_high_watermark = expect
+                try:
+                    self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(tid),
+                                      partition=p)
+                    results = self._broker.flush()
+                    break
+                except RequirementFailedError:
+                    self._broker = None  # another id's record landed first: read it, try again
+                except BaseException:
+                    self._broker = None  # whatever it buffered is retried by nobody: start clean
+                    raise
+            else:
+                raise TxnStateFencedError(f"transaction state of {tid!r}: the partition kept "
+                                          f"moving; not written")
+            # Landed: it is the latest state. When nothing was appended since the last read,
+            # the next read starts after it (no re-read of our own record); else a later
+            # refresh reads it again, in log order.
+            self._state[meta.transactional_id] = meta
+            if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
+                self._next[p] = results[0].next_offset
+            self._complete.pop(meta.transactional_id, None)
+
+
+# -- pending offsets (TxnOffsetCommit) -------------------------------------------------------------
+def _pending_path(pid: int, group: str) -> str:
+    return f"{PENDING_DIR}/{pid:020d}/{group.encode('utf-8').hex()}.json"
+
+
+def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict,
+                        txn_start_ms: int = -1, transactional_id: str | None = None) -> None:
+    """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
+    metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
+    of its own object races with nobody. The document names its transaction (epoch and start
+    time): offsets of an earlier transaction of the same epoch are never merged in."""
+    path = _pending_path(pid, group)
+    fresh = {"epoch": epoch, "txn_start_ms": txn_start_ms, "offsets": []}
+    try:
+        doc = json.loads(storage.get(path))
+        if doc.get("epoch") != epoch or doc.get("txn_start_ms", -1) != txn_start_ms:
+            doc = fresh
+    except StorageError:
+        doc = fresh
+    have = {(t, p): (o, e, md) for t, p, o, e, md in doc["offsets"]}
+    have.update(offsets)
+    doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
+    doc["group"] = group
+    doc["transactional_id"] = transactional_id   # whose state says whether it is still open
+    storage.put(path, json.dumps(doc).encode())
+
+
+def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: int = -1
+                         ) -> list[tuple[str, str, dict]]:
+    """``(path, group, offsets)`` to settle when producer ``pid``'s transaction at ``epoch``,
+    begun at ``txn_start_ms``, ends: its own documents with their offsets, and documents of
+    older epochs (fenced) with none. A document of another transaction of this epoch, or of a
+    newer epoch, is not returned: a completion that runs again late (a retried EndTxn, the
+    timeout check of another broker) must neither apply the next transaction's offsets nor
+    drop them. A document of this epoch begun earlier is of a transaction that ended before
+    this one began (one at a time per producer): settled with none, or it would hold its
+    group's offsets unstable. Documents written before they named their transaction match
+    on epoch."""
+    out = []
+    for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
+        rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
+        try:
+            doc = json.loads(storage.get(rel))
+        except (StorageError, ValueError):
+            continue
+        doc_epoch = doc.get("epoch", -1)
+        if doc_epoch == epoch and doc.get("txn_start_ms", txn_start_ms) == txn_start_ms:
+            offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())}
+        elif doc_epoch < epoch or (doc_epoch == epoch and 0 <= doc.get("txn_start_ms", -1) < txn_start_ms):
+            offsets = {}
+        else:
+            continue
+        out.append((rel, doc.get("group", ""), offsets))
+    return out
+
+
+# -- fault injection (tests) ------------------------------------------------------------------
+#: ``KAFKASTORE_FAULT=txn:<step>`` makes the broker SIGKILL itself at that coordinator step,
+#: so a test can stop it at an exact point: ``after-add-partitions`` (the Ongoing state
+#: landed, not answered), ``before-markers`` (Prepare* landed, no marker written),
+#: ``after-markers`` (every marker and offset written, Complete* not).
+FAULT_ENV = "KAFKASTORE_FAULT"
+
+
+def fault_point(step: str) -> None:
+    """Die here, as a SIGKILL would, if the environment asks for it (never set in production)."""
+    if os.environ.get(FAULT_ENV) == "txn:" + step:
+        log.warning("%s=txn:%s: killing this broker", FAULT_ENV, step)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- the service ------------------------------------------------------------------------------
+class TxnService:
+    """One broker's transaction coordinator: the store, one lock per transactional id, the
+    timeout check."""
+
+    def __init__(self, broker, *, owns: Callable[[str], bool],
+                 apply_offsets: Callable[[list], Awaitable[None]],
+                 leader_of: Callable[[str, int, list], int]):
+        """``owns(tid)``: whether this broker coordinates ``tid`` now; ``apply_offsets(
+        [(group, {(topic, partition): (offset, leader epoch, metadata)})])``: write a
+        committed transaction's offsets to their groups; ``leader_of(topic, partition, live
+        brokers)``: the node that leads a partition (the hanging-transaction check aborts only
+        at the partitions this broker leads)."""
+        self.broker = broker
+        self._owns = owns
+        self._apply_offsets = apply_offsets
+        self._leader_of = leader_of
+        self.store = TxnStore(broker.storage, broker_id=max(broker.node_id, 0),
+                              clock=broker.clock)
+        self.max_timeout_ms = getattr(broker.options, "transaction_max_timeout_ms", T.DEFAULT_MAX_TIMEOUT_MS)
+        self._locks: dict[str, asyncio.Lock] = {}
+        # The broker's fence epoch when this coordinator last dropped its state for a fence.
+        self._fence_seen = getattr(broker.brokers, "fence_epoch", 0)
+        self._quarantine_until = 0.0   # monotonic s (see FENCE_QUARANTINE_S)
+        #: Hanging transactions this broker aborted at partitions (metrics, tests).
+        self.hanging_aborted = 0
+        self._hanging_due = 0.0
+        broker.services.spawn(self._timeout_loop())
+
+    def owns(self, tid: str) -> bool:
+        """Whether this broker coordinates ``tid`` (the live brokers' rendezvous hash)."""
+        return self._owns(tid)
+
+    def lock(self, tid: str) -> asyncio.Lock:
+        if len(self._locks) > 10_000:
+            self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+        return self._locks.setdefault(tid, asyncio.Lock())
+
+    async def write(self, meta: T.TxnMetadata, based_on: "T.TxnMetadata | None") -> None:
+        """Store ``meta``, conditional on the id's state still being ``based_on`` and on this
+        coordinator still holding the authority the calling request acts under."""
+        token = self.held()
+        await self.broker.run(self.store.put, meta, based_on, lambda: self.still_holds(token))
+
+    def authority(self) -> int | None:
+        """This broker's coordinator authority now: its fence epoch while its lease is valid
+        (:meth:`~kafkastore.protocol.membership.BrokerRegistry.authority`), else None."""
+        registry = self.broker.brokers
+        current = getattr(registry, "authority", None)
+        if current is not None:
+            return current()
+        return 0 if registry.authority_valid() else None
+
+    def held(self) -> int | None:
+        """The authority the running request acts under (taken when it started), else now's."""
+        token = _AUTHORITY.get()
+        return token if token is not None else self.authority()
+
+    def still_holds(self, token: int | None) -> bool:
+        """Whether ``token`` is still this broker's authority: no fence since it was taken
+        and the lease still valid. Cheap and thread-safe (asked in the I/O pool just before
+        a conditional write)."""
+        return token is not None and self.authority() == token
+
+    async def authority_error(self) -> int:
+        """:meth:`ensure_authority` as the error code a coordinator request answers: 0, or
+        COORDINATOR_LOAD_IN_PROGRESS right after a fence, or COORDINATOR_NOT_AVAILABLE."""
+        if not await self.ensure_authority():
+            return COORDINATOR_NOT_AVAILABLE
+        if self.broker.clock.monotonic_s() < self._quarantine_until:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        return 0
+
+    async def ensure_authority(self) -> bool:
+        """Take the authority the calling request acts under. A broker that fenced itself
+        since the last look (a pause past the liveness window, measured on its monotonic
+        clock against its last successful heartbeat; its node id taken over) drops every
+        cached state and unstored completion first, and renews its registration: another
+        broker may have coordinated its ids meanwhile, so it reads them again before
+        serving. False when renewal fails (the caller answers COORDINATOR_NOT_AVAILABLE)."""
+        registry = self.broker.brokers
+        lapsed = getattr(registry, "fence_if_lapsed", None)
+        if lapsed is not None:
+            lapsed()
+        epoch = getattr(registry, "fence_epoch", 0)
+        if epoch != self._fence_seen or not registry.authority_valid():
+            log.warning("broker %d lost its authority (paused past the liveness window, or "
+                        "fenced): dropping its cached transaction states", self.broker.node_id)
+            self._fence_seen = epoch
+            self._quarantine_until = self.broker.clock.monotonic_s() + FENCE_QUARANTINE_S
+            await self.broker.run(self.store.forget)
+        if not registry.authority_valid():
+            try:
+                await self.broker.run(registry.heartbeat)
+            except Exception:  # noqa: BLE001 - answered as unavailable; the client retries
+                log.warning("cannot renew broker %d's registration", self.broker.node_id, exc_info=True)
+                return False
+            if getattr(registry, "fence_epoch", 0) != self._fence_seen:  # fenced while renewing
+                self._fence_seen = registry.fence_epoch
+                self._quarantine_until = self.broker.clock.monotonic_s() + FENCE_QUARANTINE_S
+                await self.broker.run(self.store.forget)
+        token = self.authority()
+        _AUTHORITY.set(token)
+        return token is not None
+
+    async def finish(self, meta: T.TxnMetadata) -> int:
+        """Markers, offsets and the Complete state of a prepared transaction; an error code."""
+        commit = meta.state is T.TxnState.PREPARE_COMMIT
+        token = self.held()
+        if not self.still_holds(token):
+            # Fenced since the Prepare state was read: another coordinator may own the id;
+            # markers written now could end a newer transaction of the same producer epoch.
+            return COORDINATOR_NOT_AVAILABLE
+        now = self.store.clock.wall_ms()
+
+        def guard(_state) -> bool:   # asked at each attempt of each partition's commit
+            return self.still_holds(token)
+
+        futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
+                                                   commit, now, guard=guard)
+                for t, p in sorted(meta.partitions) if t != OFFSETS_TOPIC]
+        for fut in futs:
+            outcome = await fut
+            # An older epoch than the partition's: a newer instance already fenced it there.
+            # A partition deleted since it joined has nothing left to close (as Kafka drops its
+            # markers); retrying could never finish the transaction.
+            if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION):
+                log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
+                return COORDINATOR_NOT_AVAILABLE
+        if not self.still_holds(token):
+            return COORDINATOR_NOT_AVAILABLE   # nothing done after a fence: whoever owns it finishes
+        try:
+            pending = []
+            if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
+                pending = await self.broker.run(take_pending_offsets, self.broker.storage,
+                                                meta.producer_id, meta.producer_epoch,
+                                                meta.txn_start_ms)
+            if commit:
+                await self._apply_offsets([(g, o) for _, g, o in pending if o])
+            if pending:
+                await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
+            fault_point("after-markers")
+            self.store.mark_complete(replace(meta, last_update_ms=self.store.clock.wall_ms()))
+            self._store_complete_later(meta.transactional_id)
+        except KafkaStoreError:
+            log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
+            return COORDINATOR_NOT_AVAILABLE
+        return T.NONE
+
+    def _store_complete_later(self, tid: str) -> None:
+        """Store the Complete state unless the id's next step (written sooner) supersedes it."""
+        async def later():
+            await asyncio.sleep(COMPLETE_DELAY_S)
+            try:
+                async with self.lock(tid):
+                    done = self.store.unstored_complete(tid)
+                    # Only under the authority the markers were written under (inherited from
+                    # the request that spawned this task): a fence in between drops it.
+                    if done is not None and self.still_holds(self.held()):
+                        # Conditional on the Prepare state it completes: if another
+                        # coordinator moved the id on meanwhile, this is not written.
+                        await self.write(done, done)
+            except Exception:  # noqa: BLE001 - whoever reads the Prepare state finishes it again
+                log.warning("could not store the completion of transaction %s", tid, exc_info=True)
+
+        self.broker.services.spawn(later())
+
+    async def abort_in_flight(self, cur: T.TxnMetadata) -> tuple[int, T.TxnMetadata]:
+        """Finish a prepared transaction, or abort an Ongoing one with the epoch bumped."""
+        if cur.state is T.TxnState.ONGOING:
+            fenced = T.fence(cur, self.store.clock.wall_ms()).meta
+            await self.write(fenced, cur)
+            cur = fenced
+        if cur.state.prepared:
+            err = await self.finish(cur)
+            if err:
+                return err, cur
+            cur = await self.broker.run(self.store.get, cur.transactional_id)
+        return T.NONE, cur
+
+    async def _check_hanging(self) -> None:
+        """Abort the hanging transactions at the partitions this broker leads, every
+        ``transaction.max.timeout.ms`` / 2 (1 to 60 s).
+
+        A transaction is open at a partition from its producer's first transactional batch
+        to a marker. The coordinator writes the marker when the transaction ends or times
+        out, but only at the partitions its state lists: a batch it never knew of (a late
+        batch of a transaction that ended, a fenced producer's, one left by a coordinator that
+        lost its state) would hold the partition's last stable offset back for ever. So an
+        open transaction whose last batch is older than :data:`HANGING_AFTER_MAX_TIMEOUTS`
+        times the longest transaction timeout, and that no stored coordinator state holds
+        open at that partition (Ongoing or Prepare*, at its epoch or a newer one), is ended
+        with an ABORT marker of its producer id and epoch, conditional on the producer's state
+        at the partition being exactly what was read (a batch appended meanwhile refuses it)."""
+        now = self.broker.clock.monotonic_s()
+        if now < self._hanging_due:
+            return
+        self._hanging_due = now + min(60.0, max(1.0, self.max_timeout_ms / 2000))
+        try:
+            found = await self.broker.run(self._find_hanging)
+        except Exception:  # noqa: BLE001 - the next round tries again
+            log.warning("hanging transaction check failed", exc_info=True)
+            return
+        for topic, partition, pid, seen in found:
+            outcome = await self.broker.appender.submit_marker(
+                topic, partition, pid, seen.epoch, False, self.store.clock.wall_ms(),
+                guard=lambda st, seen=seen: st == seen)
+            if outcome.error == 0:
+                self.hanging_aborted += 1
+                log.warning("aborted a hanging transaction of producer %d epoch %d at %s/%d "
+                            "(open since offset %d; no coordinator holds it open)", pid,
+                            seen.epoch, topic, partition, seen.txn_first_offset)
+
+    def _find_hanging(self) -> list[tuple[str, int, int, object]]:
+        """``(topic, partition, producer id, its state there)`` of the hanging transactions
+        at the partitions this broker leads (blocking; see :meth:`_check_hanging`)."""
+        from ...manifest import ManifestStore
+
+        older_than = HANGING_AFTER_MAX_TIMEOUTS * self.max_timeout_ms
+        self.store.refresh()   # every id's state, whichever broker wrote it
+        held: dict[tuple[int, tuple[str, int]], int] = {}
+        for meta in self.store.cached():
+            if meta.state is T.TxnState.ONGOING or meta.state.prepared:
+                for tp in meta.partitions:
+                    key = (meta.producer_id, tp)
+                    held[key] = max(held.get(key, -1), meta.producer_epoch)
+        live = self.broker.live_brokers()
+        wall = self.store.clock.wall_ms()
+        out = []
+        for topic in self.broker.meta.topic_names():
+            meta = self.broker.meta.topic(topic)
+            if meta is None or topic in (T.TXN_TOPIC, OFFSETS_TOPIC):
+                continue
+            for p in range(meta.partitions):
+                if self._leader_of(topic, p, live) != self.broker.node_id:
+                    continue
+                try:
+                    m = ManifestStore(self.broker.storage, topic, p).latest()
+                except KafkaStoreError as exc:   # deleted meanwhile, damaged: the others still
+                    log.warning("hanging transaction check of %s/%d: %s", topic, p, exc)
+                    continue
+                for pid, st in (m.producers.items() if m is not None else ()):
+                    if st.txn_first_offset is None or wall - st.last_timestamp < older_than:
+                        continue
+                    if held.get((pid, (topic, p)), -1) >= st.epoch:
+                        continue   # its coordinator ends it (its own timeout aborts it)
+                    out.append((topic, p, pid, st))
+        return out
+
+    async def _timeout_loop(self) -> None:
+        rounds = 0
+        while True:
+            await asyncio.sleep(TIMEOUT_CHECK_S)
+            rounds += 1
+            if not await self.ensure_authority():
+                continue   # out of touch: another broker may coordinate these ids now
+            await self._check_hanging()
+            if rounds % FULL_REFRESH_ROUNDS == 1:  # the first round too: after a (re)start
+                # States written by other brokers (one that died, say) are learnt here too,
+                # so their timed-out transactions are aborted by whichever broker owns them.
+                try:
+                    await self.broker.run(self.store.refresh)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.warning("could not read %s", T.TXN_TOPIC, exc_info=True)
+            now = self.store.clock.wall_ms()
+            for meta in self.store.cached():
+                if not (meta.expired(now) or (meta.state.prepared and now - meta.last_update_ms > 10_000)):
+                    continue
+                try:
+                    if not self.owns(meta.transactional_id):
+                        continue
+                    async with self.lock(meta.transactional_id):
+                        cur = await self.broker.run(self.store.get, meta.transactional_id)
+                        if cur is not None and (cur.expired(now) or cur.state.prepared):
+                            log.info("aborting transaction %s: open longer than %d ms",
+                                     cur.transactional_id, cur.timeout_ms)
+                            await self.abort_in_flight(cur)
+                except Exception:  # noqa: BLE001 - the next round tries again
+                    log.warning("timeout check of %s failed", meta.transactional_id, exc_info=True)
+
+
+
+# -- the produce-side check (the KIP-890 verification guard) ---------------------------------
+def verify_state(cur: T.TxnMetadata | None, tp, pid: int, epoch: int) -> tuple[int, str] | None:
+    """Why a transactional batch of producer ``pid`` at ``epoch`` for ``tp`` does not belong to
+    the open transaction ``cur`` (``(error code, message)``), or None when it does."""
+    if cur is None:
+        return T.INVALID_TXN_STATE, "unknown transactional id"
+    if cur.producer_id != pid:
+        return T.INVALID_PRODUCER_ID_MAPPING, f"producer {pid} does not hold this transactional id"
+    if epoch != cur.producer_epoch:
+        return T.INVALID_PRODUCER_EPOCH, f"producer epoch {epoch}, the coordinator has {cur.producer_epoch}"
+    if cur.state is not T.TxnState.ONGOING or tp not in cur.partitions:
+        return T.INVALID_TXN_STATE, f"{tp[0]}/{tp[1]} was not added to the transaction"
+    return None
+
+
+
+def append_guard(store: TxnStore, tid: str, tp: tuple[str, int], pid: int, epoch: int,
+                 txn_start_ms: int) -> Callable[[object], bool]:
+    """The condition a verified transactional batch must meet when its append would open a
+    transaction at ``tp`` (Kafka's KIP-890 verification guard): the coordinator's stored
+    state is still the transaction that was verified (Ongoing, same producer id, epoch and
+    start, with ``tp``). Asked by the appender at each attempt of the partition's
+    conditional commit (blocking: one read of the id's state), so a marker that ended the
+    transaction first makes the next attempt see the ended state and refuse the batch: it
+    would otherwise open a transaction of that epoch no coordinator knows, which the
+    producer's next marker there would end, committing records the client saw aborted."""
+    def guard(_partition_state) -> bool:
+        try:
+            cur = store.get(tid)
+        except KafkaStoreError:
+            return False   # unknown: refused (the client retries; nothing is torn)
+        return verify_state(cur, tp, pid, epoch) is None and cur.txn_start_ms == txn_start_ms
+
+    return guard
