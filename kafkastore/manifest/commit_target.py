@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..commit import RETRY, Done, ObjectTarget
-from ..errors import TopicDeletedError
+from ..errors import ObjectNotFoundError, TopicDeletedError
 from .heads import _gone, _Head
 from .model import MANIFEST_FORMAT, CommitInfo, Manifest
 from .updates import Build, SetExtra, apply
@@ -114,11 +114,21 @@ class _ManifestTarget(ObjectTarget):
             self.checked = (base, self.store.storage.clock.wall_ms())
         # Never write into a hole: N+2 stored while N+1 is not (out-of-order replication, a
         # partial restore) while N is means the chain already goes on past the slot we
-        # would fill; a put there forks it. One existence check per attempt when N+2 is
-        # absent, the only one on the warm path (a trusted head does not probe further).
-        if self.store._hole_at(new.version):
+        # would fill; a put there forks it. One read of N+2 per attempt (a GET answered 404:
+        # one request on S3, where an existence check is a HEAD and then a LIST), the only
+        # probe on the warm path (a trusted head does not probe further); the full check
+        # only when N+2 is there.
+        if self._stored(new.version + 1) and self.store._hole_at(new.version):
             raise self.store._gap(new.version)
         super().put(new)
+
+    def _stored(self, version: int) -> bool:
+        """Whether ``version`` of the partition is stored, by one read of it."""
+        try:
+            self.store.storage.get(self.store.path(version))
+        except ObjectNotFoundError:
+            return False
+        return True
 
     def is_ours(self, stored: bytes, new: Manifest) -> bool:
         try:
