@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..clock import Clock, as_clock
@@ -72,17 +73,27 @@ class BrokerMembership:
         return max(3 * self.heartbeat_ms, 3000)
 
     def _read_all(self) -> dict[int, dict]:
-        out = {}
-        for info in self.storage.list(BROKERS_DIR):
-            name = info.path.rsplit("/", 1)[-1]
-            if not name.endswith(".json") or not name[:-5].isdigit():
-                continue
+        paths = [info.path for info in self.storage.list(BROKERS_DIR)
+                 if info.path.rsplit("/", 1)[-1].endswith(".json")
+                 and info.path.rsplit("/", 1)[-1][:-5].isdigit()]
+
+        def one(path: str) -> dict | None:
             try:
-                d = json.loads(self.storage.get(info.path))
-                out[int(d["node_id"])] = d
+                d = json.loads(self.storage.get(path))
+                int(d["node_id"])
+                return d
             except (ObjectNotFoundError, ValueError, KeyError, TypeError):
-                continue  # deregistered meanwhile, or not ours to judge
-        return out
+                return None  # deregistered meanwhile, or not ours to judge
+
+        # Read at once, not one after the other: under a slow store each read is a round
+        # trip, and the heartbeat's next registration put waits for this refresh.
+        if len(paths) > 1:
+            with ThreadPoolExecutor(max_workers=min(8, len(paths)),
+                                    thread_name_prefix="kafkastore-brokers") as pool:
+                docs = list(pool.map(one, paths))
+        else:
+            docs = [one(p) for p in paths]
+        return {int(d["node_id"]): d for d in docs if d is not None}
 
     def refresh(self) -> list[tuple[int, str, int]]:
         """Re-read the registrations; returns the live ``(node_id, host, port)``, by id."""
@@ -144,12 +155,22 @@ class BrokerMembership:
         A heartbeat that finds the lease lapsed (this thread resumed after a pause at the same
         moment as the request handlers) fences the broker first, so the renewed lease never
         hides the pause from them (they compare :attr:`fence_epoch`)."""
+        self._renew()
+        self.refresh()
+        # A refresh that took half an interval or more (a slow store: the list and the reads
+        # are round trips) renews again now, rather than leaving the next put a whole
+        # interval plus this refresh after the last one: the lease runs from the put's send.
+        sent = self._lease_from
+        if sent is not None and self.clock.monotonic_s() - sent >= self.heartbeat_ms / 2000:
+            self._renew()
+
+    def _renew(self) -> None:
+        """Write the registration (fencing first if the lease lapsed meanwhile)."""
         with self._write_lock:
             if self.node_id is None or self.address is None or self._closed:
                 return
             self.fence_if_lapsed()
             self._put_registration()
-        self.refresh()
 
     def _put_registration(self) -> None:
         sent = self.clock.monotonic_s()
