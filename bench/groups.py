@@ -23,7 +23,7 @@ import argparse
 import tempfile
 import time
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.group_offsets import OFFSETS_TOPIC_CONFIG, OffsetAndMetadata, OffsetsStore
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

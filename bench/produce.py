@@ -61,7 +61,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import pyarrow as pa  # noqa: E402
 
-from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics import create_topic  # noqa: E402

@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics import create_topic  # noqa: E402
 

@@ -55,7 +55,7 @@ from counting_fs import CountingFS  # noqa: E402
 from produce import start_moto  # noqa: E402
 from short_gc_broker import shorten_gc  # noqa: E402
 
-from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
 from kafkastore.reader import PartitionReader  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402

@@ -46,7 +46,7 @@ def _table(n: int):
 
 
 def _send_arrow(root: str, topic: str, table) -> float:
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.storage import Storage
 
     t0 = monotonic_s()

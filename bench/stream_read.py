@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from kafkastore.broker import Broker  # noqa: E402
+from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics import create_topic  # noqa: E402
 

@@ -15,7 +15,7 @@ them never reads ``time.time()``/``time.monotonic()`` itself (``tests/test_clock
 checks it). Tests pass a :class:`ManualClock` and move time by hand.
 
 Older constructors took bare callables (epoch-ms, epoch-seconds); :func:`as_clock`
-adapts them, so ``Broker(clock=lambda: now[0])`` keeps working.
+adapts them, so ``LogWriter(clock=lambda: now[0])`` keeps working.
 """
 from __future__ import annotations
 

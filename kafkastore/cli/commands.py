@@ -96,7 +96,7 @@ def cmd_produce(args, cfg: Config) -> int:
 
 
 def _produce(args, storage, housekeeper) -> int:
-    from ..broker import Broker
+    from ..write.log_writer import LogWriter as Broker
     from ..errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
     import numpy as np
 
@@ -353,7 +353,7 @@ def cmd_gc(args, cfg: Config) -> int:
 
 
 def cmd_merge(args, cfg: Config) -> int:
-    from ..broker import unique_writer_id
+    from ..write.log_writer import unique_writer_id
     from ..maintenance.merge import merge_partition
     from ..topics.admin import load_topic
 
@@ -390,7 +390,7 @@ def cmd_delete_records(args, cfg: Config) -> int:
 # -- Spark jobs ---------------------------------------------------------------------
 # -- consumer groups -------------------------------------------------------------------
 def cmd_transactions(args, cfg: Config) -> int:
-    from ..transactions import abort_transaction, open_transactions
+    from ..write.transactions import abort_transaction, open_transactions
 
     storage = _storage(cfg)
     args.topic = args.topic or args.topic_flag   # TOPIC or --topic T (kafka-transactions.sh's form)

@@ -247,7 +247,7 @@ def index_batch_arrays(base_offset: int, sizes, first_offset: int, last_offsets,
                        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES) -> IndexedBatches:
     """:func:`index_batches` with int64 arrays in and out, vectorised (the byte-identical
     result: tests compare the two). ``positions`` is an int64 array here. For a writer
-    with thousands of batches per segment (Broker.send_arrow)."""
+    with thousands of batches per segment (LogWriter.send_arrow)."""
     sizes = np.asarray(sizes, np.int64)
     last = np.asarray(last_offsets, np.int64)
     max_ts = np.asarray(max_timestamps, np.int64)

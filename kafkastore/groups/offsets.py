@@ -1,7 +1,7 @@
 """Consumer groups' committed offsets and metadata in the compacted topic ``__consumer_offsets``.
 
 The topic lives under the same root as every other topic and is written
-through the same :class:`~kafkastore.broker.Broker` / manifest commit path, so
+through the same :class:`~kafkastore.write.log_writer.LogWriter` / manifest commit path, so
 what a coordinator commits survives a broker restart and a coordinator move,
 and ``kafkastore compact __consumer_offsets`` keeps only the latest record per
 key (``cleanup.policy=compact``).
@@ -628,7 +628,7 @@ class OffsetsStore:
         """One partition's share of a batch: claimed writes are checked against the partition
         read now and appended only at the high watermark that read found (retried when an
         unrelated writer got in first); each request's outcome is set here."""
-        from ..broker import Broker
+        from ..write.log_writer import LogWriter as Broker
 
         for _ in range(_MAX_CONDITIONAL_ATTEMPTS):
             self.refresh([p])

@@ -4,7 +4,7 @@ conditionally (thread-safe, blocking I/O).
 Every broker of a root reads the same log, so all serve the same ids. A write is optimistic:
 read to the head, plan the records on that state (e.g. allocate ``max id + 1``), and commit
 them only if the partition's high watermark is still the offset read to
-(:attr:`kafkastore.broker.Broker.expect_high_watermark`); if another broker's record landed
+(:attr:`kafkastore.write.log_writer.LogWriter.expect_high_watermark`); if another broker's record landed
 first, read it and plan again. So two brokers never hand out one id to two schemas, and a
 schema another broker just registered is found (same id) instead of registered twice.
 
@@ -129,7 +129,7 @@ class SchemaStore:
     def write(self, plan: Plan):
         """Run ``plan`` on the head of the log and append its records if nothing landed
         meanwhile (else read the new records and plan again); returns the plan's result."""
-        from ..broker import Broker
+        from ..write.log_writer import LogWriter as Broker
 
         with self._lock:
             self._topic_exists(create=True)

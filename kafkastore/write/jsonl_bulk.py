@@ -2,7 +2,7 @@
 
 The input is read in chunks of whole lines (about :data:`CHUNK_BYTES`; never
 the whole input), and each chunk is parsed in bulk into the columns
-:meth:`kafkastore.broker.Broker.send_arrow` takes: by the C fast path
+:meth:`kafkastore.write.log_writer.LogWriter.send_arrow` takes: by the C fast path
 (``kafkastore._jsonl_native.parse_jsonl``) when every line has the common shape (string or null
 key and value, integer timestamp and partition, no headers; see its comment
 for the exact set), else by pyarrow's JSON reader. The per-line parser

@@ -1,7 +1,7 @@
 """The one writer of segments: upload a built segment, turn it into its manifest entry,
 and commit appends with one policy for everything a writer has to choose.
 
-Every producer of segments goes through here: the library :class:`~kafkastore.broker.Broker`
+Every producer of segments goes through here: the library :class:`~kafkastore.write.log_writer.LogWriter`
 (and through it the group offsets and the schema store), serve's
 :class:`~kafkastore.protocol.appender.Appender` (produce and transaction markers),
 imports (:func:`kafkastore.write.kafka_import.import_kafka_dir`), compaction and merging. The commit
@@ -34,16 +34,16 @@ this module adds is what every writer did around it, once:
 * **Retries**: no attempt cap (``max_attempts=None``). A conflict means another
   writer's version landed, i.e. the log made progress, so the loop ends when the
   contention does; a cap only turned contention into errors that the callers retry the
-  same way (the Broker keeps the batches for its next flush, a Kafka client resends).
+  same way (the LogWriter keeps the batches for its next flush, a Kafka client resends).
 * **Producer state** (:func:`expired_producers`): a produce commit drops the state of
   producers idle for longer than ``producer.id.expiration.ms`` (Kafka's default, one
   day, by their last batch's timestamp) with no open transaction, as Kafka's broker
   does, so manifests do not grow with every producer that ever wrote. Serve's Appender
-  and the library Broker both do. As in Kafka, a producer whose records carry timestamps
+  and the library LogWriter both do. As in Kafka, a producer whose records carry timestamps
   older than the expiration counts as idle: another producer's commit may drop its state,
   and a retry of its batch after that is no longer recognised as a duplicate.
 * **Sequences** (:func:`check_sequence`): a client's batch with its own producer id
-  (serve's Produce, :meth:`Broker.append_batch`) is checked by Kafka's rule, once.
+  (serve's Produce, :meth:`LogWriter.append_batch`) is checked by Kafka's rule, once.
 * **The entry** (:func:`segment_entry`): the one function that turns a segment's
   statistics and its uploaded bytes into a :class:`~kafkastore.manifest.SegmentEntry`.
 """

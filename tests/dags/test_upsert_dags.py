@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines import iceberg as ice

@@ -2,7 +2,7 @@
 tests/pipelines/test_compaction*.py): make, produce, read back, check."""
 from __future__ import annotations
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import Manifest, ManifestStore
 from kafkastore.reader import EARLIEST, PartitionReader
 from kafkastore.storage import Storage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, load_topic

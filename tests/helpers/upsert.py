@@ -34,7 +34,7 @@ def staged(records, tombstones=True):
 
 def produce_records(storage, records, topic: str = "t"):
     """Send dicts with key, value, partition (optional) and timestamp (ms) with the Broker."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
 
     broker = Broker(storage, batch_size=256)
     for r in records:

@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.read.verify import verify_partition
 from kafkastore.write.kafka_import import import_kafka_dir
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.format.control import encode_marker_batch
 from kafkastore.errors import ConfigError, KafkaStoreError
 from kafkastore.manifest import ManifestStore

@@ -212,7 +212,7 @@ def test_storage_get_range_writable(root_url):
 def test_read_range_reuse_input_equals_plain_read(root_url):
     """Whole segments (read with one byte more, cut off by a view) and planned sub-ranges:
     the same batch with and without reuse_input, on every backend."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader, read_range
     from kafkastore.storage import Storage
     from kafkastore.topics.admin import create_topic

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from kafkastore import broker as broker_mod
-from kafkastore.broker import MAX_TIMESTAMP_MS, Broker
+from kafkastore.write import log_writer as broker_mod
+from kafkastore.write.batching import MAX_TIMESTAMP_MS
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.format.compression import Compression
 from kafkastore.errors import (ConfigError, FencedError, InvalidRecordError, OutOfOrderSequenceError,
                                RecordTooLargeError, StorageError, UnknownTopicError)
@@ -258,7 +259,7 @@ def test_batches_never_exceed_max_message_bytes(local_root):
 def test_batch_split_when_estimate_too_optimistic(local_root, monkeypatch):
     # With no per-record overhead in the estimate, a batch is sealed too full and must be
     # split in halves until each fits: offsets, order and sequences stay intact.
-    monkeypatch.setattr(broker_mod, "_RECORD_OVERHEAD", 0)
+    monkeypatch.setattr(broker_mod, "RECORD_OVERHEAD", 0)
     storage = setup(local_root, max_message_bytes=600)
     b = Broker(storage, batch_size=100_000)
     values = [b"%050d" % i for i in range(40)]
@@ -272,7 +273,7 @@ def test_batch_split_when_estimate_too_optimistic(local_root, monkeypatch):
 
 
 def test_single_record_over_limit_after_encoding_is_dropped_not_stuck(local_root, monkeypatch):
-    monkeypatch.setattr(broker_mod, "_RECORD_OVERHEAD", 0)
+    monkeypatch.setattr(broker_mod, "RECORD_OVERHEAD", 0)
     storage = setup(local_root, max_message_bytes=200)
     b = Broker(storage)
     b.send(T, b"x" * 139)        # estimate 139 + 61 = 200 passes; the real batch is larger

@@ -152,7 +152,7 @@ def test_consume_options(cli):
 
 def test_consume_limit_skips_transaction_markers(cli):
     # --limit counts records, not offsets: markers and aborted records do not use it up.
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
 
     cli("topics", "create", "t")
     b = Broker(Storage(cli.root))

@@ -13,7 +13,7 @@ from kafkastore.write.kafka_import import import_kafka_dir
 from kafkastore.cli import main
 from kafkastore.errors import CorruptRecordError, StoragePermissionError
 from kafkastore.maintenance.gc import collect_garbage
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import AppendSegments, ManifestStore
 from kafkastore.format.record_batch import Record, encode_batch
 from kafkastore.storage import Storage

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.read.reader import PartitionReader

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.maintenance.compaction import (COMPACTION_WRITER_ID, STATUS_CLEANED, STATUS_GAVE_UP,
                                                STATUS_SKIPPED, CleaningPlan, Skip, dirty_ratio,
                                                group_segments_by_size, group_specs, load_plan,

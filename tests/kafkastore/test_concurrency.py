@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import CommitUnknownError, StorageError
 from kafkastore.manifest import ManifestStore
 from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader
@@ -86,7 +86,7 @@ def unlisted_files(storage, p):
 
 WORKER = textwrap.dedent('''
     import os, sys, time
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.storage import Storage
     url, name, n, every, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     broker = Broker(Storage(url), batch_size=300)
@@ -189,7 +189,7 @@ def test_conflict_retry_appends_after_the_winner(local_root):
 
 CRASHER = textwrap.dedent('''
     import os, sys
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from tests.faults import faulty_storage
     storage, fs = faulty_storage(sys.argv[1])
     broker = Broker(storage)

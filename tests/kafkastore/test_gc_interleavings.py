@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.merge import merge_partition

@@ -13,7 +13,7 @@ import pytest
 import kafkastore.storage as storage_mod
 import kafkastore.threads as threads_mod
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.housekeeper import Housekeeper
 from kafkastore.read.reader import PartitionReader

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.cli import main
 from kafkastore.errors import InternalTopicError, UnknownTopicError
 from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.cli import main
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage

@@ -558,7 +558,7 @@ def test_replay_reads_versions_a_listing_did_not_show(local_root):
     """A directory listing need not show files created while it is taken (readdir leaves it
     unspecified; seen under a busy writer as holes near the listing's end): replay, and so gc,
     reads the versions between rather than taking a delta for one whose base is gone."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.topics.admin import create_topic
 
     storage = Storage(local_root)

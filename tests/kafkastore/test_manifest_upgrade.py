@@ -7,7 +7,7 @@ import json
 
 from kafkastore import layout
 from kafkastore.read.verify import verify_partition
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage

@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.read.verify import verify_partition
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import KafkaStoreError
 from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import ManifestStore

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.housekeeper import Housekeeper
 from kafkastore.read.reader import PartitionReader

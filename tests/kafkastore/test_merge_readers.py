@@ -37,7 +37,7 @@ def test_consumer_offsets_cache_survives_merges_of_its_segments(root_url):
 def test_a_consumer_reading_on_from_its_position_across_merges(root_url):
     """A consumer that polls from its last offset sees every record once while merges
     replace the segments it already read and the one it is in the middle of."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.topics.admin import create_topic
 
     s = Storage(root_url)
@@ -64,7 +64,7 @@ def test_a_small_merged_segment_uploads_no_empty_index(local_root):
     rule): like a small flush it is not uploaded (index_size 0 reads as absent)."""
     from kafkastore import layout
     from kafkastore.read.verify import verify_partition
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.topics.admin import create_topic
 
     s = Storage(local_root)
@@ -88,7 +88,7 @@ def test_a_small_merged_segment_uploads_no_empty_index(local_root):
 def test_the_housekeeper_sees_a_config_altered_while_it_runs(local_root):
     """A long-running process's housekeeper re-reads the topic config once per gc interval:
     after `alter` lowers segment.bytes, it no longer merges past the new cap."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.maintenance.housekeeper import Housekeeper
     from kafkastore.topics.admin import alter_topic, create_topic
 
@@ -130,7 +130,7 @@ def test_import_continues_a_delta_format_log_and_merges_with_it(tmp_path, local_
     from kafkastore import layout
     from kafkastore.read.verify import verify_partition
     from kafkastore.write.kafka_import import import_kafka_dir
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.topics.admin import create_topic
     from tests.helpers.kafka_dir import kafka_batch, write_kafka_dir
 

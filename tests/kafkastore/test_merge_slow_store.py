@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.clock import ManualClock
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.merge import merge_partition

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.write import jsonl_bulk
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.cli import main
 from kafkastore.errors import (ConfigError, InvalidRecordError, KafkaStoreError,
                                RecordTooLargeError, UnknownTopicError)

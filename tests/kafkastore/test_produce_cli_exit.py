@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.merge import DEFAULT_MIN_SEGMENTS
 from kafkastore.read.reader import PartitionReader

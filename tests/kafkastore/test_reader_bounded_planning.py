@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from kafkastore.read import reader as reader_mod
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic

@@ -9,7 +9,7 @@ import fsspec
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError, OffsetOutOfRangeError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.read.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, first_batch_offset,

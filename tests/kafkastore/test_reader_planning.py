@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kafkastore.read.verify import verify_partition
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.maintenance.compaction import ScanTask, scan_task
 from kafkastore.errors import SegmentMismatchError
 from kafkastore.manifest import ManifestStore

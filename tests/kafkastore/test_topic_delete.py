@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.cli import main
 from kafkastore.errors import TopicDeletedError, TopicExistsError, UnknownTopicError
 from kafkastore.manifest import ManifestStore

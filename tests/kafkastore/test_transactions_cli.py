@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic

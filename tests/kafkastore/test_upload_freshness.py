@@ -15,7 +15,7 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.write.kafka_import import import_kafka_dir
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import StaleUploadError
 from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.manifest import AppendSegments, ManifestStore

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError
 from pipelines import iceberg as ice
 from pipelines.decoding.cdc import key_fields, with_default_keys

@@ -11,7 +11,7 @@ import datetime as dt
 import decimal
 import json
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from pipelines import iceberg as ice
 from pipelines.decoding.cdc import debezium_row
 from pipelines.jobs.load import run_load

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.compaction import (KIND_RECORD, KIND_TXN, SCAN_SCHEMA, STATUS_CLEANED, STATUS_GAVE_UP,
                                    STATUS_SKIPPED, ScanTask, compact_partition_local)
 from kafkastore.errors import CommitUnknownError, ConfigError

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.compaction import STATUS_CLEANED, compact_partition_local
 from kafkastore.errors import StorageError
 from kafkastore.manifest import ManifestStore

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from kafkastore import layout
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.format.crc import crc32c
 from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, SegmentEntry

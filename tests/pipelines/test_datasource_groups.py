@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError
 from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from kafkastore.reader import PartitionReader

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.merge import merge_partition
 from kafkastore.storage import Storage

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import (ConfigError, TableNameCollisionError,
                                UnroutableRecordsError)
 from kafkastore.storage import Storage

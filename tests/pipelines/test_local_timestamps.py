@@ -11,7 +11,7 @@ import fastavro
 import pytest
 from pyiceberg.types import TimestampType, TimestamptzType
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec

@@ -171,7 +171,7 @@ def test_s3_warehouse_with_a_local_catalog(s3_endpoint, tmp_path):
 
 
 def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tmp_path):
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.storage import Storage
     from kafkastore.topics import create_topic
     from pipelines.load import run_load

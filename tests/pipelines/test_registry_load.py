@@ -345,7 +345,7 @@ def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
 
     key_schema = {"type": "record", "name": "OrderKey", "fields": [
         {"name": "customer", "type": "string"}]}

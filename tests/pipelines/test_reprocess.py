@@ -126,7 +126,7 @@ def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_r
                                                 "min.cleanable.dirty.ratio": "0.01",
                                                 "segment.ms": "1"})
     # 40 records over 4 keys: compaction keeps the last per key.
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
 
     broker = Broker(storage, batch_size=256)
     for i in range(40):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

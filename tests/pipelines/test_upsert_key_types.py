@@ -133,7 +133,7 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
     (key -> the latest value; a tombstone deletes the key)."""
     import json
 
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from pipelines import iceberg as ice
     from pipelines.jobs.load import run_load
     from pipelines.spec.load_spec import LoadSpec

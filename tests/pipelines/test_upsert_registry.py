@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load

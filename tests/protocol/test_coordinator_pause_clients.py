@@ -8,7 +8,7 @@ import signal
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value, partition_for_group
 from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.reader import PartitionReader

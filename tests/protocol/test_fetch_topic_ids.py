@@ -182,7 +182,7 @@ def test_consumer_replica_state_and_directory_id_are_accepted(wire, topic):
 
 
 def test_read_committed_by_topic_id_stops_at_lso_and_lists_aborted(wire, storage, topic):
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     b = Broker(storage, producer_id=4343)
     b.send(topic, b"plain", partition=0)
     b.flush()

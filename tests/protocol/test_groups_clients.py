@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.group_offsets import OffsetsStore
 from kafkastore.protocol.apis.groups import service
 from kafkastore.protocol.server import BrokerThread, ServeOptions

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.group_offsets import OffsetsStore, encode_consumer_assignment, encode_consumer_subscription
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.coordinators import group as G

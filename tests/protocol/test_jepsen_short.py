@@ -271,7 +271,7 @@ def test_duplicates_are_split_by_who_wrote_the_copies(tmp_path):
     """A value stored under two epochs of one producer id was sent again by the client after
     an epoch bump (what Kafka's broker stores too); stored twice under one epoch, or without
     a producer id, is the broker's duplicate."""
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.format.record_batch import Record
     from kafkastore.storage import Storage
     from kafkastore.topics import create_topic

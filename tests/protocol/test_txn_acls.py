@@ -63,7 +63,7 @@ def test_write_txn_markers_needs_cluster_action(broker, root):
     cluster (the hanging transaction stays), accepted with it (read_committed moves past)."""
     import sys
 
-    from kafkastore.broker import Broker
+    from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.protocol.wire import codec
     from kafkastore.reader import PartitionReader
 

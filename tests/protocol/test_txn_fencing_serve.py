@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.apis import txn as api_txn
 from kafkastore.protocol.coordinators import txn as T

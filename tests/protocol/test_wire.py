@@ -17,7 +17,7 @@ from kio.schema.list_offsets.v8 import request as lo_req
 from kio.schema.metadata.v12 import request as md_req
 from kio.schema.produce.v9 import request as prod_req
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.wire import error_codes as E

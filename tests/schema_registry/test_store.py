@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore.broker import Broker
+from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import RequirementFailedError
 from kafkastore.reader import PartitionReader
 from kafkastore.schema_registry.state import (RegistryState, SchemaVersion, config_key, config_value,

@@ -234,7 +234,7 @@ class TxnStore:
         unconditionally (tests and tools that seed state). ``guard`` is the writer's own
         authority (:meth:`TxnService.still_holds`), asked again just before each attempt:
         a coordinator that fenced itself since it read the state writes nothing."""
-        from ...broker import Broker
+        from ...write.log_writer import LogWriter as Broker
         from ...errors import RequirementFailedError, TxnStateFencedError
         from ...group_offsets import partition_for_group
 

@@ -623,7 +623,7 @@ def verify_problems(storage, topics: dict) -> list[str]:
 
 def open_txns_at_end(storage, topics: dict) -> int:
     """Open transactions left at workload partitions (reported, for diagnosis)."""
-    from kafkastore.transactions import open_transactions
+    from kafkastore.write.transactions import open_transactions
 
     return sum(len(open_transactions(storage, t)) for t in topics)
 
