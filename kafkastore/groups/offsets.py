@@ -372,6 +372,10 @@ class _WriteRequest:
     records: list[tuple[bytes, bytes | None]]
     claim: GroupClaim | None = None
     sealing: bool = False      # a seal: its records are chosen again at each attempt
+    #: Asked at each attempt, just before the append: False refuses the write (a writer
+    #: without the group's claim whose own authority may have ended, e.g. a transaction's
+    #: coordinator that was paused: its offsets would land after newer ones).
+    guard: "Callable[[], bool] | None" = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -579,7 +583,8 @@ class OffsetsStore:
 
     # -- writing -------------------------------------------------------------
     def _write(self, group: str, records: list[tuple[bytes, bytes | None]],
-               claim: GroupClaim | None = None) -> None:
+               claim: GroupClaim | None = None, guard: "Callable[[], bool] | None" = None
+               ) -> None:
         """Append ``records`` to the group's partition; returns once their manifest commit landed.
 
         Group commit: writers that arrive while a flush is under way queue up, and the
@@ -591,7 +596,7 @@ class OffsetsStore:
         """
         if not records and records is not _SEAL:
             return
-        req = _WriteRequest(group, records, claim)
+        req = _WriteRequest(group, records, claim, guard=guard)
         with self._queue_lock:
             self._queue.append(req)
             leader = not self._flushing
@@ -635,6 +640,8 @@ class OffsetsStore:
             live = []
             for req in reqs:
                 why = None if req.claim is None else self._fence_reason(req.claim)
+                if why is None and req.guard is not None and not req.guard():
+                    why = "the writer no longer holds the authority it wrote under"
                 if why is not None:
                     req.error = FencedError(f"write to group {req.group!r} refused: {why}")
                     req.done.set()
@@ -698,11 +705,15 @@ class OffsetsStore:
                           f"lost races with other writers")
 
     def commit_offsets(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata],
-                       claim: GroupClaim | None = None) -> None:
+                       claim: GroupClaim | None = None,
+                       guard: "Callable[[], bool] | None" = None) -> None:
         """Commit ``offsets`` of ``group`` (one manifest commit); visible once this returns.
-        With ``claim``, only as the group's coordinator (:class:`FencedError` otherwise)."""
+        With ``claim``, only as the group's coordinator (:class:`FencedError` otherwise).
+        With ``guard``, only while it answers True, asked at each attempt just before the
+        append (:class:`FencedError` otherwise): a transaction's coordinator writes its
+        offsets under its own authority, not the group's claim."""
         self._write(group, [(encode_offset_key(group, t, p), encode_offset_value(om))
-                            for (t, p), om in offsets.items()], claim)
+                            for (t, p), om in offsets.items()], claim, guard)
 
     def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]],
                        claim: GroupClaim | None = None) -> None:

@@ -267,3 +267,69 @@ def test_an_offset_fetch_answer_fences_the_coordinator_that_loaded_the_group_bef
         assert fetch(w, "zg") == (0, {0: 12, 1: -1})
     finally:
         w.close()
+
+
+def test_a_transaction_that_ends_while_an_offset_fetch_reads_is_never_answered_from_before_it(
+        broker, root, monkeypatch):
+    """A transaction's coordinator (maybe another broker) commits it by writing its offsets
+    to the log and then deleting its pending document. An OffsetFetch with require_stable
+    reads the log and looks for pending documents: if it read the log before the offsets
+    landed and looked after the document was gone, it answered the offsets from before the
+    transaction as stable (a read_committed consumer taking the partition over restarts
+    below offsets its own committed transaction moved on: the harness's regressions of
+    ``txn-g``). Now it looks first: a document it sees answers UNSTABLE_OFFSET_COMMIT, and
+    one it does not see was deleted after its offsets landed, which its read then finds."""
+    import time
+
+    import json
+
+    from kafkastore.protocol.apis.groups import service
+    from kafkastore.protocol.coordinators.pending_offsets import PENDING_DIR
+
+    w = Wire(broker.bootstrap)
+    try:
+        assert commit(w, "sg", -1, "", {0: 10, 1: 11}) == {0: 0, 1: 0}
+        storage = Storage(root)
+        # An open transaction's offsets for the group, as TxnOffsetCommit leaves them.
+        storage.put(f"{PENDING_DIR}/{4242:020d}/{'sg'.encode().hex()}.json", json.dumps(
+            {"epoch": 0, "txn_start_ms": int(time.time() * 1000), "offsets": [["gt", 0, 30, -1, ""]],
+             "group": "sg", "transactional_id": "tx-sg"}).encode())
+        assert _fetch_stable(w, "sg") == {0: (-1, UNSTABLE_OFFSET_COMMIT), 1: (11, 0)}
+        svc = service(broker.server)
+        original = svc.store.group
+        ended = []
+
+        def read_then_the_transaction_ends(*args, **kwargs):
+            state = original(*args, **kwargs)
+            if not ended:   # once, right after this OffsetFetch's read of the log
+                ended.append(1)
+                other = OffsetsStore(Storage(root), broker_id=7)   # the txn's coordinator
+                other.commit_offsets("sg", {("gt", 0): OffsetAndMetadata(30)})
+                for info in storage.list(f"{PENDING_DIR}/"):
+                    storage.delete([info.path[info.path.index(PENDING_DIR):]])
+            return state
+
+        monkeypatch.setattr(svc.store, "group", read_then_the_transaction_ends)
+        answer = _fetch_stable(w, "sg")
+        assert ended
+        assert answer[0] in ((30, 0), (-1, UNSTABLE_OFFSET_COMMIT)), answer
+        monkeypatch.undo()
+        assert _fetch_stable(w, "sg") == {0: (30, 0), 1: (11, 0)}
+    finally:
+        w.close()
+
+
+def test_a_transactions_offsets_are_written_only_while_its_coordinator_holds_its_authority(root):
+    """A transaction's coordinator writes the offsets it took from the pending document
+    without the group's claim. If it paused in between (its lease lapsed, another broker
+    finished the transaction and newer offsets landed), its write would put older offsets
+    after them: the write asks its guard (the coordinator's authority) at each attempt."""
+    from kafkastore.errors import FencedError
+
+    store = OffsetsStore(Storage(root), broker_id=3)
+    store.commit_offsets("wg", {("gt", 0): OffsetAndMetadata(151)})
+    with pytest.raises(FencedError):
+        store.commit_offsets("wg", {("gt", 0): OffsetAndMetadata(113)}, guard=lambda: False)
+    assert OffsetsStore(Storage(root)).group("wg").offsets[("gt", 0)].offset == 151
+    store.commit_offsets("wg", {("gt", 0): OffsetAndMetadata(160)}, guard=lambda: True)
+    assert OffsetsStore(Storage(root)).group("wg").offsets[("gt", 0)].offset == 160

@@ -566,22 +566,29 @@ async def _read_for_fetch(ctx: RequestContext, svc: GroupService, group: str,
     without an error (the consumer would start over from auto.offset.reset). It is read
     again then; COORDINATOR_NOT_AVAILABLE (retriable) if it keeps being dropped."""
     for _ in range(3):
-        err = authz.group_error(ctx, Op.DESCRIBE, group) or await svc.ensure_current(group)
+        err = authz.group_error(ctx, Op.DESCRIBE, group)
         if err:
             return err, set()
-        claim = svc.claim(group)
         unstable: set | None = set()
         if require_stable:
             # Offsets of a transaction not ended yet, or of an OffsetCommit being written:
             # the consumer asks again (KIP-447; Kafka's hasPendingOffsetCommitsForTopicPartition).
+            # Looked for BEFORE the log is read: a transaction's coordinator writes its
+            # offsets, then deletes its document. Seen here: unstable. Not seen: deleted
+            # after its offsets landed, so the read below finds them. (Looked for after the
+            # read, a transaction ending in between was answered from before it, as stable.)
             try:
                 unstable = await ctx.run(
                     unstable_partitions, ctx.broker.storage, group, ctx.broker.clock.wall_ms(),
                     2 * getattr(ctx.broker.options, "transaction_max_timeout_ms", 900_000))
             except KafkaStoreError:
                 unstable = None
-            if unstable is not None:
-                unstable |= svc.committing_now(group)
+        err = await svc.ensure_current(group)
+        if err:
+            return err, set()
+        claim = svc.claim(group)
+        if unstable is not None and require_stable:
+            unstable |= svc.committing_now(group)
         if claim is not None and claim.valid and svc.claim(group) is claim:
             return G.NONE, unstable
         log.info("group %s was dropped while an OffsetFetch waited: read again", group)

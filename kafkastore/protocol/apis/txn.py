@@ -114,9 +114,17 @@ async def _apply_group_offsets(broker, pending) -> None:
 
     svc = groups(broker)
     now = broker.clock.wall_ms()
+    # Under the authority the markers were written under (the running request's): a
+    # coordinator paused between reading the offsets and writing them must not write them
+    # after the coordinator that took over finished the transaction and newer ones landed.
+    txn, token = broker.services.txn_service, broker.services.txn_service.held()
+
+    def guard() -> bool:
+        return txn.still_holds(token)
+
     for group, offsets in pending:
         oms = {tp: OffsetAndMetadata(o, e, md or "", now) for tp, (o, e, md) in offsets.items()}
-        await broker.run(svc.store.commit_offsets, group, oms)
+        await broker.run(svc.store.commit_offsets, group, oms, None, guard)
         if svc.owns(group) and svc.coordinator.is_loaded(group):
             svc.coordinator.record_commit(group, oms)
 
