@@ -7,7 +7,7 @@ files no snapshot references, after a grace period (Spark-free).
    current kafkastore offsets (so the next load always finds where to start,
    even after other engines committed on top of it), and the snapshots
    **awaiting validation** (:func:`awaiting_validation`): the quality gate
-   (``pipelines/quality.py``) moves the ``validated`` tag by walking main's
+   (``pipelines/quality/``) moves the ``validated`` tag by walking main's
    history from the tag to the snapshot it validates and checks each load on
    its own; one expired snapshot on that walk would keep the tag where it is
    forever. ``expire_unvalidated=True`` drops that protection for tables
@@ -44,7 +44,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.storage import _mtime
 
 from .. import iceberg as ice
-from ..iceberg_read import VALIDATED_TAG
+from ..warehouse.properties import VALIDATED_TAG
 from ..spec.table_layout import DEAD_LETTERS_SUFFIX
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from .registry_load import commit_extras, load_files
 from ..source.schema import file_schema, nullable
 from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange
-from ..table_files import DESCRIPTOR_DDL, check_disjoint
+from ..warehouse.files import DESCRIPTOR_DDL, check_disjoint
 from .executor_io import RAW_VALUE_COLUMN, WriteTarget, file_writer, split_reader
 
 
@@ -34,7 +34,7 @@ def _split_frame(spark, n: int):
 
 def kafka_frame(spark, root: str, splits: list[tuple], storage_options: dict | None = None):
     """A DataFrame (Spark's Kafka schema, with headers) of exactly ``splits``."""
-    from ..datasource import spark_schema  # lazy: pyspark start-up (the data source imports it)
+    from ..source.datasource import spark_schema  # lazy: pyspark start-up (the data source imports it)
 
     return _split_frame(spark, len(splits)).mapInArrow(
         split_reader(root, storage_options, splits), spark_schema(include_headers=True))

@@ -1,7 +1,7 @@
 """The options of the ``kafkastore`` data source, parsed once into typed values.
 
 :func:`parse_options` turns Spark's option strings (case-insensitive names, see
-:mod:`pipelines.datasource` for the table) into :class:`SourceOptions`: plain data
+:mod:`pipelines.source.datasource` for the table) into :class:`SourceOptions`: plain data
 that travels to Spark's workers. Where a read starts and ends is a sealed offset
 limit (:mod:`pipelines.spec.offset_ranges`: ``Earliest``, ``Latest``,
 ``SpecificOffsets``, ``SpecificTimestamps``, ``GlobalTimestamp``), as Spark's
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from kafkastore import layout
 from kafkastore.errors import ConfigError
-from kafkastore.reader import READ_COMMITTED, READ_UNCOMMITTED
+from kafkastore.read.reader import READ_COMMITTED, READ_UNCOMMITTED
 
 from ..spec.offset_ranges import (EARLIEST_OFFSET, LATEST_OFFSET, Earliest, GlobalTimestamp, Latest,
                                  OffsetLimit, OffsetRange, SpecificOffsets, SpecificTimestamps,

@@ -45,12 +45,12 @@ from typing import Callable, Mapping, Sequence
 
 from kafkastore.errors import (ConfigError, DataLossError, OffsetOutOfRangeError,
                                WarehouseError)
-from kafkastore.compaction import COMPACTION_WRITER_ID
-from kafkastore.group_admin import committed_offsets
+from kafkastore.maintenance.compaction import COMPACTION_WRITER_ID
+from kafkastore.groups.admin import committed_offsets
 from kafkastore.job_commits import consistent
-from kafkastore.reader import READ_COMMITTED, PartitionReader, ReadRange
+from kafkastore.read.reader import READ_COMMITTED, PartitionReader, ReadRange
 from kafkastore.storage import Storage
-from kafkastore.topics import list_topics, load_topic
+from kafkastore.topics.admin import list_topics, load_topic
 
 from .options import DEFAULT_MAX_BYTES, per_partition
 from ..spec.load_spec import ON_DATA_LOSS
@@ -427,7 +427,7 @@ def resolve_source(opts, storage: Storage
 @dataclass
 class Pruning:
     """What a read's filters let the planner skip (the data source fills it from the
-    filters Spark pushes down: :class:`pipelines.datasource.PushedFilters`)."""
+    filters Spark pushes down: :class:`pipelines.source.datasource.PushedFilters`)."""
 
     partitions: frozenset[int] | None = None  # None: any
     partition_lo: int | None = None           # inclusive

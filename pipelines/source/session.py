@@ -4,7 +4,7 @@
 then ``spark.master`` in the config file, then ``local[*]``), applies
 small-machine defaults, makes sure Python workers run the same interpreter and
 can import ``kafkastore`` / ``pipelines``, and registers the ``kafkastore``
-data source when :mod:`pipelines.datasource` exists.
+data source when :mod:`pipelines.source.datasource` exists.
 
 Settings, lowest precedence first: the defaults below, the config file's
 ``spark.conf`` mapping, ``extra_conf``.
@@ -118,7 +118,7 @@ def get_spark(master: str | None = None, app_name: str = "kafkastore",
 
     Also sets ``PYSPARK_PYTHON`` / ``PYSPARK_DRIVER_PYTHON`` to this interpreter
     unless already set, and registers the ``kafkastore`` data source when
-    :mod:`pipelines.datasource` is present.
+    :mod:`pipelines.source.datasource` is present.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -145,7 +145,7 @@ def get_spark(master: str | None = None, app_name: str = "kafkastore",
 def _register_datasource(spark) -> None:
     """Register the ``kafkastore`` data source once per session (it needs pyspark, so it is
     imported here rather than at module level)."""
-    from pipelines.datasource import register  # noqa: PLC0415  # lazy: pyspark start-up
+    from pipelines.source.datasource import register  # noqa: PLC0415  # lazy: pyspark start-up
 
     if getattr(spark, "_kafkastore_registered", False):
         return

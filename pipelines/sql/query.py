@@ -80,9 +80,9 @@ table or as JSON lines (binary as UTF-8 text, or ``{"base64": ...}`` when not
 UTF-8; timestamps ISO 8601 in UTC).
 
 This module holds the naming, the registration and :func:`run_sql`; the SQL text
-(statements, names, ``sql/views``) is :mod:`pipelines.sql_statements`, the DataFrame of
-each view :mod:`pipelines.sql_frames`, and the printing of results
-:mod:`pipelines.sql_output`. Their public names are re-exported here.
+(statements, names, ``sql/views``) is :mod:`pipelines.sql.statements`, the DataFrame of
+each view :mod:`pipelines.sql.frames`, and the printing of results
+:mod:`pipelines.sql.output`. The package (:mod:`pipelines.sql`) re-exports the public names.
 """
 from __future__ import annotations
 
@@ -97,23 +97,25 @@ from typing import Any, Iterable, Mapping, TextIO
 
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
-from kafkastore.topics import list_topics
+from kafkastore.topics.admin import list_topics
 
-from .spec.table_layout import DEAD_LETTERS_SUFFIX
-from .warehouse.catalog import Warehouse
-from .warehouse.properties import VALIDATED_TAG
-from .warehouse.snapshots import AsOf, parse_snapshot_id, parse_timestamp, select_snapshot
-from .sql_frames import (FILES_DDL, OFFSETS_DDL, SNAPSHOTS_DDL,  # noqa: F401 (re-exported)
-                         WAREHOUSE_OFFSETS_DDL, files_frame, offsets_frame, TableRead,
-                         snapshots_frame, topic_frame, warehouse_offsets_frame, spark_ddl,
-                         table_frame)
-from .sql_output import to_json_value, write_jsonl, write_table  # noqa: F401 (re-exported)
-from .sql_statements import (read_sql_files, referenced_names,  # noqa: F401 (re-exported)
-                             split_statements, sql_views_in)
+from ..spec.table_layout import DEAD_LETTERS_SUFFIX
+from ..warehouse.catalog import Warehouse
+from ..warehouse.properties import VALIDATED_TAG
+from ..warehouse.snapshots import AsOf, parse_snapshot_id, parse_timestamp, select_snapshot
+from .frames import (FILES_DDL, OFFSETS_DDL, SNAPSHOTS_DDL,  # noqa: F401 (re-exported)
+                     WAREHOUSE_OFFSETS_DDL, files_frame, offsets_frame, TableRead,
+                     snapshots_frame, topic_frame, warehouse_offsets_frame, spark_ddl,
+                     table_frame)
+from .output import to_json_value, write_jsonl, write_table  # noqa: F401 (re-exported)
+from .statements import (read_sql_files, referenced_names,  # noqa: F401 (re-exported)
+                         split_statements, sql_views_in)
 
 log = logging.getLogger(__name__)
 
-SQL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sql")
+# The repository's sql/ folder (views and examples), beside pipelines/.
+SQL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "sql")
 VIEWS_DIR = os.path.join(SQL_DIR, "views")
 META_VIEWS = ("kafkastore_offsets", "warehouse_offsets", "warehouse_snapshots", "warehouse_files")
 

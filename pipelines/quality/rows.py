@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 
-from .warehouse.properties import OPERATION_KEY, OPERATIONS, RANGES_KEY, RUN_ID_KEY
-from .warehouse.reads import range_filter, read_snapshot
-from .warehouse.snapshots import main_ancestry, summary_of
+from ..warehouse.properties import OPERATION_KEY, OPERATIONS, RANGES_KEY, RUN_ID_KEY
+from ..warehouse.reads import range_filter, read_snapshot
+from ..warehouse.snapshots import main_ancestry, summary_of
 
 _KEY_PRESENT = "present"
 _COLUMNS = ("topic", "partition", "offset", "timestamp", "key")

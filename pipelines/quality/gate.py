@@ -9,10 +9,10 @@ from typing import Any
 from kafkastore.commit import Budget, Clock, CommitEngine, CommitTarget, Done
 from kafkastore.errors import WarehouseError
 
-from .warehouse.catalog import name_of
-from .warehouse.properties import OPERATION_KEY, VALIDATED_TAG
-from .warehouse.snapshots import main_ancestry, summary_of
-from .quality_rows import is_kafkastore, snapshot_ranges
+from ..warehouse.catalog import name_of
+from ..warehouse.properties import OPERATION_KEY, VALIDATED_TAG
+from ..warehouse.snapshots import main_ancestry, summary_of
+from .rows import is_kafkastore, snapshot_ranges
 
 PUBLISH_ATTEMPTS = 10
 

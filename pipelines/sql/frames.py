@@ -1,7 +1,7 @@
-"""The DataFrame behind each view :func:`pipelines.sql.register_views` registers: a topic,
+"""The DataFrame behind each view :func:`pipelines.sql.query.register_views` registers: a topic,
 one snapshot of an Iceberg table (read by Spark from the files, or by pyiceberg to Arrow),
 and the metadata views (``kafkastore_offsets``, ``warehouse_offsets``,
-``warehouse_snapshots``, ``warehouse_files``). See :mod:`pipelines.sql` on how a table is read.
+``warehouse_snapshots``, ``warehouse_files``). See :mod:`pipelines.sql.query` on how a table is read.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from typing import Any
 
 from kafkastore.errors import ConfigError, WarehouseError
 from kafkastore.storage import Storage
-from kafkastore.topics import describe_topic
+from kafkastore.topics.admin import describe_topic
 
-from .warehouse.catalog import name_of, table_fs
-from .warehouse.properties import OPERATION_KEY, RUN_ID_KEY
-from .warehouse.reads import missing_file
-from .warehouse.snapshots import main_ancestry, snapshot_offsets, summary_of
+from ..warehouse.catalog import name_of, table_fs
+from ..warehouse.properties import OPERATION_KEY, RUN_ID_KEY
+from ..warehouse.reads import missing_file
+from ..warehouse.snapshots import main_ancestry, snapshot_offsets, summary_of
 
 OFFSETS_DDL = "topic string, partition int, log_start_offset bigint, high_watermark bigint"
 WAREHOUSE_OFFSETS_DDL = ("table string, topic string, partition int, committed_offset bigint, "
@@ -42,7 +42,7 @@ class TableRead:
 
 
 def topic_frame(spark, root: str, topic: str, storage_options: dict):
-    from .datasource import read_topic
+    from ..source.datasource import read_topic
 
     return read_topic(spark, root, topic, storage_options=storage_options or None,
                       includeHeaders=True)
@@ -65,7 +65,7 @@ def table_frame(spark, table, snapshot, schema=None):
     urls = [t.file.file_path for t in tasks]
     if any(t.delete_files for t in tasks) or not all(u.startswith("file:") for u in urls):
         return _arrow_frame(spark, table, snapshot, schema, tasks, ddl)
-    from .warehouse import field_ids
+    from ..warehouse import field_ids
 
     with _unreadable(name, snapshot):
         if not field_ids.needs_field_ids(table.metadata, schema):

@@ -68,9 +68,9 @@ A failed validation raises :class:`QualityCheckFailed` unless
 ``raise_on_failure=False``; the tag then stays where it was.
 
 This module holds the verdict (:class:`QualityResult`), the checking of one snapshot, the
-reports and the entry points; what a snapshot brought is :mod:`pipelines.quality_rows`,
-the Great Expectations checks :mod:`pipelines.quality_checks`, and the move of the tag
-:mod:`pipelines.quality_gate`. Their public names are re-exported here.
+reports and the entry points; what a snapshot brought is :mod:`pipelines.quality.rows`,
+the Great Expectations checks :mod:`pipelines.quality.checks`, and the move of the tag
+:mod:`pipelines.quality.gate`. The package (:mod:`pipelines.quality`) re-exports the public names.
 """
 from __future__ import annotations
 
@@ -86,14 +86,14 @@ from kafkastore.errors import ConfigError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
 
-from .spec.table_layout import dead_letter_table
-from .warehouse.catalog import Warehouse, name_of
-from .warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, VALIDATED_TAG
-from .warehouse.snapshots import main_ancestry, summary_of
-from .quality_checks import expectation_checks, import_gx, run_gx
-from .quality_gate import PUBLISH_ATTEMPTS, publish  # noqa: F401 (re-exported)
-from .quality_rows import (Range, check_frames, is_kafkastore, read_rows,  # noqa: F401 (re-exported)
-                           snapshot_ranges)
+from ..spec.table_layout import dead_letter_table
+from ..warehouse.catalog import Warehouse, name_of
+from ..warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, VALIDATED_TAG
+from ..warehouse.snapshots import main_ancestry, summary_of
+from .checks import expectation_checks, import_gx, run_gx
+from .gate import PUBLISH_ATTEMPTS, publish  # noqa: F401 (re-exported)
+from .rows import (Range, check_frames, is_kafkastore, read_rows,  # noqa: F401 (re-exported)
+                   snapshot_ranges)
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +191,14 @@ def _topic_policies(topics: set[str], root: str | None, topic_config,
     if compacted is not None:
         return set(topics) if compacted else set()
     if topic_config is not None:
-        from kafkastore.topic_config import TopicConfig
+        from kafkastore.topics.topic_config import TopicConfig
 
         cfg = topic_config if isinstance(topic_config, TopicConfig) else TopicConfig.from_dict(
             dict(topic_config))
         return set(topics) if cfg.compact else set()
     if root is None:
         return set()
-    from kafkastore.topics import load_topic
+    from kafkastore.topics.admin import load_topic
 
     storage = Storage(root, storage_options)
     return {t for t in topics if load_topic(storage, t).config.compact}
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     failed check or bad input (one line ``kafkastore: error: ...``)."""
     import argparse
 
-    from pipelines.config import load_config
+    from ..spec.job_config import load_config
     from kafkastore.errors import KafkaStoreError
 
     p = argparse.ArgumentParser(prog="python -m pipelines.quality",
@@ -424,6 +424,3 @@ def main(argv: list[str] | None = None) -> int:
     print(result.render())
     return 0 if result.success else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())
