@@ -17,8 +17,10 @@ import sys
 import time
 
 from kafkastore import cli as log_cli
-from kafkastore.cli import flag, non_negative, offsets_of, print_json
+from kafkastore.cli.commands import offsets_of, print_json
+from kafkastore.cli.parser import flag, non_negative
 from pipelines.spec.job_config import Config, load_config
+from pipelines.spec.table_layout import add_layout_flags
 from kafkastore.errors import ConfigError, KafkaStoreError, MissingExtraError
 
 
@@ -84,7 +86,7 @@ def cmd_load(args, cfg: Config) -> int:
 
 
 def cmd_reprocess(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.warehouse.catalog import Warehouse  # lazy: job commands need the spark extra
     from pipelines.spec.load_spec import resolve_spec  # lazy: job commands need the spark extra
     from pipelines.jobs.reprocess import run_reprocess  # lazy: job commands need the spark extra
 
@@ -104,7 +106,7 @@ def cmd_reprocess(args, cfg: Config) -> int:
 
 
 def cmd_vacuum(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.warehouse.catalog import Warehouse  # lazy: job commands need the spark extra
     from pipelines.jobs.vacuum import DEFAULT_GRACE_MS, check_grace, vacuum  # lazy: job commands need the spark extra
 
     grace = check_grace(DEFAULT_GRACE_MS if args.grace_ms is None else args.grace_ms)
@@ -124,7 +126,7 @@ def cmd_vacuum(args, cfg: Config) -> int:
 
 
 def cmd_maintain(args, cfg: Config) -> int:
-    from pipelines.iceberg import Warehouse  # lazy: job commands need the spark extra
+    from pipelines.warehouse.catalog import Warehouse  # lazy: job commands need the spark extra
     from pipelines.jobs.maintain import maintain  # lazy: job commands need the spark extra
 
     wh = Warehouse(args.warehouse or cfg.warehouse, cfg.catalog or None,
@@ -248,15 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     lo.add_argument("--on-data-loss", choices=("fail", "skip"),
                     help="when retention deleted offsets the table never loaded: fail (default) "
                          "or skip them and record the gap in the snapshot")
-    lo.add_argument("--partition-by", action="append", metavar="FIELD",
-                    help="Iceberg partition field of a new table, e.g. 'day(timestamp)' "
-                         "(repeatable; default: the config's, else day(timestamp))")
     flag(lo, "--register-existing", REGISTER_HELP)
-    lo.add_argument("--mode", choices=("append", "upsert"),
-                    help="append (default): every record a row; upsert: one row per key, "
-                         "the latest record wins, a tombstone deletes the key")
-    lo.add_argument("--key-columns", metavar="A,B",
-                    help="upsert: key by these decoded value columns (default: the Kafka key)")
+    # --partition-by, --mode, --key-columns, ...: one flag per field the table layout declares.
+    add_layout_flags(lo)
     lo.add_argument("--cdc", choices=("debezium",),
                     help="values are Debezium change events (JSON, with or without the "
                          "schema/payload wrapper, or Avro with --value-format avro "

@@ -8,5 +8,7 @@ from pipelines.spec.table_layout import (  # noqa: F401
     DEFAULT_PARTITION_BY, KEY_COLUMNS_PROPERTY, LOAD_PROPERTIES, LOAD_PROPERTY_PREFIX,
     mode_properties, MODE_PROPERTY, MODES, NAME_RE, parse_key_columns,
     parse_partition_field, table_identifier, table_mode, table_name, TableLayout,
-    TOMBSTONE,
+    TOMBSTONE, add_layout_flags, APPEND_ROW_ORDER, FIXED_FIELDS, LAYOUT_CONFIG_KEYS,
+    LAYOUT_FIELDS, LAYOUT_FIELDS_BY_NAME, layout_entry_from_flags, layout_flags, LayoutField,
+    parse_given_key_columns, parse_mode, parse_partition_by, undeclared_layout_fields,
 )

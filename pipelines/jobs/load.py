@@ -59,7 +59,8 @@ from ..source.schema import (base_decoded_schema, dead_letter_schema, file_schem
 from ..spec.load_spec import REVISABLE, LoadSpec, resolve_spec, stored_load
 from ..spec.offset_ranges import Latest, OffsetLimit, OffsetRange
 from ..spec.table_layout import (LOAD_PROPERTIES, TableLayout, check_mode,  # noqa: F401
-                                mode_properties, table_identifier)
+                                layout_entry_from_flags, layout_flags, mode_properties,
+                                table_identifier)
 from .upsert import remove_staging, upsert_commit
 
 log = logging.getLogger(__name__)
@@ -530,9 +531,7 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
         decoding = {"value_schema": schema, "value_schema_file": schema_file}
     spec = resolve_spec(cfg, args.topic, getattr(args, "table", None),
                         on_data_loss=getattr(args, "on_data_loss", None),
-                        partition_by=getattr(args, "partition_by", None),
-                        mode=getattr(args, "mode", None),
-                        key_columns=getattr(args, "key_columns", None))
+                        **layout_flags(args))
     if decoding:
         # Given flags, even --value-format raw, must agree with the table's recorded load.
         # (a schema without --value-format: the table's format, else raw)
@@ -694,7 +693,7 @@ def load_many(spark, request: ManyLoadRequest) -> ManyLoadSummary:
     (a bad pattern, a name collision, records nothing routes) come before any commit.
     """
     from kafkastore.errors import KafkaStoreError
-    from kafkastore.topics import list_topics
+    from kafkastore.topics.admin import list_topics
 
     from .routing import matching_topics
 
@@ -773,7 +772,7 @@ def _route_jobs(spark, request: ManyLoadRequest, storage: Storage, topic: str):
 
 
 def _partitions(storage: Storage, topic: str) -> int:
-    from kafkastore.topics import load_topic
+    from kafkastore.topics.admin import load_topic
 
     return load_topic(storage, topic).partitions
 
@@ -864,10 +863,8 @@ def load_many_options_from_args(args, cfg) -> dict[str, Any]:
         "value_format": getattr(args, "value_format", None),
         "value_schema": getattr(args, "value_schema", None),
         "value_schema_file": getattr(args, "value_schema_file", None),
-        "on_data_loss": getattr(args, "on_data_loss", None),
-        "partition_by": getattr(args, "partition_by", None),
-        "mode": getattr(args, "mode", None),
-        "key_columns": getattr(args, "key_columns", None)}.items() if v is not None})
+        "on_data_loss": getattr(args, "on_data_loss", None)}.items() if v is not None})
+    entry.update(layout_entry_from_flags(args))
     if pattern is not None:
         entry.pop("topic", None)
     wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,

@@ -5,7 +5,8 @@ ones, delete files folded into the data. No Spark: pyiceberg and pyarrow on one 
 main's head smaller than ``small_bytes`` (default three quarters of the target), when
 there are at least two of them, and every data file a delete file applies to. They are
 read through pyiceberg (positional deletes applied; equality deletes refused: no
-reader here applies them) and written again sorted (upsert tables by their key, so
+reader here applies them) and written again sorted in the row order of the layout the table's properties record
+(:meth:`pipelines.spec.table_layout.TableLayout.row_order`: upsert tables by their key, so
 loads keep touching few files; others by topic, partition, offset), cut into files of
 about ``target_bytes`` (estimated from the rows' size in the inputs).
 
@@ -36,10 +37,10 @@ from typing import Any, Sequence
 from kafkastore.errors import UnsupportedDeletesError
 
 from .. import iceberg as ice
-from .upsert import read_tasks, table_mode, write_sorted
+from ..spec.table_layout import TableLayout
+from .upsert import read_tasks, write_sorted
 
 DEFAULT_TARGET_BYTES = 128 << 20
-_APPEND_SORT = ("topic", "partition", "offset")
 
 
 @dataclass
@@ -86,9 +87,9 @@ class MaintainRewrite:
         tasks = list(table.scan(snapshot_id=snapshot_id).plan_files())
         small = self.small_bytes if self.small_bytes is not None else self.target_bytes * 3 // 4
         groups = plan_groups(tasks, small)
-        mode, keys = table_mode(table)
-        sort = tuple(keys) if mode == "upsert" else tuple(
-            c for c in _APPEND_SORT if c in table.schema().column_names)
+        # The layout as the table records it (declared fields, read generically).
+        layout = TableLayout.of_properties(table.metadata.properties)
+        sort = layout.row_order(table.schema().column_names)
         drop, written = [], []
         stats = MaintainStats(files_before=len(tasks))
         folded = set()

@@ -29,7 +29,11 @@ dictionaries. A config entry::
 
 The table's layout (partitioning, mode, keys, file size) is one typed value,
 :attr:`LoadSpec.layout` (:class:`pipelines.spec.table_layout.TableLayout`), built with the
-spec; the jobs pass it down instead of the loose fields.
+spec; the jobs pass it down instead of the loose fields. The layout's ``loads:`` keys,
+their parsing, their recorded properties and the settling of those against a table come
+from the layout's declarations (``table_layout.LAYOUT_FIELDS``): a layout field added there
+needs no edit here (fields other than partition_by, mode and key_columns are kept in
+:attr:`LoadSpec.layout_options`).
 
 Spark-free and pyiceberg-free (stdlib only when parsing), so the CLI and Airflow's
 DAG file can parse it cheaply at parse time.
@@ -43,8 +47,9 @@ from typing import Any, Mapping
 from kafkastore.errors import ConfigError
 
 from .table_layout import (DEFAULT_COMPRESSION, DEFAULT_KEY_COLUMNS, DEFAULT_MAX_ROWS_PER_FILE,
-                           DEFAULT_PARTITION_BY, LOAD_PROPERTIES, TableLayout, dead_letter_table,
-                           parse_key_columns, table_identifier, table_mode, table_name)
+                           FIXED_FIELDS, LAYOUT_CONFIG_KEYS, LAYOUT_FIELDS, LAYOUT_FIELDS_BY_NAME,
+                           LOAD_PROPERTIES, TableLayout, dead_letter_table, table_identifier,
+                           table_mode, table_name)
 
 VALUE_FORMATS = ("raw", "json", "avro", "protobuf", "json-schema")
 ON_DATA_LOSS = ("fail", "skip")
@@ -59,11 +64,14 @@ REVISABLE = ("value_schema", "value_schema_file")
 #: key and ``schedule: null``, a DAG run only by hand, differ).
 SCHEDULING = ("schedule", "start_date", "catchup", "retries", "retry_delay_s",
               "max_retry_delay_s", "maintain")
-#: The spec fields whose default a table's recorded value replaces when left out.
-DEFAULTS = {"value_format": "raw", "partition_by": DEFAULT_PARTITION_BY}
+#: The spec fields whose default a table's recorded value replaces when left out (the
+#: value format, and each layout field recorded under the FIXED rule).
+DEFAULTS = {"value_format": "raw", **{f.name: f.default for f in FIXED_FIELDS}}
 KNOWN = {"topic", "table", "value_format", "value_schema", "value_schema_file",
-         "partition_by", "on_data_loss", "mode", "key_columns", "cdc", *DECODE_EXTRA,
-         *SCHEDULING}
+         "on_data_loss", "cdc", *LAYOUT_CONFIG_KEYS, *DECODE_EXTRA, *SCHEDULING}
+#: The layout fields that are attributes of :class:`LoadSpec` itself (the others are in
+#: :attr:`LoadSpec.layout_options`).
+SPEC_LAYOUT_FIELDS = ("partition_by", "mode", "key_columns", "max_rows_per_file", "compression")
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class LoadSpec:
     #: A route-by-field load: which records this table takes
     #: (:class:`pipelines.spec.route_filter.RouteFilter`; None: every record).
     route: Any = field(default=None, compare=False)
+    #: The given values of the layout fields declared in ``table_layout.LAYOUT_FIELDS``
+    #: beyond :data:`SPEC_LAYOUT_FIELDS` (field name -> value; absent: not given).
+    layout_options: Mapping[str, Any] = field(default_factory=dict)
     #: The table layout of the fields above, built (and validated) with the spec.
     layout: TableLayout = field(init=False, repr=False, compare=False)
 
@@ -112,9 +123,14 @@ class LoadSpec:
             raise ConfigError(f"on_data_loss must be one of {ON_DATA_LOSS}, got {self.on_data_loss!r}")
         if (self.cdc is not None or self.key_columns) and self.mode is None:
             object.__setattr__(self, "mode", "upsert")
+        unknown = sorted(set(self.layout_options) - (set(LAYOUT_FIELDS_BY_NAME)
+                                                     - set(SPEC_LAYOUT_FIELDS)))
+        if unknown:
+            raise ConfigError(f"unknown layout option(s) {unknown}")
         object.__setattr__(self, "layout", TableLayout(
-            tuple(self.partition_by), self.mode, tuple(self.key_columns),
-            int(self.max_rows_per_file), str(self.compression)))
+            partition_by=tuple(self.partition_by), mode=self.mode,
+            key_columns=tuple(self.key_columns), max_rows_per_file=int(self.max_rows_per_file),
+            compression=str(self.compression), **self.layout_options))
         if self.cdc is not None:
             from ..decoding.cdc import check_spec  # lazy: the DAG file parses specs without the decoders
 
@@ -123,22 +139,43 @@ class LoadSpec:
     def _resolve_defaults(self) -> None:
         """Fill the fields of :data:`DEFAULTS` left at None, noting them in ``defaulted``."""
         defaulted = set(self.defaulted)
+        options = dict(self.layout_options)
         for name, default in DEFAULTS.items():
-            value = getattr(self, name)
+            value = self.value_of(name)
             if value is None:
-                object.__setattr__(self, name, default)
+                value = default
                 defaulted.add(name)
             else:
-                if name == "partition_by":
+                if isinstance(value, list):
                     value = tuple(value)
-                    object.__setattr__(self, name, value)
                 if value != default:
                     defaulted.discard(name)
+            if name in options or not hasattr(self, name):
+                options[name] = value
+            else:
+                object.__setattr__(self, name, value)
+        object.__setattr__(self, "layout_options", options)
         object.__setattr__(self, "defaulted", frozenset(defaulted))
+
+    def value_of(self, name: str) -> Any:
+        """A field's value: an attribute, or a layout option (None: not given)."""
+        if name in LAYOUT_FIELDS_BY_NAME and name not in SPEC_LAYOUT_FIELDS:
+            return self.layout_options.get(name)
+        return getattr(self, name)
+
+    def _with(self, changes: Mapping[str, Any], **kw: Any) -> "LoadSpec":
+        """``replace`` that puts layout fields other than the spec's own into
+        :attr:`layout_options`."""
+        attrs = dict(changes)
+        options = {k: attrs.pop(k) for k in list(attrs)
+                   if k in LAYOUT_FIELDS_BY_NAME and k not in SPEC_LAYOUT_FIELDS}
+        if options:
+            attrs["layout_options"] = {**self.layout_options, **options}
+        return replace(self, **attrs, **kw)
 
     def given(self, **changes: Any) -> "LoadSpec":
         """A copy with ``changes`` given explicitly (a default value included)."""
-        return replace(self, **changes, defaulted=self.defaulted - set(changes))
+        return self._with(changes, defaulted=self.defaulted - set(changes))
 
     def for_table(self, table) -> "LoadSpec":
         """This spec settled against ``table`` (a pyiceberg table or None): what the
@@ -154,7 +191,7 @@ class LoadSpec:
             mode, keys = table_mode(table)
             changes.update(mode=mode, key_columns=() if tuple(keys) in ((), DEFAULT_KEY_COLUMNS)
                            else tuple(keys))
-        return replace(self, **changes) if changes else self
+        return self._with(changes) if changes else self
 
     def _stored_changes(self, properties: Mapping[str, str], name: str) -> dict[str, Any]:
         """The fields to take from the table's load properties (see :meth:`for_table`)."""
@@ -190,18 +227,18 @@ class LoadSpec:
                 changes["cdc"] = stored["cdc"]
         else:
             _agree(name, "cdc", self.cdc, stored["cdc"])
-        if "partition_by" in self.defaulted or tuple(self.partition_by) == stored["partition_by"]:
-            changes["partition_by"] = stored["partition_by"]
-        else:
-            _agree(name, "partition_by", list(self.partition_by), list(stored["partition_by"]))
+        for f in FIXED_FIELDS:   # the layout's recorded fields, by their declared rule
+            changes[f.name] = f.recorded.settle(self.value_of(f.name), stored[f.name],
+                                                f.name in self.defaulted, table=name, flag=f.flag)
         return changes
 
     def load_properties(self) -> dict[str, str]:
         """The table properties recording how this spec loads (:data:`LOAD_PROPERTIES`),
         set when a load creates the table."""
         props = {LOAD_PROPERTIES["value_format"]: self.value_format,
-                 LOAD_PROPERTIES["decode"]: json.dumps(dict(self.decode), sort_keys=True),
-                 LOAD_PROPERTIES["partition_by"]: json.dumps(list(self.partition_by))}
+                 LOAD_PROPERTIES["decode"]: json.dumps(dict(self.decode), sort_keys=True)}
+        for f in FIXED_FIELDS:
+            props[f.recorded.name] = f.recorded.encode(self.value_of(f.name))
         for name in ("value_schema", "value_schema_file", "cdc"):
             if getattr(self, name) is not None:
                 props[LOAD_PROPERTIES[name]] = str(getattr(self, name))
@@ -245,10 +282,8 @@ class LoadSpec:
 
     def with_overrides(self, **kw: Any) -> "LoadSpec":
         """A copy with the non-None keyword values replaced (CLI flags over the config)."""
-        changes = {k: (tuple(v) if k == "partition_by" else v) for k, v in kw.items()
-                   if v is not None}
-        if "key_columns" in changes:
-            changes["key_columns"] = parse_key_columns(changes["key_columns"])
+        changes = {k: (LAYOUT_FIELDS_BY_NAME[k].parse(v) if k in LAYOUT_FIELDS_BY_NAME else v)
+                   for k, v in kw.items() if v is not None}
         return self.given(**changes)
 
     @classmethod
@@ -262,26 +297,23 @@ class LoadSpec:
                               f"{entry.get('topic')!r}; expected some of {sorted(KNOWN)}")
         if not entry.get("table"):
             raise ConfigError(f"the 'loads' entry for topic {entry.get('topic')!r} needs a table")
-        pb = entry.get("partition_by")
-        if isinstance(pb, str):
-            pb = [pb]
-        if pb is not None and not isinstance(pb, (list, tuple)):
-            raise ConfigError(f"partition_by must be a list like ['day(timestamp)'], got {pb!r}")
+        layout = {f.name: f.parse(entry.get(f.config_key)) for f in LAYOUT_FIELDS
+                  if f.config_key}
+        options = {k: v for k, v in layout.items() if k not in SPEC_LAYOUT_FIELDS and v is not None}
         return cls(topic=str(entry.get("topic") or ""), table=str(entry["table"]),
                    value_format=str(entry["value_format"]) if entry.get("value_format") else None,
                    value_schema=entry.get("value_schema"),
                    value_schema_file=entry.get("value_schema_file"),
                    decode={k: entry[k] for k in DECODE_EXTRA if entry.get(k) is not None},
-                   partition_by=None if pb is None else tuple(str(x) for x in pb),
                    on_data_loss=str(entry.get("on_data_loss") or "fail"),
                    scheduling={k: entry[k] for k in SCHEDULING if k in entry},
-                   mode=str(entry["mode"]) if entry.get("mode") else None,
-                   key_columns=_key_columns(entry.get("key_columns")),
-                   cdc=entry.get("cdc") or None)
+                   cdc=entry.get("cdc") or None, layout_options=options,
+                   **{k: v for k, v in layout.items() if k in SPEC_LAYOUT_FIELDS})
 
 
-#: The CLI flag of each recorded field (decoder options: ``--`` + the option's name).
-_FLAGS = {"value_format": "--value-format", "cdc": "--cdc", "partition_by": "--partition-by"}
+#: The CLI flag of each recorded field (decoder options: ``--`` + the option's name; the
+#: layout's fields: their declarations).
+_FLAGS = {"value_format": "--value-format", "cdc": "--cdc"}
 
 
 def stored_load(properties: Mapping[str, str]) -> dict[str, Any] | None:
@@ -295,7 +327,7 @@ def stored_load(properties: Mapping[str, str]) -> dict[str, Any] | None:
             "value_schema_file": get(LOAD_PROPERTIES["value_schema_file"]),
             "decode": json.loads(get(LOAD_PROPERTIES["decode"]) or "{}"),
             "cdc": get(LOAD_PROPERTIES["cdc"]),
-            "partition_by": tuple(json.loads(get(LOAD_PROPERTIES["partition_by"]) or "[]"))}
+            **{f.name: f.recorded.decode(get(f.recorded.name)) for f in FIXED_FIELDS}}
 
 
 def _agree(table: str, name: str, given: Any, stored: Any, option: str | None = None) -> None:
@@ -311,12 +343,6 @@ def _agree(table: str, name: str, given: Any, stored: Any, option: str | None = 
 
 def _display_name(table) -> str:
     return table_name(table.name())
-
-
-def _key_columns(value) -> tuple[str, ...]:
-    if not value:
-        return ()
-    return parse_key_columns(value)
 
 
 #: The keys of a ``loads:`` entry of many tables (pipelines.spec.topic_routing).

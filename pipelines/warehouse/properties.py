@@ -6,12 +6,20 @@ upserts, registry loads, reprocess, maintain, vacuum, the quality gate and
 ``kafkastore.`` key (``tests/pipelines/test_warehouse_properties.py`` checks).
 
 The values are stored in tables that exist: never change one. Adding a load property:
-a name under :data:`LOAD_PROPERTY_PREFIX` in :data:`LOAD_PROPERTIES`, its default for
-tables that lack it and its conflict rule (``pipelines.spec.load_spec``).
+a name under :data:`LOAD_PROPERTY_PREFIX` in :data:`LOAD_PROPERTIES`; a field of a table's
+layout then declares it with its conflict rule (a :class:`RecordedProperty` in
+``pipelines.spec.table_layout.LAYOUT_FIELDS``), and the loads, reprocess and maintain
+record, read and settle it through :class:`RecordedProperty` without further edits.
 
 Stdlib only: the DAG file's job specs import it at parse time.
 """
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kafkastore.errors import ConfigError
 
 # ---------------------------------------------------------------------------
 # Table properties
@@ -50,6 +58,59 @@ LOAD_PROPERTIES = {
     "cdc": LOAD_PROPERTY_PREFIX + "cdc",
     "partition_by": LOAD_PROPERTY_PREFIX + "partition-by",
 }
+
+# ---------------------------------------------------------------------------
+# How a recorded layout property is kept
+
+#: A load property recorded when a load creates the table: a run that leaves the field
+#: out takes the table's value; a run that gives it (even the default) must give the
+#: table's, or it is refused in one line naming the property and the flag. Tables created
+#: before the load properties existed keep what the run gives.
+FIXED = "fixed"
+#: The mode and key columns (:data:`MODE_PROPERTY`, :data:`KEY_COLUMNS_PROPERTY`, older
+#: than the load properties): a run that names no mode takes the table's, another mode or
+#: other keys are refused (``pipelines.spec.table_layout.check_mode``).
+TABLE_MODE = "table-mode"
+RULES = (FIXED, TABLE_MODE)
+
+
+@dataclass(frozen=True)
+class RecordedProperty:
+    """A table property recording one field of a table's layout, and its conflict rule.
+
+    Values are stored as JSON (a tuple as a list, read back as a tuple); ``absent`` is the
+    value of a table that has the load properties but not this one (created before the
+    field existed)."""
+
+    name: str
+    rule: str = FIXED
+    absent: Any = None
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ConfigError(f"unknown conflict rule {self.rule!r}; expected one of {RULES}")
+
+    def encode(self, value: Any) -> str:
+        """The property's text for ``value``."""
+        return json.dumps(list(value) if isinstance(value, tuple) else value)
+
+    def decode(self, text: str | None) -> Any:
+        """The value a property's text records (``absent`` for no text)."""
+        if text is None:
+            return self.absent
+        value = json.loads(text)
+        return tuple(value) if isinstance(value, list) else value
+
+    def settle(self, given: Any, stored: Any, left_out: bool, *, table: str, flag: str) -> Any:
+        """The value a run of ``table`` uses under rule :data:`FIXED`: the table's when the
+        run left the field out or gave the same; otherwise a ConfigError (one line)."""
+        if left_out or given == stored:
+            return stored
+        shown = (lambda v: list(v) if isinstance(v, tuple) else v)
+        raise ConfigError(f"table {table} is loaded with {self.name}={json.dumps(shown(stored))}; "
+                          f"{flag} {json.dumps(shown(given))} conflicts with it (drop the flag to "
+                          f"use the table's, or load into another table)")
+
 
 # ---------------------------------------------------------------------------
 # Snapshot summary keys (the commit protocol, DESIGN.md section 5)
