@@ -28,9 +28,9 @@ import struct
 from ...errors import KafkaStoreError
 from ...errors import FetchCheckError
 from ...manifest import Manifest
-from ...reader import PartitionReader, last_stable_offset, segment_position
+from ...read.reader import PartitionReader, last_stable_offset, segment_position
 from ...format.record_batch import LOG_OVERHEAD
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ..wire import error_codes as E
 from ..wire.codec import make
 from ..registry import RequestContext
@@ -71,7 +71,8 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
         # Another broker may have committed since the cached read: never answer
         # OFFSET_OUT_OF_RANGE (which makes consumers reset their position) from a stale cache.
         m = broker.meta.manifest(topic, partition, 0)
-    hw, lso, start = m.high_watermark, last_stable_offset(m), m.log_start_offset
+    hw, start = m.high_watermark, m.log_start_offset
+    lso = stable_offset(broker, m) if read_committed else last_stable_offset(m)
     out = PartitionRead(E.NONE, hw, lso, start, b"", () if read_committed else None)
     if offset < start or offset > hw:
         out.error = E.OFFSET_OUT_OF_RANGE
@@ -133,6 +134,16 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
         out.aborted = tuple((pid, first) for s in m.segments_from(offset) for pid, first, last in s.aborted_txns
                             if last >= offset and first < end_offset)
     return out
+
+
+def stable_offset(broker, m: Manifest) -> int:
+    """The last stable offset a read_committed reader of ``m`` is given: below the open
+    transactions and below the transactions of a write job still marking its partitions
+    (:class:`~kafkastore.job_commits.PendingJobs`), so a job is seen in all of its
+    partitions or in none."""
+    lso = last_stable_offset(m)
+    cap = broker.meta.pending_jobs.cap(m)
+    return lso if cap is None else max(m.log_start_offset, min(lso, cap))
 
 
 async def handle_fetch(ctx: RequestContext, request):
@@ -212,6 +223,8 @@ def _resolve(index, ids, found):
 def _read_all(broker, topics, max_bytes: int, read_committed: bool, refresh: bool):
     results = []
     budget = max_bytes
+    if read_committed:
+        _note_manifests(broker, topics)
     for name, tid, partitions in topics:
         parts = []
         for p in partitions:
@@ -236,6 +249,19 @@ def _read_all(broker, topics, max_bytes: int, read_committed: bool, refresh: boo
     return results
 
 
+def _note_manifests(broker, topics) -> None:
+    """Show the request's manifests to the pending-jobs view before any is capped, so one
+    listing of the pending jobs (if one is needed at all) covers the whole request."""
+    for name, _, partitions in topics:
+        meta = broker.meta.topic(name)
+        for p in partitions:
+            if meta is not None and 0 <= p.partition < meta.partitions:
+                try:
+                    broker.meta.pending_jobs.note(broker.meta.manifest(name, p.partition))
+                except KafkaStoreError:
+                    pass   # read_partition meets it again and answers the error
+
+
 # -- ListOffsets ---------------------------------------------------------------
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
@@ -257,7 +283,7 @@ def list_offset(broker, topic: str, partition: int, timestamp: int,
         return E.NONE, -1, -1
     # Kafka's Partition.fetchOffsetForTimestamp: lookups answer only offsets a consumer of this
     # isolation level may fetch (below the last stable offset for read_committed).
-    fetchable = last_stable_offset(m) if read_committed else m.high_watermark
+    fetchable = stable_offset(broker, m) if read_committed else m.high_watermark
     if timestamp == LATEST:
         return E.NONE, -1, fetchable
     if timestamp == MAX_TIMESTAMP:

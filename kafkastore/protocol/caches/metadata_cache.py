@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 
 from ...errors import ConfigError, UnknownTopicError
+from ...job_commits import PendingJobs
 from ...manifest import Manifest, ManifestStore
 from ...storage import Storage
-from ...topics import TopicMetadata, list_topics, load_topic
+from ...topics.admin import TopicMetadata, list_topics, load_topic
 from .topic_ids import TopicIdIndex
 
 
@@ -38,6 +39,8 @@ class MetadataCache:
         self._manifests: dict[tuple[str, int], tuple[float, Manifest]] = {}
         #: Fetch v13+'s topic id -> name (remembers the id of every topic loaded here).
         self.topic_ids = TopicIdIndex(self, rescan_interval_s=ttl_s, clock=self.clock)
+        #: Write jobs into topics still marking: read_committed reads stay below them.
+        self.pending_jobs = PendingJobs(storage, self.clock)
 
     def topic(self, name: str) -> TopicMetadata | None:
         """The topic's metadata, None if it does not exist."""

@@ -1,0 +1,71 @@
+"""Kafka clients reading through ``serve`` (read_committed) never see part of a write job
+into topics: a job whose driver died between two partitions' COMMIT markers is shown in
+all of its partitions or in none, by Fetch and by ListOffsets' last stable offset; once
+the job is rolled forward, all of it."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kafkastore.job_commits import settle_pending
+from kafkastore.protocol.server import BrokerThread, ServeOptions
+from kafkastore.storage import Storage
+from tests.helpers.sink_jobs import half_marked_job
+
+pytest.importorskip("confluent_kafka")
+
+READ_COMMITTED = {"isolation.level": "read_committed"}
+
+
+def _read_until_idle(bootstrap: str, topic: str, idle_s: float = 4.0) -> list[str]:
+    """Every value a read_committed consumer gets from both partitions until nothing new
+    arrives for ``idle_s`` (the waits are the client's, not assertions on time)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100, **READ_COMMITTED})
+    c.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
+    got: list[str] = []
+    last = time.monotonic()
+    while time.monotonic() - last < idle_s:
+        m = c.poll(0.2)
+        if m is None or m.error() is not None:
+            continue
+        got.append(m.value().decode())
+        last = time.monotonic()
+    c.close()
+    return sorted(got)
+
+
+def _stable_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """ListOffsets(latest, read_committed) per partition: the last stable offsets."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in (0, 1)}
+    futures = admin.list_offsets(asked, isolation_level=IsolationLevel.READ_COMMITTED,
+                                 request_timeout=30)
+    return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+
+@pytest.fixture
+def served(tmp_path):
+    root = f"file://{tmp_path}/root"
+    values = sorted(half_marked_job(root))
+    b = BrokerThread(Storage(root), ServeOptions(port=0, commit_interval_ms=2)).start()
+    yield root, b.bootstrap, values
+    b.stop()
+
+
+def test_a_kafka_client_sees_a_job_killed_between_partitions_markers_all_or_none(served):
+    root, bootstrap, values = served
+    first = _read_until_idle(bootstrap, "out")
+    assert first in ([], values), f"{len(first)} of {len(values)} records of one job"
+    ends = _stable_ends(bootstrap, "out")
+    # The job's records start each partition: either both ends are past them or neither.
+    assert (ends[0] == 0) == (ends[1] == 0), ends
+    settle_pending(Storage(root))          # what the next planning reader or writer does
+    assert _read_until_idle(bootstrap, "out") == values
+    assert all(n > 0 for n in _stable_ends(bootstrap, "out").values())
