@@ -97,3 +97,19 @@ def test_the_layout_a_table_records_is_the_layout_maintain_reads_back(partition_
     columns = ("topic", "partition", "offset", *keys)
     assert back.row_order(columns) == (layout.upsert_keys if upsert
                                        else ("topic", "partition", "offset"))
+
+
+def test_the_cli_layout_flags_reach_one_table_and_pattern_loads(tmp_path):
+    from pipelines.jobs.load import load_many_options_from_args, load_options_from_args
+    from pipelines.spec.job_config import Config
+
+    cfg = Config(root="file:///r", warehouse=f"file://{tmp_path}/w",
+                 loads=[{"topic": "orders", "table": "orders", "partition_by": ["hour(timestamp)"]}])
+    load = _load_parser()
+    one = load_options_from_args(load.parse_args(["orders", "--mode", "upsert",
+                                                  "--key-columns", "id"]), cfg)["spec"]
+    assert one.layout == tl.TableLayout(("hour(timestamp)",), "upsert", ("id",))
+    many = load_many_options_from_args(load.parse_args(
+        ["--topic-pattern", "o.*", "--table-template", "db.{topic}", "--partition-by",
+         "day(timestamp)", "--partition-by", "partition"]), cfg)["spec"]
+    assert many.spec_for("orders", "db.orders").layout.partition_by == ("day(timestamp)", "partition")
