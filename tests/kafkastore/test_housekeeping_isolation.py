@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-import kafkastore.storage as storage_mod
+import kafkastore.storage.object_writes as storage_mod
 import kafkastore.threads as threads_mod
 from kafkastore import layout
 from kafkastore.write.log_writer import LogWriter as Broker

@@ -15,7 +15,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.errors import CommitConflict, ConfigError, ObjectNotFoundError, StorageError
-from kafkastore.storage import ObjectInfo, Storage, _write_all
+from kafkastore.storage import ObjectInfo, Storage
+from kafkastore.storage.object_writes import write_all as _write_all
 from tests.faults import FaultyFS, InjectedFault, faulty_storage
 from tests.helpers.threads import run_at_once, run_side_by_side
 

@@ -1,26 +1,11 @@
-"""Object storage through fsspec: the handful of operations the log needs.
+"""Object storage through fsspec: the handful of operations the log needs (:class:`Storage`).
 
 Paths handed to :class:`Storage` are relative to its root and use ``/``.
 The one operation with a contract beyond fsspec's is :meth:`Storage.put_if_absent`,
 the commit primitive of manifests and warehouse commits. Whole-object writes go
-through :func:`write_object`, which picks the strategy from the filesystem's type:
-
-* local files: write a temporary file in the target directory, fsync, then
-  ``os.link`` it to the final name (exclusive: ``link`` fails with EEXIST
-  atomically) or ``os.replace`` it (overwrite). The final name only ever
-  points at a complete file. Temporary files are named ``.tmp-*`` and are
-  hidden from :meth:`Storage.list`.
-* memory: every call under one process-wide lock (``MemoryFileSystem`` keeps one
-  class-level store, which a listing in one thread and a write in another would race on).
-* S3: ``PutObject`` with ``If-None-Match: *`` (s3fs ``mode="create"``); a
-  single PUT is atomic, so overwrite is a plain ``pipe_file``.
-* anything else: fsspec's exclusive open mode ``"xb"``, if the backend has it.
-
-Extension point: a filesystem object that defines
-``kafkastore_write(path, data, exclusive)`` takes over whole-object writes.
-Wrappers (the fault injector in ``tests/faults.py``) use it to intercept
-writes and then call :func:`write_object` on the filesystem they wrap, so the
-wrapped backend keeps its exclusive-create semantics.
+through :func:`kafkastore.storage.object_writes.write_object` (atomic and durable, the
+strategy picked from the filesystem's type); the S3 clients for commit points and for
+housekeeping are made by :mod:`kafkastore.storage.s3`.
 
 Error contract: a missing object raises :class:`ObjectNotFoundError`; any other
 failure of the store raises :class:`StorageError`; ``put_if_absent`` on an
@@ -31,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import functools
 import os
 import threading
 import uuid
-from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -43,19 +26,15 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from .clock import Clock, as_clock
-from .errors import (BucketNotFoundError, CommitConflict, ConfigError, KafkaStoreError,
-                     ObjectNotFoundError, StorageError, StoragePermissionError)
-from .threads import HOUSEKEEPING, current_lane, foreground_io, shared_pool, yield_to_foreground
+from ..clock import Clock, as_clock
+from ..errors import (BucketNotFoundError, CommitConflict, ConfigError, KafkaStoreError,
+                      ObjectNotFoundError, StorageError, StoragePermissionError)
+from ..threads import HOUSEKEEPING, current_lane, foreground_io, yield_to_foreground
+from .object_writes import MEMORY_LOCK, TEMP_PREFIX, pace_local_delete, write_many_local, write_object
+from .s3 import bounded_s3, housekeeping_loop, open_s3
 
-# fsspec's memory store is one dict per process. Its listings copy the dict first, but a
-# garbage collection inside that copy can run Python code (finalizers, gc callbacks) and so
-# let another thread change the dict: "dictionary changed size during iteration". Every
-# Storage call on it holds this lock (re-entrant: a write nests write_object's check-and-set).
-_MEMORY_LOCK = threading.RLock()
 _UNGUARDED = contextlib.nullcontext()
 _KNOWN_PROTOCOLS = ("file", "local", "memory", "s3", "s3a", "gs", "gcs", "abfs", "az")
-_TEMP_PREFIX = ".tmp-"
 #: ``(protocol, bucket)`` of the buckets seen to exist: checked once per process, on the
 #: first "not found" answer (a missing bucket answers every request with "not found").
 _BUCKETS_FOUND: set[tuple[str, str]] = set()
@@ -105,116 +84,6 @@ def _is_store_failure(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in _CLIENT_MODULES
 
 
-def _protocols(fs) -> tuple[str, ...]:
-    proto = getattr(fs, "protocol", ())
-    return (proto,) if isinstance(proto, str) else tuple(proto)
-
-
-def write_object(fs, path: str, data: bytes, *, exclusive: bool = False) -> None:
-    """Write ``data`` as the whole object ``path`` (a path as ``fs`` spells it).
-
-    Readers never observe a partial object. With ``exclusive`` the write
-    happens only if ``path`` does not exist, else ``FileExistsError``. Other
-    exceptions come from the filesystem unchanged (the caller maps them).
-    """
-    hook = getattr(fs, "kafkastore_write", None)
-    if hook is not None:
-        hook(path, data, exclusive)
-        return
-    if isinstance(fs, LocalFileSystem):
-        _local_write(path, data, exclusive)
-    elif isinstance(fs, MemoryFileSystem):
-        with _MEMORY_LOCK:
-            if exclusive and fs.exists(path):
-                raise FileExistsError(errno.EEXIST, "object exists", path)
-            fs.pipe_file(path, data)
-    elif "s3" in _protocols(fs):
-        fs.pipe_file(path, data, mode="create" if exclusive else "overwrite")
-    elif exclusive:
-        with fs.open(path, "xb") as f:
-            f.write(data)
-    else:
-        fs.pipe_file(path, data)
-
-
-def _local_write(path: str, data: bytes, exclusive: bool) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    tmp = _local_temp(directory, data)
-    _local_publish(tmp, path, exclusive)
-    # fsync the directory so the new name survives a crash once we report success.
-    _fsync_dir(directory)
-
-
-def _local_temp(directory: str, data) -> str:
-    """Write ``data`` to a new temporary file in ``directory`` and fsync it; its path."""
-    tmp = _temp_path(directory)
-    _write_durably(tmp, data)
-    return tmp
-
-
-def _temp_path(directory: str) -> str:
-    """A fresh temporary name in ``directory`` (hidden from listings, removed by gc if left)."""
-    return os.path.join(directory, f"{_TEMP_PREFIX}{uuid.uuid4().hex}")
-
-
-def _local_publish(tmp: str, path: str, exclusive: bool) -> None:
-    """Give the complete temporary file ``tmp`` its final name (not yet durable: the
-    caller fsyncs the directory)."""
-    try:
-        if exclusive:
-            os.link(tmp, path)  # EEXIST atomically if someone else got there first
-        else:
-            os.replace(tmp, path)
-    finally:
-        _unlink_quietly(tmp)  # a no-op after os.replace
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(directory: str) -> None:
-    dfd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _fsync_pool():
-    """A few threads for :func:`_all_done`: side-by-side fsyncs, and writes that end in one
-    (housekeeping's own twin of the pool in its lane: see :mod:`kafkastore.threads`)."""
-    return shared_pool("fsync", 4)
-
-
-#: Housekeeping's local deletes between two fsyncs of their directories (_pace_local_delete).
-DELETES_PER_SYNC = 16
-_PACE = threading.local()
-
-
-def _pace_local_delete(path: str) -> None:
-    """After one of housekeeping's local deletes: every :data:`DELETES_PER_SYNC` of them, fsync
-    their directories. A journaling filesystem commits a directory's unlinks with the next
-    fsync anyone makes: without this, gc's hundreds of unlinks ride on the next produce
-    commit's fsync as one long journal commit; with it housekeeping pays for them itself, a
-    few at a time (bounded work per step), after letting the ack path's writes pass."""
-    dirs = _PACE.__dict__.setdefault("dirs", {})
-    dirs[os.path.dirname(path)] = None
-    _PACE.n = getattr(_PACE, "n", 0) + 1
-    if _PACE.n < DELETES_PER_SYNC:
-        return
-    _PACE.n = 0
-    yield_to_foreground()
-    for directory in list(dirs):
-        with contextlib.suppress(OSError):   # a removed directory has nothing to commit
-            _fsync_dir(directory)
-    dirs.clear()
-
-
 #: The verbs of :meth:`Storage._failures` that write: the ack path's are marked in flight.
 _WRITE_VERBS = frozenset({"write", "create"})
 
@@ -235,94 +104,6 @@ def _io_turn(verb: str):
             yield
     else:
         yield
-
-
-def _fsync_all(fds: list[int]) -> None:
-    """fsync every descriptor, concurrently: a journaling filesystem (ext4's jbd2, XFS)
-    commits concurrent fsyncs together, so three files cost about one commit, not three.
-    Returns (or raises the first error) once every fsync has finished."""
-    _all_done([functools.partial(os.fsync, fd) for fd in fds])
-
-
-def _write_all(fd: int, data) -> None:
-    """Write ``data`` (a bytes-like object, or a tuple or list of them, one after another)
-    whole to ``fd``: ``writev`` of up to IOV_MAX buffers at a time, short writes resumed."""
-    parts = data if isinstance(data, (tuple, list)) else (data,)
-    bufs = [memoryview(b).cast("B") for b in parts]
-    i = 0
-    while i < len(bufs):
-        n = os.writev(fd, bufs[i:i + _IOV_MAX])
-        while i < len(bufs) and n >= bufs[i].nbytes:
-            n -= bufs[i].nbytes
-            i += 1
-        if n:
-            bufs[i] = bufs[i][n:]
-
-
-_IOV_MAX = 1024
-
-
-def _local_write_many(items: list[tuple[str, Any]]) -> None:
-    """Overwrite several local files: each written to a temporary file and fsynced, side by
-    side (one thread each: the writes overlap, and ext4's jbd2 commits concurrent fsyncs
-    together), renamed in order, then each directory fsynced once (not once per file).
-    Success means every file is durable under its final name, as after that many
-    :func:`_local_write` calls; a failure part way leaves each name either old or new."""
-    directories: dict[str, None] = {}
-    temps: list[tuple[str, str]] = []
-    for path, _ in items:
-        directory = os.path.dirname(path)
-        if directory not in directories:
-            os.makedirs(directory, exist_ok=True)
-            directories[directory] = None
-        temps.append((_temp_path(directory), path))
-    try:
-        _all_done([functools.partial(_write_durably, tmp, data)
-                   for (tmp, _), (_, data) in zip(temps, items)])
-        while temps:
-            tmp, path = temps.pop(0)
-            _local_publish(tmp, path, False)
-    finally:
-        for tmp, _ in temps:
-            _unlink_quietly(tmp)
-    dfds = [os.open(d, os.O_RDONLY) for d in directories]
-    try:
-        _fsync_all(dfds)
-    finally:
-        for fd in dfds:
-            os.close(fd)
-
-
-def _write_durably(tmp: str, data) -> None:
-    """Create ``tmp``, write ``data`` whole and fsync it; on failure no ``tmp`` is left."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            _write_all(fd, data)
-            yield_to_foreground()   # housekeeping's fsync waits for the ack path's to pass
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _all_done(jobs: list) -> None:
-    """Run every job, the first in this thread and the rest on the fsync pool; return (or
-    raise the first error) once all have finished."""
-    if len(jobs) <= 1:
-        for job in jobs:
-            job()
-        return
-    pool = _fsync_pool()
-    futures = [pool.submit(job) for job in jobs[1:]]
-    try:
-        jobs[0]()
-    finally:
-        wait(futures)
-    for f in futures:
-        f.result()
 
 
 class Storage:
@@ -364,7 +145,7 @@ class Storage:
         #: retries and timeouts are bounded (:data:`COMMIT_PUT_S3_CONFIG`), so one attempt of a
         #: commit takes at most :data:`MAX_COMMIT_PUT_S` and the engine, not the client, owns
         #: retries and reads back what it cannot tell (docs/DESIGN.md section 9).
-        self._commit_fs = self.fs if fs is not None or self.protocol != "s3" else _bounded_s3(
+        self._commit_fs = self.fs if fs is not None or self.protocol != "s3" else bounded_s3(
             self.storage_options)
         self._housekeeping: "Storage | None" = None
         self._housekeeping_lock = threading.Lock()
@@ -384,7 +165,7 @@ class Storage:
     def for_housekeeping(self) -> "Storage":
         """The storage background housekeeping (merging, gc) works through: on S3 a twin of
         this one with its own clients, connection pools and event-loop thread
-        (:func:`_housekeeping_loop`), so a merge's gets and puts and gc's deletes never queue
+        (:func:`housekeeping_loop`), so a merge's gets and puts and gc's deletes never queue
         in front of a produce commit's requests; elsewhere (and with an injected filesystem,
         which tests wrap faults around) this storage itself. Same root, options and clock:
         its commits are the same conditional creates through the same commit engine, and a
@@ -394,12 +175,12 @@ class Storage:
         with self._housekeeping_lock:
             twin = self._housekeeping
             if twin is None or twin._pid != os.getpid():
-                loop = _housekeeping_loop()
+                loop = housekeeping_loop()
                 options = dict(self.storage_options)
                 options.setdefault("use_listings_cache", False)
-                fs = _open_s3(self.url, options, loop=loop)
+                fs = open_s3(self.url, options, loop=loop)
                 twin = Storage(self.url, self.storage_options, fs=fs, clock=self.clock)
-                twin._commit_fs = _bounded_s3(self.storage_options, loop=loop)
+                twin._commit_fs = bounded_s3(self.storage_options, loop=loop)
                 twin._pid = os.getpid()
                 self._housekeeping = twin
             return twin
@@ -472,7 +253,7 @@ class Storage:
         :class:`BucketNotFoundError`. Caller bugs and our own errors pass through."""
         try:
             with _io_turn(verb), \
-                    (_MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED):
+                    (MEMORY_LOCK if isinstance(self.fs, MemoryFileSystem) else _UNGUARDED):
                 yield
         except Exception as exc:
             if bucket_check and isinstance(exc, FileNotFoundError):
@@ -542,7 +323,7 @@ class Storage:
             if info.get("type") == "directory":
                 continue
             rel = self._rel(full)
-            if rel.rsplit("/", 1)[-1].startswith(_TEMP_PREFIX):
+            if rel.rsplit("/", 1)[-1].startswith(TEMP_PREFIX):
                 continue
             out.append(ObjectInfo(rel, int(info.get("size") or 0), _mtime(info)))
         out.sort(key=lambda o: o.path)
@@ -604,7 +385,7 @@ class Storage:
             return
         started = self.clock.wall_ms()
         with self._failures("write", ", ".join(rel for rel, _ in items)):
-            _local_write_many([(self.full_path(rel), data) for rel, data in items])
+            write_many_local([(self.full_path(rel), data) for rel, data in items])
         for rel, _ in items:
             self._remember_put(rel.strip("/"), started)
 
@@ -684,63 +465,7 @@ class Storage:
             with self._failures("delete", rel), contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(self.full_path(rel))
             if pace:
-                _pace_local_delete(self.full_path(rel))
-
-
-#: botocore settings of the S3 client that sends conditional creates: two attempts (one retry
-#: for a 5xx or a reset connection; a retry of a create that landed answers 412, which the
-#: commit engine reads back), each bounded by the connect and read timeouts.
-COMMIT_PUT_S3_CONFIG = {"connect_timeout": 3, "read_timeout": 5,
-                        "retries": {"max_attempts": 2, "mode": "standard"}}
-#: The longest one conditional create on S3 can take with those settings (two attempts of
-#: connect + read timeout, and botocore's back-off between them, under a second).
-MAX_COMMIT_PUT_S = 2 * (3 + 5) + 1
-
-
-def _bounded_s3(storage_options: dict[str, Any], *, loop=None):
-    """An s3fs filesystem like the storage's, with bounded retries and timeouts for commits
-    (on event loop ``loop``, a fresh instance; default: fsspec's shared loop and instance)."""
-    options = dict(storage_options)
-    options.setdefault("use_listings_cache", False)
-    config = dict(options.get("config_kwargs") or {})
-    for key, value in COMMIT_PUT_S3_CONFIG.items():
-        config[key] = value
-    options["config_kwargs"] = config
-    fs = _open_s3("", options, loop=loop)
-    fs.retries = 1   # s3fs's own retry loop around botocore's: one pass only
-    return fs
-
-
-def _open_s3(url: str, options: dict[str, Any], *, loop=None):  # url: for the error only
-    """An s3fs filesystem; with ``loop``, a fresh instance (its own clients and connection
-    pool) whose requests run on that event loop."""
-    if loop is not None:
-        options = {**options, "loop": loop, "skip_instance_cache": True}
-    try:
-        return fsspec.filesystem("s3", **options)
-    except (ImportError, TypeError, ValueError) as exc:
-        where = f" {url!r}" if url else ""
-        raise ConfigError(f"cannot open storage{where}: {exc}") from None
-
-
-_HK_LOOP: list = [None, None]   # [pid, event loop] of housekeeping's S3 requests
-_HK_LOOP_LOCK = threading.Lock()
-
-
-def _housekeeping_loop():
-    """This process's event loop for housekeeping's S3 requests, on a daemon thread of its
-    own (``kafkastore-housekeeping-io``): fsspec runs every request of its filesystems on
-    one shared loop thread, where a merge's megabytes and gc's deletes would queue in front
-    of a produce commit's put."""
-    import asyncio
-
-    with _HK_LOOP_LOCK:
-        if _HK_LOOP[0] != os.getpid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="kafkastore-housekeeping-io",
-                             daemon=True).start()
-            _HK_LOOP[:] = [os.getpid(), loop]
-        return _HK_LOOP[1]
+                pace_local_delete(self.full_path(rel))
 
 
 def _mtime(info: dict) -> float:
