@@ -387,14 +387,14 @@ class PendingJobs:
         return {_txn_key(t) for r in records for t in r["transactions"]}
 
     def _listing_for(self, suspects: tuple, noted_at: float) -> tuple[float, list[dict]]:
-        """A listing that decides ``suspects``: taken after they were noted, or a recent
-        one naming all of them pending (capping on it is safe, if a little late)."""
+        """A listing that decides ``suspects``: one younger than ``ttl_s`` that was taken
+        after they were noted or names all of them pending (capping on it is safe, if
+        late by at most ``ttl_s``), else a new one."""
         with self._lock:
             listing = self._listing
         now = self.clock.monotonic_s()
-        if listing is not None and (listing[0] >= noted_at or (
-                now - listing[0] < self.ttl_s
-                and set(suspects) <= self._pending_keys(listing[1]))):
+        if listing is not None and now - listing[0] < self.ttl_s and (
+                listing[0] >= noted_at or set(suspects) <= self._pending_keys(listing[1])):
             return listing
         return self._relist()
 

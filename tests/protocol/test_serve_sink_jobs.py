@@ -69,3 +69,36 @@ def test_a_kafka_client_sees_a_job_killed_between_partitions_markers_all_or_none
     settle_pending(Storage(root))          # what the next planning reader or writer does
     assert _read_until_idle(bootstrap, "out") == values
     assert all(n > 0 for n in _stable_ends(bootstrap, "out").values())
+
+
+def test_the_pending_jobs_view_lists_once_per_new_commit_not_per_fetch(tmp_path):
+    """A broker's view: the half-marked job caps partition 0 at its first offset (its
+    transaction is committed there); partition 1 needs no cap (its transaction is open,
+    below the last stable offset). One listing decides both; asking again lists nothing;
+    once the job is settled its transactions are known settled and cost no listing."""
+    from kafkastore.job_commits import PendingJobs
+    from kafkastore.manifest import ManifestStore
+
+    root = f"file://{tmp_path}/root"
+    half_marked_job(root)
+    storage = Storage(root)
+    view = PendingJobs(storage, roll_forward_after_s=float("inf"))
+
+    def manifests():
+        return [ManifestStore(storage, "out", p).latest() for p in (0, 1)]
+
+    for m in manifests():
+        view.note(m)
+    m0, m1 = manifests()
+    assert view.cap(m0) == 0 and view.cap(m1) is None
+    for _ in range(5):
+        assert view.cap(m0) == 0
+    assert view.listings == 1      # while the job is pending the listing is reused for ttl_s
+    settle_pending(storage)
+    view.ttl_s = 0.0               # (no waiting in a test: the next ask lists again)
+    m0, m1 = manifests()
+    assert view.cap(m0) is None and view.cap(m1) is None
+    listed = view.listings
+    for _ in range(5):
+        assert view.cap(m0) is None and view.cap(m1) is None
+    assert view.listings == listed
