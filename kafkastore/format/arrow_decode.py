@@ -93,7 +93,7 @@ from ..errors import (
     CompressionError, ConfigError, CorruptRecordError, CrcMismatchError, KafkaStoreError,
 )
 from .record_batch import HEADER_SIZE, decode_records, parse_header
-from .segment import iter_batches
+from .segment_scan import iter_batches
 
 _native = load("kafkastore.format._native")  # None (not built): the pure decoder does everything
 

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 from .control import ControlType, parse_control_record
 from ..errors import CorruptRecordError
 from .record_batch import BatchHeader, decode_batch
-from .segment import iter_batches
+from .segment_scan import iter_batches
 
 
 @dataclass(frozen=True, slots=True)

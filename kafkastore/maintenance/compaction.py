@@ -56,7 +56,7 @@ from ..format.arrow_decode import decode_to_arrow
 from ..format.control import ControlType, parse_control_record
 from ..format.offset_index import INT32_MAX
 from ..format.record_batch import BatchHeader, decode_batch
-from ..format.segment import iter_batches
+from ..format.segment_scan import iter_batches
 from ..manifest import Manifest, ManifestStore, SegmentEntry
 from ..read.reader import PartitionReader, ReadRange, last_stable_offset, read_checked
 from ..storage import Storage

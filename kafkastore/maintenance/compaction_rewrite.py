@@ -66,7 +66,8 @@ from ..format import arrow_encode
 from ..format.arrow_decode import decode_to_arrow
 from ..format.compression import Compression
 from ..format.record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
-from ..format.segment import SegmentBuilder, iter_batches
+from ..format.segment_build import SegmentBuilder
+from ..format.segment_scan import iter_batches
 from ..manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments, SegmentEntry,
                         SetCleanerOffset)
 from ..read.reader import check_range, whole_segment_range

@@ -103,7 +103,8 @@ from typing import Iterable, Sequence
 from .. import layout
 from ..errors import ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError
 from ..format.crc import crc32c
-from ..format.segment import SegmentStats, rebuild_indexes
+from ..format.segment_build import rebuild_indexes
+from ..format.segment_stats import SegmentStats
 from ..manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
                         ReplaceSegments, SegmentEntry)
 from ..write.segments import put_segment_objects, segment_entry

@@ -55,8 +55,8 @@ from ..manifest import (AppendSegments, BatchMetadata, Manifest, ManifestStore, 
 from ..format.record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_OFFSET,
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
-from ..format.segment import SegmentBuilder
-from ..segment_writer import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, Uploads,
+from ..format.segment_build import SegmentBuilder
+from ..write.segments import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, Uploads,
                               check_sequence, commit_appending, entries_with_aborted,
                               expired_producers, write_segment)
 from .wire import error_codes as E
@@ -442,7 +442,8 @@ class Appender:
             self.clock.sleep(pause)
             store.forget_cached()
         self.commits += 1
-        from ..merge import housekeeper_for  # merging + gc of what we write, on its own thread
+        # merging + gc of what we write, on its own thread
+        from ..maintenance.housekeeper import housekeeper_for
         housekeeper_for(self.server.storage).poke(topic, partition, new)
         for i, o in planned.items():
             outcomes[i] = o

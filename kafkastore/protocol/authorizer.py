@@ -29,8 +29,8 @@ import logging
 import threading
 from typing import Callable, Iterable
 
-from ..acls import (ANONYMOUS, CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclBinding, Operation,
-                    PatternType, Permission, ResourceType, bindings_of)
+from ..cluster.acls import (ANONYMOUS, CLUSTER_NAME, WILDCARD, WILDCARD_PRINCIPAL, AclBinding,
+                            Operation, PatternType, Permission, ResourceType, bindings_of)
 from ..clock import Clock, as_clock
 from .wire import error_codes as E
 

@@ -139,7 +139,7 @@ class BasicAuth:
         return hmac.new(self._secret, text, hashlib.sha256).digest()
 
     def _dummy(self, mech: str, user: str):
-        from ..scram_users import DEFAULT_ITERATIONS, credential_from_salted
+        from ..cluster.scram import DEFAULT_ITERATIONS, credential_from_salted
 
         salt = hmac.new(self._secret, b"salt:" + user.encode("utf-8", "surrogatepass"),
                         hashlib.sha256).digest()[:16]
@@ -160,7 +160,7 @@ class BasicAuth:
 
     def _current(self, user: str) -> tuple:
         """The user's SCRAM credentials now (re-read when older than ScramUsers' bound)."""
-        from ..scram_users import MECHANISMS
+        from ..cluster.scram import MECHANISMS
 
         return tuple(self.scram_users.lookup(user, mech) for mech in MECHANISMS)
 

@@ -153,7 +153,7 @@ class BrokerServer:
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
                  extensions: Iterable[Callable[[Registry], None]] = (), clock: Clock | None = None):
-        from ..cluster_config import ClusterDocument
+        from ..cluster.documents import ClusterDocument
         # lazy: the API families import the whole protocol; importing the server module
         # (ServeOptions, the listener rules) must not
         from . import families
@@ -175,7 +175,7 @@ class BrokerServer:
         self.pool = ThreadPoolExecutor(max_workers=opts.io_threads, thread_name_prefix="kafkastore-io")
         self.authorizer = None
         if opts.authorizer:
-            from ..acls import acl_document
+            from ..cluster.acls import acl_document
             from .authorizer import Authorizer
             self.authorizer = Authorizer(acl_document(storage, max_age_s=opts.acl_max_age_s),
                                          opts.super_users, submit=self.pool.submit,

@@ -24,7 +24,7 @@ from ..errors import (ConfigError, CorruptRecordError, OffsetOutOfRangeError, Se
                       UnknownTopicError)
 from ..manifest import Manifest, ManifestStore, SegmentEntry
 from ..format.record_batch import LOG_OVERHEAD, decode_batch
-from ..format.segment import iter_batches
+from ..format.segment_scan import iter_batches
 from ..storage import Storage
 from ..topics.admin import load_topic
 from .verify import mismatch

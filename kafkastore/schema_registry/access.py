@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..acls import CLUSTER_NAME, Operation, ResourceType
+from ..cluster.acls import CLUSTER_NAME, Operation, ResourceType
 
 #: Confluent's error code for a request the caller is not authorized to make.
 FORBIDDEN_CODE = 40301

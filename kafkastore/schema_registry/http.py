@@ -30,7 +30,7 @@ from ..protocol.listeners import check_listener_security, sasl_enabled
 from ..storage import Storage
 from . import access as A
 from . import formats as F
-from ..acls import ANONYMOUS
+from ..cluster.acls import ANONYMOUS
 from .service import SchemaRegistryService
 from .store import SCHEMAS_TOPIC, SchemaStore
 
@@ -395,7 +395,7 @@ class SchemaRegistryThread:
         self._ssl = ssl_context
         self._auth = None
         if credentials or root_users:
-            from ..scram_users import ScramUsers
+            from ..cluster.scram import ScramUsers
 
             # A credentials file implies the root's SCRAM users, as it does for the Kafka
             # listener (serve --sasl-credentials implies --sasl).

@@ -70,7 +70,7 @@ class SchemaStore:
         self._max_record: int | None = None
 
     def _topic_exists(self, create: bool) -> bool:
-        from ..topics import create_topic, topic_exists
+        from ..topics.admin import create_topic, topic_exists
 
         if not self._exists:
             if topic_exists(self.storage, SCHEMAS_TOPIC):
@@ -89,8 +89,8 @@ class SchemaStore:
         overhead (read once the topic exists; the default before)."""
         if self._max_record is not None:
             return self._max_record
-        from ..topic_config import TopicConfig
-        from ..topics import load_topic
+        from ..topics.topic_config import TopicConfig
+        from ..topics.admin import load_topic
 
         if self._topic_exists(create=False):
             self._max_record = load_topic(self.storage, SCHEMAS_TOPIC).config.max_message_bytes \
@@ -101,7 +101,7 @@ class SchemaStore:
     def refresh(self, force: bool = False) -> RegistryState:
         """Read the records appended since the last refresh (at most every
         ``refresh_interval_s`` unless ``force``); returns the state."""
-        from ..reader import PartitionReader
+        from ..read.reader import PartitionReader
 
         with self._lock:
             now = self.monotonic()

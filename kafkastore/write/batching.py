@@ -23,7 +23,7 @@ from typing import NamedTuple
 from ..errors import ConfigError, InvalidRecordError
 from ..format.compression import Compression
 from ..format.record_batch import parse_header
-from ..format.segment import index_batch_arrays, index_batches
+from ..format.segment_build import index_batch_arrays, index_batches
 from ..manifest import BatchMetadata, ProducerState
 from ..threads import shared_pool
 from ..topics.admin import TopicMetadata

@@ -28,8 +28,10 @@ from ..manifest import AppendSegments, Manifest, ManifestStore, ProducerState, S
 from ..storage import Storage
 from ..topics.admin import load_topic
 from .segments import Uploads, commit_appending, write_segment
-from ..format.segment import (DEFAULT_INDEX_INTERVAL_BYTES, SegmentStats, load_indexes, recover,
-                              segment_stats)
+from ..format.segment_build import DEFAULT_INDEX_INTERVAL_BYTES
+from ..format.segment_indexes import load_indexes
+from ..format.segment_scan import recover
+from ..format.segment_stats import SegmentStats, segment_stats
 
 _LOG_RE = re.compile(r"^(\d{20})\.log$")
 

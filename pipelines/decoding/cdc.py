@@ -543,7 +543,8 @@ def default_key_columns(storage, topic: str, ranges, registry_url: str | None = 
     key of the first records of ``ranges`` (Debezium keys each change event by the
     source row's primary key). A ConfigError, asking for ``--key-columns``, when no
     key among them names columns."""
-    from kafkastore.reader import PartitionReader  # lazy: load specs import cdc at DAG parse time
+    # lazy: load specs import cdc at DAG parse time
+    from kafkastore.read.reader import PartitionReader
 
     registry = None
     if registry_url:

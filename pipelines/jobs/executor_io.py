@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Mapping
 
-from kafkastore.reader import READ_COMMITTED, read_range
+from kafkastore.read.reader import READ_COMMITTED, read_range
 from kafkastore.storage import Storage
 
 from ..decoding.values import DEAD_LETTER_COLUMNS, json_error_detail
 from ..spec.table_layout import TOMBSTONE, TableLayout
-from ..table_files import descriptor_schema, timestamp_zones, write_files
+from ..warehouse.files import descriptor_schema, timestamp_zones, write_files
 from .upsert import last_per_partition
 
 RAW_VALUE_COLUMN = "__dl_value"   # the raw value kept next to decoded columns, for dead letters

@@ -44,14 +44,16 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from kafkastore.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA, CleaningPlan,
-                                   CompactionReport, GroupResult, PartitionResult, ScanTask, Skip,
-                                   finish_partition, group_specs, load_plan, partition_error,
-                                   rewrite_group, scan_task, scan_tasks, skipped_result)
+from kafkastore.maintenance.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA,
+                                               CleaningPlan, CompactionReport, PartitionResult,
+                                               ScanTask, Skip, group_specs, load_plan,
+                                               partition_error, scan_task, scan_tasks,
+                                               skipped_result)
+from kafkastore.maintenance.compaction_rewrite import GroupResult, finish_partition, rewrite_group
 from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
 from kafkastore.storage import Storage
-from kafkastore.topics import load_topic
+from kafkastore.topics.admin import load_topic
 from pipelines.source.planning import pack_by_bytes
 from pipelines.spark_errors import is_spark_error, summarize
 

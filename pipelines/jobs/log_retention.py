@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kafkastore.merge import merge_partition
-from kafkastore.retention import RetentionResult, retention_for_topic
+from kafkastore.maintenance.merge import merge_partition
+from kafkastore.maintenance.retention import RetentionResult, retention_for_topic
 from kafkastore.storage import Storage
 
 from .lag import committed_offsets_by_table

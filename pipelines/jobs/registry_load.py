@@ -338,7 +338,7 @@ def conflicts(plan: RegistryPlan, files) -> dict[str, str]:
 def write_registry_ranges(spark, splits, plan: RegistryPlan, read, make_writer, on_incompatible):
     """Run the registry load's tasks over ``splits`` (``read``: the split reader,
     ``make_writer()``: a fresh file writer) and return the file descriptors."""
-    from ..table_files import DESCRIPTOR_DDL  # lazy: registry loads only (fastavro, protobuf)
+    from ..warehouse.files import DESCRIPTOR_DDL  # lazy: registry loads only (fastavro, protobuf)
 
     for _ in range(3):
         fn = registry_writer(plan, make_writer())

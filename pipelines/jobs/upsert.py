@@ -379,7 +379,8 @@ def write_sorted(location: str, data, key_columns: Sequence[str], *, run_id: str
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..table_files import micros_timestamps, partition_keys, partition_label  # lazy: pyarrow start-up (executors)
+    # lazy: pyarrow start-up (executors)
+    from ..warehouse.files import micros_timestamps, partition_keys, partition_label
 
     if data.num_rows == 0:
         return []
@@ -463,7 +464,7 @@ class UpsertRewrite:
 
     def __call__(self, table, snapshot_id: int | None):
         """(data files to drop, [(url, bytes, footer)] to add)."""
-        from ..iceberg import table_fs  # lazy: pyiceberg start-up
+        from ..warehouse.catalog import table_fs  # lazy: pyiceberg start-up
 
         keys = _sorted_python_keys(self.winners, self.key_columns[0])
         tasks = touched_tasks(table, snapshot_id, keys, self.key_columns[0])
@@ -594,7 +595,7 @@ class RebuildRewrite:
     stats: RewriteStats = field(default_factory=RewriteStats)
 
     def __call__(self, table, snapshot_id: int | None):
-        from ..iceberg import table_fs  # lazy: pyiceberg start-up
+        from ..warehouse.catalog import table_fs  # lazy: pyiceberg start-up
 
         tasks = list(table.scan(snapshot_id=snapshot_id).plan_files()) if snapshot_id else []
         written = write_sorted(table.location(), self.state, self.key_columns, run_id=self.run_id,

@@ -46,7 +46,7 @@ from kafkastore.errors import (CommitConflict, ConfigError, KafkaStoreError, Sto
                                TopicSinkError,
                                UnknownTopicError)
 from kafkastore.storage import Storage
-from kafkastore.topics import load_topic
+from kafkastore.topics.admin import load_topic
 from kafkastore.write.transactions import open_transactions
 
 from ..progress_line import progress_line

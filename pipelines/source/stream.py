@@ -64,7 +64,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
 from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import topic_exists
 
@@ -419,7 +419,7 @@ class KafkaStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 def _read_ranges(src: SourceOptions, ranges) -> Iterator[Any]:
-    from kafkastore.reader import read_range
+    from kafkastore.read.reader import read_range
 
     storage = Storage(src.root, dict(src.storage_options))
     for rr in ranges:
@@ -480,7 +480,7 @@ def initial_offsets(src: SourceOptions, storage: Storage) -> dict[TP, int]:
     readers = snapshot_readers(storage, stream_partitions(src, storage))
     committed: dict[TP, int] = {}
     if src.starting_group is not None:
-        from kafkastore.group_admin import committed_offsets
+        from kafkastore.groups.admin import committed_offsets
 
         for topic, parts in committed_offsets(storage, src.starting_group).items():
             committed.update({(topic, p): n for p, n in parts.items()})

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from ...acls import (AclBinding, AclFilter, Operation, ResourceType, add_acls, list_acls,
-                     remove_acls, validate_binding, validate_filter)
+from ...cluster.acls import (AclBinding, AclFilter, Operation, ResourceType, add_acls, list_acls,
+                             remove_acls, validate_binding, validate_filter)
 from ...errors import InvalidAclError, KafkaStoreError
 from ..wire import error_codes as E
 from ..wire.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS

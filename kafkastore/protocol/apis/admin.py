@@ -11,14 +11,14 @@ import logging
 from ... import layout
 from ...errors import (ConfigError, InternalTopicError, KafkaStoreError, OffsetOutOfRangeError,
                        StorageError, TopicExistsError, UnknownTopicError)
-from ...retention import delete_records
-from ...topics import (alter_topic, create_topic, delete_topic as delete_topic_everywhere,
-                       is_internal_topic)
+from ...maintenance.retention import delete_records
+from ...topics.admin import (alter_topic, create_topic, delete_topic as delete_topic_everywhere,
+                             is_internal_topic)
 from ..wire import error_codes as E
 from ..wire.api_keys import (CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS,
                              DESCRIBE_CONFIGS)
 from ..placement import topic_id_of
-from ...acls import Operation as Op, ResourceType
+from ...cluster.acls import Operation as Op, ResourceType
 from .. import authorizer as authz
 from ..wire.codec import make
 from ..registry import Registry, RequestContext
@@ -51,7 +51,7 @@ def _change_topic(broker, name: str, change, errors) -> tuple[int, str | None, o
 def create_topic_safely(broker, name: str, partitions: int, configs: dict,
                         validate_only: bool = False) -> tuple[int, str | None, object]:
     """``(error code, message, metadata)`` of creating one topic. Blocking."""
-    from ...topic_config import TopicConfig
+    from ...topics.topic_config import TopicConfig
     try:
         layout.validate_topic_name(name)
     except ConfigError as exc:

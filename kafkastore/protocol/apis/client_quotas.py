@@ -25,7 +25,7 @@ def _allowed(ctx: RequestContext, alter: bool) -> bool:
     authorize = getattr(ctx, "authorize", None)
     if authorize is None or getattr(ctx.broker, "authorizer", None) is None:
         return True
-    from ...acls import Operation, ResourceType
+    from ...cluster.acls import Operation, ResourceType
 
     op = Operation.ALTER_CONFIGS if alter else Operation.DESCRIBE_CONFIGS
     return authorize(op, ResourceType.CLUSTER)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from urllib.parse import urlsplit, urlunsplit
 
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ...errors import KafkaStoreError
-from ...topics import is_internal_topic
+from ...topics.admin import is_internal_topic
 from ..wire import error_codes as E
 from ..wire.api_keys import (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODUCERS,
                              DESCRIBE_TOPIC_PARTITIONS)

@@ -10,10 +10,10 @@ import logging
 from typing import Mapping
 
 from ... import layout
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ...errors import ConfigError, KafkaStoreError, UnknownTopicError
-from ...topic_config import CONFIG_KEYS, TopicConfig
-from ...topics import alter_topic, is_internal_topic
+from ...topics.topic_config import CONFIG_KEYS, TopicConfig
+from ...topics.admin import alter_topic, is_internal_topic
 from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from ..wire.codec import make

@@ -48,8 +48,8 @@ from contextlib import contextmanager
 
 from ...errors import KafkaStoreError
 from ...errors import FencedError
-from ...group_offsets import GroupClaim, GroupMetadata, OffsetAndMetadata, OffsetsStore
-from ...acls import Operation as Op, ResourceType
+from ...groups.offsets import GroupClaim, GroupMetadata, OffsetAndMetadata, OffsetsStore
+from ...cluster.acls import Operation as Op, ResourceType
 from .. import authorizer as authz
 from ..coordinators import group as G
 from ..wire.api_keys import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT,

@@ -30,7 +30,7 @@ import dataclasses
 import logging
 import struct
 
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ...errors import CompressionError, CorruptRecordError, FetchCheckError, KafkaStoreError
 from ...format import legacy_records
 from ...format.record_batch import LOG_OVERHEAD

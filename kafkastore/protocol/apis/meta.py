@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ..authorizer import authorized_operations
 from ...errors import KafkaStoreError
-from ...topics import is_internal_topic
+from ...topics.admin import is_internal_topic
 
 from ..wire import codec
 from ..wire import error_codes as E

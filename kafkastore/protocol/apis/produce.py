@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ...errors import KafkaStoreError
-from ...topics import is_internal_topic
+from ...topics.admin import is_internal_topic
 from . import legacy as api_legacy, txn as api_txn
 from ..wire import error_codes as E
 from ..wire.api_keys import PRODUCE

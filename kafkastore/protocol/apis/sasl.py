@@ -22,8 +22,8 @@ import os
 import secrets
 
 from ...errors import ConfigError, KafkaStoreError
-from ...scram_users import (MECHANISMS as SCRAM_MECHANISMS, STALE, ScramCredential,
-                            credential_from_password)
+from ...cluster.scram import (MECHANISMS as SCRAM_MECHANISMS, STALE, ScramCredential,
+                              credential_from_password)
 from ..wire import error_codes as E
 from ..wire.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .users import scram_users

@@ -17,7 +17,7 @@ import logging
 import struct
 
 from ...errors import KafkaStoreError
-from ...acls import Operation as Op
+from ...cluster.acls import Operation as Op
 from .. import authorizer as authz
 from ..wire import error_codes as E
 from ..coordinators import txn as T
@@ -109,7 +109,7 @@ async def _apply_group_offsets(broker, pending) -> None:
     """Write a committed transaction's offsets (``[(group, {(topic, partition): (offset,
     leader epoch, metadata)})]``) to ``__consumer_offsets``, and to the loaded group when
     this broker coordinates it."""
-    from ...group_offsets import OffsetAndMetadata
+    from ...groups.offsets import OffsetAndMetadata
     from .groups import service as groups
 
     svc = groups(broker)
@@ -282,7 +282,7 @@ async def _add_for(ctx, tid, pid: int, epoch: int, wanted, *, verify_only: bool)
             return dict.fromkeys(wanted, err)
         return {tp: T.NONE if cur.state is T.TxnState.ONGOING and tp in cur.partitions else T.INVALID_TXN_STATE
                 for tp in wanted}
-    from ...topics import is_internal_topic
+    from ...topics.admin import is_internal_topic
 
     codes = {}
     for t in {t for t, _ in wanted}:
@@ -326,7 +326,7 @@ async def handle_add_offsets(ctx: RequestContext, request):
     err, svc = await _coordinator_gate(ctx, tid, denied, invalid=not request.group_id)
     if err:
         return make(ctx.response_class, error_code=err)
-    from ...group_offsets import partition_for_group
+    from ...groups.offsets import partition_for_group
     from .groups import service as groups
 
     try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from ...acls import Operation, ResourceType
+from ...cluster.acls import Operation, ResourceType
 from ...errors import KafkaStoreError, ScramCredentialError
-from ...scram_users import MECHANISMS, Deletion, ScramUsers, Upsertion
+from ...cluster.scram import MECHANISMS, Deletion, ScramUsers, Upsertion
 from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from ..wire.codec import make

@@ -40,8 +40,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ...clock import Clock, as_clock
 from ...errors import CorruptRecordError
-from ...group_offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
-                              decode_consumer_subscription)
+from ...groups.offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
+                               decode_consumer_subscription)
 
 # Kafka error codes used by the group APIs (importers read them here as G.<code>).
 from ..wire.error_codes import (COORDINATOR_NOT_AVAILABLE, FENCED_INSTANCE_ID,  # noqa: E402,F401

@@ -108,7 +108,7 @@ class TxnStore:
         self._broker = None
 
     def _topic_partitions(self, create: bool) -> int | None:
-        from ...topics import create_topic, load_topic, topic_exists
+        from ...topics.admin import create_topic, load_topic, topic_exists
 
         if self._partitions is None:
             if topic_exists(self.storage, T.TXN_TOPIC):
@@ -123,7 +123,7 @@ class TxnStore:
 
     def partition_for(self, tid: str) -> int | None:
         """The id's partition (Kafka's ``abs(hashCode) % partitions``), None before the topic exists."""
-        from ...group_offsets import partition_for_group
+        from ...groups.offsets import partition_for_group
 
         n = self._topic_partitions(create=False)
         return None if n is None else partition_for_group(tid, n)
@@ -131,7 +131,7 @@ class TxnStore:
     def refresh(self, partitions=None) -> None:
         """Read what was appended since the last refresh."""
         from ...errors import CorruptRecordError
-        from ...reader import PartitionReader
+        from ...read.reader import PartitionReader
 
         with self._lock:
             n = self._topic_partitions(create=False)
@@ -236,7 +236,7 @@ class TxnStore:
         a coordinator that fenced itself since it read the state writes nothing."""
         from ...write.log_writer import LogWriter as Broker
         from ...errors import RequirementFailedError, TxnStateFencedError
-        from ...group_offsets import partition_for_group
+        from ...groups.offsets import partition_for_group
 
         tid = meta.transactional_id
         with self._lock:
