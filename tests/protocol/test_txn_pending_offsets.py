@@ -6,7 +6,7 @@ transaction's offsets nor drop them. The fault harness's exactly-once pipeline s
 first: an aborted transaction's offsets committed, its inputs never output."""
 from __future__ import annotations
 
-from kafkastore.protocol.coordinators.txn_service import add_pending_offsets, take_pending_offsets
+from kafkastore.protocol.coordinators.pending_offsets import add_pending_offsets, take_pending_offsets
 from kafkastore.storage import Storage
 
 PID, EPOCH, GROUP = 7, 3, "eos-g"

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v7 import request as of_req
 
-from kafkastore.protocol.coordinators.txn_service import add_pending_offsets, take_pending_offsets
+from kafkastore.protocol.coordinators.pending_offsets import add_pending_offsets, take_pending_offsets
 from kafkastore.protocol.coordinators.pending_offsets import unstable_partitions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

@@ -21,8 +21,9 @@ from ...cluster.acls import Operation as Op
 from .. import authorizer as authz
 from ..wire import error_codes as E
 from ..coordinators import txn as T
-from ..coordinators.txn_service import (OFFSETS_TOPIC, TxnService, add_pending_offsets,
-                                        append_guard, fault_point, verify_state)
+from ..coordinators.pending_offsets import add_pending_offsets
+from ..coordinators.txn_service import (OFFSETS_TOPIC, TxnService, append_guard, fault_point,
+                                        verify_state)
 from ..wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE_TRANSACTIONS,
                              END_TXN, INIT_PRODUCER_ID, LIST_TRANSACTIONS, TXN_OFFSET_COMMIT,
                              WRITE_TXN_MARKERS)

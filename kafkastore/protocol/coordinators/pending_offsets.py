@@ -2,7 +2,8 @@
 
 A transaction's offsets wait in ``_txn_offsets/<producer id>/<group hex>.json`` until its
 coordinator ends it: applied to the group on commit, dropped on abort, the document deleted
-either way (the coordinator's side is in :mod:`.txn_service`). Meanwhile a consumer that asks
+either way (:func:`add_pending_offsets` and :func:`take_pending_offsets`, which
+:mod:`.txn_service` calls). Meanwhile a consumer that asks
 for *stable* offsets (OffsetFetch ``require_stable``, KIP-447: read_committed consumers)
 must not get the offsets from before that transaction: a consumer that rewinds after a
 transaction whose outcome it never learnt would process the same input again while that
@@ -43,4 +44,61 @@ def unstable_partitions(storage: Storage, group: str, now_ms: int, open_for_ms: 
     return out
 
 
-__all__ = ["PENDING_DIR", "StorageError", "unstable_partitions"]
+# -- the transaction coordinator's side ---------------------------------------------------------
+def _pending_path(pid: int, group: str) -> str:
+    return f"{PENDING_DIR}/{pid:020d}/{group.encode('utf-8').hex()}.json"
+
+
+def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict,
+                        txn_start_ms: int = -1, transactional_id: str | None = None) -> None:
+    """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
+    metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
+    of its own object races with nobody. The document names its transaction (epoch and start
+    time): offsets of an earlier transaction of the same epoch are never merged in."""
+    path = _pending_path(pid, group)
+    fresh = {"epoch": epoch, "txn_start_ms": txn_start_ms, "offsets": []}
+    try:
+        doc = json.loads(storage.get(path))
+        if doc.get("epoch") != epoch or doc.get("txn_start_ms", -1) != txn_start_ms:
+            doc = fresh
+    except StorageError:
+        doc = fresh
+    have = {(t, p): (o, e, md) for t, p, o, e, md in doc["offsets"]}
+    have.update(offsets)
+    doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
+    doc["group"] = group
+    doc["transactional_id"] = transactional_id   # whose state says whether it is still open
+    storage.put(path, json.dumps(doc).encode())
+
+
+def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: int = -1
+                         ) -> list[tuple[str, str, dict]]:
+    """``(path, group, offsets)`` to settle when producer ``pid``'s transaction at ``epoch``,
+    begun at ``txn_start_ms``, ends: its own documents with their offsets, and documents of
+    older epochs (fenced) with none. A document of another transaction of this epoch, or of a
+    newer epoch, is not returned: a completion that runs again late (a retried EndTxn, the
+    timeout check of another broker) must neither apply the next transaction's offsets nor
+    drop them. A document of this epoch begun earlier is of a transaction that ended before
+    this one began (one at a time per producer): settled with none, or it would hold its
+    group's offsets unstable. Documents written before they named their transaction match
+    on epoch."""
+    out = []
+    for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
+        rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
+        try:
+            doc = json.loads(storage.get(rel))
+        except (StorageError, ValueError):
+            continue
+        doc_epoch = doc.get("epoch", -1)
+        if doc_epoch == epoch and doc.get("txn_start_ms", txn_start_ms) == txn_start_ms:
+            offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())}
+        elif doc_epoch < epoch or (doc_epoch == epoch and 0 <= doc.get("txn_start_ms", -1) < txn_start_ms):
+            offsets = {}
+        else:
+            continue
+        out.append((rel, doc.get("group", ""), offsets))
+    return out
+
+
+__all__ = ["PENDING_DIR", "StorageError", "add_pending_offsets", "take_pending_offsets",
+           "unstable_partitions"]

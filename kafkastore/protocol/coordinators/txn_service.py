@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 import os
 import signal
@@ -43,10 +42,10 @@ from dataclasses import replace
 from typing import Awaitable, Callable
 
 from ...clock import Clock, as_clock
-from ...errors import KafkaStoreError, StorageError, TopicExistsError
+from ...errors import KafkaStoreError, TopicExistsError
 from ...storage import Storage
 from . import txn as T
-from .pending_offsets import PENDING_DIR
+from .pending_offsets import take_pending_offsets
 from ..wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
                                 UNKNOWN_TOPIC_OR_PARTITION)
 
@@ -106,6 +105,10 @@ class TxnStore:
         # yet (see mark_complete): read as complete here, stored lazily or never.
         self._complete: dict[str, T.TxnMetadata] = {}
         self._broker = None
+        # Puts waiting for the next group commit, by partition, and whether one is writing.
+        self._queue_cv = threading.Condition()
+        self._queued: dict[int, list[_Put]] = {}
+        self._writing = False
 
     def _topic_partitions(self, create: bool) -> int | None:
         from ...topics.admin import create_topic, load_topic, topic_exists
@@ -233,109 +236,130 @@ class TxnStore:
         :class:`TxnStateFencedError` and nothing is written. Leaving it out writes
         unconditionally (tests and tools that seed state). ``guard`` is the writer's own
         authority (:meth:`TxnService.still_holds`), asked again just before each attempt:
-        a coordinator that fenced itself since it read the state writes nothing."""
-        from ...write.log_writer import LogWriter as Broker
-        from ...errors import RequirementFailedError, TxnStateFencedError
+        a coordinator that fenced itself since it read the state writes nothing.
+
+        Puts of other ids that arrive while one is being written wait and go together in
+        the next commit of their partition (many producers' steps share one fsync'd commit
+        of ``__transaction_state``). Each keeps its own conditions: its state and guard are
+        checked at that commit's attempt, one that fails them is refused alone, and the
+        commit itself is conditional on the partition's high watermark."""
         from ...groups.offsets import partition_for_group
 
-        tid = meta.transactional_id
         with self._lock:
             n = self._topic_partitions(create=True)
-            p = partition_for_group(tid, n)
+        mine = _Put(meta, based_on, guard)
+        with self._queue_cv:
+            self._queued.setdefault(partition_for_group(meta.transactional_id, n), []).append(mine)
+            while not mine.done and self._writing:
+                self._queue_cv.wait()
+            lead = not mine.done
+            if lead:   # nobody is writing: this thread writes everything queued
+                self._writing, queued, self._queued = True, self._queued, {}
+        if lead:
+            try:
+                for p, puts in queued.items():
+                    for group in _one_per_id(puts):
+                        self._write_group(p, group)
+            finally:
+                with self._queue_cv:
+                    self._writing = False
+                    self._queue_cv.notify_all()
+        if mine.error is not None:
+            raise mine.error
+
+    def _write_group(self, p: int, puts: "list[_Put]") -> None:
+        """Write ``puts`` (distinct ids of partition ``p``) in one conditional commit, each
+        checked as :meth:`put` says; sets each one's ``done`` and ``error``."""
+        from ...write.log_writer import LogWriter as Broker
+        from ...errors import RequirementFailedError, TxnStateFencedError
+
+        pending = list(puts)
+        try:
             for _ in range(20):
-                expect = None
-                if based_on is not ...:
-                    self.refresh([p])
-                    if not self._applies(self._state.get(tid), based_on):
-                        self._complete.pop(tid, None)   # the stored state is newer: no overlay
-                        raise TxnStateFencedError(
-                            f"transaction state of {tid!r} changed since it was read (another "
-                            f"coordinator wrote it): not written")
-                    expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)}
-                if guard is not None and not guard():
-                    raise TxnStateFencedError(f"transaction state of {tid!r}: this coordinator "
-                                              f"fenced itself since it read it; not written")
+                with self._lock:
+                    conditional = any(x.based_on is not ... for x in pending)
+                    if conditional:
+                        self.refresh([p])
+                    live = []
+                    for x in pending:
+                        tid = x.meta.transactional_id
+                        if x.based_on is not ... and not self._applies(self._state.get(tid), x.based_on):
+                            self._complete.pop(tid, None)   # the stored state is newer: no overlay
+                            x.error = TxnStateFencedError(
+                                f"transaction state of {tid!r} changed since it was read (another "
+                                f"coordinator wrote it): not written")
+                        elif x.guard is not None and not x.guard():
+                            x.error = TxnStateFencedError(
+                                f"transaction state of {tid!r}: this coordinator fenced itself "
+                                f"since it read it; not written")
+                        else:
+                            live.append(x)
+                    # The fencing token: the partition's end as this attempt's checks read it.
+                    expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)} if conditional else None
+                pending = live
+                if not pending:
+                    return
                 if self._broker is None:
                     self._broker = Broker(self.storage, broker_id=self.broker_id,
                                           clock=self.clock.wall_ms)
                     self._broker.allow_internal = True  # the owner of __transaction_state
                 self._broker.expect_high_watermark = expect
                 try:
-                    self._broker.send(T.TXN_TOPIC, T.encode_value(meta), key=T.encode_key(tid),
-                                      partition=p)
+                    for x in pending:
+                        self._broker.send(T.TXN_TOPIC, T.encode_value(x.meta),
+                                          key=T.encode_key(x.meta.transactional_id), partition=p)
                     results = self._broker.flush()
-                    break
                 except RequirementFailedError:
-                    self._broker = None  # another id's record landed first: read it, try again
-                except BaseException:
+                    self._broker = None  # another record landed first: read it, check again
+                    continue
+                except BaseException as exc:
                     self._broker = None  # whatever it buffered is retried by nobody: start clean
-                    raise
-            else:
-                raise TxnStateFencedError(f"transaction state of {tid!r}: the partition kept "
-                                          f"moving; not written")
-            # Landed: it is the latest state. When nothing was appended since the last read,
-            # the next read starts after it (no re-read of our own record); else a later
-            # refresh reads it again, in log order.
-            self._state[meta.transactional_id] = meta
-            if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
-                self._next[p] = results[0].next_offset
-            self._complete.pop(meta.transactional_id, None)
+                    for x in pending:
+                        x.error = exc
+                    return
+                # Landed: the latest states. When nothing was appended since the last read,
+                # the next read starts after them (no re-read of our own records); else a
+                # later refresh reads them again, in log order.
+                with self._lock:
+                    for x in pending:
+                        self._state[x.meta.transactional_id] = x.meta
+                        self._complete.pop(x.meta.transactional_id, None)
+                    if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
+                        self._next[p] = results[0].next_offset
+                return
+            for x in pending:
+                x.error = TxnStateFencedError(
+                    f"transaction state of {x.meta.transactional_id!r}: the partition kept "
+                    f"moving; not written")
+        finally:
+            for x in puts:
+                x.done = True
 
 
-# -- pending offsets (TxnOffsetCommit) -------------------------------------------------------------
-def _pending_path(pid: int, group: str) -> str:
-    return f"{PENDING_DIR}/{pid:020d}/{group.encode('utf-8').hex()}.json"
+class _Put:
+    """One :meth:`TxnStore.put` waiting for, or written by, a group commit."""
+
+    __slots__ = ("meta", "based_on", "guard", "done", "error")
+
+    def __init__(self, meta: T.TxnMetadata, based_on, guard):
+        self.meta, self.based_on, self.guard = meta, based_on, guard
+        self.done = False
+        self.error: BaseException | None = None
 
 
-def add_pending_offsets(storage: Storage, pid: int, epoch: int, group: str, offsets: dict,
-                        txn_start_ms: int = -1, transactional_id: str | None = None) -> None:
-    """Remember offsets of an open transaction (``{(topic, partition): (offset, leader epoch,
-    metadata)}``) until it ends. One producer sends its requests in order, so read-merge-write
-    of its own object races with nobody. The document names its transaction (epoch and start
-    time): offsets of an earlier transaction of the same epoch are never merged in."""
-    path = _pending_path(pid, group)
-    fresh = {"epoch": epoch, "txn_start_ms": txn_start_ms, "offsets": []}
-    try:
-        doc = json.loads(storage.get(path))
-        if doc.get("epoch") != epoch or doc.get("txn_start_ms", -1) != txn_start_ms:
-            doc = fresh
-    except StorageError:
-        doc = fresh
-    have = {(t, p): (o, e, md) for t, p, o, e, md in doc["offsets"]}
-    have.update(offsets)
-    doc["offsets"] = [[t, p, o, e, md] for (t, p), (o, e, md) in sorted(have.items())]
-    doc["group"] = group
-    doc["transactional_id"] = transactional_id   # whose state says whether it is still open
-    storage.put(path, json.dumps(doc).encode())
-
-
-def take_pending_offsets(storage: Storage, pid: int, epoch: int, txn_start_ms: int = -1
-                         ) -> list[tuple[str, str, dict]]:
-    """``(path, group, offsets)`` to settle when producer ``pid``'s transaction at ``epoch``,
-    begun at ``txn_start_ms``, ends: its own documents with their offsets, and documents of
-    older epochs (fenced) with none. A document of another transaction of this epoch, or of a
-    newer epoch, is not returned: a completion that runs again late (a retried EndTxn, the
-    timeout check of another broker) must neither apply the next transaction's offsets nor
-    drop them. A document of this epoch begun earlier is of a transaction that ended before
-    this one began (one at a time per producer): settled with none, or it would hold its
-    group's offsets unstable. Documents written before they named their transaction match
-    on epoch."""
-    out = []
-    for info in storage.list(f"{PENDING_DIR}/{pid:020d}/"):
-        rel = info.path[info.path.index(PENDING_DIR):] if PENDING_DIR in info.path else info.path
-        try:
-            doc = json.loads(storage.get(rel))
-        except (StorageError, ValueError):
-            continue
-        doc_epoch = doc.get("epoch", -1)
-        if doc_epoch == epoch and doc.get("txn_start_ms", txn_start_ms) == txn_start_ms:
-            offsets = {(t, p): (o, e, md) for t, p, o, e, md in doc.get("offsets", ())}
-        elif doc_epoch < epoch or (doc_epoch == epoch and 0 <= doc.get("txn_start_ms", -1) < txn_start_ms):
-            offsets = {}
+def _one_per_id(puts: "list[_Put]") -> "list[list[_Put]]":
+    """``puts`` in groups that hold each id once, in arrival order (a second put of an id
+    is checked against the first one's result, in the next commit)."""
+    groups: list[list[_Put]] = []
+    for x in puts:
+        tid = x.meta.transactional_id
+        for group in groups:
+            if all(y.meta.transactional_id != tid for y in group):
+                group.append(x)
+                break
         else:
-            continue
-        out.append((rel, doc.get("group", ""), offsets))
-    return out
+            groups.append([x])
+    return groups
 
 
 # -- fault injection (tests) ------------------------------------------------------------------
