@@ -489,6 +489,16 @@ def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerStat
     if verdict == APPEND:
         return value
     if verdict == DUPLICATE:
+        if h.is_transactional and (state.txn_first_offset is None
+                                   or value.first_offset < state.txn_first_offset):
+            # A retry is answered before its transaction ends (EndTxn waits for every
+            # batch), so a copy of a batch whose transaction a marker already ended is not
+            # a retry: a client that purged that batch as unsent and reused its sequence
+            # numbers. Answered as a duplicate, its records would be acknowledged with the
+            # ended batch's offset and never written, and its COMMIT would commit nothing.
+            return Outcome(E.INVALID_TXN_STATE, message=(
+                f"producer {h.producer_id} epoch {h.producer_epoch}: sequence "
+                f"{h.base_sequence} belongs to a batch of a transaction that already ended here"))
         return Outcome(E.NONE, value.first_offset)
     return Outcome(E.INVALID_PRODUCER_EPOCH if verdict == FENCED else E.OUT_OF_ORDER_SEQUENCE_NUMBER,
                    message=value)
