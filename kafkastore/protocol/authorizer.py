@@ -259,7 +259,7 @@ def cluster_error(ctx, op: Operation) -> int:
 def init_producer_id_error(ctx, transactional_id: str | None) -> int:
     """Kafka's InitProducerId check: WRITE on the transactional id; without one (an idempotent
     producer) IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)."""
-    authorizer = getattr(ctx.broker, "authorizer", None)
+    authorizer = ctx.broker.authorizer
     if authorizer is None:
         return 0
     if transactional_id is not None:
@@ -277,7 +277,7 @@ def txn_partitions_errors(ctx, transactional_id: str, partitions) -> dict:
     (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all without WRITE on the id; else
     TOPIC_AUTHORIZATION_FAILED for those of topics without WRITE, OPERATION_NOT_ATTEMPTED
     for the rest, as Kafka)."""
-    if getattr(ctx.broker, "authorizer", None) is None:
+    if ctx.broker.authorizer is None:
         return {}
     err = txn_error(ctx, Operation.WRITE, transactional_id)
     if err:

@@ -213,8 +213,7 @@ class Connection:
                 if task is None:
                     return
                 self._inflight_bytes += size
-                if self._inflight_bytes > self.server.peak_connection_bytes:
-                    self.server.peak_connection_bytes = self._inflight_bytes
+                self.server.note_connection_bytes(self._inflight_bytes)
                 await queue.put((task, size))
                 if writer_task.done():
                     return

@@ -37,7 +37,7 @@ def quota_bound_s(server) -> float:
 
 
 def _quotas_stale(server) -> bool:
-    document = getattr(server, "quota_document", None)
+    document = server.quota_document
     age = None if document is None else document.age_s()
     return age is not None and age >= quota_bound_s(server)
 
@@ -45,10 +45,10 @@ def _quotas_stale(server) -> bool:
 def due(server) -> bool:
     """Whether :func:`before_serving` has anything to do (cheap, no I/O: asked before every
     request)."""
-    registry = getattr(server, "brokers", None)
+    registry = server.brokers
     if registry is not None and registry.lease_lapsed():
         return True
-    authorizer = getattr(server, "authorizer", None)
+    authorizer = server.authorizer
     if authorizer is not None and authorizer.stale():
         return True
     return _quotas_stale(server)
@@ -58,12 +58,12 @@ async def before_serving(server, *, decides: bool = True) -> None:
     """Fence a broker whose lease lapsed, and make the ACLs and quotas in hand fresh, before
     the request is decided. ``decides=False``: a request that reads neither (ApiVersions,
     the SASL exchange) only fences, and is answered even while the store is failing."""
-    registry = getattr(server, "brokers", None)
+    registry = server.brokers
     if registry is not None:
         registry.fence_if_lapsed()
     if not decides:
         return
-    authorizer = getattr(server, "authorizer", None)
+    authorizer = server.authorizer
     if authorizer is not None and authorizer.stale():
         await _fresh(server, "ACLs", authorizer.load_if_stale)
     if _quotas_stale(server):

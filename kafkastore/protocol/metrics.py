@@ -163,7 +163,7 @@ class BrokerMetrics:
                                    ssl_context=ssl_context, max_connections=max_connections,
                                    max_connections_per_ip=max_connections_per_ip,
                                    header_timeout_s=header_timeout_s, idle_timeout_s=idle_timeout_s,
-                                   clock=getattr(self.server, "clock", None))
+                                   clock=self.server.clock)
         except OSError as exc:
             raise ListenError(f"cannot listen for metrics on {host}:{port}: "
                               f"{exc.strerror or exc}") from None

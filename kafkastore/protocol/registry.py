@@ -87,7 +87,7 @@ class RequestContext:
         """Whether this request's principal may do ``operation`` (:class:`kafkastore.acls.Operation`)
         on the resource: always, unless the broker runs with ``--authorizer``
         (:mod:`kafkastore.protocol.authorizer`). Never blocks."""
-        authorizer = getattr(self.broker, "authorizer", None)
+        authorizer = self.broker.authorizer
         if authorizer is None:
             return True
         principal, host = principal_of(self.connection)

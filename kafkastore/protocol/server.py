@@ -446,6 +446,11 @@ class BrokerServer:
             return None
         return reader, asyncio.StreamWriter(transport, protocol, reader, self.loop)
 
+    def note_connection_bytes(self, in_flight: int) -> None:
+        """Keep the most request bytes one connection has had in flight (``peak_connection_bytes``)."""
+        if in_flight > self.peak_connection_bytes:
+            self.peak_connection_bytes = in_flight
+
     def unauthenticated_count(self) -> int:
         """Open connections that have not authenticated yet (TLS handshakes included)."""
         return self.pre_auth.total

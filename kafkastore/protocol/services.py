@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 if TYPE_CHECKING:  # annotations only: the services' modules import the whole protocol
+    from ..cluster.scram import ScramUsers
     from .apis.groups import GroupService
     from .apis.txn import TxnService
 
@@ -32,3 +33,6 @@ class BrokerServices:
     scram_secret: bytes | None = None
     #: ``--sasl-credentials`` users' SCRAM keys by (user, mechanism, salt, iterations).
     scram_file_keys: dict = field(default_factory=dict)
+    #: The root's SCRAM users as this broker sees them (``apis.users.scram_users``: made on
+    #: first use, shared by SASL, the user APIs and the metrics listener's basic auth).
+    scram_users: ScramUsers | None = None

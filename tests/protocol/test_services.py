@@ -1,6 +1,6 @@
-"""The broker's shared services are typed fields of ``server.services``: no module of
-``kafkastore/protocol`` reaches them through getattr/setattr of private names on the
-server, nor sets a private attribute on it."""
+"""The broker's shared services are typed fields of ``server.services``, and the server's own
+parts are attributes every server has: no module of ``kafkastore/protocol`` reaches the
+server through getattr/setattr/hasattr of a name, nor sets an attribute on it."""
 import asyncio
 import re
 from pathlib import Path
@@ -11,10 +11,10 @@ from kafkastore.protocol.services import BrokerServices
 from kafkastore.storage import Storage
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "kafkastore" / "protocol"
-#: getattr / setattr / hasattr of a private name on the broker or server.
-REFLECTED = re.compile(r"\b(?:getattr|setattr|hasattr)\(\s*[\w.]*(?:broker|server)\w*\s*,\s*[\"']_")
-#: A private attribute assigned on the broker or server from outside it.
-ASSIGNED = re.compile(r"\b[\w.]*(?:broker|server)\._\w+\s*=[^=]")
+#: getattr / setattr / hasattr of any name on the broker or server (``ctx.broker``, ``server``...).
+REFLECTED = re.compile(r"\b(?:getattr|setattr|hasattr)\(\s*(?:[\w.]*\.)?(?:broker|server)\s*,")
+#: An attribute assigned on the broker or server from outside it.
+ASSIGNED = re.compile(r"\b(?:[\w.]*\.)?(?:broker|server)\.\w+\s*=[^=]")
 
 
 def offenders(text: str) -> list[str]:
@@ -32,7 +32,13 @@ def test_the_check_sees_the_old_ways():
     assert offenders("cache = ctx.broker._scram_file_keys = {}")
     assert offenders('getattr(self.broker, "_spawn", asyncio.ensure_future)(later())')
     assert not offenders("svc = broker.services.group_service")
-    assert not offenders('authorizer = getattr(ctx.broker, "authorizer", None)')
+    assert offenders('authorizer = getattr(ctx.broker, "authorizer", None)')
+    assert offenders("users = broker.scram_users = ScramUsers(broker.storage)")
+    assert offenders("self.server.peak_connection_bytes = self._inflight_bytes")
+    assert not offenders('getattr(ctx.broker.options, "transaction_max_timeout_ms", 900_000)')
+    assert not offenders('getattr(broker.brokers, "fence_epoch", 0)')
+    assert not offenders("self.server = server")
+    assert not offenders("if ctx.broker.authorizer is None:")
 
 
 def test_services_are_built_with_the_server_and_shared(tmp_path):

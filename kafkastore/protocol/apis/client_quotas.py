@@ -23,7 +23,7 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 def _allowed(ctx: RequestContext, alter: bool) -> bool:
     authorize = getattr(ctx, "authorize", None)
-    if authorize is None or getattr(ctx.broker, "authorizer", None) is None:
+    if authorize is None or ctx.broker.authorizer is None:
         return True
     from ...cluster.acls import Operation, ResourceType
 

@@ -83,7 +83,7 @@ def _authorize_topics(ctx: RequestContext, names, requested: bool, auto_create: 
     """``(names to describe, names refused TOPIC_AUTHORIZATION_FAILED, names to describe that
     may not be auto-created)``: every topic the principal may not DESCRIBE is left out of an
     all-topics answer (Kafka hides it) and refused when asked for by name."""
-    if getattr(ctx.broker, "authorizer", None) is None:
+    if ctx.broker.authorizer is None:
         return names, [], []
     seen = [n for n in names if n is not None and ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, n)]
     if not requested:

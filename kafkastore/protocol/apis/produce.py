@@ -80,7 +80,7 @@ def _denied(ctx: RequestContext, request) -> dict[str, int]:
     """Topics this request may not write, with the error their partitions get (Kafka: WRITE on
     the transactional id, else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all; WRITE on each topic,
     else TOPIC_AUTHORIZATION_FAILED, whether or not the topic exists)."""
-    if getattr(ctx.broker, "authorizer", None) is None:
+    if ctx.broker.authorizer is None:
         return {}
     tid = getattr(request, "transactional_id", None)
     if tid is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):

@@ -77,7 +77,7 @@ def _peer_ip(ctx) -> str:
 def _fail(ctx, message: str):
     """Refuse the login and close the connection after the answer; the failure counts
     against the client's address (past its budget it is refused unchecked)."""
-    failed_logins = getattr(ctx.broker, "failed_logins", None)
+    failed_logins = ctx.broker.failed_logins
     if failed_logins is not None:
         failed_logins.failed(_peer_ip(ctx))
     ctx.connection.sasl_state = {"failed": True}
@@ -199,7 +199,7 @@ async def _authenticate(ctx: RequestContext, request):
     state = conn.sasl_state
     users = ctx.broker.options.credentials or {}
     mech = state.get("mechanism")
-    failed_logins = getattr(ctx.broker, "failed_logins", None)
+    failed_logins = ctx.broker.failed_logins
     wait = failed_logins.retry_after(_peer_ip(ctx)) if failed_logins is not None else 0
     if wait:
         # Over the address's failed-login budget: refused before any check (not counted again).

@@ -20,10 +20,10 @@ _CODES = {"mechanism": E.UNSUPPORTED_SASL_MECHANISM, "unacceptable": E.UNACCEPTA
 
 def scram_users(broker) -> ScramUsers:
     """The broker's view of the root's SCRAM users (made on first use, shared by SASL)."""
-    users = getattr(broker, "scram_users", None)
-    if users is None:
-        users = broker.scram_users = ScramUsers(broker.storage)
-    return users
+    services = broker.services
+    if services.scram_users is None:
+        services.scram_users = ScramUsers(broker.storage)
+    return services.scram_users
 
 
 def error_code(exc: ScramCredentialError) -> int:
