@@ -165,3 +165,32 @@ def test_a_second_write_of_one_id_in_a_group_is_checked_against_the_first(tmp_pa
     assert r1 == r2 == [None]
     assert len(r3) == 1 and isinstance(r3[0], TxnStateFencedError)
     assert TxnStore(storage, partitions=1).get("b").producer_id == 3
+
+
+def test_a_store_failure_in_a_group_fails_every_write_of_the_group(tmp_path, monkeypatch):
+    """No write of a group is answered as written when its commit never happened."""
+    from kafkastore.errors import StorageError
+
+    storage = Storage(f"file://{tmp_path}/root")
+    store = TxnStore(storage, partitions=1)
+    store.put(_ongoing("seed", 1))
+    gate = _HeldFirstFlush(monkeypatch)
+
+    first, r1 = _run(store.put, _ongoing("a", 2), None)
+    assert gate.entered.wait(30)
+    second, r2 = _run(store.put, _ongoing("b", 3), None)
+    third, r3 = _run(store.put, _ongoing("c", 4), None)
+    _waiting(store, 2)
+
+    def unreadable(partitions=None):
+        raise StorageError("the store is gone")
+
+    monkeypatch.setattr(store, "refresh", unreadable)   # the group's read before its commit fails
+    gate.release.set()
+    for t in (first, second, third):
+        t.join(60)
+
+    assert r1 == [None]
+    assert len(r2) == len(r3) == 1 and all(isinstance(r[0], StorageError) for r in (r2, r3))
+    fresh = TxnStore(storage, partitions=1)
+    assert fresh.get("b") is None and fresh.get("c") is None

@@ -270,80 +270,89 @@ class TxnStore:
     def _write_group(self, p: int, puts: "list[_Put]") -> None:
         """Write ``puts`` (distinct ids of partition ``p``) in one conditional commit, each
         checked as :meth:`put` says; sets each one's ``done`` and ``error``."""
-        from ...write.log_writer import LogWriter as Broker
-        from ...errors import RequirementFailedError, TxnStateFencedError
-
         pending = list(puts)
         try:
-            for _ in range(20):
-                with self._lock:
-                    conditional = any(x.based_on is not ... for x in pending)
-                    if conditional:
-                        self.refresh([p])
-                    live = []
-                    for x in pending:
-                        tid = x.meta.transactional_id
-                        if x.based_on is not ... and not self._applies(self._state.get(tid), x.based_on):
-                            self._complete.pop(tid, None)   # the stored state is newer: no overlay
-                            x.error = TxnStateFencedError(
-                                f"transaction state of {tid!r} changed since it was read (another "
-                                f"coordinator wrote it): not written")
-                        elif x.guard is not None and not x.guard():
-                            x.error = TxnStateFencedError(
-                                f"transaction state of {tid!r}: this coordinator fenced itself "
-                                f"since it read it; not written")
-                        else:
-                            live.append(x)
-                    # The fencing token: the partition's end as this attempt's checks read it.
-                    expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)} if conditional else None
-                pending = live
-                if not pending:
-                    return
-                if self._broker is None:
-                    self._broker = Broker(self.storage, broker_id=self.broker_id,
-                                          clock=self.clock.wall_ms)
-                    self._broker.allow_internal = True  # the owner of __transaction_state
-                self._broker.expect_high_watermark = expect
-                try:
-                    for x in pending:
-                        self._broker.send(T.TXN_TOPIC, T.encode_value(x.meta),
-                                          key=T.encode_key(x.meta.transactional_id), partition=p)
-                    results = self._broker.flush()
-                except RequirementFailedError:
-                    self._broker = None  # another record landed first: read it, check again
-                    continue
-                except BaseException as exc:
-                    self._broker = None  # whatever it buffered is retried by nobody: start clean
-                    for x in pending:
-                        x.error = exc
-                    return
-                # Landed: the latest states. When nothing was appended since the last read,
-                # the next read starts after them (no re-read of our own records); else a
-                # later refresh reads them again, in log order.
-                with self._lock:
-                    for x in pending:
-                        self._state[x.meta.transactional_id] = x.meta
-                        self._complete.pop(x.meta.transactional_id, None)
-                    if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
-                        self._next[p] = results[0].next_offset
-                return
-            for x in pending:
-                x.error = TxnStateFencedError(
-                    f"transaction state of {x.meta.transactional_id!r}: the partition kept "
-                    f"moving; not written")
+            self._attempt_group(p, pending)
+        except BaseException as exc:  # noqa: BLE001 - each waiting put raises it: none is lost
+            for x in puts:
+                if x.error is None and not x.landed:
+                    x.error = exc
         finally:
             for x in puts:
                 x.done = True
+
+    def _attempt_group(self, p: int, pending: "list[_Put]") -> None:
+        """The attempts of :meth:`_write_group` (raises what the store raises)."""
+        from ...write.log_writer import LogWriter as Broker
+        from ...errors import RequirementFailedError, TxnStateFencedError
+
+        for _ in range(20):
+            with self._lock:
+                conditional = any(x.based_on is not ... for x in pending)
+                if conditional:
+                    self.refresh([p])
+                live = []
+                for x in pending:
+                    tid = x.meta.transactional_id
+                    if x.based_on is not ... and not self._applies(self._state.get(tid), x.based_on):
+                        self._complete.pop(tid, None)   # the stored state is newer: no overlay
+                        x.error = TxnStateFencedError(
+                            f"transaction state of {tid!r} changed since it was read (another "
+                            f"coordinator wrote it): not written")
+                    elif x.guard is not None and not x.guard():
+                        x.error = TxnStateFencedError(
+                            f"transaction state of {tid!r}: this coordinator fenced itself "
+                            f"since it read it; not written")
+                    else:
+                        live.append(x)
+                # The fencing token: the partition's end as this attempt's checks read it.
+                expect = {(T.TXN_TOPIC, p): self._next.get(p, 0)} if conditional else None
+            pending = live
+            if not pending:
+                return
+            if self._broker is None:
+                self._broker = Broker(self.storage, broker_id=self.broker_id,
+                                      clock=self.clock.wall_ms)
+                self._broker.allow_internal = True  # the owner of __transaction_state
+            self._broker.expect_high_watermark = expect
+            try:
+                for x in pending:
+                    self._broker.send(T.TXN_TOPIC, T.encode_value(x.meta),
+                                      key=T.encode_key(x.meta.transactional_id), partition=p)
+                results = self._broker.flush()
+            except RequirementFailedError:
+                self._broker = None  # another record landed first: read it, check again
+                continue
+            except BaseException as exc:
+                self._broker = None  # whatever it buffered is retried by nobody: start clean
+                for x in pending:
+                    x.error = exc
+                return
+            # Landed: the latest states. When nothing was appended since the last read,
+            # the next read starts after them (no re-read of our own records); else a
+            # later refresh reads them again, in log order.
+            with self._lock:
+                for x in pending:
+                    x.landed = True
+                    self._state[x.meta.transactional_id] = x.meta
+                    self._complete.pop(x.meta.transactional_id, None)
+                if len(results) == 1 and p in self._next and results[0].base_offset == self._next[p]:
+                    self._next[p] = results[0].next_offset
+            return
+        for x in pending:
+            x.error = TxnStateFencedError(
+                f"transaction state of {x.meta.transactional_id!r}: the partition kept "
+                f"moving; not written")
 
 
 class _Put:
     """One :meth:`TxnStore.put` waiting for, or written by, a group commit."""
 
-    __slots__ = ("meta", "based_on", "guard", "done", "error")
+    __slots__ = ("meta", "based_on", "guard", "done", "landed", "error")
 
     def __init__(self, meta: T.TxnMetadata, based_on, guard):
         self.meta, self.based_on, self.guard = meta, based_on, guard
-        self.done = False
+        self.done = self.landed = False
         self.error: BaseException | None = None
 
 
