@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 if TYPE_CHECKING:  # annotations only: the services' modules import the whole protocol
     from ..cluster.scram import ScramUsers
-    from .apis.groups import GroupService
+    from .coordinators.group_service import GroupService
     from .apis.txn import TxnService
 
 

@@ -26,7 +26,7 @@ def test_coordinators_are_chosen_and_owned_within_each_security_protocol(tmp_pat
     both plaintext brokers (groups and transactional ids spread over them), never to the SASL
     one; the broker named agrees it owns the key (no NOT_COORDINATOR loop), and for SASL
     clients the SASL broker owns every key."""
-    from kafkastore.protocol.apis.groups import coordinates
+    from kafkastore.protocol.coordinators.group_service import coordinates
 
     with brokers(f"file://{tmp_path}/r", plain(), plain(), sasl()) as (a, a2, b):
         keys = tuple(f"group-{i}" for i in range(40))  # crc32 rendezvous: both nodes get some

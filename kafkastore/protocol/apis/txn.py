@@ -94,7 +94,7 @@ def service(broker) -> TxnService:
     """The broker's transaction service (created on first use, on the event loop), with what
     it needs of the group coordinator and of leader placement."""
     from ..placement import leader_for
-    from .groups import coordinates
+    from ..coordinators.group_service import coordinates
 
     services = broker.services
     if services.txn_service is None:
@@ -140,7 +140,7 @@ def transactional_groups(broker) -> set:
 
 
 def _bad_tid(tid: str | None) -> bool:
-    from .groups import too_long
+    from ..coordinators.group_service import too_long
 
     return not tid or too_long(tid)
 
