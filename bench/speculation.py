@@ -21,6 +21,13 @@ leaves a note in a scratch directory) and whether the speculative copy ran. Exit
 are missing or repeated; 2 when Spark did not speculate (nothing was shown). The start of
 ``local-cluster`` takes minutes on a loaded machine; the time of each step is printed.
 No assertion on speed.
+
+**local-cluster does not speculate either**: its executors all run on one host, and Spark's
+scheduler never launches a speculative copy on a host where the task already has an
+attempt (``TaskSetManager.dequeueTaskFromList``: ``!(speculative && hasAttemptOnHost(index,
+host))``). On ``local-cluster`` the script therefore shows the write exactly once with the
+straggler alone (exit 2); a real copy needs executors on two hosts: pass ``--master
+spark://...`` of a standalone cluster whose workers have different host names.
 """
 from __future__ import annotations
 
