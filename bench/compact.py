@@ -24,6 +24,10 @@
    there) and of the Python workers (largest single worker and largest sum).
    The two topics differ only in how many distinct keys they hold, so equal
    driver figures show that the driver's memory does not grow with the key count.
+4. Prints the ratio compaction / baseline by records per second of wall time and by
+   records per CPU second (this process, the JVM and Spark's Python workers:
+   :mod:`process_cpu`; other jobs on a shared machine move wall times, not these),
+   with the 1-minute load average of each run.
 
 Other processes on the machine make the numbers noisy: rerun and compare.
 """
@@ -48,6 +52,7 @@ from kafkastore.format.record_batch import Record, encode_batch  # noqa: E402
 from kafkastore.format.segment import SegmentBuilder  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics import create_topic  # noqa: E402
+from process_cpu import tree_cpu_seconds  # noqa: E402
 
 TOPIC = "compact-bench"
 BASE_TS = 1_700_000_000_000
@@ -113,6 +118,7 @@ class PeakRss:
         self.me = psutil.Process()
         self.interval = interval
         self.driver = self.jvm = self.worker_max = self.workers_sum = 0
+        self.cpu = 0.0   # CPU seconds of the run it wraps (set by compact_once)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -152,8 +158,9 @@ def _rate(n: int, seconds: float) -> str:
     return f"{n / seconds:,.0f} records/s ({n:,} records in {seconds:.1f} s)"
 
 
-def baseline(spark, root: str, work: str, records: int) -> tuple[str, float]:
-    """(what, records/s) of the load job, or of a plain read when pipelines.load is missing."""
+def baseline(spark, root: str, work: str, records: int) -> tuple[str, float, int]:
+    """(what, records/s, records) of the load job, or of a plain read when pipelines.load is
+    missing."""
     try:
         from pipelines.load import run_load
     except ImportError:
@@ -163,7 +170,7 @@ def baseline(spark, root: str, work: str, records: int) -> tuple[str, float]:
         summary = run_load(spark, root=root, topic=TOPIC, warehouse=f"file://{work}/warehouse",
                            table="bench", progress=False)
         seconds = time.monotonic() - t0
-        return "load (pipelines.load.run_load, Parquet)", summary.rows / seconds
+        return "load (pipelines.load.run_load, Parquet)", summary.rows / seconds, summary.rows
     from kafkastore.compaction import group_specs, load_plan, scan_task, scan_tasks
 
     storage = Storage(root)
@@ -180,7 +187,7 @@ def baseline(spark, root: str, work: str, records: int) -> tuple[str, float]:
     n = spark.range(0, len(tasks), 1, len(tasks)).mapInArrow(
         scan, "plan int, grp int, kind tinyint, key binary, offset long, dirty boolean, pid long, "
               "last_data long, last_marker long").count()
-    return "plain read (the compaction's scan, counted)", n / (time.monotonic() - t0)
+    return "plain read (the compaction's scan, counted)", n / (time.monotonic() - t0), n
 
 
 def compact_once(spark, cache_root: str, work_root: str) -> tuple[object, float, PeakRss]:
@@ -191,9 +198,11 @@ def compact_once(spark, cache_root: str, work_root: str) -> tuple[object, float,
     shutil.copytree(src, dst)
     storage = Storage(work_root)
     with PeakRss() as peak:
+        cpu0 = tree_cpu_seconds()
         t0 = time.monotonic()
         result = compact_partition(spark, storage, TOPIC, 0, BASE_TS + 10 ** 7, force=True)
         seconds = time.monotonic() - t0
+        peak.cpu = tree_cpu_seconds() - cpu0
     return result, seconds, peak
 
 
@@ -234,9 +243,20 @@ def main(argv=None) -> int:
     work = os.path.join(args.cache_dir, "work")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    what, base_rate = baseline(spark, roots["keys"], work, args.records)
-    print(f"baseline {what}: {base_rate:,.0f} records/s")
+    # The first job of a session pays the JVM's and the Python workers' start: a small
+    # load before the timed one, so neither the baseline nor the compaction pays it.
+    from pipelines.load import run_load
+
+    run_load(spark, root=roots["keys"], topic=TOPIC, warehouse=f"file://{work}/warm",
+             table="warm", progress=False, until_offsets={0: min(args.records, 10_000)})
+    base_avg = os.getloadavg()[0]
+    cpu0 = tree_cpu_seconds()
+    what, base_rate, base_rows = baseline(spark, roots["keys"], work, args.records)
+    base_cpu = tree_cpu_seconds() - cpu0
+    print(f"baseline {what}: {base_rate:,.0f} records/s, {base_rows / base_cpu:,.0f} records "
+          f"per CPU s ({base_cpu:.2f} CPU s); load average {base_avg:.1f}")
     for name, keys, _ in runs:
+        run_avg = os.getloadavg()[0]
         result, seconds, peak = compact_once(spark, roots[name], f"file://{work}/{name}")
         rate = result.records_in / seconds
         print(f"compaction, {keys:,} distinct keys: {_rate(result.records_in, seconds)}; "
@@ -244,7 +264,9 @@ def main(argv=None) -> int:
               f"{result.records_out:,}, bytes {result.bytes_in:,} -> {result.bytes_out:,}, "
               f"segments {result.segments_in} -> {result.segments_out}")
         print(f"  {peak.render()}")
-        print(f"  ratio compaction / baseline: {rate / base_rate:.2f}")
+        print(f"  ratio compaction / baseline: {rate / base_rate:.2f}; by CPU: "
+              f"{result.records_in / peak.cpu / (base_rows / base_cpu):.2f} "
+              f"({peak.cpu:.2f} CPU s); load average {run_avg:.1f}")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)
     return 0
