@@ -3,7 +3,7 @@
     .venv/bin/python bench/groups.py [--commits N] [--partitions P] [--root URL]
 
 1. Baseline in the same process: N commits of P records each written with a
-   plain :class:`kafkastore.broker.Broker` (``send`` P records, ``flush``: one
+   plain :class:`kafkastore.write.log_writer.LogWriter` (``send`` P records, ``flush``: one
    manifest commit) to an ordinary compacted topic: the floor that any
    offset commit through the log pays.
 2. N OffsetCommits of P partitions through :class:`OffsetsStore` (the path

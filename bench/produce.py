@@ -1,12 +1,13 @@
-"""Benchmark: producing through kafkastore's Broker to file:// and to S3 (moto).
+"""Benchmark: producing through kafkastore's log writer
+(:class:`kafkastore.write.log_writer.LogWriter`) to file:// and to S3 (moto).
 
     .venv/bin/python bench/produce.py [--records N] [--partitions P] [--profile]
 
 N records (default 1,000,000) with 16-byte random keys and 100-byte random
 values (incompressible, no compression, create time, no headers) go through
-``Broker.send`` (one call per record), ``Broker.send_many`` (lists in one
+``LogWriter.send`` (one call per record), ``LogWriter.send_many`` (lists in one
 call: converted to Arrow buffers in one C pass, then as send_arrow) and
-``Broker.send_arrow`` (an Arrow table; checks, murmur2 and batching
+``LogWriter.send_arrow`` (an Arrow table; checks, murmur2 and batching
 vectorised, all the batches of a partition encoded by one C call into one
 buffer, the partitions on threads side by side, segments indexed vectorised
 and uploaded from that buffer), with a flush (segment upload + manifest
@@ -406,7 +407,7 @@ def main(argv=None) -> int:
         ceiling_s = ceiling(nbytes, tmp)
         print(f"ceiling: {nbytes / 1e6:.1f} MB (the .log bytes written) in one sequential "
               f"write + fsync: {nbytes / 1e6 / ceiling_s:,.0f} MB/s ({ceiling_s:.3f} s)\n")
-        print(f"through the Broker (the fastest of {args.repeat} runs by wall clock; CPU of "
+        print(f"through the log writer (the fastest of {args.repeat} runs by wall clock; CPU of "
               f"this process in brackets):")
         for name, r in results:
             report(name, n, r, ceiling_s)

@@ -3,7 +3,7 @@
     .venv/bin/python bench/soak.py [--commits N] [--records-per-commit R] [--s3 [--s3-commits M]]
 
 One partition, N small commits (default 100,000) through
-:class:`kafkastore.broker.Broker` (``send`` R records, ``flush``: one segment
+:class:`kafkastore.write.log_writer.LogWriter` (``send`` R records, ``flush``: one segment
 and one manifest version each) on a ``file://`` root in a temporary
 directory; with ``--s3`` also M commits (default 10,000) on moto's S3 server
 started here on 127.0.0.1 in its own process (``python -m moto.server``; with
