@@ -51,12 +51,14 @@ import json
 import logging
 import threading
 import uuid
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .clock import SYSTEM, Clock
 from .write.log_writer import LogWriter as Broker
 from .errors import KafkaStoreError, ObjectNotFoundError, StoragePermissionError
 from .manifest import Manifest
+from .read.reader import PartitionReader
 from .storage import Storage
 from .write.transactions import open_transactions
 
@@ -216,8 +218,6 @@ def consistent(storage: Storage, take: Callable[[], T]) -> T:
 
 
 def _is_readers(result: Any) -> bool:
-    from .read.reader import PartitionReader
-
     return isinstance(result, Mapping) and all(isinstance(r, PartitionReader)
                                                for r in result.values())
 
@@ -247,10 +247,6 @@ def uncommitted_view(reader, records: Iterable[Mapping[str, Any]]):
     manifest's producers get their open transaction back (at the first offset the record
     names, else the producer's oldest retained batch), which holds the last stable offset
     below them; ``reader`` itself when none of them wrote there."""
-    from dataclasses import replace
-
-    from .read.reader import PartitionReader
-
     m = reader.manifest
     reopened = {}
     for record in records:
