@@ -21,12 +21,14 @@ import os
 import sys
 from typing import Any
 
-from ..errors import ConfigError, KafkaStoreError, ProduceStoppedError, UnknownTopicError
+from ..errors import (ConfigError, InvalidRecordError, KafkaStoreError, ProduceStoppedError,
+                      RecordTooLargeError, TopicExistsError, UnknownTopicError)
 from .log_config import Config
 
 
 def _storage(cfg: Config, *, read_only: bool = False):
     """The root's Storage; ``read_only`` commands create nothing (not even a local root)."""
+    # lazy: start-up: the CLI imports each command's code on use
     from ..storage import Storage
 
     return Storage(cfg.root, cfg.storage_options, create=not read_only)
@@ -38,6 +40,7 @@ def print_json(obj: Any) -> None:
 
 # -- topics -------------------------------------------------------------------
 def cmd_topics(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..topics.topic_config import parse_assignments
     from ..topics.admin import check_not_internal, create_topic, describe_topic, list_topics
 
@@ -50,8 +53,6 @@ def cmd_topics(args, cfg: Config) -> int:
         create_topic(storage, args.topic, args.partitions, configs)
         print(f"created topic {args.topic} with {args.partitions} partition(s)", file=sys.stderr)
     elif args.topics_cmd == "apply":
-        from ..errors import TopicExistsError
-
         if not cfg.topics:
             raise ConfigError("the config file lists no topics (give --conf FILE with a 'topics:' mapping)")
         for name in cfg.topics:
@@ -77,6 +78,7 @@ PRODUCE_HOUSEKEEPING_WAIT_S = 120.0
 
 
 def cmd_produce(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..maintenance.housekeeper import Housekeeper
 
     storage = _storage(cfg)
@@ -96,10 +98,10 @@ def cmd_produce(args, cfg: Config) -> int:
 
 
 def _produce(args, storage, housekeeper) -> int:
-    from ..write.log_writer import LogWriter as Broker
-    from ..errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
     import numpy as np
 
+    # lazy: start-up: the CLI imports each command's code on use
+    from ..write.log_writer import LogWriter as Broker
     from ..write.jsonl_bulk import parse_ahead
 
     # Without --flush-every the input is one unit: nothing is committed before the end (no
@@ -221,6 +223,7 @@ def _line_ranges(lines: list[int]) -> str:
 def cmd_consume(args, cfg: Config) -> int:
     import pyarrow as pa
 
+    # lazy: start-up: the CLI imports each command's code on use
     from ..write.jsonl import format_consume_record
     from ..job_commits import consistent
     from ..read.reader import EARLIEST, PartitionReader
@@ -268,6 +271,7 @@ def cmd_consume(args, cfg: Config) -> int:
 
 def offsets_of(args, cfg: Config) -> dict[str, Any]:
     """``offsets``' JSON: log start and high watermark per partition."""
+    # lazy: start-up: the CLI imports each command's code on use
     from ..topics.admin import describe_topic
 
     info = describe_topic(_storage(cfg, read_only=True), args.topic)
@@ -283,6 +287,7 @@ def cmd_offsets(args, cfg: Config) -> int:
 
 # -- import / verify / gc -----------------------------------------------------------
 def cmd_import(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..write.kafka_import import import_kafka_dir
     from ..write.kafka_import import parse_kafka_dir_name
 
@@ -303,6 +308,7 @@ def cmd_import(args, cfg: Config) -> int:
 
 
 def cmd_verify(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..read.verify import verify_partition
     from ..topics.admin import load_topic
 
@@ -324,6 +330,7 @@ def cmd_verify(args, cfg: Config) -> int:
 
 
 def cmd_gc(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..maintenance.gc import collect_garbage, require_clock_agreement
 
     storage = _storage(cfg)
@@ -336,6 +343,7 @@ def cmd_gc(args, cfg: Config) -> int:
     except UnknownTopicError:
         # A deleted topic: its tombstoned partitions still hold the files the delete left
         # to gc (its config went with _topic.json: the default grace, at least the floor).
+        # lazy: start-up: the CLI imports each command's code on use
         from ..manifest import ManifestStore
         from ..topics.topic_config import TopicConfig
         from ..topics.admin import deleted_partitions
@@ -353,6 +361,7 @@ def cmd_gc(args, cfg: Config) -> int:
 
 
 def cmd_merge(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..write.log_writer import unique_writer_id
     from ..maintenance.merge import merge_partition
     from ..topics.admin import load_topic
@@ -374,6 +383,7 @@ def cmd_merge(args, cfg: Config) -> int:
 
 
 def cmd_delete_records(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..maintenance.retention import delete_records
 
     r = delete_records(_storage(cfg), args.topic, args.partition, args.before_offset)
@@ -390,6 +400,7 @@ def cmd_delete_records(args, cfg: Config) -> int:
 # -- Spark jobs ---------------------------------------------------------------------
 # -- consumer groups -------------------------------------------------------------------
 def cmd_transactions(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..write.transactions import abort_transaction, open_transactions
 
     storage = _storage(cfg)
@@ -407,6 +418,7 @@ def cmd_transactions(args, cfg: Config) -> int:
 
 
 def cmd_groups(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..groups import admin as group_admin
 
     storage = _storage(cfg)
@@ -437,6 +449,7 @@ def cmd_groups(args, cfg: Config) -> int:
 # -- ACLs ----------------------------------------------------------------------------
 def _acl_resource(args, required: bool):
     """``(resource type, name)`` of --topic / --group / --cluster / --transactional-id."""
+    # lazy: start-up: the CLI imports each command's code on use
     from ..cluster.acls import CLUSTER_NAME, ResourceType
 
     given = [(t, n) for t, n in ((ResourceType.TOPIC, args.topic), (ResourceType.GROUP, args.group),
@@ -451,6 +464,7 @@ def _acl_resource(args, required: bool):
 
 
 def cmd_acls(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..cluster.acls import (AclBinding, AclFilter, Operation, PatternType, Permission, acl_document,
                                 add_acls, list_acls, parse_operation, remove_acls, validate_host,
                                 validate_principal)

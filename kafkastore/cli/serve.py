@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from ..clock import from_env
 from ..errors import ConfigError
 from .commands import _storage, print_json
 from .log_config import Config
@@ -13,6 +14,7 @@ from .log_config import Config
 
 # -- SCRAM users ---------------------------------------------------------------------
 def cmd_users(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..cluster.scram import ScramUsers
 
     users = ScramUsers(_storage(cfg, read_only=args.users_cmd == "list"))
@@ -37,6 +39,7 @@ def cmd_users(args, cfg: Config) -> int:
 def _quota_entity(args) -> dict:
     """The entity the quotas options name (``--user``/``--default-user``, ``--client-id``/
     ``--default-client-id``), validated."""
+    # lazy: start-up: the CLI imports each command's code on use
     from ..protocol.quotas import CLIENT_ID, USER, validate_entity
 
     entity: dict = {}
@@ -48,6 +51,7 @@ def _quota_entity(args) -> dict:
 
 
 def cmd_quotas(args, cfg: Config) -> int:
+    # lazy: start-up: the CLI imports each command's code on use
     from ..cluster.documents import ClusterDocument
     from ..protocol import quotas as Q
 
@@ -91,6 +95,7 @@ def _host_port(value: str, default_port: int | None = None) -> tuple[str, int]:
 
 def _super_users(args) -> tuple:
     """``--super-users User:a,User:b`` validated (only with ``--authorizer``)."""
+    # lazy: start-up: the CLI imports each command's code on use
     from ..cluster.acls import validate_principal
 
     if not args.super_users:
@@ -104,6 +109,7 @@ def cmd_serve(args, cfg: Config) -> int:
     import logging
     import ssl
 
+    # lazy: start-up: the CLI imports each command's code on use
     from ..protocol.apis.sasl import load_credentials
     from ..protocol.server import ServeOptions, run_server
 
@@ -148,7 +154,7 @@ def cmd_serve(args, cfg: Config) -> int:
             print(f"kafkastore: metrics on {server.options.metrics_listen[0]}:{server.metrics_port}",
                   flush=True)
 
-    from ..clock import from_env
+    # lazy: start-up: the CLI imports each command's code on use
     from ..storage import Storage
     # from_env: SYSTEM, or the fault harness's skewed clock (KAFKASTORE_CLOCK_SKEW_MS).
     run_server(Storage(cfg.root, cfg.storage_options, clock=from_env()), opts, ready=ready)
