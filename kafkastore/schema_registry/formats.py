@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import SchemaRegistryError
+from . import avro_compat, json_compat, protobuf_compat, protobuf_schema
 
 AVRO, PROTOBUF, JSON = "AVRO", "PROTOBUF", "JSON"
 TYPES = (JSON, PROTOBUF, AVRO)   # the order Confluent's /schemas/types lists them in
@@ -49,8 +50,6 @@ def parse(schema_type: str, text: str, references: list, resolve: Resolver,
     if schema_type == JSON:
         return _json(text, normalize)
     if schema_type == PROTOBUF:
-        from . import protobuf_schema
-
         pf = protobuf_schema.parse(text)
         return Parsed(PROTOBUF, text.strip(), pf)
     raise SchemaRegistryError(422, 42201, f"Invalid schema: unknown schema type {schema_type!r}")
@@ -155,13 +154,7 @@ def incompatibilities(new: Parsed, old: Parsed, level: str) -> list[str]:
 
 def _one(reader: Parsed, writer: Parsed) -> list[str]:
     if reader.schema_type == AVRO:
-        from .avro_compat import incompatibilities as avro
-
-        return avro(reader.obj, writer.obj, reader.named, writer.named)
+        return avro_compat.incompatibilities(reader.obj, writer.obj, reader.named, writer.named)
     if reader.schema_type == JSON:
-        from .json_compat import incompatibilities as js
-
-        return js(reader.obj, writer.obj)
-    from .protobuf_compat import incompatibilities as pb
-
-    return pb(writer.obj, reader.obj)  # original = the writer's schema, update = the reader's
+        return json_compat.incompatibilities(reader.obj, writer.obj)
+    return protobuf_compat.incompatibilities(writer.obj, reader.obj)  # original = the writer's schema, update = the reader's

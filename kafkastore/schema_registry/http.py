@@ -31,6 +31,7 @@ from ..storage import Storage
 from . import access as A
 from . import formats as F
 from ..cluster.acls import ANONYMOUS
+from ..cluster.scram import ScramUsers
 from .service import SchemaRegistryService
 from .store import SCHEMAS_TOPIC, SchemaStore
 
@@ -395,8 +396,6 @@ class SchemaRegistryThread:
         self._ssl = ssl_context
         self._auth = None
         if credentials or root_users:
-            from ..cluster.scram import ScramUsers
-
             # A credentials file implies the root's SCRAM users, as it does for the Kafka
             # listener (serve --sasl-credentials implies --sasl).
             self._auth = BasicAuth(credentials, ScramUsers(storage), **(auth_options or {}))

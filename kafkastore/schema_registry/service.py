@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..errors import SchemaRegistryError
 from . import formats as F
+from . import protobuf_schema
 from .state import (RegistryState, SchemaVersion, config_key, config_value, mode_key, mode_value,
                     schema_key, schema_value)
 from .store import SchemaStore
@@ -93,8 +94,6 @@ def render(v: SchemaVersion, fmt: str | None = None) -> str:
     ``format=serialized`` asks for the base64 descriptor (a text registration is compiled)."""
     if v.schema_type != F.PROTOBUF:
         return v.schema
-    from . import protobuf_schema
-
     fd = protobuf_schema.decode_descriptor(v.schema)
     if fmt == "serialized":
         return v.schema if fd is not None else protobuf_schema.to_serialized(v.schema)

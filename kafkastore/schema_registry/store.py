@@ -22,7 +22,11 @@ from typing import Callable
 from ..clock import Clock, as_clock
 from ..commit import Backoff
 from ..errors import RequirementFailedError, SchemaRegistryError, StorageError, TopicExistsError
+from ..read.reader import PartitionReader
 from ..storage import Storage
+from ..topics.admin import create_topic, load_topic, topic_exists
+from ..topics.topic_config import TopicConfig
+from ..write.log_writer import LogWriter as Broker
 from .state import RegistryState
 
 log = logging.getLogger("kafkastore.schema_registry")
@@ -70,8 +74,6 @@ class SchemaStore:
         self._max_record: int | None = None
 
     def _topic_exists(self, create: bool) -> bool:
-        from ..topics.admin import create_topic, topic_exists
-
         if not self._exists:
             if topic_exists(self.storage, SCHEMAS_TOPIC):
                 self._exists = True
@@ -89,9 +91,6 @@ class SchemaStore:
         overhead (read once the topic exists; the default before)."""
         if self._max_record is not None:
             return self._max_record
-        from ..topics.topic_config import TopicConfig
-        from ..topics.admin import load_topic
-
         if self._topic_exists(create=False):
             self._max_record = load_topic(self.storage, SCHEMAS_TOPIC).config.max_message_bytes \
                 - BATCH_OVERHEAD
@@ -101,8 +100,6 @@ class SchemaStore:
     def refresh(self, force: bool = False) -> RegistryState:
         """Read the records appended since the last refresh (at most every
         ``refresh_interval_s`` unless ``force``); returns the state."""
-        from ..read.reader import PartitionReader
-
         with self._lock:
             now = self.monotonic()
             if (not force and self._last_refresh is not None
@@ -129,8 +126,6 @@ class SchemaStore:
     def write(self, plan: Plan):
         """Run ``plan`` on the head of the log and append its records if nothing landed
         meanwhile (else read the new records and plan again); returns the plan's result."""
-        from ..write.log_writer import LogWriter as Broker
-
         with self._lock:
             self._topic_exists(create=True)
             for attempt in range(MAX_WRITE_ATTEMPTS):
