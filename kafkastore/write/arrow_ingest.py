@@ -77,6 +77,7 @@ class ArrowIngest:
         """
         import numpy as np
 
+        # lazy: pyarrow: the log writer loads it only for Arrow input
         from ..format import arrow_encode
 
         st = self._settings.get(topic) or self._topic_settings(topic)
@@ -174,6 +175,7 @@ class ArrowIngest:
         (the encoder releases the GIL); the groups are then buffered (and rolled) one
         after another, as without. If one fails, the later groups are not buffered and
         their sequence numbers are given back."""
+        # lazy: pyarrow: the log writer loads it only for Arrow input
         from ..format.arrow_encode import IMPLEMENTATION
 
         in_txn = self._txn_partitions is not None
@@ -210,6 +212,7 @@ class ArrowIngest:
         ``started``: the run :meth:`_buffer_groups` already encoded for them."""
         import numpy as np
 
+        # lazy: pyarrow: the log writer loads it only for Arrow input
         from ..format.arrow_encode import encode_rows
 
         buf = self._buffers.get(tp)
@@ -271,6 +274,7 @@ class ArrowIngest:
         encode)``, where ``encode()`` runs the C encoder over them (any thread)."""
         import numpy as np
 
+        # lazy: pyarrow: the log writer loads it only for Arrow input
         from ..format.arrow_encode import encode_batches
 
         buf = self._buffers[tp]
@@ -297,6 +301,7 @@ class ArrowIngest:
         run :meth:`_buffer_groups` encoded."""
         import numpy as np
 
+        # lazy: pyarrow: the log writer loads it only for Arrow input
         from ..format.arrow_encode import IMPLEMENTATION
 
         if IMPLEMENTATION != "native":
@@ -376,6 +381,7 @@ def as_table(values, keys, headers, timestamps):
     (then :meth:`LogWriter.send` judges each record as before)."""
     import pyarrow as pa
 
+    # lazy: pyarrow: the log writer loads it only for Arrow input
     from ..format.arrow_decode import HEADERS_TYPE
     from ..format.arrow_encode import binary_array, int64_array
 
