@@ -22,6 +22,7 @@ from enum import IntEnum
 from typing import Iterable
 
 from ..errors import InvalidAclError
+from .documents import ClusterDocument
 
 DOCUMENT = "acls"
 CLUSTER_NAME = "kafka-cluster"  # the one name of the CLUSTER resource (Kafka's)
@@ -307,5 +308,4 @@ def list_acls(document, flt: AclFilter = AclFilter(), *, fresh: bool = True) -> 
 
 def acl_document(storage, *, max_age_s: float = 2.0):
     """The root's ``acls`` :class:`~kafkastore.cluster.documents.ClusterDocument`."""
-    from .documents import ClusterDocument
     return ClusterDocument(storage, DOCUMENT, max_age_s=max_age_s)

@@ -20,6 +20,7 @@ import threading
 import weakref
 from typing import Callable
 
+from ..clock import SYSTEM
 from ..errors import UnknownTopicError
 from ..manifest import Manifest, ManifestStore
 from ..storage import Storage
@@ -290,7 +291,7 @@ class Housekeeper:
         returns whether that happened."""
         import time as _time
 
-        from ..clock import SYSTEM  # real time on purpose: it waits for real threads
+        # SYSTEM, not the housekeeper's clock: real time on purpose, it waits for real threads
         deadline = SYSTEM.monotonic_s() + timeout_s
         while True:
             with self._lock:
