@@ -173,6 +173,9 @@ class BrokerServer:
         families.register_families(self.registry, sasl_enabled=sasl_enabled(opts),
                                    extensions=extensions)
         self.pool = ThreadPoolExecutor(max_workers=opts.io_threads, thread_name_prefix="kafkastore-io")
+        # The lease's own thread: a heartbeat queued behind commits that a slow store holds
+        # in every I/O thread would lapse the lease of a broker that was never paused.
+        self._lease_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkastore-lease")
         self.authorizer = None
         if opts.authorizer:
             from ..cluster.acls import acl_document
@@ -305,6 +308,7 @@ class BrokerServer:
         except Exception:  # noqa: BLE001 - best effort: the heartbeat expires anyway
             log.warning("could not deregister broker %d", self.node_id, exc_info=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self._lease_pool.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -327,7 +331,8 @@ class BrokerServer:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.run(self.brokers.heartbeat)
+                await asyncio.get_running_loop().run_in_executor(self._lease_pool,
+                                                                 self.brokers.heartbeat)
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next interval
                 log.warning("broker heartbeat failed", exc_info=True)
 
