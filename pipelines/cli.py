@@ -21,7 +21,8 @@ from kafkastore.cli.commands import offsets_of, print_json
 from kafkastore.cli.parser import flag, non_negative
 from pipelines.spec.job_config import Config, load_config
 from pipelines.spec.table_layout import add_layout_flags
-from kafkastore.errors import ConfigError, KafkaStoreError, MissingExtraError
+from pipelines.spec.topic_routing import is_many_entry
+from kafkastore.errors import ConfigError, KafkaStoreError, LoadsFailedError, MissingExtraError
 
 
 def cmd_offsets(args, cfg: Config) -> int:
@@ -45,8 +46,6 @@ def _spark(cfg: Config):
 def _loads_many(args, cfg: Config) -> bool:
     """Whether ``load`` loads many tables: a pattern, a template or a route given, or the
     config's entry for the topic is one of those."""
-    from pipelines.spec.topic_routing import is_many_entry
-
     if any(getattr(args, k, None) is not None for k in
            ("topic_pattern", "table_template", "route_field", "route_values", "route_default")):
         return True
@@ -56,7 +55,6 @@ def _loads_many(args, cfg: Config) -> bool:
 def cmd_load_many(args, cfg: Config) -> int:
     """``load --topic-pattern`` / ``--route-field``: one line per table; a table whose
     load failed makes the command fail (one line) after the others committed."""
-    from kafkastore.errors import LoadsFailedError
     from pipelines.jobs.load import ManyLoadRequest, load_many, load_many_options_from_args  # lazy: job commands need the spark extra
 
     request = ManyLoadRequest.build(**load_many_options_from_args(args, cfg))
