@@ -21,7 +21,6 @@ from kafkastore.cli.commands import offsets_of, print_json
 from kafkastore.cli.parser import flag, non_negative
 from pipelines.spec.job_config import Config, load_config
 from pipelines.spec.table_layout import add_layout_flags
-from pipelines.spec.topic_routing import is_many_entry
 from kafkastore.errors import ConfigError, KafkaStoreError, LoadsFailedError, MissingExtraError
 
 
@@ -46,6 +45,9 @@ def _spark(cfg: Config):
 def _loads_many(args, cfg: Config) -> bool:
     """Whether ``load`` loads many tables: a pattern, a template or a route given, or the
     config's entry for the topic is one of those."""
+    # lazy: start-up: the CLI imports each command's code on use
+    from pipelines.spec.topic_routing import is_many_entry
+
     if any(getattr(args, k, None) is not None for k in
            ("topic_pattern", "table_template", "route_field", "route_values", "route_default")):
         return True
