@@ -79,7 +79,7 @@ async def _fresh(server, what: str, read, *args) -> None:
     key = (id(server), what)
     pending = _in_flight.get(key)
     if pending is None:
-        pending = asyncio.ensure_future(server.run(read, *args))
+        pending = asyncio.ensure_future(server.read_document(read, *args))
         _in_flight[key] = pending
         pending.add_done_callback(lambda f: _settled(key, f))
     try:

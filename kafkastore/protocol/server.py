@@ -176,12 +176,16 @@ class BrokerServer:
         # The lease's own thread: a heartbeat queued behind commits that a slow store holds
         # in every I/O thread would lapse the lease of a broker that was never paused.
         self._lease_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkastore-lease")
+        # The shared documents' reads (ACLs, quotas) likewise: a request that finds them past
+        # their freshness bound waits for a re-read, which must not queue behind commits.
+        self._documents_pool = ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="kafkastore-documents")
         self.authorizer = None
         if opts.authorizer:
             from ..cluster.acls import acl_document
             from .authorizer import Authorizer
             self.authorizer = Authorizer(acl_document(storage, max_age_s=opts.acl_max_age_s),
-                                         opts.super_users, submit=self.pool.submit,
+                                         opts.super_users, submit=self._documents_pool.submit,
                                          max_age_s=opts.acl_max_age_s, clock=self.clock)
         self.meta = MetadataCache(storage)
         self.appender = Appender(self)
@@ -309,6 +313,7 @@ class BrokerServer:
             log.warning("could not deregister broker %d", self.node_id, exc_info=True)
         self.pool.shutdown(wait=False, cancel_futures=True)
         self._lease_pool.shutdown(wait=False, cancel_futures=True)
+        self._documents_pool.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -343,7 +348,7 @@ class BrokerServer:
             await asyncio.sleep(self.options.quota_refresh_s)
             try:
                 version = document.version
-                doc = await self.run(document.refresh)
+                doc = await self.read_document(document.refresh)
                 if document.version != version:
                     quotas.set_config(doc)
                     log.info("client quotas changed (version %d)", document.version)
@@ -358,7 +363,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(authorizer.max_age_s / 2)
             try:
-                await self.run(authorizer.load)
+                await self.read_document(authorizer.load)
             except Exception:  # noqa: BLE001 - requests wait for a fresh read meanwhile
                 log.warning("cannot re-read the ACLs", exc_info=True)
 
@@ -399,6 +404,12 @@ class BrokerServer:
             finally:
                 acc.busy += time.perf_counter() - started
         return await loop.run_in_executor(self.pool, timed)
+
+    async def read_document(self, fn, *args):
+        """Run a blocking read of a shared document (the ACLs, the client quotas) on the
+        documents' own threads, never queued behind the I/O pool's commits: decisions wait
+        for these reads when their copies pass the freshness bound."""
+        return await asyncio.get_running_loop().run_in_executor(self._documents_pool, fn, *args)
 
     def live_brokers(self, same_security: bool = False) -> list[tuple[int, str, int]]:
         """``(node_id, host, port)`` of the live brokers (this one always included); with
