@@ -23,6 +23,8 @@ from kafkastore.topics import create_topic
 from kafkastore.write.transactions import open_transactions
 from pipelines.sink import commit as tsc
 
+from tests.helpers.sink_jobs import half_marked_job
+
 T0 = 1_700_000_000_000
 
 
@@ -529,43 +531,11 @@ def test_speculative_attempts_both_finishing_or_still_running_add_nothing(tmp_pa
 
 # --------------------------------------------------------------------------- all partitions or none
 
-def _child_commit_killed(root: str, results: str) -> None:
-    """The driver of job ``jk`` commits the given task results and dies (no clean-up at
-    all) just before its first marker in partition 1: partition 0 is fully marked."""
-    from kafkastore.write.log_writer import LogWriter as B
-
-    marker = B.write_marker
-
-    def dying(self, topic, partition, *, commit):
-        if partition == 1:
-            os._exit(3)
-        return marker(self, topic, partition, commit=commit)
-
-    B.write_marker = dying
-    done = [tsc.TaskResult(r["producer_id"], tuple(map(tuple, r["partitions"])), r["records"])
-            for r in json.loads(results)]
-    tsc.commit_job(Storage(root), done, job="jk", prefix=done[0].producer_id >> 32,
-                   topics=["out"])
-
-
 def _killed_between_markers(tmp_path) -> str:
-    """A root whose job ``jk`` (40 records over partitions 0 and 1) was decided and marked
-    in partition 0 only: the driver died between the two partitions' markers."""
-    root = _root(tmp_path, partitions=2)
-    storage = Storage(root)
-    prefix = tsc.new_job_prefix()
-    results = [_task(storage, prefix, 1, range(0, 20), "jk"),
-               _task(storage, prefix, 2, range(20, 40), "jk")]
-    assert {p for r in results for _, p in r.partitions} == {0, 1}
-    given = json.dumps([{"producer_id": r.producer_id, "partitions": r.partitions,
-                         "records": r.records} for r in results])
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-m", "tests.pipelines.test_spark_write",
-                           "commit_killed", root, given], cwd=here, timeout=300)
-    assert done.returncode == 3
-    # The hazard is real: read partition by partition, the job is in one and not the other.
-    seen = {p: PartitionReader(storage, "out", p).read(0).num_rows for p in (0, 1)}
-    assert seen[0] > 0 and seen[1] == 0, seen
+    """A root whose job ``jk`` (40 records over partitions 0 and 1 of ``out``) was decided
+    and marked in partition 0 only: the driver died between the two partitions' markers."""
+    root = f"file://{tmp_path}/root"
+    half_marked_job(root, "out", 40, "jk")
     return root
 
 
@@ -662,8 +632,6 @@ def test_readers_do_not_pay_for_past_jobs(spark, tmp_path):
 if __name__ == "__main__":
     if sys.argv[1] == "retry":
         _child_retry(sys.argv[2])
-    elif sys.argv[1] == "commit_killed":
-        _child_commit_killed(sys.argv[2], sys.argv[3])
 
 
 def test_an_attempt_appending_after_its_job_closed_aborts_itself(tmp_path):
