@@ -82,10 +82,13 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, KafkaStoreError
 from kafkastore.errors import QualityCheckFailed  # noqa: F401  (re-exported)
 from kafkastore.storage import Storage
+from kafkastore.topics.admin import load_topic
+from kafkastore.topics.topic_config import TopicConfig
 
+from ..spec.job_config import load_config
 from ..spec.table_layout import dead_letter_table
 from ..warehouse.catalog import Warehouse, name_of
 from ..warehouse.properties import MODE_PROPERTY, OPERATION_KEY, OPERATIONS, VALIDATED_TAG
@@ -191,15 +194,11 @@ def _topic_policies(topics: set[str], root: str | None, topic_config,
     if compacted is not None:
         return set(topics) if compacted else set()
     if topic_config is not None:
-        from kafkastore.topics.topic_config import TopicConfig
-
         cfg = topic_config if isinstance(topic_config, TopicConfig) else TopicConfig.from_dict(
             dict(topic_config))
         return set(topics) if cfg.compact else set()
     if root is None:
         return set()
-    from kafkastore.topics.admin import load_topic
-
     storage = Storage(root, storage_options)
     return {t for t in topics if load_topic(storage, t).config.compact}
 
@@ -399,9 +398,6 @@ def main(argv: list[str] | None = None) -> int:
     and for people (Airflow runs :func:`validate_for_airflow`). Exit 1 on a
     failed check or bad input (one line ``kafkastore: error: ...``)."""
     import argparse
-
-    from ..spec.job_config import load_config
-    from kafkastore.errors import KafkaStoreError
 
     p = argparse.ArgumentParser(prog="python -m pipelines.quality",
                                 description="validate a load's snapshot; move the validated tag")

@@ -116,6 +116,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.read.reader import ReadRange, read_range
 from kafkastore.storage import Storage
 
+from ..sink.writer import batch_writer, stream_writer
 from ..spec.offset_ranges import OffsetRange, is_json_int
 from .planning import Pruning, open_storage, plan_source_splits, resolve_source
 from .options import (DEFAULT_MAX_BYTES_PER_PARTITION, SOURCE_NAME, SourceOptions,
@@ -320,13 +321,11 @@ class KafkaStoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool):
         """``df.write.format("kafkastore")``: exactly-once writes into topics
         (:mod:`pipelines.sink.writer`)."""
-        from ..sink.writer import batch_writer
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         """``df.writeStream.format("kafkastore")``: each micro-batch exactly once
         (:mod:`pipelines.sink.writer`)."""
-        from ..sink.writer import stream_writer
         return stream_writer(self.options, schema, overwrite)
 
 

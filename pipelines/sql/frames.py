@@ -11,10 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from kafkastore.errors import ConfigError, WarehouseError
+from kafkastore.errors import ConfigError, UnsupportedDeletesError, WarehouseError
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import describe_topic
 
+from ..warehouse import field_ids
 from ..warehouse.catalog import name_of, table_fs
 from ..warehouse.properties import OPERATION_KEY, RUN_ID_KEY
 from ..warehouse.reads import missing_file
@@ -42,6 +43,7 @@ class TableRead:
 
 
 def topic_frame(spark, root: str, topic: str, storage_options: dict):
+    # lazy: pyspark: the SQL module imports Spark only when a query runs
     from ..source.datasource import read_topic
 
     return read_topic(spark, root, topic, storage_options=storage_options or None,
@@ -65,8 +67,6 @@ def table_frame(spark, table, snapshot, schema=None):
     urls = [t.file.file_path for t in tasks]
     if any(t.delete_files for t in tasks) or not all(u.startswith("file:") for u in urls):
         return _arrow_frame(spark, table, snapshot, schema, tasks, ddl)
-    from ..warehouse import field_ids
-
     with _unreadable(name, snapshot):
         if not field_ids.needs_field_ids(table.metadata, schema):
             # The common path: no name or type ever changed, so names are ids.
@@ -139,8 +139,6 @@ def _arrow_frame(spark, table, snapshot, schema, tasks, ddl):
     except FileNotFoundError as exc:
         raise missing_file(table, snapshot.snapshot_id, exc) from None
     except NotImplementedError as exc:
-        from kafkastore.errors import UnsupportedDeletesError
-
         raise UnsupportedDeletesError(f"table {name_of(table)} snapshot "
                                       f"{snapshot.snapshot_id}: {exc}") from None
     if arrow.num_rows == 0:

@@ -99,6 +99,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import list_topics
 
+from ..spark_errors import summarize
 from ..spec.table_layout import DEAD_LETTERS_SUFFIX
 from ..warehouse.catalog import Warehouse
 from ..warehouse.properties import VALIDATED_TAG
@@ -386,7 +387,6 @@ def _spark_errors():
         yield
     except PySparkException as exc:
         if "Python worker" in str(exc):  # a worker's own error (a damaged segment...): name it
-            from pipelines.spark_errors import summarize
             raise summarize(exc, "sql") from None
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
