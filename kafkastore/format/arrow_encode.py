@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .compression import Compression
+from .partitioner import murmur2
 from .extensions import ENABLED, load
 from ..errors import ConfigError
 from .record_batch import (CREATE_TIME, DELETE_HORIZON_MASK, NO_PRODUCER_ID, NO_SEQUENCE,
@@ -518,7 +519,6 @@ def murmur2_column(key: _Binary, n: int) -> np.ndarray:
     if IMPLEMENTATION == "native":
         out = _native.murmur2_arrow(n, key.valid, np.ascontiguousarray(key.offsets), key.data)
         return np.frombuffer(out, np.int32)
-    from .partitioner import murmur2
 
     data = key.data.tobytes()
     return np.array([0 if key.valid is not None and not key.valid[i]

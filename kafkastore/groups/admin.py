@@ -19,6 +19,7 @@ from ..errors import ConfigError, GroupNotEmptyError, UnknownGroupError, Unknown
 from .offsets import (GroupState, OffsetAndMetadata, OffsetsStore,
                       decode_consumer_assignment)
 from ..storage import Storage
+from ..read.reader import PartitionReader
 from ..topics.admin import load_topic, partition_offsets
 
 
@@ -136,7 +137,6 @@ class ResetTarget:
 def plan_reset(storage: Storage, group: str, topic_spec: str, target: ResetTarget, *,
                now_ms: int | None = None) -> dict[str, Any]:
     """The new offset of every partition (refused while the group has live members)."""
-    from ..read.reader import PartitionReader
 
     now = storage.clock.wall_ms() if now_ms is None else now_ms
     topic, parts = parse_topic_partitions(topic_spec)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from kafkastore.errors import ConfigError
+from kafkastore.topics.admin import is_internal_topic
 
 from ..decoding.values import ERROR_COLUMN
 from ..spec.route_filter import RouteFilter
@@ -15,7 +16,6 @@ def matching_topics(pattern: str, topics: Iterable[str]) -> list[str]:
     """The topics whose whole name matches ``pattern`` (Spark's ``subscribePattern``:
     Java's ``Pattern.matcher(name).matches()``), internal topics left out as Kafka's
     consumer does for a pattern subscription, sorted."""
-    from kafkastore.topics.admin import is_internal_topic
 
     rx = compile_topic_pattern(pattern)
     return sorted(t for t in topics if rx.fullmatch(t) and not is_internal_topic(t))

@@ -25,6 +25,7 @@ from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange
 from ..warehouse.files import DESCRIPTOR_DDL, check_disjoint
 from .executor_io import RAW_VALUE_COLUMN, WriteTarget, file_writer, split_reader
+from .routing import route_rows
 
 
 def _split_frame(spark, n: int):
@@ -80,8 +81,6 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
             detail = _json_schema_text(opts) if split else None
         frame = _headers_never_null(frame)
         if spec.route is not None:   # a route-by-field load: this table's records only
-            from .routing import route_rows
-
             frame = route_rows(frame, spec.route)
         fn = file_writer(target, run_id=run_id, split_dead_letters=split,
                          json_schema=detail, counter=counter)

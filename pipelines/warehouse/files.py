@@ -26,7 +26,7 @@ import re
 import uuid
 from typing import Any, Iterable, Mapping, Sequence
 
-from kafkastore.errors import ConfigError
+from kafkastore.errors import ConfigError, WarehouseError
 
 from ..spec.table_layout import DEFAULT_PARTITION_BY, parse_partition_field
 
@@ -220,7 +220,6 @@ def check_disjoint(files: Iterable[dict[str, Any]]) -> None:
     Spark discards the output of failed and duplicate task attempts, so this
     never fires unless something upstream double-reads; cheap insurance for
     the exactly-once promise."""
-    from kafkastore.errors import WarehouseError
 
     by_tp: dict[tuple, list[dict]] = {}
     for f in files:

@@ -14,6 +14,7 @@ from ...errors import (ConfigError, InternalTopicError, KafkaStoreError, OffsetO
 from ...maintenance.retention import delete_records
 from ...topics.admin import (alter_topic, create_topic, delete_topic as delete_topic_everywhere,
                              is_internal_topic)
+from ...topics.topic_config import TopicConfig
 from ..wire import error_codes as E
 from ..wire.api_keys import (CREATE_PARTITIONS, CREATE_TOPICS, DELETE_RECORDS, DELETE_TOPICS,
                              DESCRIBE_CONFIGS)
@@ -51,7 +52,6 @@ def _change_topic(broker, name: str, change, errors) -> tuple[int, str | None, o
 def create_topic_safely(broker, name: str, partitions: int, configs: dict,
                         validate_only: bool = False) -> tuple[int, str | None, object]:
     """``(error code, message, metadata)`` of creating one topic. Blocking."""
-    from ...topics.topic_config import TopicConfig
     try:
         layout.validate_topic_name(name)
     except ConfigError as exc:

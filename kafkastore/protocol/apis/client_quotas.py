@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import ConfigError, KafkaStoreError
+from ...cluster.acls import Operation, ResourceType
 from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from .. import quotas as Q
@@ -25,7 +26,6 @@ def _allowed(ctx: RequestContext, alter: bool) -> bool:
     authorize = getattr(ctx, "authorize", None)
     if authorize is None or ctx.broker.authorizer is None:
         return True
-    from ...cluster.acls import Operation, ResourceType
 
     op = Operation.ALTER_CONFIGS if alter else Operation.DESCRIBE_CONFIGS
     return authorize(op, ResourceType.CLUSTER)

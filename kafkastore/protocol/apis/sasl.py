@@ -21,7 +21,7 @@ import hmac
 import os
 import secrets
 
-from ...errors import ConfigError, KafkaStoreError
+from ...errors import CommitConflict, ConfigError, KafkaStoreError, ObjectNotFoundError
 from ...cluster.scram import (MECHANISMS as SCRAM_MECHANISMS, STALE, ScramCredential,
                               credential_from_password)
 from ..wire import error_codes as E
@@ -138,7 +138,6 @@ SCRAM_SECRET_PATH = "_cluster/_scram-secret"
 
 def _root_secret(storage) -> bytes:
     """The root's SCRAM secret, created once with put-if-absent (blocking)."""
-    from ...errors import CommitConflict, ObjectNotFoundError
 
     try:
         return storage.get(SCRAM_SECRET_PATH)
