@@ -220,7 +220,7 @@ def make_many_load_dag(entry: dict):
     def load_many_dag():
         @task(task_id="load")
         def load(**context) -> list[dict]:
-            from pipelines.jobs.load import load_many_for_interval
+            from pipelines.jobs.load_many import load_many_for_interval
 
             start, end = _interval(context)
             result = load_many_for_interval(

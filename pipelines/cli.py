@@ -57,7 +57,7 @@ def _loads_many(args, cfg: Config) -> bool:
 def cmd_load_many(args, cfg: Config) -> int:
     """``load --topic-pattern`` / ``--route-field``: one line per table; a table whose
     load failed makes the command fail (one line) after the others committed."""
-    from pipelines.jobs.load import ManyLoadRequest, load_many, load_many_options_from_args  # lazy: job commands need the spark extra
+    from pipelines.jobs.load_many import ManyLoadRequest, load_many, load_many_options_from_args  # lazy: job commands need the spark extra
 
     request = ManyLoadRequest.build(**load_many_options_from_args(args, cfg))
     summary = load_many(_spark(cfg), request)

@@ -11,7 +11,7 @@ from kafkastore.errors import (ConfigError, TableNameCollisionError,
                                UnroutableRecordsError)
 from kafkastore.storage import Storage
 from pipelines import iceberg as ice
-from pipelines.jobs.load import ManyLoadRequest, load_many
+from pipelines.jobs.load_many import ManyLoadRequest, load_many
 from pipelines.jobs.routing import matching_topics
 from pipelines.spec.topic_routing import identifier_part, render_table, tables_by_source
 from tests.helpers.loads import (assert_exactly_once, committed, make_topic, produce,

@@ -100,7 +100,8 @@ def test_the_layout_a_table_records_is_the_layout_maintain_reads_back(partition_
 
 
 def test_the_cli_layout_flags_reach_one_table_and_pattern_loads(tmp_path):
-    from pipelines.jobs.load import load_many_options_from_args, load_options_from_args
+    from pipelines.jobs.load import load_options_from_args
+    from pipelines.jobs.load_many import load_many_options_from_args
     from pipelines.spec.job_config import Config
 
     cfg = Config(root="file:///r", warehouse=f"file://{tmp_path}/w",
