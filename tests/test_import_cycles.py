@@ -264,13 +264,6 @@ LAZY = "# lazy:"
 # not checked until then. The list only shrinks: a file leaves it when its imports are
 # explained (the test below fails on a file listed here that no longer needs it).
 EXCUSED_FROM_LAZY_REASONS = (
-    "kafkastore/groups/offsets.py",
-    "kafkastore/protocol/apis/txn.py",
-    "kafkastore/protocol/appender.py",
-    "kafkastore/protocol/coordinators/txn_service.py",
-    "kafkastore/protocol/http_guard.py",
-    "kafkastore/protocol/server.py",
-    "pipelines/source/stream.py",
 )
 
 

@@ -53,6 +53,9 @@ from typing import Callable, Iterable, Mapping
 from ..clock import Clock, as_clock
 from ..errors import CorruptRecordError, FencedError, RequirementFailedError, TopicExistsError
 from ..storage import Storage
+from ..topics.admin import create_topic, load_topic, topic_exists
+from ..read.reader import PartitionReader
+from ..write.log_writer import LogWriter as Broker
 
 OFFSETS_TOPIC = "__consumer_offsets"
 #: Kafka's ``offsets.topic.num.partitions`` is 50; eight keeps offline listings cheap
@@ -413,7 +416,6 @@ class OffsetsStore:
 
     # -- topic ---------------------------------------------------------------
     def _topic_partitions(self, create: bool) -> int | None:
-        from ..topics.admin import create_topic, load_topic, topic_exists
 
         if self._partitions is None:
             if topic_exists(self.storage, OFFSETS_TOPIC):
@@ -435,7 +437,6 @@ class OffsetsStore:
     # -- reading -------------------------------------------------------------
     def refresh(self, partitions: Iterable[int] | None = None) -> None:
         """Read what was appended since the last refresh (every partition by default)."""
-        from ..read.reader import PartitionReader
 
         with self._lock:
             n = self._topic_partitions(create=False)
@@ -633,7 +634,6 @@ class OffsetsStore:
         """One partition's share of a batch: claimed writes are checked against the partition
         read now and appended only at the high watermark that read found (retried when an
         unrelated writer got in first); each request's outcome is set here."""
-        from ..write.log_writer import LogWriter as Broker
 
         for _ in range(_MAX_CONDITIONAL_ATTEMPTS):
             self.refresh([p])

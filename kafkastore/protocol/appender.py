@@ -46,7 +46,9 @@ import pyarrow.compute as pc
 
 from ..format.arrow_decode import decode_to_arrow
 from ..format.compression import Compression
+from ..format.control import encode_marker_batch
 from ..format.crc import crc32c
+from ..maintenance.housekeeper import housekeeper_for
 from ..errors import (CommitConflict, CommitUnknownError, CompressionError, CorruptRecordError,
                       CrcMismatchError, KafkaStoreError, StorageError, TopicDeletedError)
 from ..errors import BatchRejected  # noqa: F401  (re-exported)
@@ -241,7 +243,6 @@ class Appender:
         attempt commits on, and a False answer refuses the marker (NOT_COORDINATOR) instead of
         writing it (the coordinator lost its authority meanwhile, or the open transaction an
         operator's abort was aimed at changed)."""
-        from ..format.control import encode_marker_batch
 
         data = encode_marker_batch(offset=0, timestamp=now_ms, producer_id=producer_id,
                                    producer_epoch=producer_epoch, commit=commit,
@@ -443,7 +444,6 @@ class Appender:
             store.forget_cached()
         self.commits += 1
         # merging + gc of what we write, on its own thread
-        from ..maintenance.housekeeper import housekeeper_for
         housekeeper_for(self.server.storage).poke(topic, partition, new)
         for i, o in planned.items():
             outcomes[i] = o

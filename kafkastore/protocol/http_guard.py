@@ -21,6 +21,9 @@ import ssl as ssl_lib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ..clock import SYSTEM
+from ..cluster import scram  # scram.salted_password read at call time (tests count the KDF runs)
+from ..cluster.scram import DEFAULT_ITERATIONS, MECHANISMS, credential_from_salted
 from ..errors import KafkaStoreError
 
 log = logging.getLogger("kafkastore.http")
@@ -44,8 +47,6 @@ class FailedLogins:
 
     def __init__(self, max_failures: int = 10, window_s: float = 10.0, *, clock=None,
                  max_addresses: int = 10_000):
-        from ..clock import SYSTEM
-
         self.max_failures, self.window_s = max_failures, window_s
         self.max_addresses = max_addresses
         self._clock = clock or SYSTEM
@@ -96,8 +97,6 @@ class BasicAuth:
     def __init__(self, credentials: dict | None = None, scram_users=None, *,
                  cache_ttl_s: float = 60.0, max_failures: int = 10, failure_window_s: float = 10.0,
                  kdf_slots: int = 2, max_checks_per_s: float = 50.0, clock=None):
-        from ..clock import SYSTEM
-
         self.credentials = credentials or {}
         self.scram_users = scram_users
         self.cache_ttl_s = cache_ttl_s
@@ -139,8 +138,6 @@ class BasicAuth:
         return hmac.new(self._secret, text, hashlib.sha256).digest()
 
     def _dummy(self, mech: str, user: str):
-        from ..cluster.scram import DEFAULT_ITERATIONS, credential_from_salted
-
         salt = hmac.new(self._secret, b"salt:" + user.encode("utf-8", "surrogatepass"),
                         hashlib.sha256).digest()[:16]
         return credential_from_salted(mech, salt, DEFAULT_ITERATIONS, b"\0" * 64)
@@ -160,8 +157,6 @@ class BasicAuth:
 
     def _current(self, user: str) -> tuple:
         """The user's SCRAM credentials now (re-read when older than ScramUsers' bound)."""
-        from ..cluster.scram import MECHANISMS
-
         return tuple(self.scram_users.lookup(user, mech) for mech in MECHANISMS)
 
     def check(self, user: str, password: str, address: str = "") -> bool:
@@ -177,8 +172,6 @@ class BasicAuth:
         if self.scram_users is None:
             # No SCRAM: the file's comparison above is all there is (no PBKDF2 to equalize).
             return False
-        from ..cluster.scram import MECHANISMS, credential_from_salted, salted_password
-
         try:
             creds = self._current(user)
         except KafkaStoreError as exc:   # the root unreadable: the file's users still log in
@@ -190,7 +183,7 @@ class BasicAuth:
         with self._kdf:
             for mech, cred in zip(MECHANISMS, creds):
                 target = cred if cred is not None else self._dummy(mech, user)
-                salted = salted_password(mech, password, target.salt, target.iterations)
+                salted = scram.salted_password(mech, password, target.salt, target.iterations)
                 good = hmac.compare_digest(
                     credential_from_salted(mech, target.salt, target.iterations, salted).stored_key,
                     target.stored_key)
@@ -241,8 +234,6 @@ class GuardedHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, addr, handler, *, ssl_context, max_connections, max_connections_per_ip,
                  header_timeout_s=HEADER_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, clock=None):
-        from ..clock import SYSTEM
-
         self.ssl_context = ssl_context
         self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
         self.header_timeout_s, self.idle_timeout_s = header_timeout_s, idle_timeout_s

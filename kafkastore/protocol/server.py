@@ -45,6 +45,14 @@ from .connection import (Connection, PreAuthBudget, close_quietly, current_reque
                          pre_auth_expired)
 from .registry import HandlerTable, Registry
 from .services import BrokerServices
+from ..cluster.acls import acl_document
+from ..cluster.documents import ClusterDocument
+from ..format.record_batch import Record, encode_batch
+from .apis.users import scram_users
+from .authorizer import Authorizer
+from .caches.data_watch import DataWatch
+from .http_guard import BasicAuth, FailedLogins
+from .quotas import QuotaManager
 
 log = logging.getLogger("kafkastore.serve")
 
@@ -153,7 +161,6 @@ class BrokerServer:
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
                  extensions: Iterable[Callable[[Registry], None]] = (), clock: Clock | None = None):
-        from ..cluster.documents import ClusterDocument
         # lazy: the API families import the whole protocol; importing the server module
         # (ServeOptions, the listener rules) must not
         from . import families
@@ -182,8 +189,6 @@ class BrokerServer:
                                                   thread_name_prefix="kafkastore-documents")
         self.authorizer = None
         if opts.authorizer:
-            from ..cluster.acls import acl_document
-            from .authorizer import Authorizer
             self.authorizer = Authorizer(acl_document(storage, max_age_s=opts.acl_max_age_s),
                                          opts.super_users, submit=self._documents_pool.submit,
                                          max_age_s=opts.acl_max_age_s, clock=self.clock)
@@ -193,18 +198,17 @@ class BrokerServer:
         self.brokers = BrokerMembership(storage, heartbeat_ms=opts.heartbeat_ms, clock=self.clock)
         self.producer_ids = ProducerIdAllocator(storage, owner=self.brokers.instance,
                                                 clock=self.clock)
-        from .quotas import QuotaManager
         #: The root's shared client quotas and this broker's enforcement of them.
         self.quota_document = ClusterDocument(storage, "quotas", max_age_s=opts.quota_refresh_s)
         self.quotas = QuotaManager(window_s=opts.quota_window_s, samples=opts.quota_samples)
         self.commit_failures = 0
         self.metrics = None
         self.metrics_port: int | None = None
-        from .http_guard import FailedLogins
         #: Failed SASL logins per client address (apis/sasl.py counts them, accept refuses past them).
         self.failed_logins = FailedLogins(opts.sasl_max_failed_logins_per_ip,
                                           opts.sasl_failed_login_window_ms / 1000, clock=self.clock)
         if opts.metrics_listen is not None:
+            # lazy: only --metrics-listen loads prometheus_client and the metrics listener
             from .metrics import BrokerMetrics
             self.metrics = BrokerMetrics(self)
             self._time_commits()
@@ -221,12 +225,12 @@ class BrokerServer:
         self.peak_connection_bytes = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.port: int = opts.port
-        from .caches.data_watch import DataWatch
         self.data_watch = DataWatch(self._read_versions,
                                     lambda tp: self.meta.cached_version(tp[0], tp[1]),
                                     poll_s=opts.fetch_poll_ms / 1000)
         self.schema_registry = None
         if opts.schema_registry_listen is not None:
+            # lazy: `serve` without the schema registry loads no Avro/Protobuf (test_layers)
             from ..schema_registry import SchemaRegistryThread
             self.schema_registry = SchemaRegistryThread(
                 storage, *opts.schema_registry_listen, ssl_context=opts.ssl_context,
@@ -276,6 +280,7 @@ class BrokerServer:
         if self.schema_registry is not None:
             self.schema_registry.store.broker_id = self.node_id
             await self.run(self.schema_registry.start)
+        # lazy: an API family (imports the coordinators); importing the server module must not
         from .apis import txn as api_txn
         api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
         # Registered, ACLs and quotas loaded, services up: only now accept connections (a
@@ -326,9 +331,6 @@ class BrokerServer:
         checked as the schema registry checks them); None when the broker has no SASL."""
         if not sasl_enabled(self.options):
             return None
-        from .apis.users import scram_users
-        from .http_guard import BasicAuth
-
         return BasicAuth(self.options.credentials, scram_users(self), clock=self.clock)
 
     async def _heartbeat(self) -> None:
@@ -539,7 +541,7 @@ class BrokerServer:
 
 def _warm_up() -> None:
     """Load the decoder and Arrow compute kernels now, not in the first client's commit."""
-    from ..format.record_batch import Record, encode_batch
+    # lazy: the appender, like the API families, is imported only by a running broker
     from .appender import _min_timestamp
 
     _min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)

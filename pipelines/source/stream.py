@@ -64,13 +64,18 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
                                               ReadMaxRows, SupportsTriggerAvailableNow)
 
 from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
-from kafkastore.read.reader import PartitionReader
+from kafkastore.format.arrow_decode import KAFKA_SCHEMA
+from kafkastore.groups.admin import committed_offsets
+from kafkastore.read.reader import PartitionReader, read_range
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import topic_exists
 
 from ..spec.offset_ranges import LATEST_OFFSET, Earliest, Latest, OffsetRange, SpecificOffsets, limit_for
 from .planning import plan_splits, resolve_range, snapshot_readers, topic_partitions
 from .options import SOURCE_NAME, SourceOptions, parse_options
+from ..warehouse import catalog as warehouse_catalog, commit as iceberg_commit, offsets as warehouse_offsets
+from ..warehouse.files import (DEFAULT_PARTITION_BY, DESCRIPTOR_DDL, check_disjoint, descriptor_schema,
+                               timestamp_zones, write_files)
 
 __all__ = ["StreamOptions", "parse_stream_options", "KafkaStoreStreamReader", "fair_shares",
            "table_sink"]
@@ -419,8 +424,6 @@ class KafkaStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 def _read_ranges(src: SourceOptions, ranges) -> Iterator[Any]:
-    from kafkastore.read.reader import read_range
-
     storage = Storage(src.root, dict(src.storage_options))
     for rr in ranges:
         batch = read_range(storage, rr, include_headers=src.include_headers,
@@ -480,8 +483,6 @@ def initial_offsets(src: SourceOptions, storage: Storage) -> dict[TP, int]:
     readers = snapshot_readers(storage, stream_partitions(src, storage))
     committed: dict[TP, int] = {}
     if src.starting_group is not None:
-        from kafkastore.groups.admin import committed_offsets
-
         for topic, parts in committed_offsets(storage, src.starting_group).items():
             committed.update({(topic, p): n for p, n in parts.items()})
     to_end = replace(src, ending=Latest())
@@ -510,13 +511,8 @@ def table_sink(warehouse, table: str, *, catalog: Mapping[str, Any] | None = Non
     replayed after a crash (Spark replays its last planned batch on restart) finds its
     offsets committed and adds nothing; the run id (topic-partitions and ranges) makes a
     commit whose response was lost a no-op when retried."""
-    from ..warehouse import catalog as warehouse_catalog, commit as iceberg_commit, offsets as warehouse_offsets
 
     def write(df, batch_id: int) -> None:
-        from kafkastore.format.arrow_decode import KAFKA_SCHEMA
-
-        from ..warehouse.files import DESCRIPTOR_DDL, check_disjoint, timestamp_zones
-
         wh = warehouse_catalog.Warehouse.of(warehouse, catalog, storage_options)
         tbl = wh.load_table(table) or wh.create_table(table, KAFKA_SCHEMA, partition_by)
         committed = warehouse_offsets.committed_offsets(tbl)
@@ -557,8 +553,6 @@ def _batch_writer(location: str, low: Mapping[str, int], run_id: str, storage_op
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         import pyarrow.compute as pc
-
-        from pipelines.warehouse.files import DEFAULT_PARTITION_BY, descriptor_schema, write_files
 
         keep = []
         for batch in batches:

@@ -31,6 +31,13 @@ from ..wire.error_codes import (COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NOT_
                                 OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION)
 from ..wire.codec import make
 from ..registry import Registry, RequestContext
+from ...format.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_MASK
+from ...groups.offsets import OffsetAndMetadata, partition_for_group
+from ...topics.admin import is_internal_topic
+from ..placement import leader_for
+from ..coordinators.group_service import coordinates, too_long
+from . import meta as api_meta
+from .groups import service as groups
 
 log = logging.getLogger("kafkastore.serve.txn")
 
@@ -45,8 +52,6 @@ _PRODUCER_POS = 43  # producer id (int64) and epoch (int16) in a record batch v2
 def transactional_batches(request) -> dict[tuple[str, int], tuple[int, int]]:
     """``{(topic, partition): (producer id, epoch)}`` of a Produce request's transactional
     batches, read from their headers (checked in full later by ``check_batch``)."""
-    from ...format.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_MASK
-
     out = {}
     for t in request.topic_data:
         for pd in t.partition_data:
@@ -93,9 +98,6 @@ async def verify_produce(ctx: RequestContext, tid: str | None,
 def service(broker) -> TxnService:
     """The broker's transaction service (created on first use, on the event loop), with what
     it needs of the group coordinator and of leader placement."""
-    from ..placement import leader_for
-    from ..coordinators.group_service import coordinates
-
     services = broker.services
     if services.txn_service is None:
         async def apply_offsets(pending) -> None:
@@ -110,9 +112,6 @@ async def _apply_group_offsets(broker, pending) -> None:
     """Write a committed transaction's offsets (``[(group, {(topic, partition): (offset,
     leader epoch, metadata)})]``) to ``__consumer_offsets``, and to the loaded group when
     this broker coordinates it."""
-    from ...groups.offsets import OffsetAndMetadata
-    from .groups import service as groups
-
     svc = groups(broker)
     now = broker.clock.wall_ms()
     # Under the authority the markers were written under (the running request's): a
@@ -140,8 +139,6 @@ def transactional_groups(broker) -> set:
 
 
 def _bad_tid(tid: str | None) -> bool:
-    from ..coordinators.group_service import too_long
-
     return not tid or too_long(tid)
 
 
@@ -173,8 +170,6 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     """Without a transactional id: the idempotent producer's answer (api_meta). With one: the
     coordinator bumps the id's epoch (fencing older instances), aborting or finishing a
     transaction left in flight first."""
-    from . import meta as api_meta
-
     tid = request.transactional_id
     denied = authz.init_producer_id_error(ctx, tid)
     if denied:
@@ -283,8 +278,6 @@ async def _add_for(ctx, tid, pid: int, epoch: int, wanted, *, verify_only: bool)
             return dict.fromkeys(wanted, err)
         return {tp: T.NONE if cur.state is T.TxnState.ONGOING and tp in cur.partitions else T.INVALID_TXN_STATE
                 for tp in wanted}
-    from ...topics.admin import is_internal_topic
-
     codes = {}
     for t in {t for t, _ in wanted}:
         meta = await ctx.run(ctx.broker.meta.topic, t)
@@ -327,9 +320,6 @@ async def handle_add_offsets(ctx: RequestContext, request):
     err, svc = await _coordinator_gate(ctx, tid, denied, invalid=not request.group_id)
     if err:
         return make(ctx.response_class, error_code=err)
-    from ...groups.offsets import partition_for_group
-    from .groups import service as groups
-
     try:
         n = await ctx.run(groups(ctx.broker).store._topic_partitions, True)
     except KafkaStoreError:
@@ -341,8 +331,6 @@ async def handle_add_offsets(ctx: RequestContext, request):
 
 async def handle_txn_offset_commit(ctx: RequestContext, request):
     """Answered by the group's coordinator: the offsets wait until the transaction ends."""
-    from .groups import service as groups
-
     mod = ctx.response_module
     gsvc = groups(ctx.broker)
     err = authz.txn_error(ctx, Op.WRITE, request.transactional_id) or \

@@ -42,8 +42,14 @@ from dataclasses import replace
 from typing import Awaitable, Callable
 
 from ...clock import Clock, as_clock
-from ...errors import KafkaStoreError, TopicExistsError
+from ...errors import (CorruptRecordError, KafkaStoreError, RequirementFailedError, TopicExistsError,
+                       TxnStateFencedError)
 from ...storage import Storage
+from ...groups.offsets import partition_for_group
+from ...manifest import ManifestStore
+from ...read.reader import PartitionReader
+from ...topics.admin import create_topic, load_topic, topic_exists
+from ...write.log_writer import LogWriter as Broker
 from . import txn as T
 from .pending_offsets import take_pending_offsets
 from ..wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
@@ -111,8 +117,6 @@ class TxnStore:
         self._writing = False
 
     def _topic_partitions(self, create: bool) -> int | None:
-        from ...topics.admin import create_topic, load_topic, topic_exists
-
         if self._partitions is None:
             if topic_exists(self.storage, T.TXN_TOPIC):
                 self._partitions = load_topic(self.storage, T.TXN_TOPIC).partitions
@@ -126,16 +130,11 @@ class TxnStore:
 
     def partition_for(self, tid: str) -> int | None:
         """The id's partition (Kafka's ``abs(hashCode) % partitions``), None before the topic exists."""
-        from ...groups.offsets import partition_for_group
-
         n = self._topic_partitions(create=False)
         return None if n is None else partition_for_group(tid, n)
 
     def refresh(self, partitions=None) -> None:
         """Read what was appended since the last refresh."""
-        from ...errors import CorruptRecordError
-        from ...read.reader import PartitionReader
-
         with self._lock:
             n = self._topic_partitions(create=False)
             if n is None:
@@ -243,8 +242,6 @@ class TxnStore:
         of ``__transaction_state``). Each keeps its own conditions: its state and guard are
         checked at that commit's attempt, one that fails them is refused alone, and the
         commit itself is conditional on the partition's high watermark."""
-        from ...groups.offsets import partition_for_group
-
         with self._lock:
             n = self._topic_partitions(create=True)
         mine = _Put(meta, based_on, guard)
@@ -283,9 +280,6 @@ class TxnStore:
 
     def _attempt_group(self, p: int, pending: "list[_Put]") -> None:
         """The attempts of :meth:`_write_group` (raises what the store raises)."""
-        from ...write.log_writer import LogWriter as Broker
-        from ...errors import RequirementFailedError, TxnStateFencedError
-
         for _ in range(20):
             with self._lock:
                 conditional = any(x.based_on is not ... for x in pending)
@@ -602,8 +596,6 @@ class TxnService:
     def _find_hanging(self) -> list[tuple[str, int, int, object]]:
         """``(topic, partition, producer id, its state there)`` of the hanging transactions
         at the partitions this broker leads (blocking; see :meth:`_check_hanging`)."""
-        from ...manifest import ManifestStore
-
         older_than = HANGING_AFTER_MAX_TIMEOUTS * self.max_timeout_ms
         self.store.refresh()   # every id's state, whichever broker wrote it
         held: dict[tuple[int, tuple[str, int]], int] = {}
