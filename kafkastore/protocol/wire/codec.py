@@ -35,7 +35,6 @@ from kio.serial import entity_reader, entity_writer
 
 from ...errors import ProtocolError
 from . import frame_check
-from . import legacy_messages  # Produce v0-2 / Fetch v0-3, which kio lacks
 
 _HEADER = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -121,6 +120,9 @@ def request_class(api_key: int, version: int) -> type:
         return kio_index.load_request_schema(api_key, version)
     except (kio_index.KioIndexError, ImportError, AttributeError, ValueError):
         pass
+    # lazy: start-up time: building the legacy classes is ~55 ms of import, and only
+    # Produce v0-2 / Fetch v0-3 (which kio lacks) need them
+    from . import legacy_messages
     return legacy_messages.request_class(api_key, version)
 
 
@@ -131,6 +133,9 @@ def response_class(api_key: int, version: int) -> type:
         return kio_index.load_response_schema(api_key, version)
     except (kio_index.KioIndexError, ImportError, AttributeError, ValueError):
         pass
+    # lazy: start-up time: building the legacy classes is ~55 ms of import, and only
+    # Produce v0-2 / Fetch v0-3 (which kio lacks) need them
+    from . import legacy_messages
     return legacy_messages.response_class(api_key, version)
 
 
