@@ -99,6 +99,12 @@ class FaultyFS(AbstractFileSystem):
         """(c) Reads (and by default stats and listings) fail."""
         return self.inject(ops, "before", match=match, count=count)
 
+    def fail_reads_from_write(self, match: str) -> Fault:
+        """(c') Reads of paths containing ``match`` fail from the next write of one on (that
+        write is made): a commit's reads before its put still work, its read-back does not."""
+        return self.on_write(lambda op, path: self.fail_reads(
+            match=lambda o, p: o == "read" and match in p, count=None), match=match, count=1)
+
     def on_write(self, callback: Callable[[str, str], None], match: Match = None,
                  count: int | None = 1) -> Fault:
         """Run ``callback(op, path)`` just before a matching write (to stage races)."""

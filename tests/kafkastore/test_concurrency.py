@@ -265,15 +265,6 @@ def test_manifest_put_lost_response_is_read_back(root_url):
     assert ManifestStore(storage, T, 0).versions() == [1, 2]  # no version written twice
 
 
-def _fail_manifest_reads_from_the_put(fs) -> None:
-    """Every read of a manifest version fails from the commit's put on (its read-back
-    included); the reads before it (the head, the probe for a hole) still work, so the put
-    is made."""
-    fs.on_write(lambda op, path: fs.fail_reads(
-        match=lambda o, p: o == "read" and "_manifest/" in p, count=None),
-        match="_manifest/", count=1)
-
-
 def test_unknown_outcome_retried_by_the_next_flush_exactly_once(root_url):
     create_topic(Storage(root_url), T, 1)
     storage, fs = faulty_storage(root_url)
@@ -281,7 +272,7 @@ def test_unknown_outcome_retried_by_the_next_flush_exactly_once(root_url):
     produce_values(b, [b"a", b"b", b"c"])
     # The put lands but every response is lost, and reading back fails: the outcome is unknown.
     fs.lose_response(match="_manifest/", count=None)
-    _fail_manifest_reads_from_the_put(fs)
+    fs.fail_reads_from_write("_manifest/")   # the read-back fails; the put is made
     with pytest.raises(CommitUnknownError):
         b.flush()
     fs.clear()
@@ -301,7 +292,7 @@ def test_unknown_outcome_then_more_records(local_root):
     b = Broker(storage)
     produce_values(b, [b"a", b"b"])
     fs.lose_response(match="_manifest/", count=None)
-    _fail_manifest_reads_from_the_put(fs)
+    fs.fail_reads_from_write("_manifest/")   # the read-back fails; the put is made
     with pytest.raises(CommitUnknownError):
         b.flush()
     fs.clear()
