@@ -61,7 +61,7 @@ FAIL_ONCE = textwrap.dedent(r'''
     import os
     marker = os.environ.get("KAFKASTORE_TEST_FAIL_MARKER")
     if marker:
-        import pipelines.table_files as _w
+        import pipelines.warehouse.files as _w   # before the executors import it
         _orig = _w.write_files
 
         def write_files(*args, **kwargs):
