@@ -22,10 +22,10 @@ Writing a handler (this is the contract for every API, the group APIs included):
         return make(ctx.response_class, error_code=0)
 
     def register(table: HandlerTable) -> None:
-        table.register(HEARTBEAT, 0, 4, handle_heartbeat)   # api_key, min, max version
+        table.serve(HEARTBEAT, handle_heartbeat)   # at the versions of HEARTBEAT's row
 
 The key is a row of :mod:`kafkastore.protocol.wire.api_keys` (the one table of keys, names and
-versions; the registered range lies within the row's). :class:`~kafkastore.protocol.server.
+versions: ``serve`` registers a key at its row's range, ``register`` at a range within it). :class:`~kafkastore.protocol.server.
 BrokerServer` registers every API it serves through the one ordered list of API families,
 ``kafkastore.protocol.families.FAMILIES`` (with SASL on, ``sasl`` after them). A new API is a
 row in ``api_keys`` and a handler with its ``register`` line in its family's module; a new
@@ -53,6 +53,7 @@ from typing import Any, Awaitable, Callable
 
 from ..errors import ConfigError, DuplicateApiError
 from .wire import codec
+from .wire.api_keys import ApiKey
 from .authorizer import principal_of
 
 
@@ -127,6 +128,12 @@ class HandlerTable:
 
     def __init__(self):
         self._specs: dict[int, ApiSpec] = {}
+
+    def serve(self, api_key: int, handler: Handler) -> None:
+        """Serve ``api_key`` at the versions of its row in :mod:`~.wire.api_keys` (the one
+        home of the ranges) with ``handler``."""
+        row = ApiKey(api_key)
+        self.register(api_key, row.min_version, row.max_version, handler)
 
     def register(self, api_key: int, min_version: int, max_version: int, handler: Handler) -> None:
         """Serve ``api_key`` at versions ``[min_version, max_version]`` with ``handler``;

@@ -160,6 +160,6 @@ async def handle_delete_acls(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(DESCRIBE_ACLS, 1, 3, handle_describe_acls)
-    registry.register(CREATE_ACLS, 1, 3, handle_create_acls)
-    registry.register(DELETE_ACLS, 1, 3, handle_delete_acls)
+    registry.serve(DESCRIBE_ACLS, handle_describe_acls)
+    registry.serve(CREATE_ACLS, handle_create_acls)
+    registry.serve(DELETE_ACLS, handle_delete_acls)

@@ -248,8 +248,8 @@ async def handle_delete_records(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
-    registry.register(DELETE_TOPICS, 1, 5, handle_delete_topics)
-    registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
-    registry.register(DELETE_RECORDS, 0, 2, handle_delete_records)
-    registry.register(CREATE_PARTITIONS, 0, 3, handle_create_partitions)
+    registry.serve(CREATE_TOPICS, handle_create_topics)
+    registry.serve(DELETE_TOPICS, handle_delete_topics)
+    registry.serve(DESCRIBE_CONFIGS, handle_describe_configs)
+    registry.serve(DELETE_RECORDS, handle_delete_records)
+    registry.serve(CREATE_PARTITIONS, handle_create_partitions)

@@ -153,5 +153,5 @@ async def handle_alter(ctx: RequestContext, request):
 
 def register(registry: Registry) -> None:
     """Serve the two client-quota APIs."""
-    registry.register(DESCRIBE_CLIENT_QUOTAS, 0, 1, handle_describe)
-    registry.register(ALTER_CLIENT_QUOTAS, 0, 1, handle_alter)
+    registry.serve(DESCRIBE_CLIENT_QUOTAS, handle_describe)
+    registry.serve(ALTER_CLIENT_QUOTAS, handle_alter)

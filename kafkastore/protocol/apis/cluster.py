@@ -213,7 +213,7 @@ async def handle_describe_log_dirs(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(DESCRIBE_CLUSTER, 0, 1, handle_describe_cluster)
-    registry.register(DESCRIBE_TOPIC_PARTITIONS, 0, 0, handle_describe_topic_partitions)
-    registry.register(DESCRIBE_PRODUCERS, 0, 0, handle_describe_producers)
-    registry.register(DESCRIBE_LOG_DIRS, 1, 4, handle_describe_log_dirs)
+    registry.serve(DESCRIBE_CLUSTER, handle_describe_cluster)
+    registry.serve(DESCRIBE_TOPIC_PARTITIONS, handle_describe_topic_partitions)
+    registry.serve(DESCRIBE_PRODUCERS, handle_describe_producers)
+    registry.serve(DESCRIBE_LOG_DIRS, handle_describe_log_dirs)

@@ -169,5 +169,5 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(ALTER_CONFIGS, 0, 2, handle_alter_configs)
-    registry.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)
+    registry.serve(ALTER_CONFIGS, handle_alter_configs)
+    registry.serve(INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs)

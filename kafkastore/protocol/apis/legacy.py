@@ -223,5 +223,5 @@ async def handle_old_list_offsets(ctx: RequestContext, request):
 def register(registry: Registry) -> None:
     """Serve Fetch and ListOffsets from v0, one registration each: the old versions here,
     newer ones by api_fetch (Kafka 3.9's)."""
-    registry.register(FETCH, 0, 17, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
-    registry.register(LIST_OFFSETS, 0, 9, by_version(1, handle_old_list_offsets, handle_list_offsets))
+    registry.serve(FETCH, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
+    registry.serve(LIST_OFFSETS, by_version(1, handle_old_list_offsets, handle_list_offsets))

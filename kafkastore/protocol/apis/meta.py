@@ -156,5 +156,5 @@ async def handle_init_producer_id(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(API_VERSIONS, 0, 4, handle_api_versions)
-    registry.register(METADATA, 0, 12, handle_metadata)
+    registry.serve(API_VERSIONS, handle_api_versions)
+    registry.serve(METADATA, handle_metadata)

@@ -146,4 +146,4 @@ def _submit(appender, request, metas, refused=None, denied=None, guards=None) ->
 
 
 def register(registry: Registry) -> None:
-    registry.register(PRODUCE, 0, 11, handle_produce)
+    registry.serve(PRODUCE, handle_produce)

@@ -279,5 +279,5 @@ async def _authenticate(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(SASL_HANDSHAKE, 1, 1, handle_handshake)
-    registry.register(SASL_AUTHENTICATE, 0, 2, handle_authenticate)
+    registry.serve(SASL_HANDSHAKE, handle_handshake)
+    registry.serve(SASL_AUTHENTICATE, handle_authenticate)

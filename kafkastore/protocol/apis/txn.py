@@ -532,11 +532,11 @@ def register(registry: Registry) -> None:
     # send v0-v3; CLUSTER_ACTION needed); v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit,
     # v5 of InitProducerId and AddPartitionsToTxn only allow TRANSACTION_ABORTABLE in answers,
     # which this coordinator never gives.
-    registry.register(INIT_PRODUCER_ID, 0, 5, handle_init_producer_id)
-    registry.register(ADD_PARTITIONS_TO_TXN, 0, 5, handle_add_partitions)
-    registry.register(ADD_OFFSETS_TO_TXN, 0, 4, handle_add_offsets)
-    registry.register(END_TXN, 0, 4, handle_end_txn)
-    registry.register(TXN_OFFSET_COMMIT, 0, 4, handle_txn_offset_commit)
-    registry.register(DESCRIBE_TRANSACTIONS, 0, 0, handle_describe_transactions)
-    registry.register(LIST_TRANSACTIONS, 0, 1, handle_list_transactions)
-    registry.register(WRITE_TXN_MARKERS, 1, 1, handle_write_txn_markers)  # kio has v1 only
+    registry.serve(INIT_PRODUCER_ID, handle_init_producer_id)
+    registry.serve(ADD_PARTITIONS_TO_TXN, handle_add_partitions)
+    registry.serve(ADD_OFFSETS_TO_TXN, handle_add_offsets)
+    registry.serve(END_TXN, handle_end_txn)
+    registry.serve(TXN_OFFSET_COMMIT, handle_txn_offset_commit)
+    registry.serve(DESCRIBE_TRANSACTIONS, handle_describe_transactions)
+    registry.serve(LIST_TRANSACTIONS, handle_list_transactions)
+    registry.serve(WRITE_TXN_MARKERS, handle_write_txn_markers)  # kio has v1 only

@@ -99,5 +99,5 @@ async def handle_alter(ctx: RequestContext, request):
 
 
 def register(registry: Registry) -> None:
-    registry.register(DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0, handle_describe)
-    registry.register(ALTER_USER_SCRAM_CREDENTIALS, 0, 0, handle_alter)
+    registry.serve(DESCRIBE_USER_SCRAM_CREDENTIALS, handle_describe)
+    registry.serve(ALTER_USER_SCRAM_CREDENTIALS, handle_alter)
