@@ -73,20 +73,30 @@ def _run(fn, *args) -> tuple[threading.Thread, list]:
     return t, out
 
 
+def _first_commit_held(store, gate) -> tuple[threading.Thread, list]:
+    """Write ``a`` and hold its commit at ``gate``: the writes after it queue behind it."""
+    first, r1 = _run(store.put, _ongoing("a", 2), None)
+    assert gate.entered.wait(30)
+    return first, r1
+
+
+def _release(gate, *threads: threading.Thread) -> None:
+    gate.release.set()
+    for t in threads:
+        t.join(60)
+
+
 def test_two_ids_state_writes_queued_behind_a_commit_land_in_one_commit(tmp_path, monkeypatch):
     storage = Storage(f"file://{tmp_path}/root")
     store = TxnStore(storage, partitions=1)
     store.put(_ongoing("seed", 1))          # the partition exists before the gate
     gate = _HeldFirstFlush(monkeypatch)
 
-    first, r1 = _run(store.put, _ongoing("a", 2), None)
-    assert gate.entered.wait(30)
+    first, r1 = _first_commit_held(store, gate)
     second, r2 = _run(store.put, _ongoing("b", 3), None)
     third, r3 = _run(store.put, _ongoing("c", 4), None)
     _waiting(store, 2)
-    gate.release.set()
-    for t in (first, second, third):
-        t.join(60)
+    _release(gate, first, second, third)
 
     assert r1 == r2 == r3 == [None]
     assert gate.flushes == 2                 # a's commit, then b's and c's together
@@ -105,15 +115,12 @@ def test_a_write_in_a_group_whose_state_moved_is_refused_alone(tmp_path, monkeyp
     TxnStore(storage, partitions=1, broker_id=1).put(_ongoing("b", 3, start_ms=5_000), based_on=stale)
     gate = _HeldFirstFlush(monkeypatch)
 
-    first, r1 = _run(store.put, _ongoing("a", 2), None)
-    assert gate.entered.wait(30)
+    first, r1 = _first_commit_held(store, gate)
     second, r2 = _run(store.put, T.TxnMetadata("b", 3, 0, 60_000, T.TxnState.PREPARE_COMMIT,
                                                stale.partitions, 1_000, 2_000), stale)
     third, r3 = _run(store.put, _ongoing("c", 4), None)
     _waiting(store, 2)
-    gate.release.set()
-    for t in (first, second, third):
-        t.join(60)
+    _release(gate, first, second, third)
 
     assert r1 == r3 == [None]
     assert len(r2) == 1 and isinstance(r2[0], TxnStateFencedError)
@@ -129,15 +136,12 @@ def test_a_write_in_a_group_whose_coordinator_lost_its_authority_is_refused_alon
     gate = _HeldFirstFlush(monkeypatch)
     authority = {"held": True}
 
-    first, r1 = _run(store.put, _ongoing("a", 2), None)
-    assert gate.entered.wait(30)
+    first, r1 = _first_commit_held(store, gate)
     second, r2 = _run(store.put, _ongoing("b", 3), None, lambda: authority["held"])
     third, r3 = _run(store.put, _ongoing("c", 4), None)
     _waiting(store, 2)
     authority["held"] = False               # fenced while its write waited for the commit
-    gate.release.set()
-    for t in (first, second, third):
-        t.join(60)
+    _release(gate, first, second, third)
 
     assert r1 == r3 == [None]
     assert len(r2) == 1 and isinstance(r2[0], TxnStateFencedError)
@@ -151,16 +155,13 @@ def test_a_second_write_of_one_id_in_a_group_is_checked_against_the_first(tmp_pa
     store.put(_ongoing("seed", 1))
     gate = _HeldFirstFlush(monkeypatch)
 
-    first, r1 = _run(store.put, _ongoing("a", 2), None)
-    assert gate.entered.wait(30)
+    first, r1 = _first_commit_held(store, gate)
     # Two steps planned on the same state of b: only one may land.
     second, r2 = _run(store.put, _ongoing("b", 3), None)
     _waiting(store, 1)
     third, r3 = _run(store.put, _ongoing("b", 7), None)
     _waiting(store, 2)
-    gate.release.set()
-    for t in (first, second, third):
-        t.join(60)
+    _release(gate, first, second, third)
 
     assert r1 == r2 == [None]
     assert len(r3) == 1 and isinstance(r3[0], TxnStateFencedError)
@@ -176,8 +177,7 @@ def test_a_store_failure_in_a_group_fails_every_write_of_the_group(tmp_path, mon
     store.put(_ongoing("seed", 1))
     gate = _HeldFirstFlush(monkeypatch)
 
-    first, r1 = _run(store.put, _ongoing("a", 2), None)
-    assert gate.entered.wait(30)
+    first, r1 = _first_commit_held(store, gate)
     second, r2 = _run(store.put, _ongoing("b", 3), None)
     third, r3 = _run(store.put, _ongoing("c", 4), None)
     _waiting(store, 2)
@@ -186,9 +186,7 @@ def test_a_store_failure_in_a_group_fails_every_write_of_the_group(tmp_path, mon
         raise StorageError("the store is gone")
 
     monkeypatch.setattr(store, "refresh", unreadable)   # the group's read before its commit fails
-    gate.release.set()
-    for t in (first, second, third):
-        t.join(60)
+    _release(gate, first, second, third)
 
     assert r1 == [None]
     assert len(r2) == len(r3) == 1 and all(isinstance(r[0], StorageError) for r in (r2, r3))
