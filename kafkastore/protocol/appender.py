@@ -58,8 +58,8 @@ from ..format.record_batch import (ATTRIBUTES_OFFSET, HEADER_SIZE, MAGIC, MAGIC_
                             TIMESTAMP_TYPE_MASK, BatchHeader, check_crc, decode_batch,
                             encode_batch, parse_header)
 from ..format.segment_build import SegmentBuilder
-from ..write.segments import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, Uploads,
-                              check_sequence, commit_appending, entries_with_aborted,
+from ..write.segments import (APPEND, DUPLICATE, FENCED, PRODUCER_ID_EXPIRATION_MS, TXN_ENDED,
+                              Uploads, check_sequence, commit_appending, entries_with_aborted,
                               expired_producers, write_segment)
 from .wire import error_codes as E
 from .wire.error_codes import NOT_COORDINATOR  # a marker whose fencing condition failed (see submit_marker)
@@ -483,25 +483,19 @@ def _roll(accepted: list[tuple[_Prepared, int]], segment_bytes: int
 
 
 def _check_sequence(state: ProducerState | None, h: BatchHeader) -> ProducerState | Outcome:
-    """Kafka's sequence check: the state to append to, or the outcome (duplicate or error)."""
+    """Kafka's sequence check: the state to append to, or the outcome (duplicate or error).
+    A transactional copy of a batch whose transaction already ended (``TXN_ENDED``) is
+    INVALID_TXN_STATE: the client aborts and bumps its epoch, so nothing is lost."""
     verdict, value = check_sequence(state, h.producer_id, h.producer_epoch, h.base_sequence,
-                                    (h.base_sequence + h.last_offset_delta) & _INT32_MASK)
+                                    (h.base_sequence + h.last_offset_delta) & _INT32_MASK,
+                                    transactional=h.is_transactional)
     if verdict == APPEND:
         return value
     if verdict == DUPLICATE:
-        if h.is_transactional and (state.txn_first_offset is None
-                                   or value.first_offset < state.txn_first_offset):
-            # A retry is answered before its transaction ends (EndTxn waits for every
-            # batch), so a copy of a batch whose transaction a marker already ended is not
-            # a retry: a client that purged that batch as unsent and reused its sequence
-            # numbers. Answered as a duplicate, its records would be acknowledged with the
-            # ended batch's offset and never written, and its COMMIT would commit nothing.
-            return Outcome(E.INVALID_TXN_STATE, message=(
-                f"producer {h.producer_id} epoch {h.producer_epoch}: sequence "
-                f"{h.base_sequence} belongs to a batch of a transaction that already ended here"))
         return Outcome(E.NONE, value.first_offset)
-    return Outcome(E.INVALID_PRODUCER_EPOCH if verdict == FENCED else E.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                   message=value)
+    code = {FENCED: E.INVALID_PRODUCER_EPOCH, TXN_ENDED: E.INVALID_TXN_STATE}.get(
+        verdict, E.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    return Outcome(code, message=value)
 
 
 def _end_transaction(state: ProducerState | None, h: BatchHeader, offset: int

@@ -60,8 +60,8 @@ from .batching import (BATCH_OVERHEAD, LONG_MAX, MAX_TIMESTAMP_MS, MAX_TS_AND_CO
                        RECORD_OVERHEAD, Buffered, PartitionBuffer, Pending, TopicSettings,
                        aborted_transaction, build_segments, check_timestamp, producer_state,
                        writer_pool)
-from .segments import (FENCED, OUT_OF_ORDER, Uploads, check_sequence, commit_appending,
-                       entries_with_aborted, expired_producers, write_segment)
+from .segments import (DUPLICATE, FENCED, OUT_OF_ORDER, TXN_ENDED, Uploads, check_sequence,
+                       commit_appending, entries_with_aborted, expired_producers, write_segment)
 
 
 @dataclass(frozen=True)
@@ -425,6 +425,11 @@ class LogWriter(ArrowIngest):
                                    st.index_interval_bytes)
         count = sum(p.count for p in pending)
         data_batches = [p for p in pending if not p.marker]
+        # Transactional data retained from before the open transaction is a copy, not a
+        # retry; but a unit holding its own marker that finds its data retained landed
+        # whole (that marker ended the transaction): a retry, whatever the state says.
+        ended_copy_refused = (any(p.transactional for p in data_batches)
+                              and len(data_batches) == len(pending))
         first_seq = parse_header(data_batches[0].data).base_sequence if data_batches else -1
         last_seq = ((first_seq + sum(p.count for p in data_batches) - 1) & 0x7FFFFFFF
                     if data_batches else -1)
@@ -444,14 +449,15 @@ class LogWriter(ArrowIngest):
                 epoch = self._epochs[tp] = m.leader_epoch
             state = m.producers.get(self.producer_id)
             if data_batches and state is not None:
-                if state.epoch > self.producer_epoch:
-                    raise OutOfOrderSequenceError(
-                        f"producer {self.producer_id} epoch {self.producer_epoch} is older than "
-                        f"{state.epoch} on {topic}/{partition}")
-                dup = (state.find_batch(first_seq, last_seq)
-                       if state.epoch == self.producer_epoch else None)
-                if dup is not None:
-                    outcome["dup"] = dup
+                # The writer numbers its own batches: only fencing, a retry (dropped) and a
+                # copy of an ended transaction's batch matter here, not the order.
+                verdict, value = check_sequence(state, self.producer_id, self.producer_epoch,
+                                                first_seq, last_seq,
+                                                transactional=ended_copy_refused)
+                if verdict in (FENCED, TXN_ENDED):
+                    raise OutOfOrderSequenceError(f"{value} on {topic}/{partition}")
+                if verdict == DUPLICATE:
+                    outcome["dup"] = value
                     return None
             hw = m.high_watermark
             # Uploaded once per high watermark; what grew too old meanwhile goes up again.
@@ -488,7 +494,8 @@ class LogWriter(ArrowIngest):
     # -- idempotent appends from clients ------------------------------------
     def append_batch(self, topic: str, partition: int, records: Sequence[Record], *,
                      producer_id: int, producer_epoch: int, base_sequence: int,
-                     compression: str | int | None = None) -> AppendResult:
+                     compression: str | int | None = None,
+                     transactional: bool = False) -> AppendResult:
         """Append one producer batch with the client's own producer id and sequence.
 
         A retry of a batch already in the log (same producer id, epoch and
@@ -496,6 +503,10 @@ class LogWriter(ArrowIngest):
         ``duplicate=True`` and the offsets of the first write. A sequence that
         does not follow the last one of the same epoch (or, after an epoch
         bump, is not 0) raises :class:`OutOfOrderSequenceError`, as Kafka does.
+        A ``transactional`` batch opens (or joins) the producer's transaction at
+        the partition, which a COMMIT or ABORT marker ends (:meth:`write_marker`);
+        a transactional copy of a batch whose transaction already ended is no
+        retry and raises :class:`OutOfOrderSequenceError` too.
         The topic's rules apply as to :meth:`send` (keys on compacted topics,
         ``max.message.bytes``, timestamps, ``LogAppendTime``).
         """
@@ -513,6 +524,7 @@ class LogWriter(ArrowIngest):
         codec = Compression.parse(compression) if compression is not None else st.codec
         data = encode_batch(rel, compression=codec, producer_id=producer_id,
                             producer_epoch=producer_epoch, base_sequence=base_sequence,
+                            transactional=transactional,
                             timestamp_type=LOG_APPEND_TIME if st.log_append else CREATE_TIME,
                             max_timestamp=now if st.log_append else None)
         if len(data) > st.max_message_bytes:
@@ -524,11 +536,12 @@ class LogWriter(ArrowIngest):
             m = self._store(topic, partition).latest()
             verdict, why = check_sequence(m.producers.get(producer_id) if m else None, producer_id,
                                           producer_epoch, base_sequence,
-                                          (base_sequence + len(records) - 1) & 0x7FFFFFFF)
-            if verdict in (FENCED, OUT_OF_ORDER):
+                                          (base_sequence + len(records) - 1) & 0x7FFFFFFF,
+                                          transactional=transactional)
+            if verdict in (FENCED, OUT_OF_ORDER, TXN_ENDED):
                 raise OutOfOrderSequenceError(f"{why} on {topic}/{partition}")
             min_ts = now if st.log_append else min(r.timestamp for r in records)
-            pending = [Pending(data, 0, len(records), min_ts, False, appended_ms=now)]
+            pending = [Pending(data, 0, len(records), min_ts, transactional, appended_ms=now)]
             return self._commit((topic, partition), st, pending)
         finally:
             self.producer_id, self.producer_epoch = saved

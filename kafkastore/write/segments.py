@@ -43,7 +43,9 @@ this module adds is what every writer did around it, once:
   older than the expiration counts as idle: another producer's commit may drop its state,
   and a retry of its batch after that is no longer recognised as a duplicate.
 * **Sequences** (:func:`check_sequence`): a client's batch with its own producer id
-  (serve's Produce, :meth:`LogWriter.append_batch`) is checked by Kafka's rule, once.
+  (serve's Produce, :meth:`LogWriter.append_batch`) is checked by Kafka's rule, once; a
+  transactional copy of a batch whose transaction already ended is refused, not taken
+  for a retry (``TXN_ENDED``).
 * **The entry** (:func:`segment_entry`): the one function that turns a segment's
   statistics and its uploaded bytes into a :class:`~kafkastore.manifest.SegmentEntry`.
 """
@@ -57,7 +59,7 @@ from fsspec.implementations.local import LocalFileSystem
 from .. import layout
 from ..errors import StaleUploadError
 from ..format.crc import crc32c
-from ..manifest import Manifest, ManifestStore, ProducerState, SegmentEntry
+from ..manifest import BatchMetadata, Manifest, ManifestStore, ProducerState, SegmentEntry
 from ..storage import Storage
 from ..threads import shared_pool
 
@@ -211,17 +213,22 @@ def expired_producers(m: Manifest, keep: Iterable[int], now_ms: int,
 
 #: :func:`check_sequence` verdicts.
 APPEND, DUPLICATE, FENCED, OUT_OF_ORDER = "append", "duplicate", "fenced", "out of order"
+TXN_ENDED = "transaction ended"
 _INT32_MASK = 0x7FFFFFFF
 
 
 def check_sequence(state: ProducerState | None, producer_id: int, epoch: int,
-                   base_sequence: int, last_sequence: int) -> tuple[str, Any]:
+                   base_sequence: int, last_sequence: int, *,
+                   transactional: bool = False) -> tuple[str, Any]:
     """Kafka's sequence check of a client's batch against its producer's state at the
     partition (``ProducerStateManager``): ``(verdict, value)``.
 
     * ``(APPEND, state)``: the state to append the batch to (a new producer, or a newer
       epoch starting at sequence 0, starts afresh);
     * ``(DUPLICATE, BatchMetadata)``: a retry of a retained batch, with its offsets;
+    * ``(TXN_ENDED, message)``: a ``transactional`` batch with the sequence numbers of a
+      retained batch from before the producer's open transaction (or with none open): not
+      a retry but a copy (see :func:`ended_before_open_transaction`);
     * ``(FENCED, message)``: an epoch older than the partition knows;
     * ``(OUT_OF_ORDER, message)``: a newer epoch not starting at 0, or a sequence that
       does not follow the last one (-1 when the epoch has no batch yet).
@@ -237,11 +244,29 @@ def check_sequence(state: ProducerState | None, producer_id: int, epoch: int,
         return APPEND, replace(state, epoch=epoch, batches=())
     dup = state.find_batch(base_sequence, last_sequence)
     if dup is not None:
+        if transactional and ended_before_open_transaction(state, dup):
+            return TXN_ENDED, (f"producer {producer_id} epoch {epoch}: sequence {base_sequence} "
+                               f"belongs to a batch of a transaction that already ended here")
         return DUPLICATE, dup
     if base_sequence != (state.last_sequence + 1) & _INT32_MASK:
         return OUT_OF_ORDER, (f"producer {producer_id}: sequence {base_sequence} does not "
                               f"follow {state.last_sequence}")
     return APPEND, state
+
+
+def ended_before_open_transaction(state: ProducerState, batch: BatchMetadata) -> bool:
+    """Whether the producer's retained ``batch`` lies wholly before its open transaction at
+    the partition (or it has none open): a transaction that batch was part of has ended.
+    (A library writer's flush may hold plain records and then its transaction's first:
+    that batch reaches into the open transaction.)
+
+    A transactional batch with that batch's sequence numbers is then no retry: a retry is
+    answered before its transaction ends (a client ends a transaction only once every
+    batch of it is answered), so it is a client that purged the batch as unsent and reused
+    its numbers. Answered as a duplicate, its records would be acknowledged with the ended
+    batch's offsets and never written, and its COMMIT would commit nothing here.
+    """
+    return state.txn_first_offset is None or batch.last_offset < state.txn_first_offset
 
 
 def entries_with_aborted(entries: Sequence[SegmentEntry],
