@@ -124,7 +124,8 @@ def ceiling(root: str, topic: str, out_dir: str, compression: str, threads: int 
     from kafkastore.reader import READ_COMMITTED, read_range
     from pipelines.offset_ranges import OffsetRange
     from pipelines.planning import DEFAULT_MAX_BYTES, plan_range_splits
-    from pipelines.table_files import write_files
+    from pipelines.spec.table_layout import TableLayout
+    from pipelines.warehouse.files import write_files
 
     storage = Storage(root)
     ranges = []
@@ -138,7 +139,7 @@ def ceiling(root: str, topic: str, out_dir: str, compression: str, threads: int 
         batches = [read_range(storage, rr, include_headers=True, isolation=READ_COMMITTED)
                    for rr in split]
         files = write_files(f"file://{out_dir}", batches, run_id="ceiling",
-                            compression=compression)
+                            layout=TableLayout(compression=compression))
         return sum(f["rows"] for f in files)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:

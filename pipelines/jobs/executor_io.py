@@ -88,14 +88,12 @@ def file_writer(target: WriteTarget, *, run_id: str, split_dead_letters: bool,
                 good = last_per_partition(pa.Table.from_batches(good), layout.upsert_keys)
             if good:
                 descriptors.extend(write_files(
-                    target.data_location, good, run_id=run_id, storage_options=so,
-                    partition_by=layout.partition_by, max_rows_per_file=layout.max_rows_per_file,
-                    compression=layout.compression, zoned=target.timestamp_zones))
+                    target.data_location, good, run_id=run_id, layout=layout, storage_options=so,
+                    zoned=target.timestamp_zones))
             if dead:
                 descriptors.extend(write_files(
-                    target.dead_letter_location, dead, run_id=run_id, storage_options=so,
-                    kind="dead_letter", partition_by=layout.partition_by,
-                    max_rows_per_file=layout.max_rows_per_file, compression=layout.compression))
+                    target.dead_letter_location, dead, run_id=run_id,
+                    layout=layout.dead_letters(), storage_options=so, kind="dead_letter"))
             good, dead, rows = [], [], 0
 
         for batch in batches:

@@ -177,14 +177,14 @@ def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
     keys = layout.upsert_keys if layout.upsert else ()
     tbl = wh.load_table(spec.table)
     check_mode(tbl, spec.table, layout.mode, keys)
-    tbl = tbl or wh.create_table(spec.table, nullable(base), layout.partition_by,
+    tbl = tbl or wh.create_table(spec.table, nullable(base), layout,
                                  properties={**mode_properties(layout.mode, keys),
                                              **spec.load_properties()})
     dl = None
     if spec.decoded:
         dl = (wh.load_table(spec.dead_letter_table)
               or wh.create_table(spec.dead_letter_table, nullable(dead_letter_schema()),
-                                 layout.partition_by))
+                                 layout.dead_letters()))
     return tbl, dl
 
 

@@ -74,7 +74,8 @@ from ..spec.offset_ranges import LATEST_OFFSET, Earliest, Latest, OffsetRange, S
 from .planning import plan_splits, resolve_range, snapshot_readers, topic_partitions
 from .options import SOURCE_NAME, SourceOptions, parse_options
 from ..warehouse import catalog as warehouse_catalog, commit as iceberg_commit, offsets as warehouse_offsets
-from ..warehouse.files import (DEFAULT_PARTITION_BY, DESCRIPTOR_DDL, check_disjoint, descriptor_schema,
+from ..spec.table_layout import TableLayout
+from ..warehouse.files import (DESCRIPTOR_DDL, check_disjoint, descriptor_schema,
                                timestamp_zones, write_files)
 
 __all__ = ["StreamOptions", "parse_stream_options", "KafkaStoreStreamReader", "fair_shares",
@@ -512,15 +513,16 @@ def table_sink(warehouse, table: str, *, catalog: Mapping[str, Any] | None = Non
     offsets committed and adds nothing; the run id (topic-partitions and ranges) makes a
     commit whose response was lost a no-op when retried."""
 
+    layout = TableLayout(partition_by=tuple(partition_by)) if partition_by else TableLayout()
+
     def write(df, batch_id: int) -> None:
         wh = warehouse_catalog.Warehouse.of(warehouse, catalog, storage_options)
-        tbl = wh.load_table(table) or wh.create_table(table, KAFKA_SCHEMA, partition_by)
+        tbl = wh.load_table(table) or wh.create_table(table, KAFKA_SCHEMA, layout)
         committed = warehouse_offsets.committed_offsets(tbl)
         so = dict(storage_options or {})
         run_id = f"stream-{batch_id}"
         writer = _batch_writer(tbl.location(), {f"{t}\0{p}": n for (t, p), n in committed.items()},
-                               run_id, so, tuple(partition_by) if partition_by else None,
-                               timestamp_zones(tbl.schema()))
+                               run_id, so, layout, timestamp_zones(tbl.schema()))
         files = [r.asDict() for r in df.mapInArrow(writer, DESCRIPTOR_DDL).collect()]
         check_disjoint(files)
         ranges = _sink_ranges(files, committed)
@@ -548,7 +550,7 @@ def _sink_ranges(files: Sequence[Mapping[str, Any]], committed: Mapping[TP, int]
 
 
 def _batch_writer(location: str, low: Mapping[str, int], run_id: str, storage_options: dict,
-                  partition_by: tuple | None, zones: Mapping[str, bool]):
+                  layout: TableLayout, zones: Mapping[str, bool]):
     """``mapInArrow`` function: the rows not yet committed, as Parquet files + descriptors."""
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -566,8 +568,8 @@ def _batch_writer(location: str, low: Mapping[str, int], run_id: str, storage_op
                 keep.append(batch)
         if not keep:
             return
-        out = write_files(location, keep, run_id=run_id, storage_options=storage_options,
-                          partition_by=partition_by or DEFAULT_PARTITION_BY, zoned=zones)
+        out = write_files(location, keep, run_id=run_id, layout=layout,
+                          storage_options=storage_options, zoned=zones)
         if out:
             yield pa.RecordBatch.from_pylist(out, schema=descriptor_schema())
 

@@ -189,6 +189,13 @@ class TableLayout:
             return self.upsert_keys
         return tuple(c for c in APPEND_ROW_ORDER if c in columns)
 
+    def dead_letters(self) -> "TableLayout":
+        """The layout of this table's dead-letter table: the same partitioning and
+        Parquet files, an append table (a field about the decoded columns does not
+        apply: the dead letters have the Kafka columns and the error only)."""
+        return TableLayout(partition_by=self.partition_by,
+                           max_rows_per_file=self.max_rows_per_file, compression=self.compression)
+
     @classmethod
     def of_properties(cls, properties: Mapping[str, str]) -> "TableLayout":
         """The layout a table's properties record, read through :data:`LAYOUT_FIELDS`

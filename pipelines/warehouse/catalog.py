@@ -10,8 +10,8 @@ Read-only uses (:meth:`Warehouse.load_table`, :meth:`Warehouse.list_tables`,
 :func:`pipelines.warehouse.offsets.committed_offsets`) create nothing: on an embedded
 warehouse that does not exist yet they return ``None`` / ``[]``. Only
 :meth:`Warehouse.create_table` creates the catalog database, the namespace and the table
-(with :data:`~.properties.TABLE_PROPERTIES`, :func:`iceberg_schema` and
-:func:`partition_spec`). Files are read and written through pyiceberg's fsspec FileIO
+(with :data:`~.properties.TABLE_PROPERTIES`, :func:`iceberg_schema` and the table's
+layout as :func:`pipelines.warehouse.files.iceberg_layout` declares it). Files are read and written through pyiceberg's fsspec FileIO
 (:func:`table_fs`); ``storage_options`` of s3fs (``key``, ``secret``,
 ``client_kwargs.endpoint_url``...) are mapped to pyiceberg's ``s3.*`` properties (a
 ``catalog:`` section's own ``s3.*`` wins).
@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
 from kafkastore.errors import (BucketNotFoundError, ConfigError, OrphanedTableError,
                                TableNotFoundError, WarehouseError)
 
-from ..spec.table_layout import (DEFAULT_PARTITION_BY, parse_partition_field, table_identifier,
-                                 table_name)
+from ..spec.table_layout import TableLayout, table_identifier, table_name
+# The partition spec's home is the files module (with the rest of how a layout is declared);
+# the name stays importable from here.
+from .files import iceberg_layout, partition_spec  # noqa: F401
 from .iceberg_internals import convert_schema, default_table_location
 from .properties import TABLE_PROPERTIES
 
@@ -301,10 +303,12 @@ class Warehouse:
         log.warning("registering %s from %s", name, meta)
         return cat.register_table((ns, short), meta)
 
-    def create_table(self, name: str, schema, partition_by: Sequence[str] | None = None,
+    def create_table(self, name: str, schema, layout: TableLayout | None = None,
                      properties: Mapping[str, str] | None = None):
         """Create ``name`` (or return it if it exists) with ``schema`` (pyarrow or
-        Iceberg) partitioned by ``partition_by`` (see :func:`partition_spec`).
+        Iceberg), declaring its ``layout`` (default: :class:`TableLayout`'s, partitioned
+        by day of ``timestamp``) to Iceberg (:func:`pipelines.warehouse.files.iceberg_layout`:
+        the partition spec).
         Refused (:class:`OrphanedTableError`) when the location already holds an
         Iceberg table the catalog lost: a new table there would start from offset 0
         next to the old one's files."""
@@ -318,10 +322,9 @@ class Warehouse:
         cat = self.catalog(create=True)
         cat.create_namespace_if_not_exists(ns)
         ice_schema = iceberg_schema(schema)
-        spec = partition_spec(ice_schema, partition_by if partition_by is not None
-                              else DEFAULT_PARTITION_BY)
+        declared = iceberg_layout(ice_schema, layout if layout is not None else TableLayout())
         try:
-            return cat.create_table((ns, short), schema=ice_schema, partition_spec=spec,
+            return cat.create_table((ns, short), schema=ice_schema, **declared,
                                     properties={**TABLE_PROPERTIES, **dict(properties or {})})
         except TableAlreadyExistsError:   # a racing job created it first
             return cat.load_table((ns, short))
@@ -333,34 +336,13 @@ class Warehouse:
 
 
 # ---------------------------------------------------------------------------
-# schema and partitioning
+# schema
 
 def iceberg_schema(schema):
     """An Iceberg schema with fresh field ids from a pyarrow or Iceberg schema."""
     from pyiceberg.schema import assign_fresh_schema_ids
 
     return assign_fresh_schema_ids(convert_schema(schema))
-
-
-def partition_spec(schema, partition_by: Sequence[str]):
-    """The Iceberg partition spec of ``partition_by`` over ``schema`` (Iceberg)."""
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import (DayTransform, HourTransform, IdentityTransform,
-                                      MonthTransform, YearTransform)
-
-    transforms = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
-                  "day": DayTransform, "hour": HourTransform}
-    fields = []
-    for i, text in enumerate(partition_by):
-        kind, column = parse_partition_field(text)
-        try:
-            source = schema.find_field(column)
-        except ValueError:
-            raise ConfigError(f"partition field {text!r}: the table has no column {column!r}") from None
-        name = column if kind == "identity" else f"{column}_{kind}"
-        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i,
-                                     transform=transforms[kind](), name=name))
-    return PartitionSpec(*fields)
 
 
 # ---------------------------------------------------------------------------

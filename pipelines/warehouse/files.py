@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kafkastore.errors import ConfigError, WarehouseError
 
-from ..spec.table_layout import DEFAULT_PARTITION_BY, parse_partition_field
+from ..spec.table_layout import TableLayout, parse_partition_field
 
 KINDS = ("data", "dead_letter")
 DESCRIPTOR_DDL = ("url string, kind string, topic string, partition int, min_offset bigint, "
@@ -128,13 +128,13 @@ def partition_label(text: str, value) -> str:
     return f"{name}={_SAFE.sub('_', str(value))[:64]}"
 
 
-def write_files(location: str, data, *, run_id: str, storage_options: dict | None = None,
-                kind: str = "data", partition_by: Sequence[str] = DEFAULT_PARTITION_BY,
-                max_rows_per_file: int = 1_000_000, compression: str = "zstd",
+def write_files(location: str, data, *, run_id: str, layout: TableLayout = TableLayout(),
+                storage_options: dict | None = None, kind: str = "data",
                 zoned: Mapping[str, bool] | None = None) -> list[dict[str, Any]]:
     """Write ``data`` (a pyarrow Table, RecordBatch or iterable of batches, with
     ``topic``, ``partition``, ``offset``) as Parquet files under ``location``
-    (the table's location); return one descriptor dict per file. ``zoned``: the
+    (the table's location), laid out as the table's ``layout`` says (its partition
+    fields, rows per file, codec); return one descriptor dict per file. ``zoned``: the
     table's timestamp columns (:func:`micros_timestamps`)."""
     import fsspec
     import numpy as np
@@ -159,6 +159,7 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
         if name not in tbl.column_names or tbl.column(name).null_count:
             raise ConfigError(f"rows to write need a non-null {name!r} column")
     tbl = micros_timestamps(tbl, zoned)
+    partition_by, max_rows_per_file = layout.partition_by, layout.max_rows_per_file
     keys = partition_keys(tbl, partition_by)
     names = [f"__k{i}" for i in range(len(keys))]
     keyed = tbl
@@ -196,7 +197,8 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
                                        f"{_SAFE.sub('_', run_id)[:48]}-{uuid.uuid4().hex[:12]}.parquet") if x)
             buf = pa.BufferOutputStream()
             written: list = []
-            pq.write_table(chunk, buf, compression=compression, metadata_collector=written)
+            pq.write_table(chunk, buf, compression=layout.compression,
+                           metadata_collector=written)
             body = buf.getvalue()
             # The file's footer as a standalone metadata file: the driver adds the file
             # to a snapshot from it instead of reading every new file's footer back.
@@ -212,6 +214,35 @@ def write_files(location: str, data, *, run_id: str, storage_options: dict | Non
                         "min_offset": int(lo), "max_offset": int(hi), "rows": chunk.num_rows,
                         "bytes": body.size, "footer": footer.getvalue().to_pybytes()})
     return out
+
+
+def partition_spec(schema, partition_by: Sequence[str]):
+    """The Iceberg partition spec of ``partition_by`` over ``schema`` (Iceberg)."""
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import (DayTransform, HourTransform, IdentityTransform,
+                                      MonthTransform, YearTransform)
+
+    transforms = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
+                  "day": DayTransform, "hour": HourTransform}
+    fields = []
+    for i, text in enumerate(partition_by):
+        kind, column = parse_partition_field(text)
+        try:
+            source = schema.find_field(column)
+        except ValueError:
+            raise ConfigError(f"partition field {text!r}: the table has no column {column!r}") from None
+        name = column if kind == "identity" else f"{column}_{kind}"
+        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i,
+                                     transform=transforms[kind](), name=name))
+    return PartitionSpec(*fields)
+
+
+def iceberg_layout(schema, layout: TableLayout) -> dict[str, Any]:
+    """The keyword arguments of an Iceberg table's creation (pyiceberg's
+    ``Catalog.create_table``) that declare ``layout`` over ``schema`` (Iceberg): how the
+    files :func:`write_files` lays out are described to Iceberg readers (the partition
+    spec of ``partition_by``)."""
+    return {"partition_spec": partition_spec(schema, layout.partition_by)}
 
 
 def check_disjoint(files: Iterable[dict[str, Any]]) -> None:

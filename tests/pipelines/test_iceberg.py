@@ -16,7 +16,7 @@ from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
                                SchemaEvolutionError, TableChangedError, TableNotFoundError,
                                UnsupportedDeletesError)
 from pipelines.spec.offset_ranges import OffsetRange
-from pipelines.spec.table_layout import table_identifier
+from pipelines.spec.table_layout import TableLayout, table_identifier
 from pipelines.warehouse import commit as commit_module
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.commit import KafkaCommit, commit, data_file
@@ -89,7 +89,7 @@ def test_read_only_uses_create_nothing(tmp_path):
 def test_create_list_and_partition_spec(wh, table):
     assert os.path.exists(wh.url[len("file://"):] + "/catalog.db")
     assert wh.list_tables() == ["t"]
-    wh.create_table("ns.other", SCHEMA, partition_by=["partition", "hour(timestamp)"])
+    wh.create_table("ns.other", SCHEMA, TableLayout(partition_by=("partition", "hour(timestamp)")))
     assert wh.list_tables() == ["ns.other", "t"]
     spec = wh.table("ns.other").spec()
     assert [(f.name, str(f.transform)) for f in spec.fields] == [("partition", "identity"),
@@ -98,9 +98,9 @@ def test_create_list_and_partition_spec(wh, table):
     assert table.metadata.properties["commit.retry.num-retries"] == "0"
     assert wh.create_table("t", SCHEMA).metadata.table_uuid == table.metadata.table_uuid
     with pytest.raises(ConfigError):
-        wh.create_table("u", SCHEMA, partition_by=["bucket(4, offset)"])
+        wh.create_table("u", SCHEMA, TableLayout(partition_by=("bucket(4, offset)",)))
     with pytest.raises(ConfigError, match="no column"):
-        wh.create_table("u", SCHEMA, partition_by=["day(nope)"])
+        wh.create_table("u", SCHEMA, TableLayout(partition_by=("day(nope)",)))
 
 
 # --- offsets in snapshots ----------------------------------------------------------------
@@ -380,12 +380,12 @@ def test_data_file_from_a_writers_footer_equals_reading_the_file(wh):
 
     from pipelines.warehouse.files import write_files
 
-    table = wh.create_table("f", SCHEMA, partition_by=["partition", "day(timestamp)"])
+    table = wh.create_table("f", SCHEMA, TableLayout(partition_by=("partition", "day(timestamp)")))
     data = pa.concat_tables([rows("orders", p, 0, 30, day=d) for p in (0, 1) for d in (0, 3)])
     data = data.set_column(4, "value", pa.array([None if i % 7 == 0 else b"v"
                                                  for i in range(data.num_rows)], pa.binary()))
-    files = write_files(table.location(), data, run_id="r", partition_by=("partition",
-                                                                          "day(timestamp)"))
+    files = write_files(table.location(), data, run_id="r", layout=TableLayout(
+        partition_by=("partition", "day(timestamp)")))
     assert len(files) == 4
     md = table.metadata
     for f in files:
@@ -401,7 +401,7 @@ def test_data_file_from_a_writers_footer_equals_reading_the_file(wh):
     assert read_arrow(table.refresh()).num_rows == 120
     other = write_files(table.location(), pa.table({"topic": ["t"], "partition": pa.array([0], pa.int32()),
                                                     "offset": [0], "extra": [1.5]}),
-                        run_id="x", partition_by=())
+                        run_id="x", layout=TableLayout(partition_by=()))
     with pytest.raises(ValueError):
         parquet_file_to_data_file(table.io, md, other[0]["url"])
     with pytest.raises(ValueError):

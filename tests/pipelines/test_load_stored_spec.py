@@ -25,7 +25,7 @@ def _table(wh, spec: LoadSpec, with_properties: bool = True):
     if spec.mode == "upsert":
         props.update({"kafkastore.mode": "upsert",
                       "kafkastore.key-columns": ",".join(spec.upsert_keys)})
-    return wh.create_table(spec.table, nullable(base_decoded_schema()), spec.partition_by,
+    return wh.create_table(spec.table, nullable(base_decoded_schema()), spec.layout,
                            properties=props)
 
 

@@ -15,6 +15,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
+from pipelines.spec.table_layout import TableLayout
 from pipelines.decoding.registry_client import WriterSchema
 from pipelines.decoding.schema_decoding import AvroGroupDecoder
 from kafkastore.storage import Storage
@@ -100,7 +101,7 @@ def test_a_table_with_zoned_columns_keeps_them(spark, tmp_path):
     old = base_decoded_schema()
     for name, t in (("id", pa.int64()), ("lms", zoned), ("lus", zoned), ("ts", zoned)):
         old = old.append(pa.field(name, t))
-    wh.create_table("lt", nullable(old), ())
+    wh.create_table("lt", nullable(old), TableLayout(partition_by=()))
     summary = run_load(spark, root=root, warehouse=wh, spec=SPEC, progress=False)
     assert summary.dead_letters == 0 and summary.rows == 3
     tbl = wh.table("lt")
@@ -173,7 +174,7 @@ def test_registry_loads_keep_the_table_kind_of_local_timestamps(spark, tmp_path,
         old = base_decoded_schema()
         for name, t in (("id", pa.int64()), ("lms", zoned), ("lus", zoned), ("ts", zoned)):
             old = old.append(pa.field(name, t))
-        wh.create_table("lt", nullable(old), ())
+        wh.create_table("lt", nullable(old), TableLayout(partition_by=()))
     spec = LoadSpec(topic="t", table="lt", value_format="avro",
                     decode={"schema_registry": registry.url}, partition_by=())
     for ids in (range(3), range(3, 5)):

@@ -11,6 +11,7 @@ from pipelines import iceberg as ice
 from pipelines.cli import main as cli_main
 from pipelines.jobs.maintain import maintain
 from pipelines.spec.offset_ranges import OffsetRange
+from pipelines.spec.table_layout import TableLayout
 from pipelines.table_files import write_files
 from pipelines.jobs.upsert import mode_properties, rows_commit
 from tests.helpers.upsert import SCHEMA, add_position_delete
@@ -25,7 +26,8 @@ def _append(table, partition, start, count, run_id):
                      "topic": ["t"] * count, "partition": pa.array([partition] * count, pa.int32()),
                      "offset": pa.array(range(start, start + count), pa.int64()),
                      "timestamp": pa.array([T0_US] * count, pa.timestamp("us", tz="UTC"))})
-    files = write_files(table.location(), rows, run_id=run_id, partition_by=())
+    files = write_files(table.location(), rows, run_id=run_id,
+                        layout=TableLayout(partition_by=()))
     return ice.commit(table, ice.KafkaCommit(
         run_id, "load", (OffsetRange("t", partition, start, start + count),),
         tuple(f["url"] for f in files), footers={f["url"]: (f["bytes"], f["footer"])
@@ -35,7 +37,7 @@ def _append(table, partition, start, count, run_id):
 @pytest.fixture
 def table(tmp_path):
     wh = ice.Warehouse(f"file://{tmp_path}/wh")
-    tbl = wh.create_table("events", SCHEMA, ())
+    tbl = wh.create_table("events", SCHEMA, TableLayout(partition_by=()))
     for i in range(4):
         _append(tbl, 0, i * 10, 10, f"r{i}")
     return tbl.refresh()
@@ -116,7 +118,7 @@ def test_position_deletes_are_folded_into_the_data(table):
 
 def test_upsert_tables_are_rewritten_sorted_by_key_and_loads_go_on(tmp_path):
     wh = ice.Warehouse(f"file://{tmp_path}/wh")
-    tbl = wh.create_table("up", SCHEMA, (), properties=mode_properties("upsert", ("key",)))
+    tbl = wh.create_table("up", SCHEMA, TableLayout(partition_by=()), properties=mode_properties("upsert", ("key",)))
     for i in range(3):
         batch = [{"key": f"k{j}".encode(), "value": f"{i}".encode(), "partition": 0,
                   "offset": i * 10 + j, "timestamp": i * 10 + j} for j in range(i, 10, 3)]

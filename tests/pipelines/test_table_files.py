@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.warehouse.files import write_files
+from pipelines.spec.table_layout import TableLayout
 
 
 @settings(deadline=None, max_examples=40)
@@ -29,7 +30,8 @@ def test_write_files_groups_interleaved_partitions_and_null_keys(tmp_path_factor
                                    for b in table.slice(a, z - a).to_batches()])
     region_of = {o: r for o, (_, r) in zip(offsets, rows)}
     where = tmp_path_factory.mktemp("files")
-    files = write_files(f"file://{where}", table, run_id="r", partition_by=("region",))
+    files = write_files(f"file://{where}", table, run_id="r",
+                        layout=TableLayout(partition_by=("region",)))
     seen = []
     for f in files:
         got = pq.read_table(f["url"][len("file://"):]).to_pylist()

@@ -20,6 +20,7 @@ from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.spec.offset_ranges import OffsetRange
+from pipelines.spec.table_layout import TableLayout
 from pipelines.jobs.upsert import (TOMBSTONE, apply_model, beats, merge, mode_properties,
                               reduce_batch, rows_commit)
 from tests.faults import lose_catalog_response
@@ -125,7 +126,7 @@ def test_rule_for_keys_moving_between_partitions():
 
 def _table(tmp_path, name="up", target=None):
     wh = ice.Warehouse(f"file://{tmp_path}/wh")
-    return wh, wh.create_table(name, SCHEMA, (), properties=mode_properties("upsert", ("key",)))
+    return wh, wh.create_table(name, SCHEMA, TableLayout(partition_by=()), properties=mode_properties("upsert", ("key",)))
 
 
 def _ranges(batch):
@@ -232,7 +233,7 @@ def test_modes_do_not_mix(tmp_path):
         check_mode(table, "up", "append", ())
     with pytest.raises(ConfigError, match="keyed by key"):
         check_mode(table, "up", "upsert", ("id",))
-    plain = wh.create_table("plain", SCHEMA, ())
+    plain = wh.create_table("plain", SCHEMA, TableLayout(partition_by=()))
     with pytest.raises(ConfigError, match="append table"):
         check_mode(plain, "plain", "upsert", ("key",))
     with pytest.raises(ConfigError, match="key_columns"):
@@ -378,7 +379,7 @@ def test_upsert_commits_on_an_object_store(backend, tmp_path, request):
     from tests.helpers.loads import log_and_warehouse
 
     _, wh, _, _ = log_and_warehouse(backend, tmp_path, request)
-    table = wh.create_table("up", SCHEMA, (), properties=mode_properties("upsert", ("key",)))
+    table = wh.create_table("up", SCHEMA, TableLayout(partition_by=()), properties=mode_properties("upsert", ("key",)))
     _commit(table, [{"key": b"a", "value": b"1", "partition": 0, "offset": 0, "timestamp": 1},
                     {"key": b"b", "value": b"1", "partition": 0, "offset": 1, "timestamp": 2}],
             "r1")
