@@ -12,8 +12,9 @@ up to it) never sees a partial job:
 * ``_sink/pending/<commit id>.json``: the decision record, put by the writer after its
   decision and before its first marker, deleted after its last. While it exists some
   marker may be missing; once it is gone, all are written.
-* ``_sink/settled``: a random token the writer puts after its last marker and before it
-  deletes its pending object: "some job finished marking".
+* ``_sink/settled``: a random token the writer puts after its pending object and before
+  its first marker ("a job started marking"), and again after its last marker and before
+  it deletes its pending object ("a job finished marking").
 * :func:`consistent` (the reader): roll every pending job forward (write its missing
   markers, as the writer would: a decided job can only commit), read the token, take the
   snapshot, then list the pending jobs and read the token again. If a pending job shows or
@@ -41,9 +42,13 @@ partition, so it cannot retake a snapshot of many partitions. :class:`PendingJob
 per broker, which committed transactions are known settled; a partition whose manifest
 holds a committed transaction not yet known settled is checked once against a listing of
 ``_sink/pending/`` taken after that manifest was read (a committed transaction of a job
-still marking has its pending object then). A pending job's transactions cap their
-partitions below their first offsets until the job is settled; a job pending longer than
-a grace period (its driver died) is rolled forward by the broker when it can write.
+still marking has its pending object then), or against the broker's last listing when the
+settled token, read after the manifest, is still the one read just before that listing:
+no job put its pending object since, so a transaction whose job is not in that listing
+was fully marked before it (one GET instead of one LIST per new transaction). A pending
+job's transactions cap their partitions below their first offsets until the job is
+settled; a job pending longer than a grace period (its driver died) is rolled forward by
+the broker when it can write.
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ import json
 import logging
 import threading
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .clock import SYSTEM, Clock
@@ -82,14 +87,22 @@ def pending_path(record: Mapping[str, Any]) -> str:
 
 
 def mark_pending(storage: Storage, record: Mapping[str, Any]) -> None:
-    """Before a decided job's first marker: readers from now on roll it forward."""
+    """Before a decided job's first marker: readers from now on roll it forward. The
+    settled token changes after the pending object is put, so a reader that compares the
+    token with the one it read before its last listing of ``_sink/pending/`` learns that a
+    job may have started marking since (:class:`PendingJobs`)."""
     storage.put(pending_path(record), json.dumps(record, sort_keys=True).encode())
+    _change_token(storage)
+
+
+def _change_token(storage: Storage) -> None:
+    storage.put(SETTLED_PATH, uuid.uuid4().hex.encode())
 
 
 def finish_pending(storage: Storage, record: Mapping[str, Any]) -> None:
     """After a job's last marker: change the settled token, then drop its pending object
     (in that order: a reader that misses the object sees the new token)."""
-    storage.put(SETTLED_PATH, uuid.uuid4().hex.encode())
+    _change_token(storage)
     storage.delete([pending_path(record)])
 
 
@@ -302,6 +315,16 @@ def pending_records(storage: Storage) -> list[dict]:
     return _pending_records(storage)
 
 
+@dataclass
+class _Listing:
+    """A broker's last listing of ``_sink/pending/``."""
+    token: bytes | None      # the settled token, read just before the listing
+    listed_at: float         # monotonic time before the token read and the listing
+    valid_at: float          # latest time a token read showed no job started since
+    records: list[dict]      # the pending jobs (past the roll-forward of stale ones)
+    keys: set[tuple]         # their transactions (_txn_key)
+
+
 class PendingJobs:
     """One broker's view of the many-partition jobs still marking, for the readers that
     answer partition by partition (Fetch and ListOffsets under read_committed): see the
@@ -310,11 +333,14 @@ class PendingJobs:
     :meth:`note` the manifests a request will read first (so one listing covers them
     all), then ask :meth:`cap` for each. A partition whose committed transactions are all
     known settled costs a dict lookup; a new manifest version costs one pass over its
-    producers; a committed transaction seen for the first time costs one listing of
-    ``_sink/pending/`` (shared by every partition noted before it), after which it is
-    known settled or its job is pending. While a job is pending the listing is reused for
-    ``ttl_s``; after ``roll_forward_after_s`` the job is rolled forward here (when this
-    root is writable). Thread-safe; :meth:`note` and :meth:`cap` may block on storage."""
+    producers; a committed transaction seen for the first time costs one read of the
+    settled token, and a listing of ``_sink/pending/`` only when the token changed since
+    the last listing (a job started or finished marking) or that listing named a job
+    still pending; a listing is shared by every partition noted before it. After that the
+    transaction is known settled or its job is pending. While a job is pending the
+    listing is reused for ``ttl_s``; after ``roll_forward_after_s`` the job is rolled
+    forward here (when this root is writable). Thread-safe; :meth:`note` and :meth:`cap`
+    may block on storage."""
 
     def __init__(self, storage: Storage, clock: Clock | None = None, *, ttl_s: float = 0.5,
                  roll_forward_after_s: float = 5.0, max_settled: int = 200_000):
@@ -329,9 +355,10 @@ class PendingJobs:
         #: per partition: (manifest version, its committed transactions not known settled
         #: when noted, when first noted)
         self._noted: dict[TP, tuple[int, tuple, float]] = {}
-        self._listing: tuple[float, list[dict]] | None = None
+        self._listing: _Listing | None = None
         self._pending_since: dict[str, float] = {}
         self.listings = 0   # listings of _sink/pending/ done (tests, stats)
+        self.token_reads = 0   # reads of the settled token that spared a listing (or not)
         self.rolled_forward = 0   # jobs this broker rolled forward
 
     def note(self, m: Manifest) -> tuple[int, tuple, float]:
@@ -379,29 +406,46 @@ class PendingJobs:
                     self._settled.add(key)
         return cap
 
-    def _pending_keys(self, records: list[dict]) -> set[tuple]:
-        return {_txn_key(t) for r in records for t in r["transactions"]}
-
     def _listing_for(self, suspects: tuple, noted_at: float) -> tuple[float, list[dict]]:
-        """A listing that decides ``suspects``: one younger than ``ttl_s`` that was taken
-        after they were noted or names all of them pending (capping on it is safe, if
-        late by at most ``ttl_s``), else a new one."""
+        """``(as of, pending records)`` that decides ``suspects``: a suspect not in the
+        records is settled when "as of" is not older than ``noted_at``. The last listing
+        when it is younger than ``ttl_s`` and either known valid since the suspects were
+        noted or names all of them pending (capping on it is safe, if late by at most
+        ``ttl_s``); else, when it names none of them, the last listing again if the
+        settled token still reads as just before it (no job started marking since: see
+        the module docstring); else a new listing."""
         with self._lock:
             listing = self._listing
         now = self.clock.monotonic_s()
-        if listing is not None and now - listing[0] < self.ttl_s and (
-                listing[0] >= noted_at or set(suspects) <= self._pending_keys(listing[1])):
-            return listing
+        if listing is None:
+            return self._relist()
+        wanted = set(suspects)
+        if now - listing.listed_at < self.ttl_s and (
+                listing.valid_at >= noted_at or wanted <= listing.keys):
+            return listing.valid_at, listing.records
+        if not wanted & listing.keys:
+            started = self.clock.monotonic_s()
+            token = _token(self.storage)
+            self.token_reads += 1
+            if token == listing.token:
+                with self._lock:
+                    listing.valid_at = max(listing.valid_at, started)
+                return started, listing.records
         return self._relist()
 
     def _relist(self) -> tuple[float, list[dict]]:
         started = self.clock.monotonic_s()
+        # The token is read before the listing: equal later, no job put a pending object
+        # after this listing (mark_pending changes it after the put).
+        token = _token(self.storage)
         records = _pending_records(self.storage)
         self.listings += 1
         records = self._roll_forward_stale(records, started)
+        listing = _Listing(token=token, listed_at=started, valid_at=started, records=records,
+                           keys={_txn_key(t) for r in records for t in r["transactions"]})
         with self._lock:
-            if self._listing is None or self._listing[0] <= started:
-                self._listing = (started, records)
+            if self._listing is None or self._listing.listed_at <= started:
+                self._listing = listing
         return started, records
 
     def _roll_forward_stale(self, records: list[dict], now: float) -> list[dict]:

@@ -8,9 +8,12 @@ import time
 
 import pytest
 
-from kafkastore.job_commits import settle_pending
+from kafkastore.job_commits import PendingJobs, settle_pending
+from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
+from kafkastore.topics.admin import create_topic
+from kafkastore.write.log_writer import LogWriter
 from tests.helpers.sink_jobs import half_marked_job
 
 pytest.importorskip("confluent_kafka")
@@ -76,9 +79,6 @@ def test_the_pending_jobs_view_lists_once_per_new_commit_not_per_fetch(tmp_path)
     transaction is committed there); partition 1 needs no cap (its transaction is open,
     below the last stable offset). One listing decides both; asking again lists nothing;
     once the job is settled its transactions are known settled and cost no listing."""
-    from kafkastore.job_commits import PendingJobs
-    from kafkastore.manifest import ManifestStore
-
     root = f"file://{tmp_path}/root"
     half_marked_job(root)
     storage = Storage(root)
@@ -102,3 +102,65 @@ def test_the_pending_jobs_view_lists_once_per_new_commit_not_per_fetch(tmp_path)
     for _ in range(5):
         assert view.cap(m0) is None and view.cap(m1) is None
     assert view.listings == listed
+
+
+class _ListingCounter:
+    """A real :class:`Storage` that counts its listings of the pending jobs' directory (the
+    request a broker would pay per S3 LIST); everything else goes to the storage as is."""
+
+    def __init__(self, storage: Storage):
+        self._storage = storage
+        self.pending_listings = 0
+
+    def list(self, prefix: str = ""):
+        if prefix.startswith("_sink/pending"):
+            self.pending_listings += 1
+        return self._storage.list(prefix)
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+
+def _plain_transactions(storage: Storage, topic: str, n: int):
+    """``n`` committed transactions in ``topic``-0, each by a producer of its own (as short-
+    lived transactional clients write); yields the partition's manifest after each."""
+    for i in range(n):
+        w = LogWriter(storage, housekeeping=False)
+        w.begin_transaction()
+        w.send(topic, f"t{i}".encode(), partition=0)
+        w.commit_transaction()
+        yield ManifestStore(storage, topic, 0).latest()
+
+
+def test_plain_transactions_cost_a_token_read_each_not_a_listing(tmp_path):
+    """50 committed transactions of 50 producers, none of them part of a write job: the
+    view decides each by one read of the settled token, listing ``_sink/pending/`` a few
+    times at most (not once per transaction)."""
+    storage = Storage(f"file://{tmp_path}/root")
+    create_topic(storage, "plain", 1, {})
+    counted = _ListingCounter(storage)
+    view = PendingJobs(counted, roll_forward_after_s=float("inf"))
+    for m in _plain_transactions(storage, "plain", 50):
+        assert view.cap(m) is None
+    assert counted.pending_listings <= 3, counted.pending_listings
+
+
+def test_a_job_that_starts_after_the_views_listing_is_still_capped(tmp_path):
+    """The view has listed (nothing pending) and decided plain transactions without
+    listing again; then a job marks one partition of two and its driver dies. The job's
+    committed transaction is new to the view: the token its pending object came with makes
+    the view list again and cap the partition, until the job is settled."""
+    root = f"file://{tmp_path}/root"
+    storage = Storage(root)
+    create_topic(storage, "plain", 1, {})
+    counted = _ListingCounter(storage)
+    view = PendingJobs(counted, roll_forward_after_s=float("inf"))
+    for m in _plain_transactions(storage, "plain", 3):
+        assert view.cap(m) is None
+    half_marked_job(root)
+    m0, m1 = (ManifestStore(storage, "out", p).latest() for p in (0, 1))
+    assert view.cap(m0) == 0 and view.cap(m1) is None
+    settle_pending(storage)
+    view.ttl_s = 0.0
+    m0 = ManifestStore(storage, "out", 0).latest()
+    assert view.cap(m0) is None
