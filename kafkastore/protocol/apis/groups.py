@@ -25,7 +25,8 @@ from ..coordinators.group_service import (MAX_STRING_BYTES, GroupService, coordi
 from ..wire.api_keys import (DELETE_GROUPS, DESCRIBE_GROUPS, FIND_COORDINATOR, HEARTBEAT,
                              JOIN_GROUP, LEAVE_GROUP, LIST_GROUPS, OFFSET_COMMIT, OFFSET_DELETE,
                              OFFSET_FETCH, SYNC_GROUP)
-from ..wire.error_codes import INVALID_REQUEST, KAFKA_STORAGE_ERROR, UNSTABLE_OFFSET_COMMIT
+from ..wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, INVALID_REQUEST, KAFKA_STORAGE_ERROR,
+                               UNSTABLE_OFFSET_COMMIT)
 from ..coordinators.pending_offsets import unstable_partitions
 from ..wire.codec import make
 from ..registry import Registry, RequestContext
@@ -239,8 +240,20 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     # Read after the last wait (a commit acknowledged meanwhile is answered), from the group
     # as loaded under the claim the wait ended with.
     found = {} if err else svc.coordinator.fetch_offsets(group, requested)
-    if err and requested is not None and ctx.api_version < 2:
-        found = {tp: None for tp in requested}   # v2+: the top-level error alone, as Kafka
+    per_partition = err
+    if err and requested is not None:
+        # Every requested partition carries the error, at every version. From v2 on Kafka
+        # answers the top-level code alone, but aiokafka never reads it: a partition left
+        # out is "no committed offset" to it, and the consumer starts over from
+        # auto.offset.reset. So v2+ lists them too, with the retriable code aiokafka retries
+        # on (it takes COORDINATOR_NOT_AVAILABLE on a partition as fatal).
+        found = {tp: None for tp in requested}
+        if ctx.api_version >= 2:
+            per_partition = _PARTITION_RETRY.get(err, err)
+        # A coordinator move (NOT_COORDINATOR) is routine; a group that could not be read is not.
+        log.log(logging.INFO if err == G.NOT_COORDINATOR else logging.WARNING,
+                "OffsetFetch of group %s answered error %d on broker %d (v%d)", group, err,
+                ctx.broker.node_id, ctx.api_version)
     hidden = {tp for tp in found if authz.topic_error(ctx, Op.DESCRIBE, tp[0])}
     if hidden and requested is None:  # Kafka leaves out the topics the principal may not see
         found = {tp: om for tp, om in found.items() if tp not in hidden}
@@ -258,10 +271,15 @@ async def handle_offset_fetch(ctx: RequestContext, request):
             metadata="" if om is None else om.metadata,
             error_code=authz.E.TOPIC_AUTHORIZATION_FAILED if (topic, p) in hidden
             else UNSTABLE_OFFSET_COMMIT if (topic, p) in unstable
-            else err if ctx.api_version < 2 else G.NONE))
+            else per_partition))
     topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())
     return make(ctx.response_class, topics=topics, error_code=err)
+
+
+#: The error a partition of an OffsetFetch answer (v2+) carries for a top-level error: one
+#: every client retries on (see :func:`handle_offset_fetch`).
+_PARTITION_RETRY = {G.COORDINATOR_NOT_AVAILABLE: COORDINATOR_LOAD_IN_PROGRESS}
 
 
 async def _read_for_fetch(ctx: RequestContext, svc: GroupService, group: str,

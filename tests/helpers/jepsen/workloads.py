@@ -71,6 +71,8 @@ class _Workload:
         # Every client outcome with the wall time it was seen (comparable with the brokers'
         # log lines and the records' timestamps): (time, kind, what, detail).
         self._events: list = []
+        #: (consumer, topic, partition) (re)assigned and not read from since.
+        self._starting: set = set()
 
     # -- the runner's interface --------------------------------------------------------------
     def start(self, bootstrap: str, stop: threading.Event) -> None:
@@ -113,6 +115,8 @@ class _Workload:
         ``(time, kind, what, detail)``; kind is ``ack`` (what: the value), ``txn-committed``
         / ``txn-aborted`` / ``txn-unknown`` (what: the transaction; detail: the errors met
         on the way, as the client named them, with the broker when the client names it),
+        ``start`` (what: the consumer and partition; detail: the first offset it read after
+        a (re)assignment), ``commit`` (what: the group; detail: the acknowledged offsets),
         or ``error``."""
         with self._lock:
             return sorted(self._events, key=lambda e: e[0])
@@ -205,12 +209,24 @@ class _Workload:
             self._events.append((time.time(), "ack", value, ""))
 
     def _poll(self, consumer: str, topic: str, partition: int, offset) -> None:
+        """A record ``consumer`` read, or None: a (re)assignment or revocation. The first
+        record after one is an event (``start``, with the time): where the consumer started
+        from, to match with the brokers' logs (the coordinator's OffsetFetch answers)."""
         with self._lock:
             self._polls.append((consumer, (topic, partition), offset))
+            key = (consumer, topic, partition)
+            if offset is None:
+                self._starting.add(key)
+            elif key in self._starting:
+                self._starting.discard(key)
+                self._events.append((time.time(), "start", f"{consumer} {topic}/{partition}",
+                                     f"at {offset}"))
 
     def _commit(self, group: str, offsets: dict) -> None:
         with self._lock:
             self._commits += [(group, tp, o) for tp, o in offsets.items()]
+            self._events.append((time.time(), "commit", group, " ".join(
+                f"{t}/{p}={o}" for (t, p), o in sorted(offsets.items()))))
 
     def _record_txn(self, outcome: str, txn: str, writes: dict) -> None:
         """File ``writes`` (``{(topic, partition): [values]}``) under the transaction's
