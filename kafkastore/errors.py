@@ -177,6 +177,12 @@ class CommitGaveUpError(CommitConflict):
     give-up error of every commit (manifest, producer ids, topics, the warehouse)."""
 
 
+class ReadBeforePutError(StorageError):
+    """A read a commit makes just before its put (the probe for a hole in the chain) failed:
+    the put was not sent. A definite failure, as a failed read of the head is, never an
+    unknown outcome of the put."""
+
+
 class CommitUnknownError(StorageError):
     """A commit whose outcome could not be decided even by reading back."""
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..commit import RETRY, Done, ObjectTarget
-from ..errors import ObjectNotFoundError, TopicDeletedError
+from ..errors import ObjectNotFoundError, ReadBeforePutError, StorageError, TopicDeletedError
 from .heads import _gone, _Head
 from .model import MANIFEST_FORMAT, CommitInfo, Manifest
 from .updates import Build, SetExtra, apply
@@ -26,6 +26,11 @@ _RECHECK_AFTER_MS = 1000
 
 class _ManifestTarget(ObjectTarget):
     """One :meth:`ManifestStore.commit` as the engine sees it: version N+1, put-if-absent."""
+
+    #: A failed read just before the put (the probe for a hole) means the put was not sent:
+    #: the commit fails as a failed read of the head does (unless an earlier put of it may
+    #: have landed: the engine reads back then).
+    refused_errors = ObjectTarget.refused_errors + (ReadBeforePutError,)
 
     def __init__(self, store: ManifestStore, build: Build, operation: str, writer: str,
                  now_ms: int | None, full: bool = False):
@@ -118,7 +123,16 @@ class _ManifestTarget(ObjectTarget):
         # one request on S3, where an existence check is a HEAD and then a LIST), the only
         # probe on the warm path (a trusted head does not probe further); the full check
         # only when N+2 is there.
-        if self._stored(new.version + 1) and self.store._hole_at(new.version):
+        try:
+            hole = self._stored(new.version + 1) and self.store._hole_at(new.version)
+        except ReadBeforePutError:
+            raise
+        except StorageError as exc:
+            # The put is not sent: a definite failure (refused_errors), not an unknown outcome.
+            raise ReadBeforePutError(f"{self.describe(new)}: the check for a hole before the "
+                                     f"put failed ({type(exc).__name__}: {exc}); nothing was "
+                                     f"put") from exc
+        if hole:
             raise self.store._gap(new.version)
         super().put(new)
 
