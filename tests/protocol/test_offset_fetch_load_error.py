@@ -136,3 +136,22 @@ def test_aiokafka_resumes_at_the_committed_offset_when_the_first_load_of_its_gro
     got = asyncio.run(first_offsets())
     assert failed == [1, 1]
     assert got == {0: COMMITTED, 1: COMMITTED}
+
+
+def test_an_offset_fetch_to_a_broker_that_no_longer_coordinates_the_group_lists_not_coordinator(
+        broker, monkeypatch):
+    """A coordinator move (a broker paused or restarted, the live view changed): the client
+    asked the old coordinator. Every partition says NOT_COORDINATOR, so aiokafka looks for
+    the coordinator again instead of starting over."""
+    w = Wire(broker.bootstrap)
+    try:
+        assert offset_commit(w, "lg", -1, "", {0: COMMITTED, 1: COMMITTED}) == {0: 0, 1: 0}
+        svc = service(broker.server)
+        monkeypatch.setattr(svc, "owns", lambda group: False)
+        top, parts = _fetch_v(w, 3)
+        assert top == G.NOT_COORDINATOR
+        assert parts == {0: (-1, G.NOT_COORDINATOR), 1: (-1, G.NOT_COORDINATOR)}
+        monkeypatch.undo()
+        assert _fetch_v(w, 3) == (0, {0: (COMMITTED, 0), 1: (COMMITTED, 0)})
+    finally:
+        w.close()
