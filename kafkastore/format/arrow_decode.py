@@ -25,7 +25,10 @@ What it does, per batch (in offset order, as Kafka's consumer does):
   (as :func:`kafkastore.format.transactions.is_aborted`);
 * compressed batches (gzip, snappy, lz4, zstd) are decompressed one at a time
   with :func:`kafkastore.format.compression.decompress_buffer` (the C kernel sizes its
-  columns for the rest of the region from the first one it decodes);
+  columns for the rest of the region from the first one it decodes); the C kernel
+  decompresses zstd batches itself, in the same walk, with the system's libzstd
+  (``libzstd.so.1``, opened at import when present), and hands back to that function
+  only a batch it cannot decompress within the bound, which then raises as above;
 * ``timestampType`` is 1 when the batch has the LogAppendTime bit, and then
   every record's timestamp is the batch's max timestamp (as Kafka's readers
   do), else 0 and the timestamp is base timestamp + delta. Timestamps are
@@ -230,6 +233,10 @@ def _decode(impl: Callable[..., BatchDecoder], buf, *, topic: str, partition: in
                _aborted_tuples(aborted))
     if reuse_input and impl is _NativeDecoder:
         dec.lend(view)  # False for read-only memory: fresh memory then
+    if impl is _NativeDecoder:
+        # zstd batches decompressed and decoded in the C walk; any it cannot do (no
+        # libzstd, damage, past the bound) still come back here and raise as below.
+        dec.inline_zstd(MAX_DECOMPRESSED_SIZE)
     pos = 0
     try:
         while True:

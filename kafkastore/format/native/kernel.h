@@ -233,6 +233,18 @@ uint32_t ks_crc32c(uint32_t crc, const uint8_t *p, size_t n);
 uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t n);
 
 /* ------------------------------------------------------------------ */
+/* zstd in the walk (decode.c: the system's libzstd, opened at run time) */
+/* ------------------------------------------------------------------ */
+
+extern int have_zstd;      /* libzstd.so.1 was opened */
+extern int inline_zstd_on; /* the process-wide switch (_set_inline_zstd) */
+void zstd_init(void);
+/* The payload's records decompressed into the thread's scratch buffer (valid until the
+   thread's next call), *out_len bytes; NULL: not decided here (Python decompresses). */
+const uint8_t *zstd_batch(const uint8_t *src, size_t n, size_t max_size, size_t *out_len);
+void zstd_release(void); /* after a walk: drop an oversized scratch buffer */
+
+/* ------------------------------------------------------------------ */
 /* Types and Python functions, by source                               */
 /* ------------------------------------------------------------------ */
 
@@ -251,5 +263,6 @@ PyObject *mod_encode_arrow_batches(PyObject *m, PyObject *args);
 PyObject *mod_pylist_binary(PyObject *m, PyObject *arg);             /* columns.c */
 PyObject *mod_pylist_int64(PyObject *m, PyObject *arg);
 PyObject *mod_murmur2_arrow(PyObject *m, PyObject *args);
+PyObject *mod_set_inline_zstd(PyObject *m, PyObject *args);          /* decode.c */
 
 #endif /* KAFKASTORE_KERNEL_H */

@@ -6,7 +6,8 @@
  * Walks Kafka record batches (magic v2) and writes the records straight into
  * Arrow-layout column buffers; Python wraps the finished buffers with
  * pyarrow.Array.from_buffers (zero copy).  Plain CPython C API, C11, no
- * dependencies beyond Python.h, so `pip install .` needs only gcc.
+ * dependencies beyond Python.h, so `pip install .` needs only gcc (libzstd is
+ * opened at run time when the system has it: decode.c).
  *
  * Python API
  * ----------
@@ -16,6 +17,8 @@
  *     has them, slicing-by-8 tables otherwise.
  * crc32c_sw(data, value=0) -> int      the table implementation (for tests)
  * HAVE_SSE42: bool                     whether crc32c() uses the hardware path
+ * HAVE_ZSTD: bool                      whether libzstd.so.1 was found (Decoder.inline_zstd)
+ * _set_inline_zstd(on) -> old          tests: turn inline zstd off process-wide
  *
  * Decoder(start_offset, end_offset, include_headers, verify_crc, aborted)
  *     Accumulates the rows of any number of batches.  `aborted` is a sequence
@@ -28,6 +31,11 @@
  *     has rows to give: the caller decompresses buf[rec_start:rec_end] with
  *     `codec` and calls feed_records(buf, pos, decompressed), then resumes
  *     feed(buf, rec_end, end).  The CRC of that batch is already checked.
+ *   .inline_zstd(max_size) -> bool
+ *     From now on feed() decompresses zstd batches itself (the system's libzstd,
+ *     opened at import: HAVE_ZSTD) and decodes them in the same walk; it still
+ *     stops at one it cannot decompress within max_size bytes (or when libzstd
+ *     is missing), so that the caller's decompression raises the precise error.
  *   .feed_records(buf, pos, records)
  *     Decodes the (decompressed) records section `records` of the batch whose
  *     header is at buf[pos:pos+61].
@@ -117,6 +125,8 @@ static PyMethodDef module_methods[] = {
     {"_set_alloc_mode", mod_set_alloc_mode, METH_VARARGS,
      "_set_alloc_mode(mode) -> old: 0 plain, 1 huge pages, 2 populate, "
      "3 huge pages + populate, 4 populate, huge pages where measured cheaper (default)"},
+    {"_set_inline_zstd", mod_set_inline_zstd, METH_VARARGS,
+     "_set_inline_zstd(on) -> old: whether Decoders set to inline_zstd() use it (tests)"},
     {"repeat_binary", mod_repeat_binary, METH_VARARGS,
      "repeat_binary(value, n) -> (int32 offsets Buffer, data Buffer) of n copies"},
     {"fill_int32", mod_fill_int32, METH_VARARGS, "fill_int32(v, n) -> Buffer of n int32 v"},
@@ -132,6 +142,7 @@ KS_MODULE_DEF(moduledef, "kafkastore.format._native",
 
 PyMODINIT_FUNC PyInit__native(void) {
     crc_init();
+    zstd_init();
     if (buffers_init() < 0 || PyType_Ready(&DecoderType) < 0 || PyType_Ready(&EncBufferType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&moduledef);
@@ -153,6 +164,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyModule_AddObject(m, "Buffer", (PyObject *)&BufferType) < 0)
         goto fail;
     if (PyModule_AddIntConstant(m, "HAVE_SSE42", have_sse42) < 0)
+        goto fail;
+    if (PyModule_AddIntConstant(m, "HAVE_ZSTD", have_zstd) < 0)
         goto fail;
     return m;
 fail:
