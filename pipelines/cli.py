@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from kafkastore import cli as log_cli
+from kafkastore.cli import entry as log_entry, parser as log_parser
 from kafkastore.cli.commands import offsets_of, print_json
 from kafkastore.cli.parser import flag, non_negative
 from pipelines.spec.job_config import Config, load_config
@@ -202,7 +202,7 @@ REGISTER_HELP = ("when the catalog lost the table (e.g. an emptied catalog.db) b
 
 def build_parser() -> argparse.ArgumentParser:
     """The log's parser with the jobs' commands added."""
-    p = log_cli.build_parser()
+    p = log_parser.build_parser()
     sub = p.commands
     of = sub.choices["offsets"]
     of.add_argument("--warehouse", help="also committed offsets and lag of the tables loading it")
@@ -377,7 +377,7 @@ def _run(args, cfg: Config) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``kafkastore`` console script."""
-    return log_cli.main(argv, parser=build_parser(), run=_run, load=load_config)
+    return log_entry.main(argv, parser=build_parser(), run=_run, load=load_config)
 
 
 if __name__ == "__main__":

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import iceberg as ice
+from ..warehouse.catalog import Warehouse
+from ..warehouse.offsets import committed_offsets
 
 
 def committed_offsets_by_table(warehouse, topic: str, storage_options: dict | None = None,
                                catalog: Mapping[str, Any] | None = None
                                ) -> dict[str, dict[int, int]]:
     """``{table: {partition: next offset to load}}`` for every table that loads ``topic``."""
-    wh = ice.Warehouse.of(warehouse, catalog, storage_options)
+    wh = Warehouse.of(warehouse, catalog, storage_options)
     out: dict[str, dict[int, int]] = {}
     for name in wh.list_tables():
-        offsets = ice.committed_offsets(wh.load_table(name))
+        offsets = committed_offsets(wh.load_table(name))
         mine = {p: n for (t, p), n in offsets.items() if t == topic}
         if mine:
             out[name] = mine

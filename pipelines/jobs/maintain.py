@@ -36,8 +36,9 @@ from typing import Any, Sequence
 
 from kafkastore.errors import UnsupportedDeletesError
 
-from .. import iceberg as ice
-from ..spec.table_layout import TableLayout
+from ..warehouse.catalog import table_fs
+from ..warehouse.commit import KafkaCommit, commit, ensure_no_blind_retry
+from ..spec.table_layout import TableLayout, table_name
 from .upsert import read_tasks, write_sorted
 
 DEFAULT_TARGET_BYTES = 128 << 20
@@ -97,7 +98,7 @@ class MaintainRewrite:
             for t in group:
                 if any(d.content != 1 for d in t.delete_files):
                     raise UnsupportedDeletesError(
-                        f"table {ice.table_name(table.name())} has equality delete files, which "
+                        f"table {table_name(table.name())} has equality delete files, which "
                         f"kafkastore cannot apply; compact it with the engine that wrote them")
                 folded.update(d.file_path for d in t.delete_files)
             rows = read_tasks(table, group)
@@ -106,7 +107,7 @@ class MaintainRewrite:
             target_rows = max(1, int(self.target_bytes / max(per_row, 1e-9)))
             written += write_sorted(table.location(), rows, sort, run_id=self.run_id,
                                     partition_by=(), target_rows=target_rows,
-                                    io_fs=ice.table_fs(table, table.location()), prefix="maintain")
+                                    io_fs=table_fs(table, table.location()), prefix="maintain")
             drop += [t.file for t in group]
             stats.files_rewritten += len(group)
             stats.rows += rows.num_rows
@@ -143,8 +144,8 @@ class MaintainResult:
 def maintain(table, *, run_id: str | None = None, target_bytes: int = DEFAULT_TARGET_BYTES,
              small_bytes: int | None = None, max_attempts: int = 20) -> MaintainResult:
     """Rewrite ``table``'s small files and fold its delete files (module docstring)."""
-    name = ice.table_name(table.name())
-    table = ice.ensure_no_blind_retry(table)
+    name = table_name(table.name())
+    table = ensure_no_blind_retry(table)
     probe = MaintainRewrite("probe", target_bytes, small_bytes)
     head = table.current_snapshot()
     if head is None or not plan_groups(list(table.scan(snapshot_id=head.snapshot_id).plan_files()),
@@ -154,8 +155,8 @@ def maintain(table, *, run_id: str | None = None, target_bytes: int = DEFAULT_TA
         return MaintainResult(name, None, MaintainStats(files_before=files), noop=True)
     run_id = run_id or f"maintain-{uuid.uuid4().hex}"
     rewrite = MaintainRewrite(run_id, target_bytes, small_bytes)
-    result = ice.commit(table, ice.KafkaCommit(run_id, "maintain", (), rewrite=rewrite),
-                        max_attempts=max_attempts)
+    result = commit(table, KafkaCommit(run_id, "maintain", (), rewrite=rewrite),
+                    max_attempts=max_attempts)
     return MaintainResult(name, result.snapshot_id, rewrite.stats, noop=result.noop)
 
 

@@ -50,14 +50,18 @@ from kafkastore.clock import SYSTEM, Clock
 from kafkastore.errors import ConfigError, ExpiredSnapshotError
 from kafkastore.storage import Storage
 
-from .. import iceberg as ice
+from ..warehouse.catalog import Warehouse
+from ..warehouse.commit import KafkaCommit, check_rewind_files, commit
+from ..warehouse.offsets import committed_offsets
+from ..warehouse.reads import read_arrow
+from ..warehouse.snapshots import ancestry, snapshot_offsets
 from . import load as _load
 from .executor_io import WriteTarget
 from .write_engine import Written, write_job, write_ranges
 from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange
 from ..source.planning import plan_rewind
-from ..spec.table_layout import table_mode
+from ..spec.table_layout import table_mode, table_name
 from . import upsert as up
 
 
@@ -99,8 +103,8 @@ def _table_offsets(wh, spec: LoadSpec):
         for name in (spec.table, spec.dead_letter_table):
             tbl = wh.load_table(name)
             if tbl is not None:
-                out.update(ice.read_arrow(tbl, row_filter=flt, columns=["offset"])
-                           .column("offset").to_pylist())
+                out.update(read_arrow(tbl, row_filter=flt, columns=["offset"])
+                       .column("offset").to_pylist())
         return out
 
     return offsets
@@ -113,7 +117,7 @@ class ReprocessRequest:
     partition the table loaded), the audit's reason and user, and what is allowed."""
 
     root: str
-    warehouse: ice.Warehouse
+    warehouse: Warehouse
     spec: LoadSpec
     from_offset: int | None = None
     from_timestamp: int | None = None
@@ -149,7 +153,7 @@ class ReprocessRequest:
             spec = LoadSpec.from_entry({**dict(load_options or {}), "topic": topic, "table": table})
         spec = spec.with_overrides(max_rows_per_file=max_rows_per_file, compression=compression)
         spec.decode_options()
-        return cls(root=root, warehouse=ice.Warehouse.of(warehouse, catalog, storage_options),
+        return cls(root=root, warehouse=Warehouse.of(warehouse, catalog, storage_options),
                    spec=spec, storage_options=dict(storage_options or {}) or None,
                    partitions=None if partitions is None else tuple(partitions), **fields)
 
@@ -186,7 +190,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     if spec.decoded and not request.spec.decoded:
         wh.recover([spec.dead_letter_table], request.register_existing)
     storage = Storage(root, storage_options)
-    committed = {p: n for (t, p), n in ice.committed_offsets(tbl).items() if t == topic}
+    committed = {p: n for (t, p), n in committed_offsets(tbl).items() if t == topic}
     mode, keys = table_mode(tbl)
     if mode == "upsert":
         from dataclasses import replace
@@ -222,7 +226,7 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     rewind = [OffsetRange(topic, pl.range.partition, pl.requested, pl.committed) for pl in plans]
     for t in (tbl, dl):
         if t is not None:    # a data file deleted outside Iceberg: refuse before any work
-            ice.check_rewind_files(t, rewind)
+            check_rewind_files(t, rewind)
     target = WriteTarget(tbl.location(), dl.location() if dl is not None else None,
                                spec.layout, storage_options, {}).of_table(tbl)
     reads = [pl.range for pl in plans if not pl.range.empty]
@@ -239,11 +243,11 @@ def reprocess(spark, request: ReprocessRequest) -> ReprocessSummary:
     data, dead, footers = written.data, written.dead, written.footers
     extras = written.registry_extras(spec, tbl)   # writer schemas the table follows
     if dl is not None:
-        dl_done = ice.committed_offsets(dl)
-        ice.commit(dl, ice.KafkaCommit(
+        dl_done = committed_offsets(dl)
+        commit(dl, KafkaCommit(
             run_id, "reprocess", claims, dead, delete_from=claims, audit=audit, footers=footers,
             expected={c.topic_partition: dl_done.get(c.topic_partition) for c in claims}))
-    result = ice.commit(tbl, ice.KafkaCommit(
+    result = commit(tbl, KafkaCommit(
         run_id, "reprocess", claims, data, delete_from=claims,
         schema=written.schema(spec, storage_options, extras), audit=audit, footers=footers,
         properties=extras.properties if extras else {},
@@ -263,9 +267,9 @@ def base_snapshot(table, topic: str, points: Mapping[int, int]):
     state then was the empty table). :class:`WarehouseError` when such a snapshot
     existed but was expired."""
     last = None
-    for snap in ice.ancestry(table):
+    for snap in ancestry(table):
         last = snap
-        offsets = ice.snapshot_offsets(snap)
+        offsets = snapshot_offsets(snap)
         if offsets is None:
             continue
         mine = {p: n for (t, p), n in offsets.items() if t == topic}
@@ -274,7 +278,7 @@ def base_snapshot(table, topic: str, points: Mapping[int, int]):
     if last is not None and (last.parent_snapshot_id is not None
                              or (last.sequence_number or 1) > 1):
         raise ExpiredSnapshotError(
-            f"table {ice.table_name(table.name())}: the state at or before offsets "
+            f"table {table_name(table.name())}: the state at or before offsets "
             f"{dict(sorted(points.items()))} of {topic} was in snapshots expired by kafkastore "
             f"vacuum (the oldest left, {last.snapshot_id}, is past them); pass "
             f"--allow-expired to rebuild from the log start instead")
@@ -307,7 +311,7 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
             raise
         base = None
     base_offsets = {} if base is None else {
-        p: n for (t, p), n in (ice.snapshot_offsets(base) or {}).items() if t == topic}
+        p: n for (t, p), n in (snapshot_offsets(base) or {}).items() if t == topic}
     # Every partition replays from the base's offsets (the log start for one it lacks),
     # with the refusals of a rewind to there.
     replay = []
@@ -353,17 +357,17 @@ def _reprocess_upsert(spark, request: ReprocessRequest, spec: LoadSpec, tbl, sto
                    for pl in replay)
     if dl is not None:
         dl_claims = tuple(OffsetRange(topic, p, n, committed[p]) for p, n in points.items())
-        dl_done = ice.committed_offsets(dl)
-        ice.commit(dl, ice.KafkaCommit(
+        dl_done = committed_offsets(dl)
+        commit(dl, KafkaCommit(
             run_id, "reprocess", dl_claims, dead, delete_from=dl_claims, audit=audit,
             footers=footers,
             expected={c.topic_partition: dl_done.get(c.topic_partition) for c in dl_claims}))
-    state = (ice.read_arrow(tbl, snapshot_id=base.snapshot_id) if base is not None else None)
+    state = (read_arrow(tbl, snapshot_id=base.snapshot_id) if base is not None else None)
     staged = up.staged_rows(staged_urls, storage_options)
     c = up.rebuild_commit(run_id, spec.upsert_keys, spec.layout.partition_by, claims, state,
                           staged, audit=audit,
                           expected={(topic, pl.range.partition): pl.committed for pl in replay})
-    result = ice.commit(tbl, c)
+    result = commit(tbl, c)
     up.remove_staging(staged_urls, storage_options)
     summary.snapshot_id = result.snapshot_id
     _load.record_load_properties(wh.table(table), spec)

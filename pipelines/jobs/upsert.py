@@ -544,7 +544,7 @@ def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[
     columns and optionally ``TOMBSTONE``; None: no rows) over ``ranges``. ``extras``
     (registry loads): its schema is merged into the table's and its properties go into
     the snapshot summary, in this one commit."""
-    from .. import iceberg as ice  # lazy: pyiceberg start-up
+    from ..warehouse.commit import KafkaCommit  # lazy: pyiceberg start-up
 
     keys = tuple(key_columns)
     if staged is None or staged.num_rows == 0:
@@ -569,8 +569,8 @@ def rows_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequence[
         # staging-only tombstone flag before it reaches the table.
         schema = nullable(pa.schema([f for f in extras.schema if f.name != TOMBSTONE]))
         extra = {**extra, "properties": {**extra.get("properties", {}), **extras.properties}}
-    return ice.KafkaCommit(run_id, operation, tuple(ranges), (), gaps=tuple(gaps), schema=schema,
-                           rewrite=rewrite, **extra)
+    return KafkaCommit(run_id, operation, tuple(ranges), (), gaps=tuple(gaps), schema=schema,
+                       rewrite=rewrite, **extra)
 
 
 class _EmptyRewrite(UpsertRewrite):
@@ -613,7 +613,7 @@ def rebuild_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequen
     None: empty) merged with the replayed ``staged`` rows replaces the whole table."""
     import pyarrow as pa
 
-    from .. import iceberg as ice  # lazy: pyiceberg start-up
+    from ..warehouse.commit import KafkaCommit  # lazy: pyiceberg start-up
 
     keys = tuple(key_columns)
     schema = None
@@ -634,7 +634,7 @@ def rebuild_commit(run_id: str, key_columns: Sequence[str], partition_by: Sequen
         state = _union(parts)
     if state is None:
         state = pa.table({})
-    return ice.KafkaCommit(run_id, "reprocess", tuple(claims), (), schema=schema, audit=audit,
-                           expected=expected,
-                           rewrite=RebuildRewrite(state, keys, tuple(partition_by), run_id,
-                                                  target_rows))
+    return KafkaCommit(run_id, "reprocess", tuple(claims), (), schema=schema, audit=audit,
+                       expected=expected,
+                       rewrite=RebuildRewrite(state, keys, tuple(partition_by), run_id,
+                                              target_rows))

@@ -43,9 +43,11 @@ from dataclasses import dataclass, field
 from kafkastore.errors import ConfigError
 from kafkastore.storage import _mtime
 
-from .. import iceberg as ice
-from ..warehouse.properties import VALIDATED_TAG
-from ..spec.table_layout import DEAD_LETTERS_SUFFIX
+from ..warehouse.catalog import table_fs
+from ..warehouse.offsets import offsets_snapshot
+from ..warehouse.snapshots import ancestry
+from ..warehouse.properties import OPERATION_KEY, OPERATIONS, RUN_ID_KEY, VALIDATED_TAG
+from ..spec.table_layout import DEAD_LETTERS_SUFFIX, table_name
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +114,11 @@ def awaiting_validation(table) -> list[int]:
     ident = tuple(table.name())
     if ident[-1].endswith(DEAD_LETTERS_SUFFIX):
         return _dead_letters_awaiting(table, ident[:-1] + (ident[-1][:-len(DEAD_LETTERS_SUFFIX)],))
-    main = list(ice.ancestry(table))
+    main = list(ancestry(table))
     if table.snapshot_by_name(VALIDATED_TAG) is None:
-        loaded = any(_prop(s, ice.OPERATION_KEY) in ice.OPERATIONS for s in main)
+        loaded = any(_prop(s, OPERATION_KEY) in OPERATIONS for s in main)
         return [s.snapshot_id for s in main] if loaded else []
-    done = {s.snapshot_id for s in ice.ancestry(table, VALIDATED_TAG)}
+    done = {s.snapshot_id for s in ancestry(table, VALIDATED_TAG)}
     return [s.snapshot_id for s in main if s.snapshot_id not in done]
 
 
@@ -128,9 +130,9 @@ def _dead_letters_awaiting(dl_table, parent_ident) -> list[int]:
     except NoSuchTableError:
         return []
     waiting = set(awaiting_validation(parent))
-    runs = {_prop(s, ice.RUN_ID_KEY) for s in ice.ancestry(parent)
+    runs = {_prop(s, RUN_ID_KEY) for s in ancestry(parent)
             if s.snapshot_id in waiting} - {None}
-    return [s.snapshot_id for s in ice.ancestry(dl_table) if _prop(s, ice.RUN_ID_KEY) in runs]
+    return [s.snapshot_id for s in ancestry(dl_table) if _prop(s, RUN_ID_KEY) in runs]
 
 
 def _prop(snapshot, key: str) -> str | None:
@@ -164,10 +166,10 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
         raise ConfigError(f"retain_last must be >= 1, got {retain_last}")
     check_grace(grace_ms)
     cutoff = now_ms - grace_ms
-    result = VacuumResult(ice.table_name(table.name()), dry_run=dry_run)
+    result = VacuumResult(table_name(table.name()), dry_run=dry_run)
     protected = {ref.snapshot_id for ref in table.metadata.refs.values()}
-    protected.update(s.snapshot_id for s in list(ice.ancestry(table))[:retain_last])
-    carrier = ice.offsets_snapshot(table)
+    protected.update(s.snapshot_id for s in list(ancestry(table))[:retain_last])
+    carrier = offsets_snapshot(table)
     if carrier is not None:
         protected.add(carrier.snapshot_id)
     if not expire_unvalidated:
@@ -180,7 +182,7 @@ def vacuum(table, *, now_ms: int, grace_ms: int = DEFAULT_GRACE_MS, retain_last:
     if expire and not dry_run:
         table.maintenance.expire_snapshots().by_ids(expire).commit()
         table = table.refresh()
-    fs, root = ice.table_fs(table, table.location())
+    fs, root = table_fs(table, table.location())
     try:
         listing = fs.find(root, detail=True)
     except FileNotFoundError:

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-import kafkastore.config as log_config
-from kafkastore.config import resolve_url
+import kafkastore.cli.log_config as log_config
+from kafkastore.cli.log_config import resolve_url
 from kafkastore.errors import ConfigError
 
 DEFAULT_WAREHOUSE = "file://./demo/warehouse"
