@@ -16,10 +16,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError, GroupNotEmptyError, UnknownGroupError, UnknownTopicError
-from .offsets import (GroupState, OffsetAndMetadata, OffsetsStore,
-                      decode_consumer_assignment)
+from .offsets import GroupState, OffsetsStore
+from .records import OffsetAndMetadata, decode_consumer_assignment
 from ..storage import Storage
-from ..read.reader import PartitionReader
 from ..topics.admin import load_topic, partition_offsets
 
 
@@ -137,6 +136,8 @@ class ResetTarget:
 def plan_reset(storage: Storage, group: str, topic_spec: str, target: ResetTarget, *,
                now_ms: int | None = None) -> dict[str, Any]:
     """The new offset of every partition (refused while the group has live members)."""
+    # lazy: the reader loads pyarrow (~0.4 s), which listing and describing groups never need.
+    from ..read.reader import PartitionReader
 
     now = storage.clock.wall_ms() if now_ms is None else now_ms
     topic, parts = parse_topic_partitions(topic_spec)

@@ -16,7 +16,8 @@ import asyncio
 import logging
 
 from ...errors import FencedError, KafkaStoreError
-from ...groups.offsets import GroupClaim, OffsetAndMetadata
+from ...groups.offsets import GroupClaim
+from ...groups.records import OffsetAndMetadata
 from ...cluster.acls import Operation as Op, ResourceType
 from .. import authorizer as authz
 from ..coordinators import group as G

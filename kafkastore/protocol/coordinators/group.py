@@ -40,7 +40,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ...clock import Clock, as_clock
 from ...errors import CorruptRecordError
-from ...groups.offsets import (GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata,
+from ...groups.offsets import GroupState
+from ...groups.records import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                decode_consumer_subscription)
 
 # Kafka error codes used by the group APIs (importers read them here as G.<code>).

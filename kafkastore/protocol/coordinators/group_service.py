@@ -47,7 +47,8 @@ from collections import Counter
 from contextlib import contextmanager
 
 from ...errors import FencedError, KafkaStoreError
-from ...groups.offsets import GroupClaim, GroupMetadata, OffsetsStore
+from ...groups.offsets import GroupClaim, OffsetsStore
+from ...groups.records import GroupMetadata
 from . import group as G
 
 log = logging.getLogger("kafkastore.serve.groups")
