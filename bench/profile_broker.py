@@ -70,7 +70,7 @@ def _instrument() -> None:
     _wrap(housekeeper.Housekeeper, "poke", "Housekeeper.poke")
     _wrap(gc, "collect_garbage", _GC)
     _wrap(appender.Appender, "commit", _COMMIT)
-    _wrap(appender, "_min_timestamp", "appender._min_timestamp")
+    _wrap(appender, "decoded_min_timestamp", "appender.decoded_min_timestamp")
 
 
 def _thread_cpu() -> dict[str, float]:

@@ -174,9 +174,9 @@ def _recompress(data: bytes, header: BatchHeader, codec: Compression) -> tuple[b
     return out, parse_header(out, 0)
 
 
-def _min_timestamp(data: bytes, topic: str, partition: int) -> int:
+def decoded_min_timestamp(data: bytes, topic: str, partition: int) -> int:
     """Smallest record timestamp of a batch (-1 if none); decodes the records (C kernel),
-    which also proves that they decode."""
+    which also proves that they decode (the broker's warm-up runs it once at start)."""
     rb = decode_to_arrow(data, topic=topic, partition=partition, include_headers=False)
     ts = rb.column(rb.schema.get_field_index("timestamp"))
     low = pc.min(ts).as_py()
@@ -337,7 +337,7 @@ class Appender:
                     data, header = _set_log_append_time(data, header, now)
                     min_ts = now
                 else:
-                    min_ts = _min_timestamp(data, topic, partition)
+                    min_ts = decoded_min_timestamp(data, topic, partition)
                     if now - min_ts > before or header.max_timestamp - now > after:
                         raise BatchRejected(E.INVALID_TIMESTAMP,
                                             f"timestamp outside message.timestamp.before/after.max.ms "

@@ -542,9 +542,9 @@ class BrokerServer:
 def _warm_up() -> None:
     """Load the decoder and Arrow compute kernels now, not in the first client's commit."""
     # lazy: the appender, like the API families, is imported only by a running broker
-    from .appender import _min_timestamp
+    from .appender import decoded_min_timestamp
 
-    _min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)
+    decoded_min_timestamp(encode_batch([Record(0, 0, None, b"", ())]), "warm-up", 0)
 
 
 def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[BrokerServer], None] | None = None,
