@@ -3,7 +3,9 @@
 kio's generated classes start at Produce v3 and Fetch v4 (the versions that carry record
 batch v2). These are the same kind of frozen dataclasses, with the ``kafka_type``
 metadata kio's native reader and writer (and :mod:`.frame_check`) work from, written
-after Kafka's ``clients/src/main/resources/common/message/*.json``::
+after Kafka's ``clients/src/main/resources/common/message/*.json``; kio's class header
+(entity type, version, API key, header schema) is written by one decorator per message
+(:func:`_request_classes`, :func:`_response_classes`)::
 
     ProduceRequest v0-2  (all three the same)
       Acks int16, TimeoutMs int32,
@@ -42,7 +44,6 @@ import datetime
 import sys
 import types
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
@@ -68,34 +69,48 @@ def _module(name: str, *classes: type) -> types.ModuleType:
     return mod
 
 
+def _kio_class(entity: EntityType, api_key: int, version: int, header: type):
+    """A class decorator: the frozen dataclass kio generates for a message of ``api_key`` at
+    ``version``, with kio's class header (entity type, version, not flexible, API key,
+    header schema) written here once rather than in each class."""
+    def make(cls: type) -> type:
+        cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
+        cls.__type__ = entity
+        cls.__version__ = i16(version)
+        cls.__flexible__ = False
+        cls.__api_key__ = i16(api_key)
+        cls.__header_schema__ = header
+        return cls
+    return make
+
+
+def _request_classes(api_key: int, version: int):
+    """The decorators of a request's nested classes and of the request class."""
+    return (_kio_class(EntityType.nested, api_key, version, RequestHeader),
+            _kio_class(EntityType.request, api_key, version, RequestHeader))
+
+
+def _response_classes(api_key: int, version: int):
+    """The decorators of a response's nested classes and of the response class."""
+    return (_kio_class(EntityType.nested, api_key, version, ResponseHeader),
+            _kio_class(EntityType.response, api_key, version, ResponseHeader))
+
+
 def _produce_request(v: int) -> type:
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    nested, request = _request_classes(PRODUCE, v)
+
+    @nested
     class PartitionProduceData:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(PRODUCE)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         index: i32 = field(metadata={"kafka_type": "int32"})
         records: Records | None = field(metadata={"kafka_type": "records"})
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class TopicProduceData:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(PRODUCE)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         name: TopicName = field(metadata={"kafka_type": "string"})
         partition_data: tuple[PartitionProduceData, ...]
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @request
     class ProduceRequest:
-        __type__: ClassVar = EntityType.request
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(PRODUCE)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         acks: i16 = field(metadata={"kafka_type": "int16"})
         timeout: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
         topic_data: tuple[TopicProduceData, ...]
@@ -105,58 +120,35 @@ def _produce_request(v: int) -> type:
 
 
 def _produce_response(v: int) -> type:
+    nested, response = _response_classes(PRODUCE, v)
+
     if v >= 2:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @nested
         class PartitionProduceResponse:
-            __type__: ClassVar = EntityType.nested
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(PRODUCE)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             index: i32 = field(metadata={"kafka_type": "int32"})
             error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
             base_offset: i64 = field(metadata={"kafka_type": "int64"})
             log_append_time: TZAware | None = field(metadata={"kafka_type": "datetime_i64"}, default=None)
     else:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @nested
         class PartitionProduceResponse:
-            __type__: ClassVar = EntityType.nested
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(PRODUCE)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             index: i32 = field(metadata={"kafka_type": "int32"})
             error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
             base_offset: i64 = field(metadata={"kafka_type": "int64"})
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class TopicProduceResponse:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(PRODUCE)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         name: TopicName = field(metadata={"kafka_type": "string"})
         partition_responses: tuple[PartitionProduceResponse, ...]
 
     if v >= 1:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @response
         class ProduceResponse:
-            __type__: ClassVar = EntityType.response
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(PRODUCE)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             responses: tuple[TopicProduceResponse, ...]
             throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"}, default=_ZERO)
     else:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @response
         class ProduceResponse:
-            __type__: ClassVar = EntityType.response
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(PRODUCE)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             responses: tuple[TopicProduceResponse, ...]
 
     _module(f"produce_v{v}_response", PartitionProduceResponse, TopicProduceResponse, ProduceResponse)
@@ -164,48 +156,30 @@ def _produce_response(v: int) -> type:
 
 
 def _fetch_request(v: int) -> type:
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    nested, request = _request_classes(FETCH, v)
+
+    @nested
     class FetchPartition:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(FETCH)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         partition: i32 = field(metadata={"kafka_type": "int32"})
         fetch_offset: i64 = field(metadata={"kafka_type": "int64"})
         partition_max_bytes: i32 = field(metadata={"kafka_type": "int32"})
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class FetchTopic:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(FETCH)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         topic: TopicName = field(metadata={"kafka_type": "string"})
         partitions: tuple[FetchPartition, ...]
 
     if v >= 3:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @request
         class FetchRequest:
-            __type__: ClassVar = EntityType.request
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(FETCH)
-            __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
             replica_id: BrokerId = field(metadata={"kafka_type": "int32"}, default=BrokerId(-1))
             max_wait: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
             min_bytes: i32 = field(metadata={"kafka_type": "int32"})
             max_bytes: i32 = field(metadata={"kafka_type": "int32"}, default=i32(2147483647))
             topics: tuple[FetchTopic, ...]
     else:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @request
         class FetchRequest:
-            __type__: ClassVar = EntityType.request
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(FETCH)
-            __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
             replica_id: BrokerId = field(metadata={"kafka_type": "int32"}, default=BrokerId(-1))
             max_wait: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
             min_bytes: i32 = field(metadata={"kafka_type": "int32"})
@@ -216,46 +190,28 @@ def _fetch_request(v: int) -> type:
 
 
 def _fetch_response(v: int) -> type:
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    nested, response = _response_classes(FETCH, v)
+
+    @nested
     class PartitionData:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(FETCH)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         partition_index: i32 = field(metadata={"kafka_type": "int32"})
         error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
         high_watermark: i64 = field(metadata={"kafka_type": "int64"})
         records: Records | None = field(metadata={"kafka_type": "records"})
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class FetchableTopicResponse:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(v)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(FETCH)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         topic: TopicName = field(metadata={"kafka_type": "string"})
         partitions: tuple[PartitionData, ...]
 
     if v >= 1:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @response
         class FetchResponse:
-            __type__: ClassVar = EntityType.response
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(FETCH)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
             responses: tuple[FetchableTopicResponse, ...]
     else:
-        @dataclass(frozen=True, slots=True, kw_only=True)
+        @response
         class FetchResponse:
-            __type__: ClassVar = EntityType.response
-            __version__: ClassVar[i16] = i16(v)
-            __flexible__: ClassVar[bool] = False
-            __api_key__: ClassVar[i16] = i16(FETCH)
-            __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
             responses: tuple[FetchableTopicResponse, ...]
 
     _module(f"fetch_v{v}_response", PartitionData, FetchableTopicResponse, FetchResponse)
@@ -263,34 +219,21 @@ def _fetch_response(v: int) -> type:
 
 
 def _list_offsets_request() -> type:
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    nested, request = _request_classes(LIST_OFFSETS, 0)
+
+    @nested
     class ListOffsetsPartition:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         partition_index: i32 = field(metadata={"kafka_type": "int32"})
         timestamp: i64 = field(metadata={"kafka_type": "int64"})
         max_num_offsets: i32 = field(metadata={"kafka_type": "int32"}, default=i32(1))
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class ListOffsetsTopic:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         name: TopicName = field(metadata={"kafka_type": "string"})
         partitions: tuple[ListOffsetsPartition, ...]
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @request
     class ListOffsetsRequest:
-        __type__: ClassVar = EntityType.request
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
         replica_id: BrokerId = field(metadata={"kafka_type": "int32"}, default=BrokerId(-1))
         topics: tuple[ListOffsetsTopic, ...]
 
@@ -299,34 +242,21 @@ def _list_offsets_request() -> type:
 
 
 def _list_offsets_response() -> type:
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    nested, response = _response_classes(LIST_OFFSETS, 0)
+
+    @nested
     class ListOffsetsPartitionResponse:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         partition_index: i32 = field(metadata={"kafka_type": "int32"})
         error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
         old_style_offsets: tuple[i64, ...] = field(metadata={"kafka_type": "int64"}, default=())
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @nested
     class ListOffsetsTopicResponse:
-        __type__: ClassVar = EntityType.nested
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         name: TopicName = field(metadata={"kafka_type": "string"})
         partitions: tuple[ListOffsetsPartitionResponse, ...]
 
-    @dataclass(frozen=True, slots=True, kw_only=True)
+    @response
     class ListOffsetsResponse:
-        __type__: ClassVar = EntityType.response
-        __version__: ClassVar[i16] = i16(0)
-        __flexible__: ClassVar[bool] = False
-        __api_key__: ClassVar[i16] = i16(LIST_OFFSETS)
-        __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
         topics: tuple[ListOffsetsTopicResponse, ...]
 
     _module("list_offsets_v0_response", ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
