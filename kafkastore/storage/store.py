@@ -333,6 +333,14 @@ class Storage:
         # fsspec's memory:// store is one dict shared by the process; a write from another
         # thread while it is listed raises RuntimeError mid-iteration. A listing is a
         # snapshot anyway: take it again (object stores and local disks never raise this).
+        parent, _, name = base.rstrip("/").rpartition("/")
+        if parent and name and _is_s3fs(self.fs):
+            # The objects under ``base/`` in one listing request: s3fs's find of a path whose
+            # listing is empty also asks whether the path itself is an object or a directory
+            # (a HEAD, then a listing of one key): three requests for every empty directory
+            # (a partition with no version yet, a document with no entries), each paid
+            # under the store's latency.
+            return self.fs.find(parent, prefix=name + "/", detail=True)
         for attempt in range(10):
             try:
                 return self.fs.find(base, detail=True)
@@ -466,6 +474,12 @@ class Storage:
                 self.fs.rm_file(self.full_path(rel))
             if pace:
                 pace_local_delete(self.full_path(rel))
+
+
+def _is_s3fs(fs) -> bool:
+    """Whether ``fs`` is s3fs's own filesystem (not a wrapper around it, whose ``find`` may
+    not take s3fs's ``prefix``)."""
+    return type(fs).__module__.split(".", 1)[0] == "s3fs"
 
 
 def _mtime(info: dict) -> float:

@@ -185,6 +185,9 @@ def test_a_store_failure_in_a_group_fails_every_write_of_the_group(tmp_path, mon
     def unreadable(partitions=None):
         raise StorageError("the store is gone")
 
+    # A cold cache (a fence dropped it): the group reads the partition before its commit
+    # (with the cache its steps' reads left, the first attempt reads nothing).
+    store.forget()
     monkeypatch.setattr(store, "refresh", unreadable)   # the group's read before its commit fails
     _release(gate, first, second, third)
 

@@ -49,6 +49,7 @@ from ...groups.offsets import partition_for_group
 from ...manifest import ManifestStore
 from ...read.reader import PartitionReader
 from ...topics.admin import create_topic, load_topic, topic_exists
+from ...threads import shared_pool
 from ...write.log_writer import LogWriter as Broker
 from . import txn as T
 from .pending_offsets import take_pending_offsets
@@ -104,7 +105,13 @@ class TxnStore:
         self.clock = as_clock(clock, "ms") if clock is not None else storage.clock
         self._want = partitions
         self._partitions: int | None = None
+        # Guards the cached states (no I/O under it). Reading a partition's new records is
+        # serialised per partition (_partition_lock), so a step on one id never waits
+        # behind the reads of the other partitions (the periodic full refresh reads them
+        # all, each several store round trips on S3).
         self._lock = threading.RLock()
+        self._partition_locks: dict[int, threading.RLock] = {}
+        self._generation = 0   # bumped by forget(): a read begun before it is not applied
         self._next: dict[int, int] = {}
         self._state: dict[str, T.TxnMetadata] = {}
         # Transactions whose markers are all written but whose Complete state is not stored
@@ -133,38 +140,76 @@ class TxnStore:
         n = self._topic_partitions(create=False)
         return None if n is None else partition_for_group(tid, n)
 
-    def refresh(self, partitions=None) -> None:
-        """Read what was appended since the last refresh."""
+    def _has_read(self, p: int) -> bool:
         with self._lock:
-            n = self._topic_partitions(create=False)
-            if n is None:
-                return
-            for p in (range(n) if partitions is None else partitions):
+            return p in self._next
+
+    def _partition_lock(self, p: int) -> threading.RLock:
+        with self._lock:
+            return self._partition_locks.setdefault(p, threading.RLock())
+
+    def refresh(self, partitions=None) -> None:
+        """Read what was appended since the last refresh (all partitions, or ``partitions``).
+
+        Several partitions are read side by side (each read is a few store round trips on
+        S3), and a partition's read holds only that partition's lock: a coordinator step
+        on an id of another partition goes on meanwhile."""
+        n = self._topic_partitions(create=False)
+        if n is None:
+            return
+        parts = list(range(n) if partitions is None else partitions)
+        if len(parts) <= 1:
+            for p in parts:
+                self._refresh_partition(p)
+            return
+        pool = shared_pool("txn-state-reads", 8)
+        for fut in [pool.submit(self._refresh_partition, p) for p in parts]:
+            fut.result()
+
+    def _refresh_partition(self, p: int) -> None:
+        """Read partition ``p``'s records since the last read and apply them (blocking).
+
+        The store is read outside the cache's lock; the records are applied only if the
+        cache did not move meanwhile (a :meth:`forget`, or one of our own writes landing),
+        else the read starts again from where the cache now is."""
+        with self._partition_lock(p):
+            while True:
+                with self._lock:
+                    generation, known = self._generation, self._next.get(p, 0)
                 reader = PartitionReader(self.storage, T.TXN_TOPIC, p)
-                start = max(self._next.get(p, 0), reader.log_start_offset)
+                start = max(known, reader.log_start_offset)
+                records = []
                 if start < reader.high_watermark:
                     table = reader.read(start, include_headers=False)
-                    for k, v, o in zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
-                                       table.column("offset").to_pylist()):
-                        try:
-                            tid = T.decode_key(k) if k is not None else None
-                            if tid is None:
-                                continue
-                            if v is None:
-                                self._state.pop(tid, None)
-                            else:
-                                self._state[tid] = T.decode_value(tid, v)
-                        except CorruptRecordError as exc:
-                            log.warning("%s/%d offset %d: skipped a record: %s", T.TXN_TOPIC, p, o, exc)
-                self._next[p] = max(start, reader.high_watermark)
+                    records = list(zip(table.column("key").to_pylist(), table.column("value").to_pylist(),
+                                       table.column("offset").to_pylist()))
+                with self._lock:
+                    if self._generation == generation and self._next.get(p, 0) == known:
+                        self._apply(p, records)
+                        self._next[p] = max(start, reader.high_watermark)
+                        return
+
+    def _apply(self, p: int, records) -> None:
+        """Apply ``[(key, value, offset)]`` read from partition ``p``, in log order (under the lock)."""
+        for k, v, o in records:
+            try:
+                tid = T.decode_key(k) if k is not None else None
+                if tid is None:
+                    continue
+                if v is None:
+                    self._state.pop(tid, None)
+                else:
+                    self._state[tid] = T.decode_value(tid, v)
+            except CorruptRecordError as exc:
+                log.warning("%s/%d offset %d: skipped a record: %s", T.TXN_TOPIC, p, o, exc)
 
     def get(self, tid: str) -> T.TxnMetadata | None:
         """The state of ``tid`` (None if never written): the stored one, or the completed one
         of :meth:`mark_complete` while the stored one is still its Prepare state."""
+        p = self.partition_for(tid)
+        if p is not None:
+            self._refresh_partition(p)
         with self._lock:
-            p = self.partition_for(tid)
-            if p is not None:
-                self.refresh([p])
             return self._overlay(tid)
 
     def peek(self, tid: str) -> T.TxnMetadata | None:
@@ -212,6 +257,7 @@ class TxnStore:
             self._state.clear()
             self._complete.clear()
             self._next.clear()
+            self._generation += 1
 
     def _applies(self, stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
         """Whether ``stored`` (the id's latest record) is the state a step was planned on:
@@ -280,11 +326,16 @@ class TxnStore:
 
     def _attempt_group(self, p: int, pending: "list[_Put]") -> None:
         """The attempts of :meth:`_write_group` (raises what the store raises)."""
-        for _ in range(20):
+        conditional = any(x.based_on is not ... for x in pending)
+        for attempt in range(20):
+            # The first attempt checks against the cache as the step's own read left it (a
+            # step reads the id just before it writes): the commit is conditional on the
+            # partition's end as that read saw it, so anything landed since refuses it and
+            # the next attempt reads again. Re-reading first cost two store round trips more
+            # per state write, each paid under S3's latency.
+            if conditional and (attempt > 0 or not self._has_read(p)):
+                self.refresh([p])
             with self._lock:
-                conditional = any(x.based_on is not ... for x in pending)
-                if conditional:
-                    self.refresh([p])
                 live = []
                 for x in pending:
                     tid = x.meta.transactional_id
