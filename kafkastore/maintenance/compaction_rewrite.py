@@ -54,6 +54,8 @@ ever deleted here, so readers of older versions keep working.
 from __future__ import annotations
 
 import json
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -120,12 +122,18 @@ class _TxnState:
             self.aborted.setdefault(pid, []).append((first, last))
         self.has_data = {pid: True for pid in carry}
 
+    def is_aborted(self, h: BatchHeader) -> bool:
+        """True if the data batch belongs to an aborted transaction (reads only the static
+        aborted list: safe from the threads that filter chunks)."""
+        return h.is_transactional and any(first <= h.base_offset <= last
+                                           for first, last in self.aborted.get(h.producer_id, ()))
+
     def data_batch(self, h: BatchHeader) -> bool:
         """Note a data batch; True if it belongs to an aborted transaction."""
         if not h.is_transactional:
             return False
         self.has_data[h.producer_id] = True
-        return any(first <= h.base_offset <= last for first, last in self.aborted.get(h.producer_id, ()))
+        return self.is_aborted(h)
 
     def marker(self, h: BatchHeader) -> bool:
         """A COMMIT/ABORT marker: True if its transaction still had data (the marker must stay)."""
@@ -142,7 +150,7 @@ def _clock(clock, storage: Storage | None) -> Clock:
 
 def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: np.ndarray,
                   carry: Iterable[int] = (), *, clock: Clock | Callable[[], float] | None = None,
-                  upload: bool = True) -> GroupResult:
+                  upload: bool = True, threads: int = 1) -> GroupResult:
     """Rewrite one group of segments into one new segment and upload it (unless unchanged).
 
     ``keep`` holds the sorted offsets of the surviving keyed records of the
@@ -151,7 +159,10 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
     segments are checked against their manifest size and checksum and every
     batch's CRC. Returns the new entry (not committed: see
     :func:`commit_cleaning`). ``clock`` (a :class:`~kafkastore.clock.Clock`, default the storage's; an old bare callable
-    reads wall seconds) stamps the upload time.
+    reads wall seconds) stamps the upload time. ``threads`` > 1 decodes, filters and
+    re-encodes that many chunks at once (the C decoder and encoder release the GIL), at
+    most ``threads`` + 1 chunks of :data:`REWRITE_CHUNK_BYTES` in memory; the output is
+    the same bytes whatever ``threads`` is.
     """
     clock = _clock(clock, storage)
     keep = np.asarray(keep, dtype=np.int64)
@@ -162,25 +173,28 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
     horizons: list[int] = []         # delete horizons of what still awaits removal
     kept_markers: set[int] = set()
     changed = len(group.segments) != 1
-    records_in = 0
-    for seg in group.segments:
-        records_in += seg.record_count
-        name = seg.paths(ctx.topic, ctx.partition)[".log"]
-        log = storage.get(name)
-        check_range(whole_segment_range(ctx.topic, ctx.partition, seg), log)
-        for chunk_start, batches in _chunks(log, name):
-            chunk = memoryview(log)[chunk_start:batches[-1][0] + batches[-1][1].size]
-            cols = _decode_chunk(chunk, ctx, name, chunk_start)
-            row = 0
-            for pos, h in batches:
-                out, row = _filter_batch(log, pos, h, cols, row, keep, ctx, codec, txns,
-                                         horizons, kept_markers)
-                if out is None:
-                    changed = True
-                    continue
-                data, min_ts, rebuilt = out
-                changed |= rebuilt
-                builder.append(data, min_timestamp=min_ts)
+    records_in = sum(seg.record_count for seg in group.segments)
+
+    def filtered(item):
+        log, name, chunk_start, batches = item
+        return log, _filter_chunk(log, name, chunk_start, batches, keep, ctx, codec, txns)
+
+    # Data batches are filtered chunk by chunk, on threads if asked; what depends on the
+    # order of batches (the transaction state, the markers) is decided here, in order.
+    for log, (outs, chunk_horizons) in _ordered_map(filtered, _group_chunks(storage, ctx, group),
+                                                    threads):
+        horizons.extend(chunk_horizons)
+        for pos, h, out in outs:
+            if h.is_control:
+                out = _filter_marker(log, pos, h, ctx, txns, horizons, kept_markers)
+            elif txns.data_batch(h):
+                out = None                # aborted (the filter dropped it too)
+            if out is None:
+                changed = True
+                continue
+            data, min_ts, rebuilt = out
+            changed |= rebuilt
+            builder.append(data, min_timestamp=min_ts)
     built = builder.build()
     horizon = min(horizons) if horizons else None
     source = group.segments[0]
@@ -198,6 +212,38 @@ def rewrite_group(storage: Storage, ctx: CleanContext, group: GroupSpec, keep: n
         delete_horizon_ms=horizon, empty_indexes=True)
     return GroupResult(group.index, group.segment_ids, entry, records_in, st.record_count,
                        sum(s.size for s in group.segments), len(built.log), uploaded)
+
+
+def _group_chunks(storage: Storage, ctx: CleanContext, group: GroupSpec
+                  ) -> Iterator[tuple[bytes, str, int, list[tuple[int, BatchHeader]]]]:
+    """``(log, name, chunk start, batches)`` of every chunk of the group's segments, in order;
+    each segment is read when its first chunk is asked for and checked against its entry."""
+    for seg in group.segments:
+        name = seg.paths(ctx.topic, ctx.partition)[".log"]
+        log = storage.get(name)
+        check_range(whole_segment_range(ctx.topic, ctx.partition, seg), log)
+        for chunk_start, batches in _chunks(log, name):
+            yield log, name, chunk_start, batches
+
+
+def _ordered_map(fn, items: Iterable, threads: int) -> Iterator:
+    """``map(fn, items)`` with up to ``threads`` calls running at once and at most
+    ``threads`` + 1 results waiting, in the order of ``items`` (the first error is raised)."""
+    if threads <= 1:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        window: deque = deque()
+        try:
+            for item in items:
+                window.append(pool.submit(fn, item))
+                if len(window) > threads:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:
+            for f in window:
+                f.cancel()
 
 
 def _chunks(log: bytes, name: str) -> Iterator[tuple[int, list[tuple[int, BatchHeader]]]]:
@@ -247,47 +293,75 @@ def _horizon(ctx: CleanContext) -> int:
     return min(ctx.now_ms + ctx.delete_retention_ms, (1 << 63) - 1)
 
 
-def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int, keep: np.ndarray,
-                  ctx: CleanContext, codec: Compression | None, txns: _TxnState,
-                  horizons: list[int], kept_markers: set[int]):
-    """``((bytes, min timestamp, rebuilt) or None if dropped, next row)`` for one batch."""
+def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[int, BatchHeader]],
+                  keep: np.ndarray, ctx: CleanContext, codec: Compression | None, txns: _TxnState
+                  ) -> tuple[list[tuple[int, BatchHeader, tuple | None]], list[int]]:
+    """``([(position, header, output)], delete horizons)`` of one chunk: each data batch
+    decoded and filtered (:func:`_filter_batch`); control batches are left to the caller
+    (output None), which walks the batches in order. Touches no shared state (``txns``
+    is only read), so chunks can be filtered on threads."""
+    chunk = memoryview(log)[chunk_start:batches[-1][0] + batches[-1][1].size]
+    cols = _decode_chunk(chunk, ctx, name, chunk_start)
+    horizons: list[int] = []
+    outs = []
+    row = 0
+    for pos, h in batches:
+        out = None
+        if not h.is_control:
+            out, row = _filter_batch(log, pos, h, cols, row, keep, ctx, codec,
+                                     txns.is_aborted(h), horizons)
+        outs.append((pos, h, out))
+    return outs, horizons
+
+
+def _filter_marker(log: bytes, pos: int, h: BatchHeader, ctx: CleanContext, txns: _TxnState,
+                   horizons: list[int], kept_markers: set[int]):
+    """``(bytes, min timestamp, rebuilt)`` of a control batch, or None if dropped; in log order
+    (it reads and updates the transaction state)."""
     now = ctx.now_ms
     original = log[pos:pos + h.size]
-    if h.is_control:
-        hz = h.delete_horizon_ms
-        ctype = _marker_type(log, pos, h)
-        if ctype is None:
-            if h.record_count == 0:
-                return None, row          # an empty control batch: already cleaned, Kafka drops it
-            return (original, -1, False), row  # other control records are kept as they are
-        had_data = txns.marker(h)
-        if h.last_offset < ctx.log_start_offset:
-            return None, row
-        if had_data:                      # its transaction still had data: keep it, no horizon
-            kept_markers.add(h.base_offset)
-            return (original, -1, False), row
-        if hz is not None and now >= hz:
-            return None, row
+    hz = h.delete_horizon_ms
+    ctype = _marker_type(log, pos, h)
+    if ctype is None:
+        if h.record_count == 0:
+            return None                   # an empty control batch: already cleaned, Kafka drops it
+        return original, -1, False        # other control records are kept as they are
+    had_data = txns.marker(h)
+    if h.last_offset < ctx.log_start_offset:
+        return None
+    if had_data:                          # its transaction still had data: keep it, no horizon
         kept_markers.add(h.base_offset)
-        if hz is not None:
-            horizons.append(hz)
-            return (original, -1, False), row
-        _, recs = decode_batch(log, pos, verify_crc=False)
-        hz = _horizon(ctx)
+        return original, -1, False
+    if hz is not None and now >= hz:
+        return None
+    kept_markers.add(h.base_offset)
+    if hz is not None:
         horizons.append(hz)
-        data = encode_batch(recs, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-                            base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
-                            timestamp_type=h.timestamp_type, transactional=h.is_transactional,
-                            control=True, base_offset=h.base_offset, last_offset=h.last_offset,
-                            delete_horizon_ms=hz, max_timestamp=h.max_timestamp)
-        return (data, -1, True), row
+        return original, -1, False
+    _, recs = decode_batch(log, pos, verify_crc=False)
+    hz = _horizon(ctx)
+    horizons.append(hz)
+    data = encode_batch(recs, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+                        base_sequence=h.base_sequence, partition_leader_epoch=h.partition_leader_epoch,
+                        timestamp_type=h.timestamp_type, transactional=h.is_transactional,
+                        control=True, base_offset=h.base_offset, last_offset=h.last_offset,
+                        delete_horizon_ms=hz, max_timestamp=h.max_timestamp)
+    return data, -1, True
 
+
+def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int, keep: np.ndarray,
+                  ctx: CleanContext, codec: Compression | None, aborted: bool,
+                  horizons: list[int]):
+    """``((bytes, min timestamp, rebuilt) or None if dropped, next row)`` for one data batch
+    (``aborted``: it belongs to an aborted transaction)."""
+    now = ctx.now_ms
+    original = log[pos:pos + h.size]
     n = h.record_count
     lo, row = row, row + n
     if n and not (cols.offsets[lo] >= h.base_offset and cols.offsets[row - 1] <= h.last_offset):
         raise CorruptRecordError("decoded records do not line up with their batch",
                                  offset=h.base_offset, position=pos)
-    if txns.data_batch(h) or n == 0:
+    if aborted or n == 0:
         return None, row                  # aborted transaction, or an empty batch
     offs = cols.offsets[lo:row]
     i = np.searchsorted(keep, offs)

@@ -5,12 +5,27 @@ One job compacts every selected partition of a topic:
 1. **Plan** (driver): per partition, the latest manifest and
    :func:`kafkastore.maintenance.compaction.plan_cleaning` (selection, first dirty and
    first uncleanable offsets, segment groups). Only metadata is read.
-2. **Scan** (executors, ``mapInArrow``): one task per batch-aligned byte range
+2. **Compact whole partitions** (executors, one stage, ``mapInArrow``): a partition
+   whose log below the first uncleanable offset is at most :data:`TASK_BYTES` is
+   compacted inside one Spark task, which sees every key of it: the task scans its
+   ranges, decides the survivors (:func:`survivors`, the same rule as below) and
+   rewrites its groups (:func:`compact_scanned`); no shuffle, one pass over the rows.
+   Whole partitions are packed by bytes into about one task per core
+   (:func:`~pipelines.source.planning.pack_by_bytes`, as the load does); a task
+   with cores to spare (fewer tasks than cores) scans and rewrites on that many
+   threads (the C decoder and encoder release the GIL). A task holds one
+   partition's scanned rows at a time: at most :data:`TASK_BYTES` of log, the same
+   bound as a survivor shuffle partition below.
+
+Partitions bigger than that go through steps 3-5 instead (three stages, two
+shuffles), where no process holds the key map of a whole partition:
+
+3. **Scan** (executors, ``mapInArrow``): one task per batch-aligned byte range
    of the segments below the first uncleanable offset
    (:func:`kafkastore.maintenance.compaction.scan_task`) yields a row per keyed committed
    record ``(group, key, offset, dirty)`` and a few rows per transactional
    producer.
-3. **Survivors** (executors, one shuffle by key): the scanned rows are
+4. **Survivors** (executors, one shuffle by key): the scanned rows are
    hash-partitioned by ``(partition, key)`` into enough shuffle partitions
    that each holds a bounded share of the keys (one per
    :data:`SURVIVOR_BYTES` of scanned log, at least four per core); each task
@@ -22,12 +37,12 @@ One job compacts every selected partition of a topic:
    key map: it only exists spread over the shuffle partitions, whose number
    grows with the log, so a task's memory is bounded by its share, not by
    the number of distinct keys.
-4. **Rewrite** (executors, one shuffle by group, ``groupBy().applyInArrow``):
+5. **Rewrite** (executors, one shuffle by group, ``groupBy().applyInArrow``):
    each task gets the sorted survivor offsets of one segment group (at most a
    segment's worth of records), rewrites the group into one segment
    (:func:`kafkastore.maintenance.compaction_rewrite.rewrite_group`), uploads it and returns
    only the new :class:`~kafkastore.manifest.SegmentEntry` as JSON.
-5. **Swap** (driver): per partition, one manifest commit
+6. **Swap** (driver): per partition, one manifest commit
    (:func:`kafkastore.maintenance.compaction_rewrite.commit_cleaning`).
 
 Executors reach the storage through :class:`~kafkastore.storage.Storage`
@@ -45,10 +60,10 @@ import numpy as np
 import pyarrow as pa
 
 from kafkastore.maintenance.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA,
-                                               CleaningPlan, CompactionReport, PartitionResult,
-                                               ScanTask, Skip, group_specs, load_plan,
-                                               partition_error, scan_task, scan_tasks,
-                                               skipped_result)
+                                               CleanContext, CleaningPlan, CompactionReport,
+                                               GroupSpec, PartitionResult, ScanTask, Skip,
+                                               group_specs, load_plan, partition_error, scan_task,
+                                               scan_tasks, skipped_result)
 from kafkastore.maintenance.compaction_rewrite import GroupResult, finish_partition, rewrite_group
 from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
@@ -57,8 +72,8 @@ from kafkastore.topics.admin import load_topic
 from pipelines.source.planning import pack_by_bytes
 from pipelines.spark_errors import is_spark_error, summarize
 
-__all__ = ["compact_partition", "compact_topic", "run_plans", "scan_slices", "CompactionReport",
-           "PartitionResult"]
+__all__ = ["compact_partition", "compact_topic", "compact_scanned", "run_plans", "scan_slices",
+           "CompactionReport", "PartitionResult"]
 
 log = logging.getLogger(__name__)
 
@@ -141,34 +156,48 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
     return report
 
 
+#: Scanned log bytes (below the first uncleanable offset) up to which a partition is
+#: compacted inside one Spark task (scan, survivors and rewrite; no shuffle): what one
+#: task holds, as a survivor shuffle partition of a bigger one does (:data:`SURVIVOR_BYTES`).
+TASK_BYTES = 256 << 20
+#: Most threads one task scans and rewrites with (when there are fewer tasks than cores).
+MAX_TASK_THREADS = 8
+
+
 def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
               manifests: Sequence[Manifest], *, scan_bytes: int = 64 << 20,
-              raise_errors: bool = False) -> list[PartitionResult]:
-    """Run one Spark job for ``plans`` (planned on ``manifests``) and commit each partition.
+              task_bytes: int = TASK_BYTES, raise_errors: bool = False) -> list[PartitionResult]:
+    """Run the Spark job for ``plans`` (planned on ``manifests``) and commit each partition.
 
-    Returns one result per plan, in order. ``seconds`` of each is the wall
-    time from the job's start to that partition's commit. A failing job
-    raises; a failing commit raises with ``raise_errors``, else it becomes
-    that partition's error result and the other partitions still commit.
+    A partition whose scanned log is at most ``task_bytes`` is compacted whole in
+    one task (one stage, no shuffle); bigger ones through the survivor and group
+    shuffles (a second job when there are both kinds). Returns one result per
+    plan, in order. ``seconds`` of each is the wall time from the job's start to
+    that partition's commit. A failing job raises; a failing commit raises with
+    ``raise_errors``, else it becomes that partition's error result and the other
+    partitions still commit.
     """
     started = storage.clock.monotonic_s()
     groups = group_specs(plans)
     tasks = scan_tasks(storage, plans, groups, manifests, max_bytes=scan_bytes)
     contexts = [p.context for p in plans]
+    sizes = [0] * len(plans)
+    for t in tasks:
+        sizes[t.plan] += t.range.size
+    whole = [i for i, n in enumerate(sizes) if n <= task_bytes]
+    big = set(range(len(plans))) - set(whole)
     sc = spark.sparkContext
     sc.setJobDescription(f"compaction of {plans[0].topic} partitions "
                          f"{','.join(str(p.partition) for p in plans)}")
     try:
-        keep = _survivors(spark, storage, tasks, scan_slices(tasks, sc.defaultParallelism, scan_bytes))
-        sentinels = spark.createDataFrame([(g.index, KIND_GROUP, -1, -1) for g in groups], _KEEP_DDL)
-        rows = keep.unionByName(sentinels)
-        # One task per group as far as the cluster allows; an explicit count is
-        # not coalesced by adaptive execution (tiny rows would otherwise end up
-        # in a single task, rewriting every group one after the other).
-        width = max(1, min(len(groups), 4 * sc.defaultParallelism))
-        rows = rows.repartition(width, "grp")
-        rewrite = _rewriter(storage, contexts, groups)
-        collected = rows.groupBy("grp").applyInArrow(rewrite, _RESULT_DDL).collect()
+        collected = []
+        if whole:
+            collected += _compact_whole(spark, storage, contexts, groups, tasks, whole, sizes,
+                                        task_bytes)
+        if big:
+            collected += _compact_shuffled(spark, storage, contexts, groups,
+                                           [t for t in tasks if t.plan in big],
+                                           [g for g in groups if g.plan in big], scan_bytes)
     finally:
         sc.setJobDescription(None)
     by_plan: dict[int, list[GroupResult]] = {i: [] for i in range(len(plans))}
@@ -191,11 +220,90 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     return _in_threads(finish, range(len(plans)))
 
 
+def _compact_whole(spark, storage: Storage, contexts, groups: Sequence[GroupSpec],
+                   tasks: Sequence[ScanTask], plan_ids: Sequence[int], sizes: Sequence[int],
+                   task_bytes: int) -> list:
+    """The result rows ``(grp, result)`` of the partitions ``plan_ids``, each compacted whole
+    inside one Spark task (:func:`compact_scanned`): one stage, whole partitions packed by
+    bytes into about one task per core, the cores a task has to spare used as threads."""
+    sc = spark.sparkContext
+    slices = [[plan_ids[j] for j in s]
+              for s in pack_by_bytes([sizes[i] for i in plan_ids], sc.defaultParallelism, task_bytes)]
+    threads = max(1, min(MAX_TASK_THREADS, sc.defaultParallelism // len(slices)))
+    groups_of = {p: [g for g in groups if g.plan == p] for p in plan_ids}
+    tasks_of = {p: [t for t in tasks if t.plan == p] for p in plan_ids}
+    schema = pa.schema([("grp", pa.int32()), ("result", pa.string())])
+
+    def compact(batches):
+        for b in batches:
+            for s in b.column(0).to_pylist():
+                for p in slices[s]:
+                    results = compact_scanned(storage, contexts[p], groups_of[p], tasks_of[p],
+                                              threads=threads)
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([r.group for r in results], pa.int32()),
+                         pa.array([r.to_json() for r in results], pa.string())], schema=schema)
+
+    return spark.range(0, len(slices), 1, len(slices)).mapInArrow(compact, _RESULT_DDL).collect()
+
+
+def compact_scanned(storage: Storage, ctx: CleanContext, groups: Sequence[GroupSpec],
+                    tasks: Sequence[ScanTask], *, threads: int = 1) -> list[GroupResult]:
+    """Rewrite the ``groups`` of one partition from its scan ``tasks``, in this process: the
+    rows of every task (:func:`~kafkastore.maintenance.compaction.scan_task`), the survivors
+    of the whole partition (:func:`survivors`), then each group
+    (:func:`~kafkastore.maintenance.compaction_rewrite.rewrite_group`), all on up to
+    ``threads`` threads. Holds the partition's scanned rows: for partitions of a bounded
+    size (:data:`TASK_BYTES`). Returns one uploaded (not committed) result per group."""
+    scanned = _in_threads(lambda t: scan_task(storage, t), tasks, threads)
+    keep, carry = _by_group(survivors(pa.Table.from_batches(scanned, schema=SCAN_SCHEMA)))
+    none = np.zeros(0, np.int64)
+    return [rewrite_group(storage, ctx, g, keep.get(g.index, none), carry.get(g.index, ()),
+                          threads=threads) for g in groups]
+
+
+def _by_group(decided: pa.Table) -> tuple[dict[int, np.ndarray], dict[int, set[int]]]:
+    """``({group: sorted survivor offsets}, {group: carried producer ids})`` of
+    :func:`survivors`' rows."""
+    grp = decided.column("grp").to_numpy()
+    kind = decided.column("kind").to_numpy()
+    offsets = decided.column("offset").to_numpy()
+    rec = kind == KIND_RECORD
+    g, o = grp[rec], offsets[rec]
+    order = np.lexsort((o, g))
+    g, o = g[order], o[order]
+    firsts, starts = np.unique(g, return_index=True)
+    ends = list(starts[1:]) + [len(g)]
+    keep = {int(x): o[a:b] for x, a, b in zip(firsts, starts, ends)}
+    carry: dict[int, set[int]] = {}
+    for x, pid in zip(grp[~rec].tolist(), decided.column("pid").to_numpy()[~rec].tolist()):
+        carry.setdefault(x, set()).add(pid)
+    return keep, carry
+
+
+def _compact_shuffled(spark, storage: Storage, contexts, groups: Sequence[GroupSpec],
+                      tasks: Sequence[ScanTask], mine: Sequence[GroupSpec], scan_bytes: int) -> list:
+    """The result rows ``(grp, result)`` of the groups ``mine`` (of partitions too big for one
+    task), through the survivor shuffle by key (:func:`_survivors`) and a shuffle by group
+    into ``applyInArrow`` (:func:`_rewriter`); ``groups`` are all the job's groups."""
+    sc = spark.sparkContext
+    keep = _survivors(spark, storage, tasks, scan_slices(tasks, sc.defaultParallelism, scan_bytes))
+    sentinels = spark.createDataFrame([(g.index, KIND_GROUP, -1, -1) for g in mine], _KEEP_DDL)
+    rows = keep.unionByName(sentinels)
+    # One task per group as far as the cluster allows; an explicit count is
+    # not coalesced by adaptive execution (tiny rows would otherwise end up
+    # in a single task, rewriting every group one after the other).
+    width = max(1, min(len(mine), 4 * sc.defaultParallelism))
+    rows = rows.repartition(width, "grp")
+    rewrite = _rewriter(storage, contexts, groups)
+    return rows.groupBy("grp").applyInArrow(rewrite, _RESULT_DDL).collect()
+
+
 def _in_threads(fn, items, threads: int = 16) -> list:
-    """``[fn(x) for x in items]``, on up to ``threads`` threads (storage calls wait, not compute);
-    the first exception is raised."""
+    """``[fn(x) for x in items]``, on up to ``threads`` threads (storage calls wait, and
+    the C decoder releases the GIL); the first exception is raised."""
     items = list(items)
-    if len(items) < 2:
+    if len(items) < 2 or threads < 2:
         return [fn(x) for x in items]
     with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
         return list(pool.map(fn, items))

@@ -1,0 +1,102 @@
+"""The shape of the compaction job, read from Spark's status tracker (counts, never times):
+partitions that fit one task are compacted in one job of one stage (scan, survivors and
+rewrite inside the task, no shuffle), packed into at most a task per core; bigger ones
+still go through the survivor and group shuffles and give the same log."""
+from __future__ import annotations
+
+import itertools
+
+from kafkastore.maintenance.compaction import STATUS_CLEANED, group_specs, load_plan, scan_tasks
+from kafkastore.maintenance.compaction_rewrite import compact_partition_local
+from kafkastore.storage import Storage
+from kafkastore.write.log_writer import LogWriter as Broker
+from pipelines.jobs.log_compaction import compact_topic, run_plans
+from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest, make_topic,
+                                      produce, produce_segments, read_all)
+
+_groups = itertools.count()
+
+
+def _jobs_of(spark, run):
+    """``(run(), [(job id, [(stage id, task count)])])`` of the Spark jobs ``run`` started."""
+    sc = spark.sparkContext
+    group = f"compaction-shape-{next(_groups)}"
+    sc.setJobGroup(group, "compaction shape test")
+    try:
+        out = run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    jobs = []
+    for job in sorted(tracker.getJobIdsForGroup(group)):
+        stages = tracker.getJobInfo(job).stageIds
+        jobs.append((job, [(s, tracker.getStageInfo(s).numTasks) for s in sorted(stages)]))
+    return out, jobs
+
+
+def _topic(storage, partitions, keys_of=lambda p: 7):
+    """A compacted topic whose partition ``p`` holds 8 rounds (a segment each) over
+    ``keys_of(p)`` keys, tombstones and a committed and an aborted transaction among them."""
+    make_topic(storage, partitions=partitions, segment_bytes=400, delete_retention_ms=1000)
+    for p in range(partitions):
+        produce_segments(storage, [[(f"k{(i * 3 + j) % keys_of(p)}",
+                                     None if (i + j) % 5 == 4 else f"v{i}.{j}")
+                                    for j in range(3)] for i in range(8)], partition=p)
+        for pid, end in ((60 + 2 * p, "commit_transaction"), (61 + 2 * p, "abort_transaction")):
+            txn = Broker(storage, clock=lambda: T0, producer_id=pid)
+            txn.begin_transaction()
+            produce(storage, [("k1", f"txn{pid}"), ("k9", f"txn{pid}")], broker=txn, partition=p)
+            produce(storage, [("k2", "between")], partition=p)
+            getattr(txn, end)()
+        produce_segments(storage, [[("k3", "late")], [("k0", "last")]], partition=p)
+
+
+def test_partitions_that_fit_a_task_are_compacted_in_one_stage_without_a_shuffle(spark, local_root):
+    storage = Storage(local_root)
+    _topic(storage, 3)
+    before = [read_all(storage, partition=p) for p in range(3)]
+    report, jobs = _jobs_of(spark, lambda: compact_topic(spark, local_root, TOPIC, now_ms=T0,
+                                                         force=True))
+    assert report.ok and [r.status for r in report.partitions] == [STATUS_CLEANED] * 3
+    for p in range(3):
+        check_compacted(before[p], read_all(storage, partition=p),
+                        report.result(p).first_uncleanable_offset)
+    # one job, one stage; the three partitions packed into at most a task per core
+    assert len(jobs) == 1 and len(jobs[0][1]) == 1
+    assert 1 <= jobs[0][1][0][1] <= spark.sparkContext.defaultParallelism
+
+
+def _compact_between(spark, storage, now):
+    """Compact both partitions with the task bound at the smaller one's scanned bytes."""
+    plans, manifests, sizes = [], [], []
+    for p in range(2):
+        m, plan = load_plan(storage, TOPIC, p, now, force=True)
+        plans.append(plan)
+        manifests.append(m)
+        tasks = scan_tasks(storage, [plan], group_specs([plan]), [m])
+        sizes.append(sum(t.range.size for t in tasks))
+    assert sizes[1] < sizes[0]
+    return _jobs_of(spark, lambda: run_plans(spark, storage, plans, manifests,
+                                             task_bytes=sizes[1], raise_errors=True))
+
+
+def test_partitions_too_big_for_a_task_take_the_shuffles_and_agree_with_the_reference(spark, tmp_path):
+    """With a task bound below one partition's log and above the other's, the small one is
+    compacted whole (a one-stage job) and the big one through the shuffles (a job of
+    more stages); both give what the one-process reference gives, pass after pass."""
+    a, b = Storage(f"file://{tmp_path}/a"), Storage(f"file://{tmp_path}/b")
+    for s in (a, b):
+        _topic(s, 2, lambda p: 19 if p == 0 else 5)
+    for now in (T0, T0 + 10, T0 + 2000):
+        results, jobs = _compact_between(spark, a, now)
+        assert [r.status for r in results] == [STATUS_CLEANED] * 2
+        stages = sorted(len(stages) for _, stages in jobs)
+        assert stages[0] == 1 and len(jobs) >= 2 and sum(stages) >= 3
+        for p in range(2):
+            compact_partition_local(b, TOPIC, p, now, force=True)
+            assert read_all(a, partition=p) == read_all(b, partition=p)
+            ma, mb = latest_manifest(a, partition=p), latest_manifest(b, partition=p)
+            assert [(s.base_offset, s.next_offset, s.record_count, s.size, s.delete_horizon_ms,
+                     s.aborted_txns) for s in ma.segments] == \
+                [(s.base_offset, s.next_offset, s.record_count, s.size, s.delete_horizon_ms,
+                  s.aborted_txns) for s in mb.segments]
