@@ -9,6 +9,7 @@ from pipelines.jobs.load import (  # noqa: F401
     kafka_frame, load, load_for_interval, load_options_from_args, LoadRequest,
     LoadSummary, log, nullable, Progress, raw_schema, record_load_properties,
     request_of, run_load, split_reader, write_job, write_ranges, WriteTarget, Written,
+    TableRun, plan_table_load, TableWrite, prepare_write, write_and_commit, commit_written,
 )
 from pipelines.jobs.load_many import (  # noqa: F401
     ManyLoadSummary, ManyLoadRequest, load_many, route_value_counts,

@@ -16,8 +16,8 @@ One run of :func:`run_load` (the spec is a :class:`pipelines.load_spec.LoadSpec`
    row format; decoded loads (JSON, Avro) turn them into a DataFrame, decode in
    Spark SQL and write good rows and dead letters in one ``mapInArrow`` pass.
    Files are Parquet with TIMESTAMP_MICROS, one (topic, partition, partition
-   value) each, under the table location (:mod:`pipelines.table_files`).
-4. **Commit on the driver** (:func:`pipelines.iceberg.commit`): dead letters
+   value) each, under the table location (:mod:`pipelines.warehouse.files`).
+4. **Commit on the driver** (:func:`pipelines.warehouse.commit.commit`): dead letters
    first, to ``<table>_dead_letters`` (its own offsets; rows below its
    committed offsets are not written again after a crash between the two
    commits), then one snapshot of the table with the ranges, the full offsets
@@ -44,7 +44,6 @@ from kafkastore.clock import SYSTEM, Clock
 from kafkastore.errors import ConfigError, OffsetOverlapError, WarehouseError
 from kafkastore.storage import Storage
 
-from .. import iceberg as ice
 from ..decoding.cdc import with_default_keys
 from ..decoding.values import parse_avro_schema, parse_json_schema
 # The write engine's and the schemas' names stay importable from here (callers of the
@@ -60,6 +59,11 @@ from ..spec.load_spec import REVISABLE, LoadSpec, resolve_spec, stored_load
 from ..spec.offset_ranges import Latest, OffsetLimit, OffsetRange
 from ..spec.table_layout import (LOAD_PROPERTIES, TableLayout, check_mode,  # noqa: F401
                                 layout_flags, mode_properties, table_identifier)
+# The commit is called through its module (``iceberg_commit.commit``): a test stands in for
+# it at its home to crash a run between two commits.
+from ..warehouse import commit as iceberg_commit
+from ..warehouse.catalog import Warehouse
+from ..warehouse.offsets import committed_offsets, find_run
 from .upsert import remove_staging, upsert_commit
 
 log = logging.getLogger(__name__)
@@ -163,7 +167,7 @@ class LoadSummary(JobSummary):
         return lines
 
 
-def ensure_tables(wh: ice.Warehouse, spec: LoadSpec):
+def ensure_tables(wh: Warehouse, spec: LoadSpec):
     """The spec's table (created if missing: raw Kafka columns, or the base
     columns of a decoded load) and, for decoded loads, its dead-letter table."""
 
@@ -194,12 +198,12 @@ class CreatedTables:
     all, when the load fails before its first commit, so that a load refused on its
     arguments or its data leaves the warehouse as it found it."""
 
-    warehouse: ice.Warehouse
+    warehouse: Warehouse
     names: list[str]
     namespace_existed: bool
 
     @classmethod
-    def before(cls, wh: ice.Warehouse, names: list[str]) -> "CreatedTables":
+    def before(cls, wh: Warehouse, names: list[str]) -> "CreatedTables":
         """The tables of ``names`` that do not exist yet."""
         missing = [n for n in names if wh.load_table(n) is None]
         ns = table_identifier(names[0])[0]
@@ -267,7 +271,7 @@ def check_before_creating(spark, spec: LoadSpec) -> None:
 def _dead_letter_plan(dl, topic: str, ranges: list[OffsetRange], gaps: list[OffsetRange]):
     """Per partition where dead letters start (the dead-letter table's own
     committed offsets) and the ranges/gaps of its commit."""
-    done = {p: n for (t, p), n in ice.committed_offsets(dl).items() if t == topic}
+    done = {p: n for (t, p), n in committed_offsets(dl).items() if t == topic}
     start: dict[int, int] = {}
     dl_ranges, dl_gaps = [], []
     gap_by_p = {g.partition: g for g in gaps}
@@ -295,7 +299,7 @@ class LoadRequest:
     ``SpecificOffsets`` or ``GlobalTimestamp``, resolved when the run plans)."""
 
     root: str
-    warehouse: ice.Warehouse
+    warehouse: Warehouse
     spec: LoadSpec
     until: OffsetLimit = Latest()
     run_id: str | None = None
@@ -323,7 +327,7 @@ class LoadRequest:
         any work.
 
         ``warehouse``: a URL (with ``catalog``: the config's ``catalog:`` section)
-        or a :class:`pipelines.iceberg.Warehouse`. Without ``spec``, one is built
+        or a :class:`pipelines.warehouse.catalog.Warehouse`. Without ``spec``, one is built
         from ``topic``, ``table`` and the decoding keywords; ``partition_by``,
         ``on_data_loss``, ``max_rows_per_file`` and ``compression`` override the
         spec's (its table layout). ``until_offsets``: Spark Kafka JSON
@@ -342,7 +346,7 @@ class LoadRequest:
             spec = spec.with_overrides(on_data_loss=on_data_loss, partition_by=partition_by)
         spec = spec.with_overrides(max_rows_per_file=max_rows_per_file, compression=compression)
         spec.decode_options()   # bad decoder options fail before any work
-        return cls(root=root, warehouse=ice.Warehouse.of(warehouse, catalog, storage_options),
+        return cls(root=root, warehouse=Warehouse.of(warehouse, catalog, storage_options),
                    spec=spec, until=until_limit(spec.topic, until_offsets, until_timestamp),
                    run_id=run_id, storage_options=dict(storage_options or {}) or None,
                    max_bytes_per_partition=max_bytes_per_partition,
@@ -376,12 +380,41 @@ def load(spark, request: LoadRequest) -> LoadSummary:
     the catalog lost the table but its location holds it (``register_existing``:
     register its newest metadata file again and carry on from its committed offsets).
     """
+    run = plan_table_load(spark, request)
+    if isinstance(run, LoadSummary):
+        return run
+    spec = run.spec
+    created = CreatedTables.before(request.warehouse,
+                                   [spec.table] + ([spec.dead_letter_table] if spec.decoded else []))
+    try:
+        return write_and_commit(spark, run)
+    except BaseException:
+        created.drop_unused()   # a failed first load leaves no table behind
+        raise
+
+
+@dataclass
+class TableRun:
+    """One table's load, planned (:func:`plan_table_load`): the spec settled against the
+    table, the ranges and gaps to load, the run id and the summary it fills in."""
+
+    request: LoadRequest
+    spec: LoadSpec
+    summary: LoadSummary
+    ranges: list[OffsetRange]
+    gaps: list[OffsetRange]
+    run_id: str
+    started: float
+
+
+def plan_table_load(spark, request: LoadRequest) -> "TableRun | LoadSummary":
+    """Steps 1 and 2 of :func:`load`: the table's run planned (a :class:`TableRun`), or
+    the summary of a run with nothing to do (run id committed, no new records)."""
     clock = request.clock
     started = clock.monotonic_s()
     spec, wh, run_id = request.spec, request.warehouse, request.run_id
-    storage_options = request.storage_options
     topic, table = spec.topic, spec.table
-    storage = Storage(request.root, storage_options)
+    storage = Storage(request.root, request.storage_options)
     # A table the catalog lost (an emptied catalog.db) is refused or registered again,
     # never created anew from offset 0 next to its own files.
     wh.recover([table] + ([spec.dead_letter_table] if spec.decoded else []),
@@ -394,12 +427,12 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         wh.recover([spec.dead_letter_table], request.register_existing)
     check_before_creating(spark, spec)
     if run_id is not None and existing is not None:
-        done = ice.find_run(existing, run_id)
+        done = find_run(existing, run_id)
         if done is not None:
             return LoadSummary(topic, table, run_id, done.snapshot_id, noop=True,
                                reason=f"run id already committed at snapshot {done.snapshot_id}",
                                seconds=clock.monotonic_s() - started)
-    committed = {p: n for (t, p), n in ice.committed_offsets(existing).items() if t == topic}
+    committed = {p: n for (t, p), n in committed_offsets(existing).items() if t == topic}
     plans = plan_load(storage, topic, committed, until=request.until,
                       on_data_loss=spec.on_data_loss)
     todo = [pl for pl in plans if not pl.empty]
@@ -411,7 +444,7 @@ def load(spark, request: LoadRequest) -> LoadSummary:
                           initial={pl.partition: pl.range.from_offset for pl in todo if pl.initial},
                           gaps=[{"partition": g.partition, "from": g.from_offset,
                                  "until": g.until_offset} for g in gaps])
-    done = ice.find_run(existing, run_id) if existing is not None else None
+    done = find_run(existing, run_id) if existing is not None else None
     if done is not None:
         summary.snapshot_id, summary.noop = done.snapshot_id, True
         summary.reason = f"this range was committed at snapshot {done.snapshot_id}"
@@ -422,72 +455,94 @@ def load(spark, request: LoadRequest) -> LoadSummary:
         summary.seconds = clock.monotonic_s() - started
         return summary
     if spec.cdc is not None and not spec.key_columns:   # Debezium: the Kafka key's fields
-
         spec = with_default_keys(spec, storage, ranges)
-
-    created = CreatedTables.before(wh, [table] + ([spec.dead_letter_table] if spec.decoded else []))
-    try:
-        return _load_into(spark, request, spec, summary, ranges, gaps, run_id, started)
-    except BaseException:
-        created.drop_unused()   # a failed first load leaves no table behind
-        raise
+    return TableRun(request, spec, summary, ranges, gaps, run_id, started)
 
 
-def _load_into(spark, request: LoadRequest, spec: LoadSpec, summary: LoadSummary,
-               ranges: list[OffsetRange], gaps: list[OffsetRange], run_id: str,
-               started: float) -> LoadSummary:
-    """The write and commit of :func:`load` (tables created if missing)."""
-    clock, wh, storage_options = request.clock, request.warehouse, request.storage_options
-    topic, table = spec.topic, spec.table
-    tbl, dl = ensure_tables(wh, spec)
+@dataclass
+class TableWrite:
+    """Where a planned run writes (:func:`prepare_write`): its tables (created if
+    missing), the dead-letter table's part, and the executors' :class:`WriteTarget`."""
+
+    run: TableRun
+    tbl: Any
+    dl: Any
+    dl_ranges: list[OffsetRange]
+    dl_gaps: list[OffsetRange]
+    target: WriteTarget
+
+
+def prepare_write(run: TableRun) -> TableWrite:
+    """The tables of ``run`` (created if missing) and where its executors write."""
+    request, spec = run.request, run.spec
+    tbl, dl = ensure_tables(request.warehouse, spec)
     dl_start, dl_ranges, dl_gaps = ({}, [], []) if dl is None else _dead_letter_plan(
-        dl, topic, ranges, gaps)
-    upsert = spec.layout.upsert
+        dl, spec.topic, run.ranges, run.gaps)
     # Upsert runs stage their decoded rows (never committed; pipelines.upsert) and the
     # commit writes the table's files.
-    target = WriteTarget(tbl.location() + ("/upsert-staging" if upsert else ""),
+    target = WriteTarget(tbl.location() + ("/upsert-staging" if spec.layout.upsert else ""),
                          dl.location() if dl is not None else None, spec.layout,
-                         storage_options, dl_start).of_table(tbl)
-    written = write_job(spark, f"load {topic} -> {table}", request.root, ranges, spec, target,
-                        run_id, tbl, storage_options=storage_options,
+                         request.storage_options, dl_start).of_table(tbl)
+    return TableWrite(run, tbl, dl, dl_ranges, dl_gaps, target)
+
+
+def write_and_commit(spark, run: TableRun) -> LoadSummary:
+    """The write (its own read of the run's ranges) and commit of :func:`load` (tables
+    created if missing)."""
+    request, spec, run_id, ranges = run.request, run.spec, run.run_id, run.ranges
+    topic, table = spec.topic, spec.table
+    prepared = prepare_write(run)
+    written = write_job(spark, f"load {topic} -> {table}", request.root, ranges, spec,
+                        prepared.target, run_id, prepared.tbl,
+                        storage_options=request.storage_options,
                         max_bytes=request.max_bytes_per_partition, progress=request.progress,
-                        progress_interval_s=request.progress_interval_s, clock=clock,
+                        progress_interval_s=request.progress_interval_s, clock=request.clock,
                         on_start=lambda: _log_plan(topic, table, run_id, ranges))
+    return commit_written(prepared, written)
+
+
+def commit_written(prepared: TableWrite, written: Written) -> LoadSummary:
+    """Step 4 of :func:`load`: commit what the executors wrote for ``prepared``'s run (dead
+    letters first, then the table), and the run's summary."""
+    run = prepared.run
+    request, spec, summary, run_id = run.request, run.spec, run.summary, run.run_id
+    clock, storage_options = request.clock, request.storage_options
+    topic, table, tbl, dl = spec.topic, spec.table, prepared.tbl, prepared.dl
+    upsert = spec.layout.upsert
     _tally(summary, written.files)
     data, dead, footers = list(written.data), written.dead, written.footers
     commit_started = clock.monotonic_s()
     extras = written.registry_extras(spec, tbl)   # onIncompatible=fail stops here
     try:
-        if dl is not None and dl_ranges:
-            r = ice.commit(dl, ice.KafkaCommit(run_id, "load", tuple(dl_ranges), dead,
-                                               gaps=tuple(dl_gaps), footers=footers))
+        if dl is not None and prepared.dl_ranges:
+            r = iceberg_commit.commit(dl, iceberg_commit.KafkaCommit(
+                run_id, "load", tuple(prepared.dl_ranges), dead,
+                gaps=tuple(prepared.dl_gaps), footers=footers))
             summary.dead_letter_snapshot_id = r.snapshot_id
         if upsert:
-
-            kc = upsert_commit(run_id, spec, ranges, gaps, data, storage_options, extras=extras)
+            kc = upsert_commit(run_id, spec, run.ranges, run.gaps, data, storage_options,
+                               extras=extras)
         else:
-            kc = ice.KafkaCommit(run_id, "load", tuple(ranges), tuple(data), gaps=tuple(gaps),
-                                 schema=written.schema(spec, storage_options, extras),
-                                 footers=footers,
-                                 properties=extras.properties if extras else {})
-        result = ice.commit(tbl, kc)
+            kc = iceberg_commit.KafkaCommit(
+                run_id, "load", tuple(run.ranges), tuple(data), gaps=tuple(run.gaps),
+                schema=written.schema(spec, storage_options, extras), footers=footers,
+                properties=extras.properties if extras else {})
+        result = iceberg_commit.commit(tbl, kc)
     except OffsetOverlapError as exc:
         raise OffsetOverlapError(f"load of {topic} into {table} (run {run_id}) refused: {exc}. "
                                  f"Its files stay invisible; rerun to load from the committed "
                                  f"offsets") from None
     summary.snapshot_id = result.snapshot_id
     summary.commit_seconds = clock.monotonic_s() - commit_started
-    record_load_properties(wh.table(table), spec)
+    record_load_properties(request.warehouse.table(table), spec)
     if upsert:
-
-
         summary.upsert = {**asdict(kc.rewrite.stats), "keys": kc.rewrite.winners.num_rows,
                           "skipped_null_keys": kc.rewrite.skipped}
         remove_staging(data, storage_options)
     if result.noop:
         summary.noop = True
         summary.reason = f"run id committed by an earlier attempt at snapshot {result.snapshot_id}"
-    summary.seconds = clock.monotonic_s() - started
+    summary.seconds = clock.monotonic_s() - run.started
     return summary
 
 
@@ -542,7 +597,7 @@ def load_options_from_args(args, cfg) -> dict[str, Any]:
     if getattr(args, "cdc", None):
 
         spec = replace(spec, cdc=args.cdc)   # checked with the value flags applied
-    wh = ice.Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
+    wh = Warehouse(getattr(args, "warehouse", None) or cfg.warehouse, cfg.catalog or None,
                        dict(cfg.storage_options or {}) or None)
     return {"root": cfg.root, "warehouse": wh, "spec": spec,
             "run_id": getattr(args, "run_id", None),

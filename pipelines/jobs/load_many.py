@@ -19,19 +19,19 @@ from kafkastore.errors import (ConfigError, KafkaStoreError, LoadsFailedError, T
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import list_topics, load_topic
 
-from ..decoding.values import ERROR_COLUMN
-from ..source.planning import plan_load, plan_tasks, until_limit
+from ..source.planning import plan_load, until_limit
 from ..source.session import get_spark
 from ..spec.load_spec import LoadSpec
-from ..spec.offset_ranges import OffsetLimit, OffsetRange
+from ..spec.offset_ranges import OffsetLimit
 from ..spec.route_filter import RouteFilter
 from ..spec.table_layout import layout_entry_from_flags
 from ..spec.topic_routing import ROUTE_PROPERTY, ManyLoadSpec, is_many_entry, tables_by_source
 from ..warehouse.catalog import Warehouse
 from ..warehouse.offsets import committed_offsets
-from .load import LoadRequest, LoadSummary, ensure_tables, load
-from .routing import check_column, matching_topics
-from .write_engine import decoded_frame, kafka_frame
+from .load import (LoadRequest, LoadSummary, TableWrite, commit_written, ensure_tables, load,
+                   plan_table_load, prepare_write, write_and_commit)
+from .routing import matching_topics, route_value_counts
+from .write_engine import Written, routed_frame, write_routes
 
 log = logging.getLogger(__name__)
 
@@ -145,28 +145,85 @@ def load_many(spark, request: ManyLoadRequest) -> ManyLoadSummary:
               else matching_topics(many.topic_pattern, list_topics(storage)))
     summary = ManyLoadSummary(many.name, topics=topics)
     if many.routed:
-        jobs = [job for topic in topics for job in _route_jobs(spark, request, storage, topic)]
-    else:
-        jobs = [(spec, request.until_for(spec.topic)) for spec in
-                (many.spec_for(t, table) for t, table in many.tables_for_topics(topics).items())]
-    for spec, until in jobs:
-        try:
-            summary.tables.append(load(spark, request.table_request(spec, until)))
-        except KafkaStoreError as exc:
-            summary.failed[spec.table] = f"{type(exc).__name__}: {exc}"
+        for topic in topics:
+            _load_route(spark, request, storage, topic, summary)
+        return summary
+    for spec in (many.spec_for(t, table) for t, table in many.tables_for_topics(topics).items()):
+        _each_table(summary, spec.table,
+                    lambda: load(spark, request.table_request(spec, request.until_for(spec.topic))))
     return summary
 
 
-def _route_jobs(spark, request: ManyLoadRequest, storage: Storage, topic: str):
-    """The per-table loads of a route-by-field load of ``topic``: the route's tables
-    (those its values name, those earlier runs created, the default), all created before
-    any commit and all ending at one set of offsets, so that a record goes to exactly
-    one table whatever order they commit in."""
-    many, wh = request.spec, request.warehouse
+def _each_table(summary: ManyLoadSummary, table: str, step):
+    """``step()`` for one table: a :class:`LoadSummary` goes to ``summary.tables``; a
+    :class:`KafkaStoreError` fails that table alone (``summary.failed``); else its value."""
+    try:
+        out = step()
+    except KafkaStoreError as exc:
+        summary.failed[table] = f"{type(exc).__name__}: {exc}"
+        return None
+    if isinstance(out, LoadSummary):
+        summary.tables.append(out)
+        return None
+    return out
+
+
+def _load_route(spark, request: ManyLoadRequest, storage: Storage, topic: str,
+                summary: ManyLoadSummary) -> None:
+    """A route-by-field load of ``topic`` in one pass over its offsets.
+
+    The range every route table still needs is read and decoded once, kept by Spark
+    (:func:`routed_frame`), and its route values are counted: records no table takes
+    are refused (:class:`UnroutableRecordsError`) before any table is made. The route's
+    tables (those its values name, those earlier runs created, the default) are then
+    created, all before any commit and all ending at one set of offsets, so that a record
+    goes to exactly one table whatever order they commit in. Each task splits its decoded
+    batch by route value and writes every table's files (:func:`routed_writer`, a table
+    taking its rows from where its own range starts); then each table commits its files
+    with its own offsets, dead letters first (:func:`commit_written`), exactly once per
+    table as a load of one table is."""
+    many = request.spec
     probe = many.spec_for(topic, many.route_default or "route_probe")
-    known = _route_tables(wh, many)
-    # Values are found over every record some route table has not loaded yet (an
-    # empty one, created by a run that crashed before its commit, reads from the start).
+    until, ranges = _route_range(request, storage, topic, probe)
+    routed = routed_frame(spark, request.root, request.storage_options, probe,
+                          many.route_field, ranges) if ranges else None
+    try:
+        counts = route_value_counts(routed)
+        specs = _route_tables_for(request, topic, probe, counts)
+        runs = [run for run in (_each_table(summary, spec.table, lambda: plan_table_load(
+            spark, request.table_request(spec, until))) for spec in specs) if run is not None]
+        alone = [run for run in runs if not _decodes_as(run.spec, probe)]
+        for run in alone:   # the table records another decoding: its own read (rare)
+            _each_table(summary, run.spec.table, lambda: write_and_commit(spark, run))
+        prepared = [p for p in (_each_table(summary, run.spec.table, lambda: prepare_write(run))
+                                for run in runs if run not in alone) if p is not None]
+        for p, files in zip(prepared, _write_route_tables(spark, routed, prepared, probe,
+                                                          request, topic)):
+            _each_table(summary, p.run.spec.table, lambda: commit_written(p, files))
+    finally:
+        if routed is not None:
+            routed[0].unpersist()
+
+
+def _write_route_tables(spark, routed, prepared: list[TableWrite], probe: LoadSpec,
+                        request: ManyLoadRequest, topic: str) -> list[Written]:
+    """Every prepared route table's files from the one pass (each table's rows from where
+    its own range starts); with no records to read, none."""
+    if routed is None or not prepared:
+        return [Written([]) for _ in prepared]
+    targets = [(replace(p.target, route=p.run.spec.route,
+                        rows_from={r.partition: r.from_offset for r in p.run.ranges}),
+                p.run.run_id) for p in prepared]
+    return write_routes(spark, routed, targets, probe,
+                        label=f"load {topic} -> {len(targets)} route tables",
+                        progress=request.progress, clock=request.clock)
+
+
+def _route_range(request: ManyLoadRequest, storage: Storage, topic: str, probe: LoadSpec):
+    """Where every table of the route ends (one set of offsets) and the ranges some table
+    still needs: from the least committed offset of the route's tables (an empty one,
+    created by a run that crashed before its commit, reads from the start)."""
+    known = _route_tables(request.warehouse, request.spec)
     committed: dict[int, int] = {}
     if known:
         done = [{p: n for (t, p), n in committed_offsets(tbl).items() if t == topic}
@@ -177,8 +234,15 @@ def _route_jobs(spark, request: ManyLoadRequest, storage: Storage, topic: str):
     plans = plan_load(storage, topic, committed, until=request.until_for(topic),
                       on_data_loss=probe.on_data_loss)
     until = until_limit(topic, {pl.partition: pl.range.until_offset for pl in plans})
-    counts = route_value_counts(spark, request.root, request.storage_options, probe,
-                                many.route_field, [pl.range for pl in plans if not pl.empty])
+    return until, [pl.range for pl in plans if not pl.empty]
+
+
+def _route_tables_for(request: ManyLoadRequest, topic: str, probe: LoadSpec,
+                      counts: Mapping[Any, int]) -> list[LoadSpec]:
+    """The specs of the route's tables (one per value, and the default), each table
+    created (and marked) before any commit; records no table takes refused first."""
+    many, wh = request.spec, request.warehouse
+    known = _route_tables(wh, many)
     seen = {v for v in counts if v is not None}
     if many.route_values is not None:
         values = set(many.route_values)
@@ -197,14 +261,21 @@ def _route_jobs(spark, request: ManyLoadRequest, storage: Storage, topic: str):
              for v, table in sorted(tables.items())]
     if many.route_default is not None:
         if many.route_default in tables.values():
-
             raise TableNameCollisionError(f"--route-default {many.route_default} is also the "
                                           f"table of a {many.route_field} value")
         specs.append(replace(probe, route=RouteFilter(many.route_field, tuple(sorted(values)),
                                                       others=True)))
     for spec, value in zip(specs, [*sorted(tables), None]):
         _create_route_table(wh, spec, many, value)
-    return [(spec, until) for spec in specs]
+    return specs
+
+
+def _decodes_as(spec: LoadSpec, other: LoadSpec) -> bool:
+    """Whether ``spec`` (settled against its table) decodes records as ``other``."""
+    def key(s: LoadSpec):
+        return (s.value_format, s.value_schema, s.value_schema_file,
+                sorted((k, repr(v)) for k, v in s.decode.items() if v is not None))
+    return key(spec) == key(other)
 
 
 def _partitions(storage: Storage, topic: str) -> int:
@@ -236,24 +307,6 @@ def _create_route_table(wh: Warehouse, spec: LoadSpec, many, value) -> None:
     if tbl.metadata.properties.get(ROUTE_PROPERTY) != mark:
         with tbl.transaction() as txn:
             txn.set_properties(**{ROUTE_PROPERTY: mark})
-
-
-def route_value_counts(spark, root: str, storage_options, spec, field: str,
-                       ranges: list[OffsetRange]) -> dict[Any, int]:
-    """``{value: records}`` of the route ``field`` over ``ranges``, decoded as ``spec``
-    says (None: a null value or a record that does not decode)."""
-    from pyspark.sql import functions as F  # lazy: pyspark on the driver of a routed load only
-
-    splits = plan_tasks(Storage(root, storage_options), ranges,
-                        spark.sparkContext.defaultParallelism, None)
-    if not splits:
-        return {}
-    frame, _split = decoded_frame(kafka_frame(spark, root, splits, storage_options),
-                                   spec.decode_options())
-    check_column(frame, field)
-    value = F.when(F.col(ERROR_COLUMN).isNull(), F.col(field).cast("string"))
-    rows = frame.select(value.alias("v")).groupBy("v").count().collect()
-    return {r["v"]: int(r["count"]) for r in rows}
 
 
 def load_many_options_from_args(args, cfg) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The Spark and log side of loads of many tables (:mod:`pipelines.spec.topic_routing`):
-which topics a pattern matches now, and a route's rows of one table."""
+which topics a pattern matches now, a route's rows of one table, and the count of each
+route value of a routed pass."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from kafkastore.errors import ConfigError
 from kafkastore.topics.admin import is_internal_topic
@@ -10,6 +11,7 @@ from kafkastore.topics.admin import is_internal_topic
 from ..decoding.values import ERROR_COLUMN
 from ..spec.route_filter import RouteFilter
 from ..spec.topic_routing import compile_topic_pattern
+from .executor_io import ROUTE_COLUMN
 
 
 def matching_topics(pattern: str, topics: Iterable[str]) -> list[str]:
@@ -35,3 +37,14 @@ def route_rows(frame, route: RouteFilter):
     value = F.col(route.field).cast("string")
     listed = value.isNotNull() & value.isin(list(route.values)) & F.col(ERROR_COLUMN).isNull()
     return frame.where(~listed if route.others else listed)
+
+
+def route_value_counts(routed) -> dict[Any, int]:
+    """``{value: records}`` of a routed pass (``(frame, split)`` of
+    :func:`pipelines.jobs.write_engine.routed_frame`; None: no records): None counts the
+    records whose value is null or that do not decode."""
+    if routed is None:
+        return {}
+    frame, _split = routed
+    rows = frame.groupBy(ROUTE_COLUMN).count().collect()
+    return {r[ROUTE_COLUMN]: int(r["count"]) for r in rows}

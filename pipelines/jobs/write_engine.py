@@ -2,7 +2,9 @@
 loads): plan the ranges into Spark tasks, build the frame (raw, decoded, CDC or
 registry-following), run :mod:`pipelines.jobs.executor_io`'s writer on the executors
 (:func:`write_ranges`, :func:`write_job` with a :class:`Progress` line) and hand back
-what was :class:`Written` (file descriptors; nothing committed: the job commits).
+what was :class:`Written` (file descriptors; nothing committed: the job commits). A
+route-by-field load writes all its tables from one read (:func:`routed_frame`,
+:func:`write_routes`).
 """
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ from ..source.schema import file_schema, nullable
 from ..spec.load_spec import LoadSpec
 from ..spec.offset_ranges import OffsetRange
 from ..warehouse.files import DESCRIPTOR_DDL, check_disjoint
-from .executor_io import RAW_VALUE_COLUMN, WriteTarget, file_writer, split_reader
-from .routing import route_rows
+from .executor_io import (RAW_VALUE_COLUMN, ROUTE_COLUMN, ROUTED_DESCRIPTOR_DDL, WriteTarget,
+                          file_writer, routed_writer, split_reader)
+from .routing import check_column, route_rows
 
 
 def _split_frame(spark, n: int):
@@ -88,6 +91,54 @@ def write_ranges(spark, root: str, ranges: list[OffsetRange], spec: LoadSpec, ta
     files = [r.asDict() for r in rows]
     check_disjoint(files)
     return files
+
+
+def routed_frame(spark, root: str, storage_options, spec: LoadSpec, field: str,
+                 ranges: list[OffsetRange]):
+    """``(frame, split)``: the records of ``ranges``, read once and decoded as ``spec``
+    says (``split``: dead letters are told apart by ``__error``), with each record's route
+    value in :data:`ROUTE_COLUMN` (``field`` as a string; null for a null value or a
+    record that does not decode), kept by Spark (persisted: the value counts and the
+    write of every route table read it, not the log; the caller unpersists it)."""
+    from pyspark import StorageLevel  # lazy: pyspark on the driver of a routed load only
+    from pyspark.sql import functions as F  # lazy: as above
+
+    splits = plan_tasks(Storage(root, storage_options), ranges,
+                        spark.sparkContext.defaultParallelism, None)
+    frame, split = decoded_frame(kafka_frame(spark, root, splits, storage_options),
+                                 spec.decode_options())
+    check_column(frame, field)
+    value = F.when(F.col(decoding.ERROR_COLUMN).isNull(), F.col(field).cast("string"))
+    frame = _headers_never_null(frame).withColumn(ROUTE_COLUMN, value)
+    return frame.persist(StorageLevel.MEMORY_AND_DISK), split
+
+
+def write_routes(spark, routed, targets: list[tuple[WriteTarget, str]], spec: LoadSpec, *,
+                 label: str, progress: bool = True, progress_interval_s: float = 10.0,
+                 clock: Clock = SYSTEM) -> list["Written"]:
+    """Write every ``(target, run id)`` of a routed load from one pass over ``routed``
+    (:func:`routed_frame`'s pair; each task splits its batch by route value,
+    :func:`pipelines.jobs.executor_io.routed_writer`); the :class:`Written` of each target,
+    in order (nothing committed)."""
+    frame, split = routed
+    detail = _json_schema_text(spec.decode_options()) if split else None
+    tracker = Progress(spark, label, progress_interval_s, clock=clock) if progress else None
+    if tracker:
+        tracker.start()
+    try:
+        fn = routed_writer(targets, split_dead_letters=split, json_schema=detail,
+                           counter=tracker.counter if tracker else None)
+        rows = frame.mapInArrow(fn, ROUTED_DESCRIPTOR_DDL).collect()
+    finally:
+        if tracker:
+            tracker.stop()
+    by_target: list[list[dict]] = [[] for _ in targets]
+    for r in rows:
+        d = r.asDict()
+        by_target[d.pop("target")].append(d)
+    for files in by_target:
+        check_disjoint(files)
+    return [Written(files) for files in by_target]
 
 
 @dataclass(frozen=True)

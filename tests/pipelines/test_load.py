@@ -306,7 +306,7 @@ def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, mon
         barrier.wait()
         return real(table, c, **kw)
 
-    monkeypatch.setattr(ice, "commit", held)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", held)
     results: dict[str, object] = {}
 
     def run(name):

@@ -314,12 +314,12 @@ def test_crash_between_the_dead_letter_and_the_table_commit(spark, tmp_path, req
 
     load = dict(root=root, topic="t", warehouse=wh, table="tbl", value_format="json",
                 value_schema="id long", progress=False)
-    monkeypatch.setattr(ice, "commit", crash_before_the_table)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", crash_before_the_table)
     with pytest.raises(KeyboardInterrupt):
         run_load(spark, **load)
     assert committed(wh) == {} and table_offsets(wh, kinds=("dead_letter",))[1]
     assert_exactly_once(storage, "t", wh)
-    monkeypatch.setattr(ice, "commit", real)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", real)
     assert run_load(spark, **load).rows == 80
     assert committed(wh) == {0: 30, 1: 30, 2: 30}
     assert_exactly_once(storage, "t", wh)

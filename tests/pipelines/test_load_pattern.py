@@ -119,10 +119,10 @@ def test_a_crash_between_two_tables_commits_is_exactly_once_per_table(
             raise KeyboardInterrupt("killed between two tables' commits")
         return real(tbl, kc)
 
-    monkeypatch.setattr(ice, "commit", crash_at_the_second_table)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", crash_at_the_second_table)
     with pytest.raises(KeyboardInterrupt):
         _run(spark, local_root, wh, topic_pattern=r"orders\..*", table_template="{topic}")
-    monkeypatch.setattr(ice, "commit", real)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", real)
     first, second = commits
     assert committed(wh, first, {identifier_part(t): t for t in ORDERS}[first]) == {0: 3, 1: 3}
     assert wh.load_table(second) is None or not ice.committed_offsets(wh.load_table(second))
@@ -234,10 +234,10 @@ def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_ro
             raise KeyboardInterrupt("killed between two tables' commits")
         return real(tbl, kc)
 
-    monkeypatch.setattr(ice, "commit", crash_at_zz)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", crash_at_zz)
     with pytest.raises(KeyboardInterrupt):
         _run(spark, local_root, wh, **ROUTE)
-    monkeypatch.setattr(ice, "commit", real)
+    monkeypatch.setattr("pipelines.warehouse.commit.commit", real)
     assert committed(wh, "ev_eu", "events") == committed(wh, "ev_us", "events") == {0: 4, 1: 4}
     assert not ice.committed_offsets(wh.load_table("ev_zz"))
 
