@@ -7,7 +7,8 @@ values, no headers, 500 records a batch, create time), once uncompressed and
 once zstd, and times in this one process:
 
 * kafkastore.format.arrow_decode, C kernel: one pyarrow.RecordBatch with every
-  column of Spark's Kafka schema, CRC-32C of every batch checked;
+  column of Spark's Kafka schema, CRC-32C of every batch checked (zstd batches
+  decompressed in the kernel's walk when the system has libzstd.so.1);
 * the same API with the pure-Python decoder (the fallback);
 * aiokafka's C record iterator (aiokafka.record._crecords MemoryRecords /
   DefaultRecordBatch), calling validate_crc() on every batch and touching
@@ -273,7 +274,9 @@ def main(argv=None) -> int:
           f"no headers, {PER_BATCH} records/batch, CRC checked by every decoder")
     print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs; "
           f"C kernel {'built' if native else 'NOT built'}"
-          + (f", SSE4.2 CRC {'yes' if ad._native.HAVE_SSE42 else 'no'}" if native else ""))
+          + (f", SSE4.2 CRC {'yes' if ad._native.HAVE_SSE42 else 'no'}, zstd decompressed in "
+             f"the C walk (libzstd) {'yes' if getattr(ad._native, 'HAVE_ZSTD', 0) else 'no'}"
+             if native else ""))
     if not native:
         print("build it with: .venv/bin/python setup.py build_ext --inplace")
 
