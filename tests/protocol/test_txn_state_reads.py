@@ -130,3 +130,77 @@ def test_a_state_write_on_a_stale_read_is_still_refused(tmp_path):
         store.put(T.TxnMetadata(tid, 3, 0, 60_000, T.TxnState.PREPARE_COMMIT, cur.partitions,
                                 1_000, 2_000), cur)
     assert store.get(tid) == bumped
+
+
+def test_a_read_of_an_id_costs_one_store_request_on_a_warm_partition(tmp_path):
+    """The next version's probe, and no read of the topic's metadata (two before)."""
+    store, fs = _store(tmp_path)
+    tid = "tx-" + uuid.uuid4().hex[:8]
+    store.put(_ongoing(tid, 3), store.get(tid))
+    store.get(tid)
+    fs.inject(("read", "stat", "list"), "before", count=None, callback=lambda op, path: None)
+    assert store.get(tid).producer_id == 3
+    assert [(op, "/_manifest/" in path) for op, _, path in fs.log] == [("read", True)]
+
+
+class _CountedWaits:
+    """Wraps the store's per-partition locks: ``waiting`` is set once ``n`` callers
+    are at a partition's lock (holding it or waiting for it)."""
+
+    def __init__(self, store, n: int):
+        self.n, self.count, self.waiting = n, 0, threading.Event()
+        self._guard = threading.Lock()
+        real = store._partition_lock
+
+        def partition_lock(p):
+            lock = real(p)
+            outer = self
+
+            class Counted:
+                def __enter__(self):
+                    with outer._guard:
+                        outer.count += 1
+                        if outer.count >= outer.n:
+                            outer.waiting.set()
+                    return lock.__enter__()
+
+                def __exit__(self, *exc):
+                    return lock.__exit__(*exc)
+
+            return Counted()
+
+        store._partition_lock = partition_lock
+
+
+def test_reads_of_one_partition_that_wait_for_each_other_share_one_read(tmp_path):
+    store, fs = _store(tmp_path)
+    first = "tx-" + uuid.uuid4().hex[:8]
+    same = [tid for tid in ("tx-" + uuid.uuid4().hex[:8] for _ in range(400))
+            if store.partition_for(tid) == store.partition_for(first)][:2]
+    for i, tid in enumerate([first, *same]):
+        store.put(_ongoing(tid, 10 + i), store.get(tid))
+    p = store.partition_for(first)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold_first(_op, _path):
+        entered.set()
+        release.wait(WAIT_S)
+
+    fs.inject("read", "before", match=f"__transaction_state/{p}/_manifest/", count=1, callback=hold_first)
+    reads = fs.inject("read", "before", match=f"__transaction_state/{p}/_manifest/", count=None,
+                      callback=lambda op, path: None)
+    waits = _CountedWaits(store, 3)
+    got: dict = {}
+    threads = [threading.Thread(target=lambda tid=tid: got.update({tid: store.get(tid)}), daemon=True)
+               for tid in [first, *same]]
+    threads[0].start()
+    assert entered.wait(WAIT_S)
+    for t in threads[1:]:
+        t.start()
+    assert waits.waiting.wait(WAIT_S)   # the two later reads wait for the first
+    release.set()
+    for t in threads:
+        t.join(WAIT_S)
+    assert {tid: m.producer_id for tid, m in got.items()} == {first: 10, same[0]: 11, same[1]: 12}
+    # The held read, then one read that both waiting callers share (three before).
+    assert reads.fired == 2

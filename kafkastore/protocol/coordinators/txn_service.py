@@ -46,7 +46,7 @@ from ...errors import (CorruptRecordError, KafkaStoreError, RequirementFailedErr
                        TxnStateFencedError)
 from ...storage import Storage
 from ...groups.offsets import partition_for_group
-from ...manifest import ManifestStore
+from ...manifest import Manifest, ManifestStore
 from ...read.reader import PartitionReader
 from ...topics.admin import create_topic, load_topic, topic_exists
 from ...threads import shared_pool
@@ -89,6 +89,18 @@ def _same_transaction(stored: T.TxnMetadata | None, prepared: T.TxnMetadata) -> 
             and replace(stored, last_update_ms=prepared.last_update_ms) == prepared)
 
 
+class _TxnPartitionReader(PartitionReader):
+    """A reader of one partition of ``__transaction_state`` at its latest version, without
+    reading the topic's metadata first: the store knows the partition count (it read it
+    once), and the topic is internal, never deleted or re-created. One store request less
+    on every read of an id's state, each paid under the store's latency on S3."""
+
+    def __init__(self, storage: Storage, partition: int):   # noqa: super() reads _topic.json
+        self.storage, self.topic, self.partition = storage, T.TXN_TOPIC, partition
+        self.manifest = (ManifestStore(storage, T.TXN_TOPIC, partition).latest()
+                         or Manifest.empty(T.TXN_TOPIC, partition))
+
+
 class TxnStore:
     """Reads and writes ``__transaction_state`` under ``storage``'s root (thread-safe, blocking).
 
@@ -112,6 +124,9 @@ class TxnStore:
         self._lock = threading.RLock()
         self._partition_locks: dict[int, threading.RLock] = {}
         self._generation = 0   # bumped by forget(): a read begun before it is not applied
+        # Per partition: reads begun, and the number of the last one applied (shared reads).
+        self._reads_begun: dict[int, int] = {}
+        self._reads_done: dict[int, int] = {}
         self._next: dict[int, int] = {}
         self._state: dict[str, T.TxnMetadata] = {}
         # Transactions whose markers are all written but whose Complete state is not stored
@@ -166,17 +181,26 @@ class TxnStore:
         for fut in [pool.submit(self._refresh_partition, p) for p in parts]:
             fut.result()
 
-    def _refresh_partition(self, p: int) -> None:
-        """Read partition ``p``'s records since the last read and apply them (blocking).
+    def _refresh_partition(self, p: int, then: "Callable[[], object] | None" = None):
+        """Read partition ``p``'s records since the last read and apply them (blocking);
+        returns ``then()``, called under the cache's lock with the cache as read.
 
         The store is read outside the cache's lock; the records are applied only if the
         cache did not move meanwhile (a :meth:`forget`, or one of our own writes landing),
-        else the read starts again from where the cache now is."""
+        else the read starts again from where the cache now is. Reads of one partition
+        that wait for each other share: a caller that waited while another read began
+        and finished after its own call takes that read's result (as new as one of its
+        own), so concurrent steps on one partition cost one read, not one each."""
+        with self._lock:
+            called_at = self._reads_begun.get(p, 0)
         with self._partition_lock(p):
             while True:
                 with self._lock:
+                    if self._reads_done.get(p, 0) > called_at:
+                        return then() if then is not None else None
                     generation, known = self._generation, self._next.get(p, 0)
-                reader = PartitionReader(self.storage, T.TXN_TOPIC, p)
+                    self._reads_begun[p] = ticket = self._reads_begun.get(p, 0) + 1
+                reader = _TxnPartitionReader(self.storage, p)
                 start = max(known, reader.log_start_offset)
                 records = []
                 if start < reader.high_watermark:
@@ -187,7 +211,8 @@ class TxnStore:
                     if self._generation == generation and self._next.get(p, 0) == known:
                         self._apply(p, records)
                         self._next[p] = max(start, reader.high_watermark)
-                        return
+                        self._reads_done[p] = ticket
+                        return then() if then is not None else None
 
     def _apply(self, p: int, records) -> None:
         """Apply ``[(key, value, offset)]`` read from partition ``p``, in log order (under the lock)."""
@@ -208,7 +233,7 @@ class TxnStore:
         of :meth:`mark_complete` while the stored one is still its Prepare state."""
         p = self.partition_for(tid)
         if p is not None:
-            self._refresh_partition(p)
+            return self._refresh_partition(p, lambda: self._overlay(tid))
         with self._lock:
             return self._overlay(tid)
 
@@ -257,6 +282,7 @@ class TxnStore:
             self._state.clear()
             self._complete.clear()
             self._next.clear()
+            self._reads_done.clear()
             self._generation += 1
 
     def _applies(self, stored: T.TxnMetadata | None, based_on: T.TxnMetadata | None) -> bool:
