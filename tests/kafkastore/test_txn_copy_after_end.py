@@ -126,21 +126,30 @@ def test_append_batch_retry_inside_the_open_transaction_is_a_duplicate(local_roo
     assert _committed(storage) == [b"x1", b"x2"]
 
 
+def _in_doubt(local_root, *, plain_first: bool = False, end=LogWriter.flush):
+    """A transactional writer whose ``end`` (a flush, or the commit) landed with an unknown
+    outcome (the put made, its answer and the read-back lost): its batches stay buffered."""
+    _storage(local_root)
+    storage, fs = faulty_storage(local_root)
+    w = LogWriter(storage, producer_id=PID, housekeeping=False)
+    if plain_first:
+        w.send(T, b"plain", partition=0)
+    w.begin_transaction()
+    w.send(T, b"in-txn", partition=0)
+    fs.lose_response(match="_manifest/", count=None)
+    fs.fail_reads_from_write("_manifest/")
+    with pytest.raises(CommitUnknownError):
+        end(w)
+    fs.clear()
+    return storage, w
+
+
 def test_a_flush_in_doubt_is_refused_once_an_operator_aborted_its_transaction(local_root):
     """The writer's own retry of batches whose commit outcome was unknown: if the commit
     landed and the transaction was aborted since (``kafkastore transactions abort``), the
     batches are not the open transaction's; answered as duplicates, the writer's COMMIT
     would report records that were aborted."""
-    _storage(local_root)
-    storage, fs = faulty_storage(local_root)
-    w = LogWriter(storage, producer_id=PID, housekeeping=False)
-    w.begin_transaction()
-    w.send(T, b"a", partition=0)
-    fs.lose_response(match="_manifest/", count=None)
-    fs.fail_reads_from_write("_manifest/")           # the put is made, its outcome unknown
-    with pytest.raises(CommitUnknownError):
-        w.flush()
-    fs.clear()
+    storage, w = _in_doubt(local_root)
     abort_transaction(storage, T, 0, PID, 0)
     with pytest.raises(OutOfOrderSequenceError, match="already ended"):
         w.flush()
@@ -150,35 +159,16 @@ def test_a_flush_in_doubt_is_refused_once_an_operator_aborted_its_transaction(lo
 def test_a_flush_in_doubt_holding_its_own_marker_is_still_a_duplicate(local_root):
     """A commit whose data and COMMIT marker landed together with an unknown outcome: its
     retry finds the transaction ended by that very marker, and is a duplicate."""
-    _storage(local_root)
-    storage, fs = faulty_storage(local_root)
-    w = LogWriter(storage, producer_id=PID, housekeeping=False)
-    w.begin_transaction()
-    w.send(T, b"a", partition=0)
-    fs.lose_response(match="_manifest/", count=None)
-    fs.fail_reads_from_write("_manifest/")
-    with pytest.raises(CommitUnknownError):
-        w.commit_transaction()
-    fs.clear()
+    storage, w = _in_doubt(local_root, end=LogWriter.commit_transaction)
     [r] = w.flush()
     assert r.duplicate
-    assert _committed(storage) == [b"a"]
+    assert _committed(storage) == [b"in-txn"]
 
 
 def test_a_flush_in_doubt_of_plain_records_then_its_transactions_is_still_a_duplicate(local_root):
     """One flush holding records sent before the transaction and the transaction's first:
     its retained batch reaches into the open transaction, so its retry is a duplicate."""
-    _storage(local_root)
-    storage, fs = faulty_storage(local_root)
-    w = LogWriter(storage, producer_id=PID, housekeeping=False)
-    w.send(T, b"plain", partition=0)
-    w.begin_transaction()
-    w.send(T, b"in-txn", partition=0)
-    fs.lose_response(match="_manifest/", count=None)
-    fs.fail_reads_from_write("_manifest/")
-    with pytest.raises(CommitUnknownError):
-        w.flush()
-    fs.clear()
+    storage, w = _in_doubt(local_root, plain_first=True)
     [r] = w.flush()
     assert (r.duplicate, r.base_offset, r.next_offset) == (True, 0, 2)
     w.commit_transaction()
