@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 _MASTER_RE = re.compile(r"Starting Spark master at (spark://[\w.\-]+:\d+)")
 _REGISTERED_RE = re.compile(r"Registering worker [\w.\-]+:\d+ with")
@@ -75,9 +76,11 @@ def _base_env(work_dir: str) -> dict[str, str]:
 def _start(cls: str, args: list[str], log_path: str, env: dict[str, str]) -> subprocess.Popen:
     spark_class = os.path.join(spark_home(), "bin", "spark-class")
     with open(log_path, "ab") as log:
-        # A new session = a new process group: killpg then reaches executors too.
+        # A new session = a new process group: killpg then reaches executors too. The
+        # working directory is the cluster's: processes_under finds every daemon.
         return subprocess.Popen([spark_class, cls, *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                cwd=os.path.dirname(log_path))
 
 
 def _wait_for(predicate, what: str, timeout: float, procs, work_dir: str):
@@ -137,10 +140,32 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def processes_under(directory: str) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of every process whose working directory is ``directory`` or
+    below it (a cluster's daemons, their executors and Python workers; also once the
+    directory is deleted)."""
+    directory = os.path.realpath(directory)
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue   # gone, or not ours to look at
+        if cwd == directory or cwd.startswith(directory + os.sep):
+            found.append((int(pid), cmd))
+    return found
+
+
 @contextlib.contextmanager
 def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g",
-                       timeout: float = 90.0, keep_logs: bool = False):
-    """Start a master and ``workers`` workers; yield a :class:`Cluster` once all registered."""
+                       timeout: float = 90.0, keep_logs: bool = False,
+                       hosts: Sequence[str] | None = None):
+    """Start a master and ``workers`` workers; yield a :class:`Cluster` once all registered.
+    Worker ``i`` binds ``hosts[i]`` (default: 127.0.0.1 for all). Workers on addresses of
+    their own (127.0.0.2, 127.0.0.3: all of 127/8 is loopback) are separate hosts to
+    Spark's scheduler, which launches a speculative copy of a task only on another host."""
     work_dir = tempfile.mkdtemp(prefix="kafkastore-cluster-")
     os.makedirs(os.path.join(work_dir, "conf"), exist_ok=True)
     env = _base_env(work_dir)
@@ -154,12 +179,14 @@ def standalone_cluster(workers: int = 2, cores: int = 1, memory: str = "1g",
         url = _wait_for(lambda: (m := _MASTER_RE.search(_read(master_log))) and m.group(1),
                         "the master to start", timeout, procs, work_dir)
         for i in range(workers):
+            host = hosts[i] if hosts else "127.0.0.1"
             procs.append(_start(
                 "org.apache.spark.deploy.worker.Worker",
-                ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+                ["--host", host, "--port", "0", "--webui-port", "0",
                  "--cores", str(cores), "--memory", memory,
                  "--work-dir", os.path.join(work_dir, f"work-{i}"), url],
-                os.path.join(work_dir, f"worker-{i}.log"), env))
+                os.path.join(work_dir, f"worker-{i}.log"),
+                {**env, "SPARK_LOCAL_IP": host, "SPARK_LOCAL_HOSTNAME": host}))
         _wait_for(lambda: len(_REGISTERED_RE.findall(_read(master_log))) >= workers,
                   f"{workers} workers to register", timeout, procs, work_dir)
         cluster = Cluster(url, work_dir, procs)
