@@ -52,7 +52,8 @@ from kafkastore.clock import SYSTEM
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
 
-from ..source.options import storage_options_of, storage_value
+from ..source.options import storage_options_of
+from ..spec.spark_options import gather_options
 from .commit import (TaskResult, abort_job, commit_job, new_job_prefix,
                                 recover_jobs, recover_stream, stream_job, stream_prefix,
                                 write_task)
@@ -84,20 +85,9 @@ class SinkOptions:
 
 def parse_sink_options(options: Mapping[str, Any]) -> SinkOptions:
     """Validate the sink's options (case-insensitive names); :class:`ConfigError` otherwise."""
-    canonical = {k.lower(): k for k in _KNOWN}
-    opts: dict[str, str] = {}
-    storage_keys: dict[str, Any] = {}
-    for key, value in options.items():
-        low = str(key).lower()
-        if value is None:
-            continue
-        if low.startswith("storage."):
-            storage_keys[low[len("storage."):]] = storage_value(str(value))
-        elif low in canonical:
-            opts[canonical[low]] = str(value)
-        elif not low.startswith("kafka."):
-            raise ConfigError(f"unknown option {key!r} for a write into topics; known options: "
-                              f"{', '.join(_KNOWN)}, storage.<key>, kafka.* (ignored)")
+    opts, storage_keys = gather_options(options, _KNOWN, owner="a write into topics",
+                                        ignored=("kafka.",),
+                                        shown="storage.<key>, kafka.* (ignored)")
     root = (opts.get("root") or opts.get("path") or "").strip()
     if not root:
         raise ConfigError("option root is required: the log's storage root URL, e.g. "

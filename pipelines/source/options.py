@@ -23,6 +23,8 @@ from kafkastore.read.reader import READ_COMMITTED, READ_UNCOMMITTED
 from ..spec.offset_ranges import (EARLIEST_OFFSET, LATEST_OFFSET, Earliest, GlobalTimestamp, Latest,
                                  OffsetLimit, OffsetRange, SpecificOffsets, SpecificTimestamps,
                                  is_json_int, partition_map)
+from ..spec.spark_options import byte_count, gather_options, integer, positive_integer
+from ..spec.spark_options import storage_value  # noqa: F401 (its old home: the sink's, users')
 
 SOURCE_NAME = "kafkastore"
 #: Bytes of log one split (a Spark input partition, a load task's unit) reads.
@@ -44,8 +46,8 @@ _KNOWN_OPTIONS = (
 _IGNORED_OPTIONS = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
                     "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxOffsetsPerTrigger",
                     "minOffsetsPerTrigger", "maxTriggerDelay", "maxRecordsPerPartition")
-_CANONICAL = {k.lower(): k for k in _KNOWN_OPTIONS}
-_IGNORED_LOWER = frozenset(k.lower() for k in _IGNORED_OPTIONS)
+# Read as isolationLevel is (Spark's Kafka source takes it so); other kafka.* are ignored.
+_KAFKA_ISOLATION = "kafka.isolation.level"
 
 _STARTING_EXAMPLE = '"earliest", or JSON like {"topicA":{"0":23,"1":-2},"topicB":{"0":-2}} (-2 = earliest)'
 _ENDING_EXAMPLE = '"latest", or JSON like {"topicA":{"0":50,"1":-1},"topicB":{"0":-1}} (-1 = latest)'
@@ -77,25 +79,9 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
 
     Raises :class:`ConfigError` naming the option and showing the expected shape.
     """
-    opts: dict[str, str] = {}
-    storage_keys: dict[str, Any] = {}
-    for key, value in options.items():
-        low = str(key).lower()
-        if value is None:
-            continue
-        value = str(value)
-        if low.startswith("storage."):
-            storage_keys[low[len("storage."):]] = storage_value(value)
-        elif low in _CANONICAL:
-            opts[_CANONICAL[low]] = value
-        elif low.startswith("kafka.") or low in _IGNORED_LOWER:
-            if low == "kafka.isolation.level":
-                opts.setdefault("kafka.isolation.level", value)
-        else:
-            raise ConfigError(
-                f"unknown option {key!r} for the {SOURCE_NAME} source; known options: "
-                f"{', '.join(_KNOWN_OPTIONS)}, storage.<key>")
-
+    opts, storage_keys = gather_options(options, (*_KNOWN_OPTIONS, _KAFKA_ISOLATION),
+                                        owner=f"the {SOURCE_NAME} source",
+                                        ignored=("kafka.", *_IGNORED_OPTIONS))
     root = (opts.get("root") or opts.get("path") or "").strip()
     if not root:
         raise ConfigError("option root is required: the log's storage root URL, e.g. "
@@ -114,16 +100,13 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
                           f"got {opts['startingOffsetsByTimestampStrategy']!r}")
     min_partitions = None
     if "minPartitions" in opts:
-        min_partitions = _parse_int(opts["minPartitions"], "minPartitions", "a positive integer")
-        if min_partitions < 1:
-            raise ConfigError(f"option minPartitions must be a positive integer, got "
-                              f"{opts['minPartitions']!r}")
+        min_partitions = positive_integer(opts["minPartitions"], "minPartitions")
     max_bytes = DEFAULT_MAX_BYTES_PER_PARTITION
     if "maxBytesPerPartition" in opts:
-        max_bytes = _parse_bytes(opts["maxBytesPerPartition"], "maxBytesPerPartition")
+        max_bytes = byte_count(opts["maxBytesPerPartition"], "maxBytesPerPartition")
 
     isolation = opts.get("isolationLevel")
-    alias = opts.get("kafka.isolation.level")
+    alias = opts.get(_KAFKA_ISOLATION)
     if isolation is not None and alias is not None and isolation.strip().lower() != alias.strip().lower():
         raise ConfigError(f"options isolationLevel ({isolation!r}) and kafka.isolation.level "
                           f"({alias!r}) disagree: give one of them")
@@ -168,22 +151,6 @@ def storage_options_of(opts: Mapping[str, str], storage_keys: Mapping[str, Any])
     return storage_options
 
 
-def storage_value(text: str) -> Any:
-    """A ``storage.<key>`` option's string as fsspec wants it: bool, int, JSON, or the text."""
-    # Spark options are strings; fsspec wants typed keyword arguments.
-    stripped = text.strip()
-    if stripped.lower() in ("true", "false"):
-        return stripped.lower() == "true"
-    if re.fullmatch(r"-?\d+", stripped):
-        return int(stripped)
-    if stripped[:1] in ("{", "["):
-        try:
-            return json.loads(stripped)
-        except ValueError:
-            raise ConfigError(f"storage option value {text!r} looks like JSON but does not parse") from None
-    return text
-
-
 def _parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if name not in opts:
         return default
@@ -191,25 +158,6 @@ def _parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     if value not in ("true", "false"):
         raise ConfigError(f"option {name}: expected true or false, got {opts[name]!r}")
     return value == "true"
-
-
-def _parse_int(text: str, name: str, what: str) -> int:
-    try:
-        return int(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"option {name}: expected {what}, got {text!r}") from None
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
-
-
-def _parse_bytes(text: str, name: str) -> int:
-    m = _SIZE_RE.match(str(text))
-    value = int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()] if m else 0
-    if value < 1:
-        raise ConfigError(f"option {name}: expected a positive byte count like 134217728 or "
-                          f"128m, got {text!r}")
-    return value
 
 
 def _parse_subscription(opts: Mapping[str, str]) -> tuple[str, Any]:
@@ -283,7 +231,7 @@ def _parse_bound(opts: Mapping[str, str], side: str) -> OffsetLimit:
     *Offsets; none given: Earliest (starting) or Latest (ending)."""
     ts_key, by_key, off_key = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
     if ts_key in opts:
-        ts = _parse_int(opts[ts_key], ts_key, "a single long value (epoch ms)")
+        ts = integer(opts[ts_key], ts_key, "a single long value (epoch ms)")
         if ts < 0:
             raise ConfigError(f"option {ts_key}: expected a timestamp >= 0 (epoch ms), got {ts}")
         return GlobalTimestamp(ts)

@@ -71,6 +71,7 @@ from kafkastore.storage import Storage
 from kafkastore.topics.admin import topic_exists
 
 from ..spec.offset_ranges import LATEST_OFFSET, Earliest, Latest, OffsetRange, SpecificOffsets, limit_for
+from ..spec.spark_options import byte_count, pick_options, positive_integer
 from .planning import plan_splits, resolve_range, snapshot_readers, topic_partitions
 from .options import SOURCE_NAME, SourceOptions, parse_options
 from ..warehouse import catalog as warehouse_catalog, commit as iceberg_commit, offsets as warehouse_offsets
@@ -103,21 +104,12 @@ def parse_stream_options(options: Mapping[str, Any], *, refuse_ending: bool = Tr
     """Options of a streaming read: the batch source's (:func:`parse_options`), a starting
     ``latest``, and the trigger limits; ending options are refused (unless
     ``refuse_ending`` is false: the source's schema check, which serves both kinds of read)."""
-    rest: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    for key, value in options.items():
-        low = str(key).lower()
-        if value is None:
-            continue
-        if refuse_ending and low in {k.lower() for k in _ENDING}:
-            raise ConfigError(f"option {key} is not valid in streaming queries on {SOURCE_NAME}: "
+    given, rest = pick_options(options, _STREAM_ONLY + (_ENDING if refuse_ending else ()))
+    for name in _ENDING:
+        if name in given:
+            raise ConfigError(f"option {name} is not valid in streaming queries on {SOURCE_NAME}: "
                               f"a stream has no end (use a batch read, or Trigger.AvailableNow "
                               f"to stop at the data present when the query starts)")
-        match = [k for k in _STREAM_ONLY if k.lower() == low]
-        if match:
-            given[match[0]] = str(value)
-        else:
-            rest[key] = value
     starting_key = next((k for k in rest if str(k).lower() == "startingoffsets"), None)
     latest: bool | set = False
     if starting_key is not None:
@@ -131,9 +123,11 @@ def parse_stream_options(options: Mapping[str, Any], *, refuse_ending: bool = Tr
         source = replace(source, starting=SpecificOffsets({
             t: {p: (LATEST_OFFSET if (t, p) in latest else n) for p, n in parts.items()}
             for t, parts in source.starting.offsets.items()}))
-    return StreamOptions(source,
-                         _positive(given, "maxOffsetsPerTrigger", _int_value),
-                         _positive(given, "maxBytesPerTrigger", _bytes_value))
+    limits = given.get("maxOffsetsPerTrigger"), given.get("maxBytesPerTrigger")
+    return StreamOptions(
+        source,
+        None if limits[0] is None else positive_integer(limits[0], "maxOffsetsPerTrigger"),
+        None if limits[1] is None else byte_count(limits[1], "maxBytesPerTrigger"))
 
 
 def _without_latest(text: str) -> tuple[bool | set, str | None]:
@@ -156,29 +150,6 @@ def _without_latest(text: str) -> tuple[bool | set, str | None]:
                     latest.add((topic, int(p)))
                     parts[p] = -2
     return latest, json.dumps(data)
-
-
-def _int_value(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if text.isdigit() else None
-
-
-def _bytes_value(text: str) -> int | None:
-    import re
-
-    m = re.fullmatch(r"\s*(\d+)\s*([kmg]?)i?b?\s*", text, re.IGNORECASE)
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()] if m else None
-
-
-def _positive(given: Mapping[str, str], name: str, parse: Callable[[str], int | None]) -> int | None:
-    if name not in given:
-        return None
-    value = parse(given[name])
-    if value is None or value < 1:
-        raise ConfigError(f"option {name}: expected a positive "
-                          f"{'byte count like 134217728 or 128m' if 'Bytes' in name else 'integer'}"
-                          f", got {given[name]!r}")
-    return value
 
 
 # --------------------------------------------------------------------------- offsets
