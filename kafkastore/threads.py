@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
@@ -113,3 +114,15 @@ def yield_to_foreground(max_wait_s: float = YIELD_MAX_S) -> bool:
             return False
         fg.cond.wait_for(lambda: not fg.busy, timeout=max_wait_s)
     return True
+
+
+def between_steps() -> None:
+    """In the housekeeping lane, between two CPU-bound steps (a merge's batch walk, say):
+    let the ack path's writes in flight pass (bounded, :func:`yield_to_foreground`), else
+    drop the GIL once, so a produce commit's thread waiting for it runs now rather than after
+    the interpreter's switch interval. Outside the lane it does nothing (a ``merge`` command
+    has no ack path to wait for)."""
+    if current_lane() != HOUSEKEEPING:
+        return
+    if not yield_to_foreground():
+        time.sleep(0)   # a wait of nothing: releasing the GIL is the point

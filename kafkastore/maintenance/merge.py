@@ -66,8 +66,11 @@ merging (and Kafka would roll at every such batch too).
 inputs' ``.log`` objects, check each against its entry (size, CRC-32C),
 concatenate them unchanged (offsets, timestamps, CRCs, producer ids and
 sequences, transaction markers: batches are never re-encoded), build
-``.index`` / ``.timeindex`` with :func:`rebuild_indexes` (which also walks
-and CRC-checks every batch of the result), upload the three objects under a
+``.index`` / ``.timeindex`` with :func:`rebuild_indexes` from a walk that
+frames and CRC-checks every batch of the result in steps of at most
+:data:`SCAN_STEP_BYTES` (:func:`scan_steps`), handing the GIL over between
+steps so a produce commit of the same process never waits behind a whole
+segment's scan (tens of ms of Python per MiB of small batches), upload the three objects under a
 new id, then commit once for all runs: a ``ReplaceSegments`` per run plus
 ``AssertSegmentsPresent`` on its inputs. A run whose inputs are no longer
 live when the commit is (re)built (compaction, retention or another merger
@@ -98,12 +101,13 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .. import layout
 from ..errors import ConfigError, RequirementFailedError, SegmentMismatchError, StaleUploadError
 from ..format.crc import crc32c
 from ..format.segment_build import rebuild_indexes
+from ..format.segment_scan import iter_batches
 from ..format.segment_stats import SegmentStats
 from ..manifest import (NO_TIMESTAMP, AssertSegmentsPresent, Manifest, ManifestStore,
                         ReplaceSegments, SegmentEntry)
@@ -111,6 +115,7 @@ from ..write.segments import put_segment_objects, segment_entry
 from ..storage import Storage
 from ..topics.topic_config import TopicConfig
 from ..topics.admin import load_topic
+from ..threads import between_steps
 
 #: Fan-in: how many segments of one generation merge into one.
 DEFAULT_FAN_IN = 4
@@ -278,6 +283,32 @@ def merged_entry(run: MergeRun, segment_id: str, size: int, checksum: int, index
         delete_horizon_ms=min(horizons) if horizons else None)
 
 
+#: The most log bytes one step of a merge's batch walk covers (plus the batch that ends it):
+#: about 3 ms of Python for one-record batches, the longest a merge keeps the GIL from a
+#: produce commit of the same process.
+SCAN_STEP_BYTES = 128 * 1024
+
+
+def scan_steps(log_bytes, base_offset: int, segment: str,
+               step_bytes: int = SCAN_STEP_BYTES) -> Iterator[list]:
+    """The ``(position, header)`` of every batch of a merged log, as :func:`rebuild_indexes`
+    walks them (framing, CRC, offsets in order from ``base_offset``), in steps: lists whose
+    batches add up to at most ``step_bytes`` (a bigger batch is a step of its own). The walk
+    is lazy, so each step's work is done when it is asked for; damage raises as in the
+    whole walk, after the steps before it."""
+    step: list = []
+    size = 0
+    for pos, header in iter_batches(log_bytes, verify_crc=True, base_offset=base_offset,
+                                    check_order=True, segment=segment):
+        if step and size + header.size > step_bytes:
+            yield step
+            step, size = [], 0
+        step.append((pos, header))
+        size += header.size
+    if step:
+        yield step
+
+
 def build_merged(storage: Storage, topic: str, partition: int, run: MergeRun,
                  index_interval_bytes: int) -> SegmentEntry:
     """Read, check, concatenate and upload one run; its new entry (not committed yet)."""
@@ -293,9 +324,13 @@ def build_merged(storage: Storage, topic: str, partition: int, run: MergeRun,
     log_bytes = b"".join(parts)
     base = run.segments[0].base_offset
     seg_id = merged_segment_id(run.generation)
-    # Walks every batch (framing, order, CRC) of the result while building the indexes.
-    index, timeindex = rebuild_indexes(log_bytes, base, index_interval_bytes,
-                                       segment=layout.segment_stem(base, seg_id))
+    # Walks every batch (framing, order, CRC) of the result in bounded steps, then builds the
+    # indexes from the batches found (a few ms of Python per MiB).
+    batches: list = []
+    for step in scan_steps(log_bytes, base, layout.segment_stem(base, seg_id), SCAN_STEP_BYTES):
+        batches.extend(step)
+        between_steps()
+    index, timeindex = rebuild_indexes(log_bytes, base, index_interval_bytes, batches=batches)
     entry = merged_entry(run, seg_id, len(log_bytes), crc32c(log_bytes), len(index),
                          len(timeindex))
     put_segment_objects(storage, topic, partition, base, seg_id, log_bytes, index, timeindex)
