@@ -4,8 +4,7 @@ jobs, not even inside a function."""
 import ast
 import pathlib
 
-from tests.helpers.aliases import (alias_modules, imported_modules as imports_of, is_alias,
-                                   module_name)
+from tests.helpers.aliases import OLD_PATHS, imported_modules as imports_of, is_alias, old_paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FORBIDDEN = {"pyspark", "airflow", "great_expectations", "pipelines", "dags",
@@ -200,7 +199,7 @@ def test_the_dag_file_parses_without_the_jobs_spark_or_iceberg(tmp_path):
             "or (m.startswith('pipelines.') and m not in "
             "{'pipelines.config', 'pipelines.load_spec', 'pipelines.table_layout', 'pipelines.spec', "
             "'pipelines.spec.job_config', 'pipelines.spec.load_spec', 'pipelines.spec.table_layout', "
-            "'pipelines.spec.topic_routing', "
+            "'pipelines.spec.topic_routing', 'pipelines.old_paths', "
             "'pipelines.warehouse', 'pipelines.warehouse.properties'}))))")
     env = {**os.environ, "AIRFLOW_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True,
@@ -304,8 +303,7 @@ def test_the_protocol_packages_import_only_downwards():
 def test_the_library_and_the_jobs_import_no_old_protocol_path():
     """The protocol's old flat paths are alias modules for users; the code imports the
     modules where they live (a test patching a name there then reaches every user)."""
-    proto = ROOT / "kafkastore" / "protocol"
-    aliases = {f"{PROTOCOL}.{p.stem}" for p in proto.glob("*.py") if _is_alias(p)}
+    aliases = {name for name in OLD_PATHS if name.startswith(PROTOCOL + ".")}
     offending = []
     for top in ("kafkastore", "pipelines", "tests", "bench"):
         for path in (ROOT / top).rglob("*.py"):
@@ -327,13 +325,13 @@ ALIAS_IMPORTS_LEFT: set[str] = set()
 
 def alias_imports(paths) -> set[str]:
     """``"file: alias"`` for every import of an alias module (an old path) in ``paths``."""
-    aliases = {module_name(p) for p in alias_modules()}
+    aliases = old_paths()
     return {f"{path.relative_to(ROOT)}: {name}" for path in paths if not is_alias(path)
             for name in imports_of(path) & aliases}
 
 
 def test_the_library_and_the_jobs_import_no_alias_path():
-    """Every old module path (an alias module: tests/test_aliases.py) is for users, for one
+    """Every old module path (the table of old paths: tests/test_aliases.py) is for users, for one
     release; the library and the jobs import the modules where the code lives, so a moved
     name has one home and the aliases can go."""
     found = alias_imports(p for top in ("kafkastore", "pipelines") for p in (ROOT / top).rglob("*.py"))
@@ -349,6 +347,6 @@ def test_the_alias_check_sees_a_planted_import(tmp_path):
     planted.write_text("from ..reader import PartitionReader\nimport kafkastore.merge\n"
                        "from kafkastore import acls\nfrom ..topics.admin import load_topic\n"
                        "def f():\n    from kafkastore.topics import list_topics\n")
-    aliases = {module_name(p) for p in alias_modules()}
+    aliases = old_paths()
     found = imports_of(planted, "kafkastore.protocol.planted") & aliases
     assert found == {"kafkastore.reader", "kafkastore.merge", "kafkastore.acls", "kafkastore.topics"}

@@ -1,27 +1,39 @@
-"""The old import paths kept as alias modules, and the modules a file imports, read from the
-code (tests/test_aliases.py checks the aliases, tests/test_layers.py that the library and
-the jobs import none of them)."""
+"""The old import paths (the table of kafkastore/old_paths.py and pipelines/old_paths.py,
+and the package ``__init__``s that keep a moved module's names), and the modules a file
+imports, read from the code (tests/test_aliases.py checks the old paths, tests/test_layers.py
+that the library and the jobs import none of them)."""
 from __future__ import annotations
 
 import ast
 import pathlib
 
+from kafkastore.old_paths import OLD_PATHS as LOG_OLD_PATHS
+from pipelines.old_paths import OLD_PATHS as JOB_OLD_PATHS
+
+#: Every old module path served by the import hook -> its homes.
+OLD_PATHS = {**LOG_OLD_PATHS, **JOB_OLD_PATHS}
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ("kafkastore", "pipelines")
-#: How an alias module's docstring starts.
+#: How the docstring of a package ``__init__`` that keeps a moved module's names starts.
 MARKER = "Moved to"
 
 
 def is_alias(path: pathlib.Path) -> bool:
-    """Whether a module is an alias: its docstring starts with ``Moved to``."""
+    """Whether a file is an alias: its docstring starts with ``Moved to`` (only package
+    ``__init__``s may be: a package whose old module became the package keeps its names)."""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=True) or ""
     return doc.startswith(MARKER)
 
 
 def alias_modules() -> list[pathlib.Path]:
-    """Every alias module of kafkastore/ and pipelines/, by path."""
+    """Every file of kafkastore/ and pipelines/ marked as an alias, by path."""
     return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))
             if is_alias(path)]
+
+
+def old_paths() -> set[str]:
+    """Every old module path: the table's, and the alias package ``__init__``s'."""
+    return set(OLD_PATHS) | {module_name(p) for p in alias_modules()}
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -31,6 +43,8 @@ def module_name(path: pathlib.Path) -> str:
 
 
 def _is_module(name: str) -> bool:
+    if name in OLD_PATHS:
+        return True
     base = ROOT.joinpath(*name.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
