@@ -13,6 +13,6 @@
   (:mod:`.membership`), partition placement, and the listener rules (:mod:`.listeners`,
   :mod:`.http_guard`).
 
-The modules' old flat paths (``kafkastore.protocol.api_txn``...) stay as alias modules for
-one release.
+The modules' old flat paths (``kafkastore.protocol.api_txn``...) stay importable for one
+release from the table of old paths (:mod:`kafkastore.old_paths`), not from files.
 """
