@@ -17,7 +17,11 @@
    slow acks of the worst tenth: bench/profile_broker.py times each produce commit, merge,
    gc and storage call inside the broker; an ack slower than the first tenth's p99 is
    attributed to the housekeeping steps (merge, gc) whose spans overlap it, and the steps of
-   the produce commits that acknowledged it are summed.
+   the produce commits that acknowledged it are summed. Then, for the first and the worst
+   tenth, what each slow ack waited on most: a storage call of the ack path in flight (and
+   which), the broker not running (a probe thread in the broker that sleeps 1 ms at a time
+   woke late: no GIL or no CPU), or neither (queued behind earlier requests), and the share
+   of that wait during which housekeeping's storage calls (by their lane) were in flight.
 
 No assertion is made on speed.
 """
@@ -43,8 +47,59 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+_WAITS_ENV = "KAFKASTORE_TRICKLE_WAITS_FILE"
+_PROBE_S = 0.001
+_IO_VERBS = ("put", "put_many", "put_if_absent", "get", "list", "exists", "delete")
+
+
+def _install_wait_probes(out_path: str) -> None:
+    """Inside the broker: record each storage call with its lane (the ack path's or
+    housekeeping's) and, from a thread that sleeps 1 ms at a time, every wake-up more than
+    1 ms late (the process had no GIL or no CPU to give it); written to ``out_path`` at exit,
+    times on the monotonic clock."""
+    import atexit
+    import functools
+    import threading
+
+    from kafkastore import storage, threads
+
+    io: list[tuple[float, str, str, float]] = []    # (start, lane, verb, seconds)
+    late: list[tuple[float, float]] = []             # (when the sleep began, seconds late)
+
+    def timed(verb, orig):
+        @functools.wraps(orig)
+        def call(*args, **kwargs):
+            started = time.monotonic()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                io.append((started, threads.current_lane() or "ack", verb,
+                           time.monotonic() - started))
+        return call
+
+    for verb in _IO_VERBS:
+        setattr(storage.Storage, verb, timed(verb, getattr(storage.Storage, verb)))
+
+    def probe():
+        while True:
+            t = time.monotonic()
+            time.sleep(_PROBE_S)
+            over = time.monotonic() - t - _PROBE_S
+            if over > _PROBE_S:
+                late.append((t, over))
+
+    threading.Thread(target=probe, name="trickle-probe", daemon=True).start()
+
+    def dump():
+        with open(out_path, "w") as f:
+            json.dump({"io": io, "late": late}, f)
+
+    atexit.register(dump)
+
+
 def _broker_wrapper() -> None:
-    """Inside the broker process: note the monotonic clock, then run bench/profile_broker.py.
+    """Inside the broker process: note the monotonic clock, install the wait probes, then run
+    bench/profile_broker.py.
 
     profile_broker times its events from its own start; the time written here (a few
     microseconds before it) puts them on this benchmark's clock (both CLOCK_MONOTONIC)."""
@@ -52,6 +107,8 @@ def _broker_wrapper() -> None:
 
     with open(os.environ[_T0_ENV], "w") as f:
         f.write(repr(time.monotonic()))
+    if os.environ.get(_WAITS_ENV):
+        _install_wait_probes(os.environ[_WAITS_ENV])
     inner = os.path.join(HERE, "profile_broker.py")
     sys.argv = [inner, *sys.argv[1:]]
     runpy.run_path(inner, run_name="__main__")
@@ -116,6 +173,68 @@ def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: fl
                               sorted(steps.items(), key=lambda kv: -kv[1])[:6]))
 
 
+def _union_within(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi) covered by at least one of ``spans`` (sorted by start)."""
+    covered, edge = 0.0, lo
+    for a, b in spans:
+        if a >= hi:
+            break
+        a, b = max(a, edge), min(b, hi)
+        if b > a:
+            covered += b - a
+            edge = b
+    return covered
+
+
+def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: float) -> None:
+    """Print, for the acks sent in [lo, hi) slower than ``slow_s``, what most of each one's
+    wait was: a store call of the ack path in flight, the broker not running (the probe's
+    late wake-ups: no GIL or no CPU), or neither (queued behind earlier requests, sockets);
+    and how much of it housekeeping's store calls were in flight."""
+    by_lane: dict[str, list[tuple[float, float]]] = {"ack": [], "housekeeping": []}
+    by_verb: dict[str, list[tuple[float, float]]] = {}
+    for start, lane, verb, dur in waits["io"]:
+        span = (start - t_start, start - t_start + dur)
+        by_lane.setdefault(lane, []).append(span)
+        if lane == "ack":
+            by_verb.setdefault(verb, []).append(span)
+    for spans in (*by_lane.values(), *by_verb.values()):
+        spans.sort()
+    late = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + over)
+                  for t, over in waits["late"])
+    slow = [(t, lat) for t, lat in acks if lo <= t < hi and lat > slow_s]
+    if not slow:
+        return
+    kinds: dict[str, int] = {}
+    verbs: dict[str, int] = {}
+    share_hk = 0.0
+    totals = {"ack-path store calls": 0.0, "broker not running (GIL/CPU)": 0.0, "neither": 0.0}
+    for t, lat in slow:
+        io = _union_within(by_lane["ack"], t, t + lat)
+        stalled = _union_within(late, t, t + lat)
+        rest = max(0.0, lat - io - stalled)
+        parts = {"ack-path store calls": io, "broker not running (GIL/CPU)": stalled,
+                 "neither": rest}
+        for k, v in parts.items():
+            totals[k] += v
+        kind = max(parts, key=parts.get)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        if kind == "ack-path store calls":
+            verb = max(by_verb, key=lambda v: _union_within(by_verb[v], t, t + lat))
+            verbs[verb] = verbs.get(verb, 0) + 1
+        share_hk += _union_within(by_lane["housekeeping"], t, t + lat) / lat
+    print(f"  what each of those {len(slow)} acks waited on most: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+          + (" (longest store call: " + ", ".join(f"{k} {v}" for k, v in sorted(verbs.items()))
+             + ")" if verbs else ""))
+    print("  their waiting, summed (s): " + ", ".join(f"{k} {v:.2f}" for k, v in totals.items())
+          + f"; housekeeping's store calls in flight during {share_hk / len(slow):.0%} of it")
+    wide = [o for _, o in waits["late"]]
+    if wide:
+        print(f"  broker late wake-ups over the run: {len(wide)}, p50 {statistics.median(wide) * 1e3:.1f} ms, "
+              f"max {max(wide) * 1e3:.0f} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -157,6 +276,7 @@ def main() -> int:
         env["KAFKASTORE_BENCH_INNER_MAIN"] = os.path.abspath(__file__)
         env[_T0_ENV] = t0_file
         env["KAFKASTORE_PROFILE_OUT"] = prof_file
+        env[_WAITS_ENV] = os.path.join(tmp, "waits.json")
     broker = start_broker(root, env=env)
     dur = args.minutes * 60
     try:
@@ -225,6 +345,13 @@ def main() -> int:
                 t0_broker = float(f.read())
             _attribute(acks, events, t0_broker, t_start, worst * dur / 10, (worst + 1) * dur / 10,
                        p99[0] / 1e3)
+        waits_file = env.get(_WAITS_ENV)
+        if waits_file and os.path.exists(waits_file):
+            with open(waits_file) as f:
+                waits = json.load(f)
+            for k in sorted({0, worst}):
+                print(f"  tenth {k + 1}:" if k != worst else f"  worst tenth {k + 1}:")
+                _waited_on(acks, waits, t_start, k * dur / 10, (k + 1) * dur / 10, p99[0] / 1e3)
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
