@@ -76,7 +76,7 @@ def spark():
     """The one SparkSession of the test session (local[2])."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pipelines.session import get_spark
+    from pipelines.source.session import get_spark
 
     session = get_spark(master="local[2]", app_name="kafkastore-tests",
                         extra_conf={"spark.sql.shuffle.partitions": "4"})

@@ -13,7 +13,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines import iceberg as ice
-from pipelines.iceberg_read import VALIDATED_TAG
+from pipelines.warehouse.properties import VALIDATED_TAG
 
 DAGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                     "dags")

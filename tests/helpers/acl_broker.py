@@ -12,8 +12,8 @@ from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermission
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from kafkastore.acls import AclBinding as Binding, Operation, PatternType, Permission
-from kafkastore.acls import ResourceType as R, acl_document, add_acls
+from kafkastore.cluster.acls import AclBinding as Binding, Operation, PatternType, Permission
+from kafkastore.cluster.acls import ResourceType as R, acl_document, add_acls
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from tests.protocol.wire import Wire

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import Manifest, ManifestStore
-from kafkastore.reader import EARLIEST, PartitionReader
+from kafkastore.read.reader import EARLIEST, PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

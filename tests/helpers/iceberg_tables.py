@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines import iceberg as ice
-from pipelines.offset_ranges import OffsetRange
+from pipelines.spec.offset_ranges import OffsetRange
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                     ("timestamp", pa.timestamp("us", tz="UTC")), ("value", pa.binary())])

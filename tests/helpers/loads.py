@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, load_topic
 from pipelines import iceberg as ice

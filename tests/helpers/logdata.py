@@ -6,7 +6,7 @@ from kafkastore import layout
 from kafkastore.format.crc import crc32c
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.format.record_batch import Record, encode_batch
-from kafkastore.format.segment import SegmentBuilder
+from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.storage import Storage
 
 

@@ -7,8 +7,8 @@ import uuid
 import pyarrow as pa
 
 from pipelines import iceberg as ice
-from pipelines.iceberg_read import VALIDATED_TAG
-from pipelines.offset_ranges import OffsetRange
+from pipelines.warehouse.properties import VALIDATED_TAG
+from pipelines.spec.offset_ranges import OffsetRange
 from tests.helpers.iceberg_tables import write
 
 

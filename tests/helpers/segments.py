@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kafkastore.format.compression import Compression
 from kafkastore.format.record_batch import Record, encode_batch
-from kafkastore.format.segment import BuiltSegment, SegmentBuilder
+from kafkastore.format.segment_build import BuiltSegment, SegmentBuilder
 
 TS0 = 1_700_000_000_000
 

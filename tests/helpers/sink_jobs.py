@@ -11,7 +11,7 @@ import sys
 
 import pyarrow as pa
 
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines.sink import commit as tsc

@@ -9,7 +9,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.upsert import TOMBSTONE
+from pipelines.jobs.upsert import TOMBSTONE
 
 SCHEMA = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                     ("partition", pa.int32()), ("offset", pa.int64()),

@@ -19,7 +19,7 @@ from kafkastore.format.control import encode_marker_batch
 from kafkastore.format.crc import crc32c
 from kafkastore.errors import CorruptRecordError, CrcMismatchError, KafkaStoreError
 from kafkastore.format.record_batch import Record, decode_batch, encode_batch
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.format.transactions import AbortedTxn, is_aborted
 
 IMPLS = {"pure": ad.decode_to_arrow_pure}

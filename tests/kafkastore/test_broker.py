@@ -17,7 +17,7 @@ from kafkastore.errors import (ConfigError, FencedError, InvalidRecordError, Out
 from kafkastore.manifest import ManifestStore
 from kafkastore.read.reader import READ_UNCOMMITTED, PartitionReader
 from kafkastore.format.record_batch import LOG_APPEND_TIME, Record, decode_batch
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.faults import faulty_storage

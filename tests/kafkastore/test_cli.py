@@ -214,7 +214,7 @@ def test_offsets_shape(cli):
 
 
 def test_produce_compression_option(cli):
-    from kafkastore.format.segment import iter_batches
+    from kafkastore.format.segment_scan import iter_batches
 
     cli("topics", "create", "t")
     cli("produce", "t", "--compression", "zstd", stdin=jsonl(*({"value": "x" * 50} for _ in range(20))))

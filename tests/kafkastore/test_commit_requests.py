@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from kafkastore import layout
-from kafkastore.format.segment import SegmentBuilder
+from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.storage import Storage
 from kafkastore.format.crc import crc32c

@@ -28,7 +28,8 @@ from kafkastore.errors import CommitUnknownError, CorruptRecordError, StorageErr
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, ManifestStore,
                                  ProducerState, SegmentEntry, SetCleanerOffset, apply)
 from kafkastore.format.record_batch import DELETE_HORIZON_MASK, Record, decode_batch, encode_batch
-from kafkastore.format.segment import SegmentBuilder, iter_batches
+from kafkastore.format.segment_build import SegmentBuilder
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics.topic_config import TopicConfig
 from kafkastore.topics.admin import alter_topic

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from kafkastore.format.compression import Compression, compress, decompress
 from kafkastore.format.control import encode_marker_batch
 from kafkastore.format.record_batch import Record, decode_batch, encode_batch
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 
 kp_records = pytest.importorskip("kafka.record.default_records")
 kp_memory = pytest.importorskip("kafka.record.memory_records")

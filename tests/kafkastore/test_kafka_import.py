@@ -7,7 +7,8 @@ import pytest
 
 from kafkastore.errors import ConfigError, CorruptRecordError, CrcMismatchError
 from kafkastore.write.kafka_import import parse_kafka_dir_name, read_kafka_partition_dir
-from kafkastore.format.segment import OffsetOrderError, rebuild_indexes
+from kafkastore.errors import OffsetOrderError
+from kafkastore.format.segment_build import rebuild_indexes
 
 from tests.helpers.segments import build_log, simple_batches
 

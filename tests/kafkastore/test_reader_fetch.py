@@ -15,7 +15,7 @@ from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.read.reader import (READ_COMMITTED, READ_UNCOMMITTED, PartitionReader, first_batch_offset,
                                     read_range)
 from kafkastore.format.record_batch import decode_batch
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS

@@ -19,7 +19,7 @@ from kafkastore.format.record_batch import (
     ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_MASK, CRC_OFFSET, DELETE_HORIZON_MASK,
     HEADER_SIZE, HEADER_STRUCT, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK, BatchHeader,
     Record, check_crc, decode_batch, encode_batch, parse_header)
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.format.varint import encode_varint, encode_varlong
 
 CODECS = list(Compression)

@@ -18,11 +18,13 @@ from kafkastore.format import offset_index, time_index
 from kafkastore.format.compression import Compression
 from kafkastore.errors import CorruptRecordError, CrcMismatchError
 from kafkastore.format.record_batch import decode_batch, parse_header
-from kafkastore.format.segment import (batch_min_timestamp, OffsetOrderError, SegmentBuilder,
-                                       SegmentOffsetOverflowError, TruncatedBatchError,
-                                       UnsupportedFormatError, check_indexes, index_batches,
-                                       index_batch_arrays, iter_batches, load_indexes, rebuild_indexes, recover, scan_log,
-                                       segment_stats)
+from kafkastore.errors import (OffsetOrderError, SegmentOffsetOverflowError, TruncatedBatchError,
+                               UnsupportedFormatError)
+from kafkastore.format.segment_build import (SegmentBuilder, index_batches, index_batch_arrays,
+                                             rebuild_indexes)
+from kafkastore.format.segment_indexes import check_indexes, load_indexes
+from kafkastore.format.segment_scan import iter_batches, recover, scan_log
+from kafkastore.format.segment_stats import batch_min_timestamp, segment_stats
 from kafkastore.read.reader import segment_offset_for_timestamp
 from kafkastore.storage import Storage
 from tests.helpers.segments import TS0, build_log, make_batch, simple_batches

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import kafkastore
 from kafkastore import layout
-from kafkastore.format.segment import SegmentBuilder
+from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.manifest import BatchMetadata, ManifestStore, ProducerState
 from kafkastore.write.segments import (APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, Uploads,
                                        check_sequence, write_segment)

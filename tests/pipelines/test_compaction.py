@@ -12,12 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.compaction import (KIND_RECORD, KIND_TXN, SCAN_SCHEMA, STATUS_CLEANED, STATUS_GAVE_UP,
-                                   STATUS_SKIPPED, ScanTask, compact_partition_local)
+from kafkastore.maintenance.compaction import (KIND_RECORD, KIND_TXN, SCAN_SCHEMA, STATUS_SKIPPED,
+                                               ScanTask)
+from kafkastore.maintenance.compaction_rewrite import (STATUS_CLEANED, STATUS_GAVE_UP,
+                                                       compact_partition_local)
 from kafkastore.errors import CommitUnknownError, ConfigError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
-from kafkastore.reader import PartitionReader, ReadRange
-from kafkastore.format.segment import iter_batches
+from kafkastore.read.reader import PartitionReader, ReadRange
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
 from pipelines.jobs.log_compaction import compact_partition, compact_topic, drop_superseded, scan_slices
 from tests.faults import faulty_storage
@@ -411,7 +413,7 @@ def test_vectorised_survivors_equal_the_reference_rule(rows, shuffle):
     dict-based reference (kafkastore.compaction.survivor_rule) does, in any row order."""
     import pyarrow as pa
 
-    from kafkastore.compaction import survivor_rule
+    from kafkastore.maintenance.compaction import survivor_rule
     from pipelines.jobs.log_compaction import survivors
 
     dicts = []

@@ -24,10 +24,10 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  run_state_machine_as_test)
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.compaction import STATUS_CLEANED, compact_partition_local
+from kafkastore.maintenance.compaction_rewrite import STATUS_CLEANED, compact_partition_local
 from kafkastore.errors import StorageError
 from kafkastore.manifest import ManifestStore
-from kafkastore.retention import apply_retention
+from kafkastore.maintenance.retention import apply_retention
 from kafkastore.storage import Storage
 from pipelines.jobs.log_compaction import compact_partition
 from tests.faults import faulty_storage

@@ -16,11 +16,11 @@ from kafkastore.format.crc import crc32c
 from kafkastore.errors import ConfigError, DataLossError, OffsetOutOfRangeError
 from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.format.record_batch import Record, encode_batch
-from kafkastore.format.segment import SegmentBuilder
+from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines.datasource import (KafkaStoreDataSource, OffsetRange, parse_options, plan_offsets,
-                                  ranges_to_options, read_topic, spark_schema)
+from pipelines.source.datasource import (KafkaStoreDataSource, OffsetRange, parse_options,
+                                         plan_offsets, ranges_to_options, read_topic, spark_schema)
 
 T0 = 1_700_000_000_000
 ORDERS = 180            # record i of "orders": partition i % 3, offset i // 3, timestamp T0 + i s

@@ -5,11 +5,11 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError
-from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
-from kafkastore.reader import PartitionReader
+from kafkastore.groups.offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines.datasource import parse_options, plan_offsets, read_topic
+from pipelines.source.datasource import parse_options, plan_offsets, read_topic
 
 
 @pytest.fixture

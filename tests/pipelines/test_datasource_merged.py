@@ -7,10 +7,10 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import merge_partition
+from kafkastore.maintenance.merge import merge_partition
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines.datasource import KafkaStoreDataSource
+from pipelines.source.datasource import KafkaStoreDataSource
 
 T = "trickle"
 

@@ -1,9 +1,9 @@
 """``kafkastore compact __consumer_offsets`` keeps the latest record per key; groups read the same."""
 from __future__ import annotations
 
-from kafkastore.group_offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore, decode_key,
-                                      partition_for_group)
-from kafkastore.reader import PartitionReader
+from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore, decode_key,
+                                       partition_for_group)
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from pipelines.jobs.log_compaction import compact_topic
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import load_config
+from pipelines.spec.job_config import load_config
 from kafkastore.errors import (ConfigError, OffsetGapError, OffsetOverlapError,
                                SchemaEvolutionError, TableChangedError, TableNotFoundError,
                                UnsupportedDeletesError)

@@ -14,12 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafkastore.errors import ConfigError, DataLossError, WarehouseError
-from kafkastore.reader import ReadRange
-from kafkastore.retention import delete_records
+from kafkastore.read.reader import ReadRange
+from kafkastore.maintenance.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.jobs.load import load_for_interval, load_options_from_args, run_load
 from pipelines.spec.offset_ranges import OffsetRange
-from pipelines.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
+from pipelines.source.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
 from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,
                                  log_records, make_topic, produce, rows_by_offset, warehouse_for)
 

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from kafkastore.errors import CommitUnknownError, DataLossError
-from kafkastore.reader import PartitionReader
-from kafkastore.retention import delete_records
+from kafkastore.read.reader import PartitionReader
+from kafkastore.maintenance.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load
 from pipelines.jobs.vacuum import MIN_GRACE_MS, vacuum

@@ -251,7 +251,7 @@ def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_ro
 
 def test_a_failed_table_does_not_stop_the_others_and_the_cli_says_which(
         spark, local_root, tmp_path, capsys):
-    from kafkastore.retention import delete_records
+    from kafkastore.maintenance.retention import delete_records
     from pipelines.cli import main
 
     storage = _topics(local_root, ("m.a", "m.b"), count=4)

@@ -12,7 +12,7 @@ from pipelines.cli import main as cli_main
 from pipelines.jobs.maintain import maintain
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.spec.table_layout import TableLayout
-from pipelines.table_files import write_files
+from pipelines.warehouse.files import write_files
 from pipelines.jobs.upsert import mode_properties, rows_commit
 from tests.helpers.upsert import SCHEMA, add_position_delete
 from tests.helpers.upsert import staged as _rows

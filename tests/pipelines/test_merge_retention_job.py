@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from kafkastore.manifest import ManifestStore
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines.jobs.log_retention import run_retention

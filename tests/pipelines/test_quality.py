@@ -174,7 +174,7 @@ def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tm
     from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.storage import Storage
     from kafkastore.topics import create_topic
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/warehouse"
     storage = Storage(root)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from kafkastore.errors import ConfigError, TableChangedError, WarehouseError
-from kafkastore.retention import delete_records
+from kafkastore.maintenance.retention import delete_records
 from pipelines import iceberg as ice
 from pipelines.jobs.load import run_load
 from pipelines.jobs.reprocess import run_reprocess
@@ -156,7 +156,7 @@ def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_r
 
 
 def log_offsets(storage, topic="t", partition=0):
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
 
     return PartitionReader(storage, topic, partition).read(0).column("offset").to_pylist()
 

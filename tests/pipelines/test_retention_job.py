@@ -2,7 +2,7 @@
 that load it (report, and protection of data not loaded yet)."""
 from __future__ import annotations
 
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from pipelines import iceberg as ice

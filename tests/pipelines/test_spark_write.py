@@ -17,7 +17,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError, OutOfOrderSequenceError, TopicSinkError
 from kafkastore.format.partitioner import murmur2
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 from kafkastore.write.transactions import open_transactions
@@ -216,8 +216,8 @@ def _child_retry(root: str) -> None:
     after it appended all its rows, the worst case for duplicates."""
     from pyspark import TaskContext
 
-    from pipelines.datasource import KafkaStoreDataSource
-    from pipelines.session import get_spark
+    from pipelines.source.datasource import KafkaStoreDataSource
+    from pipelines.source.session import get_spark
     from pipelines.sink.writer import TopicBatchWriter, batch_writer
 
     class FlakyWriter(TopicBatchWriter):

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kafkastore.errors import ExpiredSnapshotError
-from pipelines.vacuum import MIN_GRACE_MS, vacuum
+from pipelines.jobs.vacuum import MIN_GRACE_MS, vacuum
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.reads import plan_scan
 from pipelines.warehouse.snapshots import AsOf, iso, select_snapshot

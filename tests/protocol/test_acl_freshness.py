@@ -7,7 +7,8 @@ import time
 
 from kio.schema.list_offsets.v8 import request as lo
 
-from kafkastore.acls import AclFilter, Operation, ResourceType as R, acl_document, remove_acls
+from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, acl_document,
+                                     remove_acls)
 from kafkastore.protocol.server import BrokerThread
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

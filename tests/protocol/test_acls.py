@@ -19,7 +19,7 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_offsets.v8 import request as lo
 
-from kafkastore.acls import Operation, PatternType, Permission, ResourceType as R
+from kafkastore.cluster.acls import Operation, PatternType, Permission, ResourceType as R
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

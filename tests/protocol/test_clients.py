@@ -170,7 +170,7 @@ def test_admin_create_describe_delete(broker, storage):
 def test_spark_loads_what_a_client_produced(broker, storage, module_root, spark, tmp_path):
     from confluent_kafka import Producer
 
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
 
     create_topic(storage, "to-spark", 2)
     p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})

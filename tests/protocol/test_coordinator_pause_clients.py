@@ -9,9 +9,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.group_offsets import OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value, partition_for_group
+from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetKey, decode_key, decode_offset_value,
+                                       partition_for_group)
 from kafkastore.protocol.apis.groups import coordinator_node
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, load_topic
 from tests.helpers.serve_procs import start_serve, stop_serve, wait_until_listed

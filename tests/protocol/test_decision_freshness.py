@@ -11,9 +11,10 @@ import datetime
 
 from kio.schema.delete_records.v2 import request as dr
 
-from kafkastore.acls import AclFilter, Operation, ResourceType as R, acl_document, remove_acls
+from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, acl_document,
+                                     remove_acls)
 from kafkastore.clock import SYSTEM, Clock
-from kafkastore.cluster_config import ClusterDocument
+from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage

@@ -10,7 +10,7 @@ import time
 from kafkastore.cli import main
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic, topic_exists
 

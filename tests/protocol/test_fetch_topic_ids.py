@@ -75,7 +75,7 @@ def fetch_v(w, version, topics, *, session_id=0, session_epoch=-1, isolation=0, 
 
 def _values(records: bytes) -> list[bytes]:
     from kafkastore.format.record_batch import decode_batch
-    from kafkastore.format.segment import iter_batches
+    from kafkastore.format.segment_scan import iter_batches
     out = []
     for pos, _h in iter_batches(records):
         out += [r.value for r in decode_batch(records, pos)[1]]

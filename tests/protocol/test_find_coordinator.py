@@ -18,7 +18,7 @@ from kio.schema.find_coordinator.v5.request import FindCoordinatorRequest as Fin
 from kio.schema.find_coordinator.v6.request import FindCoordinatorRequest as FindV6
 from prometheus_client.parser import text_string_to_metric_families
 
-from kafkastore.acls import Operation, ResourceType as R
+from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.group_offsets import OffsetsStore
+from kafkastore.groups.offsets import OffsetsStore
 from kafkastore.protocol.apis.groups import service
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
@@ -256,7 +256,7 @@ def test_librdkafka_group_rebalances_between_members(local_root):
         assert d.state == "Stable" and len(d.members) == 2
         # the offline CLI view (from what the coordinator persisted) sees the live members
         from kafkastore.errors import GroupNotEmptyError
-        from kafkastore.group_admin import delete_group, describe_group
+        from kafkastore.groups.admin import delete_group, describe_group
 
         offline = describe_group(Storage(local_root), "rkg")
         assert offline["state"] == "Stable" and len(offline["members"]) == 2

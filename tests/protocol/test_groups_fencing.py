@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.group_offsets import OffsetsStore, encode_consumer_assignment, encode_consumer_subscription
+from kafkastore.groups.offsets import (OffsetsStore, encode_consumer_assignment,
+                                       encode_consumer_subscription)
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.apis.groups import coordinator_node

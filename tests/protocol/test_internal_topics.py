@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from kio.schema.metadata.v12 import request as md_req
 
-from kafkastore.group_offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
+from kafkastore.groups.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from kafkastore.manifest import ManifestStore
 from kafkastore.topics import create_topic, topic_exists
 

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from kafkastore.group_offsets import OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS,
                                                   UNSTABLE_OFFSET_COMMIT)
@@ -37,7 +37,7 @@ def broker(root):
 
 def _join(w: Wire, group: str) -> tuple[str, int]:
     """One member joins ``group`` and syncs (JoinGroup v5 / SyncGroup v3): its id and generation."""
-    from kafkastore.group_offsets import encode_consumer_subscription
+    from kafkastore.groups.offsets import encode_consumer_subscription
 
     def join(member_id: str):
         return w.call(_req(11, 5, group_id=group, session_timeout=datetime.timedelta(seconds=30),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from kafkastore.acls import Operation, ResourceType as R
+from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.protocol.wire import codec
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kio.schema.describe_client_quotas.v0 import request as describe_req_v0
 
-from kafkastore.cluster_config import ClusterDocument
+from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.errors import ConfigError
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions

@@ -98,7 +98,7 @@ def test_a_logged_in_connection_cannot_switch_principal(sasl_broker):
 def test_root_scram_users_and_unknown_names_look_alike_on_every_broker(tmp_path):
     """A real user of the root (32-byte stored salt, its iterations) and an unknown name get
     server-first messages of the same shape, each the same on every broker of the root."""
-    from kafkastore.scram_users import ScramUsers
+    from kafkastore.cluster.scram import ScramUsers
 
     root = f"file://{tmp_path}/root"
     ScramUsers(Storage(root)).add("carol", "SCRAM-SHA-256", "s3cret")

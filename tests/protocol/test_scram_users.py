@@ -16,7 +16,7 @@ from kio.schema.describe_user_scram_credentials.v0.request import (DescribeUserS
 from kio.static.primitive import i8, i32
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.scram_users import ScramUsers
+from kafkastore.cluster.scram import ScramUsers
 from kafkastore.storage import Storage
 
 from .wire import Wire

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from kafkastore.manifest import ManifestStore
-from kafkastore.merge import housekeeper_for
+from kafkastore.maintenance.housekeeper import housekeeper_for
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic

@@ -478,7 +478,7 @@ def test_transaction_timeout_is_bounded_by_the_broker_maximum(tmp_path):
 def test_offline_reader_sees_what_read_committed_consumers_see(broker, storage):
     """The offline side (PartitionReader, used by consume, loads and the Spark source) reads a
     log written by serve's coordinator: committed records only, stopping at an open transaction."""
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
 
     topic = _topic(storage, 1)
     p = _producer(broker.bootstrap, "tx-offline-" + uuid.uuid4().hex[:6])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 
-from kafkastore.acls import Operation, ResourceType as R
+from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 
@@ -65,7 +65,7 @@ def test_write_txn_markers_needs_cluster_action(broker, root):
 
     from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.protocol.wire import codec
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
 
     topic = unique("txn-hang-")
     create_topic(Storage(root), topic, 1)

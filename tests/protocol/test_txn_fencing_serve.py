@@ -21,7 +21,7 @@ from kafkastore.protocol.apis import txn as api_txn
 from kafkastore.protocol.coordinators import txn as T
 from kafkastore.protocol.coordinators.txn_service import TxnStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

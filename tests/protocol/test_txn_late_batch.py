@@ -76,7 +76,7 @@ def test_a_batch_verified_before_an_abort_and_appended_after_it_is_refused(broke
         assert _add(control, tid, pid2, epoch2, topic) == [0]
         assert _produce(control, topic, 0, _txn_batch([b"next"], pid2, epoch2, 0), tid)[0] == 0
         assert _end(control, tid, pid2, epoch2, commit=True) == 0
-        from kafkastore.reader import PartitionReader
+        from kafkastore.read.reader import PartitionReader
 
         values = PartitionReader(storage, topic, 0).read(0, isolation="read_committed") \
             .column("value").to_pylist()

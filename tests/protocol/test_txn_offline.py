@@ -87,10 +87,10 @@ def test_compaction_keeps_markers_of_a_real_producers_transactions(broker, stora
     """Kafka's cleaner rules on a log serve's coordinator wrote: aborted data goes, its marker
     stays while the aborted range may still be read; a commit marker stays while its data
     does; an open transaction is never cleaned past; read_committed reads are unchanged."""
-    from kafkastore.compaction import compact_partition_local
-    from kafkastore.format.segment import iter_batches
+    from kafkastore.maintenance.compaction_rewrite import compact_partition_local
+    from kafkastore.format.segment_scan import iter_batches
     from kafkastore.manifest import ManifestStore
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
 
     topic = "cmp-" + uuid.uuid4().hex[:6]
     create_topic(storage, topic, 1, {"cleanup.policy": "compact", "delete.retention.ms": 60000,
@@ -130,8 +130,8 @@ def test_retention_keeps_aborted_ranges_and_markers_of_a_real_producers_log(brok
     """Time retention drops whole segments (markers go with their segments, as Kafka's); a log
     start moved into an aborted transaction (DeleteRecords) still hides the rest of it, and an
     open transaction still holds read_committed back."""
-    from kafkastore.reader import PartitionReader
-    from kafkastore.retention import apply_retention, delete_records
+    from kafkastore.read.reader import PartitionReader
+    from kafkastore.maintenance.retention import apply_retention, delete_records
 
     topic = "ret-" + uuid.uuid4().hex[:6]
     create_topic(storage, topic, 1, {"retention.ms": 3_600_000})

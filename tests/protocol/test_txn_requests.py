@@ -112,7 +112,7 @@ def test_a_transaction_costs_two_state_commits_and_complete_is_stored_later(brok
     def states():
         store = TxnStore(storage)
         p = store.partition_for(tid)
-        from kafkastore.reader import PartitionReader
+        from kafkastore.read.reader import PartitionReader
 
         t = PartitionReader(storage, T.TXN_TOPIC, p).read(0, include_headers=False)
         return [T.decode_value(tid, v).state.name for k, v in zip(t.column("key").to_pylist(),

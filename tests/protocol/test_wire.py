@@ -23,7 +23,7 @@ from kafkastore.protocol.wire import codec
 from kafkastore.protocol.wire import error_codes as E
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.format.record_batch import decode_batch, parse_header
-from kafkastore.format.segment import iter_batches
+from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
 

@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ClientError
 
-from kafkastore.acls import (AclBinding, Operation, PatternType, Permission, ResourceType,
-                             acl_document, add_acls)
+from kafkastore.cluster.acls import (AclBinding, Operation, PatternType, Permission, ResourceType,
+                                     acl_document, add_acls)
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 

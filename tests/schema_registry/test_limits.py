@@ -19,7 +19,7 @@ from kafkastore.clock import ManualClock
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.schema_registry import SchemaRegistryThread
 from kafkastore.schema_registry.http import BasicAuth
-from kafkastore.scram_users import ScramUsers
+from kafkastore.cluster.scram import ScramUsers
 from kafkastore.storage import Storage
 
 

@@ -54,7 +54,7 @@ def test_tls_and_basic_auth_with_a_real_client(tmp_path):
 def test_the_roots_scram_users_log_in_with_basic_auth(tmp_path):
     """serve --sasl: the root's SCRAM users (kafkastore users add) are the registry's users too;
     the password is checked against the stored keys."""
-    from kafkastore.scram_users import ScramUsers
+    from kafkastore.cluster.scram import ScramUsers
 
     storage = Storage(f"file://{tmp_path}/r")
     ScramUsers(storage).add("carol", "SCRAM-SHA-512", "pa:ss")

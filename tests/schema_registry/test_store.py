@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import RequirementFailedError
-from kafkastore.reader import PartitionReader
+from kafkastore.read.reader import PartitionReader
 from kafkastore.schema_registry.state import (RegistryState, SchemaVersion, config_key, config_value,
                                               schema_key, schema_value)
 from kafkastore.schema_registry.service import SchemaRegistryService

@@ -496,7 +496,7 @@ def _partitions(topics: dict) -> list[tuple[str, int]]:
 
 def offsets(storage, topics: dict) -> tuple[dict, dict]:
     """``(lso, hwm)`` per ``(topic, partition)`` from the latest manifests."""
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
 
     lso, hwm = {}, {}
     for t, p in _partitions(topics):
@@ -521,7 +521,7 @@ def wait_stable(cluster: Cluster, topics: dict, seconds: float, log=print) -> No
 
 def final_read(storage, topics: dict) -> dict:
     """``{isolation: {(topic, partition): [(offset, value)]}}`` for both isolations."""
-    from kafkastore.reader import EARLIEST, PartitionReader
+    from kafkastore.read.reader import EARLIEST, PartitionReader
 
     out: dict = {}
     for iso in ("read_committed", "read_uncommitted"):
@@ -611,7 +611,7 @@ def duplicate_batches(storage, final_uncommitted: dict, at_least_once, limit: in
 
 def verify_problems(storage, topics: dict) -> list[str]:
     """``kafkastore verify``'s problems (CRCs, indexes, manifest chain) over the topics."""
-    from kafkastore.admin import verify_partition
+    from kafkastore.read.verify import verify_partition
 
     out = []
     for t, p in _partitions(topics):

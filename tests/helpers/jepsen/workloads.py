@@ -798,15 +798,15 @@ def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: d
     schedule. ``spark``: a session to use (else one in local mode, stopped after)."""
     import os
 
-    from kafkastore.reader import EARLIEST, PartitionReader
+    from kafkastore.read.reader import EARLIEST, PartitionReader
     from kafkastore.storage import Storage
     from kafkastore.topics import load_topic
     from pipelines import iceberg as ice
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
 
     own = spark is None
     if own:
-        from pipelines.session import get_spark
+        from pipelines.source.session import get_spark
 
         spark = get_spark(master="local[2]", app_name="jepsen-load")
     os.makedirs(workdir, exist_ok=True)
