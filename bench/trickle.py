@@ -61,7 +61,7 @@ def _install_wait_probes(out_path: str) -> None:
     import functools
     import threading
 
-    from kafkastore import storage, threads
+    from kafkastore import storage, threads  # lazy: only inside the broker process
 
     io: list[tuple[float, str, str, float]] = []    # (start, lane, verb, seconds)
     late: list[tuple[float, float]] = []             # (when the sleep began, seconds late)
