@@ -236,3 +236,20 @@ def test_per_batch_path_fixture_turns_it_off(per_batch_path):
     d = ad._NativeDecoder(0, 2**63 - 1, True, True, [])
     assert d.inline_zstd(1 << 30) is False
     assert d.feed(segment([(20, 10, "streaming")])) is not None
+
+
+def test_values_that_decompress_past_their_batch_are_not_written_over_the_next_one():
+    """reuse_input=True with zstd batches whose values take far more room than the batch's
+    compressed bytes: writing them into the input would overwrite the batches not read
+    yet, so the kernel moves the values to memory of its own first; the rows are the pure
+    decoder's."""
+    parts, offset = [], 0
+    for i in range(6):
+        recs = [Record(offset + j, 1_000 + j, b"k", bytes([65 + i]) * 3_000, ())
+                for j in range(50)]
+        parts.append(zstd_batch(recs, streaming) if i % 2 == 0 else encode_batch(recs))
+        offset += 50
+    buf = b"".join(parts)
+    expected = ad.decode_to_arrow_pure(buf, topic="t", partition=0)
+    got = ad.decode_to_arrow_native(bytearray(buf), topic="t", partition=0, reuse_input=True)
+    assert got.equals(expected)
