@@ -134,26 +134,45 @@ def compact_topic(spark, root_url: str, topic: str, *, storage_options: dict | N
         else:
             plans.append(plan)
             manifests.append(m)
-    if plans:
-        try:
-            report.partitions.extend(run_plans(spark, storage, plans, manifests))
-        except Exception as exc:  # noqa: BLE001 - isolate the failing partition(s) below
-            # Info, not warning: the per-partition outcome below is what the user sees (one line
-            # each); the first failure's full text would be a Spark trace on stderr.
-            log.info("compaction of %s failed (%s); retrying partition by partition", topic,
-                     (str(exc).strip().splitlines() or [""])[0])
-            for plan, m in zip(plans, manifests):
-                t0 = storage.clock.monotonic_s()
-                try:
-                    report.partitions.extend(run_plans(spark, storage, [plan], [m]))
-                except Exception as exc2:  # noqa: BLE001 - reported per partition
-                    if is_spark_error(exc2):  # the worker's own error, not "PythonException"
-                        exc2 = summarize(exc2, "compact", topic=topic)
-                    report.partitions.append(partition_error(topic, plan.partition, exc2,
-                                                             storage.clock.monotonic_s() - t0))
+    # Partitions compacted whole in a task and bigger ones run as separate jobs
+    # (run_plans): a failure of one kind's job must not hide the other's commits.
+    small = [i for i, plan in enumerate(plans) if planned_bytes(plan) <= TASK_BYTES]
+    large = [i for i, plan in enumerate(plans) if planned_bytes(plan) > TASK_BYTES]
+    for ids in (small, large):
+        if ids:
+            _run_isolated(spark, storage, topic, [plans[i] for i in ids],
+                          [manifests[i] for i in ids], report)
     report.partitions.sort(key=lambda r: r.partition)
     report.seconds = storage.clock.monotonic_s() - started
     return report
+
+
+def planned_bytes(plan: CleaningPlan) -> int:
+    """The log bytes a compaction of ``plan`` scans: its segments below the first uncleanable
+    offset (what decides whether the partition is compacted whole in one task)."""
+    return sum(s.size for s in plan.segments)
+
+
+def _run_isolated(spark, storage: Storage, topic: str, plans: list[CleaningPlan],
+                  manifests: list[Manifest], report: CompactionReport) -> None:
+    """:func:`run_plans` of ``plans`` into ``report``; if the job fails, each partition again in
+    a job of its own, so that one bad partition does not hold back the others."""
+    try:
+        report.partitions.extend(run_plans(spark, storage, plans, manifests))
+    except Exception as exc:  # noqa: BLE001 - isolate the failing partition(s) below
+        # Info, not warning: the per-partition outcome below is what the user sees (one line
+        # each); the first failure's full text would be a Spark trace on stderr.
+        log.info("compaction of %s failed (%s); retrying partition by partition", topic,
+                 (str(exc).strip().splitlines() or [""])[0])
+        for plan, m in zip(plans, manifests):
+            t0 = storage.clock.monotonic_s()
+            try:
+                report.partitions.extend(run_plans(spark, storage, [plan], [m]))
+            except Exception as exc2:  # noqa: BLE001 - reported per partition
+                if is_spark_error(exc2):  # the worker's own error, not "PythonException"
+                    exc2 = summarize(exc2, "compact", topic=topic)
+                report.partitions.append(partition_error(topic, plan.partition, exc2,
+                                                         storage.clock.monotonic_s() - t0))
 
 
 #: Scanned log bytes (below the first uncleanable offset) up to which a partition is
@@ -181,43 +200,52 @@ def run_plans(spark, storage: Storage, plans: Sequence[CleaningPlan],
     groups = group_specs(plans)
     tasks = scan_tasks(storage, plans, groups, manifests, max_bytes=scan_bytes)
     contexts = [p.context for p in plans]
-    sizes = [0] * len(plans)
-    for t in tasks:
-        sizes[t.plan] += t.range.size
+    sizes = [planned_bytes(p) for p in plans]
     whole = [i for i, n in enumerate(sizes) if n <= task_bytes]
-    big = set(range(len(plans))) - set(whole)
+    big = [i for i, n in enumerate(sizes) if n > task_bytes]
+    results: list[PartitionResult | None] = [None] * len(plans)
+
+    def commit(ids: list[int], collected) -> None:
+        by_plan: dict[int, list[GroupResult]] = {i: [] for i in ids}
+        for row in collected:
+            result = GroupResult.from_json(row["result"])
+            by_plan[groups[result.group].plan].append(result)
+        done = {r.group for rs in by_plan.values() for r in rs}
+        missing = [g.index for g in groups if g.plan in by_plan and g.index not in done]
+        if missing:
+            raise RuntimeError(f"compaction job returned no result for groups {missing}")
+
+        def finish(i):
+            plan = plans[i]
+            try:
+                return finish_partition(storage, plan, by_plan[i], started)
+            except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
+                if raise_errors:
+                    raise
+                return partition_error(plan.topic, plan.partition, exc,
+                                       storage.clock.monotonic_s() - started)
+
+        # The partitions' manifest swaps are independent: made at once, not one after the other.
+        for i, res in zip(ids, _in_threads(finish, ids)):
+            results[i] = res
+
     sc = spark.sparkContext
     sc.setJobDescription(f"compaction of {plans[0].topic} partitions "
                          f"{','.join(str(p.partition) for p in plans)}")
     try:
-        collected = []
+        # Each kind commits as soon as its job is done: its uploads must not wait for the
+        # other job (they would age towards file.delete.delay.ms meanwhile).
         if whole:
-            collected += _compact_whole(spark, storage, contexts, groups, tasks, whole, sizes,
-                                        task_bytes)
+            commit(whole, _compact_whole(spark, storage, contexts, groups, tasks, whole, sizes,
+                                         task_bytes))
         if big:
-            collected += _compact_shuffled(spark, storage, contexts, groups,
-                                           [t for t in tasks if t.plan in big],
-                                           [g for g in groups if g.plan in big], scan_bytes)
+            mine = set(big)
+            commit(big, _compact_shuffled(spark, storage, contexts, groups,
+                                          [t for t in tasks if t.plan in mine],
+                                          [g for g in groups if g.plan in mine], scan_bytes))
     finally:
         sc.setJobDescription(None)
-    by_plan: dict[int, list[GroupResult]] = {i: [] for i in range(len(plans))}
-    for row in collected:
-        result = GroupResult.from_json(row["result"])
-        by_plan[groups[result.group].plan].append(result)
-    missing = [g.index for g in groups if g.index not in {r.group for rs in by_plan.values() for r in rs}]
-    if missing:
-        raise RuntimeError(f"compaction job returned no result for groups {missing}")
-    def finish(i):
-        plan = plans[i]
-        try:
-            return finish_partition(storage, plan, by_plan[i], started)
-        except Exception as exc:  # noqa: BLE001 - one partition's commit must not sink the others
-            if raise_errors:
-                raise
-            return partition_error(plan.topic, plan.partition, exc, storage.clock.monotonic_s() - started)
-
-    # The partitions' manifest swaps are independent: made at once, not one after the other.
-    return _in_threads(finish, range(len(plans)))
+    return results
 
 
 def _compact_whole(spark, storage: Storage, contexts, groups: Sequence[GroupSpec],
@@ -319,19 +347,21 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
 
 
 def _latest_dirty(rows: pa.Table, dirty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(offsets, greatest dirty offset of each row's key)`` over one-chunk ``rows``
-    (-1 where the key has no ``dirty`` row): the keys hashed to codes by Arrow, one
-    code per (partition plan, key), the maximum per code by numpy."""
+    """``(offsets, greatest dirty offset of each row's key)`` over ``rows`` (in any number
+    of chunks: none is copied) (-1 where the key has no ``dirty`` row): the keys hashed to
+    codes by Arrow, one code per (partition plan, key), the maximum per code by numpy."""
     import pyarrow.compute as pc
 
-    keys = pc.dictionary_encode(rows.column("key").chunk(0))
-    width = len(keys.dictionary)
-    codes = keys.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    plan = rows.column("plan").chunk(0)
+    # A chunked column is encoded against one table of keys: indices agree across chunks.
+    keys = pc.dictionary_encode(rows.column("key")).chunks
+    width = max((len(k.dictionary) for k in keys), default=0)
+    codes = np.concatenate([k.indices.to_numpy(zero_copy_only=False) for k in keys]
+                           or [np.zeros(0, np.int32)]).astype(np.int64)
+    plan = rows.column("plan")
     plans = pc.unique(plan)
     if len(plans) > 1:   # offsets are unique within one partition only: a code per (plan, key)
-        codes += width * pc.index_in(plan, value_set=plans).to_numpy(zero_copy_only=False)
-    offsets = rows.column("offset").chunk(0).to_numpy(zero_copy_only=False)
+        codes += width * pc.index_in(plan, value_set=plans).to_numpy()
+    offsets = rows.column("offset").to_numpy()
     latest = np.full(width * len(plans), -1, np.int64)
     np.maximum.at(latest, codes[dirty], offsets[dirty])
     return offsets, latest[codes]
@@ -371,16 +401,17 @@ def survivors(rows: pa.Table) -> pa.Table:
                             ("pid", pa.int64())])
     if rows.num_rows == 0:
         return out_schema.empty_table()
-    rows = rows.combine_chunks()
     kind = rows.column("kind").to_numpy()
-    rec = rows.filter(pa.array(kind == KIND_RECORD)).combine_chunks()
+    rec = kind == KIND_RECORD
     parts = []
-    if rec.num_rows:
-        dirty = rec.column("dirty").chunk(0).to_numpy(zero_copy_only=False)
-        offsets, latest = _latest_dirty(rec, dirty)
-        keep = offsets >= latest
+    if rec.any():
+        # Every row is hashed, transaction rows too (no copy of the record rows): only
+        # dirty record rows set a key's latest offset, and only record rows are kept.
+        dirty = rows.column("dirty").to_numpy() & rec
+        offsets, latest = _latest_dirty(rows, dirty)
+        keep = rec & (offsets >= latest)
         n = int(keep.sum())
-        parts.append(pa.table([rec.column("grp").filter(pa.array(keep)),
+        parts.append(pa.table([pa.array(rows.column("grp").to_numpy()[keep]),
                                pa.array(np.full(n, KIND_RECORD, np.int8)),
                                pa.array(offsets[keep]), pa.array(np.full(n, -1, np.int64))],
                               schema=out_schema))

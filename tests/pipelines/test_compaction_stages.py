@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import itertools
 
-from kafkastore.maintenance.compaction import STATUS_CLEANED, group_specs, load_plan, scan_tasks
+from kafkastore.maintenance.compaction import STATUS_CLEANED, load_plan
 from kafkastore.maintenance.compaction_rewrite import compact_partition_local
 from kafkastore.storage import Storage
 from kafkastore.write.log_writer import LogWriter as Broker
-from pipelines.jobs.log_compaction import compact_topic, run_plans
+from pipelines.jobs.log_compaction import compact_topic, planned_bytes, run_plans
 from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest, make_topic,
                                       produce, produce_segments, read_all)
 
@@ -37,7 +37,10 @@ def _jobs_of(spark, run):
 def _topic(storage, partitions, keys_of=lambda p: 7):
     """A compacted topic whose partition ``p`` holds 8 rounds (a segment each) over
     ``keys_of(p)`` keys, tombstones and a committed and an aborted transaction among them."""
-    make_topic(storage, partitions=partitions, segment_bytes=400, delete_retention_ms=1000)
+    # file.delete.delay.ms: on a loaded machine a pass may take longer than half the default
+    # 60 s between its first upload and its commit, and would then give up
+    make_topic(storage, partitions=partitions, segment_bytes=400, delete_retention_ms=1000,
+               file_delete_delay_ms=3_600_000)
     for p in range(partitions):
         produce_segments(storage, [[(f"k{(i * 3 + j) % keys_of(p)}",
                                      None if (i + j) % 5 == 4 else f"v{i}.{j}")
@@ -73,8 +76,7 @@ def _compact_between(spark, storage, now):
         m, plan = load_plan(storage, TOPIC, p, now, force=True)
         plans.append(plan)
         manifests.append(m)
-        tasks = scan_tasks(storage, [plan], group_specs([plan]), [m])
-        sizes.append(sum(t.range.size for t in tasks))
+        sizes.append(planned_bytes(plan))
     assert sizes[1] < sizes[0]
     return _jobs_of(spark, lambda: run_plans(spark, storage, plans, manifests,
                                              task_bytes=sizes[1], raise_errors=True))
