@@ -19,8 +19,9 @@
    attributed to the housekeeping steps (merge, gc) whose spans overlap it, and the steps of
    the produce commits that acknowledged it are summed. Then, for the first and the worst
    tenth, what each slow ack waited on most: a storage call of the ack path in flight (and
-   which), the broker not running (a probe thread in the broker that sleeps 1 ms at a time
-   woke late: no GIL or no CPU), or neither (queued behind earlier requests), and the share
+   which), the broker not running Python for it (a probe thread in the broker that sleeps
+   1 ms at a time woke late: where the same probe in this process was late too, no CPU; where
+   it was on time, the broker's other threads held the GIL), or neither (queued behind earlier requests), and the share
    of that wait during which housekeeping's storage calls (by their lane) were in flight.
 
 No assertion is made on speed.
@@ -34,6 +35,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,6 +54,23 @@ _PROBE_S = 0.001
 _IO_VERBS = ("put", "put_many", "put_if_absent", "get", "list", "exists", "delete")
 
 
+def _start_outside_probe(late: list) -> threading.Event:
+    """The same 1 ms sleeper in this (bench) process, whose GIL the broker does not share: its
+    late wake-ups are the machine's (no CPU), the broker's probe's beyond them the GIL's."""
+    stop = threading.Event()
+
+    def probe():
+        while not stop.is_set():
+            t = time.monotonic()
+            time.sleep(_PROBE_S)
+            over = time.monotonic() - t - _PROBE_S
+            if over > _PROBE_S:
+                late.append((t, over))
+
+    threading.Thread(target=probe, name="trickle-outside-probe", daemon=True).start()
+    return stop
+
+
 def _install_wait_probes(out_path: str) -> None:
     """Inside the broker: record each storage call with its lane (the ack path's or
     housekeeping's) and, from a thread that sleeps 1 ms at a time, every wake-up more than
@@ -59,12 +78,11 @@ def _install_wait_probes(out_path: str) -> None:
     times on the monotonic clock."""
     import atexit
     import functools
-    import threading
 
     from kafkastore import storage, threads  # lazy: only inside the broker process
 
     io: list[tuple[float, str, str, float]] = []    # (start, lane, verb, seconds)
-    late: list[tuple[float, float]] = []             # (when the sleep began, seconds late)
+    late: list[tuple[float, float, float]] = []      # (sleep began, seconds late, CPU share)
 
     def timed(verb, orig):
         @functools.wraps(orig)
@@ -82,11 +100,11 @@ def _install_wait_probes(out_path: str) -> None:
 
     def probe():
         while True:
-            t = time.monotonic()
+            t, cpu = time.monotonic(), time.process_time()
             time.sleep(_PROBE_S)
-            over = time.monotonic() - t - _PROBE_S
-            if over > _PROBE_S:
-                late.append((t, over))
+            wall = time.monotonic() - t
+            if wall - _PROBE_S > _PROBE_S:   # with the share of a core the broker used
+                late.append((t, wall - _PROBE_S, (time.process_time() - cpu) / wall))
 
     threading.Thread(target=probe, name="trickle-probe", daemon=True).start()
 
@@ -186,10 +204,15 @@ def _union_within(spans: list[tuple[float, float]], lo: float, hi: float) -> flo
     return covered
 
 
+_GIL = "broker's other threads (GIL)"
+_NO_CPU = "no CPU (late outside the broker too)"
+
+
 def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: float) -> None:
     """Print, for the acks sent in [lo, hi) slower than ``slow_s``, what most of each one's
-    wait was: a store call of the ack path in flight, the broker not running (the probe's
-    late wake-ups: no GIL or no CPU), or neither (queued behind earlier requests, sockets);
+    wait was: a store call of the ack path in flight, the broker not running Python for it
+    (the probe's late wake-ups: where the same probe outside the broker was late too, no
+    CPU; else the GIL), or neither (queued behind earlier requests, sockets);
     and how much of it housekeeping's store calls were in flight."""
     by_lane: dict[str, list[tuple[float, float]]] = {"ack": [], "housekeeping": []}
     by_verb: dict[str, list[tuple[float, float]]] = {}
@@ -200,21 +223,26 @@ def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: 
             by_verb.setdefault(verb, []).append(span)
     for spans in (*by_lane.values(), *by_verb.values()):
         spans.sort()
-    late = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + over)
-                  for t, over in waits["late"])
+    inside = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + over)
+                    for t, over, _ in waits["late"])
+    outside = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + over)
+                     for t, over in waits.get("outside", ()))
+    both = sorted(inside + outside)
     slow = [(t, lat) for t, lat in acks if lo <= t < hi and lat > slow_s]
     if not slow:
         return
     kinds: dict[str, int] = {}
     verbs: dict[str, int] = {}
     share_hk = 0.0
-    totals = {"ack-path store calls": 0.0, "broker not running (GIL/CPU)": 0.0, "neither": 0.0}
+    totals = {"ack-path store calls": 0.0, _GIL: 0.0, _NO_CPU: 0.0, "neither": 0.0}
     for t, lat in slow:
         io = _union_within(by_lane["ack"], t, t + lat)
-        stalled = _union_within(late, t, t + lat)
-        rest = max(0.0, lat - io - stalled)
-        parts = {"ack-path store calls": io, "broker not running (GIL/CPU)": stalled,
-                 "neither": rest}
+        # Late inside the broker while a probe outside it was on time: the broker's own
+        # threads kept the probe from the GIL. Late in both: the machine gave no CPU.
+        no_cpu = _union_within(outside, t, t + lat)
+        gil = _union_within(both, t, t + lat) - no_cpu
+        parts = {"ack-path store calls": io, _GIL: gil, _NO_CPU: no_cpu,
+                 "neither": max(0.0, lat - max(io, gil + no_cpu))}
         for k, v in parts.items():
             totals[k] += v
         kind = max(parts, key=parts.get)
@@ -229,7 +257,7 @@ def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: 
              + ")" if verbs else ""))
     print("  their waiting, summed (s): " + ", ".join(f"{k} {v:.2f}" for k, v in totals.items())
           + f"; housekeeping's store calls in flight during {share_hk / len(slow):.0%} of it")
-    wide = [o for _, o in waits["late"]]
+    wide = [o for _, o, _ in waits["late"]]
     if wide:
         print(f"  broker late wake-ups over the run: {len(wide)}, p50 {statistics.median(wide) * 1e3:.1f} ms, "
               f"max {max(wide) * 1e3:.0f} ms")
@@ -287,6 +315,8 @@ def main() -> int:
         acks: list[tuple[float, float]] = []  # (send time since start, latency s)
         failed: list = []
         loads: list[tuple[float, float]] = []
+        outside_late: list[tuple[float, float]] = []
+        stop_probe = _start_outside_probe(outside_late)
         t_start = time.perf_counter()  # CLOCK_MONOTONIC on Linux, as the broker's time.monotonic
 
         def on_delivery(err, msg):
@@ -314,6 +344,7 @@ def main() -> int:
             next_at += interval
             p.poll(0)
         left = p.flush(120)
+        stop_probe.set()
         del p
         if left or failed:
             print(f"produce failed: {left} undelivered, errors {failed[:3]}", file=sys.stderr)
@@ -349,6 +380,7 @@ def main() -> int:
         if waits_file and os.path.exists(waits_file):
             with open(waits_file) as f:
                 waits = json.load(f)
+            waits["outside"] = outside_late
             for k in sorted({0, worst}):
                 print(f"  tenth {k + 1}:" if k != worst else f"  worst tenth {k + 1}:")
                 _waited_on(acks, waits, t_start, k * dur / 10, (k + 1) * dur / 10, p99[0] / 1e3)
