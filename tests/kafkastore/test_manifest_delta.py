@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from kafkastore import layout, manifest_delta
+from kafkastore import layout
+from kafkastore.manifest import delta as manifest_delta
 from kafkastore.read.verify import verify_partition
 from kafkastore.errors import CorruptMetadataError, ObjectNotFoundError
 from kafkastore.manifest import _Head  # noqa: F401 (a remembered head, for one test)

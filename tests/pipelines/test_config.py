@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore import config as log_config
+from kafkastore.cli import log_config
 from tests.helpers.cli import config_error, write_conf
 from pipelines.cli import main
 from pipelines.spec.job_config import Config, load_config
