@@ -18,11 +18,13 @@
    gc and storage call inside the broker; an ack slower than the first tenth's p99 is
    attributed to the housekeeping steps (merge, gc) whose spans overlap it, and the steps of
    the produce commits that acknowledged it are summed. Then, for the first and the worst
-   tenth, what each slow ack waited on most: a storage call of the ack path in flight (and
-   which), the broker not running Python for it (a probe thread in the broker that sleeps
-   1 ms at a time woke late: where the same probe in this process was late too, no CPU; where
-   it was on time, the broker's other threads held the GIL), or neither (queued behind earlier requests), and the share
-   of that wait during which housekeeping's storage calls (by their lane) were in flight.
+   tenth, what each slow ack waited on most: a storage call of the default lane in flight
+   (the ack path's commits, but also heartbeats, leases and fetch reads; and which verb),
+   the broker not running Python for it (a probe thread in the broker that sleeps 1 ms at a
+   time woke late: where the same probe in this process was late too, no CPU; where it was
+   on time, the broker's other threads held the GIL), or neither (queued behind earlier
+   requests), and the share of that wait during which housekeeping's storage calls (by
+   their lane) were in flight.
 
 No assertion is made on speed.
 """
@@ -210,7 +212,7 @@ _NO_CPU = "no CPU (late outside the broker too)"
 
 def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: float) -> None:
     """Print, for the acks sent in [lo, hi) slower than ``slow_s``, what most of each one's
-    wait was: a store call of the ack path in flight, the broker not running Python for it
+    wait was: a store call of the default lane in flight, the broker not running Python for it
     (the probe's late wake-ups: where the same probe outside the broker was late too, no
     CPU; else the GIL), or neither (queued behind earlier requests, sockets);
     and how much of it housekeeping's store calls were in flight."""
@@ -234,20 +236,20 @@ def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: 
     kinds: dict[str, int] = {}
     verbs: dict[str, int] = {}
     share_hk = 0.0
-    totals = {"ack-path store calls": 0.0, _GIL: 0.0, _NO_CPU: 0.0, "neither": 0.0}
+    totals = {"default-lane store calls": 0.0, _GIL: 0.0, _NO_CPU: 0.0, "neither": 0.0}
     for t, lat in slow:
         io = _union_within(by_lane["ack"], t, t + lat)
         # Late inside the broker while a probe outside it was on time: the broker's own
         # threads kept the probe from the GIL. Late in both: the machine gave no CPU.
         no_cpu = _union_within(outside, t, t + lat)
         gil = _union_within(both, t, t + lat) - no_cpu
-        parts = {"ack-path store calls": io, _GIL: gil, _NO_CPU: no_cpu,
+        parts = {"default-lane store calls": io, _GIL: gil, _NO_CPU: no_cpu,
                  "neither": max(0.0, lat - max(io, gil + no_cpu))}
         for k, v in parts.items():
             totals[k] += v
         kind = max(parts, key=parts.get)
         kinds[kind] = kinds.get(kind, 0) + 1
-        if kind == "ack-path store calls":
+        if kind == "default-lane store calls":
             verb = max(by_verb, key=lambda v: _union_within(by_verb[v], t, t + lat))
             verbs[verb] = verbs.get(verb, 0) + 1
         share_hk += _union_within(by_lane["housekeeping"], t, t + lat) / lat
