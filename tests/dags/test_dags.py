@@ -12,7 +12,8 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import committed_offsets
 from pipelines.warehouse.properties import VALIDATED_TAG
 
 DAGS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -101,7 +102,7 @@ def _run(dag, **kwargs):
 
 
 def _table(warehouse, table="order_events"):
-    return ice.Warehouse(warehouse).table(table)
+    return Warehouse(warehouse).table(table)
 
 
 def _rows(warehouse, table="order_events"):
@@ -154,7 +155,7 @@ def test_load_dag_rerun_of_the_same_interval_changes_nothing(loaded, kafkastore_
     assert str(dr.state) == "success", states
     after, after_rows = _rows(kafkastore_env["warehouse"])
     assert after.current_snapshot().snapshot_id == before.current_snapshot().snapshot_id
-    assert ice.committed_offsets(after) == ice.committed_offsets(before)
+    assert committed_offsets(after) == committed_offsets(before)
     assert after_rows.num_rows == before_rows.num_rows == 119
 
 
@@ -177,7 +178,7 @@ def test_reprocess_dag_with_params(loaded, kafkastore_env):
     # The same rows, every offset once, the committed offsets unchanged.
     offsets = list(zip(tbl.column("partition").to_pylist(), tbl.column("offset").to_pylist()))
     assert len(offsets) == len(set(offsets)) == 119
-    assert ice.committed_offsets(table) == ice.committed_offsets(before)
+    assert committed_offsets(table) == committed_offsets(before)
 
 
 def test_reprocess_dag_refuses_bad_params_without_retrying(loaded, kafkastore_env):

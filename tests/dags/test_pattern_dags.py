@@ -11,7 +11,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.properties import VALIDATED_TAG
 
 DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -65,7 +65,7 @@ def test_the_pattern_dag_loads_and_validates_one_table_per_topic(env, airflow_db
     validated = sorted(ti.rendered_map_index for ti in tis if ti.task_id == "validate")
     assert validated == ["web.clicks_eu", "web.clicks_us"]
     assert all(str(ti.state) == "success" for ti in tis)
-    wh = ice.Warehouse(env["warehouse"])
+    wh = Warehouse(env["warehouse"])
     assert sorted(wh.list_tables()) == ["web.clicks_eu", "web.clicks_eu_dead_letters",
                                         "web.clicks_us", "web.clicks_us_dead_letters"]
     for table in ("web.clicks_eu", "web.clicks_us"):

@@ -12,7 +12,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 
 DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "dags", "kafkastore_dags.py")
@@ -45,7 +45,7 @@ def env(tmp_path_factory):
 
 
 def _state(warehouse):
-    rows = ice.Warehouse(warehouse).table("accounts").scan().to_arrow().to_pylist()
+    rows = Warehouse(warehouse).table("accounts").scan().to_arrow().to_pylist()
     assert rows and "value" not in rows[0]
     return {r["id"]: r["balance"] for r in rows}
 

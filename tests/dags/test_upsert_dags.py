@@ -10,7 +10,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.properties import VALIDATED_TAG
 
 DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -50,7 +50,7 @@ def test_upsert_load_dag_loads_validates_and_maintains(upsert_env, airflow_db, s
     dr = dag.test(logical_date=datetime(2024, 1, 1, 1, tzinfo=timezone.utc))
     states = {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
     assert states == {"load": "success", "validate": "success", "maintain": "success"}, states
-    table = ice.Warehouse(upsert_env["warehouse"]).table("accounts")
+    table = Warehouse(upsert_env["warehouse"]).table("accounts")
     rows = {r["id"]: r["balance"] for r in table.scan().to_arrow().to_pylist()}
     assert rows == {"a0": 35, "a1": 36, "a2": 37, "a3": 38}
     # The load's snapshot is validated; maintenance found nothing small to merge

@@ -7,7 +7,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.commit import KafkaCommit, commit
 from pipelines.spec.offset_ranges import OffsetRange
 
 SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -39,6 +39,6 @@ def write(wh, table, data) -> str:
 
 def load(wh, table, topic, p, start, stop, run_id=None, **kw):
     url = write(wh, table, rows(topic, p, start, stop))
-    c = ice.KafkaCommit(run_id or f"run-{uuid.uuid4().hex[:8]}", "load",
+    c = KafkaCommit(run_id or f"run-{uuid.uuid4().hex[:8]}", "load",
                         (OffsetRange(topic, p, start, stop),), files=(url,), **kw)
-    return ice.commit(table, c)
+    return commit(table, c)

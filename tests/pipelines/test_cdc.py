@@ -15,7 +15,8 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.decoding.cdc import key_fields, with_default_keys
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
@@ -44,14 +45,14 @@ def _spec(keys=("id",), **kw):
 
 
 def _state(wh):
-    rows = ice.read_arrow(wh.table("customers")).to_pylist()
+    rows = read_arrow(wh.table("customers")).to_pylist()
     return {r["id"]: r for r in rows}
 
 
 def test_snapshot_then_changes_give_the_source_table(spark, tmp_path):
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     storage = make_topic(root, partitions=2)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     _send(storage, _events("debezium_postgres_customers.jsonl"), 1_700_000_000_000)
     summary = run_load(spark, root=root, warehouse=wh, spec=_spec(), progress=False)
     assert summary.dead_letters == 0
@@ -88,10 +89,10 @@ def test_events_that_are_not_row_changes_are_dead_letters(spark, tmp_path):
                                        "ts_ms": 1700000400000, "source": {"lsn": 1}}}
     not_cdc = {"key": {"id": 9}, "value": {"id": 9, "email": "plain row"}}
     _send(storage, [good, truncate, not_cdc], 1_700_000_000_000)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     summary = run_load(spark, root=root, warehouse=wh, spec=_spec(), progress=False)
     assert summary.dead_letters == 2
-    dead = ice.read_arrow(wh.table("customers_dead_letters")).to_pylist()
+    dead = read_arrow(wh.table("customers_dead_letters")).to_pylist()
     assert sorted(d["error"] for d in dead) == ["Debezium op t is not a row change",
                                                 "not a Debezium change event (no op field)"]
     assert list(_state(wh)) == [1001]
@@ -129,7 +130,7 @@ def test_key_columns_default_to_the_kafka_key(spark, tmp_path):
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     storage = make_topic(root, partitions=2)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     _send(storage, _events("debezium_postgres_customers.jsonl"), 1_700_000_000_000)
     summary = run_load(spark, root=root, warehouse=wh, spec=_spec(keys=()), progress=False)
     assert summary.dead_letters == 0
@@ -146,7 +147,7 @@ def test_keys_that_name_no_columns_ask_for_key_columns(spark, tmp_path):
     storage = make_topic(root, partitions=1)
     events = [dict(e, key="1001") for e in _events("debezium_postgres_customers.jsonl")[:1]]
     _send(storage, events, 1_700_000_000_000)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     with pytest.raises(ConfigError, match="key-columns"):
         run_load(spark, root=root, warehouse=wh, spec=_spec(keys=()), progress=False)
     assert wh.load_table("customers") is None

@@ -16,7 +16,7 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from pipelines import iceberg as ice
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, warehouse_for
@@ -122,7 +122,7 @@ def _spec(url: str, keys=("id",)) -> LoadSpec:
 
 
 def _state(tbl) -> dict:
-    return {r["id"]: r for r in ice.read_arrow(tbl).to_pylist()}
+    return {r["id"]: r for r in read_arrow(tbl).to_pylist()}
 
 
 def test_avro_snapshot_update_delete_give_the_source_table(spark, tmp_path, registry):
@@ -191,7 +191,7 @@ def test_avro_events_that_are_not_row_changes_are_dead_letters(spark, tmp_path, 
     ], 1_700_000_000_000)
     s = run_load(spark, root=root, warehouse=wh, spec=_spec(registry.url), progress=False)
     assert s.dead_letters == 2
-    dead = ice.read_arrow(wh.table("customers_dead_letters")).to_pylist()
+    dead = read_arrow(wh.table("customers_dead_letters")).to_pylist()
     assert sorted(d["error"] for d in dead) == ["Debezium op t is not a row change",
                                                 "op c without after"]
     assert list(_state(wh.table("customers"))) == [1001]
@@ -321,7 +321,7 @@ def test_avro_debezium_encodings_become_the_columns_types(spark, tmp_path, regis
     assert all(state[1007][c] is None for c in good)
     assert s.dead_letters == len(bad)
     dead = {json.loads(json.dumps(d["offset"])): d["error"]
-            for d in ice.read_arrow(wh.table("customers_dead_letters")).to_pylist()}
+            for d in read_arrow(wh.table("customers_dead_letters")).to_pylist()}
     assert len(dead) == len(bad) and all(dead.values())
     by_offset = dict(zip(range(1, 1 + len(bad)), bad))
     for offset, error in dead.items():

@@ -12,7 +12,8 @@ import decimal
 import json
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.decoding.cdc import debezium_row
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
@@ -88,13 +89,13 @@ def test_values_that_do_not_fit_are_dead_letters_with_a_reason(spark, tmp_path):
     for i, e in enumerate(events):
         broker.send("t", json.dumps(e).encode(), key=b'{"id": %d}' % i, timestamp=1_700_000_000_000 + i)
     broker.flush()
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     spec = LoadSpec(topic="t", table="typed", cdc="debezium", key_columns=("id",),
                     value_format="json", value_schema=DDL, partition_by=())
     summary = run_load(spark, root=root, warehouse=wh, spec=spec, progress=False)
-    rows = {r["id"]: r for r in ice.read_arrow(wh.table("typed")).to_pylist()}
+    rows = {r["id"]: r for r in read_arrow(wh.table("typed")).to_pylist()}
     dead = sorted((d["offset"], d["error"]) for d in
-                  ice.read_arrow(wh.table("typed_dead_letters")).to_pylist())
+                  read_arrow(wh.table("typed_dead_letters")).to_pylist())
     assert sorted(rows) == [1, 7], dead
     r = rows[1]
     assert r["born"] == dt.date(2022, 1, 8)

@@ -18,7 +18,9 @@ from tests.helpers.cluster import group_alive, standalone_cluster
 JOB = r'''
 import json, sys, time
 from pipelines.session import get_spark
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import KafkaCommit, commit, committed_offsets
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import nullable, raw_schema
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.table_files import DESCRIPTOR_DDL, write_files
@@ -46,7 +48,7 @@ rows = spark.sql("""
          't' AS topic, CAST(id % 2 AS INT) AS partition, id DIV 2 AS offset,
          TIMESTAMP_MILLIS(1700000000000 + id) AS timestamp
   FROM range(0, 100, 1, 4)""")
-wh = ice.Warehouse(warehouse)
+wh = Warehouse(warehouse)
 table = wh.create_table("cluster_tbl", nullable(raw_schema()))
 location = table.location()
 
@@ -58,15 +60,15 @@ def write(batches):
         yield pa.RecordBatch.from_pylist(out, schema=descriptor_schema())
 
 urls = [r.url for r in rows.mapInArrow(write, DESCRIPTOR_DDL).collect()]
-ice.commit(table, ice.KafkaCommit("cluster-run", "load",
+commit(table, KafkaCommit("cluster-run", "load",
                                   (OffsetRange("t", 0, 0, 50), OffsetRange("t", 1, 0, 50)),
                                   tuple(urls)))
 table = wh.table("cluster_tbl")
-back = ice.read_arrow(table)
+back = read_arrow(table)
 print("RESULT " + json.dumps({
     "executors": executors, "rows": sum(p["n"] for p in parts),
     "pids": len({p["pid"] for p in parts}), "master": sc.master,
-    "committed": {f"{t}/{p}": n for (t, p), n in ice.committed_offsets(table).items()},
+    "committed": {f"{t}/{p}": n for (t, p), n in committed_offsets(table).items()},
     "read_back": back.num_rows}))
 spark.stop()
 '''

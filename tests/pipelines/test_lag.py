@@ -1,7 +1,7 @@
 """pipelines.lag: the committed offsets and lag of the warehouse tables loading a topic."""
 from __future__ import annotations
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 from pipelines.jobs.lag import committed_offsets_by_table, table_lag
 from tests.helpers.iceberg_tables import SCHEMA, load
 
@@ -10,8 +10,8 @@ PARTITIONS = {"0": {"log_start_offset": 0, "high_watermark": 10},
               "2": {"log_start_offset": 3, "high_watermark": 5}}
 
 
-def warehouse(tmp_path) -> ice.Warehouse:
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+def warehouse(tmp_path) -> Warehouse:
+    wh = Warehouse(f"file://{tmp_path}/wh")
     orders = wh.create_table("orders", SCHEMA)
     load(wh, orders, "t", 0, 0, 4)
     load(wh, wh.load_table("orders"), "t", 1, 0, 2)

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import committed_offsets
+from pipelines.warehouse.reads import plan_scan, read_arrow
 from pipelines.jobs.load import run_load
 from tests.helpers.cluster import standalone_cluster
 from tests.helpers.loads import assert_exactly_once, make_topic, produce
@@ -39,11 +41,11 @@ def _value(i):
     return b"oops" if i % 11 == 4 else json.dumps({"id": i, "name": f"n{i}"}).encode()
 
 
-def _contents(wh: ice.Warehouse):
+def _contents(wh: Warehouse):
     """Rows of the table and of its dead letters, sorted by (partition, offset)."""
     out = {}
     for kind, name in (("data", "tbl"), ("dead_letter", "tbl_dead_letters")):
-        rows = ice.read_arrow(wh.table(name)).to_pylist()
+        rows = read_arrow(wh.table(name)).to_pylist()
         out[kind] = sorted(rows, key=lambda r: (r["partition"], r["offset"]))
     return out
 
@@ -71,11 +73,11 @@ def test_cluster_load_equals_local_load(spark, tmp_path):
     local = run_load(spark, root=root, topic="t", warehouse=f"file://{tmp_path}/wh-local",
                      table="tbl", value_format="json", value_schema="id long, name string",
                      progress=False)
-    on_cluster = ice.Warehouse(f"file://{tmp_path}/wh-cluster")
-    on_local = ice.Warehouse(f"file://{tmp_path}/wh-local")
-    assert ice.committed_offsets(on_cluster.table("tbl")) == ice.committed_offsets(on_local.table("tbl"))
+    on_cluster = Warehouse(f"file://{tmp_path}/wh-cluster")
+    on_local = Warehouse(f"file://{tmp_path}/wh-local")
+    assert committed_offsets(on_cluster.table("tbl")) == committed_offsets(on_local.table("tbl"))
     assert local.dead_letters == result["summary"]["dead_letters"] > 0
     assert _contents(on_cluster) == _contents(on_local)
     assert_exactly_once(storage, "t", on_cluster)
     # Small input splits: the cluster run wrote several files per partition.
-    assert len(ice.plan_scan(on_cluster.table("tbl")).files) > 3
+    assert len(plan_scan(on_cluster.table("tbl")).files) > 3

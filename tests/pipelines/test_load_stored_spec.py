@@ -10,7 +10,8 @@ import os
 import pytest
 
 from kafkastore.errors import ConfigError
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.cli import main as cli_main
 from pipelines.jobs.load import base_decoded_schema, nullable
 from pipelines.spec.load_spec import LoadSpec, stored_load
@@ -31,7 +32,7 @@ def _table(wh, spec: LoadSpec, with_properties: bool = True):
 
 @pytest.fixture
 def wh(tmp_path):
-    return ice.Warehouse(f"file://{tmp_path}/wh")
+    return Warehouse(f"file://{tmp_path}/wh")
 
 
 def test_every_load_property_is_under_the_one_prefix():
@@ -131,7 +132,7 @@ def test_a_load_refused_on_its_key_columns_creates_nothing(run):
                      "--value-schema", DDL)
     line = one_error_line(rc, err)
     assert "account_id" in line
-    wh = ice.Warehouse(f"file://{run.wh_dir}")
+    wh = Warehouse(f"file://{run.wh_dir}")
     assert wh.list_tables() == []
     assert not os.path.exists(run.wh_dir) or not any(
         files for _, _, files in os.walk(run.wh_dir))
@@ -243,7 +244,7 @@ def test_cli_flags_equal_to_the_defaults_conflict_with_the_table(run):
     assert run("produce", "accounts", stdin=json.dumps(
         {"key": "a9", "value": {"id": "a9", "balance": 9}}) + "\n")[0] == 0
     assert run("load", "accounts", "--table", "accounts")[0] == 0
-    tbl = ice.Warehouse(f"file://{run.wh_dir}").table("accounts")
+    tbl = Warehouse(f"file://{run.wh_dir}").table("accounts")
     assert [f.name for f in tbl.spec().fields] == ["partition"]
-    rows = ice.read_arrow(tbl).to_pylist()
+    rows = read_arrow(tbl).to_pylist()
     assert len(rows) == 7 and {r["id"] for r in rows} == {"a0", "a1", "a2", "a9"}

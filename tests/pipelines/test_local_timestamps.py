@@ -12,7 +12,8 @@ import pytest
 from pyiceberg.types import TimestampType, TimestamptzType
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.spec.table_layout import TableLayout
@@ -63,7 +64,7 @@ def test_a_load_stores_local_timestamps_without_zone(spark, tmp_path):
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
     _produce(root, range(3))
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     spec = SPEC
     summary = run_load(spark, root=root, warehouse=wh, spec=spec, progress=False)
     assert summary.dead_letters == 0
@@ -71,7 +72,7 @@ def test_a_load_stores_local_timestamps_without_zone(spark, tmp_path):
     fields = {f.name: f.field_type for f in tbl.schema().fields}
     assert isinstance(fields["lms"], TimestampType) and isinstance(fields["lus"], TimestampType)
     assert isinstance(fields["ts"], TimestamptzType)
-    rows = ice.read_arrow(tbl).to_pylist()
+    rows = read_arrow(tbl).to_pylist()
     assert {(r["lms"], r["lus"]) for r in rows} == {(LOCAL, LOCAL)}
     # The next load appends to the same columns; the Kafka timestamp keeps its zone.
     _produce(root, range(3, 5))
@@ -79,7 +80,7 @@ def test_a_load_stores_local_timestamps_without_zone(spark, tmp_path):
     tbl = wh.table("lt")
     assert _zones(tbl) == {"timestamp": TimestamptzType, "lms": TimestampType,
                            "lus": TimestampType, "ts": TimestamptzType}
-    rows = ice.read_arrow(tbl).to_pylist()
+    rows = read_arrow(tbl).to_pylist()
     assert len(rows) == 5 and {(r["lms"], r["lus"]) for r in rows} == {(LOCAL, LOCAL)}
     assert {r["ts"] for r in rows} == {LOCAL.replace(tzinfo=dt.timezone.utc)}
     assert {r["timestamp"].tzinfo is not None for r in rows} == {True}
@@ -96,7 +97,7 @@ def test_a_table_with_zoned_columns_keeps_them(spark, tmp_path):
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
     _produce(root, range(3))
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     zoned = pa.timestamp("us", tz="UTC")
     old = base_decoded_schema()
     for name, t in (("id", pa.int64()), ("lms", zoned), ("lus", zoned), ("ts", zoned)):
@@ -107,7 +108,7 @@ def test_a_table_with_zoned_columns_keeps_them(spark, tmp_path):
     tbl = wh.table("lt")
     assert set(_zones(tbl).values()) == {TimestamptzType}
     utc = LOCAL.replace(tzinfo=dt.timezone.utc)
-    assert {(r["lms"], r["lus"], r["ts"]) for r in ice.read_arrow(tbl).to_pylist()} == {
+    assert {(r["lms"], r["lus"], r["ts"]) for r in read_arrow(tbl).to_pylist()} == {
         (utc, utc, utc)}
 
 
@@ -117,17 +118,17 @@ def test_reprocess_of_local_timestamps_gives_the_same_table(spark, tmp_path):
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
     _produce(root, range(4))
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     run_load(spark, root=root, warehouse=wh, spec=SPEC, progress=False)
     before = wh.table("lt")
     schema_before = before.schema().as_arrow()
-    rows_before = sorted(ice.read_arrow(before).to_pylist(), key=lambda r: r["offset"])
+    rows_before = sorted(read_arrow(before).to_pylist(), key=lambda r: r["offset"])
     s = run_reprocess(spark, root=root, warehouse=wh, topic="t", table="lt", from_offset=0,
                       reason="same decoder", progress=False)
     assert not s.noop and s.rows == 4
     after = wh.table("lt")
     assert after.schema().as_arrow() == schema_before
-    assert sorted(ice.read_arrow(after).to_pylist(), key=lambda r: r["offset"]) == rows_before
+    assert sorted(read_arrow(after).to_pylist(), key=lambda r: r["offset"]) == rows_before
     assert _zones(after)["lms"] is TimestampType
 
 
@@ -168,7 +169,7 @@ def test_registry_loads_keep_the_table_kind_of_local_timestamps(spark, tmp_path,
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     make_topic(root, partitions=1)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     zoned = pa.timestamp("us", tz="UTC")
     if old_table:
         old = base_decoded_schema()
@@ -186,5 +187,5 @@ def test_registry_loads_keep_the_table_kind_of_local_timestamps(spark, tmp_path,
     assert _zones(tbl) == {"timestamp": TimestamptzType, "lms": local, "lus": local,
                            "ts": TimestamptzType}
     want = LOCAL.replace(tzinfo=dt.timezone.utc) if old_table else LOCAL
-    rows = ice.read_arrow(tbl).to_pylist()
+    rows = read_arrow(tbl).to_pylist()
     assert len(rows) == 5 and {(r["lms"], r["lus"]) for r in rows} == {(want, want)}

@@ -7,7 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import KafkaCommit, commit, committed_offsets
+from pipelines.warehouse.reads import plan_scan, read_arrow
 from pipelines.cli import main as cli_main
 from pipelines.jobs.maintain import maintain
 from pipelines.spec.offset_ranges import OffsetRange
@@ -28,7 +30,7 @@ def _append(table, partition, start, count, run_id):
                      "timestamp": pa.array([T0_US] * count, pa.timestamp("us", tz="UTC"))})
     files = write_files(table.location(), rows, run_id=run_id,
                         layout=TableLayout(partition_by=()))
-    return ice.commit(table, ice.KafkaCommit(
+    return commit(table, KafkaCommit(
         run_id, "load", (OffsetRange("t", partition, start, start + count),),
         tuple(f["url"] for f in files), footers={f["url"]: (f["bytes"], f["footer"])
                                                  for f in files}))
@@ -36,7 +38,7 @@ def _append(table, partition, start, count, run_id):
 
 @pytest.fixture
 def table(tmp_path):
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     tbl = wh.create_table("events", SCHEMA, TableLayout(partition_by=()))
     for i in range(4):
         _append(tbl, 0, i * 10, 10, f"r{i}")
@@ -44,11 +46,11 @@ def table(tmp_path):
 
 
 def _offsets(table):
-    return ice.committed_offsets(table.refresh())
+    return committed_offsets(table.refresh())
 
 
 def _sorted_rows(table, **kw):
-    return sorted(ice.read_arrow(table.refresh(), **kw).select(["partition", "offset"])
+    return sorted(read_arrow(table.refresh(), **kw).select(["partition", "offset"])
                   .to_pylist(), key=lambda r: (r["partition"], r["offset"]))
 
 
@@ -58,12 +60,12 @@ def test_small_files_become_one_snapshot_with_the_offsets_carried(table):
     result = maintain(table)
     table = table.refresh()
     assert (result.stats.files_rewritten, result.stats.files_written) == (4, 1)
-    assert len(ice.plan_scan(table).files) == 1
+    assert len(plan_scan(table).files) == 1
     assert _sorted_rows(table) == rows
     snap = table.current_snapshot()
     assert snap.parent_snapshot_id == before
     assert snap.summary["kafkastore.operation"] == "maintain"
-    assert ice.committed_offsets(table) == {("t", 0): 40}
+    assert committed_offsets(table) == {("t", 0): 40}
     # The replaced files stay for readers of the older snapshot (vacuum's job to expire).
     assert _sorted_rows(table, snapshot_id=before) == rows
     # Nothing left to do: no snapshot.
@@ -77,7 +79,7 @@ def test_maintain_racing_a_load_replans_and_keeps_the_load(table):
     """A load commits between maintenance's plan and its catalog swap: maintenance
     re-plans against the new head (the load's file is rewritten too, its offsets
     carried); the load is never lost."""
-    racer = ice.Warehouse(table.io.properties.get("warehouse") or
+    racer = Warehouse(table.io.properties.get("warehouse") or
                           table.location().rsplit("/default/", 1)[0]).table("events")
     real = type(table.catalog).commit_table
     fired = []
@@ -93,7 +95,7 @@ def test_maintain_racing_a_load_replans_and_keeps_the_load(table):
         result = maintain(table)
     table = table.refresh()
     assert fired and result.snapshot_id == table.current_snapshot().snapshot_id
-    assert ice.committed_offsets(table) == {("t", 0): 40, ("t", 1): 7}
+    assert committed_offsets(table) == {("t", 0): 40, ("t", 1): 7}
     assert len(_sorted_rows(table)) == 47
     assert table.current_snapshot().summary["kafkastore.operation"] == "maintain"
     assert result.stats.files_rewritten == 5
@@ -105,33 +107,33 @@ def test_position_deletes_are_folded_into_the_data(table):
     (task,) = list(table.scan().plan_files())
     add_position_delete(table, task, position=3)
     table = table.refresh()
-    assert ice.plan_scan(table).delete_files
+    assert plan_scan(table).delete_files
     want = [r for r in _sorted_rows(table)]
     assert len(want) == 39
     result = maintain(table)
     table = table.refresh()
     assert result.stats.delete_files_folded == 1
-    assert not ice.plan_scan(table).delete_files
-    assert ice.plan_scan(table).urls()      # Spark may read the files directly again
+    assert not plan_scan(table).delete_files
+    assert plan_scan(table).urls()      # Spark may read the files directly again
     assert _sorted_rows(table) == want
 
 
 def test_upsert_tables_are_rewritten_sorted_by_key_and_loads_go_on(tmp_path):
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     tbl = wh.create_table("up", SCHEMA, TableLayout(partition_by=()), properties=mode_properties("upsert", ("key",)))
     for i in range(3):
         batch = [{"key": f"k{j}".encode(), "value": f"{i}".encode(), "partition": 0,
                   "offset": i * 10 + j, "timestamp": i * 10 + j} for j in range(i, 10, 3)]
-        ice.commit(tbl, rows_commit(f"u{i}", ("key",), (), [OffsetRange("t", 0, i * 10, i * 10 + 10)],
+        commit(tbl, rows_commit(f"u{i}", ("key",), (), [OffsetRange("t", 0, i * 10, i * 10 + 10)],
                                     (), _rows(batch)))
         tbl = tbl.refresh()
-    state = {r["key"]: r["value"] for r in ice.read_arrow(tbl).to_pylist()}
+    state = {r["key"]: r["value"] for r in read_arrow(tbl).to_pylist()}
     maintain(tbl)
     tbl = tbl.refresh()
     (task,) = list(tbl.scan().plan_files())
     keys = pq.read_table(task.file.file_path[len("file://"):]).column("key").to_pylist()
     assert keys == sorted(keys)
-    assert {r["key"]: r["value"] for r in ice.read_arrow(tbl).to_pylist()} == state
+    assert {r["key"]: r["value"] for r in read_arrow(tbl).to_pylist()} == state
 
 
 def test_cli(table, capsys):

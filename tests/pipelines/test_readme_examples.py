@@ -14,7 +14,8 @@ import shlex
 
 import pytest
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.cli import main as cli_main
 from tests.helpers.cli import cli_runner
 
@@ -70,13 +71,13 @@ def run(spark, tmp_path, capsys, monkeypatch):
         assert rc == 0, (argv, err[-2000:])
         return out
 
-    ok.wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    ok.wh = Warehouse(f"file://{tmp_path}/wh")
     ok.raw = runner
     return ok
 
 
 def _rows(wh, table):
-    return ice.read_arrow(wh.table(table)).to_pylist()
+    return read_arrow(wh.table(table)).to_pylist()
 
 
 # ---------------------------------------------------------------------------

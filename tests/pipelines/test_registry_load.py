@@ -11,7 +11,9 @@ import pytest
 
 from kafkastore.errors import IncompatibleSchemaError
 from kafkastore.storage import Storage
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import committed_offsets
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, produce, warehouse_for
@@ -65,7 +67,7 @@ def spec(url: str, **kw) -> LoadSpec:
 
 
 def rows(tbl, snapshot_id=None) -> list[dict]:
-    data = ice.read_arrow(tbl, snapshot_id=snapshot_id)
+    data = read_arrow(tbl, snapshot_id=snapshot_id)
     cols = [c for c in ("id", "item", "note", "ship", "price") if c in data.column_names]
     return sorted(data.select(cols).to_pylist(), key=lambda r: r["id"])
 
@@ -126,9 +128,9 @@ def test_three_schema_versions_in_three_runs_and_time_travel(spark, tmp_path, re
     tbl = wh.table("orders")
     assert rows(tbl) == EXPECTED
     # Each snapshot keeps the schema it was committed with.
-    first = ice.read_arrow(tbl, snapshot_id=snaps[0])
+    first = read_arrow(tbl, snapshot_id=snaps[0])
     assert set(first.column_names) >= {"id", "item"} and "ship" not in first.column_names
-    assert "price" not in ice.read_arrow(tbl, snapshot_id=snaps[1]).column_names
+    assert "price" not in read_arrow(tbl, snapshot_id=snaps[1]).column_names
     out = io.StringIO()
     run_sql(spark, "SELECT id, ship.city AS city, price FROM orders ORDER BY id", root=root,
             warehouse=f"file://{tmp_path}/wh", fmt="jsonl", out=out, views_dir=None)
@@ -154,10 +156,10 @@ def test_bad_records_among_good_are_dead_letters(spark, tmp_path, registry):
     wh = warehouse_for(f"file://{tmp_path}/wh")
     s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
     assert (s.rows, s.dead_letters) == (4, 3)
-    got = ice.read_arrow(wh.table("orders")).sort_by("offset")
+    got = read_arrow(wh.table("orders")).sort_by("offset")
     assert got.column("offset").to_pylist() == [0, 2, 5, 6]
     assert got.column("id").to_pylist() == [0, 1, None, 2]    # the tombstone: a null row
-    dead = ice.read_arrow(wh.table("orders_dead_letters")).sort_by("offset").to_pylist()
+    dead = read_arrow(wh.table("orders_dead_letters")).sort_by("offset").to_pylist()
     assert [d["offset"] for d in dead] == [1, 3, 4]
     assert "no schema registry header" in dead[0]["error"]
     assert f"unknown schema id {sid + 999}" in dead[1]["error"]
@@ -186,7 +188,7 @@ def test_incompatible_change_goes_to_dead_letters(spark, tmp_path, registry):
     write(storage, "orders", v2, 1)
     s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
     assert (s.rows, s.dead_letters) == (0, 1)
-    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    dead = read_arrow(wh.table("orders_dead_letters")).to_pylist()
     assert "incompatible" in dead[0]["error"] and "item" in dead[0]["error"]
     assert str(wh.table("orders").schema().find_field("item").field_type) == "string"
 
@@ -201,7 +203,7 @@ def test_incompatible_change_fails_the_load(spark, tmp_path, registry):
         run_load(spark, root=root, warehouse=wh, progress=False,
                  spec=spec(registry.url, on_incompatible="fail"))
     assert wh.table("orders").current_snapshot().snapshot_id == before
-    assert ice.committed_offsets(wh.table("orders_dead_letters")).get(("orders", 0)) in (None, 1)
+    assert committed_offsets(wh.table("orders_dead_letters")).get(("orders", 0)) in (None, 1)
 
 
 def _order_class(version: int):
@@ -252,7 +254,7 @@ def test_protobuf_serializer_two_versions(spark, tmp_path, registry):
         topic="orders", table="orders", value_format="protobuf",
         decode={"schema_registry": registry.url}))
     assert (s.rows, s.dead_letters) == (3, 0)
-    got = sorted(ice.read_arrow(wh.table("orders")).select(["id", "item", "ship", "at"])
+    got = sorted(read_arrow(wh.table("orders")).select(["id", "item", "ship", "at"])
                  .to_pylist(), key=lambda r: r["id"])
     assert got == [
         {"id": 1, "item": "a", "ship": None, "at": None},
@@ -285,7 +287,7 @@ def test_json_schema_serializer_two_versions(spark, tmp_path, registry):
         topic="orders", table="orders", value_format="json-schema",
         decode={"schema_registry": registry.url}))
     assert (s.rows, s.dead_letters) == (2, 0)
-    got = sorted(ice.read_arrow(wh.table("orders")).select(["id", "item", "tags"]).to_pylist(),
+    got = sorted(read_arrow(wh.table("orders")).select(["id", "item", "tags"]).to_pylist(),
                  key=lambda r: r["id"])
     assert got == [{"id": 1, "item": "x", "tags": None}, {"id": 2, "item": "y", "tags": ["t"]}]
 
@@ -305,8 +307,8 @@ def test_contradicting_new_schemas_in_one_run_the_older_id_wins(spark, tmp_path,
     wh = warehouse_for(f"file://{tmp_path}/wh")
     s = run_load(spark, root=root, warehouse=wh, spec=spec(registry.url), progress=False)
     assert (s.rows, s.dead_letters) == (2, 2)
-    assert sorted(ice.read_arrow(wh.table("orders")).column("item").to_pylist()) == ["a", "c"]
-    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    assert sorted(read_arrow(wh.table("orders")).column("item").to_pylist()) == ["a", "c"]
+    dead = read_arrow(wh.table("orders_dead_letters")).to_pylist()
     assert all("contradicts an older schema" in d["error"] and "item" in d["error"] for d in dead)
     assert sorted(d["partition"] for d in dead) == [0, 0]
 
@@ -336,8 +338,8 @@ loads:
     assert "incompatible" in line and "item" in line and "dead-letter" in line
     # the flag overrides the entry's on_incompatible
     assert main(["--conf", conf, "load", "orders", "--on-incompatible", "dead-letter"]) == 0
-    wh = ice.Warehouse(warehouse)
-    assert len(ice.read_arrow(wh.table("orders_dead_letters"))) == 1
+    wh = Warehouse(warehouse)
+    assert len(read_arrow(wh.table("orders_dead_letters"))) == 1
 
 
 def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
@@ -364,10 +366,10 @@ def test_keys_decoded_by_their_schema_id(spark, tmp_path, registry):
                  spec=spec(registry.url, key_format="avro"))
     assert (s.rows, s.dead_letters) == (3, 1)
     tbl = wh.table("orders")
-    got = ice.read_arrow(tbl).sort_by("offset").select(["key", "id"]).to_pylist()
+    got = read_arrow(tbl).sort_by("offset").select(["key", "id"]).to_pylist()
     assert got == [{"key": {"customer": "ann"}, "id": 0}, {"key": {"customer": "bob"}, "id": 1},
                    {"key": None, "id": 3}]
-    dead = ice.read_arrow(wh.table("orders_dead_letters")).to_pylist()
+    dead = read_arrow(wh.table("orders_dead_letters")).to_pylist()
     assert dead[0]["key"] == b"plain key" and dead[0]["error"].startswith("key: no schema")
     summary = tbl.current_snapshot().summary
     assert len(json.loads(summary["kafkastore.key-schema-ids"])) == 1
@@ -421,6 +423,6 @@ def test_producer_through_serve_and_its_registry(spark, tmp_path, capsys):
                      "orders", "--value-format", "avro", "--schema-registry", url]) == 0
     finally:
         stop_serve(proc)
-    got = rows(ice.Warehouse(warehouse).table("orders"))
+    got = rows(Warehouse(warehouse).table("orders"))
     assert got == [{"id": 1, "item": "a", "note": None, "ship": None},
                    {"id": 2, "item": "b", "note": "n", "ship": None}]

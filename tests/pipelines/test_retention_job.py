@@ -5,7 +5,7 @@ from __future__ import annotations
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 from pipelines.jobs.log_retention import run_retention
 from tests.helpers.iceberg_tables import SCHEMA, load
 from tests.helpers.logdata import append_segment
@@ -24,8 +24,8 @@ def old_topic(tmp_path) -> str:
     return root
 
 
-def table_at(tmp_path, committed: int) -> ice.Warehouse:
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+def table_at(tmp_path, committed: int) -> Warehouse:
+    wh = Warehouse(f"file://{tmp_path}/wh")
     load(wh, wh.create_table("orders", SCHEMA), "t", 0, 0, committed)
     return wh
 

@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.storage import Storage
 from kafkastore.topics import create_topic
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
 from pipelines.jobs.load import run_load
 from tests.helpers.txn import txn_producer
 
@@ -21,7 +21,7 @@ def test_load_of_committed_aborted_and_open_transactions(spark, tmp_path):
     root = f"file://{tmp_path}/log"
     storage = Storage(root)
     create_topic(storage, "t", 1)
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     with BrokerThread(Storage(root), ServeOptions(port=0, commit_interval_ms=2)) as b:
         p = txn_producer(b.bootstrap, "tx-load-" + uuid.uuid4().hex[:6])
         for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True)):

@@ -9,7 +9,7 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from pipelines import iceberg as ice
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from tests.helpers.loads import make_topic, warehouse_for
@@ -58,7 +58,7 @@ def _columns(tbl) -> set[str]:
 
 
 def _state(tbl) -> dict:
-    return {r["id"]: r for r in ice.read_arrow(tbl).to_pylist()}
+    return {r["id"]: r for r in read_arrow(tbl).to_pylist()}
 
 
 def test_upsert_over_two_schema_versions_evolves_and_records_ids(spark, tmp_path, registry):

@@ -8,7 +8,10 @@ import json
 import pytest
 
 from kafkastore.errors import ExpiredSnapshotError
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import committed_offsets
+from pipelines.warehouse.reads import read_arrow
+from pipelines.warehouse.snapshots import history
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.jobs.reprocess import run_reprocess
@@ -20,7 +23,7 @@ T0 = 1_700_000_000_000
 
 def _state(wh, table="acc"):
     return {r["id"]: (r["balance"], r.get("owner"))
-            for r in ice.read_arrow(wh.table(table)).to_pylist()}
+            for r in read_arrow(wh.table(table)).to_pylist()}
 
 
 @pytest.fixture
@@ -29,7 +32,7 @@ def upsert_table(spark, tmp_path):
     second), decoded without the ``owner`` field."""
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/wh"
     storage = make_topic(root, partitions=2)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     spec = LoadSpec(topic="t", table="acc", mode="upsert", key_columns=("id",),
                     value_format="json", value_schema="id STRING, balance BIGINT",
                     partition_by=())
@@ -51,7 +54,7 @@ def upsert_table(spark, tmp_path):
 def test_reprocess_rebuilds_the_state_with_the_new_decoder(spark, upsert_table):
     wh, spec = upsert_table["wh"], upsert_table["spec"]
     before = _state(wh)
-    offsets = ice.committed_offsets(wh.table("acc"))
+    offsets = committed_offsets(wh.table("acc"))
     assert all(owner is None for _, owner in before.values())
     fixed = LoadSpec(topic="t", table="acc", mode="upsert", key_columns=("id",),
                      value_format="json", value_schema="id STRING, balance BIGINT, owner STRING",
@@ -65,12 +68,12 @@ def test_reprocess_rebuilds_the_state_with_the_new_decoder(spark, upsert_table):
     # row the replay touched; offsets unchanged; one reprocess snapshot with its audit.
     assert {k: b for k, (b, _) in after.items()} == {k: b for k, (b, _) in before.items()}
     assert all(owner == f"o{b}" for b, owner in after.values())
-    assert ice.committed_offsets(table) == offsets
+    assert committed_offsets(table) == offsets
     snap = table.current_snapshot()
     audit = json.loads(snap.summary["kafkastore.audit"])
     assert snap.summary["kafkastore.operation"] == "reprocess"
     assert audit["mode"] == "upsert" and audit["reason"] == "owner column"
-    assert audit["base_snapshot"] == ice.history(table)[0].snapshot_id   # the first load
+    assert audit["base_snapshot"] == history(table)[0].snapshot_id   # the first load
     assert summary.snapshot_id == snap.snapshot_id
     # The table records the new decoder: the next run without decoder flags uses it.
     from pipelines.spec.load_spec import stored_load

@@ -3,14 +3,15 @@ it): refused in one line before anything is expired or deleted. Spark-free."""
 from __future__ import annotations
 
 from pipelines.cli import main
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.vacuum import MIN_GRACE_MS
 from tests.helpers.cli import one_error_line
 from tests.helpers.iceberg_tables import SCHEMA, load
 
 
 def test_cli_vacuum_with_a_grace_below_the_floor_is_refused(tmp_path, capsys):
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     for i in range(3):
         load(wh, wh.create_table("t", SCHEMA) if i == 0 else wh.table("t"), "t", 0, 5 * i, 5 * i + 5)
     before = [s.snapshot_id for s in wh.table("t").metadata.snapshots]
@@ -22,4 +23,4 @@ def test_cli_vacuum_with_a_grace_below_the_floor_is_refused(tmp_path, capsys):
         assert f"below the safe floor of {MIN_GRACE_MS} ms" in line
     t = wh.table("t")
     assert [s.snapshot_id for s in t.metadata.snapshots] == before
-    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(15))
+    assert sorted(read_arrow(t)["offset"].to_pylist()) == list(range(15))
