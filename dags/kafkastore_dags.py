@@ -125,7 +125,7 @@ def _spark_args() -> dict:
 
 
 def _get_spark(app: str):
-    from pipelines.session import get_spark
+    from pipelines.source.session import get_spark
 
     return get_spark(master=CFG.spark_master, app_name=app, extra_conf=CFG.spark_conf or None,
                      conf_file=CONF)
@@ -188,7 +188,7 @@ def make_load_dag(entry: dict, shared_table: bool = False):
         if spec.maintain_after_load:
             @task(task_id="maintain")
             def maintain(_checked):
-                from pipelines.iceberg import Warehouse
+                from pipelines.warehouse.catalog import Warehouse
                 from pipelines.jobs.maintain import maintain_tables
 
                 wh = Warehouse(CFG.warehouse, CFG.catalog or None, CFG.storage_options or None)
