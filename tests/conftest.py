@@ -16,6 +16,9 @@ def s3_endpoint():
     """moto's S3 server on 127.0.0.1, with the AWS environment pointed at it."""
     from moto.server import ThreadedMotoServer
 
+    from tests.helpers.atomic_moto import make_conditional_puts_atomic
+
+    make_conditional_puts_atomic()   # as S3's: one of two racing conditional PUTs wins
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -43,6 +43,10 @@ from tests.helpers.serve_procs import free_port
 from .checker import check, count_resent
 from .s3_fault_proxy import FaultProxy
 
+#: The checkout these helpers run from (its ``tests`` package starts moto for the runs).
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
 #: Client timeouts the workloads use; a pause fault lasts longer than both.
 SESSION_TIMEOUT_MS = 6000
 TXN_TIMEOUT_MS = 10000
@@ -65,8 +69,12 @@ class Moto:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._log = open(os.path.join(logdir, "moto.log"), "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                      "-p", str(self.port)], stdout=self._log, stderr=self._log)
+        # S3's conditional PUTs are atomic; moto's are not unless told (tests/helpers/atomic_moto).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (_REPO_ROOT, os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.atomic_moto",
+                                      "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=self._log, stderr=self._log, env=env)
         import boto3
 
         deadline = time.monotonic() + 60
