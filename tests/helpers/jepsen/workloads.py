@@ -574,6 +574,11 @@ class TxnWorkload(_Workload):
         self.topics = {t: partitions for t in topics}
         self.group = f"{self.name}-g"
         self.abort_ratio = abort_ratio
+        #: The aiokafka client's transactions so far, over all its incarnations: the offset
+        #: it commits for its group is this count, which must never go back when the client
+        #: is made again after an exception (a new incarnation starting at 0 would be read as
+        #: the broker losing a committed offset).
+        self._aio_txns = 0
 
     def _clients(self) -> list:
         return [("ck-txn", self._ck_txn), ("aio-txn", self._aio_txn)]
@@ -622,7 +627,6 @@ class TxnWorkload(_Workload):
         rng = random.Random(f"{self.seed}-{who}")
         group = f"{self.name}-aio-g"
         all_parts = [(t, i) for t in (self.topic_a, self.topic_b) for i in range(self.topics[t])]
-        n = 0
         p = None
         try:
             while not stop.is_set():
@@ -635,8 +639,9 @@ class TxnWorkload(_Workload):
                 parts = [(self.topic_a, rng.randrange(self.topics[self.topic_a])),
                          (self.topic_b, rng.randrange(self.topics[self.topic_b]))]
                 parts += rng.sample([x for x in all_parts if x not in parts], rng.randrange(3))
-                txn = f"{self.name}-{who.replace('#', '-')}-{n}"
-                n += 1
+                txn = f"{self.name}-{who.replace('#', '-')}-{self._aio_txns}"
+                self._aio_txns += 1
+                n = self._aio_txns
                 writes = {tp: [f"{txn}-{tp[0]}-{tp[1]}-{k}" for k in range(rng.randint(1, 3))]
                           for tp in parts}
                 commit = rng.random() >= self.abort_ratio
