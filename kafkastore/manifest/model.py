@@ -298,6 +298,9 @@ class ProducerState:
     batches: tuple[BatchMetadata, ...] = ()
     last_timestamp: int = NO_TIMESTAMP
     txn_first_offset: int | None = None  # first offset of an open transaction, if any
+    #: The open transaction's start at its coordinator (which transaction of the producer
+    #: epoch it is), when a coordinator verified it: a marker of another one must not end it.
+    txn_start_ms: int | None = None
 
     @property
     def last_sequence(self) -> int:
@@ -329,6 +332,7 @@ class ProducerState:
               decode=lambda batches: tuple(BatchMetadata.from_dict(b) for b in batches)),
         Field("last_timestamp", default=NO_TIMESTAMP),
         Field("txn_first_offset", default=None),
+        Field("txn_start_ms", default=None, omit_if_default=True),
     )
 
     def to_dict(self) -> dict[str, Any]:

@@ -139,6 +139,9 @@ class _Item:
     #: A marker's condition, asked at each attempt of the conditional commit with the
     #: producer's state in the manifest being committed on (see :meth:`Appender.submit_marker`).
     guard: "Callable[[ProducerState | None], bool] | None" = None
+    #: A transactional batch's transaction (its start at the coordinator), kept on the
+    #: producer's state when the batch opens a transaction here (see submit).
+    txn_start_ms: int | None = None
 
 
 @dataclass
@@ -151,6 +154,7 @@ class _Prepared:
     marker: bool = False
     abort: bool = False
     guard: "Callable[[ProducerState | None], bool] | None" = None
+    txn_start_ms: int | None = None
 
 
 def _set_log_append_time(data: bytes, header: BatchHeader, now_ms: int) -> tuple[bytes, BatchHeader]:
@@ -211,19 +215,23 @@ class Appender:
         return max(0.0, self.server.options.commit_interval_ms / 1000)
 
     def submit(self, topic: str, partition: int, data: bytes, header: BatchHeader,
-               wait: bool = True, guard: "Callable[[ProducerState | None], bool] | None" = None
-               ) -> asyncio.Future:
+               wait: bool = True, guard: "Callable[[ProducerState | None], bool] | None" = None,
+               txn_start_ms: int | None = None) -> asyncio.Future:
         """Queue one checked batch; the future gives its :class:`Outcome` once committed.
 
         Synchronous (no await), so batches queue in the order their requests arrived.
         ``guard``, for a transactional batch: asked at each attempt of the commit when the
         batch would open a transaction at the partition; False refuses it (INVALID_TXN_STATE:
         its transaction ended since it was verified, see ``coordinators.txn_service.append_guard``).
+        ``txn_start_ms``: the start of the transaction it was verified for, kept on the
+        producer's state with the open transaction, so that a marker of another transaction
+        of the same producer epoch cannot end it (see :meth:`submit_marker`).
         """
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
         tp = (topic, partition)
-        self._queues.setdefault(tp, []).append(_Item(data, header, fut, guard=guard))
+        self._queues.setdefault(tp, []).append(_Item(data, header, fut, guard=guard,
+                                                     txn_start_ms=txn_start_ms))
         if tp not in self._workers:
             self._wake[tp] = asyncio.Event()
             self._workers[tp] = loop.create_task(self._worker(tp))
@@ -349,7 +357,7 @@ class Appender:
                 outcomes[i] = Outcome(E.CORRUPT_MESSAGE, message=str(exc))
                 continue
             prepared.append(_Prepared(i, data, header, min_ts, now if log_append else -1,
-                                      guard=item.guard))
+                                      guard=item.guard, txn_start_ms=item.txn_start_ms))
         if not prepared:
             return outcomes, None
 
@@ -405,7 +413,7 @@ class Appender:
                                 f"{h.producer_epoch} ended before this batch was appended"),
                                 log_start_offset=m.log_start_offset)
                             continue
-                        st = replace(st, txn_first_offset=offset)
+                        st = replace(st, txn_first_offset=offset, txn_start_ms=p.txn_start_ms)
                     producers[h.producer_id] = changed[h.producer_id] = st
                 planned[p.index] = Outcome(E.NONE, offset, p.append_time, m.log_start_offset)
                 accepted.append((p, offset))
@@ -513,7 +521,7 @@ def _end_transaction(state: ProducerState | None, h: BatchHeader, offset: int
     first = state.txn_first_offset
     if h.producer_epoch > state.epoch:
         state = replace(state, epoch=h.producer_epoch, batches=())
-    return replace(state, txn_first_offset=None,
+    return replace(state, txn_first_offset=None, txn_start_ms=None,
                    last_timestamp=max(state.last_timestamp, h.max_timestamp)), first
 
 

@@ -63,6 +63,16 @@ def test_commit_walks_ongoing_prepare_complete():
     assert nxt.partitions == {("t", 0)} and nxt.txn_start_ms == NOW + 8
 
 
+@given(first=st.integers(0, 2**40), behind=st.integers(0, 10**6))
+def test_each_transaction_of_an_id_starts_after_the_previous_one_whatever_the_clock(first, behind):
+    """The start names a transaction (pending offsets, the partitions' open transactions): a
+    coordinator whose clock is behind the previous one's still starts a later one."""
+    done = T.complete(T.end_txn(T.add_partitions(_init(now=first), 1000, 0, [("t", 0)], first).meta,
+                                1000, 0, True, first).meta, first)
+    nxt = T.add_partitions(done, 1000, 0, [("t", 0)], first - behind).meta
+    assert nxt.txn_start_ms > done.txn_start_ms
+
+
 def test_abort_and_end_without_transaction():
     m = _init()
     assert T.end_txn(m, 1000, 0, True, NOW).error == T.INVALID_TXN_STATE

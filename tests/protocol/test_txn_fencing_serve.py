@@ -185,3 +185,44 @@ def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
         finally:
             w.close()
     assert _committed(local_root) == [b"undecided", b"after-undecided"]
+
+
+def test_a_late_finish_of_the_previous_transaction_writes_no_marker_into_the_next(local_root):
+    """A coordinator that still holds its authority but acts on the previous transaction's
+    Prepare state (it read it before the id's next transaction began elsewhere: a retried
+    EndTxn, the timeout loop, a membership change seen late) must not end the next
+    transaction of the same producer id and epoch at a partition: the marker names the
+    transaction it ends (its start), and the partition refuses it when a newer one is open
+    there. Otherwise the stray COMMIT commits the next transaction's records at the
+    partitions the two share, and that transaction's abort later leaves it torn."""
+    from tests.helpers.txn import produce_raw, txn_batch
+    from tests.protocol.wire import Wire
+
+    create_topic(Storage(local_root), TOPIC, 1)
+    previous = T.TxnMetadata("next", 9, 0, 60_000, T.TxnState.PREPARE_COMMIT,
+                             frozenset({(TOPIC, 0)}), 1_000, 1_000)
+    ongoing = T.TxnMetadata("next", 9, 0, 60_000, T.TxnState.ONGOING,
+                            frozenset({(TOPIC, 0)}), 2_000, 2_000)
+    TxnStore(Storage(local_root), broker_id=1).put(ongoing)   # the next transaction, elsewhere
+    with BrokerThread(Storage(local_root), ServeOptions(port=0)) as broker:
+        svc = api_txn.service(broker.server)
+        w = Wire(broker.bootstrap, timeout=10)
+        try:
+            assert produce_raw(w, TOPIC, 0, txn_batch([b"next"], 9, 0, 0), "next")[0] == 0
+        finally:
+            w.close()
+        st = ManifestStore(Storage(local_root), TOPIC, 0).latest().producers[9]
+        assert st.txn_first_offset == 0 and st.txn_start_ms == 2_000
+
+        async def late_finish(meta):
+            assert await svc.ensure_authority()
+            return await svc.finish(meta)
+
+        assert _on_loop(broker, late_finish(previous)) == api_txn.COORDINATOR_NOT_AVAILABLE
+        assert _committed(local_root) == []                # the next transaction is still open
+        assert ManifestStore(Storage(local_root), TOPIC, 0).latest().producers[9].txn_first_offset == 0
+        # Its own coordinator's marker (same start) ends it.
+        prepared = T.TxnMetadata("next", 9, 0, 60_000, T.TxnState.PREPARE_COMMIT,
+                                 frozenset({(TOPIC, 0)}), 3_000, 2_000)
+        assert _on_loop(broker, late_finish(prepared)) == 0
+    assert _committed(local_root) == [b"next"]

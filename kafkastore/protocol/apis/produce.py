@@ -139,8 +139,10 @@ def _submit(appender, request, metas, refused=None, denied=None, guards=None) ->
             except BatchRejected as exc:
                 parts.append((pd.index, Outcome(exc.code, message=str(exc))))
                 continue
-            parts.append((pd.index, appender.submit(topic.name, pd.index, bytes(data), header,
-                                                    guard=(guards or {}).get((topic.name, pd.index)))))
+            guard = (guards or {}).get((topic.name, pd.index))
+            parts.append((pd.index, appender.submit(
+                topic.name, pd.index, bytes(data), header, guard=guard,
+                txn_start_ms=guard.txn_start_ms if guard is not None else None)))
         pending.append((topic.name, parts))
     return pending
 

@@ -182,7 +182,10 @@ def add_partitions(cur: TxnMetadata | None, pid: int, epoch: int,
     new = frozenset(partitions)
     if cur.state is TxnState.ONGOING and new <= cur.partitions:
         return Step()  # nothing new: no write
-    start = cur.txn_start_ms if cur.state is TxnState.ONGOING else now_ms
+    # A new transaction's start names it (pending offsets, the partitions' open
+    # transactions): later than the id's previous one's, whatever the clock of the broker
+    # that coordinates it now.
+    start = cur.txn_start_ms if cur.state is TxnState.ONGOING else max(now_ms, cur.txn_start_ms + 1)
     base = cur.partitions if cur.state is TxnState.ONGOING else frozenset()
     return Step(meta=replace(cur, state=TxnState.ONGOING, partitions=base | new,
                              last_update_ms=now_ms, txn_start_ms=start))

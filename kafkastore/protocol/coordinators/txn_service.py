@@ -38,7 +38,7 @@ import logging
 import os
 import signal
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
 from ...clock import Clock, as_clock
@@ -572,8 +572,8 @@ class TxnService:
             return COORDINATOR_NOT_AVAILABLE
         now = self.store.clock.wall_ms()
 
-        def guard(_state) -> bool:   # asked at each attempt of each partition's commit
-            return self.still_holds(token)
+        def guard(state) -> bool:   # asked at each attempt of each partition's commit
+            return self.still_holds(token) and ends_this_transaction(state, meta)
 
         futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
                                                    commit, now, guard=guard)
@@ -754,7 +754,7 @@ def verify_state(cur: T.TxnMetadata | None, tp, pid: int, epoch: int) -> tuple[i
 
 
 def append_guard(store: TxnStore, tid: str, tp: tuple[str, int], pid: int, epoch: int,
-                 txn_start_ms: int) -> Callable[[object], bool]:
+                 txn_start_ms: int) -> "AppendGuard":
     """The condition a verified transactional batch must meet when its append would open a
     transaction at ``tp`` (Kafka's KIP-890 verification guard): the coordinator's stored
     state is still the transaction that was verified (Ongoing, same producer id, epoch and
@@ -762,12 +762,39 @@ def append_guard(store: TxnStore, tid: str, tp: tuple[str, int], pid: int, epoch
     conditional commit (blocking: one read of the id's state), so a marker that ended the
     transaction first makes the next attempt see the ended state and refuse the batch: it
     would otherwise open a transaction of that epoch no coordinator knows, which the
-    producer's next marker there would end, committing records the client saw aborted."""
-    def guard(_partition_state) -> bool:
+    producer's next marker there would end, committing records the client saw aborted.
+    Its ``txn_start_ms`` names the transaction; the partition keeps it with the open
+    transaction (see :func:`ends_this_transaction`)."""
+    return AppendGuard(store, tid, tp, pid, epoch, txn_start_ms)
+
+
+@dataclass(frozen=True)
+class AppendGuard:
+    """:func:`append_guard`'s condition, with the transaction it was verified for."""
+
+    store: TxnStore
+    tid: str
+    tp: tuple[str, int]
+    pid: int
+    epoch: int
+    txn_start_ms: int
+
+    def __call__(self, _partition_state) -> bool:
         try:
-            cur = store.get(tid)
+            cur = self.store.get(self.tid)
         except KafkaStoreError:
             return False   # unknown: refused (the client retries; nothing is torn)
-        return verify_state(cur, tp, pid, epoch) is None and cur.txn_start_ms == txn_start_ms
+        return (verify_state(cur, self.tp, self.pid, self.epoch) is None
+                and cur.txn_start_ms == self.txn_start_ms)
 
-    return guard
+
+def ends_this_transaction(state, meta: T.TxnMetadata) -> bool:
+    """Whether a marker of the prepared transaction ``meta`` may be written on a partition
+    whose state of the producer is ``state``: nothing open there, or the open transaction
+    is ``meta``'s (the same start; unknown for a transaction opened by a writer that did not
+    record it). A producer keeps its id and epoch from one transaction to the next, so a
+    late marker of the previous one (a coordinator that read its Prepare state before the
+    id moved on) would otherwise end the next one, committing or aborting its records at
+    the partitions the two share."""
+    return (state is None or state.txn_first_offset is None or state.txn_start_ms is None
+            or state.txn_start_ms == meta.txn_start_ms)
