@@ -49,3 +49,30 @@ def test_older_epochs_are_dropped_and_newer_ones_kept(tmp_path):
     # A completion at a newer epoch settles the older document with no offsets.
     taken = take_pending_offsets(storage, PID, EPOCH + 2, 7)
     assert _offsets(taken) == {GROUP: {}} and len(taken) == 1
+
+
+def test_a_late_completion_keeps_the_next_transactions_offsets_whatever_the_clocks():
+    """The previous transaction was begun by a coordinator whose clock ran 72 s ahead (the
+    fault harness's skewed broker), the next one by a coordinator on time. Were the next
+    start read from the clock alone it would be the earlier one, and a late completion of
+    the previous transaction would settle the next one's offsets as left over (deleted,
+    never applied): a committed transaction's offsets lost, its consumer restarted from
+    before it (the harness's committed-offset regression of a transactional group)."""
+    import tempfile
+
+    from kafkastore.protocol.coordinators import txn as T
+
+    skewed_now = 1_700_000_072_600
+    on_time_now = skewed_now - 72_600
+    meta = T.init_producer_id(None, "tid", 60_000, skewed_now, PID).meta
+    meta = T.add_partitions(meta, PID, 0, [("in", 0)], skewed_now).meta
+    previous = T.end_txn(meta, PID, 0, True, skewed_now).meta
+    # The next transaction begins on the on-time coordinator (from the completed state).
+    nxt = T.add_partitions(T.complete(previous, on_time_now), PID, 0, [("in", 0)], on_time_now).meta
+    with tempfile.TemporaryDirectory() as tmp:
+        storage = Storage(f"file://{tmp}/root")
+        add_pending_offsets(storage, PID, 0, GROUP, {("in", 0): (77, -1, "")},
+                            txn_start_ms=nxt.txn_start_ms)
+        assert take_pending_offsets(storage, PID, 0, previous.txn_start_ms) == []   # late, skewed
+        assert _offsets(take_pending_offsets(storage, PID, 0, nxt.txn_start_ms)) == {
+            GROUP: {("in", 0): (77, -1, "")}}
