@@ -13,10 +13,15 @@ Whole-object writes go through the ``kafkastore_write`` hook of
 :func:`kafkastore.storage.write_object`, so exclusive create keeps working on
 every backend (on local files this also means one write per object instead of
 :meth:`Storage.put_many`'s single ``writev``: the same for every commit measured).
+
+``CountingFS(inner, delay_s=0.3)`` also makes every request take ``delay_s`` longer (an
+object store's latency over a local directory); ``delay_under="/_cluster/"`` delays only
+the requests whose path holds that string.
 """
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -50,9 +55,11 @@ class CountingFS(AbstractFileSystem):
     cachable = False
     protocol = "counting"
 
-    def __init__(self, inner, **kwargs):
+    def __init__(self, inner, *, delay_s: float = 0.0, delay_under: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.inner = inner
+        self.delay_s = delay_s
+        self.delay_under = delay_under
         self._counts = Counts()
         self._by_thread: dict[int, Counts] = {}
         self._lock = threading.Lock()
@@ -64,7 +71,9 @@ class CountingFS(AbstractFileSystem):
             c = self._counts if thread is None else self._by_thread.get(thread, Counts())
             return Counts(Counter(c.requests), Counter(c.bytes))
 
-    def _count(self, op: str, nbytes: int = 0) -> None:
+    def _count(self, op: str, nbytes: int = 0, path: str = "") -> None:
+        if self.delay_s > 0 and (self.delay_under is None or self.delay_under in str(path)):
+            time.sleep(self.delay_s)   # the store's latency, before the request is served
         ident = threading.get_ident()
         with self._lock:
             mine = self._by_thread.get(ident)
@@ -77,7 +86,7 @@ class CountingFS(AbstractFileSystem):
 
     # -- writes
     def kafkastore_write(self, path, data, exclusive):
-        self._count("write", len(data))
+        self._count("write", len(data), path)
         write_object(self.inner, path, data, exclusive=exclusive)
 
     def pipe_file(self, path, value, mode="overwrite", **kwargs):
@@ -86,12 +95,12 @@ class CountingFS(AbstractFileSystem):
     def _open(self, path, mode="rb", **kwargs):
         if "r" not in mode:
             raise NotImplementedError("CountingFS writes whole objects only")
-        self._count("read")
+        self._count("read", path=path)
         return self.inner.open(path, mode, **kwargs)
 
     # -- reads
     def cat_file(self, path, start=None, end=None, **kwargs):
-        self._count("read")
+        self._count("read", path=path)
         data = self.inner.cat_file(path, start=start, end=end, **kwargs)
         with self._lock:
             self._counts.bytes["read"] += len(data)
@@ -99,32 +108,32 @@ class CountingFS(AbstractFileSystem):
         return data
 
     def exists(self, path, **kwargs):
-        self._count("stat")
+        self._count("stat", path=path)
         return self.inner.exists(path, **kwargs)
 
     def size(self, path):
-        self._count("stat")
+        self._count("stat", path=path)
         return self.inner.size(path)
 
     def info(self, path, **kwargs):
-        self._count("stat")
+        self._count("stat", path=path)
         return self.inner.info(path, **kwargs)
 
     def ls(self, path, detail=True, **kwargs):
-        self._count("list")
+        self._count("list", path=path)
         return self.inner.ls(path, detail=detail, **kwargs)
 
     def find(self, path, maxdepth=None, withdirs=False, detail=False, **kwargs):
-        self._count("list")
+        self._count("list", path=path)
         return self.inner.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
 
     # -- deletes and housekeeping
     def rm_file(self, path):
-        self._count("delete")
+        self._count("delete", path=path)
         return self.inner.rm_file(path)
 
     def rm(self, path, recursive=False, maxdepth=None):
-        self._count("delete")
+        self._count("delete", path=path)
         return self.inner.rm(path, recursive=recursive, maxdepth=maxdepth)
 
     def mkdir(self, path, create_parents=True, **kwargs):

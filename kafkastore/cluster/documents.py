@@ -9,14 +9,22 @@ snapshot (these documents are small)::
 Version N+1 is created with put-if-absent through the one commit engine
 (:class:`kafkastore.commit.CommitEngine`), so of two writers racing from
 version N exactly one wins and the other re-reads and re-applies its change:
-no update is lost. The head is found as the manifest's is, without listing:
-from the newer of the version this process last saw and the hint, read
-forward N+1, N+2, ... until one is absent, then check the last one read still
-exists. Versions older than :attr:`ClusterDocument.keep` behind the head are
-deleted oldest first, so a version missing because it was pruned is never
-taken for one not written yet (the version before it would be gone too).
-A missing or stale hint costs one listing of a directory that pruning keeps
-small.
+no update is lost. A read is one listing of the document's directory: the
+newest version listed is the head (the store lists what it holds at that
+moment, as S3 does since it lists consistently), and a GET of it follows only
+when it is newer than the copy in hand. So keeping a copy fresh costs one
+request per read, which matters on an object store, where brokers re-read
+these documents every second or so to keep their decisions within a bound.
+Versions older than :attr:`ClusterDocument.keep` behind the head are deleted
+oldest first, so the directory stays a few entries long. The hint
+(``_head.json``) is still written after each commit for readers of older
+releases; reads here no longer need it.
+
+Reads never hold the document's lock across a request, so reads overlap: a
+refresher may start the next read before a slow one ends. The copy kept is the
+newest version any read found, and its *read time* is the latest moment at which
+a read started that found it (or something older) as the head: the copy is at
+least as new as the head was then.
 
 A document that was never written reads as ``{}``.
 """
@@ -94,12 +102,11 @@ class ClusterDocument:
     # -- reading ---------------------------------------------------------------
     def get(self) -> dict:
         """The document (a copy), re-read when the cached one is older than ``max_age_s``."""
-        with self._lock:
-            fresh = (self._read_at is not None
-                     and self._clock.monotonic_s() - self._read_at < self.max_age_s)
-            if not fresh:
-                self._refresh_locked()
-            return copy.deepcopy(self._doc)
+        age = self.age_s()
+        if age is not None and age < self.max_age_s:
+            with self._lock:
+                return copy.deepcopy(self._doc)
+        return self.refresh()
 
     def age_s(self) -> float | None:
         """Seconds since the copy in hand was read (by the monotonic clock; None: never read).
@@ -108,18 +115,39 @@ class ClusterDocument:
         read_at = self._read_at
         return None if read_at is None else self._clock.monotonic_s() - read_at
 
+    @property
+    def read_at(self) -> float | None:
+        """When (monotonic seconds) the read that vouches for the copy in hand started."""
+        return self._read_at
+
     def refresh(self) -> dict:
         """The document as stored now (a copy)."""
+        return self.read()[1]
+
+    def read(self) -> tuple[int, dict, float]:
+        """Read the head now: ``(version, document copy, read time)`` of the copy kept after
+        this read (the newest known; the read time is when this read started, or later if a
+        read that started later already vouched for it). Holds no lock across requests."""
+        asked = self._clock.monotonic_s()
         with self._lock:
-            self._refresh_locked()
-            return copy.deepcopy(self._doc)
+            known = self._version, self._doc, self._read_at is not None
+        version, doc = self._read_head(*known)
+        with self._lock:
+            self._adopt(version, doc, asked)
+            return self._version, copy.deepcopy(self._doc), self._read_at
+
+    def _adopt(self, version: int, doc: dict, asked: float) -> None:
+        """Keep what a read that started at ``asked`` found (the lock held)."""
+        if version > self._version:
+            self._version, self._doc = version, doc
+        # What is kept is at least as new as the head was at ``asked``.
+        if self._read_at is None or asked > self._read_at:
+            self._read_at = asked
 
     def _refresh_locked(self) -> None:
         asked = self._clock.monotonic_s()
-        version, doc = self._read_head()
-        if version >= self._version:
-            self._version, self._doc = version, doc
-        self._read_at = asked
+        version, doc = self._read_head(self._version, self._doc, self._read_at is not None)
+        self._adopt(version, doc, asked)
 
     def _damaged(self, version: int, why: str) -> ClusterDocumentError:
         return ClusterDocumentError(
@@ -140,23 +168,6 @@ class ClusterDocument:
                                 f"{stored.get('version')!r}")
         return stored["doc"]
 
-    def _read_hint(self) -> int:
-        try:
-            data = self.storage.get(f"{self.dir}/{HINT_NAME}")
-        except ObjectNotFoundError:
-            return 0
-        except StorageError as exc:  # the hint only saves a listing
-            log.warning("%s: cannot read the head hint (%s): listing", self, exc)
-            return 0
-        try:
-            v = json.loads(data)["version"]
-            if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
-                return v
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-            pass
-        log.warning("%s: damaged head hint: listing", self)
-        return 0
-
     def _listed_versions(self) -> list[int]:
         out = []
         for info in self.storage.list(self.dir):
@@ -166,43 +177,30 @@ class ClusterDocument:
                 out.append(int(m.group(1)))
         return sorted(out)
 
-    def _read_head(self) -> tuple[int, dict]:
+    def _read_head(self, known: int, known_doc: dict, have: bool) -> tuple[int, dict]:
+        """``(version, doc)`` of the head: one listing, and a GET of the head only when it is
+        not the version in hand (``known``, whose document is ``known_doc``; ``have``: a
+        copy is in hand)."""
         for _ in range(5):
-            start = max(self._version, self._read_hint())
-            if start == 0:
-                listed = self._listed_versions()
-                if not listed:
-                    return 0, {}
-                start = listed[-1]
-            head = self._advance(start)
-            if head is None:  # the start was pruned: list (the directory holds a few versions)
-                listed = self._listed_versions()
-                if not listed:
-                    raise StorageError(f"{self}: every version vanished while read")
-                head = self._advance(listed[-1])
-            if head is not None:
-                return head
+            listed = self._listed_versions()
+            if not listed:
+                if known:
+                    raise StorageError(f"{self}: every version vanished (version {known} "
+                                       "was read before)")
+                return 0, {}
+            head = listed[-1]
+            if head < known:
+                # Versions are never taken back: a listing without the version in hand is
+                # damage or a store that lists stale state, never the head going back.
+                raise StorageError(f"{self}: the store lists version {head} as the newest, "
+                                   f"but version {known} was read before")
+            if head == known and have:
+                return known, known_doc
+            try:
+                return head, self._read_version(head)
+            except ObjectNotFoundError:
+                continue   # pruned since the listing (keep versions written meanwhile): list again
         raise StorageError(f"{self}: versions keep vanishing while read")
-
-    def _advance(self, start: int) -> tuple[int, dict] | None:
-        """The head reached from ``start`` forwards; None if ``start`` is no longer stored."""
-        if start == self._version and self._read_at is not None:
-            version, doc = start, self._doc
-        else:
-            try:
-                version, doc = start, self._read_version(start)
-            except ObjectNotFoundError:
-                return None
-        while True:
-            try:
-                doc_next = self._read_version(version + 1)
-            except ObjectNotFoundError:
-                # Pruning deletes oldest first: if ``version`` is still stored, the absent
-                # successor was never written (not written and pruned since).
-                if not self.storage.exists(self.path(version)):
-                    return None
-                return version, doc
-            version, doc = version + 1, doc_next
 
     # -- writing ---------------------------------------------------------------
     def update(self, change: Callable[[dict], dict]) -> dict:
@@ -213,7 +211,9 @@ class ClusterDocument:
         with self._lock:
             version, doc = self._engine.run(_NextVersion(self, change))
             if version > self._version:
-                self._version, self._doc, self._read_at = version, doc, self._clock.monotonic_s()
+                # The engine's read (the start of which is the read time now) found the
+                # version before this one as the head: what is kept is newer.
+                self._version, self._doc = version, doc
             result = copy.deepcopy(self._doc if version < self._version else doc)
         if version:
             self._after_commit(version)
@@ -247,7 +247,7 @@ class _NextVersion(ObjectTarget):
 
     def read(self) -> tuple[int, dict]:
         d = self.document
-        d._refresh_locked()
+        d._refresh_locked()   # the writer holds the document's lock: writes are rare
         return d._version, d._doc
 
     def plan(self, base: tuple[int, dict], attempt: int):
