@@ -202,11 +202,24 @@ def test_an_alias_package_init_holds_only_imports(path: pathlib.Path):
 def test_renamed_classes_keep_their_old_names_for_one_release():
     """A renamed class stays importable under its old name, as the same class, at the old
     paths users wrote (the old module, now an entry of the table, included)."""
-    from kafkastore.protocol import membership, registry
+    from kafkastore.protocol.handler_table import HandlerTable
+    from kafkastore.protocol.membership import BrokerMembership
     from kafkastore.write.log_writer import LogWriter
 
-    brokers = _quiet_import("kafkastore.protocol.brokers")   # the old path itself
-    assert membership.BrokerRegistry is membership.BrokerMembership
-    assert brokers.BrokerRegistry is brokers.BrokerMembership is membership.BrokerMembership
-    assert registry.Registry is registry.HandlerTable
+    brokers = _quiet_import("kafkastore.protocol.brokers")   # the old paths themselves
+    assert brokers.BrokerRegistry is brokers.BrokerMembership is BrokerMembership
+    registry = _quiet_import("kafkastore.protocol.registry")
+    assert registry.Registry is registry.HandlerTable is HandlerTable
+    assert "Registry" in registry.__all__ and "BrokerRegistry" in brokers.__all__
     assert _quiet_import("kafkastore.broker").Broker is LogWriter
+
+
+def test_a_renamed_name_lives_only_in_the_table():
+    """A re-naming is a row of the table, not an assignment in a live module: the homes
+    know only the new names (so the code cannot go on using the old ones)."""
+    for old, moved in OLD_PATHS.items():
+        for home in moved.homes:
+            module = importlib.import_module(home)
+            kept = [name for name, dotted in moved.renamed.items()
+                    if name != dotted.rpartition(".")[2] and hasattr(module, name)]
+            assert not kept, f"{home} still binds the old name(s) {kept} of {old}"

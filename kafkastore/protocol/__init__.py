@@ -8,7 +8,7 @@
   offsets, producer ids.
 * :mod:`.caches`: what a broker keeps in memory of the root.
 * At the root: the server (:mod:`.server`), its typed services (:mod:`.services`), the
-  handler table (:mod:`.registry`), the produce path (:mod:`.appender`), ACLs
+  handler table (:mod:`.handler_table`), the produce path (:mod:`.appender`), ACLs
   (:mod:`.authorizer`), quotas, metrics, fencing, the live-broker membership
   (:mod:`.membership`), partition placement, and the listener rules (:mod:`.listeners`,
   :mod:`.http_guard`).

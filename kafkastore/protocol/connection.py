@@ -3,7 +3,7 @@ answers in request order, and what a connection may hold.
 
 A :class:`Connection` reads int32-sized frames, decodes each with
 :mod:`kafkastore.protocol.wire.codec`, starts the handler the server's
-:class:`~kafkastore.protocol.registry.HandlerTable` names for its key and version, and writes
+:class:`~kafkastore.protocol.handler_table.HandlerTable` names for its key and version, and writes
 the responses in request order (one ``write`` each, whole or not at all). Requests of one
 connection are handled concurrently (clients pipeline up to ``max.in.flight``), at most
 :data:`MAX_IN_FLIGHT` at a time and with their bytes under ``max_request_bytes``.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from ..errors import StorageError
 from . import fencing, listeners
 from .quotas import ANONYMOUS, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE
-from .registry import RequestContext
+from .handler_table import RequestContext
 from .wire import codec, error_responses
 from .wire.api_keys import (API_VERSIONS, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE,
                             client_throttles, quota_exempt)

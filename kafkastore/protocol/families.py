@@ -1,7 +1,7 @@
 """The one ordered list of the API families a broker serves.
 
 Each family module holds its handlers and a ``register(table)`` that registers its keys
-once each (:class:`~kafkastore.protocol.registry.HandlerTable` refuses a second
+once each (:class:`~kafkastore.protocol.handler_table.HandlerTable` refuses a second
 registration). The order is the order of registration; no family replaces another's key.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .apis import (acls as api_acls, admin as api_admin, cluster as api_cluster,
                    configs as api_configs, groups as api_groups, legacy as api_legacy,
                    meta as api_meta, produce as api_produce, client_quotas as api_quotas,
                    txn as api_txn, users as api_users, sasl)
-from .registry import HandlerTable
+from .handler_table import HandlerTable
 
 #: Every family, in registration order. ``apis.legacy`` registers Fetch and ListOffsets at
 #: every version (its own handlers below the first version kio has, ``apis.fetch``'s above).

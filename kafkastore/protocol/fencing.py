@@ -1,9 +1,9 @@
 """What a broker checks before it serves a request (docs/DESIGN.md, "Fencing model").
 
-* Its authority lease (:meth:`~kafkastore.protocol.membership.BrokerRegistry.fence_if_lapsed`):
+* Its authority lease (:meth:`~kafkastore.protocol.membership.BrokerMembership.fence_if_lapsed`):
   a broker whose last successful heartbeat is older than the liveness window by its own
   monotonic clock (it was paused, or its store stalled) fences itself before the request is
-  handled: every :meth:`~kafkastore.protocol.membership.BrokerRegistry.on_fence` callback runs
+  handled: every :meth:`~kafkastore.protocol.membership.BrokerMembership.on_fence` callback runs
   and coordinators drop what they loaded. The check runs here, on the request path, and not
   only in the heartbeat: a paused process's heartbeat thread resumes at the same moment as its
   request handlers.

@@ -255,6 +255,3 @@ class BrokerMembership:
             except StorageError:
                 pass
 
-
-#: The name this class had before (one release).
-BrokerRegistry = BrokerMembership

@@ -4,7 +4,7 @@ The server listens, admits connections (the limits below), registers the broker 
 its background tasks (heartbeat, quota and ACL refresh); each accepted connection is a
 :class:`~kafkastore.protocol.connection.Connection`, which reads frames (int32 size +
 request), decodes them with :mod:`kafkastore.protocol.wire.codec`, runs the handler
-registered for the API key and version (:mod:`kafkastore.protocol.registry`) and writes the
+registered for the API key and version (:mod:`kafkastore.protocol.handler_table`) and writes the
 responses in request order. Requests of one connection are handled concurrently (clients
 pipeline up to ``max.in.flight`` requests); a produce handler hands its
 batches to the :class:`~kafkastore.protocol.appender.Appender` before its
@@ -43,7 +43,7 @@ from ..storage import Storage
 from . import listeners
 from .connection import (Connection, PreAuthBudget, close_quietly, current_request_time,
                          pre_auth_expired)
-from .registry import HandlerTable, Registry
+from .handler_table import HandlerTable
 from .services import BrokerServices
 from ..cluster.acls import acl_document
 from ..cluster.documents import ClusterDocument
@@ -160,7 +160,7 @@ class BrokerServer:
     """A Kafka-protocol broker over one kafkastore root."""
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
-                 extensions: Iterable[Callable[[Registry], None]] = (), clock: Clock | None = None):
+                 extensions: Iterable[Callable[[HandlerTable], None]] = (), clock: Clock | None = None):
         # lazy: the API families import the whole protocol; importing the server module
         # (ServeOptions, the listener rules) must not
         from . import families
@@ -548,7 +548,7 @@ def _warm_up() -> None:
 
 
 def run_server(storage: Storage, options: ServeOptions, *, ready: Callable[[BrokerServer], None] | None = None,
-               extensions: Iterable[Callable[[Registry], None]] = ()) -> None:
+               extensions: Iterable[Callable[[HandlerTable], None]] = ()) -> None:
     """Run a broker in this thread until interrupted (the CLI's ``serve``)."""
     async def main():
         import signal
@@ -578,7 +578,7 @@ class BrokerThread:
     """
 
     def __init__(self, storage: Storage, options: ServeOptions | None = None, *,
-                 extensions: Iterable[Callable[[Registry], None]] = ()):
+                 extensions: Iterable[Callable[[HandlerTable], None]] = ()):
         import threading
 
         self._storage, self._options, self._extensions = storage, options or ServeOptions(port=0), extensions

@@ -20,7 +20,7 @@ from kafkastore.protocol.wire import codec, frame_check
 
 def served() -> list[tuple[int, int]]:
     from kafkastore.protocol.families import register_families
-    from kafkastore.protocol.registry import HandlerTable
+    from kafkastore.protocol.handler_table import HandlerTable
 
     reg = HandlerTable()
     register_families(reg, sasl_enabled=True)   # every API a broker serves

@@ -21,7 +21,7 @@ from ..wire import error_codes as E
 from ..wire.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from ..wire.error_codes import SECURITY_DISABLED
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve.acls")
 
@@ -159,7 +159,7 @@ async def handle_delete_acls(ctx: RequestContext, request):
     return make(ctx.response_class, throttle_time=0, filter_results=tuple(out))
 
 
-def register(registry: Registry) -> None:
-    registry.serve(DESCRIBE_ACLS, handle_describe_acls)
-    registry.serve(CREATE_ACLS, handle_create_acls)
-    registry.serve(DELETE_ACLS, handle_delete_acls)
+def register(table: HandlerTable) -> None:
+    table.serve(DESCRIBE_ACLS, handle_describe_acls)
+    table.serve(CREATE_ACLS, handle_create_acls)
+    table.serve(DELETE_ACLS, handle_delete_acls)

@@ -22,7 +22,7 @@ from ..placement import topic_id_of
 from ...cluster.acls import Operation as Op, ResourceType
 from .. import authorizer as authz
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
@@ -247,9 +247,9 @@ async def handle_delete_records(ctx: RequestContext, request):
     return make(ctx.response_class, topics=tuple(topics))
 
 
-def register(registry: Registry) -> None:
-    registry.serve(CREATE_TOPICS, handle_create_topics)
-    registry.serve(DELETE_TOPICS, handle_delete_topics)
-    registry.serve(DESCRIBE_CONFIGS, handle_describe_configs)
-    registry.serve(DELETE_RECORDS, handle_delete_records)
-    registry.serve(CREATE_PARTITIONS, handle_create_partitions)
+def register(table: HandlerTable) -> None:
+    table.serve(CREATE_TOPICS, handle_create_topics)
+    table.serve(DELETE_TOPICS, handle_delete_topics)
+    table.serve(DESCRIBE_CONFIGS, handle_describe_configs)
+    table.serve(DELETE_RECORDS, handle_delete_records)
+    table.serve(CREATE_PARTITIONS, handle_create_partitions)

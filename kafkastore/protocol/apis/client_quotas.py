@@ -15,7 +15,7 @@ from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from .. import quotas as Q
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ async def handle_alter(ctx: RequestContext, request):
         for ed, code, msg in results))
 
 
-def register(registry: Registry) -> None:
+def register(table: HandlerTable) -> None:
     """Serve the two client-quota APIs."""
-    registry.serve(DESCRIBE_CLIENT_QUOTAS, handle_describe)
-    registry.serve(ALTER_CLIENT_QUOTAS, handle_alter)
+    table.serve(DESCRIBE_CLIENT_QUOTAS, handle_describe)
+    table.serve(ALTER_CLIENT_QUOTAS, handle_alter)

@@ -17,7 +17,7 @@ from ..wire.api_keys import (DESCRIBE_CLUSTER, DESCRIBE_LOG_DIRS, DESCRIBE_PRODU
                              DESCRIBE_TOPIC_PARTITIONS)
 from ..wire.codec import make
 from ..placement import leader_for, topic_id_of
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
@@ -212,8 +212,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, request):
     return make(ctx.response_class, error_code=E.NONE, results=(result,))
 
 
-def register(registry: Registry) -> None:
-    registry.serve(DESCRIBE_CLUSTER, handle_describe_cluster)
-    registry.serve(DESCRIBE_TOPIC_PARTITIONS, handle_describe_topic_partitions)
-    registry.serve(DESCRIBE_PRODUCERS, handle_describe_producers)
-    registry.serve(DESCRIBE_LOG_DIRS, handle_describe_log_dirs)
+def register(table: HandlerTable) -> None:
+    table.serve(DESCRIBE_CLUSTER, handle_describe_cluster)
+    table.serve(DESCRIBE_TOPIC_PARTITIONS, handle_describe_topic_partitions)
+    table.serve(DESCRIBE_PRODUCERS, handle_describe_producers)
+    table.serve(DESCRIBE_LOG_DIRS, handle_describe_log_dirs)

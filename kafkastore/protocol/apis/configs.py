@@ -17,7 +17,7 @@ from ...topics.admin import alter_topic, is_internal_topic
 from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
@@ -168,6 +168,6 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request):
     return await _handle(ctx, request, incremental=True)
 
 
-def register(registry: Registry) -> None:
-    registry.serve(ALTER_CONFIGS, handle_alter_configs)
-    registry.serve(INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs)
+def register(table: HandlerTable) -> None:
+    table.serve(ALTER_CONFIGS, handle_alter_configs)
+    table.serve(INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs)

@@ -33,7 +33,7 @@ from ...format.record_batch import LOG_OVERHEAD
 from ...cluster.acls import Operation, ResourceType
 from ..wire import error_codes as E
 from ..wire.codec import make
-from ..registry import RequestContext
+from ..handler_table import RequestContext
 from ..caches.topic_ids import NEEDS_LOOKUP
 
 log = logging.getLogger("kafkastore.serve.fetch")

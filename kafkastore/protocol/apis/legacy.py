@@ -39,7 +39,7 @@ from ..wire.api_keys import FETCH, LIST_OFFSETS
 from ..wire.error_codes import UNSUPPORTED_COMPRESSION_TYPE
 from .fetch import PartitionRead, handle_fetch, handle_list_offsets, read_partition
 from ..wire.codec import make
-from ..registry import Registry, RequestContext, by_version
+from ..handler_table import HandlerTable, RequestContext, by_version
 
 log = logging.getLogger("kafkastore.serve.fetch")
 
@@ -220,8 +220,8 @@ async def handle_old_list_offsets(ctx: RequestContext, request):
     return make(ctx.response_class, topics=tuple(topics))
 
 
-def register(registry: Registry) -> None:
+def register(table: HandlerTable) -> None:
     """Serve Fetch and ListOffsets from v0, one registration each: the old versions here,
     newer ones by api_fetch (Kafka 3.9's)."""
-    registry.serve(FETCH, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
-    registry.serve(LIST_OFFSETS, by_version(1, handle_old_list_offsets, handle_list_offsets))
+    table.serve(FETCH, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
+    table.serve(LIST_OFFSETS, by_version(1, handle_old_list_offsets, handle_list_offsets))

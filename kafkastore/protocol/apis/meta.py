@@ -14,31 +14,31 @@ from ..wire import error_codes as E
 from ..wire.api_keys import API_VERSIONS, METADATA
 from .admin import MAX_PARTITIONS, create_topic_safely
 from ..wire.codec import make
-from ..placement import leader_for, topic_id, topic_id_of  # noqa: F401 - re-exported (registry docs, handlers)
-from ..registry import Registry, RequestContext
+from ..placement import leader_for, topic_id, topic_id_of  # noqa: F401 - re-exported (handler table docs, handlers)
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve")
 
 _NO_AUTH_OPS = -2147483648  # "not requested"
 
 
-def _api_keys(ctx_module_or_cls, registry: Registry):
+def _api_keys(ctx_module_or_cls, table: HandlerTable):
     return tuple(make(ctx_module_or_cls, "ApiVersion", api_key=k, min_version=lo, max_version=hi)
-                 for k, lo, hi in registry.api_versions())
+                 for k, lo, hi in table.api_versions())
 
 
 async def handle_api_versions(ctx: RequestContext, request):
-    """The truth about this broker's APIs: exactly what the registry holds."""
+    """The truth about this broker's APIs: exactly what the handler table holds."""
     return make(ctx.response_class, error_code=E.NONE,
                 api_keys=_api_keys(ctx.response_module, ctx.broker.registry))
 
 
-def unsupported_api_versions(registry: Registry, correlation_id: int) -> bytes:
+def unsupported_api_versions(table: HandlerTable, correlation_id: int) -> bytes:
     """Kafka's answer to an ApiVersions version it does not know: v0, UNSUPPORTED_VERSION, the list
     (the client then retries with the highest version it finds there)."""
     mod = codec.response_module(API_VERSIONS, 0)
     resp = make(codec.response_class(API_VERSIONS, 0), error_code=E.UNSUPPORTED_VERSION,
-                api_keys=_api_keys(mod, registry))
+                api_keys=_api_keys(mod, table))
     return codec.encode_response(correlation_id, resp)
 
 
@@ -155,6 +155,6 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     return make(ctx.response_class, error_code=E.NONE, producer_id=pid, producer_epoch=0)
 
 
-def register(registry: Registry) -> None:
-    registry.serve(API_VERSIONS, handle_api_versions)
-    registry.serve(METADATA, handle_metadata)
+def register(table: HandlerTable) -> None:
+    table.serve(API_VERSIONS, handle_api_versions)
+    table.serve(METADATA, handle_metadata)

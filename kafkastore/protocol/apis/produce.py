@@ -13,7 +13,7 @@ from ..wire import error_codes as E
 from ..wire.api_keys import PRODUCE
 from ..appender import BatchRejected, Outcome, check_batch
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 from ..caches.metadata_cache import MISSING
 
 #: Produce v0-2 carry the old message format (magic 0/1), up-converted by :mod:`.apis.legacy`.
@@ -147,5 +147,5 @@ def _submit(appender, request, metas, refused=None, denied=None, guards=None) ->
     return pending
 
 
-def register(registry: Registry) -> None:
-    registry.serve(PRODUCE, handle_produce)
+def register(table: HandlerTable) -> None:
+    table.serve(PRODUCE, handle_produce)

@@ -28,7 +28,7 @@ from ..wire import error_codes as E
 from ..wire.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .users import scram_users
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_ITERATIONS = 4096
@@ -278,6 +278,6 @@ async def _authenticate(ctx: RequestContext, request):
     return _fail(ctx, "SaslAuthenticate without a SaslHandshake")
 
 
-def register(registry: Registry) -> None:
-    registry.serve(SASL_HANDSHAKE, handle_handshake)
-    registry.serve(SASL_AUTHENTICATE, handle_authenticate)
+def register(table: HandlerTable) -> None:
+    table.serve(SASL_HANDSHAKE, handle_handshake)
+    table.serve(SASL_AUTHENTICATE, handle_authenticate)

@@ -30,7 +30,7 @@ from ..wire.api_keys import (ADD_OFFSETS_TO_TXN, ADD_PARTITIONS_TO_TXN, DESCRIBE
 from ..wire.error_codes import (COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, NOT_COORDINATOR,
                                 OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION)
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 from ...format.record_batch import ATTRIBUTES_OFFSET, HEADER_SIZE, TRANSACTIONAL_MASK
 from ...groups.offsets import OffsetAndMetadata, partition_for_group
 from ...topics.admin import is_internal_topic
@@ -527,16 +527,16 @@ async def handle_write_txn_markers(ctx: RequestContext, request):
     return make(ctx.response_class, markers=tuple(results))
 
 
-def register(registry: Registry) -> None:
+def register(table: HandlerTable) -> None:
     # Kafka 3.9's ranges. AddPartitionsToTxn v4-5 is Kafka's broker-to-broker batch (clients
     # send v0-v3; CLUSTER_ACTION needed); v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit,
     # v5 of InitProducerId and AddPartitionsToTxn only allow TRANSACTION_ABORTABLE in answers,
     # which this coordinator never gives.
-    registry.serve(INIT_PRODUCER_ID, handle_init_producer_id)
-    registry.serve(ADD_PARTITIONS_TO_TXN, handle_add_partitions)
-    registry.serve(ADD_OFFSETS_TO_TXN, handle_add_offsets)
-    registry.serve(END_TXN, handle_end_txn)
-    registry.serve(TXN_OFFSET_COMMIT, handle_txn_offset_commit)
-    registry.serve(DESCRIBE_TRANSACTIONS, handle_describe_transactions)
-    registry.serve(LIST_TRANSACTIONS, handle_list_transactions)
-    registry.serve(WRITE_TXN_MARKERS, handle_write_txn_markers)  # kio has v1 only
+    table.serve(INIT_PRODUCER_ID, handle_init_producer_id)
+    table.serve(ADD_PARTITIONS_TO_TXN, handle_add_partitions)
+    table.serve(ADD_OFFSETS_TO_TXN, handle_add_offsets)
+    table.serve(END_TXN, handle_end_txn)
+    table.serve(TXN_OFFSET_COMMIT, handle_txn_offset_commit)
+    table.serve(DESCRIBE_TRANSACTIONS, handle_describe_transactions)
+    table.serve(LIST_TRANSACTIONS, handle_list_transactions)
+    table.serve(WRITE_TXN_MARKERS, handle_write_txn_markers)  # kio has v1 only

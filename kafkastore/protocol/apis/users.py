@@ -10,7 +10,7 @@ from ...cluster.scram import MECHANISMS, Deletion, ScramUsers, Upsertion
 from ..wire import error_codes as E
 from ..wire.api_keys import ALTER_USER_SCRAM_CREDENTIALS, DESCRIBE_USER_SCRAM_CREDENTIALS
 from ..wire.codec import make
-from ..registry import Registry, RequestContext
+from ..handler_table import HandlerTable, RequestContext
 
 log = logging.getLogger("kafkastore.serve.admin")
 
@@ -98,6 +98,6 @@ async def handle_alter(ctx: RequestContext, request):
     return make(ctx.response_class, results=tuple(results))
 
 
-def register(registry: Registry) -> None:
-    registry.serve(DESCRIBE_USER_SCRAM_CREDENTIALS, handle_describe)
-    registry.serve(ALTER_USER_SCRAM_CREDENTIALS, handle_alter)
+def register(table: HandlerTable) -> None:
+    table.serve(DESCRIBE_USER_SCRAM_CREDENTIALS, handle_describe)
+    table.serve(ALTER_USER_SCRAM_CREDENTIALS, handle_alter)

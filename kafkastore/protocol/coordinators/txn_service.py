@@ -503,7 +503,7 @@ class TxnService:
 
     def authority(self) -> int | None:
         """This broker's coordinator authority now: its fence epoch while its lease is valid
-        (:meth:`~kafkastore.protocol.membership.BrokerRegistry.authority`), else None."""
+        (:meth:`~kafkastore.protocol.membership.BrokerMembership.authority`), else None."""
         registry = self.broker.brokers
         current = getattr(registry, "authority", None)
         if current is not None:

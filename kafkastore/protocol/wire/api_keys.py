@@ -3,7 +3,7 @@ KIP-219 client-side throttling, quota exemption.
 
 Every module names an API through this table (``from .api_keys import FETCH`` or
 ``ApiKey.FETCH``); the handler table checks each registration against its row
-(:mod:`kafkastore.protocol.registry`), the metrics label requests with ``api_name``, and
+(:mod:`kafkastore.protocol.handler_table`), the metrics label requests with ``api_name``, and
 the server's throttling reads ``client_throttles`` and ``quota_exempt``. A new API is one
 row here plus its handler.
 """

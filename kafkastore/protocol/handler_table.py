@@ -9,7 +9,7 @@ serves is one registration of ``by_version(first_new, old, new)``.
 Writing a handler (this is the contract for every API, the group APIs included)::
 
     from kafkastore.protocol.wire.codec import make
-    from kafkastore.protocol.registry import RequestContext
+    from kafkastore.protocol.handler_table import RequestContext
 
     async def handle_heartbeat(ctx: RequestContext, request) -> object | None:
         # ``request`` is kio's dataclass for ctx.api_version, e.g.
@@ -85,7 +85,7 @@ class RequestContext:
         return await self.broker.run(fn, *args)
 
     def authorize(self, operation, resource_type, name: str = "kafka-cluster") -> bool:
-        """Whether this request's principal may do ``operation`` (:class:`kafkastore.acls.Operation`)
+        """Whether this request's principal may do ``operation`` (:class:`kafkastore.cluster.acls.Operation`)
         on the resource: always, unless the broker runs with ``--authorizer``
         (:mod:`kafkastore.protocol.authorizer`). Never blocks."""
         authorizer = self.broker.authorizer
@@ -110,7 +110,7 @@ class ApiSpec:
 
 def by_version(first_new: int, old: Handler, new: Handler) -> Handler:
     """One handler for a key whose versions below ``first_new`` ``old`` serves and the rest
-    ``new`` (Fetch and ListOffsets: the versions kio has no classes for, from api_legacy).
+    ``new`` (Fetch and ListOffsets: the versions kio has no classes for, from :mod:`~.apis.legacy`).
 
     Not a coroutine itself: it returns the chosen handler's, so current versions pay one
     call and one comparison, not another coroutine frame. ``for_version(v)`` names the
@@ -165,7 +165,3 @@ class HandlerTable:
     def api_versions(self) -> list[tuple[int, int, int]]:
         """``(api_key, min_version, max_version)`` of every registered API, by key."""
         return [(s.api_key, s.min_version, s.max_version) for _, s in sorted(self._specs.items())]
-
-
-#: The name this table had before (one release).
-Registry = HandlerTable
