@@ -123,9 +123,10 @@ def _star_names(module: types.ModuleType) -> list[str]:
     return list(names)
 
 
-def _defined_names(home: types.ModuleType) -> list[str]:
-    """What ``__all__`` lists of a home: its own ``__all__``, else the public names its top
-    level defines (functions, classes, assignments), not the names it imports."""
+def public_names(home: types.ModuleType) -> list[str]:
+    """The public names of a home, which its old path lists in ``__all__`` and must re-export:
+    the home's own ``__all__``, else the names its top level defines (functions, classes,
+    assignments) that do not start with ``_``, not the names it imports."""
     if hasattr(home, "__all__"):
         return list(home.__all__)
     names: list[str] = []
@@ -178,7 +179,7 @@ def fill_module(module: types.ModuleType, moved: Moved) -> None:
         for name in _star_names(home):
             setattr(module, name, getattr(home, name))
     for home in homes:
-        exported += [n for n in _defined_names(home) if n not in exported]
+        exported += [n for n in public_names(home) if n not in exported]
     for old, dotted in moved.renamed.items():
         setattr(module, old, _resolve(dotted))
         if not old.startswith("_") and old not in exported:

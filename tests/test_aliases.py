@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 
-from kafkastore.old_paths import FINDER, Moved
+from kafkastore.old_paths import FINDER, Moved, public_names
 from tests.helpers.aliases import OLD_PATHS, ROOT, alias_modules, module_name
 
 OLD = sorted(OLD_PATHS)
@@ -44,19 +44,18 @@ def _quiet_import(name: str):
         return importlib.import_module(name)
 
 
-def _defined_public(module) -> list[str]:
-    """The public names a module defines: its ``__all__``, else the functions, classes and
-    assignments at its top level whose names do not start with ``_`` (not what it imports)."""
-    if hasattr(module, "__all__"):
-        return list(module.__all__)
-    names = []
-    for node in ast.parse(pathlib.Path(module.__file__).read_text()).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names += [t.id for t in targets if isinstance(t, ast.Name)]
-    return [n for n in names if not n.startswith("_")]
+def test_the_public_names_of_a_home_are_what_it_defines(tmp_path, monkeypatch):
+    """The rule the re-export test below and the hook share (one home: old_paths.py): a
+    home's ``__all__`` if it has one, else what its top level defines and does not mark
+    private; never what it imports."""
+    (tmp_path / "planted_home.py").write_text(
+        "import os\nfrom json import dumps\nfrom typing import Any\n"
+        "def f(): pass\nasync def g(): pass\nclass C: pass\nX = 1\nY: int = 2\nA = B = 3\n"
+        "def _private(): pass\n_Z = 3\nif True:\n    NESTED = 4\n")
+    (tmp_path / "planted_listed_home.py").write_text("__all__ = ['f']\ndef f(): pass\ndef g(): pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert public_names(importlib.import_module("planted_home")) == ["f", "g", "C", "X", "Y", "A", "B"]
+    assert public_names(importlib.import_module("planted_listed_home")) == ["f"]
 
 
 def test_the_known_old_paths_are_in_the_table():
@@ -115,7 +114,7 @@ def test_an_old_path_re_exports_every_public_name_of_its_homes(old: str):
     homes = [importlib.import_module(h) for h in moved.homes]
     missing, different = {}, []
     for home in homes:
-        names = [n for n in _defined_public(home) if n not in moved.renamed]
+        names = [n for n in public_names(home) if n not in moved.renamed]
         missing[home.__name__] = [n for n in names if not hasattr(module, n)]
         assert not set(names) - set(module.__all__), f"{old}.__all__ lacks names of {home.__name__}"
         for n in names:
