@@ -151,11 +151,24 @@ def _lz4_compress(data, level: int) -> bytes:
 
 
 def _zstd_compress(data, level: int) -> bytes:
-    import zstandard
-
-    c = zstandard.ZstdCompressor(level=level, write_content_size=False, write_checksum=False)
-    obj = c.compressobj()  # streaming, as zstd-jni's ZstdOutputStream: no content size
+    obj = _zstd_compressor(level).compressobj()  # streaming, as zstd-jni's: no content size
     return obj.compress(data) + obj.flush()
+
+
+def _zstd_compressor(level: int):
+    """This thread's ZstdCompressor for ``level``: building one per batch cost as much as
+    compressing a small batch (a compressor is not thread-safe, so one per thread and level;
+    reusing its context gives the same bytes)."""
+    compressors = getattr(_ZSTD_LOCAL, "cctx", None)
+    if compressors is None:
+        compressors = _ZSTD_LOCAL.cctx = {}
+    cctx = compressors.get(level)
+    if cctx is None:
+        import zstandard
+
+        cctx = compressors[level] = zstandard.ZstdCompressor(
+            level=level, write_content_size=False, write_checksum=False)
+    return cctx
 
 
 # -------------------------------------------------------------- decompress
