@@ -273,6 +273,14 @@ class _Columns:
         self.keyed = rb.column("key").is_valid().to_numpy(zero_copy_only=False)
         self._prepared = None
 
+    def surviving(self, keep: np.ndarray) -> np.ndarray:
+        """Per row: a keyed record whose offset is in ``keep`` (one search for the whole chunk,
+        not one per batch)."""
+        if not len(keep):
+            return np.zeros(len(self.offsets), bool)
+        i = np.searchsorted(keep, self.offsets)
+        return (keep[np.minimum(i, len(keep) - 1)] == self.offsets) & self.keyed
+
     def encodable(self) -> arrow_encode.Columns:
         """Key, value and headers flattened for the encoder (once per chunk, when needed)."""
         if self._prepared is None:
@@ -297,21 +305,62 @@ def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[i
                   keep: np.ndarray, ctx: CleanContext, codec: Compression | None, txns: _TxnState
                   ) -> tuple[list[tuple[int, BatchHeader, tuple | None]], list[int]]:
     """``([(position, header, output)], delete horizons)`` of one chunk: each data batch
-    decoded and filtered (:func:`_filter_batch`); control batches are left to the caller
-    (output None), which walks the batches in order. Touches no shared state (``txns``
-    is only read), so chunks can be filtered on threads."""
-    chunk = memoryview(log)[chunk_start:batches[-1][0] + batches[-1][1].size]
-    cols = _decode_chunk(chunk, ctx, name, chunk_start)
+    that can keep a record decoded and filtered (:func:`_filter_batch`); the others (no
+    offset of theirs in ``keep``, aborted, empty) are dropped without being decoded.
+    Control batches are left to the caller (output None), which walks the batches in
+    order. Touches no shared state (``txns`` is only read), so chunks can be filtered on
+    threads."""
+    needed = _needs_decoding(batches, keep, txns)
     horizons: list[int] = []
-    outs = []
-    row = 0
-    for pos, h in batches:
-        out = None
-        if not h.is_control:
-            out, row = _filter_batch(log, pos, h, cols, row, keep, ctx, codec,
-                                     txns.is_aborted(h), horizons)
-        outs.append((pos, h, out))
+    outs: list = [(pos, h, None) for pos, h in batches]
+    for first, last in _decode_runs(batches, needed):
+        start = batches[first][0]
+        end = batches[last][0] + batches[last][1].size
+        cols = _decode_chunk(memoryview(log)[start:end], ctx, name, start)
+        surviving = cols.surviving(keep)
+        row = 0
+        for i in range(first, last + 1):
+            pos, h = batches[i]
+            if h.is_control:
+                continue                  # no rows: the decoder drops control batches
+            out, row = _filter_batch(log, pos, h, cols, surviving, row, ctx, codec, horizons)
+            outs[i] = (pos, h, out)
+        if row != len(cols.offsets):
+            raise CorruptRecordError("decoded records do not line up with their batches",
+                                     offset=batches[first][1].base_offset, position=start)
     return outs, horizons
+
+
+def _needs_decoding(batches: list[tuple[int, BatchHeader]], keep: np.ndarray,
+                    txns: _TxnState) -> list[bool]:
+    """Per batch: a data batch, not aborted, with records and at least one offset of
+    ``keep`` within its offsets (only such a batch can keep a record)."""
+    if not len(keep):
+        return [False] * len(batches)
+    base = np.fromiter((h.base_offset for _, h in batches), np.int64, len(batches))
+    last = np.fromiter((h.last_offset for _, h in batches), np.int64, len(batches))
+    hits = np.searchsorted(keep, last, "right") - np.searchsorted(keep, base, "left")
+    return [bool(k) and not h.is_control and h.record_count > 0 and not txns.is_aborted(h)
+            for k, (_, h) in zip(hits.tolist(), batches)]
+
+
+def _decode_runs(batches: list[tuple[int, BatchHeader]], needed: list[bool]
+                 ) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` batch numbers of each run of consecutive batches to decode as one
+    range: from a needed batch through the needed and control batches after it (control
+    batches decode to no rows), ending before the next data batch that is not needed."""
+    first = None
+    last = None
+    for i, (_, h) in enumerate(batches):
+        if needed[i]:
+            if first is None:
+                first = i
+            last = i
+        elif not h.is_control and first is not None:
+            yield first, last
+            first = None
+    if first is not None:
+        yield first, last
 
 
 def _filter_marker(log: bytes, pos: int, h: BatchHeader, ctx: CleanContext, txns: _TxnState,
@@ -349,25 +398,18 @@ def _filter_marker(log: bytes, pos: int, h: BatchHeader, ctx: CleanContext, txns
     return data, -1, True
 
 
-def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int, keep: np.ndarray,
-                  ctx: CleanContext, codec: Compression | None, aborted: bool,
-                  horizons: list[int]):
+def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, surviving: np.ndarray,
+                  row: int, ctx: CleanContext, codec: Compression | None, horizons: list[int]):
     """``((bytes, min timestamp, rebuilt) or None if dropped, next row)`` for one data batch
-    (``aborted``: it belongs to an aborted transaction)."""
+    with records, not aborted (``surviving``: per decoded row, keyed and in ``keep``)."""
     now = ctx.now_ms
-    original = log[pos:pos + h.size]
     n = h.record_count
     lo, row = row, row + n
-    if n and not (cols.offsets[lo] >= h.base_offset and cols.offsets[row - 1] <= h.last_offset):
+    if row > len(cols.offsets) or not (cols.offsets[lo] >= h.base_offset
+                                       and cols.offsets[row - 1] <= h.last_offset):
         raise CorruptRecordError("decoded records do not line up with their batch",
                                  offset=h.base_offset, position=pos)
-    if aborted or n == 0:
-        return None, row                  # aborted transaction, or an empty batch
-    offs = cols.offsets[lo:row]
-    i = np.searchsorted(keep, offs)
-    survives = (i < len(keep)) & (keep[np.minimum(i, len(keep) - 1)] == offs) if len(keep) else \
-        np.zeros(n, bool)
-    survives &= cols.keyed[lo:row]
+    survives = surviving[lo:row].copy()
     tomb = cols.tombstone[lo:row]
     hz = h.delete_horizon_ms
     if hz is not None and now >= hz:
@@ -382,7 +424,7 @@ def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, row: int
     if count == n and not (kept_tombstones and hz is None):
         if kept_tombstones:
             horizons.append(hz)
-        return (original, min_ts, False), row
+        return (log[pos:pos + h.size], min_ts, False), row
     if kept_tombstones and hz is None:
         hz = _horizon(ctx)
     if kept_tombstones:

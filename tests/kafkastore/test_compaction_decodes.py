@@ -1,0 +1,112 @@
+"""The rewrite decodes only the batches that can keep a record: a data batch with none of
+its offsets among the survivors (or aborted, or empty) is dropped without being decoded,
+and a batch whose records all survive is copied with its bytes and offsets."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkastore.format.segment_scan import iter_batches
+from kafkastore.maintenance import compaction_rewrite
+from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
+from kafkastore.maintenance.compaction_rewrite import rewrite_group
+from kafkastore.storage import Storage
+from kafkastore.write.log_writer import LogWriter as Broker
+from tests.helpers.compaction import T0, make_topic, produce
+
+
+def _counting_decoder(monkeypatch) -> list[int]:
+    """Rows of every decode the rewrite makes (the wrapped decoder is the real one)."""
+    rows: list[int] = []
+    real = compaction_rewrite.decode_to_arrow
+
+    def counting(*args, **kwargs):
+        rb = real(*args, **kwargs)
+        rows.append(rb.num_rows)
+        return rb
+
+    monkeypatch.setattr(compaction_rewrite, "decode_to_arrow", counting)
+    return rows
+
+
+def _source_batches(storage, group):
+    """``[(header, bytes)]`` of every batch of the group's segments, in order."""
+    out = []
+    for seg in group.segments:
+        log = storage.get(seg.paths("t", 0)[".log"])
+        out.extend((h, bytes(log[pos:pos + h.size])) for pos, h in iter_batches(log))
+    return out
+
+
+def _rewrite_all(storage, now, threads=1):
+    m, plan = load_plan(storage, "t", 0, now, force=True)
+    groups = group_specs([plan])
+    keep, carry = local_survivors(storage, [plan], groups, scan_tasks(storage, [plan], groups, [m]))
+    return [(g, keep[g.index], rewrite_group(storage, plan.context, g, keep[g.index],
+                                             carry[g.index], threads=threads))
+            for g in groups]
+
+
+def _with_a_survivor(batches, keep, aborted=()):
+    """Records of the data batches holding at least one offset of ``keep``."""
+    kept = set(keep.tolist())
+    return sum(h.record_count for h, _ in batches
+               if not h.is_control and h.base_offset not in aborted
+               and any(h.base_offset <= o <= h.last_offset for o in kept))
+
+
+def test_superseded_batches_are_not_decoded(tmp_path, monkeypatch):
+    storage = Storage(tmp_path.as_uri())
+    make_topic(storage, segment_bytes=10 ** 6)
+    for i in range(4):                                   # every key rewritten in each round
+        produce(storage, [(k, f"{k}{i}") for k in "abcdefgh"])
+    produce(storage, [("a", "new")])                     # the head, not cleaned
+    rows = _counting_decoder(monkeypatch)
+    (group, keep, result), = _rewrite_all(storage, T0)
+    batches = _source_batches(storage, group)
+    assert result.records_out == 8
+    # Only the last round's batch holds survivors: 8 of the 32 records decoded, not 32.
+    assert sum(rows) == _with_a_survivor(batches, keep) == 8
+
+
+_round = st.lists(st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.text("xy", max_size=8))),
+                  min_size=1, max_size=6)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rounds=st.lists(st.tuples(_round, st.sampled_from(["plain", "commit", "abort"])),
+                       min_size=2, max_size=8),
+       now=st.sampled_from([T0, T0 + 10_000]), threads=st.sampled_from([1, 2]))
+def test_only_batches_with_survivors_are_decoded_and_whole_ones_keep_their_bytes(
+        tmp_path_factory, monkeypatch, rounds, now, threads):
+    storage = Storage(tmp_path_factory.mktemp("t").as_uri())
+    make_topic(storage, segment_bytes=10 ** 6, delete_retention_ms=1000)
+    for i, (items, kind) in enumerate(rounds):
+        if kind == "plain":
+            produce(storage, items)
+            continue
+        txn = Broker(storage, clock=lambda: T0, producer_id=100 + i)
+        txn.begin_transaction()
+        produce(storage, items, broker=txn)
+        (txn.commit_transaction if kind == "commit" else txn.abort_transaction)()
+    produce(storage, [("z", "head")])
+    m, _ = load_plan(storage, "t", 0, now, force=True)
+    aborted_bases = {h for s in m.segments for pid, first, last in s.aborted_txns
+                     for h in range(first, last + 1)}
+    rows = _counting_decoder(monkeypatch)
+    decoded_max = 0
+    for group, keep, result in _rewrite_all(storage, now, threads):
+        source = _source_batches(storage, group)
+        decoded_max += _with_a_survivor(source, keep, aborted_bases)
+        if result.entry is None:
+            continue
+        out = storage.get(result.entry.paths("t", 0)[".log"])
+        by_base = {h.base_offset: (h, data) for h, data in source}
+        for pos, h in iter_batches(out):
+            src = by_base[h.base_offset]               # offsets never move
+            if (src[0].record_count == h.record_count
+                    and src[0].delete_horizon_ms == h.delete_horizon_ms):
+                assert bytes(out[pos:pos + h.size]) == src[1]    # kept whole: its own bytes
+    # The rewrite decodes the batches that can keep a record, nothing else.
+    assert sum(rows) == decoded_max
