@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -210,6 +211,7 @@ class ScramUsers:
         #: ``(read at, version, {(user, mechanism): credential})``: parsed once per version, so a
         #: login costs a dict lookup, not a copy of the document.
         self._parsed: tuple[float, int, dict] | None = None
+        self._reload_lock = threading.Lock()
 
     def describe(self, fresh: bool = False) -> dict[str, dict[str, int]]:
         """``{user: {mechanism: iterations}}`` of every user (``fresh``: read the root now)."""
@@ -222,16 +224,25 @@ class ScramUsers:
         when the credentials in hand are older than ``max_age_s``. Blocking then."""
         parsed = self._parsed
         if parsed is None or self._clock.monotonic_s() - parsed[0] >= self.max_age_s:
-            at = self._clock.monotonic_s()
-            doc = self.document.refresh()
-            version = self.document.version
-            if parsed is None or version != parsed[1]:
-                creds = {(u, m): ScramCredential.from_dict(c)
-                         for u, by_mech in doc.get("users", {}).items() for m, c in by_mech.items()}
-            else:
-                creds = parsed[2]
-            parsed = self._parsed = (at, version, creds)
+            parsed = self.reload()
         return parsed[2].get((user, mechanism))
+
+    def reload(self) -> tuple[float, int, dict]:
+        """Read the root's users now (one request when unchanged) and keep them; what is kept
+        (``(read at, version, credentials)``). Reloads may overlap (a refresher starts the
+        next before a slow one ends): the newest version and the latest read time win."""
+        at = self._clock.monotonic_s()
+        version, doc, _ = self.document.read()
+        with self._reload_lock:
+            parsed = self._parsed
+            if parsed is not None and version <= parsed[1]:
+                # An older or equal version read at ``at``: the one in hand was current then.
+                self._parsed = parsed = (max(at, parsed[0]), parsed[1], parsed[2])
+                return parsed
+            creds = {(u, m): ScramCredential.from_dict(c)
+                     for u, by_mech in doc.get("users", {}).items() for m, c in by_mech.items()}
+            self._parsed = parsed = (at, version, creds)
+            return parsed
 
     def cached_lookup(self, user: str, mechanism: str):
         """:meth:`lookup` if the credentials in hand are fresh (never blocks), else

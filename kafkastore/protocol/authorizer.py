@@ -17,7 +17,9 @@ of the type has), and remembers its answers. The rules are Kafka's:
 
 :class:`Authorizer` is the broker's. A change made through this broker applies to it
 at once, on the others within ``max_age_s``, whatever the traffic: the server keeps the
-index warm in the background (every half ``max_age_s``) and, before it hands a request
+index warm in the background (:class:`kafkastore.cluster.refresher.Refresher`: reads
+started often enough, overlapping on a slow store, that the index never reaches the
+bound while the store answers) and, before it hands a request
 to its handler, waits for a fresh read when the index in hand is older than
 ``max_age_s`` (after an idle spell, a pause, a stalled store), so no decision is ever
 made on ACLs older than the bound. Handlers ask through
@@ -168,14 +170,16 @@ class Authorizer:
         self._version = -1
         self._loaded_at: float | None = None
         self._refreshing = False
+        self._retry_at = float("-inf")   # a failed background load is not retried before this
         self._lock = threading.Lock()  # use(): a background load and a change made here may race
         self._load_lock = threading.Lock()  # requests that find the index stale share one read
 
     @property
     def index(self) -> AclIndex:
         """The index in use (refreshed in the background when older than ``max_age_s``)."""
-        if (self._loaded_at is None or self._clock.monotonic_s() - self._loaded_at >= self.max_age_s) and \
-                not self._refreshing and self._submit is not None:
+        now = self._clock.monotonic_s()
+        if (self._loaded_at is None or now - self._loaded_at >= self.max_age_s) and \
+                not self._refreshing and self._submit is not None and now >= self._retry_at:
             self._refreshing = True
             try:
                 self._submit(self._background_load)
@@ -195,27 +199,31 @@ class Authorizer:
                 self.load()
 
     def load(self) -> None:
-        """Read the document now and use it. Blocking."""
+        """Read the document now and use it. Blocking. Loads may overlap (a refresher starts
+        the next before a slow one ends): each is as fresh as the moment it started."""
         asked = self._clock.monotonic_s()
-        doc = self.document.refresh()
-        self.use(self.document.version, doc, asked)
+        version, doc, _ = self.document.read()
+        self.use(version, doc, asked)
 
     def use(self, version: int, doc: dict, at: float | None = None) -> None:
-        """Use ``doc`` (version ``version``) from now on, unless a newer version is in use."""
+        """Use ``doc`` (version ``version``) from now on, unless a newer version is in use;
+        the index in hand is then at least as new as the ACLs were at ``at`` (default: now)."""
         index = AclIndex(bindings_of(doc), self.super_users) if version != self._version else None
+        at = self._clock.monotonic_s() if at is None else at
         with self._lock:
-            if version < self._version:
-                return
             if version > self._version:
                 self._index, self._version = index, version
-            self._loaded_at = self._clock.monotonic_s() if at is None else at
+            # An older version read at ``at`` proves the newer one in hand was not stale then.
+            if self._loaded_at is None or at > self._loaded_at:
+                self._loaded_at = at
 
     def _background_load(self) -> None:
         try:
             self.load()
-        except Exception:  # noqa: BLE001 - keep the ACLs in hand; retried after max_age_s
-            log.warning("cannot re-read the ACLs; keeping version %d", self._version, exc_info=True)
-            self._loaded_at = self._clock.monotonic_s()
+        except Exception:  # noqa: BLE001 - the ACLs in hand keep ageing: decisions wait, fail closed
+            log.warning("cannot re-read the ACLs; version %d in hand keeps ageing", self._version,
+                        exc_info=True)
+            self._retry_at = self._clock.monotonic_s() + self.max_age_s / 4
         finally:
             self._refreshing = False
 

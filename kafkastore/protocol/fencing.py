@@ -7,17 +7,23 @@
   and coordinators drop what they loaded. The check runs here, on the request path, and not
   only in the heartbeat: a paused process's heartbeat thread resumes at the same moment as its
   request handlers.
-* The shared documents its decisions read: ACLs and client quotas are never older than their
-  bound at decision time (:data:`MAX_DECISION_AGE_S`, or twice ``quota_refresh_s`` if longer).
-  The background refresh keeps them warm; a request that finds them older (after an idle
-  spell, a pause, a slow store) waits for a fresh read. SCRAM credentials are checked the
-  same way at login (:meth:`kafkastore.scram_users.ScramUsers.lookup`).
+* The shared documents its decisions read: ACLs, client quotas and SCRAM credentials are
+  never older than their bound at decision time (:data:`MAX_DECISION_AGE_S`, or twice
+  ``quota_refresh_s`` if longer, for quotas). One background refresher per document
+  (:class:`kafkastore.cluster.refresher.Refresher`, :func:`start_refreshers`) starts reads
+  often enough, overlapping when the store is slow, that the copies stay younger than the
+  bound while the store answers; a request that still finds one older (after a pause, a
+  store slower than the bound, reads that fail) waits for a fresh read and fails closed.
+  SCRAM credentials are checked the same way at login
+  (:meth:`kafkastore.cluster.scram.ScramUsers.lookup`).
 """
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 
+from ..cluster.refresher import Refresher
 from ..errors import StorageError
 
 #: The oldest ACLs, credentials and quotas a decision may use (seconds).
@@ -29,6 +35,7 @@ FRESH_READ_WAIT_S = 5.0
 
 _quota_read = threading.Lock()   # requests that find the quotas stale share one read
 _in_flight: dict = {}            # (server, document) -> the read requests are waiting for
+_waits: dict[int, Counter] = {}  # id(server) -> requests that waited for a read, per document
 
 
 def quota_bound_s(server) -> float:
@@ -37,9 +44,46 @@ def quota_bound_s(server) -> float:
 
 
 def _quotas_stale(server) -> bool:
-    document = server.quota_document
-    age = None if document is None else document.age_s()
-    return age is not None and age >= quota_bound_s(server)
+    read_at = server.quotas.read_at
+    return read_at is not None and server.clock.monotonic_s() - read_at >= quota_bound_s(server)
+
+
+def read_quotas(server) -> None:
+    """Read the root's quotas now and apply them (one store request when unchanged).
+    Blocking. Reads may overlap: the newest version and the latest read time win."""
+    at = server.clock.monotonic_s()
+    version, doc, _ = server.quota_document.read()
+    server.quotas.apply(version, doc, at)
+
+
+def start_refreshers(server, scram_users=None) -> list[Refresher]:
+    """Start one background refresher per document this broker decides on: the ACLs (with
+    ``--authorizer``), the client quotas, and the SCRAM credentials (``scram_users``, the
+    broker's :class:`~kafkastore.cluster.scram.ScramUsers` when it takes SASL logins).
+    Stop them with :func:`stop_refreshers`."""
+    clock = server.clock
+    out = []
+    authorizer = server.authorizer
+    if authorizer is not None:
+        out.append(Refresher("acls", authorizer.load, authorizer.max_age_s, clock=clock))
+    out.append(Refresher("quotas", lambda: read_quotas(server), quota_bound_s(server),
+                         clock=clock))
+    if scram_users is not None:
+        out.append(Refresher("scram", scram_users.reload, scram_users.max_age_s, clock=clock))
+    for refresher in out:
+        refresher.start()
+    return out
+
+
+def stop_refreshers(refreshers) -> None:
+    """Stop what :func:`start_refreshers` started."""
+    for refresher in refreshers:
+        refresher.stop()
+
+
+def fresh_waits(server) -> Counter:
+    """How many requests waited for a fresh read, per document ("ACLs", "quotas")."""
+    return Counter(_waits.get(id(server), ()))
 
 
 def due(server) -> bool:
@@ -65,8 +109,10 @@ async def before_serving(server, *, decides: bool = True) -> None:
         return
     authorizer = server.authorizer
     if authorizer is not None and authorizer.stale():
+        _waits.setdefault(id(server), Counter())["ACLs"] += 1
         await _fresh(server, "ACLs", authorizer.load_if_stale)
     if _quotas_stale(server):
+        _waits.setdefault(id(server), Counter())["quotas"] += 1
         await _fresh(server, "quotas", refresh_quotas_if_stale, server)
 
 
@@ -102,6 +148,4 @@ def refresh_quotas_if_stale(server) -> None:
     with _quota_read:
         if not _quotas_stale(server):
             return
-        # Applied whatever the version: the background refresh may have read this version
-        # but not applied it yet.
-        server.quotas.set_config(server.quota_document.refresh())
+        read_quotas(server)

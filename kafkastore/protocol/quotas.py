@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -268,10 +269,26 @@ class QuotaManager:
         #: quota window). Byte-rate throttles are not capped, as Kafka's are not: a capped
         #: throttle would let one huge request per cap through, over the quota.
         self.max_request_throttle_s = window_s
+        #: The version of the quotas document in use (-1: none read) and when (monotonic
+        #: seconds) the read that vouches for it started (None: never read: no bound yet).
+        self.version = -1
+        self.read_at: float | None = None
+        self._apply_lock = threading.Lock()
 
     def set_config(self, doc: Mapping) -> None:
         """Apply a new quotas document (sensors of matches that changed start afresh)."""
         self.config = QuotaConfig(doc)
+
+    def apply(self, version: int, doc: Mapping, read_at: float) -> None:
+        """Apply what a read of the quotas document that started at ``read_at`` found
+        (``version``, ``doc``) unless a newer version is in use; the quotas in hand are
+        then at least as new as the document was at ``read_at``. Reads may overlap."""
+        with self._apply_lock:
+            if version > self.version:
+                self.set_config(doc)
+                self.version = version
+            if self.read_at is None or read_at > self.read_at:
+                self.read_at = read_at
 
     @property
     def active(self) -> bool:

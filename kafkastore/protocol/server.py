@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 from ..clock import Clock
 from ..errors import ListenError
 from ..storage import Storage
-from . import listeners
+from . import fencing, listeners
 from .connection import (Connection, PreAuthBudget, close_quietly, current_request_time,
                          pre_auth_expired)
 from .handler_table import HandlerTable
@@ -201,6 +201,7 @@ class BrokerServer:
         #: The root's shared client quotas and this broker's enforcement of them.
         self.quota_document = ClusterDocument(storage, "quotas", max_age_s=opts.quota_refresh_s)
         self.quotas = QuotaManager(window_s=opts.quota_window_s, samples=opts.quota_samples)
+        self._refreshers: list = []   # the shared documents' refreshers (started in start())
         self.commit_failures = 0
         self.metrics = None
         self.metrics_port: int | None = None
@@ -262,12 +263,13 @@ class BrokerServer:
         self.advertised = (host, port)
         self._spawn(self._heartbeat())
         try:
-            self.quotas.set_config(await self.run(self.quota_document.refresh))
+            await self.run(fencing.read_quotas, self)
         except Exception:  # noqa: BLE001 - served without quotas until the next refresh
             log.warning("cannot read the client quotas", exc_info=True)
-        self._spawn(self._refresh_quotas())
-        if self.authorizer is not None:
-            self._spawn(self._refresh_acls())
+        self._spawn(self._expire_quota_sensors())
+        # ACLs, quotas and SCRAM credentials kept younger than their bound (fencing.py).
+        self._refreshers = fencing.start_refreshers(
+            self, scram_users(self) if sasl_enabled(opts) else None)
         if self.metrics is not None:
             mhost, mport = opts.metrics_listen
             self.metrics_port = self.metrics.serve(
@@ -319,6 +321,7 @@ class BrokerServer:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self._lease_pool.shutdown(wait=False, cancel_futures=True)
         self._documents_pool.shutdown(wait=False, cancel_futures=True)
+        fencing.stop_refreshers(self._refreshers)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -343,31 +346,12 @@ class BrokerServer:
             except Exception:  # noqa: BLE001 - a missed heartbeat is retried next interval
                 log.warning("broker heartbeat failed", exc_info=True)
 
-    async def _refresh_quotas(self) -> None:
-        """Re-read the shared quotas document now and then (changes from any broker)."""
-        document, quotas = self.quota_document, self.quotas
+    async def _expire_quota_sensors(self) -> None:
+        """Forget idle clients' rate sensors now and then (on the event loop, which records
+        into them; the quotas themselves are re-read by a refresher, fencing.py)."""
         while True:
             await asyncio.sleep(self.options.quota_refresh_s)
-            try:
-                version = document.version
-                doc = await self.read_document(document.refresh)
-                if document.version != version:
-                    quotas.set_config(doc)
-                    log.info("client quotas changed (version %d)", document.version)
-            except Exception:  # noqa: BLE001 - keep enforcing the last quotas read
-                log.warning("cannot re-read the client quotas", exc_info=True)
-            quotas.expire_idle(self.clock.monotonic_s())
-
-    async def _refresh_acls(self) -> None:
-        """Keep the ACLs warm whatever the traffic (every half ``acl_max_age_s``), so the
-        freshness wait in front of each request almost never waits."""
-        authorizer = self.authorizer
-        while True:
-            await asyncio.sleep(authorizer.max_age_s / 2)
-            try:
-                await self.read_document(authorizer.load)
-            except Exception:  # noqa: BLE001 - requests wait for a fresh read meanwhile
-                log.warning("cannot re-read the ACLs", exc_info=True)
+            self.quotas.expire_idle(self.clock.monotonic_s())
 
     async def fresh_acls(self) -> None:
         """Wait until the ACLs in hand are at most ``acl_max_age_s`` old (after an idle spell,
