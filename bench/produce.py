@@ -175,7 +175,9 @@ def start_moto(bucket: str = "bench", *, own_process: bool = False):
 
     ``own_process`` runs it as ``python -m moto.server`` in a child process, so its request
     handling does not share this process's GIL with the code measured (the soaks: a writer,
-    its background merging and gc, and moto would otherwise take turns on one interpreter)."""
+    its background merging and gc, and moto would otherwise take turns on one interpreter).
+    Either way moto decides conditional PUTs atomically, as S3 does (tests/helpers/atomic_moto,
+    the same S3 as the tests' and the fault harness's)."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
@@ -185,6 +187,9 @@ def start_moto(bucket: str = "bench", *, own_process: bool = False):
     else:
         from moto.server import ThreadedMotoServer
 
+        from tests.helpers.atomic_moto import make_conditional_puts_atomic
+
+        make_conditional_puts_atomic()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
@@ -201,7 +206,8 @@ def start_moto(bucket: str = "bench", *, own_process: bool = False):
 
 
 class _MotoProcess:
-    """``python -m moto.server`` on a free loopback port, ready when constructed."""
+    """``python -m tests.helpers.atomic_moto`` (moto's server with atomic conditional PUTs)
+    on a free loopback port, ready when constructed."""
 
     def __init__(self):
         import socket
@@ -211,9 +217,12 @@ class _MotoProcess:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.endpoint = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                      "-p", str(port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        repo = os.path.dirname(HERE)   # tests.helpers.atomic_moto, wherever the bench runs from
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.atomic_moto",
+                                      "-H", "127.0.0.1", "-p", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -6,8 +6,9 @@ One partition, N small commits (default 100,000) through
 :class:`kafkastore.write.log_writer.LogWriter` (``send`` R records, ``flush``: one segment
 and one manifest version each) on a ``file://`` root in a temporary
 directory; with ``--s3`` also M commits (default 10,000) on moto's S3 server
-started here on 127.0.0.1 in its own process (``python -m moto.server``; with
-``--moto-in-process`` a ``ThreadedMotoServer`` in this one, as tests/conftest.py does).
+started here on 127.0.0.1 in its own process (``python -m tests.helpers.atomic_moto``: moto
+with S3's atomic conditional PUTs; with ``--moto-in-process`` a ``ThreadedMotoServer`` in
+this one, made atomic the same way, as tests/conftest.py does).
 
 Printed for the first 10% and the last 10% of the commits, and the ratio
 last/first (flat history means ratios near 1):
