@@ -52,9 +52,9 @@ from kafkastore import layout  # noqa: E402
 from kafkastore.format.crc import crc32c  # noqa: E402
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry  # noqa: E402
 from kafkastore.format.record_batch import Record, encode_batch  # noqa: E402
-from kafkastore.format.segment import SegmentBuilder  # noqa: E402
+from kafkastore.format.segment_build import SegmentBuilder  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 from process_cpu import tree_cpu_seconds  # noqa: E402
 
 TOPIC = "compact-bench"
@@ -165,7 +165,7 @@ def baseline(spark, root: str, work: str, records: int) -> tuple[str, float, int
     """(what, records/s, records) of the load job, or of a plain read when pipelines.load is
     missing."""
     try:
-        from pipelines.load import run_load
+        from pipelines.jobs.load import run_load
     except ImportError:
         run_load = None
     if run_load is not None:
@@ -174,7 +174,7 @@ def baseline(spark, root: str, work: str, records: int) -> tuple[str, float, int
                            table="bench", progress=False)
         seconds = time.monotonic() - t0
         return "load (pipelines.load.run_load, Parquet)", summary.rows / seconds, summary.rows
-    from kafkastore.compaction import group_specs, load_plan, scan_task, scan_tasks
+    from kafkastore.maintenance.compaction import group_specs, load_plan, scan_task, scan_tasks
 
     storage = Storage(root)
     m, plan = load_plan(storage, TOPIC, 0, BASE_TS, force=True)
@@ -194,7 +194,7 @@ def baseline(spark, root: str, work: str, records: int) -> tuple[str, float, int
 
 
 def compact_once(spark, cache_root: str, work_root: str) -> tuple[object, float, PeakRss]:
-    from pipelines.compaction import compact_partition
+    from pipelines.jobs.log_compaction import compact_partition
 
     src, dst = cache_root[len("file://"):], work_root[len("file://"):]
     shutil.rmtree(dst, ignore_errors=True)
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
             print(f"built {name}: {args.records:,} records, {keys:,} keys in {secs:.1f} s")
         roots[name] = root
 
-    from pipelines.session import get_spark
+    from pipelines.source.session import get_spark
 
     spark = get_spark(master=args.master, app_name="bench-compact",
                       extra_conf={"spark.ui.enabled": "false"})
@@ -250,12 +250,12 @@ def main(argv=None) -> int:
     os.makedirs(work)
     # The first job of a session pays the JVM's and the Python workers' start: a small
     # load before the timed one, so neither the baseline nor the compaction pays it.
-    from pipelines.load import run_load
+    from pipelines.jobs.load import run_load
 
     run_load(spark, root=roots["keys"], topic=TOPIC, warehouse=f"file://{work}/warm",
              table="warm", progress=False, until_offsets={0: min(args.records, 10_000)})
     if not args.cold:   # the same for the compaction's code path, on a small topic of its own
-        from pipelines.compaction import compact_partition
+        from pipelines.jobs.log_compaction import compact_partition
 
         warm = f"file://{work}/warm-compact"
         build_topic(warm, 20_000, 1_000, False, 5_000, args.segment_bytes, workers=1)

@@ -24,9 +24,9 @@ import tempfile
 import time
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.group_offsets import OFFSETS_TOPIC_CONFIG, OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import OFFSETS_TOPIC_CONFIG, OffsetAndMetadata, OffsetsStore
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 
 def main() -> None:

@@ -38,9 +38,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
-from kafkastore.reader import PartitionReader  # noqa: E402
+from kafkastore.read.reader import PartitionReader  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic, load_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic, load_topic  # noqa: E402
 
 KEY_SIZE = 16
 VALUE_SIZE = 100
@@ -121,9 +121,9 @@ def ceiling(root: str, topic: str, out_dir: str, compression: str, threads: int 
     Returns (seconds, rows)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kafkastore.reader import READ_COMMITTED, read_range
-    from pipelines.offset_ranges import OffsetRange
-    from pipelines.planning import DEFAULT_MAX_BYTES, plan_range_splits
+    from kafkastore.read.reader import READ_COMMITTED, read_range
+    from pipelines.spec.offset_ranges import OffsetRange
+    from pipelines.source.planning import DEFAULT_MAX_BYTES, plan_range_splits
     from pipelines.spec.table_layout import TableLayout
     from pipelines.warehouse.files import write_files
 
@@ -185,9 +185,10 @@ def main(argv=None) -> int:
     nbytes = log_bytes(root, "bench")
     print(f"log size: {nbytes / 1e6:,.1f} MB")
 
-    from pipelines import iceberg as ice
-    from pipelines.load import run_load
-    from pipelines.session import get_spark
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.reads import plan_scan
+    from pipelines.jobs.load import run_load
+    from pipelines.source.session import get_spark
 
     work = args.work_dir or os.path.join(args.cache_dir, "work")
     shutil.rmtree(work, ignore_errors=True)
@@ -197,15 +198,15 @@ def main(argv=None) -> int:
                                   "spark.sql.parquet.compression.codec": args.compression})
     # Warm-up on a small slice: Python workers (planning, reading, mapInArrow), the
     # JVM's Parquet paths and pyiceberg start once, before anything is timed.
-    warm = ice.Warehouse(f"file://{work}/warm")
+    warm = Warehouse(f"file://{work}/warm")
     run_load(spark, root=root, topic="bench", warehouse=warm, table="warm", progress=False,
              until_offsets={p: min(per[p], 10_000) for p in per})
-    warm_files = [u[len("file://"):] for u in ice.plan_scan(warm.table("warm")).urls()]
+    warm_files = [u[len("file://"):] for u in plan_scan(warm.table("warm")).urls()]
     spark.read.parquet(*warm_files).write.mode("overwrite").parquet(os.path.join(work, "warm-copy"))
 
     from process_cpu import tree_cpu_seconds
 
-    wh = ice.Warehouse(f"file://{work}/warehouse")
+    wh = Warehouse(f"file://{work}/warehouse")
     load_avg = os.getloadavg()[0]
     cpu0 = tree_cpu_seconds()
     started = time.monotonic()
@@ -214,7 +215,7 @@ def main(argv=None) -> int:
     load_s = time.monotonic() - started
     load_cpu = tree_cpu_seconds() - cpu0
     table = wh.table("bench")
-    plan = ice.plan_scan(table)
+    plan = plan_scan(table)
     paths = [u[len("file://"):] for u in plan.urls()]
     parquet_bytes = sum(os.path.getsize(p) for p in paths)
     print(summary.render().splitlines()[0])

@@ -22,7 +22,7 @@ import time
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 SCHEMA = {"type": "record", "name": "Payment", "namespace": "bench", "fields": [
     {"name": "n", "type": "long"}, {"name": "user", "type": "string"},
@@ -88,10 +88,10 @@ def build(cache: str, counts: dict[int, int]) -> tuple[str, float | None]:
 
 def avro_main(args) -> int:
     from kafkastore.schema_registry.http import SchemaRegistryThread
-    from pipelines import iceberg as ice
-    from pipelines.load import run_load
-    from pipelines.load_spec import LoadSpec
-    from pipelines.session import get_spark
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.jobs.load import run_load
+    from pipelines.spec.load_spec import LoadSpec
+    from pipelines.source.session import get_spark
 
     os.makedirs(args.cache_dir, exist_ok=True)
     n, parts = args.records, args.partitions
@@ -108,12 +108,12 @@ def avro_main(args) -> int:
         raw = LoadSpec(topic="bench_avro", table="raw")
         avro = LoadSpec(topic="bench_avro", table="avro", value_format="avro",
                         decode={"schema_registry": sr.url})
-        warm = ice.Warehouse(f"file://{work}/warm")
+        warm = Warehouse(f"file://{work}/warm")
         small = {p: min(per[p], 10_000) for p in per}
         for spec in (raw, avro):
             run_load(spark, root=root, warehouse=warm, spec=spec, progress=False,
                      until_offsets=small)
-        wh = ice.Warehouse(f"file://{work}/warehouse")
+        wh = Warehouse(f"file://{work}/warehouse")
         times = {}
         for spec in (raw, avro):
             started = time.monotonic()

@@ -26,7 +26,7 @@ import time
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 BASE_TS = 1_700_000_000_000
 _PAD = b"abcdefghijklmnopqrstuvwxyz0123456789" * 3
@@ -80,10 +80,11 @@ def _timed(fn):
 
 def upsert_main(args) -> int:
     """``bench/load.py --mode upsert`` (see the module docstring)."""
-    from pipelines import iceberg as ice
-    from pipelines.load import run_load
-    from pipelines.load_spec import LoadSpec
-    from pipelines.session import get_spark
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.reads import plan_scan
+    from pipelines.jobs.load import run_load
+    from pipelines.spec.load_spec import LoadSpec
+    from pipelines.source.session import get_spark
 
     n, keys, parts = args.records, args.keys, args.partitions
     os.makedirs(args.cache_dir, exist_ok=True)
@@ -96,7 +97,7 @@ def upsert_main(args) -> int:
     os.makedirs(work)
     spark = get_spark(master=args.master, app_name="kafkastore-bench-upsert",
                       extra_conf={"spark.driver.memory": "4g", "spark.ui.enabled": "false"})
-    wh = ice.Warehouse(f"file://{work}/warehouse")
+    wh = Warehouse(f"file://{work}/warehouse")
     up = dict(mode="upsert", partition_by=())
 
     # warm-up: workers, JVM paths, pyiceberg
@@ -121,8 +122,8 @@ def upsert_main(args) -> int:
     changed10, upsert10_s = _timed(lambda: run_load(
         spark, root=root10, warehouse=wh,
         spec=LoadSpec(topic="upsert10x", table="state10x", **up), progress=False))
-    rows1 = ice.plan_scan(wh.table("state")).records
-    rows10 = ice.plan_scan(wh.table("state10x")).records
+    rows1 = plan_scan(wh.table("state")).records
+    rows10 = plan_scan(wh.table("state10x")).records
     spark.stop()
 
     def records(summary):

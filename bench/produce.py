@@ -65,7 +65,7 @@ import pyarrow as pa  # noqa: E402
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 
 KEY_SIZE = 16
 VALUE_SIZE = 100

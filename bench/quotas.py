@@ -26,11 +26,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from kafkastore.cluster_config import ClusterDocument  # noqa: E402
+from kafkastore.cluster.documents import ClusterDocument  # noqa: E402
 from kafkastore.protocol import quotas as Q  # noqa: E402
 from kafkastore.protocol.server import BrokerThread, ServeOptions  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 
 CLIENT = "bench-quota"
 

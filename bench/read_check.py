@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from kafkastore.format.arrow_decode import decode_to_arrow  # noqa: E402
 from kafkastore.format.crc import crc32c  # noqa: E402
-from kafkastore.reader import ReadRange, check_range  # noqa: E402
+from kafkastore.read.reader import ReadRange, check_range  # noqa: E402
 from kafkastore.format.record_batch import Record, encode_batch  # noqa: E402
-from kafkastore.format.segment import SegmentBuilder  # noqa: E402
+from kafkastore.format.segment_build import SegmentBuilder  # noqa: E402
 
 
 def build(n: int, per_batch: int) -> tuple[bytes, int]:

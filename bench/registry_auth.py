@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from confluent_kafka import Producer  # noqa: E402
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions  # noqa: E402
-from kafkastore.scram_users import ScramUsers  # noqa: E402
+from kafkastore.cluster.scram import ScramUsers  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 
 

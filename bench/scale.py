@@ -46,7 +46,7 @@ import pyarrow as pa  # noqa: E402
 
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 
 TOPIC = "scale"
 BASE_TS = 1_700_000_000_000
@@ -117,9 +117,9 @@ def main(argv=None) -> int:
     sizes = [int(float(x)) for x in args.records.split(",")]
     parts = [int(x) for x in args.partitions.split(",")]
 
-    from pipelines.compaction import compact_topic
-    from pipelines.load import run_load
-    from pipelines.session import get_spark
+    from pipelines.jobs.log_compaction import compact_topic
+    from pipelines.jobs.load import run_load
+    from pipelines.source.session import get_spark
 
     spark = get_spark(master=args.master, app_name="bench-scale",
                       extra_conf={"spark.ui.enabled": "false"})

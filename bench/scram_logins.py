@@ -26,7 +26,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest  # n
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest  # noqa: E402
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions  # noqa: E402
-from kafkastore.scram_users import ScramUsers  # noqa: E402
+from kafkastore.cluster.scram import ScramUsers  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from tests.protocol.wire import Wire  # noqa: E402
 

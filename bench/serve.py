@@ -182,8 +182,9 @@ def bench_acls(root: str) -> int:
     """Store 1,000 ACLs under ``root``: the ones the bench's client (``User:ANONYMOUS``: no SASL,
     so both modes pay the same for the connection) needs on topic and group ``bench``, a DENY on
     a prefix of other names, and 993 for other users, topics, prefixes and groups."""
-    from kafkastore.acls import AclBinding, Operation as Op, PatternType as P, Permission, ResourceType as R
-    from kafkastore.acls import acl_document, add_acls, list_acls
+    from kafkastore.cluster.acls import (AclBinding, Operation as Op, PatternType as P, Permission,
+                                         ResourceType as R)
+    from kafkastore.cluster.acls import acl_document, add_acls, list_acls
     from kafkastore.storage import Storage
 
     me, allow = "User:ANONYMOUS", Permission.ALLOW
@@ -211,7 +212,7 @@ def bench_authorizer(args) -> int:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     n = args.records
     blob = os.urandom(VALUE + KEY + 1024)
@@ -279,7 +280,7 @@ def bench_authorizer(args) -> int:
                 stop_broker(broker)
                 shutil.rmtree(tmp, ignore_errors=True)
     on, off = best["on"], best["off"]
-    from kafkastore.acls import Operation, ResourceType, acl_document, list_acls
+    from kafkastore.cluster.acls import Operation, ResourceType, acl_document, list_acls
     from kafkastore.protocol.authorizer import AclIndex
 
     tmp = tempfile.mkdtemp(prefix="bench-serve-acl-")
@@ -307,7 +308,7 @@ def bench_authorizer(args) -> int:
 
 
 def main() -> int:
-    from kafkastore.cli import flag
+    from kafkastore.cli.parser import flag
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -332,7 +333,7 @@ def main() -> int:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     tmp = tempfile.mkdtemp(prefix="bench-serve-")
     root = args.root or f"file://{tmp}/root"

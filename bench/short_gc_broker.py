@@ -22,7 +22,7 @@ def shorten_gc(gc_ms: int) -> None:
     """gc's interval and the version grace become ``gc_ms`` for every :class:`Housekeeper`
     made from now on in this process (the soaks' one place for both knobs)."""
     from kafkastore.manifest import ManifestStore
-    from kafkastore.merge import Housekeeper
+    from kafkastore.maintenance.housekeeper import Housekeeper
 
     ManifestStore.min_keep_ms = gc_ms
     init = getattr(Housekeeper, "_init_before_short_gc", Housekeeper.__init__)

@@ -58,9 +58,9 @@ from short_gc_broker import shorten_gc  # noqa: E402
 
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
-from kafkastore.reader import PartitionReader  # noqa: E402
+from kafkastore.read.reader import PartitionReader  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 
 TOPIC = "soak"
 SPLIT_BYTES = 128 * 1024 * 1024

@@ -232,9 +232,9 @@ def main() -> int:
     from confluent_kafka import Producer
 
     from kafkastore.manifest import ManifestStore
-    from kafkastore.merge import DEFAULT_GC_INTERVAL_MS
+    from kafkastore.maintenance.merge import DEFAULT_GC_INTERVAL_MS
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     tmp = tempfile.mkdtemp(prefix="bench-soak-")
     moto = None

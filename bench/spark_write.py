@@ -70,10 +70,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
 
-    from kafkastore.reader import PartitionReader
+    from kafkastore.read.reader import PartitionReader
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
-    from pipelines.session import get_spark
+    from kafkastore.topics.admin import create_topic
+    from pipelines.source.session import get_spark
 
     table = _table(args.records)
     root = f"file://{tempfile.mkdtemp(prefix='bench-spark-write-')}/root"

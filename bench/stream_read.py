@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
-from kafkastore.topics import create_topic  # noqa: E402
+from kafkastore.topics.admin import create_topic  # noqa: E402
 
 
 def build(root: str, records: int, partitions: int) -> None:
@@ -82,7 +82,7 @@ def main() -> None:
         build(root, args.records, args.partitions)
         print(f"built {args.records:,} records in {args.partitions} partitions "
               f"({time.perf_counter() - t:.1f}s, not measured)")
-        from pipelines.session import get_spark
+        from pipelines.source.session import get_spark
 
         spark = get_spark(master=args.master, app_name="kafkastore-bench-stream-read")
         spark.sparkContext.setLogLevel("ERROR")

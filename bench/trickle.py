@@ -283,7 +283,7 @@ def main() -> int:
 
     from serve_proc import start_broker, stop_broker, wait_serving
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     tmp = tempfile.mkdtemp(prefix="bench-trickle-")
     moto = None

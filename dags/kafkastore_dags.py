@@ -267,7 +267,7 @@ def kafkastore_compaction():
     @task
     def compacted_topics() -> list[str]:
         from kafkastore.storage import Storage
-        from kafkastore.topics import list_topics, load_topic
+        from kafkastore.topics.admin import list_topics, load_topic
 
         storage = Storage(CFG.root, CFG.storage_options or None)
         return [t for t in list_topics(storage) if load_topic(storage, t).config.compact]
@@ -299,7 +299,7 @@ def kafkastore_retention():
     @task
     def all_topics() -> list[str]:
         from kafkastore.storage import Storage
-        from kafkastore.topics import list_topics
+        from kafkastore.topics.admin import list_topics
 
         return list_topics(Storage(CFG.root, CFG.storage_options or None))
 

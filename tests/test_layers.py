@@ -3,6 +3,7 @@ its protocol server included) never imports Spark, Airflow, Great Expectations o
 jobs, not even inside a function."""
 import ast
 import pathlib
+import textwrap
 
 from tests.helpers.aliases import OLD_PATHS, imported_modules as imports_of, is_alias, old_paths
 
@@ -300,53 +301,78 @@ def test_the_protocol_packages_import_only_downwards():
     assert sorted(offending) == []
 
 
-def test_the_library_and_the_jobs_import_no_old_protocol_path():
-    """The protocol's old flat paths are alias modules for users; the code imports the
-    modules where they live (a test patching a name there then reaches every user)."""
-    aliases = {name for name in OLD_PATHS if name.startswith(PROTOCOL + ".")}
-    offending = []
-    for top in ("kafkastore", "pipelines", "tests", "bench"):
-        for path in (ROOT / top).rglob("*.py"):
-            if _is_alias(path):
+# Where the code lives: every module of these trees imports the homes, never an old path
+# (the table of old paths and the package ``__init__``s that keep a moved module's names are
+# for users, for one release; a moved name then has one home and the old paths can go).
+CODE_TREES = ("kafkastore", "pipelines", "dags", "bench", "tests")
+#: The tests of the old paths and of this check import them on purpose (or plant them).
+OLD_PATH_TESTS = {"tests/test_aliases.py", "tests/test_layers.py"}
+
+
+def scripts_in(path: pathlib.Path) -> list[str]:
+    """The Python programs a file holds as string literals (the job script a test runs in a
+    child process): each string that parses as Python with an import in it."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "import" in node.value:
+            code = textwrap.dedent(node.value)
+            try:
+                tree = ast.parse(code)
+            except SyntaxError:
                 continue
-            names = set(imported_modules(path))
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == PROTOCOL:
-                    names.update(f"{PROTOCOL}.{a.name}" for a in node.names)   # from kafkastore.protocol import x
-            offending += [f"{path.relative_to(ROOT)}: {n}" for n in sorted(names & aliases)]
-    assert aliases and offending == []
+            if any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree)):
+                found.append(code)
+    return found
 
 
-# Imports of old paths not yet moved to the homes: each entry goes when its file imports the
-# home (the list only shrinks: an import of an old path not listed is a failure). It is empty:
-# the library and the jobs import only homes.
-ALIAS_IMPORTS_LEFT: set[str] = set()
-
-
-def alias_imports(paths) -> set[str]:
-    """``"file: alias"`` for every import of an alias module (an old path) in ``paths``."""
+def old_path_imports(paths, scratch: pathlib.Path, root: pathlib.Path = ROOT) -> set[str]:
+    """``"file: old path"`` for every import of an old path in ``paths`` (files of the tree at
+    ``root``): at the top, inside a function, and in a script a string holds (``scratch`` is a
+    folder to write it to)."""
     aliases = old_paths()
-    return {f"{path.relative_to(ROOT)}: {name}" for path in paths if not is_alias(path)
-            for name in imports_of(path) & aliases}
+    found = set()
+    for path in paths:
+        rel = path.relative_to(root).as_posix()
+        if is_alias(path) or rel in OLD_PATH_TESTS:
+            continue
+        names = imports_of(path, rel.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        for i, code in enumerate(scripts_in(path)):
+            script = scratch / f"script_{i}.py"
+            script.write_text(code, encoding="utf-8")
+            names |= imports_of(script, "script")
+        found |= {f"{rel}: {name}" for name in names & aliases}
+    return found
 
 
-def test_the_library_and_the_jobs_import_no_alias_path():
-    """Every old module path (the table of old paths: tests/test_aliases.py) is for users, for one
-    release; the library and the jobs import the modules where the code lives, so a moved
-    name has one home and the aliases can go."""
-    found = alias_imports(p for top in ("kafkastore", "pipelines") for p in (ROOT / top).rglob("*.py"))
-    assert sorted(found - ALIAS_IMPORTS_LEFT) == []
-    assert sorted(ALIAS_IMPORTS_LEFT - found) == []   # a file fixed: its entry goes
+def test_no_module_imports_an_old_path(tmp_path):
+    """The library, the jobs, the DAGs, the benchmarks and the tests import the modules where
+    the code lives, not an old path (tests/test_aliases.py tests the old paths)."""
+    paths = [p for top in CODE_TREES for p in sorted((ROOT / top).rglob("*.py"))]
+    assert len(paths) > 400
+    assert sorted(old_path_imports(paths, tmp_path)) == []
 
 
 def test_the_alias_check_sees_a_planted_import(tmp_path):
     """An old path is seen in every form: ``from`` one (relative too), a plain ``import``,
-    a function-local import, and ``from package import alias``; a submodule of an alias
-    package (``kafkastore.topics.admin``) is a home, not an old path."""
+    a function-local import, ``from package import alias``, and one in a job script held in
+    a string; a submodule of an alias package (``kafkastore.topics.admin``) is a home, not an
+    old path. The tests of the old paths themselves are left out."""
     planted = tmp_path / "planted.py"
     planted.write_text("from ..reader import PartitionReader\nimport kafkastore.merge\n"
                        "from kafkastore import acls\nfrom ..topics.admin import load_topic\n"
-                       "def f():\n    from kafkastore.topics import list_topics\n")
+                       "def f():\n    from kafkastore.topics import list_topics\n"
+                       "JOB = '''\n    import sys\n    from pipelines import iceberg as ice\n'''\n")
     aliases = old_paths()
     found = imports_of(planted, "kafkastore.protocol.planted") & aliases
     assert found == {"kafkastore.reader", "kafkastore.merge", "kafkastore.acls", "kafkastore.topics"}
+    # the whole check, on a tree of its own: the script too; the old paths' own tests are left out
+    package = tmp_path / "tree" / "kafkastore" / "protocol"
+    package.mkdir(parents=True)
+    (tmp_path / "tree" / "tests").mkdir()
+    (package / "planted.py").write_text(planted.read_text())
+    own_test = tmp_path / "tree" / "tests" / "test_aliases.py"
+    own_test.write_text("import kafkastore.reader\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert old_path_imports([package / "planted.py", own_test], scratch, tmp_path / "tree") == {
+        f"kafkastore/protocol/planted.py: {name}" for name in found | {"pipelines.iceberg"}}

@@ -11,7 +11,7 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.commit import committed_offsets
 from pipelines.warehouse.properties import VALIDATED_TAG

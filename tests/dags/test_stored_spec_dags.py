@@ -11,7 +11,7 @@ import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.warehouse.catalog import Warehouse
 
 DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(

@@ -6,7 +6,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import Manifest, ManifestStore
 from kafkastore.read.reader import EARLIEST, PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 T0 = 1_700_000_000_000
 DAY = 24 * 3600 * 1000

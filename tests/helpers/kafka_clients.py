@@ -5,7 +5,7 @@ import io
 import json
 from contextlib import redirect_stdout
 
-from kafkastore.cli import main as cli
+from kafkastore.cli.entry import main as cli
 
 
 def cli_consume(root: str, topic: str) -> list[dict]:

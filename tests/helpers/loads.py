@@ -7,8 +7,10 @@ import os
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, load_topic
-from pipelines import iceberg as ice
+from kafkastore.topics.admin import create_topic, load_topic
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
+from pipelines.warehouse.offsets import committed_offsets
 from tests.helpers.roots import make_root_url
 
 DAY = 86_400_000
@@ -53,35 +55,35 @@ def log_records(storage: Storage, topic: str) -> dict[int, list[tuple[int, bytes
     return out
 
 
-def warehouse_for(url: str, tmp_path=None, options=None) -> ice.Warehouse:
+def warehouse_for(url: str, tmp_path=None, options=None) -> Warehouse:
     """The Warehouse of ``url``: embedded catalog for file://, else SQLite on local disk."""
     catalog = None
     if not url.startswith("file://"):
         catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog-{abs(hash(url))}.db"}
-    return ice.Warehouse(url, catalog, options)
+    return Warehouse(url, catalog, options)
 
 
-def _tables(wh: ice.Warehouse, table: str, kinds):
+def _tables(wh: Warehouse, table: str, kinds):
     names = {"data": table, "dead_letter": table + "_dead_letters"}
     return [t for t in (wh.load_table(names[k]) for k in kinds) if t is not None]
 
 
-def table_offsets(wh: ice.Warehouse, table: str = "tbl",
+def table_offsets(wh: Warehouse, table: str = "tbl",
                   kinds=("data", "dead_letter")) -> dict[int, list[int]]:
     """``{partition: sorted offsets}`` over the current snapshot of the tables of ``kinds``."""
     out: dict[int, list[int]] = {}
     for t in _tables(wh, table, kinds):
-        rows = ice.read_arrow(t, columns=["partition", "offset"])
+        rows = read_arrow(t, columns=["partition", "offset"])
         for p, o in zip(rows.column("partition").to_pylist(), rows.column("offset").to_pylist()):
             out.setdefault(p, []).append(o)
     return {p: sorted(v) for p, v in out.items()}
 
 
-def committed(wh: ice.Warehouse, table: str = "tbl", topic: str = "t") -> dict[int, int]:
-    return {p: n for (t, p), n in ice.committed_offsets(wh.load_table(table)).items() if t == topic}
+def committed(wh: Warehouse, table: str = "tbl", topic: str = "t") -> dict[int, int]:
+    return {p: n for (t, p), n in committed_offsets(wh.load_table(table)).items() if t == topic}
 
 
-def assert_exactly_once(storage: Storage, topic: str, wh: ice.Warehouse, table: str = "tbl") -> None:
+def assert_exactly_once(storage: Storage, topic: str, wh: Warehouse, table: str = "tbl") -> None:
     """Every log offset below the committed one is in the table (or its dead
     letters) exactly once, and nothing else is; the dead-letter table never
     claims less than the table. Dead letters are committed first, so after a
@@ -101,12 +103,12 @@ def assert_exactly_once(storage: Storage, topic: str, wh: ice.Warehouse, table: 
         assert done.get(p, 0) <= PartitionReader(storage, topic, p).high_watermark
     dl = wh.load_table(table + "_dead_letters")
     if dl is not None:
-        for (t, p), n in ice.committed_offsets(dl).items():
+        for (t, p), n in committed_offsets(dl).items():
             assert n >= done.get(p, 0) or t != topic
 
 
-def rows_by_offset(wh: ice.Warehouse, table: str = "tbl", columns=None) -> dict[tuple[int, int], dict]:
-    back = ice.read_arrow(wh.table(table), columns=columns)
+def rows_by_offset(wh: Warehouse, table: str = "tbl", columns=None) -> dict[tuple[int, int], dict]:
+    back = read_arrow(wh.table(table), columns=columns)
     return {(r["partition"], r["offset"]): r for r in back.to_pylist()}
 
 

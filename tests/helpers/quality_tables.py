@@ -6,7 +6,7 @@ import uuid
 
 import pyarrow as pa
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.commit import commit as iceberg_commit, KafkaCommit
 from pipelines.warehouse.properties import VALIDATED_TAG
 from pipelines.spec.offset_ranges import OffsetRange
 from tests.helpers.iceberg_tables import write
@@ -40,12 +40,12 @@ def commit(wh, name, ranges, data=(), dead=(), *, operation="load", delete_from=
     rs = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items()))
     if dead:
         dl = wh.create_table(name + "_dead_letters", DL_SCHEMA)
-        ice.commit(dl, ice.KafkaCommit(run, operation, rs,
+        iceberg_commit(dl, KafkaCommit(run, operation, rs,
                                        files=tuple(write(wh, dl, d) for d in dead)))
     table = wh.create_table(name, SCHEMA)
     deletes = tuple(OffsetRange(t, p, a, b) for (t, p), (a, b) in sorted(ranges.items())
                     ) if operation == "reprocess" else ()
-    return ice.commit(table, ice.KafkaCommit(
+    return iceberg_commit(table, KafkaCommit(
         run, operation, rs, files=tuple(write(wh, table, d) for d in data),
         delete_from=delete_from or deletes)).snapshot_id
 

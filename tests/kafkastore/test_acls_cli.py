@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kafkastore.cluster.acls import AclBinding, Operation, PatternType, Permission, ResourceType, acl_document, list_acls
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.storage import Storage
 from tests.helpers.cli import cli_runner, one_error_line
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.format.control import encode_marker_batch
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage

@@ -10,7 +10,7 @@ import pytest
 
 from kafkastore.read.verify import verify_partition
 from kafkastore.write.kafka_import import import_kafka_dir
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.errors import CorruptRecordError, StoragePermissionError
 from kafkastore.maintenance.gc import collect_garbage
 from kafkastore.write.log_writer import LogWriter as Broker

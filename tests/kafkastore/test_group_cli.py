@@ -7,7 +7,7 @@ import time
 import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.groups.offsets import (GroupMetadata, MemberMetadata, OffsetAndMetadata,
                                        OffsetsStore, encode_consumer_assignment)
 from kafkastore.storage import Storage

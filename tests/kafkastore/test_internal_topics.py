@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.errors import InternalTopicError, UnknownTopicError
 from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore,
                                        encode_group_key, encode_offset_key,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import INTERNAL_TOPICS, topic_exists
 

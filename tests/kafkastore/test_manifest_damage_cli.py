@@ -7,7 +7,7 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic

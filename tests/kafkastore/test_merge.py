@@ -227,7 +227,7 @@ def test_a_run_raced_by_compaction_or_retention_is_dropped(storage):
 
 
 def test_merge_command_for_a_log_nobody_serves(tmp_path, capsys, monkeypatch, clean_config_env):
-    from kafkastore.cli import main
+    from kafkastore.cli.entry import main
     from tests.helpers.cli import cli_runner
 
     root = f"file://{tmp_path}/root"

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kafkastore.write import jsonl_bulk
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.errors import (ConfigError, InvalidRecordError, KafkaStoreError,
                                RecordTooLargeError, UnknownTopicError)
 from kafkastore.write.jsonl import parse_produce_line

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.protocol.quotas import QuotaConfig
 from kafkastore.storage import Storage

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.errors import ScramCredentialError
 from kafkastore.cluster.scram import (STALE, Deletion, ScramUsers, Upsertion, credential_from_password,
                                       plan_alter, salted_password)

@@ -10,7 +10,7 @@ import pytest
 
 from kafkastore import layout
 from kafkastore.write.log_writer import LogWriter as Broker
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.errors import TopicDeletedError, TopicExistsError, UnknownTopicError
 from kafkastore.manifest import ManifestStore
 from kafkastore.read.reader import PartitionReader

@@ -17,13 +17,13 @@ from tests.helpers.cluster import group_alive, standalone_cluster
 
 JOB = r'''
 import json, sys, time
-from pipelines.session import get_spark
+from pipelines.source.session import get_spark
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.warehouse.commit import KafkaCommit, commit, committed_offsets
 from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load import nullable, raw_schema
 from pipelines.spec.offset_ranges import OffsetRange
-from pipelines.table_files import DESCRIPTOR_DDL, write_files
+from pipelines.warehouse.files import DESCRIPTOR_DDL, write_files
 
 master, warehouse = sys.argv[1], sys.argv[2]
 spark = get_spark(master=master, app_name="kafkastore-cluster-test",
@@ -36,7 +36,7 @@ while sc._jsc.sc().getExecutorMemoryStatus().size() < 3 and time.time() < deadli
 executors = sc._jsc.sc().getExecutorMemoryStatus().size() - 1
 
 def tag(batches):
-    import os, pyarrow as pa, pipelines.iceberg
+    import os, pyarrow as pa, pipelines.warehouse.catalog
     for b in batches:
         yield pa.RecordBatch.from_pydict({"n": [b.num_rows], "pid": [os.getpid()]})
 
@@ -54,7 +54,7 @@ location = table.location()
 
 def write(batches):
     import pyarrow as pa
-    from pipelines.table_files import descriptor_schema, write_files
+    from pipelines.warehouse.files import descriptor_schema, write_files
     out = write_files(location, list(batches), run_id="cluster-run")
     if out:
         yield pa.RecordBatch.from_pylist(out, schema=descriptor_schema())

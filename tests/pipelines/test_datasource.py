@@ -18,7 +18,7 @@ from kafkastore.manifest import AdvanceLogStart, AppendSegments, ManifestStore, 
 from kafkastore.format.record_batch import Record, encode_batch
 from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.source.datasource import (KafkaStoreDataSource, OffsetRange, parse_options,
                                          plan_offsets, ranges_to_options, read_topic, spark_schema)
 

@@ -8,7 +8,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.groups.offsets import OFFSETS_TOPIC, OffsetAndMetadata, OffsetsStore
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.source.datasource import parse_options, plan_offsets, read_topic
 
 

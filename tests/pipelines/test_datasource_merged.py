@@ -9,7 +9,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.merge import merge_partition
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.source.datasource import KafkaStoreDataSource
 
 T = "trickle"

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 
 from kafkastore.errors import ConfigError
-from pipelines.decoding import (AvroDecoder, DecodeOptions, count_dead_letters, decode_value,
-                                json_error_detail, parse_avro_schema)
+from pipelines.decoding.values import (AvroDecoder, DecodeOptions, count_dead_letters, decode_value,
+                                       json_error_detail, parse_avro_schema)
 
 KAFKA_DDL = ("key binary, value binary, topic string, partition int, offset long, "
              "timestamp timestamp, timestampType int, "

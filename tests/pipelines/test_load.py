@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from kafkastore.errors import ConfigError, DataLossError, WarehouseError
 from kafkastore.read.reader import ReadRange
 from kafkastore.maintenance.retention import delete_records
-from pipelines import iceberg as ice
+from pipelines.warehouse.snapshots import history
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.reads import read_arrow
+from pipelines.warehouse.offsets import committed_offsets
+from pipelines.warehouse.commit import commit
+from pipelines.source.schema import nullable, raw_schema
 from pipelines.jobs.load import load_for_interval, load_options_from_args, run_load
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.source.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
@@ -143,7 +148,7 @@ def test_load_holds_exactly_the_log(spark, backend, tmp_path, request):
         schema = pq.ParquetFile(f).schema
         col = next(schema.column(i) for i in range(len(schema)) if schema.column(i).path == "timestamp")
         assert col.physical_type == "INT64" and "microseconds" in str(col.logical_type)
-    info = ice.history(tbl)[-1]
+    info = history(tbl)[-1]
     assert info.kafkastore_operation == "load" and info.run_id == summary.run_id
     assert {(r["partition"], r["from"], r["until"]) for r in info.ranges} == \
         {(0, 0, 20), (1, 0, 20), (2, 0, 20)}
@@ -205,7 +210,7 @@ def test_pack_splits_keeps_every_range_once_in_order(sizes, parallelism, max_byt
 
 def test_incremental_loads_and_noop_reruns(spark, local_root):
     root = f"{local_root}/log"
-    wh = ice.Warehouse(f"{local_root}/wh")
+    wh = Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=2)
     produce(storage, "t", 10)
     first = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
@@ -227,7 +232,7 @@ def test_incremental_loads_and_noop_reruns(spark, local_root):
 
 def test_explicit_end_offsets_and_end_timestamp(spark, local_root):
     root, url = f"{local_root}/log", f"{local_root}/wh"
-    wh = ice.Warehouse(url)
+    wh = Warehouse(url)
     storage = make_topic(root, partitions=2)
     produce(storage, "t", 20)
     s1 = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
@@ -250,7 +255,7 @@ def test_explicit_end_offsets_and_end_timestamp(spark, local_root):
 
 def test_json_values_dead_letters_and_schema_evolution(spark, local_root):
     root = f"{local_root}/log"
-    wh = ice.Warehouse(f"{local_root}/wh")
+    wh = Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=2)
 
     def value(i):
@@ -269,11 +274,11 @@ def test_json_values_dead_letters_and_schema_evolution(spark, local_root):
     assert set(next(iter(good.values()))) >= {"topic", "partition", "offset", "timestamp", "id"}
     assert [f.name for f in wh.table("tbl").spec().fields] == ["partition"]
     dl = wh.table("tbl_dead_letters")
-    dead = ice.read_arrow(dl).to_pylist()
+    dead = read_arrow(dl).to_pylist()
     assert {d["value"] for d in dead} == {b"{not json", b'{"id": "abc"}'}
     assert all(d["error"] for d in dead) and any("malformed JSON" in d["error"] for d in dead)
     # Same offset protocol: the dead-letter table committed the same ranges.
-    assert ice.committed_offsets(dl) == ice.committed_offsets(wh.table("tbl"))
+    assert committed_offsets(dl) == committed_offsets(wh.table("tbl"))
     assert_exactly_once(storage, "t", wh)
     # The schema gains a field: the table's schema widens (union by name).
     produce(storage, "t", 4, start=28,
@@ -284,11 +289,11 @@ def test_json_values_dead_letters_and_schema_evolution(spark, local_root):
     assert rows[(0, 14)]["color"] == "red" and rows[(0, 0)]["color"] is None
     # An incompatible change (id long -> string) is a clear error, nothing committed.
     produce(storage, "t", 2, start=32, value=lambda i: b'{"id": "s"}')
-    before = ice.committed_offsets(wh.table("tbl"))
+    before = committed_offsets(wh.table("tbl"))
     with pytest.raises(WarehouseError, match="cannot be merged|do not fit"):
         run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", value_format="json",
                  value_schema="id string", progress=False)
-    assert ice.committed_offsets(wh.table("tbl")) == before
+    assert committed_offsets(wh.table("tbl")) == before
 
 
 def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, monkeypatch):
@@ -296,11 +301,10 @@ def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, mon
     url = f"{local_root}/wh"
     storage = make_topic(root, partitions=2)
     produce(storage, "t", 12)
-    ice.Warehouse(url).create_table("tbl", __import__("pipelines.load", fromlist=["x"]).nullable(
-        __import__("pipelines.load", fromlist=["x"]).raw_schema()))
+    Warehouse(url).create_table("tbl", nullable(raw_schema()))
     # Both runs plan the same range; hold each at its commit until both got there.
     barrier = threading.Barrier(2, timeout=120)
-    real = ice.commit
+    real = commit
 
     def held(table, c, **kw):
         barrier.wait()
@@ -325,7 +329,7 @@ def test_racing_loads_one_commits_the_other_fails_cleanly(spark, local_root, mon
     lost = [r for r in results.values() if isinstance(r, Exception)]
     assert len(won) == 1 and len(lost) == 1, results
     assert isinstance(lost[0], WarehouseError) and "overlaps" in str(lost[0])
-    wh = ice.Warehouse(url)
+    wh = Warehouse(url)
     assert len(wh.table("tbl").metadata.snapshots) == 1
     assert_exactly_once(storage, "t", wh)
 
@@ -372,8 +376,8 @@ def test_cli_load_offsets_reprocess_retention_vacuum(spark, local_root, tmp_path
     assert main(base + ["reprocess", "t", "--warehouse", warehouse, "--table", "tbl",
                         "--partition", "0", "--from-offset", "3", "--reason", "bad parser"]) == 0
     assert "rewound to 3" in capsys.readouterr().err
-    wh = ice.Warehouse(warehouse)
-    last = ice.history(wh.table("tbl"))[-1]
+    wh = Warehouse(warehouse)
+    last = history(wh.table("tbl"))[-1]
     assert last.kafkastore_operation == "reprocess" and last.audit["reason"] == "bad parser"
     assert_exactly_once(storage, "t", wh)
     # A grace below the floor is refused in one line (it deleted a racing load's files).

@@ -22,7 +22,7 @@ from tests.helpers.loads import assert_exactly_once, make_topic, produce
 
 JOB = r'''
 import json, sys
-from pipelines.session import get_spark
+from pipelines.source.session import get_spark
 from pipelines.jobs.load import run_load
 
 master, root, warehouse = sys.argv[1:4]

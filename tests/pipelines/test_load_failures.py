@@ -21,7 +21,9 @@ import pytest
 from kafkastore.errors import CommitUnknownError, DataLossError
 from kafkastore.read.reader import PartitionReader
 from kafkastore.maintenance.retention import delete_records
-from pipelines import iceberg as ice
+from pipelines.warehouse.reads import plan_scan
+from pipelines.warehouse.catalog import table_fs, Warehouse
+from pipelines.warehouse.commit import commit
 from pipelines.jobs.load import run_load
 from pipelines.jobs.vacuum import MIN_GRACE_MS, vacuum
 from tests.helpers.cluster import PROJECT_ROOT, group_alive
@@ -33,9 +35,10 @@ from tests.helpers.loads import (assert_exactly_once, committed, log_and_warehou
 # a load finds nothing new.
 JOB = textwrap.dedent(r'''
     import json, sys
-    from pipelines.session import get_spark
+    from pipelines.source.session import get_spark
     from pipelines.jobs.load import run_load
-    from pipelines import iceberg as ice
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.offsets import committed_offsets
 
     root, warehouse, master, step = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     opts = json.loads(sys.argv[5]) or None
@@ -43,9 +46,9 @@ JOB = textwrap.dedent(r'''
     spark = get_spark(master=master, app_name="kafkastore-load-job",
                       extra_conf={"spark.ui.enabled": "false"})
     print("READY", flush=True)
-    wh = ice.Warehouse(warehouse, catalog, opts)
+    wh = Warehouse(warehouse, catalog, opts)
     while True:
-        done = ice.committed_offsets(wh.load_table("tbl"))
+        done = committed_offsets(wh.load_table("tbl"))
         ends = {"t": {str(p): done.get(("t", p), 0) + step for p in range(3)}}
         s = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl",
                      value_format="json", value_schema="id long",
@@ -185,8 +188,8 @@ def test_sigkill_at_random_points_then_rerun(backend, kills, tmp_path, request):
         vacuum(wh.table(name), now_ms=int(time.time() * 1000) + MIN_GRACE_MS + 10_000,
                grace_ms=MIN_GRACE_MS)
         tbl = wh.table(name)
-        listed = {u.split("://", 1)[1].lstrip("/") for u in ice.plan_scan(tbl).files}
-        fs, path = ice.table_fs(tbl, tbl.location() + "/data")
+        listed = {u.split("://", 1)[1].lstrip("/") for u in plan_scan(tbl).files}
+        fs, path = table_fs(tbl, tbl.location() + "/data")
         assert {p.lstrip("/") for p in fs.find(path)} == listed
     assert_exactly_once(storage, "t", wh)
 
@@ -207,12 +210,12 @@ def test_failed_and_retried_task_leaves_no_duplicates(tmp_path, local_root):
     runs = _run_to_completion(tmp_path, root, url, None, master="local[2,2]", step=100, env=env)
     assert marker.exists(), "the injected failure never fired"
     assert [r["rows"] + r["dead_letters"] for r in runs] == [45, 0] and not runs[0]["noop"]
-    wh = ice.Warehouse(url)
+    wh = Warehouse(url)
     assert_exactly_once(storage, "t", wh)
     # The failed attempt's file is on storage but no snapshot lists it.
     tbl = wh.table("tbl")
-    listed = {u.split("://", 1)[1] for u in ice.plan_scan(tbl).files}
-    fs, path = ice.table_fs(tbl, tbl.location() + "/data")
+    listed = {u.split("://", 1)[1] for u in plan_scan(tbl).files}
+    fs, path = table_fs(tbl, tbl.location() + "/data")
     assert [p for p in fs.find(path) if p not in listed]
 
 
@@ -280,7 +283,7 @@ def test_lost_catalog_response_is_settled_by_reading_back(spark, backend, tmp_pa
 
 def test_data_loss_fails_or_records_a_gap(spark, local_root):
     root = f"{local_root}/log"
-    wh = ice.Warehouse(f"{local_root}/wh")
+    wh = Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=1)
     produce(storage, "t", 6)
     run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
@@ -305,7 +308,7 @@ def test_crash_between_the_dead_letter_and_the_table_commit(spark, tmp_path, req
     without writing those dead letters again."""
     root, wh, storage, options = log_and_warehouse("file", tmp_path, request, partitions=3)
     produce(storage, "t", 90, value=_value)
-    real = ice.commit
+    real = commit
 
     def crash_before_the_table(table, c, **kw):
         if not table.name()[-1].endswith("_dead_letters"):

@@ -10,7 +10,10 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import (ConfigError, TableNameCollisionError,
                                UnroutableRecordsError)
 from kafkastore.storage import Storage
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import commit
+from pipelines.warehouse.offsets import committed_offsets
+from pipelines.warehouse.reads import read_arrow
 from pipelines.jobs.load_many import ManyLoadRequest, load_many
 from pipelines.jobs.routing import matching_topics
 from pipelines.spec.topic_routing import identifier_part, render_table, tables_by_source
@@ -59,7 +62,7 @@ def test_a_name_collision_is_refused_naming_both_topics(spark, local_root, tmp_p
     with pytest.raises(TableNameCollisionError, match=r"'a\.b' and 'a_b'.*a_b"):
         tables_by_source("{topic}", ["a.b", "a_b"])
     _topics(local_root, ["a.b", "a_b"], count=2)
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     with pytest.raises(TableNameCollisionError, match=r"'a\.b' and 'a_b'"):
         _run(spark, local_root, wh, topic_pattern=r"a.b", table_template="{topic}")
     assert wh.list_tables() == []   # refused before anything was created
@@ -79,7 +82,7 @@ def test_a_pattern_loads_each_topic_into_its_table_and_new_topics_on_the_next_ru
     assert sorted(line.split()[0] for line in table_lines) == [
         "sales.orders_asia", "sales.orders_eu", "sales.orders_us"]
     assert all("committed snapshot" in line and "6 rows" in line for line in table_lines)
-    wh = ice.Warehouse(wh_url)
+    wh = Warehouse(wh_url)
     assert sorted(wh.list_tables()) == ["sales.orders_asia", "sales.orders_eu",
                                         "sales.orders_us"]
     for topic in ORDERS:
@@ -107,8 +110,8 @@ def test_a_pattern_loads_each_topic_into_its_table_and_new_topics_on_the_next_ru
 def test_a_crash_between_two_tables_commits_is_exactly_once_per_table(
         spark, local_root, tmp_path, monkeypatch):
     storage = _topics(local_root, ORDERS)
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
-    real = ice.commit
+    wh = Warehouse(f"file://{tmp_path}/wh")
+    real = commit
     commits: list[str] = []
 
     def crash_at_the_second_table(tbl, kc):
@@ -125,7 +128,7 @@ def test_a_crash_between_two_tables_commits_is_exactly_once_per_table(
     monkeypatch.setattr("pipelines.warehouse.commit.commit", real)
     first, second = commits
     assert committed(wh, first, {identifier_part(t): t for t in ORDERS}[first]) == {0: 3, 1: 3}
-    assert wh.load_table(second) is None or not ice.committed_offsets(wh.load_table(second))
+    assert wh.load_table(second) is None or not committed_offsets(wh.load_table(second))
 
     produce(storage, "orders.eu", 2, start=6)
     summary = _run(spark, local_root, wh, topic_pattern=r"orders\..*", table_template="{topic}")
@@ -153,7 +156,7 @@ def _events(root, values):
 
 def _ids(wh, table):
     tbl = wh.load_table(table)
-    return sorted(r["id"] for r in ice.read_arrow(tbl, columns=["id"]).to_pylist())
+    return sorted(r["id"] for r in read_arrow(tbl, columns=["id"]).to_pylist())
 
 
 ROUTE = {"topic": "events", "route_field": "region", "table_template": "ev_{field}",
@@ -168,7 +171,7 @@ def test_route_by_field_into_two_tables_and_a_default(spark, local_root, tmp_pat
     regions = ["eu", "us", "eu", None, "us", "eu"]
     values = [_event(i, r) for i, r in enumerate(regions)] + [b"not json"]
     storage = _events(local_root, values)
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     # Without a default table, records no table takes are refused before anything is made.
     with pytest.raises(UnroutableRecordsError, match=r"events: .*region.*null or undecodable: 2"):
         _run(spark, local_root, wh, **ROUTE)
@@ -198,7 +201,7 @@ def test_route_by_field_into_two_tables_and_a_default(spark, local_root, tmp_pat
 
 def test_route_values_send_the_others_to_the_default(spark, local_root, tmp_path):
     _events(local_root, [_event(i, r) for i, r in enumerate(["eu", "us", "mars", "eu"])])
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     summary = _run(spark, local_root, wh, **ROUTE, route_values=["eu", "us"],
                    route_default="ev_rest")
     assert not summary.failed
@@ -221,13 +224,13 @@ def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_ro
     """The tables of values seen first by a run that crashed after other tables committed
     are still loaded by the re-run (they were created, empty, before any commit)."""
     storage = _events(local_root, [_event(i, r) for i, r in enumerate(["eu", "us", "eu", "us"])])
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     _run(spark, local_root, wh, **ROUTE)
     broker = Broker(storage)
     for i, r in [(4, "eu"), (5, "zz"), (6, "us"), (7, "zz")]:
         broker.send("events", _event(i, r), partition=i % 2)
     broker.flush()
-    real = ice.commit
+    real = commit
 
     def crash_at_zz(tbl, kc):
         if tbl.name()[-1] == "ev_zz":
@@ -239,7 +242,7 @@ def test_a_crash_between_route_tables_commits_loses_no_new_value(spark, local_ro
         _run(spark, local_root, wh, **ROUTE)
     monkeypatch.setattr("pipelines.warehouse.commit.commit", real)
     assert committed(wh, "ev_eu", "events") == committed(wh, "ev_us", "events") == {0: 4, 1: 4}
-    assert not ice.committed_offsets(wh.load_table("ev_zz"))
+    assert not committed_offsets(wh.load_table("ev_zz"))
 
     summary = _run(spark, local_root, wh, **ROUTE)
     by_table = {s.table: s for s in summary.tables}
@@ -268,7 +271,7 @@ def test_a_failed_table_does_not_stop_the_others_and_the_cli_says_which(
     assert any(line.startswith("m_b <- m.b: committed snapshot") for line in err), err
     assert any(line.startswith("m_a: FAILED: DataLossError") for line in err), err
     assert err[-1].startswith("kafkastore: error: 1 of 2 table(s) failed: m_a: DataLossError")
-    wh = ice.Warehouse(wh_url)
+    wh = Warehouse(wh_url)
     assert committed(wh, "m_b", "m.b") == {0: 5, 1: 5}
     assert committed(wh, "m_a", "m.a") == {0: 2, 1: 2}
 

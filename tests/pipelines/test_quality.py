@@ -173,7 +173,7 @@ def test_s3_warehouse_with_a_local_catalog(s3_endpoint, tmp_path):
 def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tmp_path):
     from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
     from pipelines.jobs.load import run_load
 
     root, warehouse = f"file://{tmp_path}/log", f"file://{tmp_path}/warehouse"
@@ -213,7 +213,7 @@ def test_a_real_spark_load_passes_and_pyiceberg_reads_exactly_its_rows(spark, tm
 
 def test_the_command_line(wh, capsys, tmp_path):
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
     from pipelines.quality import main
 
     # The topic's policy (compacted or not) is read from the log root: give the command one.

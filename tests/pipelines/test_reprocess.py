@@ -9,7 +9,11 @@ import pytest
 
 from kafkastore.errors import ConfigError, TableChangedError, WarehouseError
 from kafkastore.maintenance.retention import delete_records
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.offsets import committed_offsets
+from pipelines.warehouse.snapshots import history
+from pipelines.warehouse.reads import plan_scan
+from pipelines.warehouse import commit as warehouse_commit
 from pipelines.jobs.load import run_load
 from pipelines.jobs.reprocess import run_reprocess
 from tests.helpers.loads import (T0, assert_exactly_once, committed, make_topic, produce,
@@ -28,7 +32,7 @@ def _value(i):
 def loaded(spark, local_root):
     """A 2-partition topic (30 records) loaded as JSON with ``id long``, in two commits."""
     root = f"{local_root}/log"
-    wh = ice.Warehouse(f"{local_root}/wh")
+    wh = Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=2)
     produce(storage, "t", 20, value=_value)
     run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False, **JSON)
@@ -39,7 +43,7 @@ def loaded(spark, local_root):
 
 def test_reprocess_one_partition_from_an_offset(spark, loaded):
     root, wh, storage = loaded
-    before = ice.committed_offsets(wh.table("tbl"))
+    before = committed_offsets(wh.table("tbl"))
     p1_before = {k: v for k, v in rows_by_offset(wh).items() if k[0] == 1}
     dead_before = table_offsets(wh, kinds=("dead_letter",))
     snaps_before = len(wh.table("tbl").metadata.snapshots)
@@ -55,7 +59,7 @@ def test_reprocess_one_partition_from_an_offset(spark, loaded):
     # One transaction: exactly one new snapshot (an overwrite), offsets unchanged.
     assert len(tbl.metadata.snapshots) == snaps_before + 1
     assert tbl.current_snapshot().summary.operation.value == "overwrite"
-    assert ice.committed_offsets(tbl) == before
+    assert committed_offsets(tbl) == before
     rows = rows_by_offset(wh)
     assert {k: v for k, v in rows.items() if k[0] == 1} == {
         k: {**v, "name": None} for k, v in p1_before.items()}
@@ -67,15 +71,15 @@ def test_reprocess_one_partition_from_an_offset(spark, loaded):
     assert table_offsets(wh, kinds=("dead_letter",)) == dead_before
     assert_exactly_once(storage, "t", wh)
     # Audited: who, why, from where.
-    info = ice.history(tbl)[-1]
+    info = history(tbl)[-1]
     assert info.kafkastore_operation == "reprocess" and info.run_id == s.run_id
     assert info.audit["reason"] == "add name" and info.audit["from_offset"] == 7
     assert info.audit["requested"] == {"0": 7} and info.audit["user"] is not None
     assert info.ranges == [{"topic": "t", "partition": 0, "from": 7, "until": 15}]
-    assert ice.history(wh.table("tbl_dead_letters"))[-1].kafkastore_operation == "reprocess"
+    assert history(wh.table("tbl_dead_letters"))[-1].kafkastore_operation == "reprocess"
     assert "rewound to 7" in s.render()
     # No delete files: path readers (Spark) can read the snapshot.
-    assert ice.plan_scan(tbl).urls()
+    assert plan_scan(tbl).urls()
 
 
 def test_reprocess_all_partitions_from_a_timestamp(spark, loaded):
@@ -85,7 +89,7 @@ def test_reprocess_all_partitions_from_a_timestamp(spark, loaded):
                       from_timestamp=T0 + 12_000, reason="replay", load_options=JSON,
                       progress=False)
     assert {p: d["requested_from"] for p, d in s.partitions.items()} == {0: 6, 1: 6}
-    info = ice.history(wh.table("tbl"))[-1]
+    info = history(wh.table("tbl"))[-1]
     assert info.audit["from_timestamp"] == T0 + 12_000
     assert s.rows + s.dead_letters == 18      # offsets 6..14 of two partitions
     assert_exactly_once(storage, "t", wh)
@@ -114,14 +118,14 @@ def test_reprocess_refusals(spark, loaded):
     s = run_reprocess(partitions=[0], from_offset=3, allow_below_log_start=True, **kw)
     assert s.partitions[0]["below_log_start"] and s.partitions[0]["effective_from"] == 5
     assert table_offsets(wh)[0] == [0, 1, 2] + list(range(5, 15))
-    assert ice.history(wh.table("tbl"))[-1].audit["below_log_start"] == [0]
+    assert history(wh.table("tbl"))[-1].audit["below_log_start"] == [0]
 
 
 def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_root):
     from pipelines.jobs.log_compaction import compact_topic
 
     root = f"{local_root}/log"
-    wh = ice.Warehouse(f"{local_root}/wh")
+    wh = Warehouse(f"{local_root}/wh")
     storage = make_topic(root, partitions=1, **{"cleanup.policy": "compact",
                                                 "min.cleanable.dirty.ratio": "0.01",
                                                 "segment.ms": "1"})
@@ -145,7 +149,7 @@ def test_reprocess_over_compacted_range_is_refused_unless_allowed(spark, local_r
     s = run_reprocess(spark, root=root, topic="t", warehouse=wh, table="tbl", from_offset=0,
                       allow_compacted=True, reason="accept compaction", progress=False)
     assert s.partitions[0]["compacted"]
-    audit = ice.history(wh.table("tbl"))[-1].audit
+    audit = history(wh.table("tbl"))[-1].audit
     assert audit["allow_compacted"] and audit["compacted"] == [0]
     assert len(table_offsets(wh)[0]) < 40
     # Now the table holds what the compacted log holds: no longer refused.
@@ -164,7 +168,7 @@ def log_offsets(storage, topic="t", partition=0):
 def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypatch):
     root, wh, storage = loaded
     produce(storage, "t", 4, start=30, value=_value)
-    real = ice._build
+    real = warehouse_commit._build
     fired = []
 
     def load_first(table, c, branch):
@@ -179,7 +183,7 @@ def test_reprocess_refused_when_a_load_commits_meanwhile(spark, loaded, monkeypa
     with pytest.raises(TableChangedError, match="moved from 15 to 17"):
         run_reprocess(spark, root=root, topic="t", warehouse=wh, table="tbl", from_offset=10,
                       load_options=JSON, progress=False)
-    assert ice.history(wh.table("tbl"))[-1].kafkastore_operation == "load"
+    assert history(wh.table("tbl"))[-1].kafkastore_operation == "load"
     assert committed(wh) == {0: 17, 1: 17}
     assert_exactly_once(storage, "t", wh)
 
@@ -194,7 +198,7 @@ def test_reprocess_with_a_data_file_deleted_outside_iceberg_is_one_line(spark, l
     tbl = wh.table("tbl")
     snaps = len(tbl.metadata.snapshots)
     dl_snaps = len(wh.table("tbl_dead_letters").metadata.snapshots)
-    victim = sorted(ice.plan_scan(tbl).files)[0]
+    victim = sorted(plan_scan(tbl).files)[0]
     os.remove(victim[len("file://"):])
     conf = tmp_path / "k.yaml"
     conf.write_text("loads: [{topic: t, table: tbl, value_format: json, "

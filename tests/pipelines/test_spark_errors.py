@@ -13,7 +13,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 KAFKASTORE = os.path.join(os.path.dirname(sys.executable), "kafkastore")
 T = "dmg"

@@ -19,7 +19,7 @@ from kafkastore.errors import ConfigError, OutOfOrderSequenceError, TopicSinkErr
 from kafkastore.format.partitioner import murmur2
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from kafkastore.write.transactions import open_transactions
 from pipelines.sink import commit as tsc
 

@@ -18,7 +18,7 @@ import pytest
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.sql import (SQL_DIR, plan_names, referenced_names, register_views, run_sql,
                            sanitize, split_statements, to_json_value)

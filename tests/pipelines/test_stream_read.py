@@ -17,7 +17,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.errors import ConfigError, DataLossError, UnknownTopicError
 from kafkastore.manifest import AdvanceLogStart, ManifestStore
 from kafkastore.storage import Storage
-from kafkastore.topics import alter_topic, create_topic
+from kafkastore.topics.admin import alter_topic, create_topic
 from pipelines.source.stream import (KafkaStoreStreamReader, fair_shares, parse_stream_options)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
@@ -300,10 +300,12 @@ def test_a_query_killed_between_batches_resumes_exactly(spark, root, tmp_path):
 
 
 def test_foreach_batch_into_iceberg_is_exactly_once_across_a_crash(spark, root, tmp_path):
-    from pipelines import iceberg as ice
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.reads import read_arrow
+    from pipelines.warehouse.offsets import committed_offsets
     from pipelines.source.stream import table_sink
 
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     sink = table_sink(wh, "orders_raw")
     crashed = []
 
@@ -320,10 +322,10 @@ def test_foreach_batch_into_iceberg_is_exactly_once_across_a_crash(spark, root, 
     _produce(Storage(root), "orders", 6, 3, start=30)
     _run(spark, root, ckpt, sink, topic="orders", maxOffsetsPerTrigger=10, includeHeaders="true")
     tbl = wh.load_table("orders_raw")
-    rows = ice.read_arrow(tbl).select(["topic", "partition", "offset"]).to_pylist()
+    rows = read_arrow(tbl).select(["topic", "partition", "offset"]).to_pylist()
     got = sorted((r["topic"], r["partition"], r["offset"]) for r in rows)
     assert got == sorted({("orders", p, o) for p in range(3) for o in range(12)})
-    assert ice.committed_offsets(tbl) == {("orders", p): 12 for p in range(3)}
+    assert committed_offsets(tbl) == {("orders", p): 12 for p in range(3)}
 
 
 def test_a_query_started_before_its_topic_exists_reads_it_once_created(spark, tmp_path):

@@ -7,7 +7,7 @@ import io
 import json
 from contextlib import redirect_stdout
 
-from kafkastore.cli import main as cli
+from kafkastore.cli.entry import main as cli
 from kafkastore.job_commits import settle_pending
 from kafkastore.storage import Storage
 from tests.helpers.sink_jobs import half_marked_job, read_only_root

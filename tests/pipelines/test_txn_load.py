@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from pipelines.warehouse.catalog import Warehouse
 from pipelines.jobs.load import run_load
 from tests.helpers.txn import txn_producer

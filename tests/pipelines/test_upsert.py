@@ -16,7 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkastore.errors import ConfigError, OffsetOverlapError
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.commit import commit
+from pipelines.warehouse.reads import read_arrow, plan_scan
+from pipelines.warehouse.offsets import committed_offsets
+from pipelines.warehouse.snapshots import history
 from pipelines.jobs.load import run_load
 from pipelines.spec.load_spec import LoadSpec
 from pipelines.spec.offset_ranges import OffsetRange
@@ -125,7 +129,7 @@ def test_rule_for_keys_moving_between_partitions():
 
 
 def _table(tmp_path, name="up", target=None):
-    wh = ice.Warehouse(f"file://{tmp_path}/wh")
+    wh = Warehouse(f"file://{tmp_path}/wh")
     return wh, wh.create_table(name, SCHEMA, TableLayout(partition_by=()), properties=mode_properties("upsert", ("key",)))
 
 
@@ -139,7 +143,7 @@ def _ranges(batch):
 def _commit(table, batch, run_id, target_rows=2):
     c = rows_commit(run_id, ("key",), (), _ranges(batch), (), _rows(batch),
                     target_rows=target_rows)
-    return ice.commit(table, c), c
+    return commit(table, c), c
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck))
@@ -166,10 +170,10 @@ def test_commits_with_crashes_and_reruns_give_the_model(tmp_path_factory, record
             if fault == "rerun":
                 assert _commit(table, records[a:b], f"run-{a}-{b}")[0].noop
             table = table.refresh()
-    state = ice.read_arrow(table)
+    state = read_arrow(table)
     assert state.num_rows == len(set(state.column("key").to_pylist()))
     assert _as_dict(state) == _model_dict(records)
-    assert {p: n for (_, p), n in ice.committed_offsets(table).items()} == {
+    assert {p: n for (_, p), n in committed_offsets(table).items()} == {
         p: max(r["offset"] for r in records if r["partition"] == p) + 1
         for p in {r["partition"] for r in records}}
 
@@ -186,8 +190,8 @@ def test_a_load_rewrites_only_the_files_holding_its_keys(tmp_path):
     _, c = _commit(table, change, "r2", target_rows=4)
     assert (c.rewrite.stats.files_touched, c.rewrite.stats.rows_read) == (1, 4)
     table = table.refresh()
-    assert len(ice.plan_scan(table).files) == 5
-    assert _as_dict(ice.read_arrow(table))[b"k13"] == b"v1"
+    assert len(plan_scan(table).files) == 5
+    assert _as_dict(read_arrow(table))[b"k13"] == b"v1"
     summary = table.current_snapshot().summary
     assert summary["kafkastore.offsets"] == json.dumps({"t": {"0": 21}})
     assert summary.operation.value == "overwrite"
@@ -218,7 +222,7 @@ def test_racing_upserts_replan_and_never_lose_a_commit(tmp_path):
                                      "timestamp": 3}], "r2")
     assert result.attempts == 2
     table = table.refresh()
-    assert _as_dict(ice.read_arrow(table)) == {b"a": b"2", b"b": b"racer"}
+    assert _as_dict(read_arrow(table)) == {b"a": b"2", b"b": b"racer"}
     # The racer's range again: refused, not applied twice.
     with pytest.raises(OffsetOverlapError):
         _commit(table, [{"key": b"b", "value": b"x", "partition": 1, "offset": 1,
@@ -276,7 +280,7 @@ def test_spark_upsert_loads_match_the_model_and_sql(spark, tmp_path_factory, ops
     tmp = tmp_path_factory.mktemp("sp")
     root, warehouse = f"file://{tmp}/log", f"file://{tmp}/wh"
     storage = make_topic(root, partitions=2)
-    wh = ice.Warehouse(warehouse)
+    wh = Warehouse(warehouse)
     spec = LoadSpec(topic="t", table="up", mode="upsert", partition_by=())
     offsets = {0: 0, 1: 0}
     records = []
@@ -297,7 +301,7 @@ def test_spark_upsert_loads_match_the_model_and_sql(spark, tmp_path_factory, ops
     # Staging files are removed once committed: only the table's files remain.
     assert not list((tmp / "wh" / "default" / "up").glob("upsert-staging/**/*.parquet"))
     want = {k.decode(): v.decode() for k, v in _model_dict(records).items()}
-    got = {k.decode(): v.decode() for k, v in _as_dict(ice.read_arrow(wh.table("up"))).items()}
+    got = {k.decode(): v.decode() for k, v in _as_dict(read_arrow(wh.table("up"))).items()}
     assert got == want
     assert _sql_dict(spark, warehouse) == want
 
@@ -316,10 +320,10 @@ def test_spark_upsert_by_value_columns_with_tombstones(spark, tmp_path):
                        for i, (k, v) in enumerate(rows)])
     spec = LoadSpec(topic="t", table="people", mode="upsert", key_columns=("id",),
                     value_format="json", value_schema="id long, name string", partition_by=())
-    summary = run_load(spark, root=root, warehouse=ice.Warehouse(warehouse), spec=spec,
+    summary = run_load(spark, root=root, warehouse=Warehouse(warehouse), spec=spec,
                        progress=False)
     assert summary.upsert["keys"] == 2
-    got = ice.read_arrow(ice.Warehouse(warehouse).table("people")).to_pylist()
+    got = read_arrow(Warehouse(warehouse).table("people")).to_pylist()
     assert [(r["id"], r["name"]) for r in got] == [(1, "a2")]
 
 
@@ -344,11 +348,11 @@ def test_quality_gate_validates_upsert_snapshots(tmp_path):
     assert result.success, result.checks
     table = table.refresh()
     assert table.snapshot_by_name("validated").snapshot_id == table.current_snapshot().snapshot_id
-    assert [h.kafkastore_operation for h in ice.history(table)] == ["load", "load", "maintain",
+    assert [h.kafkastore_operation for h in history(table)] == ["load", "load", "maintain",
                                                                     "load"]
     # Without the upsert rule the holes of r1's range (a superseded record, a tombstone)
     # would fail rows_cover_range.
-    first = ice.history(table)[0].snapshot_id
+    first = history(table)[0].snapshot_id
     assert validate_snapshot(wh.url, "up", first, compacted=False, docs=False,
                              publish_tag=False).rows == 1
 
@@ -364,13 +368,13 @@ def test_a_foreign_engines_position_delete_is_applied_and_folded(tmp_path):
     (task,) = list(table.scan().plan_files())
     add_position_delete(table, task, position=1)          # b goes
     table = table.refresh()
-    assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"1"}
+    assert _as_dict(read_arrow(table)) == {b"a": b"1", b"c": b"1"}
     _commit(table, [{"key": b"c", "value": b"2", "partition": 0, "offset": 3, "timestamp": 3}],
             "r2", target_rows=10)
     table = table.refresh()
-    assert _as_dict(ice.read_arrow(table)) == {b"a": b"1", b"c": b"2"}
-    assert not ice.plan_scan(table).delete_files
-    assert ice.committed_offsets(table) == {("t", 0): 4}   # the foreign snapshot is skipped
+    assert _as_dict(read_arrow(table)) == {b"a": b"1", b"c": b"2"}
+    assert not plan_scan(table).delete_files
+    assert committed_offsets(table) == {("t", 0): 4}   # the foreign snapshot is skipped
 
 
 @pytest.mark.parametrize("backend", ["s3"])
@@ -387,4 +391,4 @@ def test_upsert_commits_on_an_object_store(backend, tmp_path, request):
                                "timestamp": 3}], "r2")
     table = table.refresh()
     assert table.location().startswith("s3://")
-    assert _as_dict(ice.read_arrow(table)) == {b"b": b"1"}
+    assert _as_dict(read_arrow(table)) == {b"b": b"1"}

@@ -134,7 +134,8 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
     import json
 
     from kafkastore.write.log_writer import LogWriter as Broker
-    from pipelines import iceberg as ice
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.reads import read_arrow
     from pipelines.jobs.load import run_load
     from pipelines.spec.load_spec import LoadSpec
     from tests.helpers.loads import make_topic
@@ -146,7 +147,7 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
     tmp = tmp_path_factory.mktemp("kt")
     root = f"file://{tmp}/log"
     storage = make_topic(root, partitions=1)
-    wh = ice.Warehouse(f"file://{tmp}/wh")
+    wh = Warehouse(f"file://{tmp}/wh")
     spec = LoadSpec(topic="t", table="kt", mode="upsert", key_columns=tuple(names),
                     value_format="json", value_schema=f"{ddl}, v INT", partition_by=())
     model: dict = {}
@@ -165,5 +166,5 @@ def test_spark_upsert_loads_keyed_by_each_type_match_the_model(spark, tmp_path_f
         summary = run_load(spark, root=root, warehouse=wh, spec=spec, progress=False)
         assert summary.dead_letters == 0
         table = wh.load_table("kt")
-        rows = ice.read_arrow(table).to_pylist() if table is not None else []
+        rows = read_arrow(table).to_pylist() if table is not None else []
         assert {_from_table(kind, r, names): r["v"] for r in rows} == model

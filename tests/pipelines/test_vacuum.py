@@ -12,7 +12,10 @@ import uuid
 
 import pytest
 
-from pipelines import iceberg as ice
+from pipelines.warehouse.catalog import Warehouse
+from pipelines.warehouse.offsets import committed_offsets
+from pipelines.warehouse.reads import read_arrow, plan_scan
+from pipelines.warehouse.commit import commit as iceberg_commit, KafkaCommit
 from pipelines.spec.offset_ranges import OffsetRange
 from kafkastore.errors import ConfigError, WarehouseError
 from pipelines.quality import validate_snapshot
@@ -26,7 +29,7 @@ from tests.helpers.quality_tables import validated_offsets
 
 @pytest.fixture
 def wh(tmp_path):
-    return ice.Warehouse(f"file://{tmp_path}/wh")
+    return Warehouse(f"file://{tmp_path}/wh")
 
 
 #: A clock this far ahead sees every file and snapshot of the test as past the grace.
@@ -52,12 +55,12 @@ def test_vacuum_expires_but_keeps_the_offsets_snapshot(wh):
     kept = {s.snapshot_id for s in t.metadata.snapshots}
     assert carrier in kept and t.current_snapshot().snapshot_id in kept
     assert len(r.expired) == 2 and len(kept) == 2
-    assert ice.committed_offsets(t) == {("t", 0): 30}
-    assert ice.read_arrow(t).num_rows == 32
+    assert committed_offsets(t) == {("t", 0): 30}
+    assert read_arrow(t).num_rows == 32
     assert orphan.split("://", 1)[1] in r.deleted and not os.path.exists(orphan[len("file://"):])
     # Every remaining file is still readable; a new load continues from the offsets.
     load(wh, t, "t", 0, 30, 35)
-    assert ice.read_arrow(wh.table("t")).num_rows == 37
+    assert read_arrow(wh.table("t")).num_rows == 37
 
 
 def test_vacuum_respects_the_grace_period_and_dry_run(wh):
@@ -78,20 +81,20 @@ def test_vacuum_respects_the_grace_period_and_dry_run(wh):
 def test_vacuum_after_reprocess_removes_replaced_files(wh):
     t = wh.create_table("t", SCHEMA)
     load(wh, t, "t", 0, 0, 10)
-    old_files = set(ice.plan_scan(wh.table("t")).files)
+    old_files = set(plan_scan(wh.table("t")).files)
     url = write(wh, t, rows("t", 0, 5, 10))
-    ice.commit(wh.table("t"), ice.KafkaCommit(
+    iceberg_commit(wh.table("t"), KafkaCommit(
         "rp", "reprocess", (OffsetRange("t", 0, 5, 10),), (url,),
         delete_from=(OffsetRange("t", 0, 5, 10),)))
     vacuum(wh.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, expire_unvalidated=True)
     t = wh.table("t")
     assert len(t.metadata.snapshots) == 1
     assert all(not os.path.exists(f[len("file://"):]) for f in old_files)
-    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(10))
+    assert sorted(read_arrow(t)["offset"].to_pylist()) == list(range(10))
 
 
 def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
-    w = ice.Warehouse(f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}",
+    w = Warehouse(f"s3://kafkastore-test/wh-{uuid.uuid4().hex[:8]}",
                       catalog={"type": "sql", "uri": f"sqlite:///{tmp_path}/cat.db"},
                       storage_options={"client_kwargs": {"endpoint_url": s3_endpoint}})
     t = w.create_table("t", SCHEMA)
@@ -101,8 +104,8 @@ def test_vacuum_on_s3_with_local_catalog(tmp_path, s3_endpoint):
     r = vacuum(w.table("t"), now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS, expire_unvalidated=True)
     assert len(r.expired) == 1 and orphan.split("://", 1)[1] in r.deleted
     t = w.table("t")
-    assert ice.committed_offsets(t) == {("t", 0): 9}
-    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(9))
+    assert committed_offsets(t) == {("t", 0): 9}
+    assert sorted(read_arrow(t)["offset"].to_pylist()) == list(range(9))
 
 
 def test_vacuum_racing_a_load_keeps_what_the_load_committed(wh):
@@ -115,10 +118,10 @@ def test_vacuum_racing_a_load_keeps_what_the_load_committed(wh):
     r = vacuum(seen, now_ms=_now() + LATER, grace_ms=MIN_GRACE_MS)  # ...vacuum goes on
     assert r.expired == [] and r.deleted == []
     t = wh.table("t")
-    assert sorted(ice.read_arrow(t)["offset"].to_pylist()) == list(range(40))
-    assert ice.committed_offsets(t) == {("t", 0): 40}
+    assert sorted(read_arrow(t)["offset"].to_pylist()) == list(range(40))
+    assert committed_offsets(t) == {("t", 0): 40}
     load(wh, t, "t", 0, 40, 45)                           # and the next load works
-    assert ice.read_arrow(wh.table("t")).num_rows == 45
+    assert read_arrow(wh.table("t")).num_rows == 45
 
 
 class _CommitsWhenReread:
@@ -140,12 +143,12 @@ def test_vacuum_keeps_files_a_load_commits_after_the_listing(wh):
     t = wh.create_table("t", SCHEMA)
     load(wh, t, "t", 0, 0, 10)
     url = write(wh, t, rows("t", 0, 10, 20))              # the load's file, already written
-    commit = lambda: ice.commit(wh.table("t"), ice.KafkaCommit(   # noqa: E731
+    commit = lambda: iceberg_commit(wh.table("t"), KafkaCommit(   # noqa: E731
         "late", "load", (OffsetRange("t", 0, 10, 20),), files=(url,)))
     r = vacuum(_CommitsWhenReread(wh.table("t"), commit), now_ms=_now() + LATER,
                grace_ms=MIN_GRACE_MS)
     assert r.deleted == [] and os.path.exists(url[len("file://"):])
-    assert sorted(ice.read_arrow(wh.table("t"))["offset"].to_pylist()) == list(range(20))
+    assert sorted(read_arrow(wh.table("t"))["offset"].to_pylist()) == list(range(20))
 
 
 def test_vacuum_refuses_a_grace_below_the_floor(wh):

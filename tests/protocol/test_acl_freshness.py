@@ -11,7 +11,7 @@ from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, ac
                                      remove_acls)
 from kafkastore.protocol.server import BrokerThread
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.acl_broker import (  # noqa: F401 - fixtures
     TOPIC_AUTHORIZATION_FAILED, acl_options, allow, root, sasl_wire, unique)

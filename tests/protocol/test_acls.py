@@ -22,7 +22,7 @@ from kio.schema.list_offsets.v8 import request as lo
 from kafkastore.cluster.acls import Operation, PatternType, Permission, ResourceType as R
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.acl_broker import (  # noqa: F401 - fixtures
     CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED, TOPIC_AUTHORIZATION_FAILED,

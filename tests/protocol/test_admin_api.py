@@ -9,7 +9,7 @@ from confluent_kafka import (ConsumerGroupState, ConsumerGroupType, IsolationLev
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewPartitions, NewTopic, OffsetSpec, ResourceType)
 
-from kafkastore.topics import load_topic
+from kafkastore.topics.admin import load_topic
 
 
 @pytest.fixture(scope="module")

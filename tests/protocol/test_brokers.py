@@ -11,7 +11,7 @@ from kio.schema.metadata.v12 import request as md_req
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.kafka_clients import cli_consume, confluent_consume
 from tests.helpers.serve_procs import free_port, start_serve, stop_serve

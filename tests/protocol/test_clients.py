@@ -15,9 +15,9 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from kafkastore.cli import main as cli
+from kafkastore.cli.entry import main as cli
 from kafkastore.format.partitioner import partition_for_key
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.kafka_clients import cli_consume, confluent_consume
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -163,7 +163,7 @@ def test_admin_create_describe_delete(broker, storage):
     assert configs["retention.ms"].value == "1000"
     assert not configs["retention.ms"].is_default and configs["segment.bytes"].is_default
     admin.delete_topics(["adm"])["adm"].result(10)
-    from kafkastore.topics import list_topics
+    from kafkastore.topics.admin import list_topics
     assert "adm" not in list_topics(storage)
 
 
@@ -186,7 +186,7 @@ def test_confluent_list_topics(broker, storage):
     """AdminClient.list_topics(): Metadata v12 for all topics (librdkafka pads it)."""
     from confluent_kafka.admin import AdminClient
 
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     create_topic(storage, "listed", 2)
     md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)

@@ -16,7 +16,7 @@ from kafkastore.protocol.wire import codec
 from kafkastore.protocol.connection import MAX_UNAUTHENTICATED_REQUEST_BYTES
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 from tests.helpers.serve_procs import start_serve, stop_serve

@@ -18,7 +18,7 @@ import pytest
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.serve_procs import start_serve, stop_serve, wait_until_listed
 from tests.protocol.wire import Wire
 

@@ -14,7 +14,7 @@ from kafkastore.groups.offsets import (OFFSETS_TOPIC, OffsetKey, decode_key, dec
 from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, load_topic
+from kafkastore.topics.admin import create_topic, load_topic
 from tests.helpers.serve_procs import start_serve, stop_serve, wait_until_listed
 
 TOPIC = "pq"

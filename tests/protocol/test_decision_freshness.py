@@ -18,7 +18,7 @@ from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.acl_broker import TOPIC_AUTHORIZATION_FAILED, acl_options, allow, sasl_wire, unique
 from tests.helpers.quota_requests import call_as
 from tests.helpers.wire_requests import batch, fetch, produce

@@ -7,12 +7,12 @@ from __future__ import annotations
 import threading
 import time
 
-from kafkastore.cli import main
+from kafkastore.cli.entry import main
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, topic_exists
+from kafkastore.topics.admin import create_topic, topic_exists
 
 from tests.helpers.wire_requests import batch, produce
 from .wire import Wire

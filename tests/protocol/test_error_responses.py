@@ -167,7 +167,7 @@ def test_requests_during_a_store_outage_get_retriable_codes_on_an_open_connectio
     from kio.schema.produce.v9 import request as pr_req
 
     from kafkastore.format.record_batch import Record, encode_batch
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     proxy = FaultProxy(s3_endpoint).start()
     root = f"s3://kafkastore-test/outage-{uuid.uuid4().hex[:8]}"

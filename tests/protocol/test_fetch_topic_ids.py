@@ -22,7 +22,7 @@ from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.protocol.caches.metadata_cache import MetadataCache
 from kafkastore.protocol.caches.topic_ids import TopicIdIndex
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, delete_topic, load_topic
+from kafkastore.topics.admin import create_topic, delete_topic, load_topic
 from tests.helpers.wire_requests import batch, produce
 from tests.protocol.wire import Wire
 

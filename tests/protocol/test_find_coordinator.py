@@ -22,7 +22,7 @@ from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.mixed_security import brokers, plain, sasl
 

@@ -9,7 +9,7 @@ import time
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.apis.groups import MAX_STRING_BYTES
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 

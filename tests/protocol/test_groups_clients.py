@@ -16,7 +16,7 @@ from kafkastore.groups.offsets import OffsetsStore
 from kafkastore.protocol.apis.groups import service
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 logging.getLogger("kafka").setLevel(logging.ERROR)
 logging.getLogger("aiokafka").setLevel(logging.ERROR)

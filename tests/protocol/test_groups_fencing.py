@@ -9,7 +9,7 @@ from kafkastore.groups.offsets import OffsetAndMetadata, OffsetsStore
 from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.group_requests import code as _code, offset_commit as commit, offset_fetch as fetch
 from tests.helpers.group_requests import part as _part, req as _req

@@ -14,7 +14,7 @@ from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.apis.groups import coordinator_node
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 

@@ -5,7 +5,7 @@ from kio.schema.metadata.v12 import request as md_req
 
 from kafkastore.groups.offsets import OFFSETS_TOPIC, OFFSETS_TOPIC_CONFIG
 from kafkastore.manifest import ManifestStore
-from kafkastore.topics import create_topic, topic_exists
+from kafkastore.topics.admin import create_topic, topic_exists
 
 from .wire import Wire
 from tests.helpers.wire_requests import batch, produce

@@ -274,7 +274,7 @@ def test_duplicates_are_split_by_who_wrote_the_copies(tmp_path):
     from kafkastore.write.log_writer import LogWriter as Broker
     from kafkastore.format.record_batch import Record
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
     from tests.helpers.jepsen.runner import duplicate_batches, final_read
 
     storage = Storage(f"file://{tmp_path}/root")

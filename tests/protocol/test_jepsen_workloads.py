@@ -20,7 +20,7 @@ RUN_S = 18.0
 def run(tmp_path_factory):
     """One run of the default workloads on two brokers over one file:// root."""
     from kafkastore.storage import Storage
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     root = f"file://{tmp_path_factory.mktemp('jepsen-workloads')}/root"
     workloads = default_workloads(seed=3)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.kafka_clients import cli_consume, confluent_consume
 
 pytest.importorskip("kafka")

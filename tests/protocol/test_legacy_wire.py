@@ -14,7 +14,7 @@ from kafkastore.format.record_batch import Record
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.wire import error_codes as E
 from kafkastore.protocol.apis.legacy import UNSUPPORTED_COMPRESSION_TYPE
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.wire_requests import batch, produce
 
 from .wire import Wire

@@ -11,7 +11,7 @@ from kio.schema.metadata.v12 import request as md_req
 from kio.schema.produce.v9 import request as prod_req
 
 from kafkastore.protocol.apis.admin import MAX_PARTITIONS
-from kafkastore.topics import create_topic, topic_exists
+from kafkastore.topics.admin import create_topic, topic_exists
 
 from .wire import Wire
 from tests.helpers.wire_requests import batch, produce

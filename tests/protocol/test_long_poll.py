@@ -10,7 +10,7 @@ from kio.schema.fetch.v12 import request as fetch_req
 from kafkastore.protocol.wire import codec
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 from tests.helpers.wire_requests import batch, produce

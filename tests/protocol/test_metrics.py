@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kafkastore.errors import ConfigError
 from kafkastore.protocol.server import BrokerServer, BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.quota_requests import alter_quotas as _alter
 from tests.helpers.quota_requests import call_as as _call
 from tests.protocol.wire import Wire
@@ -153,7 +153,7 @@ def test_metrics_over_tls(tmp_path):
 def test_serve_command_serves_metrics_and_quotas_cli_applies(tmp_path):
     """`kafkastore serve --metrics-listen` as in production, and a quota set with the CLI
     while it runs reaches it (DescribeClientQuotas through the broker shows it)."""
-    from kafkastore.cli import main as cli
+    from kafkastore.cli.entry import main as cli
     from tests.helpers.quota_requests import describe_quotas
     from tests.helpers.serve_procs import start_serve, stop_serve
 

@@ -10,7 +10,7 @@ from kio.schema.produce.v9 import request as prod_req
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.wire_requests import batch
 from tests.protocol.wire import Wire
 

@@ -15,7 +15,7 @@ from kafkastore.protocol.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS,
                                                   UNSTABLE_OFFSET_COMMIT)
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.group_requests import code as _code, offset_commit as commit, offset_fetch as fetch
 from tests.helpers.group_requests import part as _nested, req as _req

@@ -8,7 +8,7 @@ import time
 from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.protocol.wire import codec
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.acl_broker import (  # noqa: F401 - fixtures
     TOPIC_AUTHORIZATION_FAILED, allow, broker, root, sasl_wire, unique)

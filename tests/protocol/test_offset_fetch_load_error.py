@@ -22,7 +22,7 @@ from kafkastore.protocol.coordinators import group as G
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.protocol.wire.error_codes import COORDINATOR_LOAD_IN_PROGRESS
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from kafkastore.write.log_writer import LogWriter
 
 from tests.helpers.group_requests import code, offset_commit, part, req

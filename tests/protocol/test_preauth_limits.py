@@ -10,7 +10,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.protocol.server import BrokerThread
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.acl_broker import acl_options, sasl_wire
 from tests.helpers.wire_requests import batch, produce
 from tests.protocol.wire import Wire

@@ -14,7 +14,7 @@ from kafkastore.errors import ConfigError
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.quota_requests import alter_quotas as _alter
 from tests.helpers.quota_requests import call_as as _call
 from tests.helpers.quota_requests import describe_quotas as _describe

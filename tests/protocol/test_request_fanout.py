@@ -14,7 +14,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from kafkastore.errors import ProtocolError
 from kafkastore.protocol.wire import codec, frame_check
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 

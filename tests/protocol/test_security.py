@@ -5,12 +5,12 @@ import ssl
 
 import pytest
 
-from kafkastore.cli import main as cli
+from kafkastore.cli.entry import main as cli
 from kafkastore.errors import ConfigError
 from kafkastore.protocol.apis.sasl import load_credentials
 from kafkastore.protocol.server import BrokerThread, ServeOptions, check_listener_security
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.kafka_clients import confluent_consume
 from tests.helpers.tls import self_signed

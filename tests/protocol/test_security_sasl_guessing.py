@@ -8,7 +8,7 @@ from confluent_kafka import Producer
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.sasl_logins import plain_login, scram_guess
 
 BUDGET = 8

@@ -15,7 +15,7 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.housekeeper import housekeeper_for
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 pytest.importorskip("confluent_kafka")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic, load_topic
+from kafkastore.topics.admin import create_topic, load_topic
 
 from tests.faults import FaultyFS
 

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.txn import (consume_values as _consume, produce_raw as _produce, txn_producer as _producer,
                                txn_batch as _txn_batch)
@@ -503,7 +503,7 @@ def test_offline_reader_sees_what_read_committed_consumers_see(broker, storage):
 
 
 def test_a_topic_deleted_during_the_transaction_does_not_block_its_end(broker, storage):
-    from kafkastore.topics import delete_topic
+    from kafkastore.topics.admin import delete_topic
 
     kept, doomed = _topic(storage, 1), _topic(storage, 1)
     p = _producer(broker.bootstrap, "tx-deleted-" + uuid.uuid4().hex[:6])

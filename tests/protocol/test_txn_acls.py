@@ -7,7 +7,7 @@ from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequ
 
 from kafkastore.cluster.acls import Operation, ResourceType as R
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.acl_broker import allow, broker, conf, root, sasl_wire, unique  # noqa: F401 - fixtures
 

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from kafkastore.read.reader import PartitionReader
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.txn import add_partitions as _add, end_txn as _end, init_producer_id as _init
 from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch

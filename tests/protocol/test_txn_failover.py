@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.txn import consume_values as _consume, txn_producer as _producer
 from tests.helpers.txn import stop_all as _stop_all, tid_owned_by as _tid_owned_by

@@ -15,7 +15,7 @@ import pytest
 
 from kafkastore.protocol.coordinators.txn_service import TxnStore
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.helpers.txn import consume_values, txn_producer
 
 ck = pytest.importorskip("confluent_kafka")

@@ -23,7 +23,7 @@ from kafkastore.protocol.coordinators.txn_service import TxnStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 TOPIC = "fenced"
 LOAD_IN_PROGRESS = 14   # Kafka's COORDINATOR_LOAD_IN_PROGRESS

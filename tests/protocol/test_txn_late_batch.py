@@ -22,7 +22,7 @@ import pytest
 
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.apis import txn as api_txn
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.txn import produce_raw as _produce, txn_batch as _txn_batch
 from tests.helpers.txn import add_partitions as _add, end_txn as _end, init_producer_id as _init

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from tests.helpers.txn import txn_producer as _producer
 

@@ -15,7 +15,7 @@ from kio.schema.offset_fetch.v7 import request as of_req
 from kafkastore.protocol.coordinators.pending_offsets import add_pending_offsets, take_pending_offsets
 from kafkastore.protocol.coordinators.pending_offsets import unstable_partitions
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from tests.protocol.wire import Wire
 
 

@@ -25,7 +25,7 @@ from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.format.record_batch import decode_batch, parse_header
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 from .wire import Wire
 from tests.helpers.wire_requests import batch, fetch, produce

@@ -11,7 +11,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ClientError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 from kafkastore.storage import Storage
 
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ClientError
 
-from kafkastore.cli import main as cli
+from kafkastore.cli.entry import main as cli
 from kafkastore.errors import ConfigError
 from kafkastore.schema_registry import SchemaRegistryThread
 from kafkastore.storage import Storage

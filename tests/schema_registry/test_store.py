@@ -17,7 +17,7 @@ from kafkastore.schema_registry.state import (RegistryState, SchemaVersion, conf
 from kafkastore.schema_registry.service import SchemaRegistryService
 from kafkastore.schema_registry.store import SCHEMAS_TOPIC, SchemaStore
 from kafkastore.storage import Storage
-from kafkastore.topics import create_topic
+from kafkastore.topics.admin import create_topic
 
 
 def test_records_have_confluents_shapes():

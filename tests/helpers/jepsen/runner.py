@@ -663,7 +663,7 @@ class RunOptions:
 def run_cluster(opts: RunOptions, log=print) -> tuple[dict, dict]:
     """One run: start the cluster and workloads, inject faults for ``opts.seconds``, then
     the final phase. Returns (anomaly counts, extra figures for the table)."""
-    from kafkastore.topics import create_topic
+    from kafkastore.topics.admin import create_topic
 
     own_dir = opts.workdir is None
     workdir = tempfile.mkdtemp(prefix="jepsen-") if own_dir else opts.workdir

@@ -805,8 +805,9 @@ def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: d
 
     from kafkastore.read.reader import EARLIEST, PartitionReader
     from kafkastore.storage import Storage
-    from kafkastore.topics import load_topic
-    from pipelines import iceberg as ice
+    from kafkastore.topics.admin import load_topic
+    from pipelines.warehouse.catalog import Warehouse
+    from pipelines.warehouse.reads import read_arrow
     from pipelines.jobs.load import run_load
 
     own = spark is None
@@ -815,7 +816,7 @@ def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: d
 
         spark = get_spark(master="local[2]", app_name="jepsen-load")
     os.makedirs(workdir, exist_ok=True)
-    wh = ice.Warehouse(f"file://{workdir}/warehouse",
+    wh = Warehouse(f"file://{workdir}/warehouse",
                        {"type": "sql", "uri": f"sqlite:///{workdir}/catalog.db"})
     try:
         run_load(spark, root=root, topic=topic, warehouse=wh, table=table,
@@ -823,7 +824,7 @@ def load_into_iceberg(root: str, topic: str, workdir: str, *, storage_options: d
     finally:
         if own:
             spark.stop()
-    rows = ice.read_arrow(wh.table(table), columns=["partition", "offset", "value"]).to_pylist()
+    rows = read_arrow(wh.table(table), columns=["partition", "offset", "value"]).to_pylist()
     loaded = Counter((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
     storage = Storage(root, storage_options)
     log: Counter = Counter()
