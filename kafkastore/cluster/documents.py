@@ -81,7 +81,7 @@ class ClusterDocument:
         self.max_age_s = max_age_s
         # Default: the storage's clock; an old bare callable is monotonic seconds.
         self._clock = as_clock(clock, "monotonic_s") if clock is not None else storage.clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # update() holds it across its read (_refresh_locked)
         self._version = 0          # newest version this process has seen (0: none)
         self._doc: dict = {}
         self._read_at: float | None = None
@@ -129,9 +129,7 @@ class ClusterDocument:
         this read (the newest known; the read time is when this read started, or later if a
         read that started later already vouched for it). Holds no lock across requests."""
         asked = self._clock.monotonic_s()
-        with self._lock:
-            known = self._version, self._doc, self._read_at is not None
-        version, doc = self._read_head(*known)
+        version, doc = self._read_head()
         with self._lock:
             self._adopt(version, doc, asked)
             return self._version, copy.deepcopy(self._doc), self._read_at
@@ -146,7 +144,7 @@ class ClusterDocument:
 
     def _refresh_locked(self) -> None:
         asked = self._clock.monotonic_s()
-        version, doc = self._read_head(self._version, self._doc, self._read_at is not None)
+        version, doc = self._read_head()
         self._adopt(version, doc, asked)
 
     def _damaged(self, version: int, why: str) -> ClusterDocumentError:
@@ -177,10 +175,30 @@ class ClusterDocument:
                 out.append(int(m.group(1)))
         return sorted(out)
 
-    def _read_head(self, known: int, known_doc: dict, have: bool) -> tuple[int, dict]:
+    def _read_hint(self) -> int:
+        """The version the head hint names (0: none, or unreadable). Reads here do not need
+        it; subclasses that never prune find their head from it."""
+        try:
+            data = self.storage.get(f"{self.dir}/{HINT_NAME}")
+        except ObjectNotFoundError:
+            return 0
+        except StorageError as exc:  # the hint only saves a listing
+            log.warning("%s: cannot read the head hint (%s)", self, exc)
+            return 0
+        try:
+            v = json.loads(data)["version"]
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                return v
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            pass
+        log.warning("%s: damaged head hint", self)
+        return 0
+
+    def _read_head(self) -> tuple[int, dict]:
         """``(version, doc)`` of the head: one listing, and a GET of the head only when it is
-        not the version in hand (``known``, whose document is ``known_doc``; ``have``: a
-        copy is in hand)."""
+        not the version in hand. Called with or without the (reentrant) lock held."""
+        with self._lock:
+            known, known_doc, have = self._version, self._doc, self._read_at is not None
         for _ in range(5):
             listed = self._listed_versions()
             if not listed:
