@@ -1,10 +1,11 @@
 """Store requests per transaction and per produce on an S3 root:
-``./run bench s3_txn_requests [--txns N] [--produces N] [--brokers N]``.
+``./run bench s3_txn_requests [--txns N] [--produces N] [--brokers N] [--offsets]``.
 
 Brokers over an S3 bucket on a moto server on loopback, reached through the fault
 harness's proxy with no fault scheduled: the proxy counts every request. A
 confluent-kafka transactional producer runs ``--txns`` transactions over two partitions
-(one record each, committed); then an idempotent producer sends ``--produces`` single
+(one record each, committed; with ``--offsets`` each also sends a group's offset with
+``send_offsets_to_transaction``); then an idempotent producer sends ``--produces`` single
 records, each waited for. Prints the store requests per transaction and per produce, by
 method and by what they touch (manifests, segments, ``__transaction_state``, ...), counted
 while the client runs, and the requests of the idle brokers over the same time (their
@@ -73,8 +74,10 @@ def main() -> int:
     ap.add_argument("--produces", type=int, default=20)
     ap.add_argument("--brokers", type=int, default=1)
     ap.add_argument("--idle-s", type=float, default=10.0)
+    ap.add_argument("--offsets", action="store_true",
+                    help="each transaction also sends a group's offset (send_offsets_to_transaction)")
     args = ap.parse_args()
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     with tempfile.TemporaryDirectory() as workdir:
@@ -88,18 +91,25 @@ def main() -> int:
             p = Producer({"bootstrap.servers": boot, "transactional.id": "bench-txn",
                           "transaction.timeout.ms": 60000, "linger.ms": 0})
             p.init_transactions(120)
+            group = Consumer({"bootstrap.servers": boot, "group.id": "bench-txn-g",
+                              "enable.auto.commit": False}) if args.offsets else None
+            sent = [0]
 
             def one_txn():
                 p.begin_transaction()
                 p.produce("bt", b"x", partition=0)
                 p.produce("bt", b"y", partition=1)
+                if group is not None:
+                    sent[0] += 1
+                    p.send_offsets_to_transaction([TopicPartition("bt", 0, sent[0])],
+                                                  group.consumer_group_metadata(), 120)
                 p.commit_transaction(120)
 
             one_txn()   # warm: the coordinator loaded, the partitions' heads read
             busy, idle, took = _measure(cluster.proxy, args.idle_s,
                                         lambda: [one_txn() for _ in range(args.txns)])
-            _print(f"transaction over 2 partitions ({took / args.txns:.2f} s each)", busy, idle,
-                   args.txns)
+            _print(f"transaction over 2 partitions{' with offsets' if group is not None else ''} "
+                   f"({took / args.txns:.2f} s each)", busy, idle, args.txns)
             q = Producer({"bootstrap.servers": boot, "enable.idempotence": True, "linger.ms": 0})
 
             def one_produce():

@@ -123,10 +123,12 @@ def baseline(path: str, nbytes: int) -> float:
     return nbytes / dt / 1e6
 
 
-def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1000, rounds: int = 2) -> int:
+def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1000, rounds: int = 2,
+                       broker_pid: int | None = None) -> int:
     """Records/s of a transactional producer committing every ``per_txn`` records against the
     same producer (idempotent, same batching) without transactions, alternating ``rounds``
-    times in this run; prints the best of each and their ratio."""
+    times in this run; prints the best of each and their ratio, the broker's CPU seconds
+    per mode (``broker_pid``) and the load average."""
     from confluent_kafka import Producer
 
     conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000, "acks": "all",
@@ -163,9 +165,17 @@ def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1
         return n / (time.perf_counter() - t0)
 
     best_plain = best_txn = 0.0
+    cpu = {"plain": 0.0, "txn": 0.0}
+    loads = [os.getloadavg()[0]]
     for r in range(rounds):
+        c0 = _cpu_seconds(broker_pid) if broker_pid else 0.0
         best_plain = max(best_plain, plain())
+        c1 = _cpu_seconds(broker_pid) if broker_pid else 0.0
         best_txn = max(best_txn, transactional(r))
+        c2 = _cpu_seconds(broker_pid) if broker_pid else 0.0
+        cpu["plain"] += c1 - c0
+        cpu["txn"] += c2 - c1
+        loads.append(os.getloadavg()[0])
     if failed:
         print(f"produce failed: {failed[:3]}", file=sys.stderr)
         return 1
@@ -175,6 +185,10 @@ def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1
           f"({n // per_txn} transactions, {per_txn / best_txn * 1000 - per_txn / best_plain * 1000:.1f} ms "
           f"each beyond the records)")
     print(f"ratio transactional / plain: {best_txn / best_plain:.2f}")
+    if broker_pid:
+        print(f"broker CPU per 1,000 records: plain {cpu['plain'] / rounds / n * 1000 * 1000:.1f} ms, "
+              f"transactional {cpu['txn'] / rounds / n * 1000 * 1000:.1f} ms (mean of {rounds} rounds)")
+    print(f"load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f}")
     return 0
 
 
@@ -345,7 +359,8 @@ def main() -> int:
         n = args.records
         if args.transactions:
             return bench_transactions(f"127.0.0.1:{port}", n, args.partitions,
-                                      per_txn=args.records_per_txn, rounds=args.rounds)
+                                      per_txn=args.records_per_txn, rounds=args.rounds,
+                                      broker_pid=broker.pid)
         payload = n * (KEY + VALUE)
         base = baseline(os.path.join(tmp, "baseline.bin"), payload)
         print(f"baseline: sequential write + fsync of {payload / 1e6:.1f} MB: {base:.1f} MB/s")

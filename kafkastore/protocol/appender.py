@@ -279,9 +279,7 @@ class Appender:
                 continue
             self._busy.add(tp)
             try:
-                queued = sum(i.header.size for i in self._queues[tp])
-                if self.interval_s and queued < GROUP_COMMIT_BYTES and \
-                        not any(i.marker for i in self._queues[tp]):  # a transaction's end waits on it
+                if self._lingers(self._queues[tp]):
                     await asyncio.sleep(self.interval_s)  # linger: let more appends join
                 items, self._queues[tp] = self._queues[tp], []
                 started = self.clock.monotonic_s()
@@ -301,6 +299,17 @@ class Appender:
                 self._busy.discard(tp)
             if self._queues.get(tp):
                 wake.set()
+
+    def _lingers(self, queued: list[_Item]) -> bool:
+        """Whether a partition's commit waits ``commit_interval_ms`` for more appends first.
+
+        Not for a queue with a marker or a transactional batch in it: a transaction's end
+        waits on every one of its batches (its client sends EndTxn once they are all
+        acknowledged) and then on its markers, so a linger there is added to each transaction
+        in full, once per partition stage. Appends that arrive while such a commit runs still
+        share the next one (its worker takes everything queued)."""
+        return (bool(self.interval_s) and sum(i.header.size for i in queued) < GROUP_COMMIT_BYTES
+                and not any(i.marker or i.header.is_transactional for i in queued))
 
     async def close(self) -> None:
         """Wait until every queued batch is committed (or failed), then stop the workers."""

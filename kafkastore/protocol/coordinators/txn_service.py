@@ -9,8 +9,8 @@ and every step writes its new state before acting on it:
 1. EndTxn writes PrepareCommit / PrepareAbort;
 2. then the COMMIT / ABORT markers go to every partition of the transaction
    through the broker's appender (one manifest commit per partition, as any produce),
-   and on commit the offsets sent with TxnOffsetCommit are written to
-   ``__consumer_offsets``;
+   and beside them, on commit, the offsets sent with TxnOffsetCommit are written to
+   ``__consumer_offsets`` (the outcome is decided once Prepare is stored);
 3. then CompleteCommit / CompleteAbort, stored lazily: the producer's next
    AddPartitions (its next state) usually supersedes it, so a transaction costs
    two ``__transaction_state`` commits, Ongoing and Prepare (see
@@ -578,6 +578,15 @@ class TxnService:
         futs = [self.broker.appender.submit_marker(t, p, meta.producer_id, meta.producer_epoch,
                                                    commit, now, guard=guard)
                 for t, p in sorted(meta.partitions) if t != OFFSETS_TOPIC]
+        # The transaction's offsets are settled beside its markers, not after them (as Kafka
+        # writes the __consumer_offsets partition's marker beside the others): its outcome is
+        # decided once its Prepare state is stored, so they are applied (on commit) and their
+        # documents deleted while the markers commit. Their documents hold the group's offsets
+        # unstable until then, and a finish that runs again finds none left to apply twice.
+        offsets = None
+        if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
+            offsets = asyncio.ensure_future(self._settle_offsets(meta, commit, token))
+        failed = False
         for fut in futs:
             outcome = await fut
             # An older epoch than the partition's: a newer instance already fenced it there.
@@ -585,19 +594,12 @@ class TxnService:
             # markers); retrying could never finish the transaction.
             if outcome.error not in (0, T.INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION):
                 log.warning("marker of %s failed: %s", meta.transactional_id, outcome.message)
-                return COORDINATOR_NOT_AVAILABLE
-        if not self.still_holds(token):
-            return COORDINATOR_NOT_AVAILABLE   # nothing done after a fence: whoever owns it finishes
+                failed = True
         try:
-            pending = []
-            if any(t == OFFSETS_TOPIC for t, _ in meta.partitions):  # AddOffsetsToTxn was called
-                pending = await self.broker.run(take_pending_offsets, self.broker.storage,
-                                                meta.producer_id, meta.producer_epoch,
-                                                meta.txn_start_ms)
-            if commit:
-                await self._apply_offsets([(g, o) for _, g, o in pending if o])
-            if pending:
-                await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
+            if offsets is not None:
+                await offsets
+            if failed or not self.still_holds(token):
+                return COORDINATOR_NOT_AVAILABLE   # whoever finishes it next writes the rest
             fault_point("after-markers")
             self.store.mark_complete(replace(meta, last_update_ms=self.store.clock.wall_ms()))
             self._store_complete_later(meta.transactional_id)
@@ -605,6 +607,26 @@ class TxnService:
             log.warning("could not complete transaction %s", meta.transactional_id, exc_info=True)
             return COORDINATOR_NOT_AVAILABLE
         return T.NONE
+
+    async def _settle_offsets(self, meta: T.TxnMetadata, commit: bool, token: int | None) -> None:
+        """Apply a prepared transaction's pending offsets to their groups (on commit) and
+        delete their documents, under the authority ``token`` its markers are written under:
+        after a fence nothing is applied or deleted, and whoever finishes it next does it.
+        A failure to delete leaves documents a later finish applies again (the same offsets)."""
+        pending = await self.broker.run(take_pending_offsets, self.broker.storage,
+                                        meta.producer_id, meta.producer_epoch, meta.txn_start_ms)
+        if not pending or not self.still_holds(token):
+            return
+        # Only while the id's stored state is still this Prepare state: a finish that runs
+        # late (the id moved on and a later transaction committed its own offsets) must not
+        # put this one's back over them. Its markers no longer stand in front of this check.
+        stored = await self.broker.run(self.store.get, meta.transactional_id)
+        if not _same_transaction(stored, meta):
+            return
+        if commit:
+            await self._apply_offsets([(g, o) for _, g, o in pending if o])
+        if self.still_holds(token):
+            await self.broker.run(self.broker.storage.delete, [path for path, _, _ in pending])
 
     def _store_complete_later(self, tid: str) -> None:
         """Store the Complete state unless the id's next step (written sooner) supersedes it."""
