@@ -123,3 +123,33 @@ def test_a_failed_background_load_leaves_the_acls_stale(tmp_path):
     except StorageError:
         pass
     assert authz.stale()
+
+
+def test_a_removed_scram_user_cannot_log_in_after_an_idle_spell(tmp_path):
+    """SCRAM credentials obey the same bound: a user removed on another broker (here, the
+    CLI's ScramUsers) cannot log in, idle spell or not; the credentials in hand are re-read
+    in the background or, past the bound, at the login."""
+    from confluent_kafka import KafkaException, Producer
+
+    from kafkastore.cluster.scram import ScramUsers
+    from kafkastore.protocol.server import ServeOptions
+
+    root = f"file://{tmp_path}"
+    ScramUsers(Storage(root)).add("erin", "SCRAM-SHA-256", "pw-e")
+    clock = JumpClock()
+
+    def login(bootstrap: str) -> bool:
+        p = Producer({"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                      "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "erin",
+                      "sasl.password": "pw-e"})
+        try:
+            p.list_topics(timeout=15)
+            return True
+        except KafkaException:
+            return False
+
+    with BrokerThread(Storage(root, clock=clock), ServeOptions(port=0, sasl=True)) as broker:
+        assert login(broker.bootstrap)
+        ScramUsers(Storage(root)).remove("erin")
+        clock.skipped += 601
+        assert not login(broker.bootstrap)
