@@ -1,7 +1,7 @@
 """The old import paths (the table of kafkastore/old_paths.py and pipelines/old_paths.py,
 and the package ``__init__``s that keep a moved module's names), and the modules a file
 imports, read from the code (tests/test_aliases.py checks the old paths, tests/test_layers.py
-that the library and the jobs import none of them)."""
+that no module of the library, the jobs, the DAGs, the benchmarks or the tests imports one)."""
 from __future__ import annotations
 
 import ast
