@@ -301,19 +301,25 @@ def _horizon(ctx: CleanContext) -> int:
     return min(ctx.now_ms + ctx.delete_retention_ms, (1 << 63) - 1)
 
 
+#: Bytes of consecutive batches without a survivor from which the rewrite skips them
+#: instead of decoding them with the batches around them.
+REWRITE_SKIP_BYTES = 256 << 10
+
+
 def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[int, BatchHeader]],
                   keep: np.ndarray, ctx: CleanContext, codec: Compression | None, txns: _TxnState
                   ) -> tuple[list[tuple[int, BatchHeader, tuple | None]], list[int]]:
     """``([(position, header, output)], delete horizons)`` of one chunk: each data batch
     that can keep a record decoded and filtered (:func:`_filter_batch`); the others (no
-    offset of theirs in ``keep``, aborted, empty) are dropped without being decoded.
+    offset of theirs in ``keep``, aborted, empty) are dropped, and not decoded when they
+    make up a stretch of at least :data:`REWRITE_SKIP_BYTES`.
     Control batches are left to the caller (output None), which walks the batches in
     order. Touches no shared state (``txns`` is only read), so chunks can be filtered on
     threads."""
     needed = _needs_decoding(batches, keep, txns)
     horizons: list[int] = []
     outs: list = [(pos, h, None) for pos, h in batches]
-    for first, last in _decode_runs(batches, needed):
+    for first, last in decode_runs([h.size for _, h in batches], needed, REWRITE_SKIP_BYTES):
         start = batches[first][0]
         end = batches[last][0] + batches[last][1].size
         cols = _decode_chunk(memoryview(log)[start:end], ctx, name, start)
@@ -323,6 +329,9 @@ def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[i
             pos, h = batches[i]
             if h.is_control:
                 continue                  # no rows: the decoder drops control batches
+            if not needed[i]:             # decoded with its run (a short gap), dropped
+                row += h.record_count
+                continue
             out, row = _filter_batch(log, pos, h, cols, surviving, row, ctx, codec, horizons)
             outs[i] = (pos, h, out)
         if row != len(cols.offsets):
@@ -344,21 +353,24 @@ def _needs_decoding(batches: list[tuple[int, BatchHeader]], keep: np.ndarray,
             for k, (_, h) in zip(hits.tolist(), batches)]
 
 
-def _decode_runs(batches: list[tuple[int, BatchHeader]], needed: list[bool]
-                 ) -> Iterator[tuple[int, int]]:
-    """``(first, last)`` batch numbers of each run of consecutive batches to decode as one
-    range: from a needed batch through the needed and control batches after it (control
-    batches decode to no rows), ending before the next data batch that is not needed."""
-    first = None
-    last = None
-    for i, (_, h) in enumerate(batches):
+def decode_runs(sizes: Sequence[int], needed: Sequence[bool], skip_bytes: int
+                ) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` numbers of each run of batches (of byte ``sizes``) to decode as one
+    range: from a ``needed`` batch to the last needed one before a stretch of at least
+    ``skip_bytes`` of batches that are not (a shorter stretch is decoded with its run: each
+    decode has a fixed cost, more than a few small batches' records)."""
+    first = last = None
+    gap = 0                               # bytes of batches not needed since ``last``
+    for i, size in enumerate(sizes):
         if needed[i]:
             if first is None:
                 first = i
-            last = i
-        elif not h.is_control and first is not None:
-            yield first, last
-            first = None
+            last, gap = i, 0
+        elif first is not None:
+            gap += size
+            if gap >= skip_bytes:
+                yield first, last
+                first = last = None
     if first is not None:
         yield first, last
 

@@ -1,6 +1,7 @@
-"""The rewrite decodes only the batches that can keep a record: a data batch with none of
-its offsets among the survivors (or aborted, or empty) is dropped without being decoded,
-and a batch whose records all survive is copied with its bytes and offsets."""
+"""The rewrite decodes only the batches that can keep a record: a stretch of data batches
+with none of their offsets among the survivors (or aborted, or empty) is dropped without
+being decoded (``REWRITE_SKIP_BYTES`` set to 0 here: every such stretch; by default from
+256 KiB), and a batch whose records all survive is copied with its bytes and offsets."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
@@ -9,14 +10,16 @@ from hypothesis import strategies as st
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
-from kafkastore.maintenance.compaction_rewrite import rewrite_group
+from kafkastore.maintenance.compaction_rewrite import decode_runs, rewrite_group
 from kafkastore.storage import Storage
 from kafkastore.write.log_writer import LogWriter as Broker
 from tests.helpers.compaction import T0, make_topic, produce
 
 
-def _counting_decoder(monkeypatch) -> list[int]:
-    """Rows of every decode the rewrite makes (the wrapped decoder is the real one)."""
+def _counting_decoder(monkeypatch, skip_bytes: int = 0) -> list[int]:
+    """Rows of every decode the rewrite makes (the wrapped decoder is the real one), with
+    stretches of ``skip_bytes`` or more of batches without survivors skipped."""
+    monkeypatch.setattr(compaction_rewrite, "REWRITE_SKIP_BYTES", skip_bytes)
     rows: list[int] = []
     real = compaction_rewrite.decode_to_arrow
 
@@ -67,6 +70,26 @@ def test_superseded_batches_are_not_decoded(tmp_path, monkeypatch):
     assert result.records_out == 8
     # Only the last round's batch holds survivors: 8 of the 32 records decoded, not 32.
     assert sum(rows) == _with_a_survivor(batches, keep) == 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.tuples(st.integers(1, 100), st.booleans()), max_size=30),
+       skip=st.integers(1, 300))
+def test_decode_runs_cover_every_needed_batch_and_skip_only_long_stretches(batches, skip):
+    sizes = [s for s, _ in batches]
+    needed = [n for _, n in batches]
+    runs = list(decode_runs(sizes, needed, skip))
+    covered = [i for a, b in runs for i in range(a, b + 1)]
+    assert covered == sorted(set(covered))                      # disjoint, in order
+    assert {i for i, n in enumerate(needed) if n} <= set(covered)
+    for a, b in runs:
+        assert needed[a] and needed[b]
+        stretch = 0                                             # inside a run: short gaps only
+        for i in range(a, b + 1):
+            stretch = 0 if needed[i] else stretch + sizes[i]
+            assert stretch < skip
+    for (_, b), (a, _) in zip(runs, runs[1:]):                 # between runs: a long gap
+        assert sum(sizes[b + 1:a]) >= skip
 
 
 _round = st.lists(st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.text("xy", max_size=8))),
