@@ -159,7 +159,7 @@ async def handle_delete_acls(ctx: RequestContext, request):
     return make(ctx.response_class, throttle_time=0, filter_results=tuple(out))
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(DESCRIBE_ACLS, handle_describe_acls)
-    table.serve(CREATE_ACLS, handle_create_acls)
-    table.serve(DELETE_ACLS, handle_delete_acls)
+def register(registry: HandlerTable) -> None:
+    registry.serve(DESCRIBE_ACLS, handle_describe_acls)
+    registry.serve(CREATE_ACLS, handle_create_acls)
+    registry.serve(DELETE_ACLS, handle_delete_acls)

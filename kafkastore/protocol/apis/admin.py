@@ -247,9 +247,9 @@ async def handle_delete_records(ctx: RequestContext, request):
     return make(ctx.response_class, topics=tuple(topics))
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(CREATE_TOPICS, handle_create_topics)
-    table.serve(DELETE_TOPICS, handle_delete_topics)
-    table.serve(DESCRIBE_CONFIGS, handle_describe_configs)
-    table.serve(DELETE_RECORDS, handle_delete_records)
-    table.serve(CREATE_PARTITIONS, handle_create_partitions)
+def register(registry: HandlerTable) -> None:
+    registry.serve(CREATE_TOPICS, handle_create_topics)
+    registry.serve(DELETE_TOPICS, handle_delete_topics)
+    registry.serve(DESCRIBE_CONFIGS, handle_describe_configs)
+    registry.serve(DELETE_RECORDS, handle_delete_records)
+    registry.serve(CREATE_PARTITIONS, handle_create_partitions)

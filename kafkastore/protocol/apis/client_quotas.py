@@ -151,7 +151,7 @@ async def handle_alter(ctx: RequestContext, request):
         for ed, code, msg in results))
 
 
-def register(table: HandlerTable) -> None:
+def register(registry: HandlerTable) -> None:
     """Serve the two client-quota APIs."""
-    table.serve(DESCRIBE_CLIENT_QUOTAS, handle_describe)
-    table.serve(ALTER_CLIENT_QUOTAS, handle_alter)
+    registry.serve(DESCRIBE_CLIENT_QUOTAS, handle_describe)
+    registry.serve(ALTER_CLIENT_QUOTAS, handle_alter)

@@ -212,8 +212,8 @@ async def handle_describe_log_dirs(ctx: RequestContext, request):
     return make(ctx.response_class, error_code=E.NONE, results=(result,))
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(DESCRIBE_CLUSTER, handle_describe_cluster)
-    table.serve(DESCRIBE_TOPIC_PARTITIONS, handle_describe_topic_partitions)
-    table.serve(DESCRIBE_PRODUCERS, handle_describe_producers)
-    table.serve(DESCRIBE_LOG_DIRS, handle_describe_log_dirs)
+def register(registry: HandlerTable) -> None:
+    registry.serve(DESCRIBE_CLUSTER, handle_describe_cluster)
+    registry.serve(DESCRIBE_TOPIC_PARTITIONS, handle_describe_topic_partitions)
+    registry.serve(DESCRIBE_PRODUCERS, handle_describe_producers)
+    registry.serve(DESCRIBE_LOG_DIRS, handle_describe_log_dirs)

@@ -168,6 +168,6 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request):
     return await _handle(ctx, request, incremental=True)
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(ALTER_CONFIGS, handle_alter_configs)
-    table.serve(INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs)
+def register(registry: HandlerTable) -> None:
+    registry.serve(ALTER_CONFIGS, handle_alter_configs)
+    registry.serve(INCREMENTAL_ALTER_CONFIGS, handle_incremental_alter_configs)

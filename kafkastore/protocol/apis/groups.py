@@ -443,16 +443,16 @@ def _host(peer) -> str:
     return str(peer or "")
 
 
-def register(table: HandlerTable) -> None:
+def register(registry: HandlerTable) -> None:
     # Kafka 3.9's 0-6: v5 = v4 (KIP-890), v6 adds the share key type (KIP-932).
-    table.serve(FIND_COORDINATOR, handle_find_coordinator)
-    table.serve(JOIN_GROUP, handle_join_group)
-    table.serve(SYNC_GROUP, handle_sync_group)
-    table.serve(HEARTBEAT, handle_heartbeat)
-    table.serve(LEAVE_GROUP, handle_leave_group)
-    table.serve(OFFSET_COMMIT, handle_offset_commit)
-    table.serve(OFFSET_FETCH, handle_offset_fetch)
-    table.serve(OFFSET_DELETE, handle_offset_delete)
-    table.serve(LIST_GROUPS, handle_list_groups)
-    table.serve(DESCRIBE_GROUPS, handle_describe_groups)
-    table.serve(DELETE_GROUPS, handle_delete_groups)
+    registry.serve(FIND_COORDINATOR, handle_find_coordinator)
+    registry.serve(JOIN_GROUP, handle_join_group)
+    registry.serve(SYNC_GROUP, handle_sync_group)
+    registry.serve(HEARTBEAT, handle_heartbeat)
+    registry.serve(LEAVE_GROUP, handle_leave_group)
+    registry.serve(OFFSET_COMMIT, handle_offset_commit)
+    registry.serve(OFFSET_FETCH, handle_offset_fetch)
+    registry.serve(OFFSET_DELETE, handle_offset_delete)
+    registry.serve(LIST_GROUPS, handle_list_groups)
+    registry.serve(DESCRIBE_GROUPS, handle_describe_groups)
+    registry.serve(DELETE_GROUPS, handle_delete_groups)

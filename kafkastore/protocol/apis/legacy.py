@@ -220,8 +220,8 @@ async def handle_old_list_offsets(ctx: RequestContext, request):
     return make(ctx.response_class, topics=tuple(topics))
 
 
-def register(table: HandlerTable) -> None:
+def register(registry: HandlerTable) -> None:
     """Serve Fetch and ListOffsets from v0, one registration each: the old versions here,
     newer ones by api_fetch (Kafka 3.9's)."""
-    table.serve(FETCH, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
-    table.serve(LIST_OFFSETS, by_version(1, handle_old_list_offsets, handle_list_offsets))
+    registry.serve(FETCH, by_version(FIRST_NEW_FETCH, handle_old_fetch, handle_fetch))
+    registry.serve(LIST_OFFSETS, by_version(1, handle_old_list_offsets, handle_list_offsets))

@@ -155,6 +155,6 @@ async def handle_init_producer_id(ctx: RequestContext, request):
     return make(ctx.response_class, error_code=E.NONE, producer_id=pid, producer_epoch=0)
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(API_VERSIONS, handle_api_versions)
-    table.serve(METADATA, handle_metadata)
+def register(registry: HandlerTable) -> None:
+    registry.serve(API_VERSIONS, handle_api_versions)
+    registry.serve(METADATA, handle_metadata)

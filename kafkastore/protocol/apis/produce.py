@@ -147,5 +147,5 @@ def _submit(appender, request, metas, refused=None, denied=None, guards=None) ->
     return pending
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(PRODUCE, handle_produce)
+def register(registry: HandlerTable) -> None:
+    registry.serve(PRODUCE, handle_produce)

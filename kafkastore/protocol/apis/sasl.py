@@ -278,6 +278,6 @@ async def _authenticate(ctx: RequestContext, request):
     return _fail(ctx, "SaslAuthenticate without a SaslHandshake")
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(SASL_HANDSHAKE, handle_handshake)
-    table.serve(SASL_AUTHENTICATE, handle_authenticate)
+def register(registry: HandlerTable) -> None:
+    registry.serve(SASL_HANDSHAKE, handle_handshake)
+    registry.serve(SASL_AUTHENTICATE, handle_authenticate)

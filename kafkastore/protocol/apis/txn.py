@@ -527,16 +527,16 @@ async def handle_write_txn_markers(ctx: RequestContext, request):
     return make(ctx.response_class, markers=tuple(results))
 
 
-def register(table: HandlerTable) -> None:
+def register(registry: HandlerTable) -> None:
     # Kafka 3.9's ranges. AddPartitionsToTxn v4-5 is Kafka's broker-to-broker batch (clients
     # send v0-v3; CLUSTER_ACTION needed); v4 of EndTxn / AddOffsetsToTxn / TxnOffsetCommit,
     # v5 of InitProducerId and AddPartitionsToTxn only allow TRANSACTION_ABORTABLE in answers,
     # which this coordinator never gives.
-    table.serve(INIT_PRODUCER_ID, handle_init_producer_id)
-    table.serve(ADD_PARTITIONS_TO_TXN, handle_add_partitions)
-    table.serve(ADD_OFFSETS_TO_TXN, handle_add_offsets)
-    table.serve(END_TXN, handle_end_txn)
-    table.serve(TXN_OFFSET_COMMIT, handle_txn_offset_commit)
-    table.serve(DESCRIBE_TRANSACTIONS, handle_describe_transactions)
-    table.serve(LIST_TRANSACTIONS, handle_list_transactions)
-    table.serve(WRITE_TXN_MARKERS, handle_write_txn_markers)  # kio has v1 only
+    registry.serve(INIT_PRODUCER_ID, handle_init_producer_id)
+    registry.serve(ADD_PARTITIONS_TO_TXN, handle_add_partitions)
+    registry.serve(ADD_OFFSETS_TO_TXN, handle_add_offsets)
+    registry.serve(END_TXN, handle_end_txn)
+    registry.serve(TXN_OFFSET_COMMIT, handle_txn_offset_commit)
+    registry.serve(DESCRIBE_TRANSACTIONS, handle_describe_transactions)
+    registry.serve(LIST_TRANSACTIONS, handle_list_transactions)
+    registry.serve(WRITE_TXN_MARKERS, handle_write_txn_markers)  # kio has v1 only

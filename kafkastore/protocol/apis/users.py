@@ -98,6 +98,6 @@ async def handle_alter(ctx: RequestContext, request):
     return make(ctx.response_class, results=tuple(results))
 
 
-def register(table: HandlerTable) -> None:
-    table.serve(DESCRIBE_USER_SCRAM_CREDENTIALS, handle_describe)
-    table.serve(ALTER_USER_SCRAM_CREDENTIALS, handle_alter)
+def register(registry: HandlerTable) -> None:
+    registry.serve(DESCRIBE_USER_SCRAM_CREDENTIALS, handle_describe)
+    registry.serve(ALTER_USER_SCRAM_CREDENTIALS, handle_alter)
