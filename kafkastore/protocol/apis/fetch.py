@@ -75,6 +75,9 @@ def read_partition(broker, topic: str, partition: int, offset: int, limit: int,
     lso = stable_offset(broker, m) if read_committed else last_stable_offset(m)
     out = PartitionRead(E.NONE, hw, lso, start, b"", () if read_committed else None)
     if offset < start or offset > hw:
+        # The consumer resets its position (auto.offset.reset): worth a line.
+        log.warning("fetch of %s/%d at offset %d: out of range [%d, %d]", topic, partition,
+                    offset, start, hw)
         out.error = E.OFFSET_OUT_OF_RANGE
         return out
     upper = lso if read_committed else hw

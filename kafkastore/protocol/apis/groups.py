@@ -255,6 +255,8 @@ async def handle_offset_fetch(ctx: RequestContext, request):
         log.log(logging.INFO if err == G.NOT_COORDINATOR else logging.WARNING,
                 "OffsetFetch of group %s answered error %d on broker %d (v%d)", group, err,
                 ctx.broker.node_id, ctx.api_version)
+    if not err and requested is not None and any(om is None for om in found.values()):
+        _log_missing_offsets(ctx, svc, group, found, unstable)
     hidden = {tp for tp in found if authz.topic_error(ctx, Op.DESCRIBE, tp[0])}
     if hidden and requested is None:  # Kafka leaves out the topics the principal may not see
         found = {tp: om for tp, om in found.items() if tp not in hidden}
@@ -276,6 +278,23 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     topics = tuple(make(mod, "OffsetFetchResponseTopic", name=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())
     return make(ctx.response_class, topics=topics, error_code=err)
+
+
+def _log_missing_offsets(ctx: RequestContext, svc: GroupService, group: str, found: dict,
+                         unstable) -> None:
+    """A group with committed offsets answered "none" for some partitions: the consumer
+    starts those from auto.offset.reset. Rare and worth a line (a new partition of the
+    topic, or offsets lost): what the coordinator held and which claim it answered under."""
+    held = svc.coordinator.fetch_offsets(group)
+    if not held:
+        return   # a new group: nothing committed anywhere
+    missing = sorted(tp for tp, om in found.items() if om is None and tp not in (unstable or ()))
+    if missing:
+        claim = svc.claim(group)
+        log.warning("OffsetFetch of group %s on broker %d: no committed offset for %s (the group "
+                    "holds %d partition(s); claim version %s)", group, ctx.broker.node_id,
+                    ", ".join(f"{t}/{p}" for t, p in missing), len(held),
+                    None if claim is None else claim.version)
 
 
 #: The error a partition of an OffsetFetch answer (v2+) carries for a top-level error: one
