@@ -14,6 +14,10 @@ base) and each group becomes one new segment covering exactly the group's
 * a batch whose records all survive and that needs no new delete horizon is
   copied byte for byte; otherwise it is re-encoded with the topic's codec
   (the batch's own codec under ``compression.type=producer``);
+* only batches that can keep a record are decoded: which data batches hold a
+  survivor offset is known from their headers and ``keep``; a stretch of at
+  least :data:`REWRITE_SKIP_BYTES` of batches without one is dropped without
+  being decoded (shorter gaps are decoded with the batches around them);
 * a batch with no surviving record is dropped, even an idempotent producer's
   last one: kafkastore keeps producer state (sequences, epochs) in the
   manifest, not in the log, so there is nothing to preserve (Kafka keeps
