@@ -267,9 +267,6 @@ class BrokerServer:
         except Exception:  # noqa: BLE001 - served without quotas until the next refresh
             log.warning("cannot read the client quotas", exc_info=True)
         self._spawn(self._expire_quota_sensors())
-        # ACLs, quotas and SCRAM credentials kept younger than their bound (fencing.py).
-        self._refreshers = fencing.start_refreshers(
-            self, scram_users(self) if sasl_enabled(opts) else None)
         if self.metrics is not None:
             mhost, mport = opts.metrics_listen
             self.metrics_port = self.metrics.serve(
@@ -285,6 +282,10 @@ class BrokerServer:
         # lazy: an API family (imports the coordinators); importing the server module must not
         from .apis import txn as api_txn
         api_txn.service(self)  # from the start: it aborts timed-out transactions dead brokers left
+        # ACLs, quotas and SCRAM credentials kept younger than their bound (fencing.py); last,
+        # so a start that fails earlier leaves no refresher threads behind.
+        self._refreshers = fencing.start_refreshers(
+            self, scram_users(self) if sasl_enabled(opts) else None)
         # Registered, ACLs and quotas loaded, services up: only now accept connections (a
         # client connecting earlier waits in the listen backlog, never reaches a half-built
         # broker).
