@@ -1,0 +1,101 @@
+"""The shape of a raw load's Spark work, counted (never timed): one job of one stage with
+about a task per core, no SQL query planned, every record read from the log once, and
+the executors' task module light to import.
+
+A raw load's records never pass through the JVM (each task reads its splits and writes
+Parquet in Python), so the JVM's part is the scheduling of one job; a SQL query around
+it (a mapInArrow over ``spark.range``) cost the JVM about three times an RDD job's CPU
+for the same tasks."""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+from pipelines.jobs import write_engine
+from pipelines.jobs.load import run_load
+from tests.helpers.loads import assert_exactly_once, make_topic, produce, warehouse_for
+
+_groups = itertools.count()
+
+
+def _sql_executions(spark) -> int:
+    """How many SQL queries the session has run (the JVM's SQL status store)."""
+    return spark._jsparkSession.sharedState().statusStore().executionsList().size()
+
+
+def _jobs_of(spark, run):
+    """``(run(), [(job id, [(stage id, task count)])], SQL queries run)`` of ``run``."""
+    sc = spark.sparkContext
+    group = f"load-shape-{next(_groups)}"
+    queries = _sql_executions(spark)
+    sc.setJobGroup(group, "load shape test")
+    try:
+        out = run()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    tracker = sc.statusTracker()
+    jobs = [(job, [(s, tracker.getStageInfo(s).numTasks)
+                   for s in sorted(tracker.getJobInfo(job).stageIds)])
+            for job in sorted(tracker.getJobIdsForGroup(group))]
+    return out, jobs, _sql_executions(spark) - queries
+
+
+def test_a_raw_load_is_one_job_of_one_stage_and_plans_no_sql_query(spark, local_root):
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=5)
+    produce(storage, "t", 150)
+    summary, jobs, queries = _jobs_of(spark, lambda: run_load(
+        spark, root=root, topic="t", warehouse=wh, table="tbl", progress=True,
+        progress_interval_s=3600))
+    assert summary.rows == 150
+    assert len(jobs) == 1 and len(jobs[0][1]) == 1
+    assert 1 <= jobs[0][1][0][1] <= spark.sparkContext.defaultParallelism
+    assert queries == 0
+    assert_exactly_once(storage, "t", wh)
+
+
+def test_a_raw_load_reads_each_record_of_its_range_once(spark, local_root, tmp_path,
+                                                       monkeypatch):
+    """No second pass over the log (a count, a schema pass, a cache filled by a re-read):
+    the tasks read exactly the records of the range. Each read of a split appends its
+    record count to a file, since the tasks run in Spark's Python workers."""
+    counts = tmp_path / "reads"
+    counts.write_text("")
+    real = write_engine.split_reader
+
+    def counting_reader(root, storage_options, splits, include_headers=True):
+        read, out = real(root, storage_options, splits, include_headers), str(counts)
+
+        def run(batches):
+            for rb in read(batches):
+                with open(out, "a") as f:
+                    f.write(f"{rb.num_rows}\n")
+                yield rb
+
+        return run
+
+    monkeypatch.setattr(write_engine, "split_reader", counting_reader)
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=3)
+    produce(storage, "t", 90)
+    summary = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
+    assert summary.rows == 90
+    assert sum(int(n) for n in counts.read_text().split()) == 90
+    assert_exactly_once(storage, "t", wh)
+
+
+def test_the_executors_task_module_imports_no_driver_stack():
+    """A load's task function is pickled by reference to pipelines.jobs.executor_io (and
+    the write engine's raw task is pickled by value): a Python worker imports that module
+    and the log reader, never pyspark's SQL layer, pyiceberg or the driver's planning."""
+    code = ("import sys, pipelines.jobs.executor_io; "
+            "print('\\n'.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                text=True).stdout.split())
+    heavy = {"pyiceberg", "pyspark", "pyspark.sql", "pandas", "sqlalchemy", "pydantic",
+             "pipelines.jobs.write_engine", "pipelines.jobs.load", "pipelines.source.planning",
+             "pipelines.warehouse.commit", "pipelines.warehouse.catalog"}
+    assert not heavy & loaded, sorted(heavy & loaded)
