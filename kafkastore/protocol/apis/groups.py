@@ -269,7 +269,11 @@ async def handle_offset_fetch(ctx: RequestContext, request):
     for (topic, p), om in sorted(found.items()):
         by_topic.setdefault(topic, []).append(make(
             mod, "OffsetFetchResponsePartition", partition_index=p,
-            committed_offset=-1 if om is None or (topic, p) in unstable else om.offset,
+            # An unstable partition carries its last stable offset, not Kafka's -1: clients
+            # ignore the offset beside an error, except librdkafka when the answer arrives after
+            # its assignment changed (it starts the partition at the offset given, and -1 means
+            # auto.offset.reset: a consumer sent back to the start of the log).
+            committed_offset=-1 if om is None else om.offset,
             committed_leader_epoch=-1 if om is None else om.leader_epoch,
             metadata="" if om is None else om.metadata,
             error_code=authz.E.TOPIC_AUTHORIZATION_FAILED if (topic, p) in hidden
