@@ -255,7 +255,7 @@ def test_a_prepared_commit_left_by_a_dead_coordinator_is_finished_by_the_next(tm
     from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 
     from kafkastore.protocol.coordinators import txn as T
-    from kafkastore.protocol.coordinators.txn_service import TxnStore
+    from kafkastore.protocol.coordinators.txn_store import TxnStore
     from tests.helpers.wire_requests import fetch
 
     from .wire import Wire

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from kafkastore.protocol.coordinators import txn_service as S
+from kafkastore.protocol.coordinators import txn_store as S
 from kafkastore.protocol.coordinators.pending_offsets import PENDING_DIR
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage

@@ -52,7 +52,7 @@ def test_coordinator_killed_at_a_step_another_broker_finishes_the_transaction(tm
         p.abort_transaction(15)
         got = _consume(f"127.0.0.1:{ports[1]}", topic, 2, "read_committed", expect=10)
         assert sorted(got) == sorted(b"k%d" % i for i in range(10))
-        from kafkastore.protocol.coordinators.txn_service import TxnStore
+        from kafkastore.protocol.coordinators.txn_store import TxnStore
         from kafkastore.protocol.coordinators.txn import TxnState
 
         deadline = time.time() + 10  # Complete is stored lazily (txn_service.COMPLETE_DELAY_S)

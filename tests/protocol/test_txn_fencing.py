@@ -8,7 +8,7 @@ import pytest
 
 from kafkastore.errors import TxnStateFencedError
 from kafkastore.protocol.coordinators import txn as T
-from kafkastore.protocol.coordinators.txn_service import TxnStore
+from kafkastore.protocol.coordinators.txn_store import TxnStore
 from kafkastore.storage import Storage
 
 

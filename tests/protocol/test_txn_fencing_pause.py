@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from kafkastore.protocol.coordinators.txn_service import TxnStore
+from kafkastore.protocol.coordinators.txn_store import TxnStore
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.helpers.txn import consume_values, txn_producer

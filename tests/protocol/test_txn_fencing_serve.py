@@ -19,7 +19,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.apis import txn as api_txn
 from kafkastore.protocol.coordinators import txn as T
-from kafkastore.protocol.coordinators.txn_service import TxnStore
+from kafkastore.protocol.coordinators.txn_store import TxnStore
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage

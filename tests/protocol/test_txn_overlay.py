@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from kafkastore.protocol.coordinators import txn as T
-from kafkastore.protocol.coordinators.txn_service import TxnStore
+from kafkastore.protocol.coordinators.txn_store import TxnStore
 from kafkastore.storage import Storage
 
 TID = "t-overlay"

@@ -102,7 +102,8 @@ def test_a_transaction_costs_two_state_commits_and_complete_is_stored_later(brok
     import time
 
     from kafkastore.protocol.coordinators import txn as T
-    from kafkastore.protocol.coordinators.txn_service import COMPLETE_DELAY_S, TxnStore
+    from kafkastore.protocol.coordinators.txn_service import COMPLETE_DELAY_S
+    from kafkastore.protocol.coordinators.txn_store import TxnStore
 
     topic = "lazy-" + uuid.uuid4().hex[:6]
     create_topic(storage, topic, 1)

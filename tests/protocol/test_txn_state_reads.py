@@ -13,7 +13,7 @@ import threading
 import uuid
 
 from kafkastore.protocol.coordinators import txn as T
-from kafkastore.protocol.coordinators.txn_service import TxnStore
+from kafkastore.protocol.coordinators.txn_store import TxnStore
 from kafkastore.storage import Storage
 from tests.faults import FaultyFS
 
