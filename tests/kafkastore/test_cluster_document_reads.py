@@ -9,9 +9,6 @@ pruning keeps to a few versions), plus a GET of the head only when it changed.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 import threading
 
 import pytest
@@ -19,18 +16,11 @@ import pytest
 from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.errors import StorageError
 from kafkastore.storage import Storage
-
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "counting_fs.py")
+from tests.helpers.counting import counting_fs
 
 
 def _counting(url: str, **kw):
-    mod = sys.modules.get("bench_counting_fs")
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("bench_counting_fs", _BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench_counting_fs"] = mod  # its dataclasses look their module up
-        spec.loader.exec_module(mod)
-    fs = mod.CountingFS(Storage(url).fs, **kw)
+    fs = counting_fs(Storage(url).fs, **kw)
     return Storage(url, fs=fs), fs
 
 

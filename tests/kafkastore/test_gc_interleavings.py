@@ -12,10 +12,6 @@ CountingFS, as the soak's was.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import pytest
 
 from kafkastore import layout
@@ -28,20 +24,10 @@ from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.faults import FaultyFS
 from tests.helpers.roots import make_root_url
+from tests.helpers.counting import counting_fs
 
 T, P = "events", 0
 LATER = 3600 * 1000
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "counting_fs.py")
-
-
-def counting_fs(inner):
-    mod = sys.modules.get("bench_counting_fs")
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("bench_counting_fs", _BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench_counting_fs"] = mod  # its dataclasses look their module up
-        spec.loader.exec_module(mod)
-    return mod.CountingFS(inner)
 
 
 def live_files_missing(storage) -> list[str]:

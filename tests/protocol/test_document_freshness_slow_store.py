@@ -6,10 +6,6 @@ request under ``_cluster/`` (the shared documents) take a fixed time, as an obje
 latency would, or fail. Nothing here measures time: the tests count answers."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 from kafkastore.clock import SYSTEM, Clock
 from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, acl_document,
                                      remove_acls)
@@ -20,19 +16,9 @@ from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.helpers.acl_broker import TOPIC_AUTHORIZATION_FAILED, acl_options, allow, sasl_wire, unique
 from tests.helpers.wire_requests import batch, produce
+from tests.helpers.counting import counting_fs
 
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "counting_fs.py")
 KAFKA_STORAGE_ERROR = 56
-
-
-def _counting_fs(inner, **kw):
-    mod = sys.modules.get("bench_counting_fs")
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("bench_counting_fs", _BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench_counting_fs"] = mod  # its dataclasses look their module up
-        spec.loader.exec_module(mod)
-    return mod.CountingFS(inner, **kw)
 
 
 class JumpClock(Clock):
@@ -72,7 +58,7 @@ def test_requests_are_answered_while_each_document_request_takes_two_seconds(tmp
     topic = unique("slow-")
     create_topic(Storage(root), topic, 1)
     allow(root, R.TOPIC, topic, Operation.WRITE)
-    fs = _counting_fs(Storage(root).fs, delay_s=2.0, delay_under="/_cluster/")
+    fs = counting_fs(Storage(root).fs, delay_s=2.0, delay_under="/_cluster/")
     with BrokerThread(Storage(root, fs=fs), acl_options()) as broker:
         w = sasl_wire(broker, "alice")
         answers = [_produce(w, topic) for _ in range(8)]
@@ -87,7 +73,7 @@ def test_a_revoke_is_never_missed_while_the_documents_cannot_be_read(tmp_path):
     create_topic(Storage(root), topic, 1)
     allow(root, R.TOPIC, topic, Operation.WRITE)
     clock = JumpClock()
-    fs = _failing(_counting_fs(Storage(root).fs))
+    fs = _failing(counting_fs(Storage(root).fs))
     with BrokerThread(Storage(root, fs=fs, clock=clock), acl_options(acl_max_age_s=600.0)) as broker:
         w = sasl_wire(broker, "alice")
         assert _produce(w, topic) == 0
@@ -107,7 +93,7 @@ def test_a_failed_background_load_leaves_the_acls_stale(tmp_path):
     now = [0.0]
     submitted = []
     root = f"file://{tmp_path}"
-    fs = _failing(_counting_fs(Storage(root).fs))
+    fs = _failing(counting_fs(Storage(root).fs))
     authz = Authorizer(acl_document(Storage(root, fs=fs)), submit=submitted.append,
                        max_age_s=2.0, clock=lambda: now[0])
     authz.load()

@@ -4,9 +4,6 @@ path, counted through bench/counting_fs.py, are the same after hundreds of commi
 landing meanwhile) as near the start. Counts, not times: the machine's load cannot move them."""
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 import threading
 
 import pytest
@@ -16,20 +13,9 @@ from kafkastore.maintenance.housekeeper import housekeeper_for
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
+from tests.helpers.counting import counting_fs
 
 pytest.importorskip("confluent_kafka")
-
-_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "counting_fs.py")
-
-
-def counting_fs(inner):
-    mod = sys.modules.get("bench_counting_fs")
-    if mod is None:
-        spec = importlib.util.spec_from_file_location("bench_counting_fs", _BENCH)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["bench_counting_fs"] = mod  # its dataclasses look their module up
-        spec.loader.exec_module(mod)
-    return mod.CountingFS(inner)
 
 
 def produce_path_counts(fs):
