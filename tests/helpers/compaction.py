@@ -38,6 +38,21 @@ def produce_segments(storage: Storage, rounds, *, ts: int = T0, step: int = 0, *
         produce(storage, items, ts=ts + i * step, **kw)
 
 
+def produce_rounds(storage: Storage, rounds) -> None:
+    """Each ``(items, kind)`` of ``rounds`` as one flush: plain, or one transaction of its
+    own producer (``100 + i``) committed or aborted; then a plain head record, so every
+    round lies below the partition's head."""
+    for i, (items, kind) in enumerate(rounds):
+        if kind == "plain":
+            produce(storage, items)
+            continue
+        txn = Broker(storage, clock=lambda: T0, producer_id=100 + i)
+        txn.begin_transaction()
+        produce(storage, items, broker=txn)
+        (txn.commit_transaction if kind == "commit" else txn.abort_transaction)()
+    produce(storage, [("z", "head")])
+
+
 def read_all(storage: Storage, topic: str = TOPIC, partition: int = 0,
              manifest: Manifest | None = None) -> list[tuple[int, str, str | None]]:
     """Every committed record as ``(offset, key, value)`` (read_committed)."""

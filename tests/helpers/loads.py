@@ -120,3 +120,35 @@ def log_and_warehouse(backend: str, tmp_path, request, *, partitions: int = 2):
     root = f"{base}/log"
     wh = warehouse_for(f"{base}/warehouse", tmp_path, options)
     return root, wh, make_topic(root, partitions=partitions, options=options), options
+
+
+def count_split_reads(monkeypatch, path):
+    """Count the records a load's tasks read from the log: each read of a split appends its
+    record count to ``path`` (the tasks run in Spark's Python workers, so a file, not a
+    variable). Returns ``records_read()``: the total since the last call."""
+    # lazy: the write engine loads the Spark side; most users of these helpers do not need it
+    from pipelines.jobs import write_engine
+
+    path.write_text("")
+    real = write_engine.split_reader
+    out = str(path)
+
+    def counting_reader(root, storage_options, splits, include_headers=True):
+        read = real(root, storage_options, splits, include_headers)
+
+        def run(batches):
+            for rb in read(batches):
+                with open(out, "a") as f:
+                    f.write(f"{rb.num_rows}\n")
+                yield rb
+
+        return run
+
+    monkeypatch.setattr(write_engine, "split_reader", counting_reader)
+
+    def records_read() -> int:
+        total = sum(int(n) for n in path.read_text().split())
+        path.write_text("")
+        return total
+
+    return records_read

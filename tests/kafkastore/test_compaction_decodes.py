@@ -12,8 +12,7 @@ from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
 from kafkastore.maintenance.compaction_rewrite import decode_runs, rewrite_group
 from kafkastore.storage import Storage
-from kafkastore.write.log_writer import LogWriter as Broker
-from tests.helpers.compaction import T0, make_topic, produce
+from tests.helpers.compaction import T0, make_topic, produce, produce_rounds
 
 
 def _counting_decoder(monkeypatch, skip_bytes: int = 0) -> list[int]:
@@ -105,15 +104,7 @@ def test_only_batches_with_survivors_are_decoded_and_whole_ones_keep_their_bytes
         tmp_path_factory, monkeypatch, rounds, now, threads):
     storage = Storage(tmp_path_factory.mktemp("t").as_uri())
     make_topic(storage, segment_bytes=10 ** 6, delete_retention_ms=1000)
-    for i, (items, kind) in enumerate(rounds):
-        if kind == "plain":
-            produce(storage, items)
-            continue
-        txn = Broker(storage, clock=lambda: T0, producer_id=100 + i)
-        txn.begin_transaction()
-        produce(storage, items, broker=txn)
-        (txn.commit_transaction if kind == "commit" else txn.abort_transaction)()
-    produce(storage, [("z", "head")])
+    produce_rounds(storage, rounds)
     m, _ = load_plan(storage, "t", 0, now, force=True)
     aborted_bases = {h for s in m.segments for pid, first, last in s.aborted_txns
                      for h in range(first, last + 1)}

@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
 from kafkastore.maintenance.compaction_rewrite import rewrite_group
 from kafkastore.storage import Storage
-from kafkastore.write.log_writer import LogWriter as Broker
-from tests.helpers.compaction import T0, make_topic, produce
+from tests.helpers.compaction import T0, make_topic, produce_rounds
 
 _round = st.lists(st.tuples(st.sampled_from("abcdef"), st.one_of(st.none(), st.text("xy", max_size=8))),
                   min_size=1, max_size=6)
@@ -40,15 +39,7 @@ def test_a_group_rewritten_on_threads_equals_the_one_thread_rewrite(tmp_path_fac
     storage = Storage(tmp_path_factory.mktemp("t").as_uri())
     # one segment per round (each flush), all in one group: several chunks to share out
     make_topic(storage, segment_bytes=10 ** 6, delete_retention_ms=1000)
-    for i, (items, kind) in enumerate(rounds):
-        if kind == "plain":
-            produce(storage, items)
-            continue
-        txn = Broker(storage, clock=lambda: T0, producer_id=100 + i)
-        txn.begin_transaction()
-        produce(storage, items, broker=txn)
-        (txn.commit_transaction if kind == "commit" else txn.abort_transaction)()
-    produce(storage, [("z", "head")])
+    produce_rounds(storage, rounds)
     one = _outcome(storage, now, 1)
     assert one and any(len(r[0]) > 1 for r in one)     # a group of several segments
     for threads in (2, 3):

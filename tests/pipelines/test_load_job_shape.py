@@ -12,9 +12,8 @@ import itertools
 import subprocess
 import sys
 
-from pipelines.jobs import write_engine
 from pipelines.jobs.load import run_load
-from tests.helpers.loads import assert_exactly_once, make_topic, produce, warehouse_for
+from tests.helpers.loads import assert_exactly_once, count_split_reads, make_topic, produce, warehouse_for
 
 _groups = itertools.count()
 
@@ -61,29 +60,14 @@ def test_a_raw_load_reads_each_record_of_its_range_once(spark, local_root, tmp_p
     """No second pass over the log (a count, a schema pass, a cache filled by a re-read):
     the tasks read exactly the records of the range. Each read of a split appends its
     record count to a file, since the tasks run in Spark's Python workers."""
-    counts = tmp_path / "reads"
-    counts.write_text("")
-    real = write_engine.split_reader
-
-    def counting_reader(root, storage_options, splits, include_headers=True):
-        read, out = real(root, storage_options, splits, include_headers), str(counts)
-
-        def run(batches):
-            for rb in read(batches):
-                with open(out, "a") as f:
-                    f.write(f"{rb.num_rows}\n")
-                yield rb
-
-        return run
-
-    monkeypatch.setattr(write_engine, "split_reader", counting_reader)
+    records_read = count_split_reads(monkeypatch, tmp_path / "reads")
     root = f"{local_root}/log"
     wh = warehouse_for(f"{local_root}/warehouse")
     storage = make_topic(root, partitions=3)
     produce(storage, "t", 90)
     summary = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     assert summary.rows == 90
-    assert sum(int(n) for n in counts.read_text().split()) == 90
+    assert records_read() == 90
     assert_exactly_once(storage, "t", wh)
 
 

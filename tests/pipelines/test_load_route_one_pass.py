@@ -7,13 +7,11 @@ import json
 
 import pytest
 
-from kafkastore.storage import Storage
 from kafkastore.write.log_writer import LogWriter
-from pipelines.jobs import write_engine
 from pipelines.jobs.load_many import ManyLoadRequest, load_many
 from pipelines.warehouse import commit as warehouse_commit
 from pipelines.warehouse.catalog import Warehouse
-from tests.helpers.loads import committed, log_records, make_topic, table_offsets
+from tests.helpers.loads import committed, count_split_reads, log_records, make_topic, table_offsets
 
 ROUTE = {"topic": "events", "route_field": "region", "table_template": "ev_{field}",
          "value_format": "json", "value_schema": "id long, region string"}
@@ -39,30 +37,7 @@ def _run(spark, root, wh, **entry):
 def counted_reads(monkeypatch, tmp_path):
     """The number of records the jobs' tasks read from the log: each read of a split
     appends its record count to a file (the tasks run in Spark's Python workers)."""
-    path = tmp_path / "reads"
-    path.write_text("")
-    real = write_engine.split_reader
-
-    def counting_reader(root, storage_options, splits, include_headers=True):
-        read = real(root, storage_options, splits, include_headers)
-        out = str(path)
-
-        def run(batches):
-            for rb in read(batches):
-                with open(out, "a") as f:
-                    f.write(f"{rb.num_rows}\n")
-                yield rb
-
-        return run
-
-    monkeypatch.setattr(write_engine, "split_reader", counting_reader)
-
-    def records_read() -> int:
-        total = sum(int(n) for n in path.read_text().split())
-        path.write_text("")
-        return total
-
-    return records_read
+    return count_split_reads(monkeypatch, tmp_path / "reads")
 
 
 def _ids(wh, table):
