@@ -434,8 +434,10 @@ class ManifestStore(VersionHistory):
                     state = self._decode(v, doc, None)[0]
                     seen_full = True
             except ObjectNotFoundError:
-                state = None
-                continue  # expired meanwhile
+                # Listed, then gone: expired meanwhile (oldest first, so expiry overtook this
+                # walk), and the deltas after it up to the next full version go the same way.
+                state, seen_full = None, False
+                continue
             except CorruptMetadataError as exc:
                 state = None
                 seen_full = True  # the deltas after a damaged version are reported, not skipped
