@@ -44,14 +44,30 @@ def extract(rev: str, into: str) -> None:
                          capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=tar, check=True)
     os.rename(os.path.join(into, "kafkastore"), os.path.join(into, "kafkastore_base"))
-    for so in glob.glob(os.path.join(ROOT, "kafkastore", "_native*.so")):
-        shutil.copy(so, os.path.join(into, "kafkastore_base"))
+    # The built kernels, where each tree keeps its format modules (kafkastore/format/ now,
+    # the package's top before the format layer moved there).
+    base = os.path.join(into, "kafkastore_base")
+    for so in glob.glob(os.path.join(ROOT, "kafkastore", "**", "_native*.so"), recursive=True):
+        home = os.path.join(base, "format")
+        shutil.copy(so, home if os.path.isdir(home) else base)
+
+
+def _format_module(pkg: str, *names: str):
+    """``pkg``'s first format module of ``names`` that exists: under ``format/``, or at the top
+    in older trees (the segment walk is ``format/segment_scan`` now, ``segment`` before)."""
+    for where in (f"{pkg}.format.", f"{pkg}."):
+        for name in names:
+            try:
+                return importlib.import_module(where + name)
+            except ModuleNotFoundError:
+                continue
+    raise ModuleNotFoundError(f"none of {names} in {pkg}")
 
 
 def cases(pkg: str, log: bytes, small: bytes) -> dict:
-    ad = importlib.import_module(pkg + ".arrow_decode")
-    seg = importlib.import_module(pkg + ".segment")
-    rb = importlib.import_module(pkg + ".record_batch")
+    ad = _format_module(pkg, "arrow_decode")
+    seg = _format_module(pkg, "segment_scan", "segment")
+    rb = _format_module(pkg, "record_batch")
     positions = [p for p, _ in seg.scan_log(log).batches]
     return {
         "pure decode_to_arrow": lambda: ad.decode_to_arrow_pure(
