@@ -196,6 +196,8 @@ def test_requests_during_a_store_outage_get_retriable_codes_on_an_open_connectio
         # Every read of the cluster's shared documents fails from now on; after the quota
         # bound (2 s) no request may be decided on the quotas in hand.
         proxy.add("storm", methods=("GET", "HEAD"), path_part="_cluster/quotas", status=503)
+        # A document is read by listing its directory: the listing's prefix is in the query.
+        proxy.add("storm", methods=("GET",), path_part="_cluster%2Fquotas", status=503)
         time.sleep(3.0)
         # ApiVersions decides nothing on ACLs or quotas: answered as ever (a client that
         # reads an error here takes the broker for an incompatible one)
