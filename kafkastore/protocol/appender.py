@@ -75,6 +75,9 @@ _MAX_TIMESTAMP_OFFSET = 35
 _INT32_MASK = 0x7FFFFFFF
 #: A partition with this many bytes queued commits at once instead of waiting the interval.
 GROUP_COMMIT_BYTES = 1 << 20
+#: A partition's commit lingers only when at least this many appends are queued as it starts
+#: (evidence that appends are arriving together); fewer commit at once (see Appender._lingers).
+GROUP_COMMIT_SIBLINGS = 2
 #: Seconds a partition's worker waits for appends before it and its queue go (bounded state).
 WORKER_IDLE_S = 60.0
 
@@ -303,12 +306,18 @@ class Appender:
     def _lingers(self, queued: list[_Item]) -> bool:
         """Whether a partition's commit waits ``commit_interval_ms`` for more appends first.
 
+        Adaptive, as a database's group commit: only when ``GROUP_COMMIT_SIBLINGS`` appends
+        are already queued as the commit starts (they arrived together, or while the last
+        commit ran: more are likely on their way). A lone append commits at once; appends
+        arriving while it commits queue up and share the next commit (which lingers only if
+        they are several).
         Not for a queue with a marker or a transactional batch in it: a transaction's end
         waits on every one of its batches (its client sends EndTxn once they are all
         acknowledged) and then on its markers, so a linger there is added to each transaction
         in full, once per partition stage. Appends that arrive while such a commit runs still
         share the next one (its worker takes everything queued)."""
-        return (bool(self.interval_s) and sum(i.header.size for i in queued) < GROUP_COMMIT_BYTES
+        return (bool(self.interval_s) and len(queued) >= GROUP_COMMIT_SIBLINGS
+                and sum(i.header.size for i in queued) < GROUP_COMMIT_BYTES
                 and not any(i.marker or i.header.is_transactional for i in queued))
 
     async def close(self) -> None:
