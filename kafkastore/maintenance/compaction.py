@@ -54,6 +54,7 @@ import pyarrow as pa
 
 from ..format.arrow_decode import decode_to_arrow
 from ..format.control import ControlType, parse_control_record
+from ..format.extensions import ENABLED, load
 from ..format.offset_index import INT32_MAX
 from ..format.record_batch import BatchHeader, decode_batch
 from ..format.segment_scan import iter_batches
@@ -93,6 +94,13 @@ SCAN_SCHEMA = pa.schema([
     ("last_data", pa.int64()), ("last_marker", pa.int64()),
 ])
 _PID = struct.Struct(">q")
+
+# The C key map (format/native/keymap.c); an extension built before it lacks the function.
+_native = load("kafkastore.format._native")
+#: Whether the C key map is built (:func:`latest_dirty_offsets`' fast path).
+KEY_MAP_NATIVE_AVAILABLE = _native is not None and hasattr(_native, "latest_per_key")
+#: The key map :func:`latest_dirty_offsets` runs by default: ``"native"`` or ``"arrow"``.
+KEY_MAP_IMPLEMENTATION = "native" if KEY_MAP_NATIVE_AVAILABLE and ENABLED else "arrow"
 
 
 # ---------------------------------------------------------------------------
@@ -412,6 +420,66 @@ def survivor_rule(rows: Iterable[dict[str, list]]) -> tuple[dict[int, list[int]]
             if earlier and max(e[0] for e in earlier) > max(e[1] for e in earlier):
                 carry.setdefault(grp, set()).add(pid)
     return keep, carry
+
+
+def latest_dirty_offsets(keys: pa.Array | pa.ChunkedArray, dirty: np.ndarray, offsets: np.ndarray,
+                         plans: np.ndarray | None = None, *, native: bool | None = None
+                         ) -> np.ndarray:
+    """The key map of the survivor rule, per row: the greatest ``offsets`` value over the
+    ``dirty`` rows whose key (and ``plans`` value: offsets are unique within one partition
+    only) equals the row's, -1 where there is none (int64, one per row of ``keys``).
+
+    Exact: keys are compared by their bytes, never by a hash alone. The C kernel
+    (``native``, the default when built) hashes each key into a table whose entries
+    point at a representative key, so keys that share a hash are told apart by their
+    bytes; the other path (``native=False``, or a null key) encodes the keys against a
+    dictionary of their bytes with Arrow. Both give the same answer
+    (:func:`survivor_rule` is the reference)."""
+    dirty = np.ascontiguousarray(dirty, dtype=np.bool_)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+    use_native = (KEY_MAP_IMPLEMENTATION == "native") if native is None else native
+    if use_native and KEY_MAP_NATIVE_AVAILABLE and not any(c.null_count for c in chunks):
+        return _latest_native(chunks, dirty, offsets, plans)
+    return _latest_arrow(keys, dirty, offsets, plans)
+
+
+def _latest_native(chunks: Sequence[pa.Array], dirty: np.ndarray, offsets: np.ndarray,
+                   plans: np.ndarray | None) -> np.ndarray:
+    """:func:`latest_dirty_offsets` by the C key map (no copy of the key bytes)."""
+    parts = []
+    for c in chunks:
+        if not pa.types.is_binary(c.type):   # large_binary / string from another producer
+            c = c.cast(pa.binary())
+        _, offs, data = c.buffers()
+        if offs is None:                     # an empty array may come without buffers
+            continue
+        parts.append((len(c), c.offset, offs, data if data is not None else b""))
+    if plans is not None:
+        plans = np.ascontiguousarray(plans, dtype=np.int32)
+    out = _native.latest_per_key(parts, dirty.view(np.uint8), offsets, plans)
+    return np.frombuffer(out, np.int64)
+
+
+def _latest_arrow(keys: pa.Array | pa.ChunkedArray, dirty: np.ndarray, offsets: np.ndarray,
+                  plans: np.ndarray | None) -> np.ndarray:
+    """:func:`latest_dirty_offsets` by Arrow: keys encoded against one dictionary of their
+    bytes (a code per key, across chunks), the maximum per code by numpy."""
+    import pyarrow.compute as pc  # lazy: the fallback path only; importing it costs a few ms
+
+    encoded = pc.dictionary_encode(keys, null_encoding="encode")   # a null key is a key too
+    parts = encoded.chunks if isinstance(encoded, pa.ChunkedArray) else [encoded]
+    width = max((len(k.dictionary) for k in parts), default=0)
+    codes = np.concatenate([k.indices.to_numpy(zero_copy_only=False) for k in parts]
+                           or [np.zeros(0, np.int32)]).astype(np.int64)
+    groups = 1
+    if plans is not None and len(plans):
+        uniq, inverse = np.unique(np.asarray(plans), return_inverse=True)
+        groups = len(uniq)
+        codes += width * inverse.astype(np.int64)
+    latest = np.full(width * groups, -1, np.int64)
+    np.maximum.at(latest, codes[dirty], offsets[dirty])
+    return latest[codes]
 
 
 def local_survivors(storage: Storage, plans: Sequence[CleaningPlan], groups: Sequence[GroupSpec],

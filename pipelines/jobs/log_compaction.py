@@ -62,8 +62,9 @@ import pyarrow as pa
 from kafkastore.maintenance.compaction import (KIND_GROUP, KIND_RECORD, KIND_TXN, SCAN_SCHEMA,
                                                CleanContext, CleaningPlan, CompactionReport,
                                                GroupSpec, PartitionResult, ScanTask, Skip,
-                                               group_specs, load_plan, partition_error, scan_task,
-                                               scan_tasks, skipped_result)
+                                               group_specs, latest_dirty_offsets, load_plan,
+                                               partition_error, scan_task, scan_tasks,
+                                               skipped_result)
 from kafkastore.maintenance.compaction_rewrite import GroupResult, finish_partition, rewrite_group
 from kafkastore.errors import ConfigError
 from kafkastore.manifest import Manifest
@@ -348,23 +349,13 @@ def scan_slices(tasks: Sequence[ScanTask], parallelism: int, max_bytes: int) -> 
 
 def _latest_dirty(rows: pa.Table, dirty: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(offsets, greatest dirty offset of each row's key)`` over ``rows`` (in any number
-    of chunks: none is copied) (-1 where the key has no ``dirty`` row): the keys hashed to
-    codes by Arrow, one code per (partition plan, key), the maximum per code by numpy."""
-    import pyarrow.compute as pc
-
-    # A chunked column is encoded against one table of keys: indices agree across chunks.
-    keys = pc.dictionary_encode(rows.column("key")).chunks
-    width = max((len(k.dictionary) for k in keys), default=0)
-    codes = np.concatenate([k.indices.to_numpy(zero_copy_only=False) for k in keys]
-                           or [np.zeros(0, np.int32)]).astype(np.int64)
-    plan = rows.column("plan")
-    plans = pc.unique(plan)
-    if len(plans) > 1:   # offsets are unique within one partition only: a code per (plan, key)
-        codes += width * pc.index_in(plan, value_set=plans).to_numpy()
+    of chunks: none is copied) (-1 where the key has no ``dirty`` row), one key per
+    (partition plan, key bytes): :func:`~kafkastore.maintenance.compaction.latest_dirty_offsets`
+    (the C key map, exact)."""
     offsets = rows.column("offset").to_numpy()
-    latest = np.full(width * len(plans), -1, np.int64)
-    np.maximum.at(latest, codes[dirty], offsets[dirty])
-    return offsets, latest[codes]
+    plan = rows.column("plan").to_numpy()
+    plans = plan if len(plan) and (plan != plan[0]).any() else None
+    return offsets, latest_dirty_offsets(rows.column("key"), dirty, offsets, plans)
 
 
 def drop_superseded(rows: pa.Table) -> pa.Table:
@@ -393,8 +384,8 @@ def survivors(rows: pa.Table) -> pa.Table:
     shuffle partition by ``(plan, key)`` does: ``(grp, kind, offset, pid)`` of each record
     that survives (no dirty record of its key, or it is the greatest dirty one) and of
     each transaction row whose producer has data, and no marker after it, in earlier
-    groups (``offset`` -1). Records are decided vectorised (keys hashed to codes by
-    Arrow, the greatest dirty offset per code by numpy); transaction rows, a few per
+    groups (``offset`` -1). Records are decided vectorised (the greatest dirty
+    offset of each key by the C key map, exact); transaction rows, a few per
     producer and task, in a loop. The same answer as
     :func:`kafkastore.maintenance.compaction.survivor_rule`, the reference."""
     out_schema = pa.schema([("grp", pa.int32()), ("kind", pa.int8()), ("offset", pa.int64()),

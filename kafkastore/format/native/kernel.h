@@ -7,6 +7,7 @@
  *   decode.c   record batches -> Arrow column buffers (the Decoder type)
  *   encode.c   Arrow columns / Python records -> v2 records sections and batches
  *   columns.c  Python lists -> Arrow buffers, Kafka's murmur2 partitioner
+ *   keymap.c   compaction's key map: the greatest dirty offset of every key
  *   module.c   the method table and module init
  * Helpers on the per-record hot path (byte order, varints, UTF-8 checks,
  * buffer reservation) are static inline here so every source inlines them.
@@ -263,6 +264,8 @@ PyObject *mod_encode_arrow_batches(PyObject *m, PyObject *args);
 PyObject *mod_pylist_binary(PyObject *m, PyObject *arg);             /* columns.c */
 PyObject *mod_pylist_int64(PyObject *m, PyObject *arg);
 PyObject *mod_murmur2_arrow(PyObject *m, PyObject *args);
+PyObject *mod_latest_per_key(PyObject *m, PyObject *args);          /* keymap.c */
+PyObject *mod_set_key_hash_bits(PyObject *m, PyObject *args);
 PyObject *mod_set_inline_zstd(PyObject *m, PyObject *args);          /* decode.c */
 
 #endif /* KAFKASTORE_KERNEL_H */

@@ -74,6 +74,9 @@
  * pylist_binary(seq) / pylist_int64(seq)   Arrow buffers of a list of bytes / ints
  *     (None allowed) in one pass, or None for any other type (Broker.send_many)
  * murmur2_arrow(n, valid, offsets, data) -> bytes (int32[n])   Kafka's murmur2 per key
+ * latest_per_key(chunks, dirty, offsets, plans=None) -> bytes (int64[n])   compaction's
+ *     key map: per row the greatest dirty offset of its (plan, key), exact (keymap.c)
+ * _set_key_hash_bits(bits) -> old     tests: force keys to share hashes (keymap.c)
  *
  * Memory: see "Memory blocks" in buffers.c (fresh pages faulted in ahead in bulk, huge
  * pages where measured cheaper, a small cache of freed column buffers, buffers
@@ -116,6 +119,13 @@ static PyMethodDef module_methods[] = {
      "range)"},
     {"murmur2_arrow", mod_murmur2_arrow, METH_VARARGS,
      "murmur2_arrow(n, valid, offsets, data) -> bytes of int32[n]: Kafka's murmur2 of each key"},
+    {"latest_per_key", mod_latest_per_key, METH_VARARGS,
+     "latest_per_key(chunks, dirty, offsets, plans=None) -> bytes of int64[n]: per row, the "
+     "greatest offset of a dirty row with the same (plan, key bytes), -1 if none; chunks = "
+     "[(count, first, int32 offsets, data)] of binary key columns (keymap.c)"},
+    {"_set_key_hash_bits", mod_set_key_hash_bits, METH_VARARGS,
+     "_set_key_hash_bits(bits) -> old: latest_per_key keeps only the top bits of each key's "
+     "hash (tests: forced shared hashes; 64 = all)"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
