@@ -56,23 +56,35 @@ def _committed(consumer, topic: str) -> int:
     return consumer.committed([ck.TopicPartition(topic, 0)], 10)[0].offset
 
 
+def _open_transaction_with_offsets(broker, tmp_path, prefix: str, *, partitions: int,
+                                   offset: int):
+    """A topic of ``partitions`` partitions, a group's reader (read_uncommitted, no auto
+    commit) and a transactional producer whose open transaction holds a record on each
+    partition and the group's offset ``offset`` of partition 0, flushed:
+    ``(storage, topic, reader, producer)``."""
+    storage = Storage(f"file://{tmp_path}/root")
+    topic, group = f"{prefix}-{uuid.uuid4().hex[:6]}", f"{prefix}-g-{uuid.uuid4().hex[:6]}"
+    create_topic(storage, topic, partitions)
+    reader = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    p = txn_producer(broker.bootstrap, f"{prefix}-{uuid.uuid4().hex[:6]}")
+    p.begin_transaction()
+    for partition in range(partitions):
+        p.produce(topic, b"x%d" % partition, partition=partition)
+    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, offset)],
+                                  reader.consumer_group_metadata(), 10)
+    p.flush(10)
+    return storage, topic, reader, p
+
+
 def test_a_committed_transactions_offsets_are_applied_while_its_markers_commit(own_broker, tmp_path):
     """EndTxn applied the transaction's offsets (and deleted their pending document) only after
     every marker had committed: one more store round trip after another, on the answer's
     path (about eight on S3). Now they are settled beside the markers: with the markers' commit
     held, the group's offset is already the transaction's."""
-    storage = Storage(f"file://{tmp_path}/root")
-    topic, group = "cp-" + uuid.uuid4().hex[:6], "cp-g-" + uuid.uuid4().hex[:6]
-    create_topic(storage, topic, 2)
-    reader = ck.Consumer({"bootstrap.servers": own_broker.bootstrap, "group.id": group,
-                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
-    p = txn_producer(own_broker.bootstrap, "cp-" + uuid.uuid4().hex[:6])
-    p.begin_transaction()
-    p.produce(topic, b"x", partition=0)
-    p.produce(topic, b"y", partition=1)
-    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 7)], reader.consumer_group_metadata(), 10)
+    storage, topic, reader, p = _open_transaction_with_offsets(own_broker, tmp_path, "cp",
+                                                               partitions=2, offset=7)
     assert _committed(reader, topic) < 0
-    p.flush(10)
 
     gate, entered = _hold_marker_commits(own_broker.server.appender)
     done: list = []
@@ -98,16 +110,8 @@ def test_a_committed_transactions_offsets_are_applied_while_its_markers_commit(o
 
 
 def test_an_aborted_transactions_offsets_are_dropped_beside_its_markers(own_broker, tmp_path):
-    storage = Storage(f"file://{tmp_path}/root")
-    topic, group = "cpa-" + uuid.uuid4().hex[:6], "cpa-g-" + uuid.uuid4().hex[:6]
-    create_topic(storage, topic, 1)
-    reader = ck.Consumer({"bootstrap.servers": own_broker.bootstrap, "group.id": group,
-                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
-    p = txn_producer(own_broker.bootstrap, "cpa-" + uuid.uuid4().hex[:6])
-    p.begin_transaction()
-    p.produce(topic, b"x", partition=0)
-    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 9)], reader.consumer_group_metadata(), 10)
-    p.flush(10)
+    storage, topic, reader, p = _open_transaction_with_offsets(own_broker, tmp_path, "cpa",
+                                                               partitions=1, offset=9)
     assert storage.list(f"{PENDING_DIR}/") != []
     p.abort_transaction(30)
     assert storage.list(f"{PENDING_DIR}/") == []
