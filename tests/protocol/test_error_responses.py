@@ -193,11 +193,10 @@ def test_requests_during_a_store_outage_get_retriable_codes_on_an_open_connectio
             return wire.call(fc_req.FindCoordinatorRequest(key_type=0, coordinator_keys=("g",)))
 
         assert metadata().topics[0].error_code is ErrorCode.none
-        # Every read of the cluster's shared documents fails from now on; after the quota
-        # bound (2 s) no request may be decided on the quotas in hand.
+        # Every read of the cluster's shared documents fails from now on (their objects and
+        # the listings of their directory); after the quota bound (2 s) no request may be
+        # decided on the quotas in hand.
         proxy.add("storm", methods=("GET", "HEAD"), path_part="_cluster/quotas", status=503)
-        # A document is read by listing its directory: the listing's prefix is in the query.
-        proxy.add("storm", methods=("GET",), path_part="_cluster%2Fquotas", status=503)
         time.sleep(3.0)
         # ApiVersions decides nothing on ACLs or quotas: answered as ever (a client that
         # reads an error here takes the broker for an incompatible one)

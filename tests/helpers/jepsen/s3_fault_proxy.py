@@ -1,7 +1,7 @@
 """An HTTP fault proxy on loopback between an S3 client (s3fs/boto3) and moto's server.
 
 It forwards every request, and while a scheduled fault is active for a request that
-matches it (method and a path substring), it:
+matches it (method and a path substring, see :func:`request_targets`), it:
 
 * ``lose`` -- forwards the request, lets moto apply it, then closes the client's
   connection without answering (a PUT that succeeded but whose response was lost);
@@ -23,17 +23,41 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote
 
-__all__ = ["Fault", "FaultProxy"]
+__all__ = ["Fault", "FaultProxy", "request_targets"]
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+
+
+def request_targets(raw: str) -> tuple:
+    """What a request names, as the texts a fault's ``path_part`` is looked for in.
+
+    A fault means a place in the store, but an S3 client spells that place two ways: an
+    object request names its key in the (URL-encoded) path, and a listing names the
+    directory as the ``prefix`` in its (URL-encoded) query, beside the bucket's path
+    (``/bucket?list-type=2&prefix=a%2Fb%2F``). So the targets are the raw request, the
+    unquoted path, the unquoted query, and the bucket's path joined with the listing's
+    prefix (``/bucket/a/b/``): a fault on ``a/b/`` hits the GETs and PUTs of that
+    directory's objects and its listings alike. The raw request stays a target, so no
+    fault matches fewer requests than it did on the raw path alone."""
+    path, _, query = raw.partition("?")
+    targets = [raw, unquote(path)]
+    if query:
+        targets.append(unquote(query))
+        prefix = dict(parse_qsl(query, keep_blank_values=True)).get("prefix")
+        if prefix is not None:
+            targets.append(unquote(path).rstrip("/") + "/" + prefix)
+    return tuple(targets)
 
 
 @dataclass
 class Fault:
     """One scheduled fault: ``kind`` in lose/fail/storm/latency, for requests whose method
-    is in ``methods`` (empty: any), whose path contains ``path_part`` and that carry
-    ``header`` (empty: any). ``paths`` lists the requests it hit."""
+    is in ``methods`` (empty: any), one of whose targets (:func:`request_targets`: the
+    unquoted path, the unquoted query, a listing's bucket path plus prefix) contains
+    ``path_part``, and that carry ``header`` (empty: any). ``paths`` lists the requests it
+    hit."""
     kind: str
     until: float
     methods: tuple = ()
@@ -50,7 +74,9 @@ class Fault:
             return False
         if self.header and (headers is None or self.header not in headers):
             return False
-        return (not self.methods or method in self.methods) and self.path_part in path
+        if self.methods and method not in self.methods:
+            return False
+        return any(self.path_part in target for target in request_targets(path))
 
 
 class FaultProxy:
