@@ -8,6 +8,8 @@ from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.format.record_batch import Record, encode_batch
 from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.storage import Storage
+from kafkastore.topics.admin import create_topic
+from kafkastore.write.log_writer import LogWriter
 
 
 def upload_segment(storage: Storage, topic: str, partition: int, base: int, timestamps,
@@ -49,3 +51,15 @@ def append_segment(storage: Storage, topic: str, partition: int, timestamps, **k
 
 def segment_files(entry: SegmentEntry, topic: str, partition: int) -> list[str]:
     return sorted(entry.paths(topic, partition).values())
+
+
+def flush_each_record(storage: Storage, topic: str, n: int) -> LogWriter:
+    """Create ``topic`` with one partition and write ``n`` records to it through the log
+    writer (no housekeeping), flushing after each: ``n`` small segments and ``n`` manifest
+    versions, mostly deltas (replay, verify and merge tests). Returns the writer."""
+    create_topic(storage, topic, 1)
+    writer = LogWriter(storage, housekeeping=False)
+    for i in range(n):
+        writer.send(topic, b"v%d" % i, partition=0)
+        writer.flush()
+    return writer

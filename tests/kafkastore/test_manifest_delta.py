@@ -22,6 +22,7 @@ from kafkastore.manifest import (AdvanceLogStart, AppendSegments, BatchMetadata,
                                  SetLeaderEpoch, UpdateProducerState, apply)
 from kafkastore.storage import Storage
 from tests.faults import FaultyFS
+from tests.helpers.logdata import flush_each_record
 
 T, P = "orders", 0
 _ids = itertools.count()
@@ -559,15 +560,8 @@ def test_replay_reads_versions_a_listing_did_not_show(local_root):
     """A directory listing need not show files created while it is taken (readdir leaves it
     unspecified; seen under a busy writer as holes near the listing's end): replay, and so gc,
     reads the versions between rather than taking a delta for one whose base is gone."""
-    from kafkastore.write.log_writer import LogWriter as Broker
-    from kafkastore.topics.admin import create_topic
-
     storage = Storage(local_root)
-    create_topic(storage, "holes", 1)
-    b = Broker(storage, housekeeping=False)
-    for i in range(40):
-        b.send("holes", b"v%d" % i, partition=0)
-        b.flush()
+    flush_each_record(storage, "holes", 40)
     store = ManifestStore(storage, "holes", 0)
     listed = store.versions()
     holey = [v for v in listed if v not in (35, 37, 38)]  # deltas: 32 is the last full one
@@ -585,15 +579,8 @@ def test_replay_while_expiry_overtakes_it_reports_no_damage(local_root):
     deltas after it, up to the next full version, are going the same way. Read as damage,
     ``verify`` reported thousands of "base version unreadable or missing" at the end of a
     30-minute fault-harness run whose brokers were expiring a long backlog."""
-    from kafkastore.write.log_writer import LogWriter as Broker
-    from kafkastore.topics.admin import create_topic
-
     storage = Storage(local_root)
-    create_topic(storage, "overtaken", 1)
-    b = Broker(storage, housekeeping=False)
-    for i in range(70):
-        b.send("overtaken", b"v%d" % i, partition=0)
-        b.flush()
+    flush_each_record(storage, "overtaken", 70)
     store = ManifestStore(storage, "overtaken", 0)
     listed = store.versions()
     walk = store.replay()

@@ -8,6 +8,7 @@ from kafkastore.manifest import ManifestStore
 from kafkastore.maintenance.merge import merge_partition
 from kafkastore.read.reader import PartitionReader
 from kafkastore.storage import Storage
+from tests.helpers.logdata import flush_each_record
 
 
 def test_consumer_offsets_cache_survives_merges_of_its_segments(root_url):
@@ -64,15 +65,9 @@ def test_a_small_merged_segment_uploads_no_empty_index(local_root):
     rule): like a small flush it is not uploaded (index_size 0 reads as absent)."""
     from kafkastore import layout
     from kafkastore.read.verify import verify_partition
-    from kafkastore.write.log_writer import LogWriter as Broker
-    from kafkastore.topics.admin import create_topic
 
     s = Storage(local_root)
-    create_topic(s, "ev", 1)
-    b = Broker(s, housekeeping=False)
-    for i in range(8):
-        b.send("ev", b"v%d" % i, partition=0)
-        b.flush()
+    flush_each_record(s, "ev", 8)
     merge_partition(s, "ev", 0, min_segments=0, rounds=10, pack=True)
     (seg,) = ManifestStore(s, "ev", 0).latest().segments
     assert seg.index_size == 0 and seg.timeindex_size > 0
