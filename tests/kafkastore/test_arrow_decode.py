@@ -21,6 +21,7 @@ from kafkastore.errors import CorruptRecordError, CrcMismatchError, KafkaStoreEr
 from kafkastore.format.record_batch import Record, decode_batch, encode_batch
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.format.transactions import AbortedTxn, is_aborted
+from tests.helpers.threads import run_at_once
 
 IMPLS = {"pure": ad.decode_to_arrow_pure}
 if ad.NATIVE_AVAILABLE:
@@ -613,8 +614,6 @@ def big_segment(n_batches=40, per_batch=200):
 @pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 def test_native_threads_and_buffer_cache():
     """Decodes in threads at once (the GIL is released, freed buffers are reused)."""
-    import threading
-
     segs = [big_segment(), big_segment(30, 300)]
     expected = [ad.decode_to_arrow_pure(s, topic="t", partition=0) for s in segs]
     failures = []
@@ -630,11 +629,7 @@ def test_native_threads_and_buffer_cache():
         except Exception as e:  # pragma: no cover - reported below
             failures.append(repr(e))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_at_once(work, 4)
     assert failures == []
 
 

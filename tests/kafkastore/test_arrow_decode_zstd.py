@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import struct
-import threading
 
 import pytest
 import zstandard
@@ -20,6 +19,7 @@ from kafkastore.format import arrow_decode as ad
 from kafkastore.format.compression import Compression
 from kafkastore.format.crc import crc32c
 from kafkastore.format.record_batch import Record, encode_batch
+from tests.helpers.threads import run_at_once
 
 _native = ad._native
 pytestmark = pytest.mark.skipif(not ad.NATIVE_AVAILABLE or not _native.HAVE_ZSTD,
@@ -224,11 +224,7 @@ def test_decodes_from_many_threads_at_once():
             if not ad.decode_to_arrow_native(segs[i], topic="t", partition=0).equals(expected[i]):
                 bad.append(i)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_at_once(work, 4)
     assert bad == []
 
 
