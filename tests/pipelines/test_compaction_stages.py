@@ -4,8 +4,6 @@ rewrite inside the task, no shuffle), packed into at most a task per core; bigge
 still go through the survivor and group shuffles and give the same log."""
 from __future__ import annotations
 
-import itertools
-
 from kafkastore.maintenance.compaction import STATUS_CLEANED, load_plan
 from kafkastore.maintenance.compaction_rewrite import compact_partition_local
 from kafkastore.storage import Storage
@@ -13,25 +11,7 @@ from kafkastore.write.log_writer import LogWriter as Broker
 from pipelines.jobs.log_compaction import compact_topic, planned_bytes, run_plans
 from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest, make_topic,
                                       produce, produce_segments, read_all)
-
-_groups = itertools.count()
-
-
-def _jobs_of(spark, run):
-    """``(run(), [(job id, [(stage id, task count)])])`` of the Spark jobs ``run`` started."""
-    sc = spark.sparkContext
-    group = f"compaction-shape-{next(_groups)}"
-    sc.setJobGroup(group, "compaction shape test")
-    try:
-        out = run()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    tracker = sc.statusTracker()
-    jobs = []
-    for job in sorted(tracker.getJobIdsForGroup(group)):
-        stages = tracker.getJobInfo(job).stageIds
-        jobs.append((job, [(s, tracker.getStageInfo(s).numTasks) for s in sorted(stages)]))
-    return out, jobs
+from tests.helpers.spark_counts import count_spark_work
 
 
 def _topic(storage, partitions, keys_of=lambda p: 7):
@@ -58,8 +38,8 @@ def test_partitions_that_fit_a_task_are_compacted_in_one_stage_without_a_shuffle
     storage = Storage(local_root)
     _topic(storage, 3)
     before = [read_all(storage, partition=p) for p in range(3)]
-    report, jobs = _jobs_of(spark, lambda: compact_topic(spark, local_root, TOPIC, now_ms=T0,
-                                                         force=True))
+    report, jobs, _ = count_spark_work(spark, lambda: compact_topic(
+        spark, local_root, TOPIC, now_ms=T0, force=True), "compaction-shape")
     assert report.ok and [r.status for r in report.partitions] == [STATUS_CLEANED] * 3
     for p in range(3):
         check_compacted(before[p], read_all(storage, partition=p),
@@ -78,8 +58,10 @@ def _compact_between(spark, storage, now):
         manifests.append(m)
         sizes.append(planned_bytes(plan))
     assert sizes[1] < sizes[0]
-    return _jobs_of(spark, lambda: run_plans(spark, storage, plans, manifests,
-                                             task_bytes=sizes[1], raise_errors=True))
+    work = count_spark_work(spark, lambda: run_plans(spark, storage, plans, manifests,
+                                                     task_bytes=sizes[1], raise_errors=True),
+                            "compaction-shape")
+    return work.out, work.jobs
 
 
 def test_partitions_too_big_for_a_task_take_the_shuffles_and_agree_with_the_reference(spark, tmp_path):

@@ -8,36 +8,12 @@ it (a mapInArrow over ``spark.range``) cost the JVM about three times an RDD job
 for the same tasks."""
 from __future__ import annotations
 
-import itertools
 import subprocess
 import sys
 
 from pipelines.jobs.load import run_load
 from tests.helpers.loads import assert_exactly_once, count_split_reads, make_topic, produce, warehouse_for
-
-_groups = itertools.count()
-
-
-def _sql_executions(spark) -> int:
-    """How many SQL queries the session has run (the JVM's SQL status store)."""
-    return spark._jsparkSession.sharedState().statusStore().executionsList().size()
-
-
-def _jobs_of(spark, run):
-    """``(run(), [(job id, [(stage id, task count)])], SQL queries run)`` of ``run``."""
-    sc = spark.sparkContext
-    group = f"load-shape-{next(_groups)}"
-    queries = _sql_executions(spark)
-    sc.setJobGroup(group, "load shape test")
-    try:
-        out = run()
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-    tracker = sc.statusTracker()
-    jobs = [(job, [(s, tracker.getStageInfo(s).numTasks)
-                   for s in sorted(tracker.getJobInfo(job).stageIds)])
-            for job in sorted(tracker.getJobIdsForGroup(group))]
-    return out, jobs, _sql_executions(spark) - queries
+from tests.helpers.spark_counts import count_spark_work
 
 
 def test_a_raw_load_is_one_job_of_one_stage_and_plans_no_sql_query(spark, local_root):
@@ -45,9 +21,9 @@ def test_a_raw_load_is_one_job_of_one_stage_and_plans_no_sql_query(spark, local_
     wh = warehouse_for(f"{local_root}/warehouse")
     storage = make_topic(root, partitions=5)
     produce(storage, "t", 150)
-    summary, jobs, queries = _jobs_of(spark, lambda: run_load(
+    summary, jobs, queries = count_spark_work(spark, lambda: run_load(
         spark, root=root, topic="t", warehouse=wh, table="tbl", progress=True,
-        progress_interval_s=3600))
+        progress_interval_s=3600), "load-shape")
     assert summary.rows == 150
     assert len(jobs) == 1 and len(jobs[0][1]) == 1
     assert 1 <= jobs[0][1][0][1] <= spark.sparkContext.defaultParallelism
