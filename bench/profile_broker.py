@@ -11,6 +11,17 @@ seconds of each step, CPU seconds per thread, and the p50 of produce commits
 that overlapped a merge job, a gc run or neither. ``KAFKASTORE_PROFILE_OUT``
 names a JSON file for the raw events. Timing wrappers cost a few microseconds
 per call: compare windows with each other, not with an unprofiled run.
+
+``KAFKASTORE_PROFILE_CPROFILE=<file>`` also runs cProfile in every thread, timed by that
+thread's own CPU clock (``time.thread_time``: a blocked wait costs nothing), from the
+broker's first SIGUSR1 on (``bench/serve.py --transactions`` sends one before its first
+transactional round), and writes the merged pstats to ``<file>`` at exit:
+
+    KAFKASTORE_BENCH_BROKER_MAIN=bench/profile_broker.py KAFKASTORE_PROFILE_CPROFILE=/tmp/txn.prof \
+        .venv/bin/python bench/serve.py --transactions --records 50000 --partitions 4 --rounds 1
+    .venv/bin/python -c "import pstats; pstats.Stats('/tmp/txn.prof').sort_stats('cumtime').print_stats(40)"
+
+A call that began before the signal counts only the CPU after it.
 """
 from __future__ import annotations
 
@@ -140,7 +151,53 @@ def _report() -> None:
             f"{k} {statistics.median(v):.2f} ms (n={len(v)})" for k, v in sorted(groups.items())))
 
 
+def _cprofile_threads(out: str) -> None:
+    """cProfile in every thread by thread CPU time, counted from the first SIGUSR1; merged
+    pstats to ``out`` at exit (see the module docstring)."""
+    import cProfile
+    import pstats
+    import signal
+
+    on, base, profiles = [False], {}, []
+
+    def cpu() -> float:   # each thread's CPU seconds since it first ran after the signal
+        if not on[0]:
+            return 0.0
+        now = time.thread_time()
+        return now - base.setdefault(threading.get_ident(), now)
+
+    run = threading.Thread.run
+
+    def profiled(self) -> None:
+        prof = cProfile.Profile(cpu)
+        profiles.append(prof)
+        prof.enable()
+        try:
+            run(self)
+        finally:
+            prof.disable()
+
+    def dump() -> None:
+        for prof in profiles:
+            prof.disable()
+        stats = [p for p in profiles if p.getstats()]
+        if stats:
+            merged = pstats.Stats(stats[0])
+            for prof in stats[1:]:
+                merged.add(prof)
+            merged.dump_stats(out)
+
+    threading.Thread.run = profiled
+    signal.signal(signal.SIGUSR1, lambda *_: on.__setitem__(0, True))
+    main_thread = cProfile.Profile(cpu)
+    profiles.append(main_thread)
+    atexit.register(dump)
+    main_thread.enable()
+
+
 def main() -> None:
+    if os.environ.get("KAFKASTORE_PROFILE_CPROFILE"):
+        _cprofile_threads(os.environ["KAFKASTORE_PROFILE_CPROFILE"])
     _instrument()
     threading.Thread(target=_sample, name="profile-cpu", daemon=True).start()
     atexit.register(_report)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -48,6 +49,27 @@ def _cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def _cpu_split(pid: int) -> tuple[float, float, int]:
+    """``(user CPU s, system CPU s, voluntary context switches of all its threads)`` of
+    process ``pid``: system time and switches are the fsyncs, file operations and thread
+    hand-offs, user time the Python."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        hz = os.sysconf("SC_CLK_TCK")
+        switches = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    switches += sum(int(line.split()[1]) for line in f
+                                    if line.startswith("voluntary_ctxt_switches"))
+            except OSError:   # a thread that ended meanwhile
+                continue
+        return int(fields[11]) / hz, int(fields[12]) / hz, switches
+    except (OSError, IndexError, ValueError):
+        return float("nan"), float("nan"), 0
 
 
 def _record_failure(failed: list):
@@ -166,15 +188,28 @@ def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1
 
     best_plain = best_txn = 0.0
     cpu = {"plain": 0.0, "txn": 0.0}
+    split = {"plain": [0.0, 0.0, 0], "txn": [0.0, 0.0, 0]}   # user s, system s, switches
     loads = [os.getloadavg()[0]]
+
+    def add_split(mode: str, before: tuple, after: tuple) -> None:
+        for i in range(3):
+            split[mode][i] += after[i] - before[i]
+
     for r in range(rounds):
         c0 = _cpu_seconds(broker_pid) if broker_pid else 0.0
+        s0 = _cpu_split(broker_pid) if broker_pid else (0.0, 0.0, 0)
         best_plain = max(best_plain, plain())
+        if broker_pid and r == 0 and os.environ.get("KAFKASTORE_PROFILE_CPROFILE"):
+            os.kill(broker_pid, signal.SIGUSR1)   # bench/profile_broker.py: count from here
         c1 = _cpu_seconds(broker_pid) if broker_pid else 0.0
+        s1 = _cpu_split(broker_pid) if broker_pid else (0.0, 0.0, 0)
         best_txn = max(best_txn, transactional(r))
         c2 = _cpu_seconds(broker_pid) if broker_pid else 0.0
+        s2 = _cpu_split(broker_pid) if broker_pid else (0.0, 0.0, 0)
         cpu["plain"] += c1 - c0
         cpu["txn"] += c2 - c1
+        add_split("plain", s0, s1)
+        add_split("txn", s1, s2)
         loads.append(os.getloadavg()[0])
     if failed:
         print(f"produce failed: {failed[:3]}", file=sys.stderr)
@@ -188,6 +223,13 @@ def bench_transactions(bootstrap: str, n: int, partitions: int, per_txn: int = 1
     if broker_pid:
         print(f"broker CPU per 1,000 records: plain {cpu['plain'] / rounds / n * 1000 * 1000:.1f} ms, "
               f"transactional {cpu['txn'] / rounds / n * 1000 * 1000:.1f} ms (mean of {rounds} rounds)")
+        txns = rounds * (n // per_txn)
+        (pu, ps, pc), (tu, ts, tc) = split["plain"], split["txn"]
+        per_1k = rounds * n / 1000
+        print(f"broker CPU per transaction: {(tu + ts) / txns * 1000:.1f} ms (user {tu / txns * 1000:.1f}, "
+              f"system {ts / txns * 1000:.1f}), {tc / txns:.0f} voluntary context switches; the plain "
+              f"producer per 1,000 records: user {pu / per_1k * 1000:.1f} ms, system "
+              f"{ps / per_1k * 1000:.1f} ms, {pc / per_1k:.0f} switches")
     print(f"load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f}")
     return 0
 
