@@ -161,6 +161,13 @@ class Housekeeper:
                                           self._gc_busy)
         return scheduled
 
+    def _stopping(self, exc: BaseException) -> bool:
+        """Whether a job's failure is the process stopping: this housekeeper closed, or a
+        thread pool the job needed already shut (``concurrent.futures`` refuses new work
+        with a RuntimeError then, the interpreter's exit included)."""
+        return self._closed or (isinstance(exc, RuntimeError)
+                                and "cannot schedule new futures" in str(exc))
+
     def _submit(self, pool: str, workers: int, job, tp: tuple[str, int], busy: set) -> bool:
         try:
             shared_pool(pool, workers).submit(_in_housekeeping_lane, job, tp)
@@ -185,12 +192,15 @@ class Housekeeper:
                 # time, rather than letting one job grow with the backlog.
                 more = report.planned >= self.max_runs_per_job and bool(report.merged)
             except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
-                self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
-                # After close() the process may be exiting past close's bound: an abandoned
-                # merge loses nothing (its uploads are unreferenced, gc removes them, the next
-                # writer or `kafkastore merge` plans it again), so it is no warning then.
-                (log.info if self._closed else log.warning)(
-                    "housekeeping of %s/%d failed: %s", topic, partition, exc)
+                # After close(), or when the process's pools are shut (a clean stop: the
+                # interpreter exiting, a broker's pools closed), an abandoned merge loses
+                # nothing (its uploads are unreferenced, gc removes them, the next writer or
+                # `kafkastore merge` plans it again): a stop, not a failure, so no warning.
+                if self._stopping(exc):
+                    log.info("housekeeping of %s/%d stopped: %s", topic, partition, exc)
+                else:
+                    self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
+                    log.warning("housekeeping of %s/%d failed: %s", topic, partition, exc)
                 with self._lock:
                     self._again.discard(tp)
                     self._busy.discard(tp)
@@ -224,6 +234,9 @@ class Housekeeper:
                 self._quiet.pop(tp, None)
                 self._idle_runs.pop(tp, None)
         except Exception as exc:  # noqa: BLE001 -- background work: logged, retried later
+            if self._stopping(exc):   # a clean stop: what gc did so far stands, the rest waits
+                log.info("gc of %s/%d stopped: %s", topic, partition, exc)
+                return
             self.errors.append(f"{topic}/{partition}: {type(exc).__name__}: {exc}")
             log.warning("gc of %s/%d failed: %s", topic, partition, exc)
             # A failed gc counts as one that found nothing: the sweeper tries again one
