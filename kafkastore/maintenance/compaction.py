@@ -368,7 +368,7 @@ def scan_task(storage: Storage, task: ScanTask) -> pa.RecordBatch:
         pa.array(np.full(n + m, task.plan, dtype=np.int32)),
         pa.array(np.full(n + m, task.group, dtype=np.int32)),
         pa.array(np.concatenate([np.full(n, KIND_RECORD, np.int8), np.full(m, KIND_TXN, np.int8)])),
-        pa.concat_arrays([keys.cast(pa.binary()), pa.array([_PID.pack(p) for p in pids], pa.binary())]),
+        _with_pid_keys(keys, pids),
         pa.array(np.concatenate([offs, np.full(m, task.group_base, np.int64)])),
         pa.array(np.concatenate([offs >= task.dirty_from, np.zeros(m, bool)])),
         pa.array(np.concatenate([minus, np.array(pids, np.int64)])),
@@ -376,6 +376,15 @@ def scan_task(storage: Storage, task: ScanTask) -> pa.RecordBatch:
         pa.array(np.concatenate([minus, np.array([last_marker.get(p, -1) for p in pids], np.int64)])),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=SCAN_SCHEMA)
+
+
+def _with_pid_keys(keys: pa.Array, pids: list[int]) -> pa.Array:
+    """The record keys followed by each producer id as 8 bytes (the keys of the transaction
+    rows); the record keys as they are (no copy of their bytes) when there is none."""
+    keys = keys.cast(pa.binary())
+    if not pids:
+        return keys
+    return pa.concat_arrays([keys, pa.array([_PID.pack(p) for p in pids], pa.binary())])
 
 
 def _marker_type(buf, pos: int, h: BatchHeader) -> ControlType | None:
