@@ -2,7 +2,11 @@
 tests/pipelines/test_compaction*.py): make, produce, read back, check."""
 from __future__ import annotations
 
+import pyarrow as pa
+from hypothesis import strategies as st
+
 from kafkastore.write.log_writer import LogWriter as Broker
+from kafkastore.maintenance.compaction import KIND_RECORD, KIND_TXN, SCAN_SCHEMA
 from kafkastore.manifest import Manifest, ManifestStore
 from kafkastore.read.reader import EARLIEST, PartitionReader
 from kafkastore.storage import Storage
@@ -89,3 +93,35 @@ def check_compacted(before, after, cleaned_below: int) -> None:
     for k, (o, v) in latest_per_key(before).items():
         if v is not None:
             assert o in kept, f"last value of key {k!r} (offset {o}) was removed"
+
+
+def scan_rows(keys, max_size: int = 60):
+    """A Hypothesis strategy of a compaction scan's rows, as tuples ``(plan, group, kind, key,
+    dirty, producer id, last data, last marker)``: records of ``keys`` and transaction rows,
+    over two partition plans and four groups (for :func:`scan_table`)."""
+    return st.lists(st.tuples(
+        st.integers(0, 1),                                     # plan (partition)
+        st.integers(0, 3),                                     # group
+        st.sampled_from([KIND_RECORD, KIND_RECORD, KIND_TXN]),
+        st.sampled_from(keys),                                 # key (records)
+        st.booleans(),                                         # dirty
+        st.integers(1, 3),                                     # producer id (transaction rows)
+        st.integers(-1, 60), st.integers(-1, 60)),             # last data / last marker
+        max_size=max_size)
+
+
+def scan_table(rows, shuffle) -> pa.Table:
+    """The scan table (``SCAN_SCHEMA``) of :func:`scan_rows`' ``rows`` in an order drawn by
+    ``shuffle`` (a ``random.Random``): a record's offset is its row number; a transaction row
+    is keyed by its producer id at its group's base offset, as ``scan_task`` makes them."""
+    dicts = []
+    for i, (plan, grp, kind, key, dirty, pid, ld, lm) in enumerate(rows):
+        if kind == KIND_RECORD:
+            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": key, "offset": i,
+                          "dirty": dirty, "pid": -1, "last_data": -1, "last_marker": -1})
+        else:
+            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": pid.to_bytes(8, "big"),
+                          "offset": 100 * grp, "dirty": False, "pid": pid, "last_data": ld,
+                          "last_marker": lm})
+    shuffle.shuffle(dicts)
+    return pa.Table.from_pylist(dicts, schema=SCAN_SCHEMA)

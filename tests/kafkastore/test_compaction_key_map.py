@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from kafkastore.format.extensions import ENABLED, load
 from kafkastore.maintenance import compaction
-from kafkastore.maintenance.compaction import (KIND_RECORD, KIND_TXN, SCAN_SCHEMA,
-                                               latest_dirty_offsets, survivor_rule)
+from kafkastore.maintenance.compaction import (KIND_RECORD, KIND_TXN, latest_dirty_offsets,
+                                               survivor_rule)
+from tests.helpers.compaction import scan_rows, scan_table
 
 NATIVE = load("kafkastore.format._native")
 HAVE_KERNEL = NATIVE is not None and hasattr(NATIVE, "latest_per_key")
@@ -130,23 +131,13 @@ def test_bad_offsets_are_refused_not_read():
                               np.ones(2, np.uint8), np.zeros(2, np.int64))
 
 
-_scan_rows = st.lists(st.tuples(
-    st.integers(0, 1),                                     # plan (partition)
-    st.integers(0, 3),                                     # group
-    st.sampled_from([KIND_RECORD, KIND_RECORD, KIND_TXN]),
-    st.sampled_from(KEYS),                                 # key (records)
-    st.booleans(),                                         # dirty
-    st.integers(1, 3),                                     # producer id (transaction rows)
-    st.integers(-1, 60), st.integers(-1, 60)),             # last data / last marker
-    max_size=60)
-
 IMPLEMENTATIONS = [pytest.param(("native", 64), marks=needs_kernel),
                    pytest.param(("native", 0), marks=needs_kernel),
                    pytest.param(("native", 1), marks=needs_kernel),
                    ("arrow", 64)]
 
 
-@given(rows=_scan_rows, shuffle=st.randoms(use_true_random=False))
+@given(rows=scan_rows(KEYS), shuffle=st.randoms(use_true_random=False))
 @settings(deadline=None)
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda v: f"{v[0]}-{v[1]}bits")
 def test_the_vectorised_rule_equals_the_reference_with_either_key_map(impl, rows, shuffle):
@@ -156,17 +147,7 @@ def test_the_vectorised_rule_equals_the_reference_with_either_key_map(impl, rows
     from pipelines.jobs.log_compaction import survivors  # lazy: the pipelines layer, for its rule only
 
     which, bits = impl
-    dicts = []
-    for i, (plan, grp, kind, key, dirty, pid, ld, lm) in enumerate(rows):
-        if kind == KIND_RECORD:
-            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": key, "offset": i,
-                          "dirty": dirty, "pid": -1, "last_data": -1, "last_marker": -1})
-        else:
-            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": pid.to_bytes(8, "big"),
-                          "offset": 100 * grp, "dirty": False, "pid": pid, "last_data": ld,
-                          "last_marker": lm})
-    shuffle.shuffle(dicts)
-    table = pa.Table.from_pylist(dicts, schema=SCAN_SCHEMA)
+    table = scan_table(rows, shuffle)
     keep, carry = survivor_rule([table.to_pydict()])
     old = compaction.KEY_MAP_IMPLEMENTATION
     compaction.KEY_MAP_IMPLEMENTATION = which

@@ -25,7 +25,7 @@ from pipelines.jobs.log_compaction import compact_partition, compact_topic, drop
 from tests.faults import faulty_storage
 from tests.helpers.compaction import (T0, TOPIC, check_compacted, latest_manifest,
                                       latest_per_key, make_topic, produce,
-                                      produce_segments, read_all)
+                                      produce_segments, read_all, scan_rows, scan_table)
 
 ROUNDS = [[("a", "1"), ("b", "1"), ("c", "1")], [("a", "2"), ("b", "2")], [("a", "3"), ("d", "1")],
           [("c", "2"), ("e", "1")], [("a", "4"), ("f", "1")]]
@@ -394,39 +394,16 @@ def test_drop_superseded_keeps_what_the_survivor_rule_needs(rows):
     assert sorted(drop_superseded(table).column("offset").to_pylist()) == want
 
 
-_scan_rows = st.lists(st.tuples(
-    st.integers(0, 1),                                     # plan (partition)
-    st.integers(0, 3),                                     # group
-    st.sampled_from([KIND_RECORD, KIND_RECORD, KIND_TXN]),
-    st.sampled_from([b"a", b"b", b"c", b"d"]),             # key (records)
-    st.booleans(),                                         # dirty
-    st.integers(1, 3),                                     # producer id (transaction rows)
-    st.integers(-1, 60), st.integers(-1, 60)),             # last data / last marker
-    max_size=60)
-
-
-@given(rows=_scan_rows, shuffle=st.randoms(use_true_random=False))
+@given(rows=scan_rows([b"a", b"b", b"c", b"d"]), shuffle=st.randoms(use_true_random=False))
 @settings(deadline=None)
 def test_vectorised_survivors_equal_the_reference_rule(rows, shuffle):
     """The rule one shuffle partition applies (pipelines.compaction.survivors, Arrow and
     numpy) keeps exactly the records and carries exactly the transactions that the
     dict-based reference (kafkastore.compaction.survivor_rule) does, in any row order."""
-    import pyarrow as pa
-
     from kafkastore.maintenance.compaction import survivor_rule
     from pipelines.jobs.log_compaction import survivors
 
-    dicts = []
-    for i, (plan, grp, kind, key, dirty, pid, ld, lm) in enumerate(rows):
-        if kind == KIND_RECORD:
-            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": key, "offset": i,
-                          "dirty": dirty, "pid": -1, "last_data": -1, "last_marker": -1})
-        else:   # as scan_task makes them: the producer id as the key, the group's base
-            dicts.append({"plan": plan, "grp": grp, "kind": kind, "key": pid.to_bytes(8, "big"),
-                          "offset": 100 * grp, "dirty": False, "pid": pid, "last_data": ld,
-                          "last_marker": lm})
-    shuffle.shuffle(dicts)
-    table = pa.Table.from_pylist(dicts, schema=SCAN_SCHEMA)
+    table = scan_table(rows, shuffle)
     keep, carry = survivor_rule([table.to_pydict()])
     got = survivors(table).to_pylist()
     assert sorted((r["grp"], r["offset"]) for r in got if r["kind"] == KIND_RECORD) == \
