@@ -10,10 +10,13 @@
    bench/short_gc_broker.py), so merging and gc both run all along, as in the steady state.
 3. A confluent-kafka producer (acks=all, idempotent, ``linger.ms=0``) sends one 100-byte
    record every ``--interval-ms`` (5) to one partition; a record's ack latency is the time
-   from ``produce()`` to its delivery callback.
+   from ``produce()`` to its delivery callback. One warm-up record is acknowledged before
+   the clock starts (a fresh librdkafka idempotent producer gets its producer id on a
+   500 ms timer: its first records wait about half a second on any broker).
 4. Prints p50 / p99 ack latency per tenth of the run and each tenth's p99 over the first
    tenth's, the 1-minute load average per tenth (other tenants make latency noisy: read the
-   ratios next to it), and, unless ``--no-profile``, what the broker was doing during the
+   ratios next to it), when the slow acks of the first and the worst tenth were sent (spells
+   of consecutive slow acks, with the broker's steps during each), and, unless ``--no-profile``, what the broker was doing during the
    slow acks of the worst tenth: bench/profile_broker.py times each produce commit, merge,
    gc and storage call inside the broker; an ack slower than the first tenth's p99 is
    attributed to the housekeeping steps (merge, gc) whose spans overlap it, and the steps of
@@ -163,6 +166,7 @@ def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: fl
         key = "+".join(hit) or "neither merge nor gc"
         tags[key] = tags.get(key, 0) + 1
     print("  overlapping housekeeping: " + ", ".join(f"{k} {v}" for k, v in sorted(tags.items())))
+    _print_spells(acks, lo, hi, slow_s, spans)
     # Time per step inside the slow acks' windows (what the broker spent while they waited).
     busy: dict[str, float] = {}
     for step, ss in spans.items():
@@ -191,6 +195,40 @@ def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: fl
             print(f"    commit at {a:.1f} s took {d * 1e3:.0f} ms; overlapping: "
                   + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in
                               sorted(steps.items(), key=lambda kv: -kv[1])[:6]))
+
+
+def _slow_spells(acks, lo: float, hi: float, slow_s: float, gap_s: float = 0.05) -> list:
+    """The acks sent in [lo, hi) slower than ``slow_s``, grouped into spells (sends less than
+    ``gap_s`` apart): (first send, last send, count, slowest latency, when the last was acked)."""
+    spells: list[list[float]] = []
+    for t, lat in sorted(acks):
+        if not lo <= t < hi or lat <= slow_s:
+            continue
+        if spells and t - spells[-1][1] <= gap_s:
+            s = spells[-1]
+            s[1], s[2], s[3], s[4] = t, s[2] + 1, max(s[3], lat), max(s[4], t + lat)
+        else:
+            spells.append([t, t, 1, lat, t + lat])
+    return [tuple(s) for s in spells]
+
+
+def _print_spells(acks, lo: float, hi: float, slow_s: float, spans: dict | None = None,
+                  most: int = 5) -> None:
+    """When the slow acks of [lo, hi) were sent: the longest spells, to set beside the
+    broker's log (first merge, first gc, lazy imports, the first commit), with the broker's
+    steps (run seconds) that overlapped each spell."""
+    spells = sorted(_slow_spells(acks, lo, hi, slow_s), key=lambda s: -s[2])[:most]
+    for a, b, n, worst, done in sorted(spells):
+        print(f"    spell: {n} slow acks sent {a:.3f}-{b:.3f} s, slowest {worst * 1e3:.0f} ms, "
+              f"all acked by {done:.3f} s")
+        steps: dict[str, float] = {}
+        for step, ss in (spans or {}).items():
+            for x, y in ss:
+                if x < done and y > a:
+                    steps[step] = steps.get(step, 0.0) + min(y, done) - max(x, a)
+        if steps:
+            print("      broker steps in it (s): " + ", ".join(
+                f"{k} {v:.3f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1])[:8]))
 
 
 def _union_within(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -313,6 +351,16 @@ def main() -> int:
         port = wait_serving(broker)
         p = Producer({"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0, "acks": "all",
                       "enable.idempotence": True, "log.connection.close": False})
+        # One record acknowledged before the clock starts: the client's start is not the
+        # broker's tail. librdkafka's idempotent producer asks for its producer id only on a
+        # timer (500 ms) when its first look finds no broker connection up, so the first
+        # records of a fresh producer wait about half a second on any Kafka.
+        warm = time.perf_counter()
+        p.produce("trickle", key=b"warm-up", value=b"w", partition=0)
+        if p.flush(60):
+            print("produce failed: the warm-up record was not acknowledged", file=sys.stderr)
+            return 1
+        warm_s = time.perf_counter() - warm
         sent: dict[int, float] = {}
         acks: list[tuple[float, float]] = []  # (send time since start, latency s)
         failed: list = []
@@ -363,7 +411,8 @@ def main() -> int:
                 for k in range(10)]
         print(f"trickle: root {root.split(':')[0]}://, {len(acks)} records acknowledged over "
               f"{dur:.0f} s (one every {args.interval_ms:g} ms, acks=all, idempotent, linger 0; "
-              f"segment.bytes {args.segment_bytes}, gc interval and grace {args.gc_ms} ms)")
+              f"segment.bytes {args.segment_bytes}, gc interval and grace {args.gc_ms} ms; "
+              f"a warm-up record before, acknowledged in {warm_s * 1e3:.0f} ms)")
         print(f"{'tenth':>5} {'acks':>6} {'p50 ms':>8} {'p99 ms':>8} {'p99/first':>9} {'load1':>6}")
         for k in range(10):
             print(f"{k + 1:5d} {len(per[k]):6d} {p50[k]:8.1f} {p99[k]:8.1f} {p99[k] / p99[0]:9.2f} "
@@ -385,6 +434,8 @@ def main() -> int:
             waits["outside"] = outside_late
             for k in sorted({0, worst}):
                 print(f"  tenth {k + 1}:" if k != worst else f"  worst tenth {k + 1}:")
+                if k != worst:
+                    _print_spells(acks, k * dur / 10, (k + 1) * dur / 10, p99[0] / 1e3)
                 _waited_on(acks, waits, t_start, k * dur / 10, (k + 1) * dur / 10, p99[0] / 1e3)
         return 0
     finally:
