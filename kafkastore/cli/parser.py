@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--advertise", metavar="HOST:PORT", help="address clients are told to use")
     sv.add_argument("--node-id", type=non_negative, help="broker id (default: smallest free one)")
     sv.add_argument("--commit-interval-ms", type=float, default=5.0,
-                    help="group commit: wait this long after a partition's first append (default 5)")
+                    help="group commit: the most a partition's commit waits for more appends, only when several are queued (default 5)")
     sv.add_argument("--tls-cert", help="TLS certificate chain (PEM)")
     sv.add_argument("--tls-key", help="TLS private key (PEM)")
     sv.add_argument("--sasl-credentials", metavar="FILE",

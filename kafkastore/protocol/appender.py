@@ -3,8 +3,8 @@
 A produce request's batch for one partition is checked where it arrives
 (:func:`check_batch`: record batch v2, framing, CRC-32C) and handed to the
 :class:`Appender`, which queues it on its partition. One worker per partition
-waits ``commit_interval_ms`` after the first queued batch (group commit),
-takes everything queued, and commits it in the thread pool as one segment
+takes everything queued (waiting up to ``commit_interval_ms`` for more only when
+several batches are queued already: group commit, see ``Appender._lingers``), and commits it in the thread pool as one segment
 upload (more if ``segment.bytes`` says so) and one manifest version
 (:meth:`kafkastore.manifest.ManifestStore.commit` with
 :class:`~kafkastore.manifest.AppendSegments` and
