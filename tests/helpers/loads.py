@@ -122,6 +122,17 @@ def log_and_warehouse(backend: str, tmp_path, request, *, partitions: int = 2):
     return root, wh, make_topic(root, partitions=partitions, options=options), options
 
 
+def local_log_and_warehouse(local_root: str, *, partitions: int, records: int):
+    """A log root and warehouse side by side under ``local_root`` (a local URL), with topic
+    ``t`` of ``partitions`` partitions holding ``records`` records (:func:`produce`):
+    ``(root, warehouse, storage)``."""
+    root = f"{local_root}/log"
+    wh = warehouse_for(f"{local_root}/warehouse")
+    storage = make_topic(root, partitions=partitions)
+    produce(storage, "t", records)
+    return root, wh, storage
+
+
 def count_split_reads(monkeypatch, path):
     """Count the records a load's tasks read from the log: each read of a split appends its
     record count to ``path`` (the tasks run in Spark's Python workers, so a file, not a

@@ -25,8 +25,9 @@ from pipelines.source.schema import nullable, raw_schema
 from pipelines.jobs.load import load_for_interval, load_options_from_args, run_load
 from pipelines.spec.offset_ranges import OffsetRange
 from pipelines.source.planning import default_run_id, pack_splits, parse_offsets_json, plan_load
-from tests.helpers.loads import (T0, assert_exactly_once, committed, log_and_warehouse,
-                                 log_records, make_topic, produce, rows_by_offset, warehouse_for)
+from tests.helpers.loads import (T0, assert_exactly_once, committed, local_log_and_warehouse,
+                                 log_and_warehouse, log_records, make_topic, produce,
+                                 rows_by_offset, warehouse_for)
 
 
 # ---------------------------------------------------------------------------
@@ -166,10 +167,7 @@ def test_load_task_count_follows_cores_not_partitions(spark, local_root):
     """Many small partitions are packed into about one Spark task per core (a task per
     partition made a load's cost per record grow with the partition count); every record
     is still loaded exactly once and files still hold one partition each."""
-    root = f"{local_root}/log"
-    wh = warehouse_for(f"{local_root}/warehouse")
-    storage = make_topic(root, partitions=9)
-    produce(storage, "t", 90)
+    root, wh, storage = local_log_and_warehouse(local_root, partitions=9, records=90)
     summary = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     assert summary.rows == 90
     assert _last_job_tasks(spark) <= spark.sparkContext.defaultParallelism
@@ -181,10 +179,7 @@ def test_load_task_count_follows_cores_not_partitions(spark, local_root):
 def test_load_of_one_partition_uses_every_core(spark, local_root):
     """A partition smaller than a split is cut finer when there are fewer splits than cores,
     so a one-partition load is not read on one core."""
-    root = f"{local_root}/log"
-    wh = warehouse_for(f"{local_root}/warehouse")
-    storage = make_topic(root, partitions=1)
-    produce(storage, "t", 60)
+    root, wh, storage = local_log_and_warehouse(local_root, partitions=1, records=60)
     assert run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False).rows == 60
     assert _last_job_tasks(spark) == spark.sparkContext.defaultParallelism
     assert_exactly_once(storage, "t", wh)

@@ -12,15 +12,12 @@ import subprocess
 import sys
 
 from pipelines.jobs.load import run_load
-from tests.helpers.loads import assert_exactly_once, count_split_reads, make_topic, produce, warehouse_for
+from tests.helpers.loads import assert_exactly_once, count_split_reads, local_log_and_warehouse
 from tests.helpers.spark_counts import count_spark_work
 
 
 def test_a_raw_load_is_one_job_of_one_stage_and_plans_no_sql_query(spark, local_root):
-    root = f"{local_root}/log"
-    wh = warehouse_for(f"{local_root}/warehouse")
-    storage = make_topic(root, partitions=5)
-    produce(storage, "t", 150)
+    root, wh, storage = local_log_and_warehouse(local_root, partitions=5, records=150)
     summary, jobs, queries = count_spark_work(spark, lambda: run_load(
         spark, root=root, topic="t", warehouse=wh, table="tbl", progress=True,
         progress_interval_s=3600), "load-shape")
@@ -37,10 +34,7 @@ def test_a_raw_load_reads_each_record_of_its_range_once(spark, local_root, tmp_p
     the tasks read exactly the records of the range. Each read of a split appends its
     record count to a file, since the tasks run in Spark's Python workers."""
     records_read = count_split_reads(monkeypatch, tmp_path / "reads")
-    root = f"{local_root}/log"
-    wh = warehouse_for(f"{local_root}/warehouse")
-    storage = make_topic(root, partitions=3)
-    produce(storage, "t", 90)
+    root, wh, storage = local_log_and_warehouse(local_root, partitions=3, records=90)
     summary = run_load(spark, root=root, topic="t", warehouse=wh, table="tbl", progress=False)
     assert summary.rows == 90
     assert records_read() == 90
