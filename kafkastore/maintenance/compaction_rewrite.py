@@ -327,21 +327,57 @@ def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[i
         start = batches[first][0]
         end = batches[last][0] + batches[last][1].size
         cols = _decode_chunk(memoryview(log)[start:end], ctx, name, start)
-        surviving = cols.surviving(keep)
-        row = 0
-        for i in range(first, last + 1):
-            pos, h = batches[i]
-            if h.is_control:
-                continue                  # no rows: the decoder drops control batches
-            if not needed[i]:             # decoded with its run (a short gap), dropped
-                row += h.record_count
-                continue
-            out, row = _filter_batch(log, pos, h, cols, surviving, row, ctx, codec, horizons)
-            outs[i] = (pos, h, out)
-        if row != len(cols.offsets):
-            raise CorruptRecordError("decoded records do not line up with their batches",
-                                     offset=batches[first][1].base_offset, position=start)
+        # Control batches have no rows (the decoder drops them); a batch not needed was
+        # decoded with its run (a short gap) and is dropped.
+        data = [i for i in range(first, last + 1) if not batches[i][1].is_control]
+        stats = _RunStats(cols, keep, [batches[i] for i in data], ctx.now_ms, start)
+        for j, i in enumerate(data):
+            if needed[i]:
+                pos, h = batches[i]
+                outs[i] = (pos, h, _filter_batch(log, pos, h, cols, stats, j, ctx, codec, horizons))
     return outs, horizons
+
+
+class _RunStats:
+    """What deciding each data batch of one decoded run needs, computed for the whole run at
+    once (a few numpy calls per run, not per batch): each batch's first row, the rows that
+    survive (keyed, in ``keep``, not a tombstone past its batch's delete horizon), and per
+    batch the survivors, whether a tombstone is among them and their least timestamp."""
+
+    def __init__(self, cols: _Columns, keep: np.ndarray, batches: list[tuple[int, BatchHeader]],
+                 now_ms: int, position: int):
+        counts = np.fromiter((h.record_count for _, h in batches), np.int64, len(batches))
+        ends = np.cumsum(counts)
+        n = len(cols.offsets)
+        if (ends[-1] if len(ends) else 0) != n:
+            raise CorruptRecordError("decoded records do not line up with their batches",
+                                     offset=batches[0][1].base_offset if batches else None,
+                                     position=position)
+        self.starts = ends - counts
+        rows = counts > 0
+        firsts, lasts = self.starts[rows], ends[rows] - 1
+        base = np.fromiter((h.base_offset for _, h in batches), np.int64, len(batches))[rows]
+        last = np.fromiter((h.last_offset for _, h in batches), np.int64, len(batches))[rows]
+        bad = (cols.offsets[firsts] < base) | (cols.offsets[lasts] > last)
+        if bad.any():
+            k = int(np.flatnonzero(rows)[np.argmax(bad)])
+            raise CorruptRecordError("decoded records do not line up with their batch",
+                                     offset=batches[k][1].base_offset, position=batches[k][0])
+        passed = np.fromiter((h.delete_horizon_ms is not None and now_ms >= h.delete_horizon_ms
+                              for _, h in batches), bool, len(batches))
+        # Tombstones past their batch's delete horizon go.
+        self.survives = cols.surviving(keep) & ~(cols.tombstone & np.repeat(passed, counts))
+        self.count = np.zeros(len(batches), np.int64)
+        self.tombstones = np.zeros(len(batches), bool)
+        self.min_ts = np.full(len(batches), -1, np.int64)
+        if n:
+            at = firsts
+            self.count[rows] = np.add.reduceat(self.survives, at)
+            self.tombstones[rows] = np.logical_or.reduceat(self.survives & cols.tombstone, at)
+            top = np.iinfo(np.int64).max
+            stamped = np.where(self.survives & (cols.timestamps >= 0), cols.timestamps, top)
+            least = np.minimum.reduceat(stamped, at)
+            self.min_ts[rows] = np.where(least == top, -1, least)
 
 
 def _needs_decoding(batches: list[tuple[int, BatchHeader]], keep: np.ndarray,
@@ -414,40 +450,29 @@ def _filter_marker(log: bytes, pos: int, h: BatchHeader, ctx: CleanContext, txns
     return data, -1, True
 
 
-def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, surviving: np.ndarray,
-                  row: int, ctx: CleanContext, codec: Compression | None, horizons: list[int]):
-    """``((bytes, min timestamp, rebuilt) or None if dropped, next row)`` for one data batch
-    with records, not aborted (``surviving``: per decoded row, keyed and in ``keep``)."""
-    now = ctx.now_ms
-    n = h.record_count
-    lo, row = row, row + n
-    if row > len(cols.offsets) or not (cols.offsets[lo] >= h.base_offset
-                                       and cols.offsets[row - 1] <= h.last_offset):
-        raise CorruptRecordError("decoded records do not line up with their batch",
-                                 offset=h.base_offset, position=pos)
-    survives = surviving[lo:row].copy()
-    tomb = cols.tombstone[lo:row]
-    hz = h.delete_horizon_ms
-    if hz is not None and now >= hz:
-        survives &= ~tomb                 # tombstones past their delete horizon go
-    count = int(survives.sum())
+def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, stats: _RunStats,
+                  j: int, ctx: CleanContext, codec: Compression | None, horizons: list[int]):
+    """``(bytes, min timestamp, rebuilt)`` of one data batch with records, not aborted, or
+    None if it keeps none (``stats``: its run's, ``j``: its number among the run's data
+    batches)."""
+    count = int(stats.count[j])
     if count == 0:
-        return None, row
-    kept_tombstones = bool((tomb & survives).any())
-    ts = cols.timestamps[lo:row][survives]
-    stamped = ts[ts >= 0]
-    min_ts = int(stamped.min()) if len(stamped) else -1
-    if count == n and not (kept_tombstones and hz is None):
+        return None
+    kept_tombstones = bool(stats.tombstones[j])
+    min_ts = int(stats.min_ts[j])
+    hz = h.delete_horizon_ms
+    if count == h.record_count and not (kept_tombstones and hz is None):
         if kept_tombstones:
             horizons.append(hz)
-        return (log[pos:pos + h.size], min_ts, False), row
+        return log[pos:pos + h.size], min_ts, False
     if kept_tombstones and hz is None:
         hz = _horizon(ctx)
     if kept_tombstones:
         horizons.append(hz)
     # The survivors are encoded straight from the decoded Arrow buffers (C encoder), the
     # same bytes encode_batch gives for the same records.
-    idx = np.nonzero(survives)[0] + lo
+    lo = int(stats.starts[j])
+    idx = np.flatnonzero(stats.survives[lo:lo + h.record_count]) + lo
     log_append = h.timestamp_type == LOG_APPEND_TIME
     data = arrow_encode.encode_rows(
                         cols.encodable(), 0, len(idx), rows=idx, offsets=cols.offsets[idx],
@@ -459,7 +484,7 @@ def _filter_batch(log: bytes, pos: int, h: BatchHeader, cols: _Columns, survivin
                         transactional=h.is_transactional, base_offset=h.base_offset,
                         last_offset=h.last_offset, delete_horizon_ms=hz,
                         max_timestamp=h.max_timestamp if log_append else None)
-    return (data, min_ts, True), row
+    return data, min_ts, True
 
 
 # ---------------------------------------------------------------------------
