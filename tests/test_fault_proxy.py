@@ -9,11 +9,13 @@ of it, s3fs as the client."""
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import pytest
 import s3fs
+from hypothesis import given, strategies as st
 
-from tests.helpers.jepsen.s3_fault_proxy import FaultProxy
+from tests.helpers.jepsen.s3_fault_proxy import Fault, FaultProxy
 
 BUCKET = "kafkastore-test"
 
@@ -78,3 +80,28 @@ def test_a_storm_on_a_directory_fails_its_listing_and_its_object_reads(store):
         fs.cat_file(f"{root}/_cluster/quotas/00000001.json")
     proxy.clear()
     assert _list_and_get(fs, f"{root}/_cluster/quotas")[1] == b'{"quotas": 1}'
+
+
+_segment = st.text(st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="/"),
+                   min_size=1, max_size=8)
+# A plain directory name for the fault beside: no URL or query syntax (``%``, ``&``, ``=``),
+# which a fault's part could match in the raw request or across the query's parameters.
+_plain = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters="-_.~ "),
+                 min_size=1, max_size=8)
+
+
+@given(directory=st.lists(_segment, min_size=1, max_size=3), name=_segment, other=_plain)
+def test_a_directory_is_matched_however_the_client_encodes_it(directory, name, other):
+    """As botocore spells them: an object's key quoted in the path (``/`` kept), a listing's
+    prefix quoted in the query (``/`` too). A fault on the directory matches both; a fault
+    on a directory named ``other`` beside it matches neither, unless one name holds the
+    other."""
+    prefix = "/".join(directory) + "/"
+    get = f"/{BUCKET}/" + quote(prefix + name, safe="/~")
+    listing = f"/{BUCKET}?list-type=2&prefix={quote(prefix, safe='~')}&delimiter=%2F"
+    fault = Fault("storm", until=1.0, path_part=prefix)
+    assert fault.matches("GET", get, 0.0) and fault.matches("GET", listing, 0.0)
+    beside = Fault("storm", until=1.0, path_part=f"/{other}/")
+    if f"/{other}/" not in f"/{BUCKET}/{prefix}{name}":
+        assert not beside.matches("GET", get, 0.0)
+        assert not beside.matches("GET", listing, 0.0)
