@@ -34,6 +34,7 @@ No assertion is made on speed.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import shutil
@@ -146,6 +147,24 @@ def _tenths(acks: list[tuple[float, float]], dur: float) -> list[list[float]]:
     return out
 
 
+def _overlapping(spans: list[tuple[float, float]], lo: float, hi: float):
+    """The spans (sorted by start) that overlap [lo, hi): only those that start within the
+    longest span's length before ``lo`` are looked at (a 10-minute run has a million spans
+    and thousands of slow acks)."""
+    index = _SPAN_INDEX.get(id(spans))
+    if index is None or index[0] is not spans:
+        starts = [a for a, _ in spans]
+        index = _SPAN_INDEX[id(spans)] = (spans, starts, max((b - a for a, b in spans), default=0.0))
+    _, starts, longest = index
+    for i in range(bisect.bisect_left(starts, lo - longest), bisect.bisect_left(starts, hi)):
+        a, b = spans[i]
+        if b > lo:
+            yield a, b
+
+
+_SPAN_INDEX: dict[int, tuple] = {}
+
+
 def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: float,
                slow_s: float) -> None:
     """Print what overlapped the acks sent in [lo, hi) (run seconds) slower than ``slow_s``."""
@@ -153,6 +172,8 @@ def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: fl
     spans: dict[str, list[tuple[float, float]]] = {}
     for start, step, dur in events:
         spans.setdefault(step, []).append((start + shift, start + shift + dur))
+    for ss in spans.values():
+        ss.sort()
     slow = [(t, lat) for t, lat in acks if lo <= t < hi and lat > slow_s]
     print(f"  worst tenth [{lo:.0f} s, {hi:.0f} s): {len(slow)} acks slower than {slow_s * 1e3:.1f} ms "
           f"(the first tenth's p99)")
@@ -171,10 +192,8 @@ def _attribute(acks, events, t0_broker: float, t_start: float, lo: float, hi: fl
     busy: dict[str, float] = {}
     for step, ss in spans.items():
         for t, lat in slow:
-            for a, b in ss:
-                overlap = min(b, t + lat) - max(a, t)
-                if overlap > 0:
-                    busy[step] = busy.get(step, 0.0) + overlap
+            for a, b in _overlapping(ss, t, t + lat):
+                busy[step] = busy.get(step, 0.0) + min(b, t + lat) - max(a, t)
     total = sum(lat for _, lat in slow)
     top = sorted(busy.items(), key=lambda kv: -kv[1])[:10]
     print(f"  step time overlapping those acks (s, of {total:.2f} s of waiting): "
