@@ -26,7 +26,10 @@ last/first (flat history means ratios near 1):
   (a new reader: topic metadata, head, indexes, segments);
 * load planning: :meth:`PartitionReader.plan` of the whole partition into
   128 MB splits (what a load's driver does per partition): time, and the requests and
-  bytes it read (topic metadata, the warm head, no index of a whole segment).
+  bytes it read (topic metadata, the warm head, no index of a whole segment);
+* the manifest versions listed in the partition's ``_manifest/`` (what gc and expiry
+  list), at every twentieth of the commits: with housekeeping on it must stay flat
+  (expiry keeping pace), not grow with the history.
 
 The point-in-time figures (head, consume, planning) are taken once right
 after the first 10% of commits and once at the end. Requests and bytes are
@@ -59,6 +62,7 @@ from short_gc_broker import shorten_gc  # noqa: E402
 from kafkastore.write.log_writer import LogWriter as Broker  # noqa: E402
 from kafkastore.manifest import ManifestStore  # noqa: E402
 from kafkastore.read.reader import PartitionReader  # noqa: E402
+from kafkastore.clock import skewed  # noqa: E402
 from kafkastore.storage import Storage  # noqa: E402
 from kafkastore.topics.admin import create_topic  # noqa: E402
 
@@ -142,10 +146,14 @@ def probe(storage: Storage, fs: CountingFS) -> dict[str, float]:
 
 
 def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
-         gc_ms: int | None = None, segment_bytes: int | None = None) -> None:
+         gc_ms: int | None = None, segment_bytes: int | None = None,
+         clock_skew_ms: int = 0) -> None:
     inner = Storage(url)
     fs = CountingFS(inner.fs)
-    storage = Storage(url, fs=fs)
+    # With ``clock_skew_ms`` the writer's process (and so its housekeeper) reads a clock that
+    # far off the store's, as a broker with a wrong clock does: gc then deletes no file.
+    clock = skewed(clock_skew_ms) if clock_skew_ms else None
+    storage = Storage(url, fs=fs, **({"clock": clock} if clock else {}))
     # With ``gc_ms`` gc runs that often with that grace (the topic's file.delete.delay.ms and
     # the store's grace floor), so its deletes -- a steady cost once the first grace has
     # passed -- fall in the first window too. With the defaults (60 s each) the first gc
@@ -169,6 +177,7 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
     kinds: dict[str, list[int]] = {k: [] for k in ("write", "read", "stat", "list", "delete")}
     me = threading.get_ident()
     probes = {}
+    listed: list[int] = []   # stored manifest versions, at every twentieth of the commits
     value = b"v" * 100
     started = time.perf_counter()
     for i in range(commits):
@@ -189,8 +198,11 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
         if i + 1 == window:
             probes["first"] = probe(storage, fs)
         if (i + 1) % max(1, commits // 20) == 0:
+            # Between two commits' snapshots: this listing is in no commit's counts.
+            listed.append(len(ManifestStore(storage, TOPIC, 0).versions()))
             print(f"  {i + 1}/{commits} commits, {time.perf_counter() - started:.0f} s, "
-                  f"last {statistics.mean(times[-window:]) * 1000:.1f} ms/commit", file=sys.stderr)
+                  f"last {statistics.mean(times[-window:]) * 1000:.1f} ms/commit, "
+                  f"{listed[-1]} manifest versions listed", file=sys.stderr)
     probes["last"] = probe(storage, fs)
     close = getattr(broker, "close", None)
     if close is not None:
@@ -243,6 +255,8 @@ def soak(url: str, commits: int, per_commit: int, housekeeping: bool | None,
     row("load planning: bytes read", f["plan_bytes"], l_["plan_bytes"], "{:.0f}")
     row("live segments", f["live_segments"], l_["live_segments"], "{:.0f}")
     row("manifest version", f["versions"], l_["versions"], "{:.0f}")
+    # Flat when expiry keeps pace: set by the commit rate and the grace, not the history.
+    print(f"  {'manifest versions listed by 20th':<34} " + " ".join(str(n) for n in listed))
     if hk is not None:
         print(f"  housekeeping: {hk.merges} runs merged, {hk.gc_runs} gc runs, "
               f"{len(hk.errors)} errors{': ' + hk.errors[0] if hk.errors else ''}")
@@ -272,20 +286,23 @@ def main(argv=None) -> int:
     hk.add_argument("--housekeeping", dest="housekeeping", action="store_true", default=None,
                     help="the broker merges small segments as it goes (if this version has it)")
     hk.add_argument("--no-housekeeping", dest="housekeeping", action="store_false")
+    ap.add_argument("--clock-skew-ms", type=int, default=0,
+                    help="the writer's clock this far off the store's (e.g. 80000: gc deletes no "
+                         "file then; do old manifest versions still expire?)")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs", file=sys.stderr)
     if not args.no_file:
         tmp = tempfile.mkdtemp(prefix="kafkastore-soak-")
         try:
             soak(f"file://{tmp}/root", args.commits, args.records_per_commit, args.housekeeping,
-                 args.gc_ms, args.segment_bytes)
+                 args.gc_ms, args.segment_bytes, args.clock_skew_ms)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if args.s3:
         server = start_moto("soak", own_process=not args.moto_in_process)
         try:
             soak(f"s3://soak/root-{int(time.time())}", args.s3_commits, args.records_per_commit,
-                 args.housekeeping, args.gc_ms, args.segment_bytes)
+                 args.housekeeping, args.gc_ms, args.segment_bytes, args.clock_skew_ms)
         finally:
             server.stop()
     return 0

@@ -127,6 +127,8 @@ class GcReport:
     deleted: list[str] = field(default_factory=list)
     bytes_deleted: int = 0
     versions_expired: dict[int, list[int]] = field(default_factory=dict)
+    #: Per partition, versions old enough to go that a capped expiry step left (a backlog).
+    expiry_left: dict[int, int] = field(default_factory=dict)
     young: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -154,7 +156,8 @@ class GcReport:
 
 
 def collect_garbage(storage: Storage, topic: str, partition: int | None = None, *, now_ms: int,
-                    grace_ms: int | None = None, dry_run: bool = False) -> GcReport:
+                    grace_ms: int | None = None, dry_run: bool = False, files: bool = True,
+                    max_versions: int | None = None, clock_trusted: bool = True) -> GcReport:
     """Expire old manifest versions and delete unreferenced files older than the grace period.
 
     ``partition`` None means every partition of the topic. ``grace_ms``
@@ -164,6 +167,14 @@ def collect_garbage(storage: Storage, topic: str, partition: int | None = None, 
     ``dry_run`` nothing is expired or deleted and the files that would go are
     reported (computed against every stored version, so possibly fewer than a
     real run deletes). See the module docstring for the safety argument.
+
+    The background housekeeper runs it in bounded steps: ``max_versions`` caps one
+    partition's expiry (:meth:`ManifestStore.expire_step`; what it left is in
+    :attr:`GcReport.expiry_left`), ``files=False`` expires versions only, and so does a
+    step that left a backlog (the files go in the step that finishes it, so a step's work
+    never grows with the backlog). ``clock_trusted=False`` (``now_ms`` from a clock that
+    disagrees with the store's) expires versions by the store's own object times only and
+    deletes no file.
     """
     if not isinstance(now_ms, int) or isinstance(now_ms, bool):
         raise ConfigError(f"now_ms must be epoch milliseconds (int), got {now_ms!r}")
@@ -190,16 +201,23 @@ def collect_garbage(storage: Storage, topic: str, partition: int | None = None, 
         partitions = [partition]
     report = GcReport(topic=topic, grace_ms=grace, dry_run=dry_run)
     for p in partitions:
-        _collect_partition(storage, topic, p, now_ms, grace, dry_run, report)
+        _collect_partition(storage, topic, p, now_ms, grace, dry_run, report, files=files,
+                           max_versions=max_versions, clock_trusted=clock_trusted)
     return report
 
 
 def _collect_partition(storage: Storage, topic: str, partition: int, now_ms: int, grace: int,
-                       dry_run: bool, report: GcReport) -> None:
+                       dry_run: bool, report: GcReport, *, files: bool = True,
+                       max_versions: int | None = None, clock_trusted: bool = True) -> None:
     store = ManifestStore(storage, topic, partition)
     report.partitions.append(partition)
     if not dry_run:
-        report.versions_expired[partition] = store.expire_versions(now_ms, keep_ms=grace, keep_last=1)
+        expired, left = store.expire_step(now_ms, keep_ms=grace, keep_last=1,
+                                          max_versions=max_versions, clock_trusted=clock_trusted)
+        report.versions_expired[partition] = expired
+        report.expiry_left[partition] = left
+        if left or not files or not clock_trusted:
+            return   # the files go in the step that finishes the backlog, on a trusted clock
     candidates = _candidates(storage, topic, partition, report)
     if not candidates:
         return

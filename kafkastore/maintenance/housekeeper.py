@@ -21,7 +21,7 @@ import weakref
 from typing import Callable
 
 from ..clock import SYSTEM
-from ..errors import UnknownTopicError
+from ..errors import ClockSkewError, UnknownTopicError
 from ..manifest import Manifest, ManifestStore
 from ..storage import Storage
 from ..threads import HOUSEKEEPING, in_lane, shared_pool
@@ -57,6 +57,12 @@ class Housekeeper:
     #: floor and its commit must be quick next to a busy writer's, so a job never grows with
     #: a backlog: the housekeeper runs bounded jobs one after another until it is gone.
     max_runs_per_job: int = 32
+    #: Version expiry of a partition is due after this many of its commits (beside gc's
+    #: interval; see :meth:`poke`).
+    expire_every_versions: int = 256
+    #: Versions one expiry step deletes at most (whole groups): a backlog goes in bounded
+    #: steps, each submitted again at once while it leaves some (:meth:`_run_gc`).
+    max_versions_per_step: int = 1024
 
     def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
                  gc_interval_ms: int = DEFAULT_GC_INTERVAL_MS, fan_in: int = DEFAULT_FAN_IN,
@@ -87,11 +93,16 @@ class Housekeeper:
         # that went quiet): due time (ms) and how many gc runs in a row found nothing.
         self._quiet: dict[tuple[str, int], int] = {}
         self._idle_runs: dict[tuple[str, int], int] = {}
+        # Per partition, its manifest version when its last expiry was scheduled here (or when
+        # this process first saw it): the count behind `expire_every_versions`.
+        self._expired_at: dict[tuple[str, int], int] = {}
         self._sweeper: threading.Thread | None = None
         self._configs: dict[str, tuple[int, TopicConfig]] = {}  # topic -> (read at ms, config)
         self.errors: list[str] = []
         self.merges = 0
         self.gc_runs = 0
+        #: Manifest versions this housekeeper's gc and expiry steps deleted.
+        self.versions_expired = 0
 
     def _config(self, topic: str, *, refresh: bool = True) -> TopicConfig:
         # Re-read once per gc interval: a long-running serve must see `alter` (segment.bytes,
@@ -130,6 +141,7 @@ class Housekeeper:
             self._pid, self._lock = os.getpid(), threading.Lock()
             self._busy, self._again, self._gc_busy = set(), set(), set()
             self._quiet, self._idle_runs, self._sweeper = {}, {}, None
+            self._expired_at = {}
         now = self.clock()
         self._owe_gc(tp, now)
         with self._lock:
@@ -138,6 +150,12 @@ class Housekeeper:
                 self._again.add(tp)  # the running merge job plans once more when it is done
             due_gc = (tp not in self._gc_busy
                       and now - self._last_gc.get(tp, self._started_ms) >= self.gc_interval_ms)
+            # Version expiry is due every `expire_every_versions` commits of the partition as
+            # well, also in a process's first interval: a busy partition's writers may restart
+            # more often than the interval (and then never reach their first gc).
+            due_expiry = manifest is not None and tp not in self._gc_busy and (
+                manifest.version - self._expired_at.setdefault(tp, manifest.version)
+                >= self.expire_every_versions)
         want_merge = not merging and manifest is not None and bool(
             merge.plan_for(manifest, self._config(topic, refresh=False), fan_in=self.fan_in,
                      min_segments=self.min_segments))
@@ -150,14 +168,18 @@ class Housekeeper:
             if claimed:
                 scheduled |= self._submit("housekeeping", self.workers, self._run_merge, tp,
                                           self._busy)
-        if due_gc:
+        if due_gc or due_expiry:
             with self._lock:
                 claimed = tp not in self._gc_busy
                 if claimed:
                     self._gc_busy.add(tp)
-                    self._last_gc[tp] = now
+                    if due_gc:
+                        self._last_gc[tp] = now
+                    if manifest is not None:
+                        self._expired_at[tp] = manifest.version
             if claimed:
-                scheduled |= self._submit("housekeeping-gc", self.gc_workers, self._run_gc, tp,
+                job = self._run_gc if due_gc else self._run_expiry
+                scheduled |= self._submit("housekeeping-gc", self.gc_workers, job, tp,
                                           self._gc_busy)
         return scheduled
 
@@ -170,7 +192,8 @@ class Housekeeper:
 
     def _submit(self, pool: str, workers: int, job, tp: tuple[str, int], busy: set) -> bool:
         try:
-            shared_pool(pool, workers).submit(_in_housekeeping_lane, job, tp)
+            with in_lane(None):   # the pool itself, also when a step submits the next one
+                shared_pool(pool, workers).submit(_in_housekeeping_lane, job, tp)
         except RuntimeError:  # interpreter shutting down
             with self._lock:
                 busy.discard(tp)
@@ -217,16 +240,33 @@ class Housekeeper:
         """One gc of ``tp`` (version expiry and unlisted files), on the ``housekeeping-gc``
         pool: a gc that takes long (many versions within the grace) never holds merging up,
         and at most :attr:`gc_workers` gc runs at once in the process."""
+        self._gc_step(tp, files=True)
+
+    def _run_expiry(self, tp: tuple[str, int]) -> None:
+        """Version expiry of ``tp`` alone (due by its commit count), on the gc pool."""
+        self._gc_step(tp, files=False)
+
+    def _gc_step(self, tp: tuple[str, int], *, files: bool) -> None:
+        """One bounded step of gc (``files``) or expiry alone. A step that left a backlog of
+        old versions is submitted again at once, as the next step (the partition stays
+        claimed, and other partitions' steps queued meanwhile run in between); the files go
+        in the step that finishes the backlog."""
         topic, partition = tp
+        again = False
         try:
             with contextlib.suppress(Exception):   # gc reads the config itself; this is for poke
                 self._config(topic)   # re-read here, off the ack path, once per gc interval
-            gc.require_clock_agreement(self.io_storage)   # a clock ahead would delete live files
+            trusted = self._clock_trusted(tp, files)
             now = self.clock()
-            gc_report = gc.collect_garbage(self.io_storage, topic, partition, now_ms=now)
-            self.gc_runs += 1
-            self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
-                                         or any(gc_report.versions_expired.values())))
+            gc_report = gc.collect_garbage(self.io_storage, topic, partition, now_ms=now,
+                                           files=files, max_versions=self.max_versions_per_step,
+                                           clock_trusted=trusted)
+            self.versions_expired += len(gc_report.versions_expired.get(partition, ()))
+            again = bool(gc_report.expiry_left.get(partition)) and not self._closed
+            if files and not again:
+                self.gc_runs += 1   # a whole gc: its last step swept the files
+                self._after_gc(tp, now, bool(gc_report.deleted or gc_report.young
+                                             or any(gc_report.versions_expired.values())))
         except UnknownTopicError as exc:
             # The topic (or the whole root) was deleted: nothing is owed any more.
             log.info("gc of %s/%d: %s; dropped", topic, partition, exc)
@@ -242,10 +282,28 @@ class Housekeeper:
             # A failed gc counts as one that found nothing: the sweeper tries again one
             # interval and one grace later, and gives up after two (a deleted topic, a
             # removed root), instead of retrying at every sweep.
-            self._after_gc(tp, self.clock(), False)
+            if files:
+                self._after_gc(tp, self.clock(), False)
         finally:
-            with self._lock:
-                self._gc_busy.discard(tp)
+            job = self._run_gc if files else self._run_expiry
+            if not (again and self._submit("housekeeping-gc", self.gc_workers, job, tp,
+                                           self._gc_busy)):
+                with self._lock:
+                    self._gc_busy.discard(tp)
+
+    def _clock_trusted(self, tp: tuple[str, int], files: bool) -> bool:
+        """Whether this process's clock agrees with the store's. When it does not, gc deletes
+        no file (a clock ahead would delete live ones) but still expires old versions, by the
+        store's own object times (:meth:`ManifestStore.expire_step`), so a broker with a
+        skewed clock never lets a busy partition's versions pile up."""
+        try:
+            gc.require_clock_agreement(self.io_storage)
+        except ClockSkewError as exc:
+            (log.warning if files else log.info)(
+                "gc of %s/%d deletes no file: %s; old manifest versions are expired by the "
+                "store's object times", tp[0], tp[1], exc)
+            return False
+        return True
 
     #: How often (seconds) the sweeper looks for quiet partitions whose gc is due.
     sweep_s: float = 15.0

@@ -65,7 +65,14 @@ class VersionHistory:
 
     def expire_versions(self, now_ms: int, keep_ms: int, keep_last: int = 1, *,
                         checkpoint: bool = True) -> list[int]:
-        """Delete old versions; return the version numbers deleted.
+        """Delete every old version (see :meth:`expire_step`, which this runs uncapped, on a
+        trusted clock); return the version numbers deleted."""
+        return self.expire_step(now_ms, keep_ms, keep_last, checkpoint=checkpoint)[0]
+
+    def expire_step(self, now_ms: int, keep_ms: int, keep_last: int = 1, *,
+                    checkpoint: bool = True, max_versions: int | None = None,
+                    clock_trusted: bool = True) -> tuple[list[int], int]:
+        """Delete old versions, in one step bounded by ``max_versions`` (default: all).
 
         A version goes only when it is not among the newest ``keep_last`` (at
         least 1: the latest always stays) and was superseded more than
@@ -83,10 +90,26 @@ class VersionHistory:
         itself), a full copy of the head is committed first (operation
         ``checkpoint``, no change to the state), so the old group can go now or,
         on the real clock, one ``keep_ms`` later. With ``checkpoint=False`` it is not.
+
+        Returns ``(deleted, left)``: the versions deleted, oldest first, and how many more
+        could have gone now but for the cap (a backlog, for another step).
+
+        ``max_versions`` bounds one step: whole groups, oldest first, up to that many
+        versions (at least one group: a group is never split by the cap), so a backlog goes
+        in bounded steps, each leaving a contiguous run ending at the latest whose oldest
+        version is full, exactly as an uncapped expiry does.
+
+        ``clock_trusted=False`` (``now_ms`` is from a clock that disagrees with the store's)
+        takes ``now_ms`` no later than the newest object time of the listing: the store gave
+        that time to an object it already holds, so it is not ahead of the store's clock, and
+        a version goes only once it was superseded ``keep_ms`` before it by the store's own
+        times. A clock ahead can then expire nothing early; a clock behind keeps more.
         """
         keep_ms = max(int(keep_ms), int(self.min_keep_ms))
         keep_last = max(1, int(keep_last))
         listing = self._listing()
+        if not clock_trusted:
+            now_ms = min(int(now_ms), int(max((t for _, t in listing), default=0) * 1000))
         # A hole is damage: a checkpoint would be written on the state in front of it (a
         # fork) and the versions behind it expired as if superseded. Refuse the partition.
         self._require_contiguous([v for v, _ in listing])
@@ -103,10 +126,17 @@ class VersionHistory:
             else:
                 listing = self._listing()
                 cut, reach = self._expiry_cut(listing, now_ms, keep_ms, keep_last)
-        doomed = [v for v, _ in listing[:cut]]
+        stop = cut
+        if max_versions is not None and cut > max(1, int(max_versions)):
+            # Whole groups only: on from the cap to the start of the next group (listing[cut]
+            # is one), so the oldest version left is full, as after an uncapped expiry.
+            stop = max(1, int(max_versions))
+            while stop < cut and self._kind(listing[stop][0]) != "full":
+                stop += 1
+        doomed = [v for v, _ in listing[:stop]]
         for v in doomed:  # one at a time, oldest first: readers rely on the order
             self.storage.delete([self.path(v)])
-        return doomed
+        return doomed, cut - stop
 
     def _commit_time(self, version: int) -> float | None:
         try:
