@@ -17,8 +17,10 @@ compaction first):
 * compacts it (forced, every partition) with
   :func:`pipelines.jobs.log_compaction.compact_topic`.
 
-Printed per pair: microseconds per record of each, and the peak RSS of the
-Python driver (sampled every 50 ms) during each. At the end, per job: the
+Printed per pair: microseconds per record of each, wall and by CPU (this process,
+the JVM and Spark's Python workers: :mod:`process_cpu`; other jobs on a shared
+machine move it far less than wall time), and the peak RSS of the Python driver
+(sampled every 50 ms) during each. At the end, per job: the
 cost per record at the largest size over the smallest (the issue's bound:
 within 1.25), by partition count and by record count, then "largest/smallest"
 (most records and partitions over fewest) and max/min over every pair.
@@ -120,13 +122,14 @@ def main(argv=None) -> int:
     from pipelines.jobs.log_compaction import compact_topic
     from pipelines.jobs.load import run_load
     from pipelines.source.session import get_spark
+    from process_cpu import tree_cpu_seconds  # bench/ is sys.path[0]
 
     spark = get_spark(master=args.master, app_name="bench-scale",
                       extra_conf={"spark.ui.enabled": "false"})
     print(f"kafkastore scale benchmark: records {sizes}, partitions {parts}, "
           f"master {args.master}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'records':>11} {'parts':>5} | {'load us/rec':>11} {'driver MB':>9} | "
-          f"{'compact us/rec':>14} {'driver MB':>9} | build s")
+    print(f"{'records':>11} {'parts':>5} | {'load us/rec':>11} {'CPU us/rec':>10} {'driver MB':>9} | "
+          f"{'compact us/rec':>14} {'CPU us/rec':>10} {'driver MB':>9} | build s")
     work = args.work_dir or tempfile.mkdtemp(prefix="kafkastore-scale-")
     # warm-up (JVM, Python workers, imports): a small load and compaction, not reported
     warm = os.path.join(work, "warm")
@@ -138,7 +141,8 @@ def main(argv=None) -> int:
         print(f"(warm-up load failed: {type(e).__name__}: {e})")
     compact_topic(spark, f"file://{warm}/log", TOPIC, force=True, now_ms=BASE_TS + 10 ** 9)
     shutil.rmtree(warm, ignore_errors=True)
-    cost: dict[str, dict[tuple[int, int], float]] = {"load": {}, "compaction": {}}
+    cost: dict[str, dict[tuple[int, int], float]] = {"load": {}, "compaction": {},
+                                                     "load CPU": {}, "compaction CPU": {}}
     try:
         for records in sizes:
             for p in parts:
@@ -147,24 +151,30 @@ def main(argv=None) -> int:
                 built = build(root, records, p, args.segment_bytes)
                 row = [f"{records:>11,} {p:>5} |"]
                 with DriverPeak() as peak:
-                    t = time.perf_counter()
+                    t, cpu0 = time.perf_counter(), tree_cpu_seconds()
                     try:
                         run_load(spark, root=root, topic=TOPIC, warehouse=f"file://{base}/wh",
                                  table="t", progress=False)
                         secs = time.perf_counter() - t
+                        cpu = tree_cpu_seconds() - cpu0
                         cost["load"][(records, p)] = secs / records
-                        row.append(f"{secs / records * 1e6:>11.3f} {peak.peak / 2**20:>9,.0f} |")
+                        cost["load CPU"][(records, p)] = cpu / records
+                        row.append(f"{secs / records * 1e6:>11.3f} {cpu / records * 1e6:>10.3f} "
+                                   f"{peak.peak / 2**20:>9,.0f} |")
                     except Exception as e:  # noqa: BLE001 - the load API is being ported: report, go on
                         row.append(f"{'failed':>11} {'':>9} | ({type(e).__name__}: {e})"[:60])
                 with DriverPeak() as peak:
-                    t = time.perf_counter()
+                    t, cpu0 = time.perf_counter(), tree_cpu_seconds()
                     report = compact_topic(spark, root, TOPIC, force=True,
                                            now_ms=BASE_TS + 10 ** 9)
                     secs = time.perf_counter() - t
+                    cpu = tree_cpu_seconds() - cpu0
                 if not report.ok:
                     print(report.render())
                 cost["compaction"][(records, p)] = secs / records
-                row.append(f"{secs / records * 1e6:>14.3f} {peak.peak / 2**20:>9,.0f} | {built:.1f}")
+                cost["compaction CPU"][(records, p)] = cpu / records
+                row.append(f"{secs / records * 1e6:>14.3f} {cpu / records * 1e6:>10.3f} "
+                           f"{peak.peak / 2**20:>9,.0f} | {built:.1f}")
                 print(" ".join(row), flush=True)
                 shutil.rmtree(base, ignore_errors=True)
         print()
@@ -174,21 +184,21 @@ def main(argv=None) -> int:
             for p in parts:
                 pts = [c[(r, p)] for r in sizes if (r, p) in c]
                 if len(pts) > 1:
-                    print(f"{job:<10} {p:>3} partitions: cost per record at {sizes[-1]:,} / "
+                    print(f"{job:<14} {p:>3} partitions: cost per record at {sizes[-1]:,} / "
                           f"at {sizes[0]:,} records = {pts[-1] / pts[0]:.2f}")
             for r in sizes:
                 pts = [c[(r, p)] for p in parts if (r, p) in c]
                 if len(pts) > 1:
-                    print(f"{job:<10} {r:>11,} records: cost per record at {parts[-1]} / at "
+                    print(f"{job:<14} {r:>11,} records: cost per record at {parts[-1]} / at "
                           f"{parts[0]} partitions = {pts[-1] / pts[0]:.2f}")
             small, large = (sizes[0], parts[0]), (sizes[-1], parts[-1])
             if small in c and large in c and small != large:
-                print(f"{job:<10} cost per record largest/smallest ({large[0]:,} records x "
+                print(f"{job:<14} cost per record largest/smallest ({large[0]:,} records x "
                       f"{large[1]} partitions / {small[0]:,} x {small[1]}) = "
                       f"{c[large] / c[small]:.2f}  (bound: <= 1.25)")
             if len(c) > 1:
                 hi, lo = max(c, key=c.get), min(c, key=c.get)
-                print(f"{job:<10} cost per record max/min over all sizes = {c[hi] / c[lo]:.2f} "
+                print(f"{job:<14} cost per record max/min over all sizes = {c[hi] / c[lo]:.2f} "
                       f"(max at {hi[0]:,} x {hi[1]}, min at {lo[0]:,} x {lo[1]})")
     finally:
         spark.stop()
