@@ -299,6 +299,8 @@ class Housekeeper:
         try:
             gc.require_clock_agreement(self.io_storage)
         except ClockSkewError as exc:
+            if files:   # the file sweep is skipped: an operator's problem, kept in `errors`
+                self.errors.append(f"{tp[0]}/{tp[1]}: {type(exc).__name__}: {exc}")
             (log.warning if files else log.info)(
                 "gc of %s/%d deletes no file: %s; old manifest versions are expired by the "
                 "store's object times", tp[0], tp[1], exc)

@@ -95,7 +95,7 @@ def test_expiry_keeps_pace_when_the_writers_clock_disagrees_with_the_store(tmp_p
 
     counts, errors = _run(tmp_path, commits=2000, life=10_000, process_storage=skewed)
     assert max(counts[len(counts) // 2:]) <= BOUND, counts
-    assert not errors
+    assert errors and all("ClockSkewError" in e for e in errors)   # each skipped file sweep
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
