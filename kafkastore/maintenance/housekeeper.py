@@ -8,8 +8,12 @@ runs :func:`kafkastore.maintenance.merge.merge_partition` on a background thread
 ``gc_interval_ms`` per partition it also runs :func:`kafkastore.maintenance.gc.collect_garbage`
 for the partition (which expires old manifest versions and deletes unlisted
 files older than the grace) on a thread of its own, so a long gc never stalls
-merging. The caller never waits and never sees its
-errors (logged; the next poke tries again).
+merging. Version expiry alone is also due every ``expire_every_versions`` commits of a
+partition, so it keeps pace with a busy partition whose writers restart more often than
+the interval; a backlog goes in bounded steps, back to back; and on a clock that disagrees
+with the store's, versions still expire (by the store's times) while no file is deleted.
+The caller never waits and never sees its errors (logged; the next poke tries again). A
+job that meets the process's thread pools shut (a clean stop) is a stop, not a failure.
 """
 from __future__ import annotations
 
@@ -153,6 +157,8 @@ class Housekeeper:
             # Version expiry is due every `expire_every_versions` commits of the partition as
             # well, also in a process's first interval: a busy partition's writers may restart
             # more often than the interval (and then never reach their first gc).
+            if manifest is not None and manifest.version < self._expired_at.get(tp, 0):
+                self._expired_at[tp] = manifest.version   # the topic was made again
             due_expiry = manifest is not None and tp not in self._gc_busy and (
                 manifest.version - self._expired_at.setdefault(tp, manifest.version)
                 >= self.expire_every_versions)
