@@ -32,6 +32,9 @@
    :mod:`process_cpu`; other jobs on a shared machine move wall times, not these),
    with the 1-minute load average of each run.
 
+``--one-process REPEAT`` skips Spark: it times the compaction task's steps (scan, survivors,
+the whole task) in one process, by CPU seconds, ``REPEAT`` times per topic.
+
 Other processes on the machine make the numbers noisy: rerun and compare.
 """
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import shutil
 import sys
 import threading
@@ -209,6 +213,51 @@ def compact_once(spark, cache_root: str, work_root: str) -> tuple[object, float,
     return result, seconds, peak
 
 
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def one_process(cache_root: str, work: str, name: str, keys: int, repeat: int) -> None:
+    """What one compaction task does (:func:`pipelines.jobs.log_compaction.compact_scanned`),
+    in this process, ``repeat`` times on fresh copies of the topic: the scan, the survivors
+    (the key map) and the whole task (scan, survivors, rewrite and upload; the rewrite is the
+    difference), each in CPU seconds of this process, so other jobs on the machine move them
+    little. The first repetition pays the first touches of the process's memory."""
+    import numpy as np  # noqa: F401 - imported before timing
+    import pyarrow as pa
+
+    from kafkastore.maintenance.compaction import (SCAN_SCHEMA, group_specs, load_plan,
+                                                   scan_task, scan_tasks)
+    from pipelines.jobs.log_compaction import compact_scanned, survivors
+
+    src = cache_root[len("file://"):]
+    for rep in range(repeat):
+        # A fresh path per copy: the manifest's head cache is per process and path.
+        copy = os.path.join(work, f"{name}-{rep}")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(src, copy)
+        storage = Storage(f"file://{copy}")
+        m, plan = load_plan(storage, TOPIC, 0, BASE_TS + 10 ** 7, force=True)
+        groups = group_specs([plan])
+        tasks = scan_tasks(storage, [plan], groups, [m])
+        c0 = _cpu()
+        rows = pa.Table.from_batches([scan_task(storage, t) for t in tasks], schema=SCAN_SCHEMA)
+        c1 = _cpu()
+        survivors(rows)
+        c2 = _cpu()
+        del rows
+        c3 = _cpu()
+        results = compact_scanned(storage, plan.context, groups, tasks)
+        c4 = _cpu()
+        scan, surv, task = c1 - c0, c2 - c1, c4 - c3
+        print(f"one process, {keys:,} distinct keys, repetition {rep + 1}: scan {scan:.3f}, "
+              f"survivors {surv:.3f}, whole task {task:.3f} (rewrite and upload "
+              f"{task - scan - surv:.3f}) CPU s; records out "
+              f"{sum(r.records_out for r in results):,}; load average {os.getloadavg()[0]:.1f}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -221,6 +270,9 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-distinct", action="store_true", help="skip the all-distinct-keys run")
     ap.add_argument("--cold", action="store_true",
                     help="no warm-up compaction: the first timed compaction pays its code path's start")
+    ap.add_argument("--one-process", type=int, metavar="REPEAT", default=0,
+                    help="no Spark: time the compaction task's steps in this process REPEAT times "
+                         "per topic (CPU seconds) and exit")
     args = ap.parse_args(argv)
 
     os.makedirs(args.cache_dir, exist_ok=True)
@@ -240,6 +292,11 @@ def main(argv=None) -> int:
             print(f"built {name}: {args.records:,} records, {keys:,} keys in {secs:.1f} s")
         roots[name] = root
 
+    if args.one_process:
+        for name, keys, _ in runs:
+            one_process(roots[name], os.path.join(args.cache_dir, "work-one"), name, keys,
+                        args.one_process)
+        return 0
     from pipelines.source.session import get_spark
 
     spark = get_spark(master=args.master, app_name="bench-compact",
