@@ -100,16 +100,17 @@ class VersionHistory:
         version is full, exactly as an uncapped expiry does.
 
         ``clock_trusted=False`` (``now_ms`` is from a clock that disagrees with the store's)
-        takes ``now_ms`` no later than the newest object time of the listing: the store gave
-        that time to an object it already holds, so it is not ahead of the store's clock, and
-        a version goes only once it was superseded ``keep_ms`` before it by the store's own
-        times. A clock ahead can then expire nothing early; a clock behind keeps more.
+        takes the newest object time of the listing as now instead: the store gave that time
+        to an object it already holds, so it is not ahead of the store's clock, and a version
+        goes only once it was superseded ``keep_ms`` before it by the store's own times. The
+        process's clock, ahead or behind, then plays no part; on a busy partition the newest
+        object is moments old, on a quiet one expiry waits for its next commit.
         """
         keep_ms = max(int(keep_ms), int(self.min_keep_ms))
         keep_last = max(1, int(keep_last))
         listing = self._listing()
         if not clock_trusted:
-            now_ms = min(int(now_ms), int(max((t for _, t in listing), default=0) * 1000))
+            now_ms = int(max((t for _, t in listing), default=0) * 1000)
         # A hole is damage: a checkpoint would be written on the state in front of it (a
         # fork) and the versions behind it expired as if superseded. Refuse the partition.
         self._require_contiguous([v for v, _ in listing])

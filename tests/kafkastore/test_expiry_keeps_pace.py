@@ -45,10 +45,11 @@ def _commit_at(store: ManifestStore, root_dir: str, at_ms: int):
     return m
 
 
-def _run(tmp_path, commits: int, life: int, process_storage) -> tuple[list[int], list[str]]:
+def _run(tmp_path, commits: int, life: int, process_storage,
+         skew_ms: int = 0) -> tuple[list[int], list[str]]:
     """``commits`` commits at RATE a simulated second, each poked to a housekeeper that is
-    replaced (a restarted process) every ``life`` commits; the stored versions counted every
-    50 commits, and the housekeeper's errors."""
+    replaced (a restarted process) every ``life`` commits and reads the simulated time plus
+    ``skew_ms``; the stored versions counted every 50 commits, and the housekeeper's errors."""
     root_dir = str(tmp_path / "root")
     storage, store = _start(f"file://{root_dir}")
     sim = [SYSTEM.wall_ms()]
@@ -59,7 +60,7 @@ def _run(tmp_path, commits: int, life: int, process_storage) -> tuple[list[int],
             if i % life == 0:
                 if hk is not None:
                     hk.close()
-                hk = Housekeeper(process_storage(storage), clock=lambda: sim[0])
+                hk = Housekeeper(process_storage(storage), clock=lambda: sim[0] + skew_ms)
             m = _commit_at(store, root_dir, sim[0])
             hk.poke(T, P, m)
             assert hk.wait(60)
@@ -87,13 +88,17 @@ def test_expiry_keeps_pace_when_the_writer_restarts_more_often_than_the_gc_inter
     assert not errors
 
 
-def test_expiry_keeps_pace_when_the_writers_clock_disagrees_with_the_store(tmp_path):
-    # A clock 80 s ahead: gc deletes no file (it would delete live ones), but versions still
-    # expire by the store's own object times. Seen failing: 2,000 stored after 2,000 commits.
+@pytest.mark.parametrize("skew_ms", [80_000, -80_000])
+def test_expiry_keeps_pace_when_the_writers_clock_disagrees_with_the_store(tmp_path, skew_ms):
+    # A clock 80 s off: gc deletes no file (ahead, it would delete live ones), but versions
+    # still expire by the store's own object times, whichever way the clock is off. Seen
+    # failing: 2,000 stored after 2,000 commits (and, with "now" taken as the earlier of the
+    # clock and the store's times, 1,654 with the clock behind).
     def skewed(storage):
-        return Storage(storage.url, clock=Clock(wall_ms=lambda: SYSTEM.wall_ms() + 80_000))
+        return Storage(storage.url, clock=Clock(wall_ms=lambda: SYSTEM.wall_ms() + skew_ms))
 
-    counts, errors = _run(tmp_path, commits=2000, life=10_000, process_storage=skewed)
+    counts, errors = _run(tmp_path, commits=2000, life=10_000, process_storage=skewed,
+                          skew_ms=skew_ms)
     assert max(counts[len(counts) // 2:]) <= BOUND, counts
     assert errors and all("ClockSkewError" in e for e in errors)   # each skipped file sweep
 
