@@ -146,6 +146,14 @@ class Connection:
         #: Loop time until which no request is read: a throttled client's channel is muted.
         self.muted_until = 0.0
         self._mute_gate = asyncio.Lock()
+        #: The broker's fence epoch when the connection opened: a request read after the
+        #: broker fenced itself is not handled (see :meth:`_opened_before_a_fence`).
+        registry = server.brokers
+        self.fence_epoch = registry.fence_epoch if registry is not None else 0
+        if registry is not None and registry.lease_lapsed():
+            # Accepted from the backlog as the process resumes: the client may have connected
+            # and sent its request during the pause. Fencing now leaves the connection behind.
+            registry.fence_if_lapsed()
 
     @property
     def authenticated(self) -> bool:
@@ -228,8 +236,28 @@ class Connection:
             except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the connection is over
                 pass
 
+    def _opened_before_a_fence(self) -> bool:
+        """Whether the broker fenced itself since this connection opened (fencing it now if
+        its lease lapsed). Such a connection is closed and its request not handled: a broker
+        paused past the liveness window reads, when it resumes, requests its clients sent
+        before the pause and may since have given up on (a TxnOffsetCommit whose client timed
+        out and aborted its transaction would otherwise join the producer's next transaction
+        and commit its offsets without its outputs). Clients reconnect and resend what they
+        still want."""
+        registry = self.server.brokers
+        if registry is None:
+            return False
+        if registry.lease_lapsed():
+            registry.fence_if_lapsed()
+        return registry.fence_epoch != self.fence_epoch
+
     def _dispatch(self, payload: bytes):
         """Decode one request and start its handler; None closes the connection."""
+        if self._opened_before_a_fence():
+            log.warning("closing %s: the broker fenced itself since the connection opened "
+                        "(its requests may have waited out a pause); the client reconnects",
+                        self.peer)
+            return None
         try:
             head = codec.peek_header(payload)
         except codec.ProtocolError as exc:

@@ -65,6 +65,9 @@ def test_queued_group_metadata_of_a_dropped_group_is_not_written(broker, root):
     before = registry.fence_epoch
     registry.fence("test: as after a pause")
     assert registry.fence_epoch == before + 1 and not registry.authority_valid()
+    with pytest.raises(ConnectionError):   # a connection from before the fence is not served
+        fetch(w, "fm")
+    w = Wire(broker.bootstrap)                                    # the client reconnects
     assert fetch(w, "fm") == (0, {0: 1, 1: -1})                   # renewed, read again
     assert registry.authority_valid()
     svc = service(broker.server)

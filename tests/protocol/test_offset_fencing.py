@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 
-from kafkastore.groups.offsets import OffsetAndMetadata, OffsetsStore
+from kafkastore.groups.offsets import (DEFAULT_OFFSETS_PARTITIONS, OffsetAndMetadata, OffsetsStore,
+                                       partition_for_group)
 from kafkastore.protocol.coordinators import group as G
-from kafkastore.protocol.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS,
+from kafkastore.protocol.wire.error_codes import (COORDINATOR_LOAD_IN_PROGRESS, INVALID_TXN_STATE,
                                                   UNSTABLE_OFFSET_COMMIT)
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
@@ -58,9 +59,10 @@ def _join(w: Wire, group: str) -> tuple[str, int]:
 
 
 def _txn_offset_commit(w: Wire, group: str, generation: int, member: str, offset: int,
-                       instance: str | None = None) -> int:
-    """A transaction (InitProducerId, AddOffsetsToTxn) whose TxnOffsetCommit v3 carries
-    ``generation`` and ``member``; the partition's error code (the transaction is aborted)."""
+                       instance: str | None = None, added_group: str | None = None) -> int:
+    """A transaction (InitProducerId, AddOffsetsToTxn of ``added_group``, by default
+    ``group``) whose TxnOffsetCommit v3 carries ``generation`` and ``member``; the
+    partition's error code (the transaction is aborted)."""
     import time
 
     tid = "tx-" + uuid.uuid4().hex[:8]
@@ -74,7 +76,7 @@ def _txn_offset_commit(w: Wire, group: str, generation: int, member: str, offset
     assert int(init.error_code) == 0
     pid, epoch = init.producer_id, init.producer_epoch
     assert int(w.call(_req(25, 3, transactional_id=tid, producer_id=pid, producer_epoch=epoch,
-                           group_id=group)).error_code) == 0
+                           group_id=added_group or group)).error_code) == 0
     r = w.call(_req(28, 3, transactional_id=tid, group_id=group, producer_id=pid,
                     producer_epoch=epoch, generation_id=generation, member_id=member,
                     group_instance_id=instance, topics=(
@@ -99,6 +101,20 @@ def test_txn_offset_commit_checks_member_and_generation_as_offset_commit_does(br
         assert _txn_offset_commit(w, "tg", -1, "", 5) == 0
         # And an unknown group's member is unknown.
         assert _txn_offset_commit(w, "tg-new", 3, "someone", 5) == G.UNKNOWN_MEMBER_ID
+    finally:
+        w.close()
+
+
+def test_txn_offset_commit_needs_its_own_groups_offsets_partition_in_the_transaction(broker):
+    """AddOffsetsToTxn adds one group's partition of the offsets topic: a TxnOffsetCommit of a
+    group whose partition the transaction does not hold is INVALID_TXN_STATE, as in Kafka."""
+    home = partition_for_group("tg-a", DEFAULT_OFFSETS_PARTITIONS)
+    other = next(g for g in (f"tg-{i}" for i in range(100))
+                 if partition_for_group(g, DEFAULT_OFFSETS_PARTITIONS) != home)
+    w = Wire(broker.bootstrap)
+    try:
+        assert _txn_offset_commit(w, other, -1, "", 5, added_group="tg-a") == INVALID_TXN_STATE
+        assert _txn_offset_commit(w, "tg-a", -1, "", 5) == 0
     finally:
         w.close()
 
@@ -162,6 +178,8 @@ def test_offset_fetch_never_answers_no_offset_for_a_group_dropped_while_it_waite
         assert fenced
         # Either the client is told to ask again, or it gets the committed offsets.
         assert (err, offsets) == (0, {0: 40, 1: 41}) or (err != 0 and -1 not in offsets.values())
+        w.close()
+        w = Wire(broker.bootstrap)   # the connection from before the fence is closed: reconnect
         assert fetch(w, "dg") == (0, {0: 40, 1: 41})
     finally:
         w.close()

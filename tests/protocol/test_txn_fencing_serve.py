@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from kafkastore.write.log_writer import LogWriter as Broker
 from kafkastore.manifest import ManifestStore
 from kafkastore.protocol.apis import txn as api_txn
@@ -150,10 +152,12 @@ def test_produce_verification_reads_the_coordinator_state_not_a_stale_cache(loca
 
 
 def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
-    """Requests read before the pause are handled the moment the process resumes: the
-    coordinator answers them COORDINATOR_LOAD_IN_PROGRESS (retriable) for a moment after
+    """Requests read before the pause would be handled the moment the process resumes: the
+    broker closes the connections opened before it fenced itself without handling them, and
+    the coordinator answers COORDINATOR_LOAD_IN_PROGRESS (retriable) for a moment after
     fencing, so a commit its client gave up on (and followed with an abort and a new
-    transaction) never lands; a client still waiting retries and is served."""
+    transaction) never lands; a client still waiting reconnects, retries and is served."""
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
     from kio.schema.end_txn.v3.request import EndTxnRequest
 
     from tests.protocol.wire import Wire
@@ -171,12 +175,18 @@ def test_an_end_txn_read_before_a_pause_does_not_act_on_resume(local_root):
                 return int(w.call(EndTxnRequest(transactional_id="undecided", producer_id=11,
                                                 producer_epoch=0, committed=True)).error_code)
 
+            # The connection is open on the broker's side before the pause (a first request).
+            assert int(w.call(ApiVersionsRequest(client_software_name="t",
+                                                 client_software_version="1")).error_code) == 0
             # Paused and resumed: the heartbeat renewed the lease before the request ran.
             _on_loop(broker, broker.server.run(registry.fence, "paused past the liveness window"))
             _on_loop(broker, broker.server.run(registry.heartbeat))
-            assert end() == LOAD_IN_PROGRESS
+            with pytest.raises(ConnectionError):   # read on a connection from before the fence
+                end()
             assert _committed(local_root) == []
             assert TxnStore(Storage(local_root)).get("undecided").state is T.TxnState.ONGOING
+            w.close()
+            w = Wire(broker.bootstrap, timeout=10)   # the client reconnects
             deadline = time.monotonic() + 30
             while (err := end()) == LOAD_IN_PROGRESS:   # the client's retry
                 assert time.monotonic() < deadline

@@ -392,7 +392,14 @@ async def _check_txn_offsets(ctx, request) -> tuple[int, int]:
     if request.producer_epoch != cur.producer_epoch:
         return (T.PRODUCER_FENCED if request.producer_epoch < cur.producer_epoch
                 else T.INVALID_PRODUCER_EPOCH), -1
-    if cur.state is not T.TxnState.ONGOING or not any(t == OFFSETS_TOPIC for t, _ in cur.partitions):
+    try:
+        n = await ctx.run(groups(ctx.broker).store._topic_partitions, True)
+    except KafkaStoreError:
+        return COORDINATOR_NOT_AVAILABLE, -1
+    # This group's partition of the offsets topic, as AddOffsetsToTxn added it: another
+    # group's does not let this group's offsets into the transaction.
+    if cur.state is not T.TxnState.ONGOING or \
+            (OFFSETS_TOPIC, partition_for_group(request.group_id, n)) not in cur.partitions:
         return T.INVALID_TXN_STATE, -1
     return T.NONE, cur.txn_start_ms
 
