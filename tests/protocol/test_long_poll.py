@@ -55,7 +55,11 @@ def test_parked_fetches_use_no_cpu_and_wake_on_produce(module_root, storage):
         cpu0, wall0 = _cpu_seconds(threads), time.monotonic()
         time.sleep(3)
         cpu = (_cpu_seconds(threads) - cpu0) / (time.monotonic() - wall0)
-        assert cpu < 0.05, f"{PARKED} parked fetches used {cpu:.1%} of a core"
+        # A bound that catches polling per parked fetch (300 of them spinning or re-reading
+        # would take most of a core), not a measure of efficiency: the broker's background
+        # threads (heartbeat, document refreshers, housekeeping of the module's root) use a
+        # few percent on their own, more on a loaded CI machine (7.7% seen in a full run).
+        assert cpu < 0.25, f"{PARKED} parked fetches used {cpu:.1%} of a core"
         # A produce wakes every one of them promptly.
         producer = Wire(b.bootstrap)
         started = time.monotonic()
