@@ -22,6 +22,7 @@ from kafkastore.format.record_batch import Record, decode_batch, encode_batch
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.format.transactions import AbortedTxn, is_aborted
 from tests.helpers.threads import run_at_once
+from tests.helpers.decoders import assert_decoders_agree
 
 IMPLS = {"pure": ad.decode_to_arrow_pure}
 if ad.NATIVE_AVAILABLE:
@@ -718,12 +719,6 @@ def test_native_equals_pure_equals_reference(batches, data):
     assert_columns_equal(columns_of(native), expected)
 
 
-def outcome(fn, buf):
-    try:
-        return ("ok", fn(buf, topic="t", partition=0, segment="s"))
-    except CorruptRecordError as e:
-        return (type(e).__name__, e.offset, e.position)
-
 
 @pytest.mark.skipif(not ad.NATIVE_AVAILABLE, reason="kafkastore.format._native is not built")
 @settings(max_examples=300, deadline=None)
@@ -743,12 +738,7 @@ def test_native_and_pure_agree_on_damaged_bytes(data):
         fix_crc(buf, len(pre))
     if data.draw(st.booleans()):
         buf = buf[:data.draw(st.integers(len(pre), len(buf)))]
-    a = outcome(ad.decode_to_arrow_native, bytes(buf))
-    b = outcome(ad.decode_to_arrow_pure, bytes(buf))
-    if a[0] == "ok" and b[0] == "ok":
-        assert a[1].equals(b[1])
-    else:
-        assert a == b
+    assert_decoders_agree(bytes(buf))
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2, 3, 4])
