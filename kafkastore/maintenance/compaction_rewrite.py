@@ -14,6 +14,13 @@ base) and each group becomes one new segment covering exactly the group's
 * a batch whose records all survive and that needs no new delete horizon is
   copied byte for byte; otherwise it is re-encoded with the topic's codec
   (the batch's own codec under ``compression.type=producer``);
+* a create-time batch whose records all survive (every offset of it is in
+  ``keep`` and no delete horizon of it has passed) is not decoded to Arrow: one C
+  walk over its decompressed records checks them and finds its tombstones
+  (:func:`_keep_whole`). Without a tombstone, or with a horizon already, it is
+  copied byte for byte; a first horizon rewrites each record's timestamp delta
+  against it and compresses the records again (the same bytes the decode and
+  re-encode give);
 * only batches that can keep a record are decoded: which data batches hold a
   survivor offset is known from their headers and ``keep``; a stretch of at
   least :data:`REWRITE_SKIP_BYTES` of batches without one is dropped without
@@ -67,11 +74,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..clock import Clock, as_clock
-from ..errors import CorruptRecordError, StaleUploadError
+from ..errors import CompressionError, CorruptRecordError, StaleUploadError
 from ..format import arrow_encode
 from ..format.arrow_decode import decode_to_arrow
-from ..format.compression import Compression
-from ..format.record_batch import LOG_APPEND_TIME, BatchHeader, decode_batch, encode_batch
+from ..format.compression import Compression, decompress
+from ..format.extensions import use
+from ..format.record_batch import (CREATE_TIME, HEADER_SIZE, LOG_APPEND_TIME, BatchHeader,
+                                   assemble_batch, decode_batch, encode_batch)
 from ..format.segment_build import SegmentBuilder
 from ..format.segment_scan import iter_batches
 from ..manifest import (AssertSegmentsPresent, Manifest, ManifestStore, ReplaceSegments, SegmentEntry,
@@ -84,6 +93,11 @@ from .compaction import (COMPACTION_WRITER_ID, DEFAULT_SCAN_BYTES, REWRITE_CHUNK
                          PartitionResult, Skip, _marker_type, group_specs, load_plan,
                          local_survivors, scan_tasks, skipped_result)
 from .merge import generation
+
+_native = use("kafkastore.format._native")
+#: The C walk that keeps a batch whole without decoding it (None: not built or switched
+#: off; the batch is then decoded and re-encoded, with the same bytes).
+_restamp = getattr(_native, "restamp_records", None)
 
 # ---------------------------------------------------------------------------
 # rewriting one group
@@ -320,9 +334,15 @@ def _filter_chunk(log: bytes, name: str, chunk_start: int, batches: list[tuple[i
     Control batches are left to the caller (output None), which walks the batches in
     order. Touches no shared state (``txns`` is only read), so chunks can be filtered on
     threads."""
-    needed = _needs_decoding(batches, keep, txns)
+    needed, whole = _needs_decoding(batches, keep, txns, ctx.now_ms)
     horizons: list[int] = []
     outs: list = [(pos, h, None) for pos, h in batches]
+    for i in whole:
+        pos, h = batches[i]
+        out = _keep_whole(log, pos, h, ctx, codec, horizons)
+        if out is not None:           # else decoded below (which raises on damage)
+            outs[i] = (pos, h, out)
+            needed[i] = False
     for first, last in decode_runs([h.size for _, h in batches], needed, REWRITE_SKIP_BYTES):
         start = batches[first][0]
         end = batches[last][0] + batches[last][1].size
@@ -381,16 +401,59 @@ class _RunStats:
 
 
 def _needs_decoding(batches: list[tuple[int, BatchHeader]], keep: np.ndarray,
-                    txns: _TxnState) -> list[bool]:
-    """Per batch: a data batch, not aborted, with records and at least one offset of
-    ``keep`` within its offsets (only such a batch can keep a record)."""
+                    txns: _TxnState, now_ms: int) -> tuple[list[bool], list[int]]:
+    """``(needed, whole)``: per batch, whether it is a data batch, not aborted, with records
+    and at least one offset of ``keep`` within its offsets (only such a batch can keep a
+    record); and the numbers of the needed create-time batches that keep every record
+    (each of their offsets is in ``keep``, as offsets are unique, and no horizon of theirs
+    has passed), which :func:`_keep_whole` can take without decoding them."""
     if not len(keep):
-        return [False] * len(batches)
+        return [False] * len(batches), []
     base = np.fromiter((h.base_offset for _, h in batches), np.int64, len(batches))
     last = np.fromiter((h.last_offset for _, h in batches), np.int64, len(batches))
     hits = np.searchsorted(keep, last, "right") - np.searchsorted(keep, base, "left")
-    return [bool(k) and not h.is_control and h.record_count > 0 and not txns.is_aborted(h)
-            for k, (_, h) in zip(hits.tolist(), batches)]
+    needed = [bool(k) and not h.is_control and h.record_count > 0 and not txns.is_aborted(h)
+              for k, (_, h) in zip(hits.tolist(), batches)]
+    if _restamp is None:
+        return needed, []
+    whole = [i for i, (k, (_, h)) in enumerate(zip(hits.tolist(), batches))
+             if needed[i] and k == h.record_count and h.timestamp_type == CREATE_TIME
+             and (h.delete_horizon_ms is None or now_ms < h.delete_horizon_ms)]
+    return needed, whole
+
+
+def _keep_whole(log: bytes, pos: int, h: BatchHeader, ctx: CleanContext,
+                codec: Compression | None, horizons: list[int]):
+    """``(bytes, min timestamp, rebuilt)`` of a data batch that keeps every record (see
+    :func:`_needs_decoding`), from one C walk over its records instead of a decode and an
+    encode: the original bytes unless a first delete horizon is due (a tombstone in a batch
+    without one), then the records relative to the horizon, compressed again. None when the
+    walk declines (damage, a null key, a timestamp out of range): the caller decodes it."""
+    payload = memoryview(log)[pos + HEADER_SIZE:pos + h.size]
+    try:
+        body = payload if h.compression == Compression.NONE else decompress(h.compression,
+                                                                             payload)
+    except CompressionError:
+        return None
+    hz = h.delete_horizon_ms
+    new = _horizon(ctx) if hz is None else None
+    walked = _restamp(body, h.record_count, h.base_timestamp, h.last_offset_delta, new)
+    if walked is None:
+        return None
+    records, tombstones, min_ts, max_ts = walked
+    if not tombstones or hz is not None:
+        if tombstones:
+            horizons.append(hz)
+        return log[pos:pos + h.size], min_ts, False
+    horizons.append(new)
+    data = assemble_batch(records, h.record_count, h.base_offset, h.last_offset, new, max_ts,
+                          codec=codec if codec is not None else h.compression,
+                          timestamp_type=h.timestamp_type, producer_id=h.producer_id,
+                          producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+                          partition_leader_epoch=h.partition_leader_epoch,
+                          transactional=h.is_transactional, control=False,
+                          delete_horizon=True, max_timestamp=None, compression_level=None)
+    return data, min_ts, True
 
 
 def decode_runs(sizes: Sequence[int], needed: Sequence[bool], skip_bytes: int

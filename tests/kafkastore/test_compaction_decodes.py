@@ -1,18 +1,26 @@
 """The rewrite decodes only the batches that can keep a record: a stretch of data batches
 with none of their offsets among the survivors (or aborted, or empty) is dropped without
 being decoded (``REWRITE_SKIP_BYTES`` set to 0 here: every such stretch; by default from
-256 KiB), and a batch whose records all survive is copied with its bytes and offsets."""
+256 KiB), and a batch whose records all survive is copied with its bytes and offsets.
+A create-time batch that keeps every record is not decoded either when the C walk is
+built (``_keep_whole``; tests/kafkastore/test_compaction_whole_batches.py)."""
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafkastore.format.record_batch import CREATE_TIME
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
 from kafkastore.maintenance.compaction_rewrite import decode_runs, rewrite_group
 from kafkastore.storage import Storage
 from tests.helpers.compaction import T0, make_topic, produce, produce_rounds
+
+
+#: The C walk of batches kept whole, read once (monkeypatch undoes changes after a test,
+#: not between hypothesis examples).
+WALK = compaction_rewrite._restamp
 
 
 def _counting_decoder(monkeypatch, skip_bytes: int = 0) -> list[int]:
@@ -49,6 +57,19 @@ def _rewrite_all(storage, now, threads=1):
             for g in groups]
 
 
+def _kept_whole(batches, keep, now, aborted=()):
+    """Records of the data batches the walk takes without decoding: create time, every
+    offset in ``keep``, no passed delete horizon (none without the walk)."""
+    if WALK is None:
+        return 0
+    kept = set(keep.tolist())
+    return sum(h.record_count for h, _ in batches
+               if not h.is_control and h.base_offset not in aborted and h.record_count
+               and h.timestamp_type == CREATE_TIME
+               and (h.delete_horizon_ms is None or now < h.delete_horizon_ms)
+               and sum(h.base_offset <= o <= h.last_offset for o in kept) == h.record_count)
+
+
 def _with_a_survivor(batches, keep, aborted=()):
     """Records of the data batches holding at least one offset of ``keep``."""
     kept = set(keep.tolist())
@@ -58,6 +79,8 @@ def _with_a_survivor(batches, keep, aborted=()):
 
 
 def test_superseded_batches_are_not_decoded(tmp_path, monkeypatch):
+    # The survivors' batch keeps every record: without the walk it is decoded, with it not.
+    monkeypatch.setattr(compaction_rewrite, "_restamp", None)
     storage = Storage(tmp_path.as_uri())
     make_topic(storage, segment_bytes=10 ** 6)
     for i in range(4):                                   # every key rewritten in each round
@@ -112,7 +135,8 @@ def test_only_batches_with_survivors_are_decoded_and_whole_ones_keep_their_bytes
     decoded_max = 0
     for group, keep, result in _rewrite_all(storage, now, threads):
         source = _source_batches(storage, group)
-        decoded_max += _with_a_survivor(source, keep, aborted_bases)
+        decoded_max += (_with_a_survivor(source, keep, aborted_bases)
+                        - _kept_whole(source, keep, now, aborted_bases))
         if result.entry is None:
             continue
         out = storage.get(result.entry.paths("t", 0)[".log"])
@@ -122,5 +146,5 @@ def test_only_batches_with_survivors_are_decoded_and_whole_ones_keep_their_bytes
             if (src[0].record_count == h.record_count
                     and src[0].delete_horizon_ms == h.delete_horizon_ms):
                 assert bytes(out[pos:pos + h.size]) == src[1]    # kept whole: its own bytes
-    # The rewrite decodes the batches that can keep a record, nothing else.
+    # The rewrite decodes the batches that can keep a record and are not kept whole, nothing else.
     assert sum(rows) == decoded_max

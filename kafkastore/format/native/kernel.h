@@ -266,6 +266,7 @@ PyObject *mod_pylist_int64(PyObject *m, PyObject *arg);
 PyObject *mod_murmur2_arrow(PyObject *m, PyObject *args);
 PyObject *mod_latest_per_key(PyObject *m, PyObject *args);          /* keymap.c */
 PyObject *mod_set_key_hash_bits(PyObject *m, PyObject *args);
+PyObject *mod_restamp_records(PyObject *m, PyObject *args);
 PyObject *mod_set_inline_zstd(PyObject *m, PyObject *args);          /* decode.c */
 
 #endif /* KAFKASTORE_KERNEL_H */

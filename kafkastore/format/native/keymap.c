@@ -352,3 +352,209 @@ done:
     Py_DECREF(seq);
     return res;
 }
+
+/* ------------------------------------------------------------------ */
+/* restamp_records: compaction's rewrite of a batch it keeps whole      */
+/* ------------------------------------------------------------------ */
+/*
+ * restamp_records(records, count, base_ts, last_delta, new_base_ts=None)
+ *     -> (bytes | None, tombstones, min_ts, max_ts) | None
+ *
+ * `records` is the uncompressed records section of a create-time v2 data batch of
+ * `count` records whose base timestamp is `base_ts` and last offset delta `last_delta`.
+ * One walk checks it as the decoder does (lengths, offset deltas increasing within
+ * [0, last_delta], keys present, header keys UTF-8, timestamps in range) and counts the
+ * tombstones; min_ts is the least record timestamp >= 0 (-1 if none), max_ts the
+ * greatest.  With `new_base_ts` and at least one tombstone, the bytes are the same
+ * records relative to base timestamp `new_base_ts` (the delete horizon): each timestamp
+ * delta and record length rewritten, attributes 0, the rest copied; byte for byte what
+ * encode_arrow writes for the decoded records.  None (the caller decodes the batch
+ * instead, which raises the precise error) for anything it does not accept: a null key,
+ * damage, a timestamp or delta out of range.
+ */
+#define RS_TS_LIMIT (INT64_MAX / 1000)   /* the decoder's bound (Arrow microseconds) */
+#define RS_NOGIL_BYTES (16 * 1024)       /* a batch's walk this large runs without the GIL */
+
+static inline int rs_vsize(int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    int n = 1;
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *rs_put(uint8_t *q, int64_t v) {
+    uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+    while (z >= 0x80) {
+        *q++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
+    *q++ = (uint8_t)z;
+    return q;
+}
+
+/* Skips a nullable byte string (length varint, bytes) within [*pq, e): 0 ok, -1 damage;
+ * *len gets the length (-1: null). */
+static inline int rs_skip_bytes(const uint8_t **pq, const uint8_t *e, int32_t *len) {
+    if (rd_varint(pq, e, len) < 0 || *len < -1 || (*len > 0 && (size_t)*len > (size_t)(e - *pq)))
+        return -1;
+    if (*len > 0)
+        *pq += *len;
+    return 0;
+}
+
+typedef struct {
+    Py_ssize_t tombstones;
+    int64_t min_ts, max_ts;
+    size_t out_bound;     /* bytes the restamped records can take */
+} rs_walk;
+
+/* The checking walk: 0 ok, -1 not accepted. */
+static int rs_check(const uint8_t *p, size_t n, Py_ssize_t count, int64_t base_ts,
+                    int32_t last_delta, int has_new, int64_t new_base, rs_walk *w) {
+    const uint8_t *q = p, *e = p + n;
+    int32_t prev = -1;
+    w->tombstones = 0;
+    w->min_ts = -1;
+    w->max_ts = 0;
+    w->out_bound = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t rlen, offd, klen, vlen, hcount;
+        int64_t tsd, ts;
+        if (rd_varint(&q, e, &rlen) < 0 || rlen < 1 || (size_t)rlen > (size_t)(e - q))
+            return -1;
+        const uint8_t *r = q + 1, *re = q + rlen;   /* past the attributes byte */
+        if (rd_varlong(&r, re, &tsd) < 0 || rd_varint(&r, re, &offd) < 0)
+            return -1;
+        if (offd <= prev || offd > last_delta)
+            return -1;
+        prev = offd;
+        if (rs_skip_bytes(&r, re, &klen) < 0 || klen < 0 || rs_skip_bytes(&r, re, &vlen) < 0)
+            return -1;
+        if (rd_varint(&r, re, &hcount) < 0 || hcount < 0)
+            return -1;
+        for (int32_t j = 0; j < hcount; j++) {
+            int32_t hkl, hvl;
+            const uint8_t *hk;
+            if (rd_varint(&r, re, &hkl) < 0 || hkl < 0 || (size_t)hkl > (size_t)(re - r))
+                return -1;
+            hk = r;
+            r += hkl;
+            if (!utf8_valid(hk, (size_t)hkl) || rs_skip_bytes(&r, re, &hvl) < 0)
+                return -1;
+        }
+        if (r != re)
+            return -1;
+        if (__builtin_add_overflow(base_ts, tsd, &ts) || ts > RS_TS_LIMIT || ts < -RS_TS_LIMIT)
+            return -1;
+        if (has_new) {
+            int64_t nd;
+            if (__builtin_sub_overflow(ts, new_base, &nd))
+                return -1;
+            /* length varint (at most 5 bytes), attributes, new delta, the rest */
+            w->out_bound += (size_t)rlen + 5 + 10;
+        }
+        w->tombstones += vlen == -1;
+        if (i == 0 || ts > w->max_ts)
+            w->max_ts = ts;
+        if (ts >= 0 && (w->min_ts < 0 || ts < w->min_ts))
+            w->min_ts = ts;
+        q = re;
+    }
+    return q == e ? 0 : -1;
+}
+
+/* The rewriting walk over records rs_check accepted: the bytes written, or -1 if a record
+ * would be too long. */
+static Py_ssize_t rs_write(const uint8_t *p, size_t n, Py_ssize_t count, int64_t base_ts,
+                           int64_t new_base, uint8_t *out) {
+    const uint8_t *q = p, *e = p + n;
+    uint8_t *o = out;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int32_t rlen = 0;
+        int64_t tsd = 0;
+        rd_varint(&q, e, &rlen);
+        const uint8_t *r = q + 1, *re = q + rlen;
+        rd_varlong(&r, re, &tsd);
+        const int64_t nd = base_ts + tsd - new_base;   /* checked by rs_check */
+        const int64_t nlen = (int64_t)(re - r) + 1 + rs_vsize(nd);
+        if (nlen > INT32_MAX)
+            return -1;
+        o = rs_put(o, nlen);
+        *o++ = 0;
+        o = rs_put(o, nd);
+        memcpy(o, r, (size_t)(re - r));
+        o += re - r;
+        q = re;
+    }
+    return (Py_ssize_t)(o - out);
+}
+
+PyObject *mod_restamp_records(PyObject *Py_UNUSED(m), PyObject *args) {
+    Py_buffer in;
+    Py_ssize_t count;
+    long long base_ts, new_base = 0;
+    int last_delta;
+    PyObject *new_o = Py_None;
+    if (!PyArg_ParseTuple(args, "y*nLi|O:restamp_records", &in, &count, &base_ts, &last_delta,
+                          &new_o))
+        return NULL;
+    int has_new = new_o != Py_None;
+    if (has_new) {
+        new_base = PyLong_AsLongLong(new_o);
+        if (new_base == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&in);
+            return NULL;
+        }
+    }
+    PyObject *res = NULL, *out = NULL;
+    rs_walk w;
+    int rc;
+    const uint8_t *p = (const uint8_t *)in.buf;
+    size_t n = (size_t)in.len;
+    if (count < 0 || last_delta < 0) {
+        rc = -1;
+    } else if (n >= RS_NOGIL_BYTES) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = rs_check(p, n, count, (int64_t)base_ts, last_delta, has_new, (int64_t)new_base, &w);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = rs_check(p, n, count, (int64_t)base_ts, last_delta, has_new, (int64_t)new_base, &w);
+    }
+    if (rc < 0) {
+        PyBuffer_Release(&in);
+        Py_RETURN_NONE;
+    }
+    if (has_new && w.tombstones > 0) {
+        out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)w.out_bound);
+        if (!out)
+            goto done;
+        uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+        Py_ssize_t len;
+        if (n >= RS_NOGIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            len = rs_write(p, n, count, (int64_t)base_ts, (int64_t)new_base, o);
+            Py_END_ALLOW_THREADS
+        } else {
+            len = rs_write(p, n, count, (int64_t)base_ts, (int64_t)new_base, o);
+        }
+        if (len < 0) {
+            Py_CLEAR(out);
+            res = Py_None;
+            Py_INCREF(res);
+            goto done;
+        }
+        if (_PyBytes_Resize(&out, len) < 0)
+            goto done;
+    } else {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    res = Py_BuildValue("(OnLL)", out, w.tombstones, (long long)w.min_ts, (long long)w.max_ts);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&in);
+    return res;
+}

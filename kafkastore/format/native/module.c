@@ -77,6 +77,9 @@
  * latest_per_key(chunks, dirty, offsets, plans=None) -> bytes (int64[n])   compaction's
  *     key map: per row the greatest dirty offset of its (plan, key), exact (keymap.c)
  * _set_key_hash_bits(bits) -> old     tests: force keys to share hashes (keymap.c)
+ * restamp_records(records, count, base_ts, last_delta, new_base_ts=None)
+ *     -> (bytes | None, tombstones, min_ts, max_ts) | None   compaction: a batch kept
+ *     whole, checked and given a delete horizon without decoding it (keymap.c)
  *
  * Memory: see "Memory blocks" in buffers.c (fresh pages faulted in ahead in bulk, huge
  * pages where measured cheaper, a small cache of freed column buffers, buffers
@@ -126,6 +129,10 @@ static PyMethodDef module_methods[] = {
     {"_set_key_hash_bits", mod_set_key_hash_bits, METH_VARARGS,
      "_set_key_hash_bits(bits) -> old: latest_per_key keeps only the top bits of each key's "
      "hash (tests: forced shared hashes; 64 = all)"},
+    {"restamp_records", mod_restamp_records, METH_VARARGS,
+     "restamp_records(records, count, base_ts, last_delta, new_base_ts=None) -> (bytes or "
+     "None, tombstones, min_ts, max_ts) or None: a create-time records section checked, and "
+     "relative to new_base_ts when it holds a tombstone (keymap.c)"},
     {"set_buffer_cache", mod_set_buffer_cache, METH_VARARGS,
      "set_buffer_cache(limit_bytes) -> old limit: bound the memory kept for reuse between "
      "decodes (touched bytes; 0 disables and frees the cache)"},
