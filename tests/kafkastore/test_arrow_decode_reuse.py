@@ -309,3 +309,80 @@ def test_growing_a_block_advised_in_pieces():
         _native._alloc_stats(old_small, old_huge)
     assert cols["rows"] == want.num_rows
     assert cols["value"].equals(want.column("value"))
+
+
+def _collapse_works() -> bool:
+    """Whether this kernel collapses anonymous memory into huge pages (MADV_COLLAPSE,
+    Linux 6.1, THP not "never", a free huge page): probed on a mapping of our own."""
+    import ctypes
+    import mmap
+
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            if "[never]" in f.read():
+                return False
+        m = mmap.mmap(-1, 4 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:
+        return False
+    try:
+        m.write(b"x" * (4 << 20))
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+        start = -addr % (2 << 20)
+        m.madvise(mmap.MADV_HUGEPAGE, start, 2 << 20)
+        m.madvise(25, start, 2 << 20)   # MADV_COLLAPSE
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+    finally:
+        import gc
+
+        gc.collect()   # the from_buffer view holds an export of m
+        try:
+            m.close()
+        except BufferError:
+            pass
+
+
+def _huge_bytes_at(address: int) -> int:
+    """AnonHugePages (bytes) of this process's mapping that holds `address`."""
+    inside, huge = False, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "AnonHugePages:":
+                huge = int(line.split()[1]) * 1024
+    return huge
+
+
+def test_a_reused_block_is_collapsed_into_huge_pages():
+    """Auto mode (4) gives fresh memory 4 KiB pages when those fault in cheaper, but a block
+    the cache hands out again is being reused, and a warm decode of 4 KiB pages pays for TLB
+    misses: the touched part of the block is collapsed into huge pages when it is taken, so
+    the second decode's value column lies in huge pages (and its rows are the same)."""
+    import sys
+
+    if not sys.platform.startswith("linux") or not _collapse_works():
+        pytest.skip("needs Linux's MADV_COLLAPSE and transparent huge pages")
+    from kafkastore.format import _native
+
+    seg = b"".join(encode_batch([Record(b * 100 + i, 5, b"k", b"%04d" % i * 1000, ())
+                                 for i in range(100)]) for b in range(24))   # ~9.6 MB of values
+    want = ad.decode_to_arrow_pure(seg, topic="t", partition=0)
+    old_mode = _native._set_alloc_mode(2)      # the first decode: 4 KiB pages, populated
+    limit = _native.set_buffer_cache(256 << 20)  # clears the cache, keeps blocks again
+    try:
+        first = ad.decode_to_arrow_native(seg, topic="t", partition=0)
+        assert first.equals(want)
+        first_at = value_address(first)
+        del first                               # its blocks go to the cache
+        _native._set_alloc_mode(4)
+        second = ad.decode_to_arrow_native(seg, topic="t", partition=0)
+        assert value_address(second) == first_at   # the cached block, reused
+        assert second.equals(want)
+        assert _huge_bytes_at(value_address(second)) >= 2 << 20
+    finally:
+        _native._set_alloc_mode(old_mode)
+        _native.set_buffer_cache(limit)
