@@ -237,34 +237,35 @@ static inline void copy_over(uint8_t *dst, const uint8_t *src, size_t n) {
 #define COPY_SLACK 32
 #define COPY_OVER_MAX 256
 
-/* The fast path's PUT_NULLABLE: a short field copied by copy_over when its source
- * (before the batch's end `e`) and the column (before DEND) have the slack. */
-#define PUT_SHORT(LEN, SRC, DATA, DEND, TOT, VALID, NULLS)                                 \
-    do {                                                                                   \
-        if ((LEN) >= 0) {                                                                  \
-            if ((size_t)(LEN) <= COPY_OVER_MAX && (SRC) + (LEN) + COPY_SLACK <= e &&        \
-                (DATA) + (TOT) + (LEN) + COPY_SLACK <= (DEND))                             \
-                copy_over((DATA) + (TOT), (SRC), (size_t)(LEN));                           \
-            else                                                                           \
-                memcpy((DATA) + (TOT), (SRC), (size_t)(LEN));                              \
-            (TOT) += (size_t)(LEN);                                                        \
-            (VALID)[rows >> 3] |= (uint8_t)(1u << (rows & 7));                             \
-        } else {                                                                           \
-            (NULLS)++;                                                                     \
-        }                                                                                  \
-    } while (0)
+/* How the fast path copies a key or value: by copy_over when the field is short and
+ * both its source (before the batch's end `src_end`) and the column (before `dst_end`)
+ * have the slack for its over-reads and over-writes, else by memcpy. */
+static inline void copy_short(uint8_t *dst, const uint8_t *src, size_t n,
+                              const uint8_t *src_end, const uint8_t *dst_end) {
+    if (n <= COPY_OVER_MAX && src + n + COPY_SLACK <= src_end && dst + n + COPY_SLACK <= dst_end)
+        copy_over(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
+
+/* How the full path copies one: memmove when the source may overlap the column (values
+ * written in place, behind the read position), else memcpy. */
+static inline void copy_field(uint8_t *dst, const uint8_t *src, size_t n, int overlap) {
+    if (overlap)
+        memmove(dst, src, n);
+    else
+        memcpy(dst, src, n);
+}
 
 #define RERR(...) do { KERR(err, ERR_CORRUPT, h->base_offset, 1, bpos, __VA_ARGS__); goto fail; } while (0)
 
 /* Appends row `rows`'s nullable field (LEN bytes at SRC, -1: null) to the column's
- * DATA at TOT with its VALID bit, or counts it in NULLS. OVERLAP: SRC may overlap. */
-#define PUT_NULLABLE(LEN, SRC, DATA, TOT, VALID, NULLS, OVERLAP)                           \
+ * DATA at TOT with its VALID bit, or counts it in NULLS.  COPY(dst, src, n, ...) moves
+ * the bytes, given the rest of the arguments: copy_short (the fast path) or copy_field. */
+#define PUT_NULLABLE(LEN, SRC, DATA, TOT, VALID, NULLS, COPY, ...)                         \
     do {                                                                                   \
         if ((LEN) >= 0) {                                                                  \
-            if (OVERLAP)                                                                   \
-                memmove((DATA) + (TOT), (SRC), (size_t)(LEN));                             \
-            else                                                                           \
-                memcpy((DATA) + (TOT), (SRC), (size_t)(LEN));                              \
+            COPY((DATA) + (TOT), (SRC), (size_t)(LEN), __VA_ARGS__);                       \
             (TOT) += (size_t)(LEN);                                                        \
             (VALID)[rows >> 3] |= (uint8_t)(1u << (rows & 7));                             \
         } else {                                                                           \
@@ -384,9 +385,9 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
             o_ts[rows] = fts * 1000;
             if (tstype) /* zero-filled (dec_reserve_rows) */
                 o_tst[rows] = tstype;
-            PUT_SHORT(fklen, fkp, o_kdata, kend, klen_tot, o_kvalid, knulls);
+            PUT_NULLABLE(fklen, fkp, o_kdata, klen_tot, o_kvalid, knulls, copy_short, e, kend);
             o_koff[rows + 1] = (int32_t)klen_tot;
-            PUT_SHORT(fvlen, fvp, o_vdata, vend, vlen_tot, o_vvalid, vnulls);
+            PUT_NULLABLE(fvlen, fvp, o_vdata, vlen_tot, o_vvalid, vnulls, copy_short, e, vend);
             o_voff[rows + 1] = (int32_t)vlen_tot;
             hnulls++;
             if (d->nhdr) /* zero-filled, and nhdr only grows (dec_reserve_rows) */
@@ -468,10 +469,10 @@ static int dec_records(Decoder *d, const bheader *h, const uint8_t *d0, size_t n
         o_ts[rows] = ts * 1000;
         if (tstype) /* zero-filled (dec_reserve_rows) */
             o_tst[rows] = tstype;
-        PUT_NULLABLE(klen, kp, o_kdata, klen_tot, o_kvalid, knulls, 0);
+        PUT_NULLABLE(klen, kp, o_kdata, klen_tot, o_kvalid, knulls, copy_field, 0);
         o_koff[rows + 1] = (int32_t)klen_tot;
         /* in place: behind the read position, possibly overlapping */
-        PUT_NULLABLE(vlen, vp, o_vdata, vlen_tot, o_vvalid, vnulls, inplace);
+        PUT_NULLABLE(vlen, vp, o_vdata, vlen_tot, o_vvalid, vnulls, copy_field, inplace);
         o_voff[rows + 1] = (int32_t)vlen_tot;
         if (keep_headers && hcount > 0) {
             o_hvalid[rows >> 3] |= (uint8_t)(1u << (rows & 7));
