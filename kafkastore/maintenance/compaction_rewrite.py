@@ -294,8 +294,18 @@ class _Columns:
     def surviving(self, keep: np.ndarray) -> np.ndarray:
         """Per row: a keyed record whose offset is in ``keep`` (one search for the whole chunk,
         not one per batch)."""
-        if not len(keep):
-            return np.zeros(len(self.offsets), bool)
+        n = len(self.offsets)
+        if not len(keep) or not n:
+            return np.zeros(n, bool)
+        first = int(self.offsets[0])
+        if int(self.offsets[-1]) - first == n - 1 and (np.diff(self.offsets) == 1).all():
+            # Consecutive offsets (a log not compacted before): each kept offset marks its
+            # row directly, instead of a binary search per row.
+            lo = int(np.searchsorted(keep, first, "left"))
+            hi = int(np.searchsorted(keep, first + n - 1, "right"))
+            rows = np.zeros(n, bool)
+            rows[keep[lo:hi] - first] = True
+            return rows & self.keyed
         i = np.searchsorted(keep, self.offsets)
         return (keep[np.minimum(i, len(keep) - 1)] == self.offsets) & self.keyed
 
