@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 from dataclasses import replace
@@ -30,6 +31,13 @@ from .updates import Build
 log = logging.getLogger("kafkastore.manifest")
 
 _VERSION_RE = re.compile(r"^(\d{20})\.json$")
+
+#: The back-off jitter of every store made without its own ``rng``: one generator per
+#: process (seeding a new one reads the OS's entropy, and a store is made per commit and
+#: per read on the broker's hot paths), seeded again in a forked child so that forked
+#: writers do not back off in step.
+_SHARED_RNG = random.Random()
+os.register_at_fork(after_in_child=_SHARED_RNG.seed)
 
 
 class ManifestStore(VersionHistory):
@@ -78,7 +86,7 @@ class ManifestStore(VersionHistory):
             raise ConfigError(f"partition must be an integer >= 0, got {partition!r}")
         self.partition = partition
         self.dir = layout.manifest_dir(topic, partition)
-        self._rng = rng or random.Random()
+        self._rng = rng or _SHARED_RNG
         # The storage's clock unless told otherwise (one clock per process, injected at the top).
         base = clock or storage.clock
         self._clock = base if sleep is None else Clock(

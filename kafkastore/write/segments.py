@@ -19,9 +19,12 @@ this module adds is what every writer did around it, once:
   An empty index is uploaded only where the file set keeps Kafka's shape
   (``empty_indexes``: an import adopts a Kafka directory as it is).
 * **Small segments** (:func:`write_segment` with ``index_interval_bytes``): a segment
-  shorter than ``index.interval.bytes`` goes up as its ``.log`` alone (its ``.index``
-  has no entry by Kafka's sparse rule; readers scan the few bytes, merging builds the
-  indexes later), so a small commit is two objects: the log and the manifest version.
+  shorter than ``index.interval.bytes``, or one whose ``.index`` has no entry anyway (a
+  single batch, however large), goes up as its ``.log`` alone (a reader scans it from
+  position 0 with or without its indexes: a ``.timeindex`` only names an offset, which
+  the absent ``.index`` places at position 0; merging builds the indexes later), so a
+  small commit, and a transaction's batch at a partition, is two objects: the log and
+  the manifest version.
 * **Stale uploads** (:class:`Uploads`, :func:`commit_appending`): a commit refuses to
   list a file written more than half the gc grace floor ago (gc may already have taken
   it). Uploads are kept across the attempts of one commit per placement (the high
@@ -123,8 +126,8 @@ def write_segment(storage: Storage | None, topic: str, partition: int, stats, lo
     """Upload one built segment and return its manifest entry (not committed yet).
 
     ``log`` is bytes or a tuple/list of buffers (the ``.log`` is their concatenation).
-    With ``index_interval_bytes``, a log shorter than it goes up alone (see the module
-    docstring). ``storage=None`` computes the entry without uploading anything
+    With ``index_interval_bytes``, a log shorter than it, or whose ``index`` is empty,
+    goes up alone (see the module docstring). ``storage=None`` computes the entry without uploading anything
     (compaction's ``rewrite_group(upload=False)``). ``empty_indexes`` uploads an index the builder left empty
     (a Kafka-shaped file set, as an import adopts it). ``entry_fields`` go to
     :func:`segment_entry`.
@@ -134,7 +137,12 @@ def write_segment(storage: Storage | None, topic: str, partition: int, stats, lo
     for part in parts:
         size += memoryview(part).nbytes
         checksum = crc32c(part, checksum)
-    if index_interval_bytes is not None and size < index_interval_bytes:
+    if index_interval_bytes is not None and (size < index_interval_bytes or not len(index)):
+        # A writer's small segment (Kafka's sparse rule gives its .index no entry), or one
+        # whose .index has no entry all the same (one batch, however large): every reader
+        # starts such a log at position 0, and its .timeindex can only send a reader to an
+        # offset the absent .index then places at position 0 too. Uploading them would
+        # cost a file (create, fsync) per commit and save no read.
         index = timeindex = b""
     seg_id = segment_id or layout.new_segment_id()
     entry = segment_entry(stats, segment_id=seg_id, size=size, checksum=checksum,

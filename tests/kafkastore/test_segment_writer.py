@@ -16,11 +16,13 @@ from hypothesis import given, settings, strategies as st
 import kafkastore
 from kafkastore import layout
 from kafkastore.format.segment_build import SegmentBuilder
-from kafkastore.manifest import BatchMetadata, ManifestStore, ProducerState
+from kafkastore.manifest import AppendSegments, BatchMetadata, ManifestStore, ProducerState
+from kafkastore.read.reader import PartitionReader
+from kafkastore.topics.admin import create_topic
 from kafkastore.write.segments import (APPEND, DUPLICATE, FENCED, OUT_OF_ORDER, Uploads,
                                        check_sequence, write_segment)
 from kafkastore.storage import Storage
-from tests.helpers.segments import make_batch, simple_batches
+from tests.helpers.segments import TS0 as TS, make_batch, simple_batches
 
 T, P = "events", 0
 LIBRARY = pathlib.Path(kafkastore.__file__).parent
@@ -64,6 +66,30 @@ def test_a_small_segment_goes_up_as_its_log_alone_and_lands_where_it_is_shifted(
     assert (entry.writer_id, entry.leader_epoch) == (7, 2)
     assert entry.max_timestamp_offset == built.stats.offset_of_max_timestamp + 100
     assert _objects(storage, entry) == [".log"]
+
+
+def test_a_single_large_batch_goes_up_as_its_log_alone_and_reads_as_with_its_indexes(local_root):
+    """A segment of one batch longer than index.interval.bytes has no .index entry (Kafka's
+    sparse rule indexes a batch only after the bytes before it), so its .timeindex could
+    only name an offset that a reader then scans for from position 0: the writer uploads
+    the .log alone (a transaction's batch at a partition is one file and the manifest
+    version), and reads by offset and by timestamp answer as they did with the indexes."""
+    storage = Storage(local_root)
+    create_topic(storage, T, 1)
+    builder = SegmentBuilder(0, index_interval_bytes=4096)
+    stamps = [TS + 10 * i for i in range(40)]
+    builder.append(make_batch(0, stamps, value_size=400))
+    built = builder.build()
+    assert len(built.log) > 4096 and not built.index and built.timeindex
+    entry = write_segment(storage, T, P, built.stats, built.log, built.index, built.timeindex,
+                          writer_id=0, leader_epoch=0, index_interval_bytes=4096)
+    assert (entry.index_size, entry.timeindex_size, entry.size) == (0, 0, len(built.log))
+    assert _objects(storage, entry) == [".log"]
+    ManifestStore(storage, T, P).commit(lambda m: ([AppendSegments((entry,))], []))
+    reader = PartitionReader(storage, T, P)
+    assert reader.offset_for_timestamp(TS + 10 * 17 - 3) == 17
+    assert reader.offset_for_timestamp(TS + 10 * 40) == 40
+    assert reader.read(25, 27).column("offset").to_pylist() == [25, 26]
 
 
 def test_a_large_segment_goes_up_whole_and_an_import_keeps_empty_indexes(root_url):
