@@ -34,7 +34,8 @@ from ..topics.topic_config import TopicConfig
 # gc and merge are called through their modules (a profiler's wrapper of a function there is
 # seen, as when the housekeeper lived in merge.py)
 from . import gc, merge
-from .merge import DEFAULT_FAN_IN, DEFAULT_GC_INTERVAL_MS, DEFAULT_MIN_SEGMENTS
+from .merge import (DEFAULT_FAN_IN, DEFAULT_GC_INTERVAL_MS, DEFAULT_MIN_SEGMENTS,
+                    HOUSEKEEPING_FIRST_FAN_IN)
 
 log = logging.getLogger("kafkastore.merge")  # the housekeeper's log name before the move (log filters use it)
 
@@ -71,13 +72,19 @@ class Housekeeper:
     def __init__(self, storage: Storage, *, clock: Callable[[], int] | None = None,
                  gc_interval_ms: int = DEFAULT_GC_INTERVAL_MS, fan_in: int = DEFAULT_FAN_IN,
                  min_segments: int = DEFAULT_MIN_SEGMENTS, workers: int = 1,
-                 gc_workers: int = 1, writer: str = "housekeeping"):
+                 gc_workers: int = 1, writer: str = "housekeeping",
+                 first_fan_in: int | None = None):
         self.storage = storage
         #: What the jobs read, upload, delete and commit through (see the class docstring).
         self.io_storage = storage.for_housekeeping()
         self.clock = clock or storage.clock.wall_ms
         self.gc_interval_ms = gc_interval_ms
         self.fan_in = fan_in
+        #: Generation 0's fan-in (:func:`kafkastore.maintenance.merge.plan_merge`; None:
+        #: ``fan_in``). The process's housekeeper (:func:`housekeeper_for`) packs the
+        #: writers' small segments in bigger runs, so fewer runs (uploads, fsyncs, deletes)
+        #: per commit.
+        self.first_fan_in = first_fan_in
         self.min_segments = min_segments
         self.writer = writer
         self.workers = workers
@@ -164,7 +171,7 @@ class Housekeeper:
                 >= self.expire_every_versions)
         want_merge = not merging and manifest is not None and bool(
             merge.plan_for(manifest, self._config(topic, refresh=False), fan_in=self.fan_in,
-                     min_segments=self.min_segments))
+                           min_segments=self.min_segments, first_fan_in=self.first_fan_in))
         scheduled = False
         if want_merge:
             with self._lock:
@@ -215,7 +222,8 @@ class Housekeeper:
                 report = merge.merge_partition(self.io_storage, topic, partition,
                                          config=self._config(topic), fan_in=self.fan_in,
                                          min_segments=self.min_segments, writer=self.writer,
-                                         max_runs=self.max_runs_per_job)
+                                         max_runs=self.max_runs_per_job,
+                                         first_fan_in=self.first_fan_in)
                 self.merges += len(report.merged)
                 # A capped job left work behind (a backlog): go on, one bounded job at a
                 # time, rather than letting one job grow with the backlog.
@@ -403,9 +411,10 @@ _SHARED_LOCK = threading.Lock()
 
 
 def housekeeper_for(storage: Storage) -> Housekeeper:
-    """The process's one :class:`Housekeeper` for ``storage`` (made on first use)."""
+    """The process's one :class:`Housekeeper` for ``storage`` (made on first use), which
+    merges generation 0 in runs of up to :data:`~kafkastore.maintenance.merge.HOUSEKEEPING_FIRST_FAN_IN`."""
     with _SHARED_LOCK:
         hk = _SHARED.get(storage)
         if hk is None:
-            hk = _SHARED[storage] = Housekeeper(storage)
+            hk = _SHARED[storage] = Housekeeper(storage, first_fan_in=HOUSEKEEPING_FIRST_FAN_IN)
         return hk

@@ -54,6 +54,18 @@ the shape of an LSM tree's size-tiered compaction restricted to neighbours:
   practice the top generation packs two or more segments per output, so
   ``live`` is about ``1.3 * S / B`` plus a few dozen small segments.
 
+**First generation.** A run's cost is mostly fixed, whatever its size: it reads its
+inputs, uploads three objects (three fsyncs on local files), and gc later deletes its
+inputs' files; the runs of one job share one commit. The segments writers leave
+(generation 0) are the smallest, one per produce commit, so with a fan-in of 4 most runs
+are theirs (a third of a run and one upload per commit). ``first_fan_in`` ``F0`` lets
+generation 0 alone merge in runs of up to ``F0`` members (the housekeeper uses
+:data:`HOUSEKEEPING_FIRST_FAN_IN`, 16, in ``housekeeper_for``): four times fewer runs and uploads than at 4,
+a fifth fewer reads and rewritten bytes (one generation less), about a third fewer
+deletes (bench/merge_plan_cost.py counts them). The bounds above hold with the first
+block's ``F`` replaced by ``F0``: ``live <= 2 * S / B + F0 + F * G + 1``; the rewrite bound
+is unchanged (a run still has at least two members).
+
 ``min_segments`` (default 32): a partition with fewer live segments is not
 merged at all (rewriting a tiny log buys nothing), which adds that many to
 the constant. ``segment.ms`` caps a run by its record timestamps (largest
@@ -119,6 +131,10 @@ from ..threads import between_steps
 
 #: Fan-in: how many segments of one generation merge into one.
 DEFAULT_FAN_IN = 4
+#: The process's housekeeper's fan-in of generation 0, the segments writers leave
+#: (``housekeeper_for``; see "First generation" in the module docstring); ``plan_merge``,
+#: a ``Housekeeper`` made directly and ``kafkastore merge`` keep ``fan_in`` unless told.
+HOUSEKEEPING_FIRST_FAN_IN = 16
 #: A partition with fewer live segments is left alone.
 DEFAULT_MIN_SEGMENTS = 32
 #: How often (at most) housekeeping runs gc and version expiry for one partition.
@@ -183,7 +199,8 @@ def _stretches(segments: Sequence[SegmentEntry], barriers: Iterable[int],
 def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
                segment_ms: int | None = None, fan_in: int = DEFAULT_FAN_IN,
                min_segments: int = DEFAULT_MIN_SEGMENTS, barriers: Iterable[int] = (),
-               exclude: Iterable[str] = (), pack: bool = False) -> list[MergeRun]:
+               exclude: Iterable[str] = (), pack: bool = False,
+               first_fan_in: int | None = None) -> list[MergeRun]:
     """The runs to merge now, oldest first, non-overlapping (pure; see the module docstring).
 
     ``segments`` are a manifest's live segments in offset order; ``barriers``
@@ -195,9 +212,16 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
     the final pass of ``kafkastore merge`` on a log nobody writes any more (each
     pass rewrites at most the partly filled segment of each stretch again, so
     it is not for every commit).
+
+    ``first_fan_in`` (default: ``fan_in``) is the fan-in of generation 0 alone: the
+    segments writers leave are the smallest, and a run costs its reads, its uploads, a
+    commit and gc's deletes of its inputs whatever its size, so packing more of them per
+    run makes fewer runs (see "First generation" in the module docstring).
     """
-    if fan_in < 2 or segment_bytes < 1:
-        raise ConfigError(f"merge needs fan_in >= 2 and segment_bytes >= 1, got {fan_in}, {segment_bytes}")
+    first = fan_in if first_fan_in is None else first_fan_in
+    if fan_in < 2 or first < 2 or segment_bytes < 1:
+        raise ConfigError(f"merge needs fan_in >= 2, first_fan_in >= 2 and segment_bytes >= 1, "
+                          f"got {fan_in}, {first}, {segment_bytes}")
     if len(segments) < max(min_segments, 2):
         return []
     span_limit = segment_ms if segment_ms is not None and segment_ms > 0 else None
@@ -209,11 +233,12 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
             if pack:
                 i = _pack_from(stretch, i, segment_bytes, span_limit, runs)
                 continue
+            f = first if g == 0 else fan_in
             total = 0
             lo = hi = NO_TIMESTAMP
             j = i
             capped = False
-            while j < n and j - i < fan_in and generation(stretch[j].segment_id) == g:
+            while j < n and j - i < f and generation(stretch[j].segment_id) == g:
                 seg = stretch[j]
                 nlo, nhi = _span(lo, hi, seg)
                 if total + seg.size > segment_bytes or (
@@ -223,7 +248,7 @@ def plan_merge(segments: Sequence[SegmentEntry], segment_bytes: int, *,
                 total += seg.size
                 lo, hi = nlo, nhi
                 j += 1
-            if j - i == fan_in or (j - i >= 2 and capped):
+            if j - i == f or (j - i >= 2 and capped):
                 runs.append(MergeRun(tuple(stretch[i:j]), g + 1))
                 i = j
             else:
@@ -358,27 +383,30 @@ class MergeReport:
 
 
 def plan_for(m: Manifest | None, config: TopicConfig, *, fan_in: int = DEFAULT_FAN_IN,
-             min_segments: int = DEFAULT_MIN_SEGMENTS, pack: bool = False) -> list[MergeRun]:
+             min_segments: int = DEFAULT_MIN_SEGMENTS, pack: bool = False,
+             first_fan_in: int | None = None) -> list[MergeRun]:
     """:func:`plan_merge` for a manifest under a topic's config (barrier: the cleaner offset of
     a compacted topic)."""
     if m is None:
         return []
     barriers = [m.cleaner_offset] if config.compact and m.cleaner_offset else []
     return plan_merge(m.segments, config.segment_bytes, segment_ms=config.segment_ms,
-                      fan_in=fan_in, min_segments=min_segments, barriers=barriers, pack=pack)
+                      fan_in=fan_in, min_segments=min_segments, barriers=barriers, pack=pack,
+                      first_fan_in=first_fan_in)
 
 
 def merge_partition(storage: Storage, topic: str, partition: int, *,
                     config: TopicConfig | None = None, fan_in: int = DEFAULT_FAN_IN,
                     min_segments: int = DEFAULT_MIN_SEGMENTS, max_runs: int | None = None,
                     rounds: int = 1, writer: str = "merge", now_ms: int | None = None,
-                    pack: bool = False) -> MergeReport:
+                    pack: bool = False, first_fan_in: int | None = None) -> MergeReport:
     """Plan on the latest manifest, merge the runs and commit them once (see the module docstring).
 
     ``rounds`` > 1 plans and merges again on the result (until nothing is
     planned), e.g. for the ``merge`` command on a log nobody served; with
     ``pack`` the last round packs what the tiered rounds left (see
-    :func:`plan_merge`). ``max_runs`` caps the runs per round. Never deletes anything.
+    :func:`plan_merge`). ``max_runs`` caps the runs per round; ``first_fan_in`` is
+    generation 0's fan-in (default ``fan_in``). Never deletes anything.
     """
     if config is None:
         config = load_topic(storage, topic).config
@@ -387,7 +415,8 @@ def merge_partition(storage: Storage, topic: str, partition: int, *,
     packing = False
     for _ in range(max(1, rounds) + (1 if pack else 0)):
         m = store.latest()
-        runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments, pack=packing)
+        runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments, pack=packing,
+                        first_fan_in=first_fan_in)
         if not runs and pack and not packing:
             packing = True
             runs = plan_for(m, config, fan_in=fan_in, min_segments=min_segments, pack=True)

@@ -84,8 +84,9 @@ def test_small_partitions_are_left_alone():
     assert plan_merge(chain([10] * 8), 1000, fan_in=4, min_segments=8)
 
 
-def simulate(commits, segment_bytes, fan_in=DEFAULT_FAN_IN):
-    """Append each commit as a segment, merge until the plan is empty; (segments, rewritten)."""
+def simulate(commits, segment_bytes, fan_in=DEFAULT_FAN_IN, first_fan_in=None, runs_made=None):
+    """Append each commit as a segment, merge until the plan is empty; (segments, rewritten).
+    ``runs_made`` (a list) collects every run merged."""
     segs: list[SegmentEntry] = []
     base = 0
     rewritten = 0
@@ -93,7 +94,10 @@ def simulate(commits, segment_bytes, fan_in=DEFAULT_FAN_IN):
         segs.append(seg(base, size))
         base += 1
         while True:
-            runs = plan_merge(segs, segment_bytes, fan_in=fan_in, min_segments=0)
+            runs = plan_merge(segs, segment_bytes, fan_in=fan_in, min_segments=0,
+                              first_fan_in=first_fan_in)
+            if runs_made is not None:
+                runs_made.extend(runs)
             if not runs:
                 break
             for run in reversed(runs):
@@ -143,3 +147,43 @@ def test_pack_joins_neighbours_of_any_generation_up_to_the_caps():
     runs = plan_merge(segs, 1000, fan_in=4, min_segments=0, pack=True)
     assert [len(r.segments) for r in runs] == [4, 2]
     assert [r.generation for r in runs] == [3, 4]
+
+
+def test_first_generation_merges_in_runs_of_first_fan_in_and_later_ones_of_fan_in():
+    assert plan_merge(chain([10] * 15), 1000, fan_in=4, min_segments=0, first_fan_in=16) == []
+    segs = chain([10] * 20)
+    runs = plan_merge(segs, 1000, fan_in=4, min_segments=0, first_fan_in=16)
+    assert [r.segment_ids for r in runs] == [tuple(s.segment_id for s in segs[:16])]
+    assert runs[0].generation == 1
+    gen1 = chain([10] * 4, gens=[1] * 4)
+    assert [len(r.segments) for r in plan_merge(gen1, 1000, fan_in=4, min_segments=0,
+                                                first_fan_in=16)] == [4]
+    # the caps still stop a first-generation run, which then packs
+    runs = plan_merge(chain([300] * 5), 1000, fan_in=4, min_segments=0, first_fan_in=16)
+    assert [len(r.segments) for r in runs] == [3]
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.data())
+def test_a_bigger_first_fan_in_keeps_the_bounds_with_fewer_runs(data):
+    segment_bytes = data.draw(st.sampled_from([1 << 16, 1 << 18, 1 << 20]), label="segment.bytes")
+    low = data.draw(st.integers(60, 200), label="smallest commit")
+    high = data.draw(st.integers(low, low * 10), label="largest commit")
+    first = data.draw(st.sampled_from([8, 16]), label="first fan-in")
+    import random
+    rng = random.Random(data.draw(st.integers(0, 2 ** 32), label="seed"))
+    commits = [rng.randint(low, high) for _ in range(3_000)]
+    packed: list = []
+    segs, rewritten = simulate(commits, segment_bytes, first_fan_in=first, runs_made=packed)
+    plain: list = []
+    _, plain_rewritten = simulate(commits, segment_bytes, runs_made=plain)
+    total = sum(commits)
+    assert sum(s.size for s in segs) == total
+    g = max(generation(s.segment_id) for s in segs)
+    assert g <= math.log2(segment_bytes / low)
+    assert rewritten <= g * total
+    # generation 0's block holds up to first - 1 segments, the others' up to F - 1
+    assert len(segs) <= 2 * total / segment_bytes + first + DEFAULT_FAN_IN * g + 1, (
+        len(segs), total / segment_bytes, g)
+    # generation 0 is most runs: about 4 / first as many runs in all, fewer bytes rewritten
+    assert len(packed) <= 0.6 * len(plain) and rewritten <= plain_rewritten
