@@ -28,6 +28,10 @@
    on time, the broker's other threads held the GIL), or neither (queued behind earlier
    requests), and the share of that wait during which housekeeping's storage calls (by
    their lane) were in flight.
+5. Per tenth (``--slow-ms``, default 25: the file:// aim), the acks slower than that, what
+   each waited on most, the seconds of their waiting during which housekeeping's store
+   calls of each verb were in flight, and the broker probe's longest late wake-up inside
+   and outside the broker: a trace of every tenth, not only the first and the worst.
 
 No assertion is made on speed.
 """
@@ -250,17 +254,46 @@ def _print_spells(acks, lo: float, hi: float, slow_s: float, spans: dict | None 
                 f"{k} {v:.3f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1])[:8]))
 
 
+class _Cover:
+    """The union of some spans as disjoint intervals with running totals, so the seconds of
+    any window they cover take two bisections (a 10-minute run has about a million storage
+    calls and thousands of slow acks: walking the spans per ack took longer than the run)."""
+
+    def __init__(self, spans: list[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for a, b in sorted(spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            elif b > a:
+                merged.append([a, b])
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
+        self.before = [0.0]   # seconds covered before interval i
+        for a, b in merged:
+            self.before.append(self.before[-1] + b - a)
+
+    def _upto(self, x: float) -> float:
+        """Seconds covered before ``x``."""
+        i = bisect.bisect_right(self.starts, x)
+        if i == 0:
+            return 0.0
+        return self.before[i - 1] + min(x, self.ends[i - 1]) - self.starts[i - 1]
+
+    def within(self, lo: float, hi: float) -> float:
+        """Seconds of [lo, hi) covered by at least one span."""
+        return max(0.0, self._upto(hi) - self._upto(lo)) if hi > lo else 0.0
+
+
+_COVERS: dict[int, tuple[list, _Cover]] = {}
+
+
 def _union_within(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Seconds of [lo, hi) covered by at least one of ``spans`` (sorted by start)."""
-    covered, edge = 0.0, lo
-    for a, b in spans:
-        if a >= hi:
-            break
-        a, b = max(a, edge), min(b, hi)
-        if b > a:
-            covered += b - a
-            edge = b
-    return covered
+    """Seconds of [lo, hi) covered by at least one of ``spans`` (the cover of a list is made
+    once and kept while the list lives)."""
+    hit = _COVERS.get(id(spans))
+    if hit is None or hit[0] is not spans:
+        hit = _COVERS[id(spans)] = (spans, _Cover(spans))
+    return hit[1].within(lo, hi)
 
 
 _GIL = "broker's other threads (GIL)"
@@ -322,6 +355,57 @@ def _waited_on(acks, waits: dict, t_start: float, lo: float, hi: float, slow_s: 
               f"max {max(wide) * 1e3:.0f} ms")
 
 
+def _tenth_traces(acks, waits: dict, t_start: float, dur: float, slow_s: float) -> None:
+    """One line per tenth: how many acks were slower than ``slow_s`` (the aim's bound), what
+    most of each one's wait was (as :func:`_waited_on`), the seconds of their waiting during
+    which housekeeping's store calls of each verb were in flight, and the broker probe's
+    longest late wake-up in the tenth split into GIL (late only inside the broker) and no
+    CPU (late outside too)."""
+    by_lane: dict[str, list[tuple[float, float]]] = {"ack": [], "housekeeping": []}
+    hk_verbs: dict[str, list[tuple[float, float]]] = {}
+    for start, lane, verb, d in waits["io"]:
+        span = (start - t_start, start - t_start + d)
+        by_lane.setdefault(lane, []).append(span)
+        if lane != "ack":
+            hk_verbs.setdefault(verb, []).append(span)
+    for spans in (*by_lane.values(), *hk_verbs.values()):
+        spans.sort()
+    inside = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + o) for t, o, _ in waits["late"])
+    outside = sorted((t - t_start + _PROBE_S, t - t_start + _PROBE_S + o)
+                     for t, o in waits.get("outside", ()))
+    both = sorted(inside + outside)
+    print(f"  per tenth, acks slower than {slow_s * 1e3:g} ms and what they waited on most "
+          "(store = a default-lane store call in flight; housekeeping verbs: seconds of their "
+          "waiting with one in flight; probe: the broker's longest late wake-up)")
+    tenth = dur / 10
+    for k in range(10):
+        lo, hi = k * tenth, (k + 1) * tenth
+        slow = [(t, lat) for t, lat in acks if lo <= t < hi and lat > slow_s]
+        kinds: dict[str, int] = {}
+        verbs: dict[str, float] = {}
+        for t, lat in slow:
+            io = _union_within(by_lane["ack"], t, t + lat)
+            no_cpu = _union_within(outside, t, t + lat)
+            gil = _union_within(both, t, t + lat) - no_cpu
+            parts = {"store": io, "GIL": gil, "no CPU": no_cpu,
+                     "neither": max(0.0, lat - max(io, gil + no_cpu))}
+            kind = max(parts, key=parts.get)
+            kinds[kind] = kinds.get(kind, 0) + 1
+            for v, spans in hk_verbs.items():
+                verbs[v] = verbs.get(v, 0.0) + _union_within(spans, t, t + lat)
+        late_in = [o for t, o, _ in waits["late"] if lo <= t - t_start < hi]
+        late_out = [o for t, o in waits.get("outside", ()) if lo <= t - t_start < hi]
+        waited = sum(lat for _, lat in slow)
+        print(f"    tenth {k + 1:2d}: {len(slow):5d} slow ("
+              + (", ".join(f"{n} {c}" for n, c in sorted(kinds.items(), key=lambda kv: -kv[1]))
+                 or "none") + ")"
+              + (f", {waited:.2f} s waited; housekeeping in flight: "
+                 + (", ".join(f"{v} {s:.2f}" for v, s in sorted(verbs.items(), key=lambda kv: -kv[1]) if s > 0)
+                    or "none") if slow else "")
+              + f"; probe max {max(late_in, default=0) * 1e3:.0f} ms in, "
+                f"{max(late_out, default=0) * 1e3:.0f} ms out")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -330,6 +414,8 @@ def main() -> int:
     ap.add_argument("--segment-bytes", type=int, default=1 << 20)
     ap.add_argument("--gc-ms", type=int, default=6000,
                     help="gc interval and version grace in ms (short: gc runs all along)")
+    ap.add_argument("--slow-ms", type=float, default=25.0,
+                    help="per-tenth traces of the acks slower than this (default: the file:// aim)")
     ap.add_argument("--no-profile", action="store_true",
                     help="no timing of the broker's steps (bench/profile_broker.py)")
     args = ap.parse_args()
@@ -451,6 +537,7 @@ def main() -> int:
             with open(waits_file) as f:
                 waits = json.load(f)
             waits["outside"] = outside_late
+            _tenth_traces(acks, waits, t_start, dur, args.slow_ms / 1e3)
             for k in sorted({0, worst}):
                 print(f"  tenth {k + 1}:" if k != worst else f"  worst tenth {k + 1}:")
                 if k != worst:
