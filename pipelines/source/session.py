@@ -55,6 +55,17 @@ JVM_DEFAULTS = (
 # A JVM refuses two collectors: ours is left out when the user picks one.
 _GC_OPTION = re.compile(r"-XX:\+Use\w*GC\b")
 
+# Spark keeps one pool of Python workers (a daemon and the workers it forks) per distinct
+# worker environment. Its SQL runners (mapInArrow, the data source, UDFs) add this variable
+# to their workers' environment while its RDD runner does not, so a session that runs both
+# kinds of job (a raw load is an RDD job, a decoded load a mapInArrow job) started and
+# warmed two pools: twice the workers' start and imports, twice their memory, and the
+# first big job of each kind paid the first touches of its workers' heaps again. Giving
+# every worker the variable (it only shortens the Python traceback a failed task reports,
+# as SQL jobs already do) makes the two environments equal: one pool serves both.
+_SIMPLIFIED_TRACEBACK_ENV = "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"
+_SIMPLIFIED_TRACEBACK_SQL = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
+
 
 def _driver_java_options(user_options: str | None) -> str:
     """The driver JVM's options: the quiet log4j configuration and :data:`JVM_DEFAULTS`,
@@ -118,6 +129,8 @@ def resolve_settings(master: str | None = None, app_name: str = "kafkastore",
     conf["spark.executorEnv.PYTHONPATH"] = _python_path_for_workers()
     conf.update(file_conf)
     conf.update({str(k): str(v) for k, v in (extra_conf or {}).items()})
+    if conf.get(_SIMPLIFIED_TRACEBACK_SQL, "true").strip().lower() != "false":
+        conf.setdefault(_SIMPLIFIED_TRACEBACK_ENV, "1")   # one worker pool for RDD and SQL jobs
     chosen = (master or os.environ.get("KAFKASTORE_SPARK_MASTER") or conf.pop("spark.master", None)
               or file_master or DEFAULT_MASTER)
     conf.pop("spark.master", None)

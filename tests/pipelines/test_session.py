@@ -75,3 +75,31 @@ def test_datasource_registration(spark, tmp_path):
     with pytest.raises(Exception, match="topic"):
         df_reader.option("topic", "missing-topic").load().collect()
 
+
+
+def test_workers_get_the_sql_jobs_traceback_setting_unless_it_is_turned_off(clean_env):
+    conf = resolve_settings()[1]
+    assert conf["spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"] == "1"
+    off = {"spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false"}
+    assert "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK" not in resolve_settings(extra_conf=off)[1]
+
+
+def test_rdd_and_sql_jobs_run_in_one_pool_of_python_workers(spark):
+    """A raw load is an RDD job and a decoded load a mapInArrow job: both run in the
+    workers of one Python daemon (a worker's parent), not in two pools started apart."""
+    def rdd_daemon(_):
+        return [__import__("os").getppid()]
+
+    def sql_daemon(batches):
+        import os
+
+        import pyarrow as pa
+
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"daemon": pa.array([os.getppid()] * b.num_rows,
+                                                                 pa.int64())})
+
+    by_rdd = set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(rdd_daemon).collect())
+    by_sql = {r.daemon for r in spark.range(0, 2, 1, 2).mapInArrow(sql_daemon, "daemon long")
+              .collect()}
+    assert len(by_rdd) == 1 and by_sql == by_rdd
