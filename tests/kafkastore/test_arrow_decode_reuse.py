@@ -359,9 +359,10 @@ def _huge_bytes_at(address: int) -> int:
 
 def test_a_reused_block_is_collapsed_into_huge_pages():
     """Auto mode (4) gives fresh memory 4 KiB pages when those fault in cheaper, but a block
-    the cache hands out again is being reused, and a warm decode of 4 KiB pages pays for TLB
-    misses: the touched part of the block is collapsed into huge pages when it is taken, so
-    the second decode's value column lies in huge pages (and its rows are the same)."""
+    the cache hands out again and again is being reused, and a warm decode of 4 KiB pages
+    pays for TLB misses: once the process has reused a few blocks (COLLAPSE_AFTER, 16), the
+    touched part of a block taken is collapsed into huge pages, so the value column of a
+    later warm decode lies in huge pages (and its rows are the same)."""
     import sys
 
     if not sys.platform.startswith("linux") or not _collapse_works():
@@ -379,10 +380,14 @@ def test_a_reused_block_is_collapsed_into_huge_pages():
         first_at = value_address(first)
         del first                               # its blocks go to the cache
         _native._set_alloc_mode(4)
-        second = ad.decode_to_arrow_native(seg, topic="t", partition=0)
-        assert value_address(second) == first_at   # the cached block, reused
-        assert second.equals(want)
-        assert _huge_bytes_at(value_address(second)) >= 2 << 20
+        for _ in range(20):                     # more reuses of its block than COLLAPSE_AFTER
+            later = ad.decode_to_arrow_native(seg, topic="t", partition=0)
+            assert value_address(later) == first_at   # the cached block, reused
+            huge = _huge_bytes_at(value_address(later))
+            del later
+        later = ad.decode_to_arrow_native(seg, topic="t", partition=0)
+        assert later.equals(want)
+        assert huge >= 2 << 20 and _huge_bytes_at(value_address(later)) >= 2 << 20
     finally:
         _native._set_alloc_mode(old_mode)
         _native.set_buffer_cache(limit)
