@@ -13,36 +13,18 @@ from kio.schema.delete_records.v2 import request as dr
 
 from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, acl_document,
                                      remove_acls)
-from kafkastore.clock import SYSTEM, Clock
 from kafkastore.cluster.documents import ClusterDocument
 from kafkastore.protocol import quotas as Q
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
 from tests.helpers.acl_broker import TOPIC_AUTHORIZATION_FAILED, acl_options, allow, sasl_wire, unique
+from tests.helpers.idle_spell import JumpClock, idle
 from tests.helpers.quota_requests import call_as
 from tests.helpers.wire_requests import batch, fetch, produce
 from tests.protocol.wire import Wire
 
 BOUND_S = 600.0   # the documents' bound: the background refresh never comes round in a test
-
-
-class JumpClock(Clock):
-    """The system clock whose monotonic reading can be moved forward (an idle spell)."""
-
-    def __init__(self):
-        self.skipped = 0.0
-        super().__init__(monotonic_s=lambda: SYSTEM.monotonic_s() + self.skipped)
-
-    __slots__ = ("skipped",)
-
-
-def _idle(clock: JumpClock, broker, seconds: float) -> None:
-    """Move the broker's monotonic clock on, as an idle spell or a pause would. Its lease
-    lapses with it, so the broker fences itself, and a connection opened before is closed
-    unanswered: the caller reconnects, as a client does."""
-    clock.skipped += seconds
-    broker.server.brokers.fence_if_lapsed()
 
 
 def _delete_records(w, topic: str) -> int:
@@ -70,11 +52,11 @@ def test_a_revoke_refuses_the_next_request_after_an_idle_spell(tmp_path):
         for call, op in ((_produce, Operation.WRITE), (_fetch, Operation.READ),
                          (_delete_records, Operation.DELETE)):
             allow(root, R.TOPIC, topic, op)
-            _idle(clock, broker, BOUND_S + 1)
+            idle(clock, broker, BOUND_S + 1)
             w = sasl_wire(broker, "alice")
             assert call(w, topic) == 0, call.__name__          # granted, and seen at once
             remove_acls(acl_document(Storage(root)), [AclFilter(R.TOPIC, topic)])
-            _idle(clock, broker, BOUND_S + 1)                  # idle past the bound
+            idle(clock, broker, BOUND_S + 1)                   # idle past the bound
             w = sasl_wire(broker, "alice")
             assert call(w, topic) == TOPIC_AUTHORIZATION_FAILED, call.__name__
 
@@ -100,6 +82,6 @@ def test_quotas_set_during_an_idle_spell_apply_to_the_next_request(tmp_path):
         assert throttle_s() == 0
         ClusterDocument(Storage(root), "quotas").update(
             lambda doc: Q.alter(doc, {"client-id": "heavy"}, {Q.PRODUCER_BYTE_RATE: 1000}))
-        _idle(clock, broker, BOUND_S + 1)
+        idle(clock, broker, BOUND_S + 1)
         w = Wire(broker.bootstrap)
         assert throttle_s() > 0

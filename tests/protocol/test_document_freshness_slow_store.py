@@ -6,7 +6,6 @@ request under ``_cluster/`` (the shared documents) take a fixed time, as an obje
 latency would, or fail. Nothing here measures time: the tests count answers."""
 from __future__ import annotations
 
-from kafkastore.clock import SYSTEM, Clock
 from kafkastore.cluster.acls import (AclFilter, Operation, ResourceType as R, acl_document,
                                      remove_acls)
 from kafkastore.errors import StorageError
@@ -17,18 +16,9 @@ from kafkastore.topics.admin import create_topic
 from tests.helpers.acl_broker import TOPIC_AUTHORIZATION_FAILED, acl_options, allow, sasl_wire, unique
 from tests.helpers.wire_requests import batch, produce
 from tests.helpers.counting import counting_fs
+from tests.helpers.idle_spell import JumpClock, idle
 
 KAFKA_STORAGE_ERROR = 56
-
-
-class JumpClock(Clock):
-    """The system clock whose monotonic reading can be moved forward (an idle spell)."""
-
-    __slots__ = ("skipped",)
-
-    def __init__(self):
-        self.skipped = 0.0
-        super().__init__(monotonic_s=lambda: SYSTEM.monotonic_s() + self.skipped)
 
 
 def _failing(fs, under: str = "/_cluster/"):
@@ -78,10 +68,9 @@ def test_a_revoke_is_never_missed_while_the_documents_cannot_be_read(tmp_path):
         w = sasl_wire(broker, "alice")
         assert _produce(w, topic) == 0
         remove_acls(acl_document(Storage(root)), [AclFilter(R.TOPIC, topic)])
-        clock.skipped += 601                      # idle past the bound
-        # The jump lapses the broker's lease too: it fences itself and closes the connections
-        # opened before, so the client reconnects (and logs in) as after a real pause.
-        broker.server.brokers.fence_if_lapsed()
+        # Idle past the bound. The jump lapses the broker's lease too: it fences itself and
+        # closes the connections opened before, so the client reconnects (and logs in).
+        idle(clock, broker, 601)
         w = sasl_wire(broker, "alice")
         fs.failing = True                         # no read of the ACLs can succeed now
         for _ in range(3):
@@ -141,6 +130,5 @@ def test_a_removed_scram_user_cannot_log_in_after_an_idle_spell(tmp_path):
     with BrokerThread(Storage(root, clock=clock), ServeOptions(port=0, sasl=True)) as broker:
         assert login(broker.bootstrap)
         ScramUsers(Storage(root)).remove("erin")
-        clock.skipped += 601
-        broker.server.brokers.fence_if_lapsed()   # the jump lapses the lease too (see above)
+        idle(clock, broker, 601)                  # the jump lapses the lease too (see above)
         assert not login(broker.bootstrap)
