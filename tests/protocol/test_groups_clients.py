@@ -5,6 +5,7 @@ Short session / heartbeat / poll-interval settings keep each test to seconds.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from kafkastore.protocol.apis.groups import service
 from kafkastore.protocol.server import BrokerThread, ServeOptions
 from kafkastore.storage import Storage
 from kafkastore.topics.admin import create_topic
+from tests.helpers.counting import counting_fs
 
 logging.getLogger("kafka").setLevel(logging.ERROR)
 logging.getLogger("aiokafka").setLevel(logging.ERROR)
@@ -328,3 +330,95 @@ def test_librdkafka_cooperative_sticky_and_static_membership(local_root):
         assert back == parts and coord._groups["static"].generation == generation
         for c in (keeper, again):
             c.close()
+
+
+def _join_request(group: str, member_id: str):
+    from kafkastore.groups.offsets import encode_consumer_subscription
+    from tests.helpers.group_requests import part, req
+
+    return req(11, 5, group_id=group, session_timeout=datetime.timedelta(seconds=30),
+               rebalance_timeout=datetime.timedelta(seconds=30), member_id=member_id,
+               group_instance_id=None, protocol_type="consumer", protocols=(
+                   part(11, 5, "JoinGroupRequestProtocol", name="range",
+                        metadata=encode_consumer_subscription(["kp"])),))
+
+
+def _sync_request(group: str, generation: int, member_id: str, assignments: dict[str, bytes]):
+    from tests.helpers.group_requests import part, req
+
+    return req(14, 3, group_id=group, generation_id=generation, member_id=member_id,
+               group_instance_id=None, assignments=tuple(
+                   part(14, 3, "SyncGroupRequestAssignment", member_id=m, assignment=a)
+                   for m, a in assignments.items()))
+
+
+def _answer(w, api: int, version: int):
+    """The next response on ``w`` (None: the broker closed the connection)."""
+    from kafkastore.protocol.wire import codec
+
+    frame = w.recv_frame()
+    return None if frame is None else codec.decode_response(frame, api, version)[1]
+
+
+def _written_generation(root: str, group: str) -> int:
+    meta = OffsetsStore(Storage(root)).group(group).metadata
+    return -1 if meta is None else meta.generation
+
+
+def test_an_assignment_is_answered_only_once_its_generation_is_in_the_log(local_root):
+    """SyncGroup hands out a generation's assignments once its metadata is in
+    ``__consumer_offsets`` (as Kafka answers it after its append). Answered before, a broker
+    that fenced itself before the write landed (a pause, a stalled store) reloaded the group
+    at the older generation and handed the same generation number out again with other
+    assignments: two owners of a partition in one generation, and the first one's commits
+    accepted under it. Raw requests: the test holds the metadata write and fences the broker
+    at the moment it matters."""
+    from tests.protocol.wire import Wire
+    from kafkastore.protocol.coordinators import group as G
+
+    fs = counting_fs(Storage(local_root).fs)
+    hold, release = threading.Event(), threading.Event()
+    count = fs._count
+
+    def held(op, nbytes=0, path=""):
+        if hold.is_set() and "__consumer_offsets" in str(path):
+            release.wait(60)   # the group's metadata write waits here
+        return count(op, nbytes, path)
+
+    fs._count = held
+    with BrokerThread(Storage(local_root, fs=fs), opts()) as broker:
+        wa, wb = Wire(broker.bootstrap, timeout=60), Wire(broker.bootstrap, timeout=60)
+        a = wa.call(_join_request("sg", "")).member_id           # MEMBER_ID_REQUIRED: the id
+        first = wa.call(_join_request("sg", a))
+        assert int(wa.call(_sync_request("sg", first.generation_id, a, {a: b"all"})).error_code) == 0
+        deadline = time.monotonic() + 60   # a liveness guard, not a bound
+        while _written_generation(local_root, "sg") != first.generation_id:
+            assert time.monotonic() < deadline, "the first generation was never written"
+            time.sleep(0.05)
+        coordinator = service(broker.server).coordinator
+        hold.set()                                              # the next metadata write waits
+        b = wb.call(_join_request("sg", "")).member_id
+        wb.send(_join_request("sg", b))
+        wa.send(_join_request("sg", a))                          # the rebalance: both rejoin
+        ja, jb = _answer(wa, 11, 5), _answer(wb, 11, 5)
+        assert int(ja.error_code) == int(jb.error_code) == 0
+        generation = ja.generation_id
+        leader = {a: b"a-first", b: b"b-first"}
+        wa.send(_sync_request("sg", generation, a, leader if ja.leader == a else {}))
+        wb.send(_sync_request("sg", generation, b, leader if ja.leader == b else {}))
+        while not (coordinator.describe_group("sg").state == "Stable"
+                   and len(coordinator.describe_group("sg").members) == 2):
+            assert time.monotonic() < deadline, "the second generation was never settled"
+            time.sleep(0.01)
+        # The assignment is settled in memory and its metadata write is held: the broker
+        # fences itself now (its write is then refused), as after a pause.
+        broker.server.brokers.fence("the test: a pause before the generation's metadata lands")
+        release.set()
+        handed = [r for r in (_answer(wa, 14, 3), _answer(wb, 14, 3))
+                  if r is not None and int(r.error_code) == G.NONE]
+        if handed:
+            assert _written_generation(local_root, "sg") >= generation, (
+                f"generation {generation} handed out ({[bytes(r.assignment) for r in handed]}) "
+                f"but the log holds generation {_written_generation(local_root, 'sg')}")
+        wa.close()
+        wb.close()

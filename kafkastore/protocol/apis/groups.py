@@ -136,6 +136,7 @@ async def handle_sync_group(ctx: RequestContext, request):
     if err:
         return make(ctx.response_class, error_code=err, protocol_type=None, protocol_name=None,
                     assignment=b"")
+    claim = svc.claim(request.group_id)
     fut, respond = _future()
     svc.coordinator.sync_group(
         request.group_id, request.generation_id, request.member_id,
@@ -143,9 +144,16 @@ async def handle_sync_group(ctx: RequestContext, request):
         {a.member_id: a.assignment for a in request.assignments}, respond,
         protocol_type=getattr(request, "protocol_type", None),
         protocol_name=getattr(request, "protocol_name", None))
-    # Answered before the metadata write lands (unlike Kafka): kafka-python 3.0 drops a
-    # SyncGroup answer that arrives after its poll() timed out, and then never rejoins.
     r = await fut
+    if r.error == G.NONE:
+        # As Kafka: an assignment is handed out once its generation is in the log under the
+        # claim. Answered before, a fence (or a move) before the write landed let the next
+        # load start from the older generation and hand this generation's number out again
+        # with other assignments, and a zombie of the first one commit under it.
+        err = await svc.generation_written(request.group_id, request.generation_id, claim)
+        if err:
+            return make(ctx.response_class, error_code=err, protocol_type=None,
+                        protocol_name=None, assignment=b"")
     return make(ctx.response_class, error_code=r.error, protocol_type=r.protocol_type,
                 protocol_name=r.protocol_name, assignment=r.assignment)
 

@@ -30,7 +30,8 @@ What an offset commit is conditional on (as Kafka's GroupCoordinator): the membe
 generation and instance id of the group's current state (OffsetCommit and
 TxnOffsetCommit alike; generation -1 without a member only for a group without members);
 for a generation >= 0, that generation's metadata being in the log under the claim (SyncGroup
-is answered before it is written); and the claim itself at the conditional append.
+hands out a generation's assignments only then, as Kafka answers it after its append); and
+the claim itself at the conditional append.
 OffsetFetch answers the offsets the log holds (a transaction's offsets are written by its
 coordinator without the group's claim), only from the group as loaded under the claim its
 waits ended with (a group dropped meanwhile is read again, never answered as "no offset"),
@@ -284,14 +285,16 @@ class GroupService:
     async def generation_written(self, group: str, generation: int,
                                  claim: GroupClaim | None) -> int:
         """NONE once the metadata of ``generation`` is in the log under ``claim`` (waiting for
-        the queued metadata writes if it is not yet), else the error for an offset commit of
-        that generation: NOT_COORDINATOR if the group was dropped meanwhile,
-        COORDINATOR_NOT_AVAILABLE (retriable) if the write failed.
+        the queued metadata writes if it is not yet), else the error for a SyncGroup answer or
+        an offset commit of that generation: NOT_COORDINATOR if the group was dropped
+        meanwhile, COORDINATOR_NOT_AVAILABLE (retriable) if the write failed.
 
-        SyncGroup is answered before its generation's metadata is written (a client that
-        gives up on a late answer never rejoins), so a commit of the new generation could
-        otherwise reach the log first: a coordinator that loads the group then would see the
-        older generation and take commits from its zombies."""
+        SyncGroup waits for it before handing out assignments (as Kafka answers it after its
+        append): a generation answered but not written would be loaded, after a fence or a
+        move, as the older one, and its number handed out again with other assignments. An
+        offset commit of the generation checks it too, so no commit reaches the log before
+        its generation: a coordinator that loads the group then would see the older
+        generation and take commits from its zombies."""
         if generation < 0 or self._written.get(group, -1) >= generation:
             return G.NONE
         await self.flush()
