@@ -6,6 +6,7 @@ import pyarrow as pa
 from hypothesis import strategies as st
 
 from kafkastore.write.log_writer import LogWriter as Broker
+from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction import KIND_RECORD, KIND_TXN, SCAN_SCHEMA
 from kafkastore.manifest import Manifest, ManifestStore
 from kafkastore.read.reader import EARLIEST, PartitionReader
@@ -125,3 +126,21 @@ def scan_table(rows, shuffle) -> pa.Table:
                           "last_marker": lm})
     shuffle.shuffle(dicts)
     return pa.Table.from_pylist(dicts, schema=SCAN_SCHEMA)
+
+
+def counting_decoder(monkeypatch, skip_bytes: int | None = None) -> list[int]:
+    """Rows of every decode compaction's rewrite makes (the wrapped decoder is the real
+    one). With ``skip_bytes``, stretches of that many bytes or more of batches without
+    survivors are skipped (the rewrite's ``REWRITE_SKIP_BYTES``)."""
+    if skip_bytes is not None:
+        monkeypatch.setattr(compaction_rewrite, "REWRITE_SKIP_BYTES", skip_bytes)
+    rows: list[int] = []
+    real = compaction_rewrite.decode_to_arrow
+
+    def counting(*args, **kwargs):
+        rb = real(*args, **kwargs)
+        rows.append(rb.num_rows)
+        return rb
+
+    monkeypatch.setattr(compaction_rewrite, "decode_to_arrow", counting)
+    return rows

@@ -15,28 +15,12 @@ from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction import group_specs, load_plan, local_survivors, scan_tasks
 from kafkastore.maintenance.compaction_rewrite import decode_runs, rewrite_group
 from kafkastore.storage import Storage
-from tests.helpers.compaction import T0, make_topic, produce, produce_rounds
+from tests.helpers.compaction import T0, counting_decoder, make_topic, produce, produce_rounds
 
 
 #: The C walk of batches kept whole, read once (monkeypatch undoes changes after a test,
 #: not between hypothesis examples).
 WALK = compaction_rewrite._restamp
-
-
-def _counting_decoder(monkeypatch, skip_bytes: int = 0) -> list[int]:
-    """Rows of every decode the rewrite makes (the wrapped decoder is the real one), with
-    stretches of ``skip_bytes`` or more of batches without survivors skipped."""
-    monkeypatch.setattr(compaction_rewrite, "REWRITE_SKIP_BYTES", skip_bytes)
-    rows: list[int] = []
-    real = compaction_rewrite.decode_to_arrow
-
-    def counting(*args, **kwargs):
-        rb = real(*args, **kwargs)
-        rows.append(rb.num_rows)
-        return rb
-
-    monkeypatch.setattr(compaction_rewrite, "decode_to_arrow", counting)
-    return rows
 
 
 def _source_batches(storage, group):
@@ -86,7 +70,7 @@ def test_superseded_batches_are_not_decoded(tmp_path, monkeypatch):
     for i in range(4):                                   # every key rewritten in each round
         produce(storage, [(k, f"{k}{i}") for k in "abcdefgh"])
     produce(storage, [("a", "new")])                     # the head, not cleaned
-    rows = _counting_decoder(monkeypatch)
+    rows = counting_decoder(monkeypatch, 0)
     (group, keep, result), = _rewrite_all(storage, T0)
     batches = _source_batches(storage, group)
     assert result.records_out == 8
@@ -131,7 +115,7 @@ def test_only_batches_with_survivors_are_decoded_and_whole_ones_keep_their_bytes
     m, _ = load_plan(storage, "t", 0, now, force=True)
     aborted_bases = {h for s in m.segments for pid, first, last in s.aborted_txns
                      for h in range(first, last + 1)}
-    rows = _counting_decoder(monkeypatch)
+    rows = counting_decoder(monkeypatch, 0)
     decoded_max = 0
     for group, keep, result in _rewrite_all(storage, now, threads):
         source = _source_batches(storage, group)

@@ -19,7 +19,7 @@ from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction_rewrite import compact_partition_local
 from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
 from kafkastore.storage import Storage
-from tests.helpers.compaction import T0, TOPIC, check_compacted, latest_manifest, make_topic, produce, read_all
+from tests.helpers.compaction import T0, TOPIC, check_compacted, counting_decoder, latest_manifest, make_topic, produce, read_all
 
 _native = load("kafkastore.format._native")
 #: The walk, read once: monkeypatch undoes its changes after the test, not between examples.
@@ -67,19 +67,6 @@ def _state(storage: Storage):
     return out
 
 
-def _counting_decoder(monkeypatch) -> list[int]:
-    rows: list[int] = []
-    real = compaction_rewrite.decode_to_arrow
-
-    def counting(*args, **kwargs):
-        rb = real(*args, **kwargs)
-        rows.append(rb.num_rows)
-        return rb
-
-    monkeypatch.setattr(compaction_rewrite, "decode_to_arrow", counting)
-    return rows
-
-
 def _distinct_with_tombstones(storage: Storage, codec: str = "zstd") -> None:
     """Three batches of ten records, every key once, every third record a tombstone."""
     keys = iter(range(30))
@@ -94,7 +81,7 @@ def test_a_batch_kept_whole_is_not_decoded_and_gets_its_horizon(tmp_path, monkey
     make_topic(storage, segment_bytes=10 ** 6, delete_retention_ms=RETENTION)
     _distinct_with_tombstones(storage)
     before = read_all(storage)
-    rows = _counting_decoder(monkeypatch)
+    rows = counting_decoder(monkeypatch)
     compact_partition_local(storage, TOPIC, 0, T0 + 10_000, force=True)
     assert rows == []                                  # no batch was decoded
     check_compacted(before, read_all(storage), 30)
