@@ -21,9 +21,7 @@ from kafkastore.maintenance.compaction import (COMPACTION_WRITER_ID, STATUS_CLEA
                                                group_segments_by_size, group_specs, load_plan,
                                                local_survivors, plan_cleaning, scan_tasks)
 from kafkastore.maintenance.compaction_rewrite import GroupResult, compact_partition_local, rewrite_group
-from kafkastore import layout
 from kafkastore.format.compression import Compression
-from kafkastore.format.crc import crc32c
 from kafkastore.errors import CommitUnknownError, CorruptRecordError, StorageError
 from kafkastore.manifest import (AdvanceLogStart, AppendSegments, Manifest, ManifestStore,
                                  ProducerState, SegmentEntry, SetCleanerOffset, apply)
@@ -31,6 +29,7 @@ from kafkastore.format.record_batch import DELETE_HORIZON_MASK, Record, decode_b
 from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.storage import Storage
+from kafkastore.write.segments import write_segment
 from kafkastore.topics.topic_config import TopicConfig
 from kafkastore.topics.admin import alter_topic
 from tests.faults import faulty_storage
@@ -267,15 +266,8 @@ def append_raw(storage: Storage, records, *, topic: str = TOPIC, partition: int 
     builder = SegmentBuilder(hw)
     builder.append(encode_batch(records))
     built = builder.build()
-    sid = layout.new_segment_id()
-    for ext, data in ((".index", built.index), (".timeindex", built.timeindex), (".log", built.log)):
-        storage.put(layout.segment_path(topic, partition, hw, sid, ext), data)
-    st = built.stats
-    seg = SegmentEntry(base_offset=hw, next_offset=st.next_offset, record_count=st.record_count,
-                       size=len(built.log), min_timestamp=st.min_timestamp,
-                       max_timestamp=st.max_timestamp, segment_id=sid, writer_id=1, leader_epoch=0,
-                       checksum=crc32c(built.log), index_size=len(built.index),
-                       timeindex_size=len(built.timeindex))
+    seg = write_segment(storage, topic, partition, built.stats, built.log, built.index,
+                        built.timeindex, writer_id=1, leader_epoch=0)
     store.commit(lambda m: ([AppendSegments((seg,))], []), operation="append")
     return seg
 

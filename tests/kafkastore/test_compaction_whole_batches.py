@@ -9,16 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkastore import layout
 from kafkastore.format.extensions import load
-from kafkastore.format.crc import crc32c
 from kafkastore.format.record_batch import HEADER_SIZE, Record, encode_batch
 from kafkastore.format.segment_build import SegmentBuilder
 from kafkastore.format.segment_scan import iter_batches
 from kafkastore.maintenance import compaction_rewrite
 from kafkastore.maintenance.compaction_rewrite import compact_partition_local
-from kafkastore.manifest import AppendSegments, ManifestStore, SegmentEntry
+from kafkastore.manifest import AppendSegments, ManifestStore
 from kafkastore.storage import Storage
+from kafkastore.write.segments import write_segment
 from tests.helpers.compaction import T0, TOPIC, check_compacted, counting_decoder, latest_manifest, make_topic, produce, read_all
 
 _native = load("kafkastore.format._native")
@@ -44,15 +43,8 @@ def _append(storage: Storage, batches, codec: str) -> None:
         builder.append(encode_batch(records, compression=codec, producer_id=7, producer_epoch=0,
                                     base_sequence=records[0].offset))
     built = builder.build()
-    sid = layout.new_segment_id()
-    for ext, data in ((".index", built.index), (".timeindex", built.timeindex), (".log", built.log)):
-        storage.put(layout.segment_path(TOPIC, 0, hw, sid, ext), data)
-    st_ = built.stats
-    seg = SegmentEntry(base_offset=hw, next_offset=st_.next_offset, record_count=st_.record_count,
-                       size=len(built.log), min_timestamp=st_.min_timestamp,
-                       max_timestamp=st_.max_timestamp, segment_id=sid, writer_id=1, leader_epoch=0,
-                       checksum=crc32c(built.log), index_size=len(built.index),
-                       timeindex_size=len(built.timeindex))
+    seg = write_segment(storage, TOPIC, 0, built.stats, built.log, built.index, built.timeindex,
+                        writer_id=1, leader_epoch=0)
     store.commit(lambda m: ([AppendSegments((seg,))], []), operation="append")
 
 
