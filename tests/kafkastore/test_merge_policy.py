@@ -8,6 +8,7 @@ most G <= log2(B / smallest commit) times.
 from __future__ import annotations
 
 import math
+import random
 
 from hypothesis import given, settings, strategies as st
 
@@ -114,16 +115,20 @@ def simulate(commits, segment_bytes, fan_in=DEFAULT_FAN_IN, first_fan_in=None, r
     return segs, rewritten
 
 
-@settings(max_examples=4, deadline=None)
-@given(st.data())
-def test_10000_small_appends_bounded_live_segments_and_rewrites(data):
+def _draw_appends(data, n: int) -> tuple[int, int, list[int]]:
+    """A segment.bytes, the smallest commit's size and ``n`` commit sizes (seeded, so a
+    failing example replays): the writers' appends of the bound properties."""
     segment_bytes = data.draw(st.sampled_from([1 << 16, 1 << 18, 1 << 20]), label="segment.bytes")
     low = data.draw(st.integers(60, 200), label="smallest commit")
     high = data.draw(st.integers(low, low * 10), label="largest commit")
-    seed = data.draw(st.integers(0, 2 ** 32), label="seed")
-    import random
-    rng = random.Random(seed)
-    commits = [rng.randint(low, high) for _ in range(10_000)]
+    rng = random.Random(data.draw(st.integers(0, 2 ** 32), label="seed"))
+    return segment_bytes, low, [rng.randint(low, high) for _ in range(n)]
+
+
+@settings(max_examples=4, deadline=None)
+@given(st.data())
+def test_10000_small_appends_bounded_live_segments_and_rewrites(data):
+    segment_bytes, low, commits = _draw_appends(data, 10_000)
     segs, rewritten = simulate(commits, segment_bytes)
     total = sum(commits)
     assert sum(s.size for s in segs) == total
@@ -166,13 +171,8 @@ def test_first_generation_merges_in_runs_of_first_fan_in_and_later_ones_of_fan_i
 @settings(max_examples=3, deadline=None)
 @given(st.data())
 def test_a_bigger_first_fan_in_keeps_the_bounds_with_fewer_runs(data):
-    segment_bytes = data.draw(st.sampled_from([1 << 16, 1 << 18, 1 << 20]), label="segment.bytes")
-    low = data.draw(st.integers(60, 200), label="smallest commit")
-    high = data.draw(st.integers(low, low * 10), label="largest commit")
+    segment_bytes, low, commits = _draw_appends(data, 3_000)
     first = data.draw(st.sampled_from([8, 16]), label="first fan-in")
-    import random
-    rng = random.Random(data.draw(st.integers(0, 2 ** 32), label="seed"))
-    commits = [rng.randint(low, high) for _ in range(3_000)]
     packed: list = []
     segs, rewritten = simulate(commits, segment_bytes, first_fan_in=first, runs_made=packed)
     plain: list = []
